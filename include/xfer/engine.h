@@ -1,0 +1,67 @@
+// xfer::Engine — the one public facade. Thread-safe: any thread may call any method
+// concurrently, except Finalize() (and the destructor), which must not race other calls.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "xfer/options.h"
+#include "xfer/status.h"
+#include "xfer/types.h"
+
+namespace xfer {
+
+class EngineImpl;
+
+class Engine {
+ public:
+  Engine();
+  ~Engine();  // calls Finalize()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // local_name: "host:port" or "[v6]:port" to listen (port 0 picks a free port), or a host
+  // alone for a client-only engine that cannot be connected to.
+  Status Initialize(const std::string& local_name, const EngineOptions& options = {});
+  // Stops threads, says goodbye to peers and fails outstanding requests with kCanceled.
+  void Finalize();
+  // The bound name, e.g. "127.0.0.1:41234" after Initialize("127.0.0.1:0").
+  std::string LocalName() const;
+
+  // Registers [addr, addr+len) so peers may READ/WRITE it. The same range again returns the
+  // same handle (and needs one more DeregisterMem). Peers see new regions without reconnecting.
+  Status RegisterMem(void* addr, uint64_t len, MemType type, MemHandle* handle,
+                     const std::string& tag = "");
+  // Waits until connected peers have stopped using the region, then forgets it.
+  Status DeregisterMem(MemHandle handle);
+
+  Status Connect(const std::string& remote, std::chrono::milliseconds timeout);
+  Status Disconnect(const std::string& remote);
+  Status GetPeerInfo(const std::string& remote, PeerInfo* info) const;
+  // The peer's registered regions, current as of this call (one control round trip).
+  Status GetRemoteRegions(const std::string& remote, std::vector<RegionInfo>* regions);
+
+  // Moves every descriptor, or none is reported done: returns ok only when all data landed.
+  Status TransferSync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
+                      std::chrono::milliseconds timeout);
+  // Starts a request whose deadline is now + timeout. Validation errors return at once.
+  Status TransferAsync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
+                       std::chrono::milliseconds timeout, RequestHandle* request);
+  // A terminal status (anything but kWaiting) is reported once; the handle is then released.
+  Status GetTransferStatus(RequestHandle request, RequestStatus* status);
+  // Waits up to timeout for the request to end. When it ended, returns its final status (ok
+  // when completed) and releases the handle; when it is still running, returns kTimeout with
+  // *status (if given) left at kWaiting, so a deadline expiry and a short wait differ.
+  Status Wait(RequestHandle request, std::chrono::milliseconds timeout,
+              RequestStatus* status = nullptr);
+  // Stops a request: batches not yet started are dropped; its status becomes kCanceled once
+  // those in flight finish. Canceling a request that already ended is ok and changes nothing.
+  Status Cancel(RequestHandle request);
+
+ private:
+  std::unique_ptr<EngineImpl> impl_;
+};
+
+}  // namespace xfer

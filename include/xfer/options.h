@@ -1,0 +1,35 @@
+// Engine options. Every field has a default that works; see README "Options".
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace xfer {
+
+struct EngineOptions {
+  // Control plane. A peer silent for heartbeat_timeout is declared dead: its requests fail
+  // with kConnectionLost and its cached state is dropped.
+  std::chrono::milliseconds heartbeat_interval{500};
+  std::chrono::milliseconds heartbeat_timeout{3000};
+  // Connect to a peer on first transfer when no session exists, with this timeout.
+  bool auto_connect = false;
+  std::chrono::milliseconds auto_connect_timeout{5000};
+
+  // Data path. Streams are worker threads that share a request's batches.
+  int streams = 2;
+  // Large descriptors are cut into slices of this many bytes, so streams can share them.
+  uint64_t slice_bytes = 1ull << 20;
+  // A batch (one system call for cma) carries up to this many bytes.
+  uint64_t batch_bytes = 4ull << 20;
+  // Waiters and idle streams spin this long before they sleep (a wake-up costs ~20 us here).
+  std::chrono::microseconds spin{50};
+
+  // Force one transport ("local", "cma"); empty picks the best both sides offer.
+  std::string transport;
+  // Overrides the host identity (default: the kernel's boot id). Engines with different host
+  // ids never use same-host transports with each other; tests use this to fake two hosts.
+  std::string host_id;
+};
+
+}  // namespace xfer

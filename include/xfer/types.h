@@ -1,0 +1,57 @@
+// Plain value types of the public API.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "xfer/status.h"
+
+namespace xfer {
+
+enum class MemType : uint8_t { kHost = 0, kCuda = 1 };
+enum class Op : uint8_t { kRead = 0, kWrite = 1 };
+
+// Handle of a registered local region. 0 is never a valid handle.
+using MemHandle = uint64_t;
+// Handle of an asynchronous request. 0 is never a valid handle.
+using RequestHandle = uint64_t;
+
+// One contiguous piece of a transfer. WRITE copies [local_addr, +len) to the peer's
+// [remote_addr, +len); READ copies the other way. A descriptor lies within one remote region.
+struct TransferDesc {
+  uint64_t local_addr = 0;
+  uint64_t remote_addr = 0;
+  uint64_t len = 0;
+};
+
+// A region as a peer advertises it (see Engine::GetRemoteRegions).
+struct RegionInfo {
+  uint64_t addr = 0;
+  uint64_t len = 0;
+  MemType type = MemType::kHost;
+  int32_t device = -1;  // device ordinal for kCuda, -1 for host memory
+  std::string tag;      // free-form label given at registration
+};
+
+enum class RequestState : uint8_t { kWaiting, kCompleted, kFailed, kTimeout, kCanceled };
+
+struct RequestStatus {
+  RequestState state = RequestState::kWaiting;
+  Status status;  // ok for kWaiting / kCompleted; the reason otherwise
+};
+
+// What the engine knows about a connected peer.
+struct PeerInfo {
+  std::string name;          // the peer's listen name, as it advertised itself
+  uint64_t incarnation = 0;  // random per Initialize(): a restarted peer has a new one
+  std::string host_id;       // same host id => same-host transports may be used
+  int32_t pid = 0;
+  std::string transport;     // transport chosen for this peer: "local", "cma", ...
+  bool outbound = false;     // true when this engine called Connect()
+};
+
+std::string_view MemTypeName(MemType t);
+std::string_view OpName(Op op);
+std::string_view RequestStateName(RequestState s);
+
+}  // namespace xfer

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite: a normal build, the same suite under ASan+UBSan, and a short
+# libFuzzer run of the wire decoder. Exits non-zero when anything fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+start=$SECONDS
+
+echo "== build (RelWithDebInfo) =="
+./scripts/build.sh build
+echo "== tests =="
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 300
+
+echo "== build (ASan+UBSan) =="
+./scripts/build.sh build-asan -DXFER_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+echo "== tests under ASan+UBSan =="
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600
+
+echo "== fuzz the wire decoder (30 s) =="
+CXX=clang++ ./scripts/build.sh build-fuzz -DXFER_FUZZ=ON -DXFER_BUILD_TESTS=OFF
+mkdir -p build-fuzz/corpus
+./build-fuzz/tests/fuzz/wire_fuzzer -max_total_time=30 -seed=1 build-fuzz/corpus tests/fuzz/corpus 2>&1 | tail -n 3
+
+echo "== all test stages passed in $((SECONDS - start)) s =="

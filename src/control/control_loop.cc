@@ -1,0 +1,207 @@
+#include "control/control_loop.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "util/log.h"
+
+namespace xfer::control {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string PeerAddr(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (ss.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    port = ntohs(a->sin_port);
+    return std::string(host) + ":" + std::to_string(port);
+  }
+  auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+  ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+  return "[" + std::string(host) + "]:" + std::to_string(ntohs(a->sin6_port));
+}
+
+}  // namespace
+
+ControlLoop::ControlLoop(net::Fd listener, ControlHandler* handler, LoopOptions opts)
+    : listener_(std::move(listener)), handler_(handler), opts_(opts) {}
+
+ControlLoop::~ControlLoop() { Stop(); }
+
+Status ControlLoop::Start() {
+  epoll_ = net::Fd(::epoll_create1(EPOLL_CLOEXEC));
+  wake_ = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!epoll_.valid() || !wake_.valid()) {
+    return {StatusCode::kResourceExhausted, std::string("epoll/eventfd: ") + std::strerror(errno)};
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = wake_.get();
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev);
+  if (listener_.valid()) {
+    ev.data.fd = listener_.get();
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev);
+  }
+  thread_ = std::thread([this] { Run(); });
+  return Status::Ok();
+}
+
+void ControlLoop::Wake() {
+  uint64_t one = 1;
+  ssize_t ignored = ::write(wake_.get(), &one, sizeof one);
+  (void)ignored;
+}
+
+void ControlLoop::Add(std::shared_ptr<Session> s) {
+  {
+    std::lock_guard lock(add_mu_);
+    to_add_.push_back(std::move(s));
+  }
+  Wake();
+}
+
+void ControlLoop::Stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true);
+  Wake();
+  thread_.join();
+}
+
+void ControlLoop::Accept() {
+  for (;;) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    int fd = ::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&ss), &len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        XLOG(WARN) << "accept failed: " << std::strerror(errno);
+      }
+      return;
+    }
+    net::SetNoDelay(fd);
+    auto s = std::make_shared<Session>(net::Fd(fd), false, PeerAddr(ss));
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.fd = fd;
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
+    sessions_[fd] = std::move(s);
+  }
+}
+
+void ControlLoop::CloseSession(const std::shared_ptr<Session>& s, const std::string& reason) {
+  if (s->fd() >= 0) {
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd(), nullptr);
+    sessions_.erase(s->fd());
+  }
+  std::string why = s->shutdown_reason();
+  s->Close();
+  handler_->OnClosed(s, why.empty() ? reason : why);
+}
+
+void ControlLoop::Tick() {
+  const auto now = Clock::now();
+  std::vector<std::pair<std::shared_ptr<Session>, std::string>> dead;
+  for (auto& [fd, s] : sessions_) {
+    if (!s->established.load()) {
+      if (now - s->created > opts_.heartbeat_timeout) {
+        dead.emplace_back(s, "no hello within " + std::to_string(opts_.heartbeat_timeout.count()) + " ms");
+      }
+      continue;
+    }
+    auto silent = now - s->last_rx.load();
+    if (silent > opts_.heartbeat_timeout) {
+      dead.emplace_back(s, "no heartbeat for " +
+                               std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
+                               " ms (peer dead or hung)");
+      continue;
+    }
+    if (now - s->last_tx >= opts_.heartbeat_interval) {
+      s->last_tx = now;
+      Status st = s->Send(wire::Heartbeat{}, opts_.heartbeat_interval);
+      if (!st.ok()) dead.emplace_back(s, "heartbeat send failed: " + st.ToString());
+    }
+  }
+  for (auto& [s, why] : dead) CloseSession(s, why);
+}
+
+void ControlLoop::Run() {
+  const int tick_ms = static_cast<int>(std::max<int64_t>(
+      10, std::min(opts_.heartbeat_interval.count(), opts_.heartbeat_timeout.count() / 4)));
+  auto next_tick = Clock::now();
+  while (!stop_.load()) {
+    int wait_ms = static_cast<int>(std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - Clock::now()).count()));
+    epoll_event events[64];
+    int n = ::epoll_wait(epoll_.get(), events, 64, wait_ms);
+    for (int i = 0; i < n; ++i) {
+      int fd = events[i].data.fd;
+      if (fd == wake_.get()) {
+        uint64_t v;
+        while (::read(wake_.get(), &v, sizeof v) > 0) {
+        }
+        std::vector<std::shared_ptr<Session>> add;
+        {
+          std::lock_guard lock(add_mu_);
+          add.swap(to_add_);
+        }
+        for (auto& s : add) {
+          epoll_event ev{};
+          ev.events = EPOLLIN | EPOLLRDHUP;
+          ev.data.fd = s->fd();
+          ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, s->fd(), &ev);
+          sessions_[s->fd()] = s;
+        }
+        continue;
+      }
+      if (fd == listener_.get()) {
+        Accept();
+        continue;
+      }
+      auto it = sessions_.find(fd);
+      if (it == sessions_.end()) continue;
+      std::shared_ptr<Session> s = it->second;
+      std::string why;
+      bool alive = s->ReadAvailable([&](wire::Message&& m) {
+        if (!std::holds_alternative<wire::Heartbeat>(m)) handler_->OnMessage(s, std::move(m));
+      }, &why);
+      if (!alive) {
+        if (why.rfind("connection closed", 0) != 0 && s->shutdown_reason().empty()) {
+          XLOG(WARN) << "control connection from " << s->remote_addr() << ": " << why
+                     << "; closing it";
+        }
+        CloseSession(s, why);
+      } else if (events[i].events & (EPOLLHUP | EPOLLERR)) {
+        CloseSession(s, "connection error");
+      }
+    }
+    if (Clock::now() >= next_tick) {
+      Tick();
+      next_tick = Clock::now() + std::chrono::milliseconds(tick_ms);
+    }
+  }
+  // Stopping: close every session so the engine drops their state.
+  auto all = sessions_;
+  for (auto& [fd, s] : all) CloseSession(s, "engine finalized");
+  {
+    std::lock_guard lock(add_mu_);
+    for (auto& s : to_add_) {
+      s->Close();
+      handler_->OnClosed(s, "engine finalized");
+    }
+    to_add_.clear();
+  }
+}
+
+}  // namespace xfer::control

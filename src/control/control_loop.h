@@ -1,0 +1,62 @@
+// The control thread: one epoll loop over the listening socket and every session. It accepts
+// connections, reads frames, sends heartbeats and closes sessions that went silent.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "control/session.h"
+#include "util/net.h"
+
+namespace xfer::control {
+
+class ControlHandler {
+ public:
+  virtual ~ControlHandler() = default;
+  // Every frame but heartbeats, in arrival order, on the control thread.
+  virtual void OnMessage(const std::shared_ptr<Session>& s, wire::Message&& msg) = 0;
+  // The session is gone (closed by either side, silent too long, or malformed input).
+  virtual void OnClosed(const std::shared_ptr<Session>& s, const std::string& reason) = 0;
+};
+
+struct LoopOptions {
+  std::chrono::milliseconds heartbeat_interval{500};
+  std::chrono::milliseconds heartbeat_timeout{3000};
+};
+
+class ControlLoop {
+ public:
+  ControlLoop(net::Fd listener, ControlHandler* handler, LoopOptions opts);
+  ~ControlLoop();  // Stop()
+
+  Status Start();
+  // Hands a session (connected by another thread) to the loop.
+  void Add(std::shared_ptr<Session> s);
+  // Closes every session (OnClosed is called for each) and joins the thread.
+  void Stop();
+
+ private:
+  void Run();
+  void Wake();
+  void Accept();
+  void CloseSession(const std::shared_ptr<Session>& s, const std::string& reason);
+  void Tick();
+
+  net::Fd listener_;
+  net::Fd epoll_;
+  net::Fd wake_;  // eventfd
+  ControlHandler* handler_;
+  const LoopOptions opts_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+
+  std::mutex add_mu_;
+  std::vector<std::shared_ptr<Session>> to_add_;  // add_mu_
+  std::unordered_map<int, std::shared_ptr<Session>> sessions_;  // control thread only
+};
+
+}  // namespace xfer::control

@@ -1,0 +1,81 @@
+// One control connection to a peer: frame I/O, heartbeat bookkeeping and acknowledgements.
+// The engine decides what messages mean; this class only moves them.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "control/wire.h"
+#include "util/net.h"
+
+namespace xfer {
+struct PeerState;
+}
+
+namespace xfer::control {
+
+class Session {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Session(net::Fd fd, bool outbound, std::string remote_addr);
+
+  bool outbound() const { return outbound_; }
+  const std::string& remote_addr() const { return remote_addr_; }  // ip:port of the socket
+  int fd() const { return fd_.get(); }
+
+  // Sends one frame; frames from several threads never interleave.
+  Status Send(const wire::Message& msg, std::chrono::milliseconds timeout);
+  // Reads what the socket has (non-blocking) and hands each whole frame to on_msg. False on
+  // end of stream, a socket error or a malformed frame, with *why set.
+  bool ReadAvailable(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
+  // Reads exactly one frame, blocking up to deadline (used during the handshake only).
+  Status ReadOne(Clock::time_point deadline, wire::Message* msg);
+
+  // Asks the control loop to close this session (it notices the shutdown socket). The first
+  // reason given is the one logged.
+  void Shutdown(const std::string& reason);
+  std::string shutdown_reason() const;
+  // Called by the control loop only: closes the descriptor and wakes every waiter.
+  void Close();
+  bool closed() const { return closed_.load(); }
+
+  // Acknowledged round trips (Sync, RegionRemove). The peer answers in order, so one
+  // counter covers both.
+  uint64_t NextSeq() { return next_seq_.fetch_add(1) + 1; }
+  void Acked(uint64_t seq);
+  // False when the deadline passed or the session closed first.
+  bool WaitAcked(uint64_t seq, Clock::time_point deadline);
+
+  // Set by the engine once the hello exchange is done, with the peer's data-path state.
+  std::atomic<bool> established{false};
+  std::shared_ptr<PeerState> peer;
+  std::string peer_key;  // key in the engine's peer table
+  const Clock::time_point created = Clock::now();
+  std::atomic<Clock::time_point> last_rx{Clock::now()};
+  Clock::time_point last_tx = Clock::now();  // control loop only
+
+ private:
+  bool ParseFrames(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
+
+  net::Fd fd_;
+  const bool outbound_;
+  const std::string remote_addr_;
+  std::mutex send_mu_;
+  std::vector<uint8_t> rx_;  // control loop only
+  std::atomic<bool> closed_{false};
+  std::atomic<uint64_t> next_seq_{0};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t acked_ = 0;        // mu_
+  std::string shutdown_why_;  // mu_
+};
+
+}  // namespace xfer::control

@@ -1,0 +1,256 @@
+#include "control/wire.h"
+
+#include <cstring>
+#include <type_traits>
+
+namespace xfer::wire {
+namespace {
+
+class Writer {
+ public:
+  void U8(uint8_t v) { buf_.push_back(v); }
+  void U16(uint16_t v) { Raw(v); }
+  void U32(uint32_t v) { Raw(v); }
+  void U64(uint64_t v) { Raw(v); }
+  void I32(int32_t v) { Raw(v); }
+  void Str(const std::string& s) {
+    U32(static_cast<uint32_t>(s.size()));
+    buf_.insert(buf_.end(), s.begin(), s.end());
+  }
+  void Region(const WireRegion& r) {
+    U64(r.id);
+    U64(r.info.addr);
+    U64(r.info.len);
+    U8(static_cast<uint8_t>(r.info.type));
+    I32(r.info.device);
+    Str(r.info.tag);
+  }
+  std::vector<uint8_t>& bytes() { return buf_; }
+
+ private:
+  template <class T>
+  void Raw(T v) {  // x86-64 and aarch64 Linux are little-endian, as the format is
+    uint8_t b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));
+    buf_.insert(buf_.end(), b, b + sizeof(T));
+  }
+  std::vector<uint8_t> buf_;
+};
+
+// Every read checks the bytes left; after the first failure all reads fail.
+class Reader {
+ public:
+  explicit Reader(std::span<const uint8_t> b) : b_(b) {}
+  bool U8(uint8_t* v) { return Raw(v); }
+  bool U16(uint16_t* v) { return Raw(v); }
+  bool U32(uint32_t* v) { return Raw(v); }
+  bool U64(uint64_t* v) { return Raw(v); }
+  bool I32(int32_t* v) { return Raw(v); }
+  bool Str(std::string* s) {
+    uint32_t n = 0;
+    if (!U32(&n)) return false;
+    if (n > kMaxString) return Fail("string of " + std::to_string(n) + " bytes exceeds the cap");
+    if (n > left()) return Fail("string length " + std::to_string(n) + " past end of frame");
+    s->assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
+    pos_ += n;
+    return true;
+  }
+  // Reads a list count and checks that count * min_item_bytes fit in what is left.
+  bool Count(uint32_t* n, size_t min_item_bytes) {
+    if (!U32(n)) return false;
+    if (static_cast<uint64_t>(*n) * min_item_bytes > left()) {
+      return Fail("list of " + std::to_string(*n) + " items cannot fit in the frame");
+    }
+    return true;
+  }
+  bool Region(WireRegion* r) {
+    uint8_t type = 0;
+    if (!U64(&r->id) || !U64(&r->info.addr) || !U64(&r->info.len) || !U8(&type) ||
+        !I32(&r->info.device) || !Str(&r->info.tag)) {
+      return false;
+    }
+    if (type > static_cast<uint8_t>(MemType::kCuda)) return Fail("unknown memory type");
+    r->info.type = static_cast<MemType>(type);
+    return true;
+  }
+  bool Done() {
+    if (failed_) return false;
+    if (left() != 0) return Fail(std::to_string(left()) + " trailing bytes");
+    return true;
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  size_t left() const { return b_.size() - pos_; }
+  bool Fail(std::string why) {
+    if (!failed_) error_ = std::move(why);
+    failed_ = true;
+    return false;
+  }
+  template <class T>
+  bool Raw(T* v) {
+    if (failed_) return false;
+    if (left() < sizeof(T)) return Fail("frame truncated");
+    std::memcpy(v, b_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  std::span<const uint8_t> b_;
+  size_t pos_ = 0;
+  bool failed_ = false;
+  std::string error_;
+};
+
+constexpr size_t kMinRegionBytes = 8 + 8 + 8 + 1 + 4 + 4;
+
+void EncodeBody(Writer& w, const Hello& m) {
+  w.Str(m.name);
+  w.U64(m.incarnation);
+  w.Str(m.host_id);
+  w.I32(m.pid);
+  w.U64(m.cma_cookie);
+  w.U32(static_cast<uint32_t>(m.transports.size()));
+  for (const auto& t : m.transports) w.Str(t);
+  w.U32(static_cast<uint32_t>(m.regions.size()));
+  for (const auto& r : m.regions) w.Region(r);
+}
+void EncodeBody(Writer& w, const RegionAdd& m) { w.Region(m.region); }
+void EncodeBody(Writer& w, const RegionRemove& m) { w.U64(m.id); w.U64(m.seq); }
+void EncodeBody(Writer& w, const RegionRemoveAck& m) { w.U64(m.id); w.U64(m.seq); }
+void EncodeBody(Writer& w, const Sync& m) { w.U64(m.seq); }
+void EncodeBody(Writer& w, const SyncAck& m) { w.U64(m.seq); }
+void EncodeBody(Writer&, const Heartbeat&) {}
+void EncodeBody(Writer& w, const Goodbye& m) { w.Str(m.reason); }
+
+bool DecodeBody(Reader& r, Hello* m) {
+  uint32_t n = 0;
+  if (!r.Str(&m->name) || !r.U64(&m->incarnation) || !r.Str(&m->host_id) || !r.I32(&m->pid) ||
+      !r.U64(&m->cma_cookie) || !r.Count(&n, 4)) {
+    return false;
+  }
+  m->transports.resize(n);
+  for (auto& t : m->transports) {
+    if (!r.Str(&t)) return false;
+  }
+  if (!r.Count(&n, kMinRegionBytes)) return false;
+  m->regions.resize(n);
+  for (auto& reg : m->regions) {
+    if (!r.Region(&reg)) return false;
+  }
+  return true;
+}
+bool DecodeBody(Reader& r, RegionAdd* m) { return r.Region(&m->region); }
+bool DecodeBody(Reader& r, RegionRemove* m) { return r.U64(&m->id) && r.U64(&m->seq); }
+bool DecodeBody(Reader& r, RegionRemoveAck* m) { return r.U64(&m->id) && r.U64(&m->seq); }
+bool DecodeBody(Reader& r, Sync* m) { return r.U64(&m->seq); }
+bool DecodeBody(Reader& r, SyncAck* m) { return r.U64(&m->seq); }
+bool DecodeBody(Reader&, Heartbeat*) { return true; }
+bool DecodeBody(Reader& r, Goodbye* m) { return r.Str(&m->reason); }
+
+template <class T>
+MsgType TypeOf();
+template <> MsgType TypeOf<Hello>() { return MsgType::kHello; }
+template <> MsgType TypeOf<RegionAdd>() { return MsgType::kRegionAdd; }
+template <> MsgType TypeOf<RegionRemove>() { return MsgType::kRegionRemove; }
+template <> MsgType TypeOf<RegionRemoveAck>() { return MsgType::kRegionRemoveAck; }
+template <> MsgType TypeOf<Sync>() { return MsgType::kSync; }
+template <> MsgType TypeOf<SyncAck>() { return MsgType::kSyncAck; }
+template <> MsgType TypeOf<Heartbeat>() { return MsgType::kHeartbeat; }
+template <> MsgType TypeOf<Goodbye>() { return MsgType::kGoodbye; }
+
+template <class T>
+bool DecodeAs(std::span<const uint8_t> payload, Message* out, std::string* error) {
+  Reader r(payload);
+  T m;
+  if (!DecodeBody(r, &m) || !r.Done()) {
+    *error = std::string(MsgTypeName(TypeOf<T>())) + ": " + r.error();
+    return false;
+  }
+  *out = std::move(m);
+  return true;
+}
+
+}  // namespace
+
+std::vector<uint8_t> Encode(const Message& msg) {
+  Writer w;
+  w.U32(kMagic);
+  w.U16(kVersion);
+  std::visit(
+      [&](const auto& m) {
+        w.U16(static_cast<uint16_t>(TypeOf<std::decay_t<decltype(m)>>()));
+        w.U32(0);  // length, patched below
+        EncodeBody(w, m);
+      },
+      msg);
+  auto& b = w.bytes();
+  uint32_t len = static_cast<uint32_t>(b.size() - kHeaderSize);
+  std::memcpy(b.data() + 8, &len, sizeof len);
+  return std::move(b);
+}
+
+bool DecodeHeader(std::span<const uint8_t> bytes, Header* out, std::string* error) {
+  if (bytes.size() < kHeaderSize) {
+    *error = "short header";
+    return false;
+  }
+  uint32_t magic = 0, len = 0;
+  uint16_t version = 0, type = 0;
+  std::memcpy(&magic, bytes.data(), 4);
+  std::memcpy(&version, bytes.data() + 4, 2);
+  std::memcpy(&type, bytes.data() + 6, 2);
+  std::memcpy(&len, bytes.data() + 8, 4);
+  if (magic != kMagic) {
+    *error = "bad magic (not an xfer control connection)";
+    return false;
+  }
+  if (version != kVersion) {
+    *error = "protocol version " + std::to_string(version) + ", this engine speaks " +
+             std::to_string(kVersion);
+    return false;
+  }
+  if (type < static_cast<uint16_t>(MsgType::kHello) ||
+      type > static_cast<uint16_t>(MsgType::kGoodbye)) {
+    *error = "unknown message type " + std::to_string(type);
+    return false;
+  }
+  if (len > kMaxPayload) {
+    *error = "payload of " + std::to_string(len) + " bytes exceeds the cap";
+    return false;
+  }
+  out->type = static_cast<MsgType>(type);
+  out->length = len;
+  return true;
+}
+
+bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out,
+                   std::string* error) {
+  switch (type) {
+    case MsgType::kHello: return DecodeAs<Hello>(payload, out, error);
+    case MsgType::kRegionAdd: return DecodeAs<RegionAdd>(payload, out, error);
+    case MsgType::kRegionRemove: return DecodeAs<RegionRemove>(payload, out, error);
+    case MsgType::kRegionRemoveAck: return DecodeAs<RegionRemoveAck>(payload, out, error);
+    case MsgType::kSync: return DecodeAs<Sync>(payload, out, error);
+    case MsgType::kSyncAck: return DecodeAs<SyncAck>(payload, out, error);
+    case MsgType::kHeartbeat: return DecodeAs<Heartbeat>(payload, out, error);
+    case MsgType::kGoodbye: return DecodeAs<Goodbye>(payload, out, error);
+  }
+  *error = "unknown message type";
+  return false;
+}
+
+const char* MsgTypeName(MsgType type) {
+  switch (type) {
+    case MsgType::kHello: return "Hello";
+    case MsgType::kRegionAdd: return "RegionAdd";
+    case MsgType::kRegionRemove: return "RegionRemove";
+    case MsgType::kRegionRemoveAck: return "RegionRemoveAck";
+    case MsgType::kSync: return "Sync";
+    case MsgType::kSyncAck: return "SyncAck";
+    case MsgType::kHeartbeat: return "Heartbeat";
+    case MsgType::kGoodbye: return "Goodbye";
+  }
+  return "Unknown";
+}
+
+}  // namespace xfer::wire

@@ -1,0 +1,83 @@
+// The control-plane wire format: length-prefixed binary frames, little-endian.
+//
+//   header (12 bytes): magic u32 'XFR1' | version u16 | type u16 | payload length u32
+//   payload: the message fields in order; strings and lists carry a u32 count first.
+//
+// Decoding never trusts a length or a count: each is checked against the bytes left (and
+// against fixed caps) before anything is read or allocated.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "xfer/types.h"
+
+namespace xfer::wire {
+
+inline constexpr uint32_t kMagic = 0x31524658;  // "XFR1" as little-endian bytes
+inline constexpr uint16_t kVersion = 1;
+inline constexpr size_t kHeaderSize = 12;
+inline constexpr uint32_t kMaxPayload = 64u << 20;
+inline constexpr uint32_t kMaxString = 4096;
+
+enum class MsgType : uint16_t {
+  kHello = 1,            // first frame each way; the reply is the acceptor's own Hello
+  kRegionAdd = 2,        // a region registered after the hello
+  kRegionRemove = 3,     // the owner deregistered a region; the peer must stop using it
+  kRegionRemoveAck = 4,  // the peer has stopped using it
+  kSync = 5,             // asks the peer to answer SyncAck once it has read what came before
+  kSyncAck = 6,
+  kHeartbeat = 7,
+  kGoodbye = 8,
+};
+
+struct WireRegion {
+  uint64_t id = 0;
+  RegionInfo info;
+  bool operator==(const WireRegion& o) const {
+    return id == o.id && info.addr == o.info.addr && info.len == o.info.len &&
+           info.type == o.info.type && info.device == o.info.device && info.tag == o.info.tag;
+  }
+};
+
+struct Hello {
+  std::string name;        // the sender's listen name ("host" alone for a client-only engine)
+  uint64_t incarnation = 0;
+  std::string host_id;
+  int32_t pid = 0;
+  uint64_t cma_cookie = 0;  // address of a u64 holding `incarnation`, for the cma probe
+  std::vector<std::string> transports;
+  std::vector<WireRegion> regions;
+  bool operator==(const Hello&) const = default;
+};
+struct RegionAdd { WireRegion region; bool operator==(const RegionAdd&) const = default; };
+struct RegionRemove { uint64_t id = 0; uint64_t seq = 0; bool operator==(const RegionRemove&) const = default; };
+struct RegionRemoveAck { uint64_t id = 0; uint64_t seq = 0; bool operator==(const RegionRemoveAck&) const = default; };
+struct Sync { uint64_t seq = 0; bool operator==(const Sync&) const = default; };
+struct SyncAck { uint64_t seq = 0; bool operator==(const SyncAck&) const = default; };
+struct Heartbeat { bool operator==(const Heartbeat&) const = default; };
+struct Goodbye { std::string reason; bool operator==(const Goodbye&) const = default; };
+
+using Message = std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck,
+                             Heartbeat, Goodbye>;
+
+struct Header {
+  MsgType type{};
+  uint32_t length = 0;
+};
+
+// A whole frame (header + payload) for one message.
+std::vector<uint8_t> Encode(const Message& msg);
+// Checks magic, version and length cap. On failure *error says why.
+bool DecodeHeader(std::span<const uint8_t> bytes, Header* out, std::string* error);
+// Decodes one payload of the given type; rejects trailing bytes.
+bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out,
+                   std::string* error);
+
+const char* MsgTypeName(MsgType type);
+
+}  // namespace xfer::wire

@@ -1,0 +1,364 @@
+// The public facade, engine lifetime, memory registration and the data path.
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "core/engine_impl.h"
+#include "util/host.h"
+#include "util/log.h"
+
+namespace xfer {
+
+// ---------------------------------------------------------------- facade
+Engine::Engine() : impl_(std::make_unique<EngineImpl>()) {}
+Engine::~Engine() = default;
+Status Engine::Initialize(const std::string& n, const EngineOptions& o) { return impl_->Initialize(n, o); }
+void Engine::Finalize() { impl_->Finalize(); }
+std::string Engine::LocalName() const { return impl_->LocalName(); }
+Status Engine::RegisterMem(void* a, uint64_t l, MemType t, MemHandle* h, const std::string& tag) {
+  return impl_->RegisterMem(a, l, t, h, tag);
+}
+Status Engine::DeregisterMem(MemHandle h) { return impl_->DeregisterMem(h); }
+Status Engine::Connect(const std::string& r, std::chrono::milliseconds t) { return impl_->Connect(r, t); }
+Status Engine::Disconnect(const std::string& r) { return impl_->Disconnect(r); }
+Status Engine::GetPeerInfo(const std::string& r, PeerInfo* i) const { return impl_->GetPeerInfo(r, i); }
+Status Engine::GetRemoteRegions(const std::string& r, std::vector<RegionInfo>* v) {
+  return impl_->GetRemoteRegions(r, v);
+}
+Status Engine::TransferSync(const std::string& r, Op op, const std::vector<TransferDesc>& d,
+                            std::chrono::milliseconds t) {
+  return impl_->TransferSync(r, op, d, t);
+}
+Status Engine::TransferAsync(const std::string& r, Op op, const std::vector<TransferDesc>& d,
+                             std::chrono::milliseconds t, RequestHandle* h) {
+  return impl_->TransferAsync(r, op, d, t, h);
+}
+Status Engine::GetTransferStatus(RequestHandle h, RequestStatus* s) { return impl_->GetTransferStatus(h, s); }
+Status Engine::Wait(RequestHandle h, std::chrono::milliseconds t, RequestStatus* s) { return impl_->Wait(h, t, s); }
+Status Engine::Cancel(RequestHandle h) { return impl_->Cancel(h); }
+
+// ---------------------------------------------------------------- lifetime
+Status EngineImpl::CheckRunning(const char* what) const {
+  if (running_.load()) return Status::Ok();
+  return {StatusCode::kInvalidArgument, std::string(what) + ": engine is not initialized (or finalized)"};
+}
+
+Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions& options) {
+  if (running_.load()) return {StatusCode::kInvalidArgument, "Initialize: already initialized"};
+  if (options.streams < 1 || options.streams > 256) {
+    return {StatusCode::kInvalidArgument, "Initialize: streams must be 1..256"};
+  }
+  if (options.heartbeat_interval.count() <= 0 || options.heartbeat_timeout <= options.heartbeat_interval) {
+    return {StatusCode::kInvalidArgument,
+            "Initialize: heartbeat_interval must be > 0 and below heartbeat_timeout"};
+  }
+  if (!options.transport.empty() && options.transport != "local" && options.transport != "cma") {
+    return {StatusCode::kInvalidArgument, "Initialize: unknown transport '" + options.transport +
+                                              "' (this build has: local, cma)"};
+  }
+  net::Address addr;
+  Status s = net::ParseAddress(local_name, &addr);
+  if (!s.ok()) {
+    XLOG(WARN) << "Initialize: " << s.ToString();
+    return s;
+  }
+  opts_ = options;
+  net::Fd listener;
+  if (addr.has_port) {
+    net::Address bound;
+    s = net::Listen(addr, &listener, &bound);
+    if (!s.ok()) {
+      XLOG(WARN) << "Initialize: cannot listen on " << local_name << ": " << s.message();
+      return s;
+    }
+    addr = bound;
+  }
+  name_ = addr.ToString();
+  incarnation_ = host::RandomU64();
+  cma_cookie_ = incarnation_;
+  host_id_ = options.host_id.empty() ? host::BootId() : options.host_id;
+
+  std::string why;
+  cma_ok_ = transport::CmaTransport::Available(&why);
+  if (!cma_ok_) XLOG(WARN) << "cma transport not offered: " << why;
+  // Under Yama ptrace_scope=1 a peer may attach to us only if we say so.
+  ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+
+  self_ = std::make_shared<PeerState>();
+  self_->info = PeerInfo{name_, incarnation_, host_id_, static_cast<int32_t>(::getpid()), "local", false};
+  transport::PeerEndpoint me{static_cast<int32_t>(::getpid()), incarnation_, 0};
+  s = local_.Connect(me, &self_->link);
+  if (!s.ok()) return s;
+
+  pool_ = std::make_unique<StreamPool>(opts_.streams, opts_.spin);
+  loop_ = std::make_unique<control::ControlLoop>(
+      std::move(listener), this,
+      control::LoopOptions{opts_.heartbeat_interval, opts_.heartbeat_timeout});
+  s = loop_->Start();
+  if (!s.ok()) return s;
+  running_.store(true);
+  XLOG(INFO) << "engine " << name_ << " up (incarnation " << std::hex << incarnation_ << std::dec
+             << ", " << opts_.streams << " streams, cma " << (cma_ok_ ? "on" : "off") << ")";
+  return Status::Ok();
+}
+
+void EngineImpl::Finalize() {
+  if (!running_.exchange(false)) return;
+  std::vector<std::shared_ptr<control::Session>> sessions;
+  {
+    std::lock_guard lock(subscribers_mu_);
+    sessions.assign(subscribers_.begin(), subscribers_.end());
+  }
+  for (auto& s : sessions) (void)s->Send(wire::Goodbye{"engine finalized"}, std::chrono::milliseconds(100));
+  loop_->Stop();  // closes every session; OnClosed drops their state
+  {
+    std::lock_guard lock(requests_mu_);
+    for (auto& [h, r] : requests_) r->Cancel();
+  }
+  pool_->Stop();  // runs what is queued: canceled batches end at once
+  std::lock_guard lock(requests_mu_);
+  requests_.clear();
+}
+
+// ---------------------------------------------------------------- memory
+Status EngineImpl::RegisterMem(void* addr, uint64_t len, MemType type, MemHandle* handle,
+                               const std::string& tag) {
+  Status s = CheckRunning("RegisterMem");
+  if (s.ok() && handle == nullptr) s = {StatusCode::kInvalidArgument, "RegisterMem: null handle pointer"};
+  if (s.ok() && type != MemType::kHost) {
+    s = {StatusCode::kUnsupported, "RegisterMem: " + std::string(MemTypeName(type)) +
+                                       " memory is not supported by this build (host only)"};
+  }
+  if (!s.ok()) {
+    XLOG(WARN) << s.ToString();
+    return s;
+  }
+  std::lock_guard lock(subscribers_mu_);
+  bool added = false;
+  s = registry_.Add(reinterpret_cast<uint64_t>(addr), len, type, -1, tag, handle, &added);
+  if (!s.ok()) {
+    XLOG(WARN) << s.ToString();
+    return s;
+  }
+  if (added) {
+    wire::WireRegion r;
+    registry_.Lookup(*handle, &r);
+    self_->regions.Add(r);
+    for (auto& sub : subscribers_) {
+      Status st = sub->Send(wire::RegionAdd{r}, opts_.heartbeat_timeout);
+      if (!st.ok()) sub->Shutdown("cannot send region update: " + st.ToString());
+    }
+  }
+  return Status::Ok();
+}
+
+Status EngineImpl::DeregisterMem(MemHandle handle) {
+  Status s = CheckRunning("DeregisterMem");
+  if (!s.ok()) return s;
+  std::vector<std::pair<std::shared_ptr<control::Session>, uint64_t>> pending;
+  {
+    std::lock_guard lock(subscribers_mu_);
+    bool removed = false;
+    s = registry_.Remove(handle, &removed);
+    if (!s.ok()) {
+      XLOG(WARN) << s.ToString();
+      return s;
+    }
+    if (!removed) return Status::Ok();  // still referenced by another RegisterMem
+    self_->regions.Revoke(handle);
+    for (auto& sub : subscribers_) {
+      uint64_t seq = sub->NextSeq();
+      if (sub->Send(wire::RegionRemove{handle, seq}, opts_.heartbeat_timeout).ok()) {
+        pending.emplace_back(sub, seq);
+      }
+    }
+  }
+  pool_->Fence();  // our own self-transfers into the region have finished
+  // Each peer acknowledges once its batches touching the region have finished. A peer that
+  // cannot say so in time is cut off: it must not keep writing into memory we give back.
+  auto deadline = DeadlineAfter(opts_.heartbeat_timeout);
+  for (auto& [sub, seq] : pending) {
+    if (!sub->WaitAcked(seq, deadline) && !sub->closed()) {
+      XLOG(WARN) << "peer " << sub->peer_key << " did not confirm deregistration of region "
+                 << handle << " in time; closing its session";
+      sub->Shutdown("did not confirm a deregistration in time");
+    }
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- data path
+Status EngineImpl::FindPeer(const std::string& remote, Peer* peer) {
+  if (remote == name_) {
+    *peer = Peer{nullptr, self_};
+    return Status::Ok();
+  }
+  {
+    std::lock_guard lock(peers_mu_);
+    auto it = peers_.find(remote);
+    if (it != peers_.end()) {
+      *peer = it->second;
+      return Status::Ok();
+    }
+  }
+  if (!opts_.auto_connect) {
+    return {StatusCode::kNotConnected, "not connected to '" + remote +
+                                           "' (call Connect first, or set auto_connect)"};
+  }
+  Status s = Connect(remote, opts_.auto_connect_timeout);
+  if (!s.ok() && s.code() != StatusCode::kAlreadyConnected) return s;
+  std::lock_guard lock(peers_mu_);
+  auto it = peers_.find(remote);
+  if (it == peers_.end()) return {StatusCode::kConnectionLost, "peer '" + remote + "' went away"};
+  *peer = it->second;
+  return Status::Ok();
+}
+
+Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
+                          std::chrono::milliseconds timeout, std::shared_ptr<Request>* out) {
+  Status s = CheckRunning("Transfer");
+  Peer peer;
+  if (s.ok() && descs.empty()) s = {StatusCode::kInvalidArgument, "no descriptors"};
+  if (s.ok() && op != Op::kRead && op != Op::kWrite) s = {StatusCode::kInvalidArgument, "unknown op"};
+  if (s.ok()) s = FindPeer(remote, &peer);
+  if (s.ok() && !peer.state->alive.load()) {
+    s = {StatusCode::kConnectionLost, "peer '" + remote + "' is gone"};
+  }
+  if (s.ok() && !peer.state->link) {
+    s = {StatusCode::kUnsupported, "no transport of this engine reaches peer '" + remote + "'"};
+  }
+  Plan plan;
+  if (s.ok()) {
+    PlanLimits limits{opts_.slice_bytes, opts_.batch_bytes, peer.state->max_slices_per_batch};
+    LocalMemoryCheck local(registry_);
+    s = MakePlan(op, descs, peer.state->regions, local, limits, &plan);
+    // The peer may have registered the region a moment ago: catch up with its updates once.
+    if (s.code() == StatusCode::kRemoteAccessDenied && peer.session &&
+        SyncWith(peer.session, DeadlineAfter(std::min(timeout, opts_.heartbeat_timeout)))) {
+      s = MakePlan(op, descs, peer.state->regions, local, limits, &plan);
+    }
+  }
+  if (!s.ok()) {
+    XLOG(WARN) << OpName(op) << " to '" << remote << "' refused: " << s.ToString();
+    return s;
+  }
+  RequestHandle id = next_request_.fetch_add(1);
+  *out = std::make_shared<Request>(id, op, DeadlineAfter(timeout), peer.state, std::move(plan));
+  std::lock_guard lock(requests_mu_);
+  requests_.emplace(id, *out);
+  return Status::Ok();
+}
+
+void EngineImpl::Dispatch(const std::shared_ptr<Request>& req, bool allow_inline) {
+  if (allow_inline && req->batch_count() == 1) {
+    // One batch: run it on the caller's thread; a hand-off to a stream costs more than it.
+    auto slot = pool_->InlineSlot();
+    req->RunBatch(0);
+    return;
+  }
+  const uint32_t n = static_cast<uint32_t>(pool_->size());
+  const uint32_t first = next_stream_.fetch_add(1);
+  for (size_t i = 0; i < req->batch_count(); ++i) {
+    pool_->Submit(static_cast<int>((first + i) % n), [req, i] { req->RunBatch(i); });
+  }
+}
+
+Status EngineImpl::TransferSync(const std::string& remote, Op op,
+                                const std::vector<TransferDesc>& descs,
+                                std::chrono::milliseconds timeout) {
+  std::shared_ptr<Request> req;
+  Status s = Submit(remote, op, descs, timeout, &req);
+  if (!s.ok()) return s;
+  Dispatch(req, true);
+  // The request's own deadline ends it; the extra second only bounds the drain of batches
+  // already in flight when the deadline passed.
+  RequestStatus st = req->WaitUntil(DeadlineAfter(timeout + std::chrono::seconds(1)), opts_.spin);
+  if (st.state == RequestState::kWaiting) {
+    req->Cancel();
+    st = req->WaitUntil(DeadlineAfter(std::chrono::seconds(60)), opts_.spin);
+    if (st.state == RequestState::kWaiting) st.status = {StatusCode::kTimeout, "transfer timed out"};
+  }
+  {
+    std::lock_guard lock(requests_mu_);
+    requests_.erase(req->id());
+  }
+  return st.status;
+}
+
+Status EngineImpl::TransferAsync(const std::string& remote, Op op,
+                                 const std::vector<TransferDesc>& descs,
+                                 std::chrono::milliseconds timeout, RequestHandle* request) {
+  if (request == nullptr) return {StatusCode::kInvalidArgument, "TransferAsync: null request pointer"};
+  std::shared_ptr<Request> req;
+  Status s = Submit(remote, op, descs, timeout, &req);
+  if (!s.ok()) return s;
+  *request = req->id();
+  Dispatch(req, false);
+  return Status::Ok();
+}
+
+std::shared_ptr<Request> EngineImpl::TakeIfDone(RequestHandle h, const RequestStatus& st) {
+  if (st.state == RequestState::kWaiting) return nullptr;
+  std::lock_guard lock(requests_mu_);
+  auto it = requests_.find(h);
+  if (it == requests_.end()) return nullptr;
+  auto r = it->second;
+  requests_.erase(it);
+  return r;
+}
+
+namespace {
+Status UnknownRequest(const char* what, RequestHandle h) {
+  return {StatusCode::kInvalidArgument,
+          std::string(what) + ": unknown request " + std::to_string(h) +
+              " (never issued, or its end was already reported)"};
+}
+}  // namespace
+
+Status EngineImpl::GetTransferStatus(RequestHandle h, RequestStatus* status) {
+  Status s = CheckRunning("GetTransferStatus");
+  if (!s.ok()) return s;
+  if (status == nullptr) return {StatusCode::kInvalidArgument, "GetTransferStatus: null status"};
+  std::shared_ptr<Request> req;
+  {
+    std::lock_guard lock(requests_mu_);
+    auto it = requests_.find(h);
+    if (it == requests_.end()) return UnknownRequest("GetTransferStatus", h);
+    req = it->second;
+  }
+  *status = req->Poll();
+  TakeIfDone(h, *status);
+  return Status::Ok();
+}
+
+Status EngineImpl::Wait(RequestHandle h, std::chrono::milliseconds timeout, RequestStatus* status) {
+  Status s = CheckRunning("Wait");
+  if (!s.ok()) return s;
+  std::shared_ptr<Request> req;
+  {
+    std::lock_guard lock(requests_mu_);
+    auto it = requests_.find(h);
+    if (it == requests_.end()) return UnknownRequest("Wait", h);
+    req = it->second;
+  }
+  RequestStatus st = req->WaitUntil(DeadlineAfter(timeout), opts_.spin);
+  if (status != nullptr) *status = st;
+  if (st.state == RequestState::kWaiting) {
+    return {StatusCode::kTimeout, "Wait: request " + std::to_string(h) + " still running"};
+  }
+  TakeIfDone(h, st);
+  return st.status;
+}
+
+Status EngineImpl::Cancel(RequestHandle h) {
+  Status s = CheckRunning("Cancel");
+  if (!s.ok()) return s;
+  std::lock_guard lock(requests_mu_);
+  auto it = requests_.find(h);
+  if (it == requests_.end()) return UnknownRequest("Cancel", h);
+  it->second->Cancel();
+  return Status::Ok();
+}
+
+}  // namespace xfer

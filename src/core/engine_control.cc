@@ -1,0 +1,321 @@
+// The engine's control plane: connecting, the hello exchange, region updates, session ends.
+#include <unistd.h>
+
+#include "core/engine_impl.h"
+#include "util/log.h"
+
+namespace xfer {
+namespace {
+
+// Peers without a port (client-only engines) may share a name: tell them apart.
+std::string PeerKey(const wire::Hello& h) {
+  net::Address a;
+  if (net::ParseAddress(h.name, &a).ok() && a.has_port) return h.name;
+  char inc[24];
+  std::snprintf(inc, sizeof inc, "%016llx", static_cast<unsigned long long>(h.incarnation));
+  return h.name + "#" + inc;
+}
+
+}  // namespace
+
+wire::Hello EngineImpl::MakeHello(const std::vector<wire::WireRegion>& regions) const {
+  wire::Hello h;
+  h.name = name_;
+  h.incarnation = incarnation_;
+  h.host_id = host_id_;
+  h.pid = static_cast<int32_t>(::getpid());
+  h.transports.push_back("local");
+  if (cma_ok_) {
+    h.transports.push_back("cma");
+    h.cma_cookie = reinterpret_cast<uint64_t>(&cma_cookie_);
+  }
+  h.regions = regions;
+  return h;
+}
+
+Status EngineImpl::SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s) {
+  std::lock_guard lock(subscribers_mu_);
+  Status st = s->Send(MakeHello(registry_.Snapshot()), opts_.heartbeat_timeout);
+  if (st.ok()) subscribers_.insert(s);
+  return st;
+}
+
+void EngineImpl::Unsubscribe(const std::shared_ptr<control::Session>& s) {
+  std::lock_guard lock(subscribers_mu_);
+  subscribers_.erase(s);
+}
+
+Status EngineImpl::ChooseTransport(const wire::Hello& peer, std::string* name,
+                                   std::shared_ptr<transport::Link>* link) {
+  const bool same_host = peer.host_id == host_id_;
+  const bool offers_cma = std::find(peer.transports.begin(), peer.transports.end(), "cma") !=
+                          peer.transports.end();
+  transport::PeerEndpoint ep{peer.pid, peer.incarnation, peer.cma_cookie};
+  std::string why;
+  // Best first: local (same process) > cma (same host).
+  struct Candidate { transport::Transport* t; bool possible; const char* reason; };
+  Candidate candidates[] = {
+      {&local_, same_host && peer.pid == ::getpid(), "peer is another process"},
+      {&cma_, same_host && cma_ok_ && offers_cma,
+       !same_host ? "peer is on another host" : !cma_ok_ ? "cma is off here" : "peer does not offer cma"},
+  };
+  for (auto& c : candidates) {
+    if (!opts_.transport.empty() && opts_.transport != c.t->name()) continue;
+    if (!c.possible) {
+      why += std::string(why.empty() ? "" : "; ") + std::string(c.t->name()) + ": " + c.reason;
+      continue;
+    }
+    Status s = c.t->Connect(ep, link);
+    if (s.ok()) {
+      *name = std::string(c.t->name());
+      return s;
+    }
+    why += std::string(why.empty() ? "" : "; ") + s.message();
+  }
+  return {StatusCode::kUnsupported,
+          "no transport reaches peer " + peer.name + " (" + why +
+              (opts_.transport.empty() ? "" : "; transport forced to " + opts_.transport) +
+              "; network transports come with tcp/ucx)"};
+}
+
+std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, bool outbound,
+                                                     std::string* transport_error) {
+  auto st = std::make_shared<PeerState>();
+  st->info = PeerInfo{hello.name, hello.incarnation, hello.host_id, hello.pid, "", outbound};
+  Status s = ChooseTransport(hello, &st->info.transport, &st->link);
+  if (!s.ok()) {
+    *transport_error = s.message();
+    st->info.transport = "none";
+  } else {
+    st->max_slices_per_batch = st->info.transport == "cma" ? cma_.max_slices_per_batch()
+                                                           : local_.max_slices_per_batch();
+  }
+  st->regions.Reset(hello.regions);
+  return st;
+}
+
+void EngineImpl::DropPeerState(PeerState& state) {
+  state.alive.store(false);
+  state.regions.RevokeAll();
+}
+
+Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds timeout) {
+  Status s = CheckRunning("Connect");
+  net::Address addr;
+  if (s.ok()) s = net::ParseAddress(remote, &addr);
+  if (s.ok() && !addr.has_port) {
+    s = {StatusCode::kInvalidArgument, "Connect: '" + remote + "' has no port"};
+  }
+  if (!s.ok()) {
+    XLOG(WARN) << "Connect: " << s.ToString();
+    return s;
+  }
+  if (remote == name_) return Status::Ok();  // this engine is always reachable by itself
+  {
+    std::lock_guard lock(peers_mu_);
+    if (peers_.count(remote) || connecting_.count(remote)) {
+      return {StatusCode::kAlreadyConnected, "already connected to '" + remote + "'"};
+    }
+    connecting_.insert(remote);
+  }
+  auto deadline = DeadlineAfter(timeout);
+  std::shared_ptr<control::Session> session;
+  auto fail = [&](Status st) {
+    if (session) {
+      (void)session->Send(wire::Goodbye{st.message()}, std::chrono::milliseconds(100));
+      Unsubscribe(session);
+      session->Close();
+    }
+    std::lock_guard lock(peers_mu_);
+    connecting_.erase(remote);
+    XLOG(WARN) << "Connect to '" << remote << "' failed: " << st.ToString();
+    return st;
+  };
+
+  net::Fd fd;
+  s = net::ConnectTcp(addr, deadline, &fd);
+  if (!s.ok()) return fail(s);
+  session = std::make_shared<control::Session>(std::move(fd), true, addr.ToString());
+  s = SendHelloAndSubscribe(session);
+  if (!s.ok()) return fail(s);
+  wire::Message reply;
+  s = session->ReadOne(deadline, &reply);
+  if (!s.ok()) {
+    return fail({s.code(), "no hello from '" + remote + "': " + s.message()});
+  }
+  if (auto* bye = std::get_if<wire::Goodbye>(&reply)) {
+    StatusCode code = bye->reason.find("already connected") != std::string::npos
+                          ? StatusCode::kAlreadyConnected
+                          : StatusCode::kConnectionLost;
+    return fail({code, "'" + remote + "' refused the connection: " + bye->reason});
+  }
+  auto* hello = std::get_if<wire::Hello>(&reply);
+  if (hello == nullptr) return fail({StatusCode::kConnectionLost, "'" + remote + "' did not answer with a hello"});
+  std::string transport_error;
+  auto state = MakePeerState(*hello, true, &transport_error);
+  if (!state->link) return fail({StatusCode::kUnsupported, transport_error});
+
+  session->peer = state;
+  session->peer_key = remote;
+  session->established.store(true);
+  {
+    std::lock_guard lock(peers_mu_);
+    connecting_.erase(remote);
+    peers_[remote] = Peer{session, state};
+  }
+  loop_->Add(session);
+  XLOG(INFO) << "connected to " << remote << " (pid " << hello->pid << ", transport "
+             << state->info.transport << ", " << hello->regions.size() << " regions)";
+  return Status::Ok();
+}
+
+Status EngineImpl::Disconnect(const std::string& remote) {
+  Status s = CheckRunning("Disconnect");
+  if (!s.ok()) return s;
+  Peer peer;
+  {
+    std::lock_guard lock(peers_mu_);
+    auto it = peers_.find(remote);
+    if (it == peers_.end()) return {StatusCode::kNotConnected, "Disconnect: not connected to '" + remote + "'"};
+    peer = it->second;
+    peers_.erase(it);
+  }
+  DropPeerState(*peer.state);
+  (void)peer.session->Send(wire::Goodbye{"disconnect"}, std::chrono::milliseconds(100));
+  peer.session->Shutdown("disconnected by this engine");
+  return Status::Ok();
+}
+
+Status EngineImpl::GetPeerInfo(const std::string& remote, PeerInfo* info) {
+  Status s = CheckRunning("GetPeerInfo");
+  if (!s.ok()) return s;
+  if (info == nullptr) return {StatusCode::kInvalidArgument, "GetPeerInfo: null info"};
+  if (remote == name_) {
+    *info = self_->info;
+    return Status::Ok();
+  }
+  std::lock_guard lock(peers_mu_);
+  auto it = peers_.find(remote);
+  if (it == peers_.end()) return {StatusCode::kNotConnected, "not connected to '" + remote + "'"};
+  *info = it->second.state->info;
+  return Status::Ok();
+}
+
+bool EngineImpl::SyncWith(const std::shared_ptr<control::Session>& s, Clock::time_point deadline) {
+  uint64_t seq = s->NextSeq();
+  if (!s->Send(wire::Sync{seq}, opts_.heartbeat_timeout).ok()) return false;
+  return s->WaitAcked(seq, deadline);
+}
+
+Status EngineImpl::GetRemoteRegions(const std::string& remote, std::vector<RegionInfo>* regions) {
+  Status s = CheckRunning("GetRemoteRegions");
+  if (!s.ok()) return s;
+  if (regions == nullptr) return {StatusCode::kInvalidArgument, "GetRemoteRegions: null output"};
+  Peer peer;
+  s = FindPeer(remote, &peer);
+  if (!s.ok()) return s;
+  if (peer.session && !SyncWith(peer.session, DeadlineAfter(opts_.heartbeat_timeout))) {
+    return {StatusCode::kConnectionLost, "peer '" + remote + "' did not answer"};
+  }
+  *regions = peer.state->regions.List();
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- control thread
+void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello&& hello) {
+  if (hello.name.empty() || hello.incarnation == 0) {
+    XLOG(WARN) << "hello from " << s->remote_addr() << " without name or incarnation; closing";
+    s->Shutdown("invalid hello");
+    return;
+  }
+  const std::string key = PeerKey(hello);
+  std::shared_ptr<control::Session> replaced;
+  {
+    std::lock_guard lock(peers_mu_);
+    auto it = peers_.find(key);
+    if (it != peers_.end()) {
+      if (it->second.state->info.incarnation == hello.incarnation || it->second.session->outbound()) {
+        (void)s->Send(wire::Goodbye{"already connected to " + name_}, std::chrono::milliseconds(100));
+        s->Shutdown("duplicate connection from " + key);
+        return;
+      }
+      // Same name, new incarnation: the peer restarted. Forget everything about the old one.
+      replaced = it->second.session;
+      DropPeerState(*it->second.state);
+      peers_.erase(it);
+    }
+  }
+  if (replaced) {
+    XLOG(INFO) << "peer " << key << " restarted (new incarnation); dropping the old session";
+    replaced->Shutdown("peer restarted");
+  }
+  std::string transport_error;
+  auto state = MakePeerState(hello, false, &transport_error);
+  if (!state->link) {
+    XLOG(INFO) << "peer " << key << " connected; this engine cannot initiate transfers to it: "
+               << transport_error;
+  }
+  if (!SendHelloAndSubscribe(s).ok()) {
+    s->Shutdown("cannot send hello");
+    return;
+  }
+  s->peer = state;
+  s->peer_key = key;
+  s->established.store(true);
+  std::lock_guard lock(peers_mu_);
+  peers_[key] = Peer{s, state};
+}
+
+void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {
+  if (!s->established.load()) {
+    if (auto* hello = std::get_if<wire::Hello>(&msg)) return OnHello(s, std::move(*hello));
+    XLOG(WARN) << "control connection from " << s->remote_addr() << " sent "
+               << "a frame before its hello; closing it";
+    s->Shutdown("protocol error: no hello");
+    return;
+  }
+  PeerState& peer = *s->peer;
+  std::visit(
+      [&](auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, wire::RegionAdd>) {
+          peer.regions.Add(m.region);
+        } else if constexpr (std::is_same_v<T, wire::RegionRemove>) {
+          peer.regions.Revoke(m.id);
+          pool_->Fence();  // batches into the region that already started have finished
+          Status st = s->Send(wire::RegionRemoveAck{m.id, m.seq}, opts_.heartbeat_timeout);
+          if (!st.ok()) s->Shutdown("cannot acknowledge a deregistration");
+        } else if constexpr (std::is_same_v<T, wire::RegionRemoveAck> ||
+                             std::is_same_v<T, wire::SyncAck>) {
+          s->Acked(m.seq);
+        } else if constexpr (std::is_same_v<T, wire::Sync>) {
+          (void)s->Send(wire::SyncAck{m.seq}, opts_.heartbeat_timeout);
+        } else if constexpr (std::is_same_v<T, wire::Goodbye>) {
+          s->Shutdown("peer said goodbye: " + m.reason);
+        } else if constexpr (std::is_same_v<T, wire::Hello>) {
+          XLOG(WARN) << "peer " << s->peer_key << " sent a second hello; closing";
+          s->Shutdown("protocol error: second hello");
+        }
+      },
+      msg);
+}
+
+void EngineImpl::OnClosed(const std::shared_ptr<control::Session>& s, const std::string& reason) {
+  Unsubscribe(s);
+  if (s->peer) DropPeerState(*s->peer);
+  bool was_peer = false;
+  {
+    std::lock_guard lock(peers_mu_);
+    auto it = peers_.find(s->peer_key);
+    if (it != peers_.end() && it->second.session == s) {
+      peers_.erase(it);
+      was_peer = true;
+    }
+  }
+  if (was_peer || s->established.load()) {
+    XLOG(INFO) << "session with " << (s->peer_key.empty() ? s->remote_addr() : s->peer_key)
+               << " ended: " << reason;
+  }
+}
+
+}  // namespace xfer

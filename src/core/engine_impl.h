@@ -1,0 +1,123 @@
+// EngineImpl: the engine behind the public facade. engine.cc holds the public API and the
+// data path; engine_control.cc holds the control plane (handshake, region updates, sessions).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "control/control_loop.h"
+#include "control/session.h"
+#include "core/peer_state.h"
+#include "core/registry.h"
+#include "core/request.h"
+#include "core/stream_pool.h"
+#include "transport/cma/cma_transport.h"
+#include "transport/local/local_transport.h"
+#include "util/net.h"
+#include "xfer/engine.h"
+
+namespace xfer {
+
+class EngineImpl final : public control::ControlHandler {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  EngineImpl() = default;
+  ~EngineImpl() override { Finalize(); }
+
+  Status Initialize(const std::string& local_name, const EngineOptions& options);
+  void Finalize();
+  std::string LocalName() const { return name_; }
+
+  Status RegisterMem(void* addr, uint64_t len, MemType type, MemHandle* handle,
+                     const std::string& tag);
+  Status DeregisterMem(MemHandle handle);
+
+  Status Connect(const std::string& remote, std::chrono::milliseconds timeout);
+  Status Disconnect(const std::string& remote);
+  Status GetPeerInfo(const std::string& remote, PeerInfo* info);
+  Status GetRemoteRegions(const std::string& remote, std::vector<RegionInfo>* regions);
+
+  Status TransferSync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
+                      std::chrono::milliseconds timeout);
+  Status TransferAsync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
+                       std::chrono::milliseconds timeout, RequestHandle* request);
+  Status GetTransferStatus(RequestHandle request, RequestStatus* status);
+  Status Wait(RequestHandle request, std::chrono::milliseconds timeout, RequestStatus* status);
+  Status Cancel(RequestHandle request);
+
+  // control::ControlHandler (control thread)
+  void OnMessage(const std::shared_ptr<control::Session>& s, wire::Message&& msg) override;
+  void OnClosed(const std::shared_ptr<control::Session>& s, const std::string& reason) override;
+
+ private:
+  struct Peer {
+    std::shared_ptr<control::Session> session;  // null for this engine itself
+    std::shared_ptr<PeerState> state;
+  };
+
+  Status CheckRunning(const char* what) const;
+  // --- data path (engine.cc)
+  Status FindPeer(const std::string& remote, Peer* peer);
+  Status Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
+                std::chrono::milliseconds timeout, std::shared_ptr<Request>* out);
+  void Dispatch(const std::shared_ptr<Request>& req, bool allow_inline);
+  std::shared_ptr<Request> TakeIfDone(RequestHandle h, const RequestStatus& st);
+  // --- control plane (engine_control.cc)
+  wire::Hello MakeHello(const std::vector<wire::WireRegion>& regions) const;
+  // Sends our hello on s and adds s to the sessions that hear of region changes.
+  Status SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s);
+  void Unsubscribe(const std::shared_ptr<control::Session>& s);
+  Status ChooseTransport(const wire::Hello& peer, std::string* name,
+                         std::shared_ptr<transport::Link>* link);
+  std::shared_ptr<PeerState> MakePeerState(const wire::Hello& hello, bool outbound,
+                                           std::string* transport_error);
+  void OnHello(const std::shared_ptr<control::Session>& s, wire::Hello&& hello);
+  // One round trip on the session: when it returns true, the peer's earlier frames (region
+  // updates) have been applied here.
+  bool SyncWith(const std::shared_ptr<control::Session>& s, Clock::time_point deadline);
+  void DropPeerState(PeerState& state);
+
+  EngineOptions opts_;
+  std::atomic<bool> running_{false};
+  std::string name_;
+  uint64_t incarnation_ = 0;
+  std::string host_id_;
+  uint64_t cma_cookie_ = 0;  // holds incarnation_; peers read it to prove cma works
+  bool cma_ok_ = false;
+
+  Registry registry_;
+  std::unique_ptr<StreamPool> pool_;
+  std::unique_ptr<control::ControlLoop> loop_;
+  transport::LocalTransport local_;
+  transport::CmaTransport cma_;
+  std::shared_ptr<PeerState> self_;  // transfers to our own name
+
+  // Orders region changes with hello snapshots, so a peer never misses an update.
+  std::mutex subscribers_mu_;
+  std::set<std::shared_ptr<control::Session>> subscribers_;
+
+  std::mutex peers_mu_;
+  std::map<std::string, Peer> peers_;   // by name (outbound: as the user wrote it)
+  std::set<std::string> connecting_;    // Connect() calls in progress
+
+  std::mutex requests_mu_;
+  std::unordered_map<RequestHandle, std::shared_ptr<Request>> requests_;
+  std::atomic<RequestHandle> next_request_{1};
+  std::atomic<uint32_t> next_stream_{0};
+};
+
+// Adds a timeout to now without overflowing on huge values.
+inline std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds t) {
+  constexpr std::chrono::milliseconds kMax = std::chrono::hours(24 * 365);
+  return std::chrono::steady_clock::now() + std::clamp(t, std::chrono::milliseconds(0), kMax);
+}
+
+}  // namespace xfer

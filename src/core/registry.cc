@@ -1,0 +1,85 @@
+#include "core/registry.h"
+
+#include "util/log.h"
+
+namespace xfer {
+
+Status Registry::Add(uint64_t addr, uint64_t len, MemType type, int32_t device,
+                     const std::string& tag, MemHandle* handle, bool* added) {
+  if (addr == 0) return {StatusCode::kInvalidArgument, "RegisterMem: null address"};
+  if (len == 0) return {StatusCode::kInvalidArgument, "RegisterMem: zero length"};
+  if (addr + len < addr) return {StatusCode::kInvalidArgument, "RegisterMem: range wraps"};
+  if (tag.size() > wire::kMaxString) {
+    return {StatusCode::kInvalidArgument, "RegisterMem: tag longer than 4096 bytes"};
+  }
+  std::lock_guard lock(mu_);
+  auto [lo, hi] = by_addr_.equal_range(addr);
+  for (auto it = lo; it != hi; ++it) {
+    Entry& e = by_handle_.at(it->second);
+    if (e.region.info.len == len && e.region.info.type == type && e.region.info.device == device) {
+      ++e.refs;
+      *handle = e.region.id;
+      *added = false;
+      return Status::Ok();
+    }
+  }
+  MemHandle h = next_++;
+  Entry e;
+  e.region.id = h;
+  e.region.info = RegionInfo{addr, len, type, device, tag};
+  by_handle_.emplace(h, std::move(e));
+  by_addr_.emplace(addr, h);
+  *handle = h;
+  *added = true;
+  return Status::Ok();
+}
+
+Status Registry::Remove(MemHandle handle, bool* removed) {
+  std::lock_guard lock(mu_);
+  auto it = by_handle_.find(handle);
+  if (it == by_handle_.end()) {
+    return {StatusCode::kInvalidArgument,
+            "DeregisterMem: unknown handle " + std::to_string(handle)};
+  }
+  *removed = --it->second.refs == 0;
+  if (*removed) {
+    auto [lo, hi] = by_addr_.equal_range(it->second.region.info.addr);
+    for (auto a = lo; a != hi; ++a) {
+      if (a->second == handle) {
+        by_addr_.erase(a);
+        break;
+      }
+    }
+    by_handle_.erase(it);
+  }
+  return Status::Ok();
+}
+
+bool Registry::Contains(uint64_t addr, uint64_t len) const {
+  std::lock_guard lock(mu_);
+  // Regions may overlap, so every region starting at or below addr is a candidate.
+  for (auto it = by_addr_.upper_bound(addr); it != by_addr_.begin();) {
+    --it;
+    const RegionInfo& r = by_handle_.at(it->second).region.info;
+    if (addr + len <= r.addr + r.len) return true;
+  }
+  return false;
+}
+
+std::vector<wire::WireRegion> Registry::Snapshot() const {
+  std::lock_guard lock(mu_);
+  std::vector<wire::WireRegion> out;
+  out.reserve(by_handle_.size());
+  for (const auto& [h, e] : by_handle_) out.push_back(e.region);
+  return out;
+}
+
+bool Registry::Lookup(MemHandle handle, wire::WireRegion* out) const {
+  std::lock_guard lock(mu_);
+  auto it = by_handle_.find(handle);
+  if (it == by_handle_.end()) return false;
+  *out = it->second.region;
+  return true;
+}
+
+}  // namespace xfer

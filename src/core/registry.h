@@ -1,0 +1,39 @@
+// Local memory regions registered with this engine.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "control/wire.h"
+#include "xfer/status.h"
+#include "xfer/types.h"
+
+namespace xfer {
+
+class Registry {
+ public:
+  // Adds a region, or returns the handle of the identical range registered before (its
+  // reference count goes up). *added says whether it is new, so peers must hear of it.
+  Status Add(uint64_t addr, uint64_t len, MemType type, int32_t device, const std::string& tag,
+             MemHandle* handle, bool* added);
+  // Drops one reference; *removed is set when the region is gone (peers must hear of it).
+  Status Remove(MemHandle handle, bool* removed);
+  // True when [addr, addr+len) lies inside one registered region.
+  bool Contains(uint64_t addr, uint64_t len) const;
+  std::vector<wire::WireRegion> Snapshot() const;
+  bool Lookup(MemHandle handle, wire::WireRegion* out) const;
+
+ private:
+  struct Entry {
+    wire::WireRegion region;
+    int refs = 1;
+  };
+  mutable std::mutex mu_;
+  MemHandle next_ = 1;
+  std::map<MemHandle, Entry> by_handle_;
+  std::multimap<uint64_t, MemHandle> by_addr_;
+};
+
+}  // namespace xfer

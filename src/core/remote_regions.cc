@@ -1,0 +1,75 @@
+#include "core/remote_regions.h"
+
+#include <algorithm>
+
+namespace xfer {
+namespace {
+
+std::shared_ptr<RemoteRegion> Make(const wire::WireRegion& w) {
+  auto r = std::make_shared<RemoteRegion>();
+  r->id = w.id;
+  r->info = w.info;
+  return r;
+}
+
+}  // namespace
+
+void RemoteRegions::Rebuild() {
+  std::sort(by_addr_.begin(), by_addr_.end(),
+            [](const auto& a, const auto& b) { return a->info.addr < b->info.addr; });
+  max_end_.resize(by_addr_.size());
+  uint64_t m = 0;
+  for (size_t i = 0; i < by_addr_.size(); ++i) {
+    m = std::max(m, by_addr_[i]->info.addr + by_addr_[i]->info.len);
+    max_end_[i] = m;
+  }
+}
+
+void RemoteRegions::Reset(const std::vector<wire::WireRegion>& regions) {
+  std::lock_guard lock(mu_);
+  for (auto& r : by_addr_) r->revoked = true;
+  by_addr_.clear();
+  for (const auto& w : regions) by_addr_.push_back(Make(w));
+  Rebuild();
+}
+
+void RemoteRegions::Add(const wire::WireRegion& region) {
+  std::lock_guard lock(mu_);
+  by_addr_.push_back(Make(region));
+  Rebuild();
+}
+
+bool RemoteRegions::Revoke(uint64_t id) {
+  std::lock_guard lock(mu_);
+  auto it = std::find_if(by_addr_.begin(), by_addr_.end(),
+                         [&](const auto& r) { return r->id == id; });
+  if (it == by_addr_.end()) return false;
+  (*it)->revoked = true;
+  by_addr_.erase(it);
+  Rebuild();
+  return true;
+}
+
+void RemoteRegions::RevokeAll() { Reset({}); }
+
+std::shared_ptr<RemoteRegion> RemoteRegions::Find(uint64_t addr, uint64_t len) const {
+  std::lock_guard lock(mu_);
+  // Candidates start at or below addr; walk down while some region could still reach addr.
+  auto it = std::upper_bound(by_addr_.begin(), by_addr_.end(), addr,
+                             [](uint64_t a, const auto& r) { return a < r->info.addr; });
+  for (size_t i = static_cast<size_t>(it - by_addr_.begin()); i-- > 0;) {
+    if (max_end_[i] <= addr) break;
+    const RegionInfo& r = by_addr_[i]->info;
+    if (addr + len <= r.addr + r.len) return by_addr_[i];
+  }
+  return nullptr;
+}
+
+std::vector<RegionInfo> RemoteRegions::List() const {
+  std::lock_guard lock(mu_);
+  std::vector<RegionInfo> out;
+  for (const auto& r : by_addr_) out.push_back(r->info);
+  return out;
+}
+
+}  // namespace xfer

@@ -1,0 +1,40 @@
+// A peer's advertised regions, as this engine last heard of them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "control/wire.h"
+
+namespace xfer {
+
+struct RemoteRegion {
+  uint64_t id = 0;
+  RegionInfo info;
+  // Set when the owner deregisters it: batches check this before they move a byte.
+  std::atomic<bool> revoked{false};
+};
+
+class RemoteRegions {
+ public:
+  void Reset(const std::vector<wire::WireRegion>& regions);
+  void Add(const wire::WireRegion& region);
+  // Marks the region revoked and forgets it. False when the id is unknown.
+  bool Revoke(uint64_t id);
+  // Revokes every region (the peer is gone).
+  void RevokeAll();
+  // The region that holds all of [addr, addr+len), or null.
+  std::shared_ptr<RemoteRegion> Find(uint64_t addr, uint64_t len) const;
+  std::vector<RegionInfo> List() const;
+
+ private:
+  void Rebuild();  // recomputes max_end_ after a change; mu_ held
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<RemoteRegion>> by_addr_;  // sorted by start address
+  std::vector<uint64_t> max_end_;                       // max end of by_addr_[0..i]
+};
+
+}  // namespace xfer

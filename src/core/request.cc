@@ -1,0 +1,111 @@
+#include "core/request.h"
+
+namespace xfer {
+
+Request::Request(RequestHandle id, Op op, Clock::time_point deadline,
+                 std::shared_ptr<PeerState> peer, Plan plan)
+    : id_(id),
+      op_(op),
+      deadline_(deadline),
+      peer_(std::move(peer)),
+      plan_(std::move(plan)),
+      outstanding_(plan_.batches.size()) {}
+
+void Request::Stop(StopReason reason, Status why) {
+  StopReason expected = StopReason::kNone;
+  if (reason == StopReason::kFailed) {
+    std::lock_guard lock(mu_);
+    if (stop_.load() == StopReason::kNone) error_ = std::move(why);
+  }
+  stop_.compare_exchange_strong(expected, reason);
+}
+
+bool Request::Stopping() {
+  if (stop_.load(std::memory_order_acquire) != StopReason::kNone) return true;
+  if (Clock::now() >= deadline_) {
+    Stop(StopReason::kTimeout, {});
+    return true;
+  }
+  return false;
+}
+
+Status Request::CheckBeforeExecute() const {
+  if (!peer_->alive.load(std::memory_order_acquire)) {
+    return {StatusCode::kConnectionLost, "peer " + peer_->info.name + " is gone"};
+  }
+  for (const auto& r : plan_.regions) {
+    if (r->revoked.load(std::memory_order_acquire)) {
+      return {StatusCode::kRemoteAccessDenied,
+              "peer " + peer_->info.name + " deregistered the remote region during the transfer"};
+    }
+  }
+  return Status::Ok();
+}
+
+void Request::RunBatch(size_t i) {
+  if (!Stopping()) {
+    Status s = CheckBeforeExecute();
+    if (s.ok()) {
+      const Plan::Batch& b = plan_.batches[i];
+      s = peer_->link->Execute(op_, std::span(plan_.slices).subspan(b.begin, b.end - b.begin));
+    }
+    if (!s.ok()) Fail(std::move(s));
+  }
+  if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) Finish();
+}
+
+void Request::Finish() {
+  RequestStatus st;
+  {
+    std::lock_guard lock(mu_);
+    switch (stop_.load()) {
+      case StopReason::kNone: st.state = RequestState::kCompleted; break;
+      case StopReason::kFailed: st = {RequestState::kFailed, error_}; break;
+      case StopReason::kCanceled:
+        st = {RequestState::kCanceled, {StatusCode::kCanceled, "request canceled"}};
+        break;
+      case StopReason::kTimeout:
+        st = {RequestState::kTimeout, {StatusCode::kTimeout, "request deadline passed"}};
+        break;
+    }
+    final_ = st;
+    done_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+}
+
+RequestStatus Request::Poll() {
+  if (done_.load(std::memory_order_acquire)) {
+    std::lock_guard lock(mu_);
+    return final_;
+  }
+  Stopping();  // turns a passed deadline into a stop request
+  return {};
+}
+
+RequestStatus Request::WaitUntil(Clock::time_point until, std::chrono::microseconds spin) {
+  auto spin_until = std::min(until, Clock::now() + spin);
+  while (!done_.load(std::memory_order_acquire) && Clock::now() < spin_until) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  std::unique_lock lock(mu_);
+  while (!done_.load()) {
+    auto now = Clock::now();
+    if (now >= deadline_) {
+      // Past the deadline: stop the request, then wait (up to `until`) for the batches still
+      // in flight to finish; queued ones are dropped as soon as a stream reaches them.
+      lock.unlock();
+      Stopping();
+      lock.lock();
+      cv_.wait_until(lock, until, [&] { return done_.load(); });
+      break;
+    }
+    if (now >= until) break;
+    cv_.wait_until(lock, std::min(until, deadline_));
+  }
+  return done_.load() ? final_ : RequestStatus{};
+}
+
+}  // namespace xfer

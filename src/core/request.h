@@ -1,0 +1,62 @@
+// One transfer request in flight: its plan, its outstanding batches, and how it ends.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+
+#include "core/peer_state.h"
+#include "core/planner.h"
+#include "xfer/types.h"
+
+namespace xfer {
+
+class Request {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Request(RequestHandle id, Op op, Clock::time_point deadline, std::shared_ptr<PeerState> peer,
+          Plan plan);
+
+  RequestHandle id() const { return id_; }
+  size_t batch_count() const { return plan_.batches.size(); }
+
+  // Executes batch i on the calling thread unless the request is stopping, then counts it
+  // done. The caller holds an execution slot of the StreamPool.
+  void RunBatch(size_t i);
+
+  // Ask the request to stop; batches not yet started are dropped. First reason wins.
+  void Cancel() { Stop(StopReason::kCanceled, {}); }
+  void Fail(Status why) { Stop(StopReason::kFailed, std::move(why)); }
+
+  // The current status; past the deadline a waiting request is asked to stop (kTimeout).
+  RequestStatus Poll();
+  // Waits until the request ends or `until` passes: spins for `spin`, then sleeps.
+  RequestStatus WaitUntil(Clock::time_point until, std::chrono::microseconds spin);
+
+ private:
+  enum class StopReason : uint8_t { kNone, kFailed, kCanceled, kTimeout };
+  void Stop(StopReason reason, Status why);
+  bool Stopping();
+  Status CheckBeforeExecute() const;
+  void Finish();
+
+  const RequestHandle id_;
+  const Op op_;
+  const Clock::time_point deadline_;
+  const std::shared_ptr<PeerState> peer_;
+  const Plan plan_;
+
+  std::atomic<size_t> outstanding_;
+  std::atomic<StopReason> stop_{StopReason::kNone};
+  std::atomic<bool> done_{false};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Status error_;         // why it failed; mu_
+  RequestStatus final_;  // valid once done_; mu_
+};
+
+}  // namespace xfer

@@ -1,0 +1,117 @@
+#include "transport/cma/cma_transport.h"
+
+#include <limits.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "util/log.h"
+
+namespace xfer::transport {
+namespace {
+
+constexpr size_t kIovMax = IOV_MAX;  // 1024 on Linux: the kernel's limit per call
+
+Status ErrnoStatus(int err, int32_t pid, Op op) {
+  std::string what = std::string("process_vm_") + (op == Op::kWrite ? "writev" : "readv") +
+                     " to pid " + std::to_string(pid) + ": " + std::strerror(err);
+  switch (err) {
+    case ESRCH: return {StatusCode::kConnectionLost, what + " (the peer process is gone)"};
+    case EPERM: return {StatusCode::kRemoteAccessDenied, what + " (ptrace not permitted)"};
+    case EFAULT:
+      return {StatusCode::kRemoteAccessDenied,
+              what + " (an address is not mapped on one side; was the memory freed?)"};
+    case ENOMEM: return {StatusCode::kResourceExhausted, what};
+    default: return {StatusCode::kInternal, what};
+  }
+}
+
+class CmaLink final : public Link {
+ public:
+  explicit CmaLink(int32_t pid) : pid_(pid) {}
+
+  Status Execute(Op op, std::span<const Slice> batch) override {
+    // The kernel may move fewer bytes than asked (it stops at the first fault or signal):
+    // resume from the first byte not moved, rebuilding the iovecs from there.
+    iovec local[kIovMax];
+    iovec remote[kIovMax];
+    size_t first = 0;
+    uint64_t skip = 0;  // bytes of batch[first] already moved
+    while (first < batch.size()) {
+      size_t n = 0;
+      uint64_t want = 0;
+      for (size_t i = first; i < batch.size() && n < kIovMax; ++i, ++n) {
+        uint64_t off = i == first ? skip : 0;
+        local[n] = {reinterpret_cast<void*>(batch[i].local + off), batch[i].len - off};
+        remote[n] = {reinterpret_cast<void*>(batch[i].remote + off), batch[i].len - off};
+        want += batch[i].len - off;
+      }
+      ssize_t got = op == Op::kWrite ? ::process_vm_writev(pid_, local, n, remote, n, 0)
+                                     : ::process_vm_readv(pid_, local, n, remote, n, 0);
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(errno, pid_, op);
+      }
+      if (got == 0 && want > 0) return ErrnoStatus(EFAULT, pid_, op);
+      uint64_t moved = static_cast<uint64_t>(got);
+      while (first < batch.size() && moved >= batch[first].len - skip) {
+        moved -= batch[first].len - skip;
+        skip = 0;
+        ++first;
+      }
+      skip += moved;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  const int32_t pid_;
+};
+
+}  // namespace
+
+bool CmaTransport::Available(std::string* why) {
+  uint64_t src = 0x5846455243ull, dst = 0;
+  iovec l{&dst, sizeof dst}, r{&src, sizeof src};
+  if (::process_vm_readv(::getpid(), &l, 1, &r, 1, 0) != sizeof dst || dst != src) {
+    *why = std::string("process_vm_readv on this process failed: ") + std::strerror(errno) +
+           (errno == ENOSYS || errno == EPERM ? " (blocked by the kernel or a seccomp filter)" : "");
+    return false;
+  }
+  return true;
+}
+
+size_t CmaTransport::max_slices_per_batch() const { return kIovMax; }
+
+Status CmaTransport::Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) {
+  if (peer.cma_cookie == 0 || peer.pid <= 0) {
+    return {StatusCode::kUnsupported, "cma: the peer does not offer cma"};
+  }
+  uint64_t cookie = 0;
+  iovec l{&cookie, sizeof cookie};
+  iovec r{reinterpret_cast<void*>(peer.cma_cookie), sizeof cookie};
+  ssize_t got = ::process_vm_readv(peer.pid, &l, 1, &r, 1, 0);
+  if (got != sizeof cookie) {
+    int err = errno;
+    std::string why = "cma: cannot read pid " + std::to_string(peer.pid) + ": " +
+                      std::strerror(err);
+    if (err == EPERM) {
+      why += " (ptrace not permitted: see kernel.yama.ptrace_scope, or run both as one user)";
+    } else if (err == ESRCH) {
+      why += " (no such process here: another pid namespace?)";
+    }
+    XLOG(WARN) << why << "; cma is not used for this peer";
+    return {StatusCode::kUnsupported, why};
+  }
+  if (cookie != peer.incarnation) {
+    return {StatusCode::kUnsupported, "cma: pid " + std::to_string(peer.pid) +
+                                          " is not the peer (another pid namespace?)"};
+  }
+  *link = std::make_shared<CmaLink>(peer.pid);
+  return Status::Ok();
+}
+
+}  // namespace xfer::transport

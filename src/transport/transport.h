@@ -1,0 +1,49 @@
+// The transport interface. A transport knows how to move bytes between this process and a
+// peer; it knows nothing of requests, deadlines, names or options parsing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "xfer/status.h"
+#include "xfer/types.h"
+
+namespace xfer::transport {
+
+// One contiguous piece: local and remote addresses in the respective address spaces.
+struct Slice {
+  uint64_t local = 0;
+  uint64_t remote = 0;
+  uint64_t len = 0;
+};
+
+// What a transport may use to reach a peer, taken from the peer's hello.
+struct PeerEndpoint {
+  int32_t pid = 0;
+  uint64_t incarnation = 0;
+  uint64_t cma_cookie = 0;  // address in the peer of a u64 holding its incarnation
+};
+
+// A connection to one peer. Execute moves one batch synchronously on the calling thread (a
+// stream thread of the engine, or the caller of a one-batch TransferSync); it may be called
+// from several threads at once.
+class Link {
+ public:
+  virtual ~Link() = default;
+  virtual Status Execute(Op op, std::span<const Slice> batch) = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string_view name() const = 0;
+  // The most slices one Execute() call may carry (the kernel's IOV_MAX for cma).
+  virtual size_t max_slices_per_batch() const = 0;
+  // Opens a link to a peer, or says why this transport cannot reach it.
+  virtual Status Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) = 0;
+};
+
+}  // namespace xfer::transport

@@ -1,0 +1,14 @@
+// Host identity and process facts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace xfer::host {
+
+// The kernel's boot id: equal for two processes exactly when they run on one booted host.
+std::string BootId();
+// A random 64-bit value that is never 0.
+uint64_t RandomU64();
+
+}  // namespace xfer::host

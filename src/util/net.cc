@@ -1,0 +1,201 @@
+#include "util/net.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace xfer::net {
+namespace {
+
+int MillisLeft(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (left.count() <= 0) return 0;
+  return left.count() > 1 << 30 ? 1 << 30 : static_cast<int>(left.count());
+}
+
+std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// Waits for `events` on fd; false on timeout.
+bool PollFor(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int r = ::poll(&p, 1, MillisLeft(deadline));
+    if (r > 0) return true;
+    if (r == 0) return false;
+    if (errno != EINTR) return true;  // let the following call report the error
+  }
+}
+
+Status Resolve(const Address& addr, sockaddr_storage* ss, socklen_t* len) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+  addrinfo* res = nullptr;
+  std::string port = std::to_string(addr.port);
+  int rc = ::getaddrinfo(addr.host.empty() ? nullptr : addr.host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return {StatusCode::kInvalidArgument,
+            "cannot resolve host '" + addr.host + "': " + ::gai_strerror(rc)};
+  }
+  std::memcpy(ss, res->ai_addr, res->ai_addrlen);
+  *len = res->ai_addrlen;
+  ::freeaddrinfo(res);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string Address::ToString() const {
+  std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return has_port ? h + ":" + std::to_string(port) : h;
+}
+
+Status ParseAddress(const std::string& name, Address* out) {
+  Address a;
+  std::string rest;
+  if (name.empty()) return {StatusCode::kInvalidArgument, "empty engine name"};
+  if (name[0] == '[') {
+    size_t close = name.find(']');
+    if (close == std::string::npos) {
+      return {StatusCode::kInvalidArgument, "'" + name + "': missing ']' after IPv6 address"};
+    }
+    a.host = name.substr(1, close - 1);
+    rest = name.substr(close + 1);
+    if (!rest.empty() && rest[0] != ':') {
+      return {StatusCode::kInvalidArgument, "'" + name + "': expected ':port' after ']'"};
+    }
+  } else {
+    size_t colon = name.rfind(':');
+    if (colon != std::string::npos && name.find(':') != colon) {
+      return {StatusCode::kInvalidArgument,
+              "'" + name + "': IPv6 addresses need brackets, as in [::1]:5000"};
+    }
+    a.host = name.substr(0, colon);
+    if (colon != std::string::npos) rest = name.substr(colon);
+  }
+  if (a.host.empty()) return {StatusCode::kInvalidArgument, "'" + name + "': empty host"};
+  if (!rest.empty()) {
+    std::string digits = rest.substr(1);
+    if (digits.empty() || digits.size() > 5 ||
+        digits.find_first_not_of("0123456789") != std::string::npos || std::stoul(digits) > 65535) {
+      return {StatusCode::kInvalidArgument, "'" + name + "': port must be a number 0..65535"};
+    }
+    a.port = static_cast<uint16_t>(std::stoul(digits));
+    a.has_port = true;
+  }
+  *out = a;
+  return Status::Ok();
+}
+
+void Fd::Reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+void SetNoDelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+Status Listen(const Address& addr, Fd* out, Address* bound) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  Status s = Resolve(addr, &ss, &len);
+  if (!s.ok()) return s;
+  Fd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) return {StatusCode::kResourceExhausted, Errno("socket")};
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    return {StatusCode::kInvalidArgument, Errno(("bind " + addr.ToString()).c_str())};
+  }
+  if (::listen(fd.get(), 128) != 0) return {StatusCode::kInternal, Errno("listen")};
+  sockaddr_storage got{};
+  socklen_t glen = sizeof got;
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&got), &glen);
+  *bound = addr;
+  bound->has_port = true;
+  bound->port = ntohs(got.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&got)->sin6_port
+                                                 : reinterpret_cast<sockaddr_in*>(&got)->sin_port);
+  *out = std::move(fd);
+  return Status::Ok();
+}
+
+Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* out) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  Status s = Resolve(addr, &ss, &len);
+  if (!s.ok()) return s;
+  Fd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) return {StatusCode::kResourceExhausted, Errno("socket")};
+  SetNoDelay(fd.get());
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    if (errno != EINPROGRESS) {
+      return {StatusCode::kConnectionLost, Errno(("connect " + addr.ToString()).c_str())};
+    }
+    if (!PollFor(fd.get(), POLLOUT, deadline)) {
+      return {StatusCode::kTimeout, "connect " + addr.ToString() + ": timed out"};
+    }
+    int err = 0;
+    socklen_t elen = sizeof err;
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
+    if (err != 0) {
+      return {StatusCode::kConnectionLost,
+              "connect " + addr.ToString() + ": " + std::strerror(err)};
+    }
+  }
+  *out = std::move(fd);
+  return Status::Ok();
+}
+
+Status SendAll(int fd, const void* data, size_t len, Clock::time_point deadline) {
+  const char* p = static_cast<const char*>(data);
+  while (len > 0) {
+    ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!PollFor(fd, POLLOUT, deadline)) return {StatusCode::kTimeout, "send timed out"};
+      continue;
+    }
+    return {StatusCode::kConnectionLost, Errno("send")};
+  }
+  return Status::Ok();
+}
+
+Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline) {
+  char* p = static_cast<char*>(data);
+  while (len > 0) {
+    ssize_t n = ::recv(fd, p, len, 0);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return {StatusCode::kConnectionLost, "peer closed the connection"};
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!PollFor(fd, POLLIN, deadline)) return {StatusCode::kTimeout, "receive timed out"};
+      continue;
+    }
+    return {StatusCode::kConnectionLost, Errno("recv")};
+  }
+  return Status::Ok();
+}
+
+}  // namespace xfer::net

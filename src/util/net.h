@@ -1,0 +1,55 @@
+// Sockets and addresses: small helpers over the BSD socket API. Every blocking helper takes a
+// deadline so nothing here can hang past it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "xfer/status.h"
+
+namespace xfer::net {
+
+using Clock = std::chrono::steady_clock;
+
+// An engine name: "host:port", "[v6]:port", or "host" alone (has_port false).
+struct Address {
+  std::string host;
+  uint16_t port = 0;
+  bool has_port = false;
+  std::string ToString() const;  // canonical form, brackets around IPv6
+};
+Status ParseAddress(const std::string& name, Address* out);
+
+// Owns a file descriptor; closes it on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { Reset(); }
+  Fd(Fd&& o) noexcept : fd_(o.Release()) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) { Reset(); fd_ = o.Release(); }
+    return *this;
+  }
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int Release() { int f = fd_; fd_ = -1; return f; }
+  void Reset();
+
+ private:
+  int fd_ = -1;
+};
+
+// Binds and listens (non-blocking). *bound receives the address actually bound (port filled).
+Status Listen(const Address& addr, Fd* fd, Address* bound);
+// Connects with a deadline; the returned socket is non-blocking with TCP_NODELAY.
+Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* fd);
+// Sends / receives exactly len bytes on a non-blocking socket, waiting with poll up to deadline.
+Status SendAll(int fd, const void* data, size_t len, Clock::time_point deadline);
+Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline);
+void SetNonBlocking(int fd);
+void SetNoDelay(int fd);
+
+}  // namespace xfer::net
