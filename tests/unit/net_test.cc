@@ -1,0 +1,55 @@
+#include "util/net.h"
+
+#include <gtest/gtest.h>
+
+namespace xfer::net {
+namespace {
+
+TEST(Address, ParsesEveryForm) {
+  Address a;
+  ASSERT_TRUE(ParseAddress("127.0.0.1:5000", &a).ok());
+  EXPECT_EQ(a.host, "127.0.0.1");
+  EXPECT_EQ(a.port, 5000);
+  EXPECT_TRUE(a.has_port);
+  ASSERT_TRUE(ParseAddress("[::1]:0", &a).ok());
+  EXPECT_EQ(a.host, "::1");
+  EXPECT_EQ(a.ToString(), "[::1]:0");
+  ASSERT_TRUE(ParseAddress("node7", &a).ok());
+  EXPECT_FALSE(a.has_port);
+  EXPECT_EQ(a.ToString(), "node7");
+  ASSERT_TRUE(ParseAddress("[fe80::1]", &a).ok());
+  EXPECT_FALSE(a.has_port);
+}
+
+TEST(Address, RejectsMalformedNames) {
+  Address a;
+  for (const char* bad : {"", ":5000", "host:", "host:65536", "host:12x", "::1:5000", "[::1",
+                          "[::1]x", "host:-1"}) {
+    EXPECT_EQ(ParseAddress(bad, &a).code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(Sockets, ConnectToClosedPortFailsFast) {
+  Fd listener;
+  Address bound;
+  ASSERT_TRUE(Listen(Address{"127.0.0.1", 0, true}, &listener, &bound).ok());
+  listener.Reset();  // nothing listens there now
+  Fd fd;
+  Status s = ConnectTcp(bound, Clock::now() + std::chrono::seconds(2), &fd);
+  EXPECT_EQ(s.code(), StatusCode::kConnectionLost) << s.ToString();
+}
+
+TEST(Sockets, RecvAllHonoursDeadline) {
+  Fd listener;
+  Address bound;
+  ASSERT_TRUE(Listen(Address{"127.0.0.1", 0, true}, &listener, &bound).ok());
+  Fd fd;
+  ASSERT_TRUE(ConnectTcp(bound, Clock::now() + std::chrono::seconds(2), &fd).ok());
+  char b[4];
+  auto t0 = Clock::now();
+  EXPECT_EQ(RecvAll(fd.get(), b, 4, t0 + std::chrono::milliseconds(50)).code(), StatusCode::kTimeout);
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
+}
+
+}  // namespace
+}  // namespace xfer::net

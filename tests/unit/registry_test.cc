@@ -1,0 +1,73 @@
+#include "core/registry.h"
+
+#include <gtest/gtest.h>
+
+#include "core/remote_regions.h"
+
+namespace xfer {
+namespace {
+
+TEST(Registry, SameRangeSameHandleCounted) {
+  Registry r;
+  MemHandle a = 0, b = 0, c = 0;
+  bool added = false;
+  ASSERT_TRUE(r.Add(0x1000, 100, MemType::kHost, -1, "x", &a, &added).ok());
+  EXPECT_TRUE(added);
+  ASSERT_TRUE(r.Add(0x1000, 100, MemType::kHost, -1, "x", &b, &added).ok());
+  EXPECT_FALSE(added);
+  EXPECT_EQ(a, b);
+  ASSERT_TRUE(r.Add(0x1000, 200, MemType::kHost, -1, "", &c, &added).ok());
+  EXPECT_NE(a, c);
+  bool removed = false;
+  ASSERT_TRUE(r.Remove(a, &removed).ok());
+  EXPECT_FALSE(removed);
+  ASSERT_TRUE(r.Remove(a, &removed).ok());
+  EXPECT_TRUE(removed);
+  EXPECT_EQ(r.Remove(a, &removed).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Snapshot().size(), 1u);
+}
+
+TEST(Registry, RejectsBadRanges) {
+  Registry r;
+  MemHandle h;
+  bool added;
+  EXPECT_EQ(r.Add(0, 10, MemType::kHost, -1, "", &h, &added).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Add(0x10, 0, MemType::kHost, -1, "", &h, &added).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Add(~0ull - 5, 10, MemType::kHost, -1, "", &h, &added).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(Registry, ContainsHandlesOverlaps) {
+  Registry r;
+  MemHandle h;
+  bool added;
+  ASSERT_TRUE(r.Add(0x1000, 0x1000, MemType::kHost, -1, "", &h, &added).ok());  // [1000,2000)
+  ASSERT_TRUE(r.Add(0x1800, 0x100, MemType::kHost, -1, "", &h, &added).ok());   // inside it
+  EXPECT_TRUE(r.Contains(0x1900, 0x100));  // only the big region holds it
+  EXPECT_TRUE(r.Contains(0x1000, 0x1000));
+  EXPECT_FALSE(r.Contains(0x1f00, 0x101));
+  EXPECT_FALSE(r.Contains(0xfff, 2));
+}
+
+TEST(RemoteRegions, FindRevokeAndStraddle) {
+  RemoteRegions rr;
+  rr.Reset({{1, RegionInfo{0x1000, 0x1000, MemType::kHost, -1, "a"}},
+            {2, RegionInfo{0x2000, 0x1000, MemType::kHost, -1, "b"}}});
+  ASSERT_TRUE(rr.Find(0x1000, 0x1000));
+  EXPECT_EQ(rr.Find(0x2800, 0x10)->id, 2u);
+  EXPECT_FALSE(rr.Find(0x1ff0, 0x20));  // straddles two adjacent regions
+  EXPECT_FALSE(rr.Find(0x3000, 1));
+  auto held = rr.Find(0x1000, 1);
+  EXPECT_TRUE(rr.Revoke(1));
+  EXPECT_TRUE(held->revoked.load());
+  EXPECT_FALSE(rr.Find(0x1000, 1));
+  EXPECT_FALSE(rr.Revoke(1));
+  rr.Add({3, RegionInfo{0x500, 0x10000, MemType::kHost, -1, ""}});  // overlaps region 2
+  EXPECT_EQ(rr.Find(0x1000, 0x10)->id, 3u);
+  EXPECT_EQ(rr.List().size(), 2u);
+  rr.RevokeAll();
+  EXPECT_TRUE(rr.List().empty());
+}
+
+}  // namespace
+}  // namespace xfer

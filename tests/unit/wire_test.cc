@@ -1,0 +1,127 @@
+#include "control/wire.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+namespace xfer::wire {
+namespace {
+
+Message RoundTrip(const Message& m) {
+  std::vector<uint8_t> frame = Encode(m);
+  Header h;
+  std::string why;
+  EXPECT_TRUE(DecodeHeader(frame, &h, &why)) << why;
+  EXPECT_EQ(h.length, frame.size() - kHeaderSize);
+  Message out;
+  EXPECT_TRUE(DecodePayload(h.type, std::span(frame).subspan(kHeaderSize), &out, &why)) << why;
+  return out;
+}
+
+Hello SampleHello() {
+  Hello h;
+  h.name = "[::1]:5000";
+  h.incarnation = 0x1122334455667788ull;
+  h.host_id = "boot-id";
+  h.pid = 4242;
+  h.cma_cookie = 0x7fff0000;
+  h.transports = {"local", "cma"};
+  h.regions.push_back({7, RegionInfo{0x1000, 4096, MemType::kHost, -1, "kv-cache"}});
+  h.regions.push_back({9, RegionInfo{0x9000, 1, MemType::kCuda, 3, ""}});
+  return h;
+}
+
+TEST(WireCodec, EveryMessageRoundTrips) {
+  std::vector<Message> all = {SampleHello(),
+                              RegionAdd{{3, RegionInfo{0xabc, 10, MemType::kHost, -1, "t"}}},
+                              RegionRemove{3, 17},
+                              RegionRemoveAck{3, 17},
+                              Sync{5},
+                              SyncAck{5},
+                              Heartbeat{},
+                              Goodbye{"bye"}};
+  for (const auto& m : all) EXPECT_EQ(RoundTrip(m), m);
+}
+
+TEST(WireCodec, RejectsBadHeaders) {
+  std::vector<uint8_t> frame = Encode(Heartbeat{});
+  Header h;
+  std::string why;
+  EXPECT_FALSE(DecodeHeader(std::span(frame).first(5), &h, &why));
+  auto bad = frame;
+  bad[0] ^= 0xff;
+  EXPECT_FALSE(DecodeHeader(bad, &h, &why));
+  EXPECT_NE(why.find("magic"), std::string::npos);
+  bad = frame;
+  bad[4] = 9;  // version
+  EXPECT_FALSE(DecodeHeader(bad, &h, &why));
+  EXPECT_NE(why.find("version"), std::string::npos);
+  bad = frame;
+  bad[6] = 200;  // type
+  EXPECT_FALSE(DecodeHeader(bad, &h, &why));
+  bad = frame;
+  uint32_t huge = kMaxPayload + 1;
+  std::memcpy(bad.data() + 8, &huge, 4);
+  EXPECT_FALSE(DecodeHeader(bad, &h, &why));
+  EXPECT_NE(why.find("cap"), std::string::npos);
+}
+
+TEST(WireCodec, RejectsEveryTruncationAndTrailingBytes) {
+  std::vector<uint8_t> frame = Encode(SampleHello());
+  auto payload = std::span(frame).subspan(kHeaderSize);
+  Message out;
+  std::string why;
+  for (size_t n = 0; n < payload.size(); ++n) {
+    EXPECT_FALSE(DecodePayload(MsgType::kHello, payload.first(n), &out, &why)) << n;
+  }
+  std::vector<uint8_t> longer(payload.begin(), payload.end());
+  longer.push_back(0);
+  EXPECT_FALSE(DecodePayload(MsgType::kHello, longer, &out, &why));
+  EXPECT_NE(why.find("trailing"), std::string::npos);
+}
+
+TEST(WireCodec, HugeCountsAreRefusedBeforeAllocation) {
+  // A hello whose region count claims four billion entries in a few bytes.
+  Hello h;
+  h.name = "a:1";
+  h.incarnation = 1;
+  std::vector<uint8_t> frame = Encode(h);
+  std::vector<uint8_t> payload(frame.begin() + kHeaderSize, frame.end());
+  uint32_t lots = 0xffffffffu;
+  std::memcpy(payload.data() + payload.size() - 4, &lots, 4);  // region count is last
+  Message out;
+  std::string why;
+  EXPECT_FALSE(DecodePayload(MsgType::kHello, payload, &out, &why));
+  EXPECT_NE(why.find("cannot fit"), std::string::npos) << why;
+  // And a string length past the end.
+  std::vector<uint8_t> g = Encode(Goodbye{"x"});
+  std::vector<uint8_t> gp(g.begin() + kHeaderSize, g.end());
+  uint32_t len = 1000;
+  std::memcpy(gp.data(), &len, 4);
+  EXPECT_FALSE(DecodePayload(MsgType::kGoodbye, gp, &out, &why));
+}
+
+TEST(WireCodec, RandomBytesNeverCrash) {
+  std::mt19937_64 rng(42);
+  Message out;
+  std::string why;
+  int accepted = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<uint8_t> b(rng() % 96);
+    for (auto& x : b) x = static_cast<uint8_t>(rng());
+    auto type = static_cast<MsgType>(1 + rng() % 8);
+    accepted += DecodePayload(type, b, &out, &why);
+  }
+  // Mutations of a valid frame: flip one byte at a time.
+  std::vector<uint8_t> frame = Encode(SampleHello());
+  for (size_t i = kHeaderSize; i < frame.size(); ++i) {
+    auto m = frame;
+    m[i] ^= static_cast<uint8_t>(1 + rng() % 255);
+    accepted += DecodePayload(MsgType::kHello, std::span(m).subspan(kHeaderSize), &out, &why);
+  }
+  SUCCEED() << accepted << " random payloads happened to decode";
+}
+
+}  // namespace
+}  // namespace xfer::wire
