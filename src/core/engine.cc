@@ -46,6 +46,9 @@ Status EngineImpl::CheckRunning(const char* what) const {
 
 Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions& options) {
   if (running_.load()) return {StatusCode::kInvalidArgument, "Initialize: already initialized"};
+  if (finalized_) {
+    return {StatusCode::kInvalidArgument, "Initialize: this engine was finalized; create a new one"};
+  }
   if (options.streams < 1 || options.streams > 256) {
     return {StatusCode::kInvalidArgument, "Initialize: streams must be 1..256"};
   }
@@ -105,6 +108,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
 
 void EngineImpl::Finalize() {
   if (!running_.exchange(false)) return;
+  finalized_ = true;
   std::vector<std::shared_ptr<control::Session>> sessions;
   {
     std::lock_guard lock(subscribers_mu_);

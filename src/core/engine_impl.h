@@ -87,6 +87,7 @@ class EngineImpl final : public control::ControlHandler {
 
   EngineOptions opts_;
   std::atomic<bool> running_{false};
+  bool finalized_ = false;  // an engine is initialized at most once
   std::string name_;
   uint64_t incarnation_ = 0;
   std::string host_id_;

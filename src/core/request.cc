@@ -12,12 +12,10 @@ Request::Request(RequestHandle id, Op op, Clock::time_point deadline,
       outstanding_(plan_.batches.size()) {}
 
 void Request::Stop(StopReason reason, Status why) {
-  StopReason expected = StopReason::kNone;
-  if (reason == StopReason::kFailed) {
-    std::lock_guard lock(mu_);
-    if (stop_.load() == StopReason::kNone) error_ = std::move(why);
-  }
-  stop_.compare_exchange_strong(expected, reason);
+  std::lock_guard lock(mu_);  // rare: keeps the first reason and its error together
+  if (stop_.load() != StopReason::kNone) return;
+  if (reason == StopReason::kFailed) error_ = std::move(why);
+  stop_.store(reason, std::memory_order_release);
 }
 
 bool Request::Stopping() {
