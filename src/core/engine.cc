@@ -254,17 +254,24 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
   return Status::Ok();
 }
 
-void EngineImpl::Dispatch(const std::shared_ptr<Request>& req, bool allow_inline) {
-  if (allow_inline && req->batch_count() == 1) {
-    // One batch: run it on the caller's thread; a hand-off to a stream costs more than it.
-    auto slot = pool_->InlineSlot();
-    req->RunBatch(0);
-    return;
-  }
-  const uint32_t n = static_cast<uint32_t>(pool_->size());
+void EngineImpl::Dispatch(const std::shared_ptr<Request>& req, bool caller_helps) {
+  // Streams and (for sync transfers) the caller pull batches from the request. A one-batch
+  // sync transfer thus runs on the caller's thread: a hand-off would cost more than it saves.
+  const size_t n = req->batch_count() - (caller_helps ? 1 : 0);
+  const size_t helpers = std::min(n, static_cast<size_t>(pool_->size()));
   const uint32_t first = next_stream_.fetch_add(1);
-  for (size_t i = 0; i < req->batch_count(); ++i) {
-    pool_->Submit(static_cast<int>((first + i) % n), [req, i] { req->RunBatch(i); });
+  for (size_t k = 0; k < helpers; ++k) {
+    pool_->Submit(static_cast<int>((first + k) % pool_->size()), [req] {
+      while (req->RunNext()) {
+      }
+    });
+  }
+  if (caller_helps) HelpWith(*req, Clock::time_point::max());
+}
+
+void EngineImpl::HelpWith(Request& req, Clock::time_point until) {
+  auto slot = pool_->InlineSlot();
+  while (Clock::now() < until && req.RunNext()) {
   }
 }
 
@@ -346,7 +353,10 @@ Status EngineImpl::Wait(RequestHandle h, std::chrono::milliseconds timeout, Requ
     if (it == requests_.end()) return UnknownRequest("Wait", h);
     req = it->second;
   }
-  RequestStatus st = req->WaitUntil(DeadlineAfter(timeout), opts_.spin);
+  // Batches no stream has started yet run here rather than wait in a queue.
+  const auto until = DeadlineAfter(timeout);
+  HelpWith(*req, until);
+  RequestStatus st = req->WaitUntil(until, opts_.spin);
   if (status != nullptr) *status = st;
   if (st.state == RequestState::kWaiting) {
     return {StatusCode::kTimeout, "Wait: request " + std::to_string(h) + " still running"};

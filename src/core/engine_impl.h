@@ -68,7 +68,8 @@ class EngineImpl final : public control::ControlHandler {
   Status FindPeer(const std::string& remote, Peer* peer);
   Status Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                 std::chrono::milliseconds timeout, std::shared_ptr<Request>* out);
-  void Dispatch(const std::shared_ptr<Request>& req, bool allow_inline);
+  void Dispatch(const std::shared_ptr<Request>& req, bool caller_helps);
+  void HelpWith(Request& req, Clock::time_point until);
   std::shared_ptr<Request> TakeIfDone(RequestHandle h, const RequestStatus& st);
   // --- control plane (engine_control.cc)
   wire::Hello MakeHello(const std::vector<wire::WireRegion>& regions) const;

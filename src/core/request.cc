@@ -40,6 +40,14 @@ Status Request::CheckBeforeExecute() const {
   return Status::Ok();
 }
 
+bool Request::RunNext() {
+  if (next_batch_.load(std::memory_order_relaxed) >= plan_.batches.size()) return false;
+  size_t i = next_batch_.fetch_add(1, std::memory_order_relaxed);
+  if (i >= plan_.batches.size()) return false;
+  RunBatch(i);
+  return true;
+}
+
 void Request::RunBatch(size_t i) {
   if (!Stopping()) {
     Status s = CheckBeforeExecute();

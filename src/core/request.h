@@ -23,9 +23,11 @@ class Request {
   RequestHandle id() const { return id_; }
   size_t batch_count() const { return plan_.batches.size(); }
 
-  // Executes batch i on the calling thread unless the request is stopping, then counts it
-  // done. The caller holds an execution slot of the StreamPool.
-  void RunBatch(size_t i);
+  // Claims the next batch nobody has started and executes it on the calling thread (or
+  // drops it when the request is stopping). False when every batch has been claimed. Streams
+  // and the waiting caller all pull from here, so no thread idles while work is left. The
+  // caller holds an execution slot of the StreamPool.
+  bool RunNext();
 
   // Ask the request to stop; batches not yet started are dropped. First reason wins.
   void Cancel() { Stop(StopReason::kCanceled, {}); }
@@ -41,6 +43,7 @@ class Request {
   void Stop(StopReason reason, Status why);
   bool Stopping();
   Status CheckBeforeExecute() const;
+  void RunBatch(size_t i);
   void Finish();
 
   const RequestHandle id_;
@@ -49,6 +52,7 @@ class Request {
   const std::shared_ptr<PeerState> peer_;
   const Plan plan_;
 
+  std::atomic<size_t> next_batch_{0};
   std::atomic<size_t> outstanding_;
   std::atomic<StopReason> stop_{StopReason::kNone};
   std::atomic<bool> done_{false};
