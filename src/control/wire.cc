@@ -120,7 +120,7 @@ void EncodeBody(Writer& w, const RegionRemoveAck& m) { w.U64(m.id); w.U64(m.seq)
 void EncodeBody(Writer& w, const Sync& m) { w.U64(m.seq); }
 void EncodeBody(Writer& w, const SyncAck& m) { w.U64(m.seq); }
 void EncodeBody(Writer&, const Heartbeat&) {}
-void EncodeBody(Writer& w, const Goodbye& m) { w.Str(m.reason); }
+void EncodeBody(Writer& w, const Goodbye& m) { w.Str(m.reason); w.U64(m.seq); }
 
 bool DecodeBody(Reader& r, Hello* m) {
   uint32_t n = 0;
@@ -145,7 +145,7 @@ bool DecodeBody(Reader& r, RegionRemoveAck* m) { return r.U64(&m->id) && r.U64(&
 bool DecodeBody(Reader& r, Sync* m) { return r.U64(&m->seq); }
 bool DecodeBody(Reader& r, SyncAck* m) { return r.U64(&m->seq); }
 bool DecodeBody(Reader&, Heartbeat*) { return true; }
-bool DecodeBody(Reader& r, Goodbye* m) { return r.Str(&m->reason); }
+bool DecodeBody(Reader& r, Goodbye* m) { return r.Str(&m->reason) && r.U64(&m->seq); }
 
 template <class T>
 MsgType TypeOf();

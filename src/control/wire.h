@@ -60,7 +60,8 @@ struct RegionRemoveAck { uint64_t id = 0; uint64_t seq = 0; bool operator==(cons
 struct Sync { uint64_t seq = 0; bool operator==(const Sync&) const = default; };
 struct SyncAck { uint64_t seq = 0; bool operator==(const SyncAck&) const = default; };
 struct Heartbeat { bool operator==(const Heartbeat&) const = default; };
-struct Goodbye { std::string reason; bool operator==(const Goodbye&) const = default; };
+// seq != 0 asks the peer to stop using our regions and answer SyncAck{seq} before it closes.
+struct Goodbye { std::string reason; uint64_t seq = 0; bool operator==(const Goodbye&) const = default; };
 
 using Message = std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck,
                              Heartbeat, Goodbye>;

@@ -56,6 +56,10 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
     return {StatusCode::kInvalidArgument,
             "Initialize: heartbeat_interval must be > 0 and below heartbeat_timeout"};
   }
+  if (options.slice_bytes == 0 || options.batch_bytes == 0 || options.spin.count() < 0) {
+    return {StatusCode::kInvalidArgument,
+            "Initialize: slice_bytes and batch_bytes must be > 0 and spin >= 0"};
+  }
   if (!options.transport.empty() && options.transport != "local" && options.transport != "cma") {
     return {StatusCode::kInvalidArgument, "Initialize: unknown transport '" + options.transport +
                                               "' (this build has: local, cma)"};
@@ -114,7 +118,8 @@ void EngineImpl::Finalize() {
     std::lock_guard lock(subscribers_mu_);
     sessions.assign(subscribers_.begin(), subscribers_.end());
   }
-  for (auto& s : sessions) (void)s->Send(wire::Goodbye{"engine finalized"}, std::chrono::milliseconds(100));
+  // Peers stop using our memory before Finalize returns (the application may free it next).
+  SayGoodbye(sessions, "engine finalized");
   loop_->Stop();  // closes every session; OnClosed drops their state
   {
     std::lock_guard lock(requests_mu_);
@@ -211,7 +216,9 @@ Status EngineImpl::FindPeer(const std::string& remote, Peer* peer) {
                                            "' (call Connect first, or set auto_connect)"};
   }
   Status s = Connect(remote, opts_.auto_connect_timeout);
-  if (!s.ok() && s.code() != StatusCode::kAlreadyConnected) return s;
+  if (!s.ok() && s.code() != StatusCode::kAlreadyConnected) {
+    return {StatusCode::kNotConnected, "auto-connect to '" + remote + "' failed: " + s.ToString()};
+  }
   std::lock_guard lock(peers_mu_);
   auto it = peers_.find(remote);
   if (it == peers_.end()) return {StatusCode::kConnectionLost, "peer '" + remote + "' went away"};
@@ -309,6 +316,14 @@ Status EngineImpl::TransferAsync(const std::string& remote, Op op,
   return Status::Ok();
 }
 
+namespace {
+Status UnknownRequest(const char* what, RequestHandle h) {
+  return {StatusCode::kInvalidArgument,
+          std::string(what) + ": unknown request " + std::to_string(h) +
+              " (never issued, or its end was already reported)"};
+}
+}  // namespace
+
 std::shared_ptr<Request> EngineImpl::TakeIfDone(RequestHandle h, const RequestStatus& st) {
   if (st.state == RequestState::kWaiting) return nullptr;
   std::lock_guard lock(requests_mu_);
@@ -318,14 +333,6 @@ std::shared_ptr<Request> EngineImpl::TakeIfDone(RequestHandle h, const RequestSt
   requests_.erase(it);
   return r;
 }
-
-namespace {
-Status UnknownRequest(const char* what, RequestHandle h) {
-  return {StatusCode::kInvalidArgument,
-          std::string(what) + ": unknown request " + std::to_string(h) +
-              " (never issued, or its end was already reported)"};
-}
-}  // namespace
 
 Status EngineImpl::GetTransferStatus(RequestHandle h, RequestStatus* status) {
   Status s = CheckRunning("GetTransferStatus");
@@ -338,8 +345,11 @@ Status EngineImpl::GetTransferStatus(RequestHandle h, RequestStatus* status) {
     if (it == requests_.end()) return UnknownRequest("GetTransferStatus", h);
     req = it->second;
   }
-  *status = req->Poll();
-  TakeIfDone(h, *status);
+  RequestStatus st = req->Poll();
+  if (st.state != RequestState::kWaiting && !TakeIfDone(h, st)) {
+    return UnknownRequest("GetTransferStatus", h);  // another thread was told first
+  }
+  *status = st;
   return Status::Ok();
 }
 
@@ -357,11 +367,12 @@ Status EngineImpl::Wait(RequestHandle h, std::chrono::milliseconds timeout, Requ
   const auto until = DeadlineAfter(timeout);
   HelpWith(*req, until);
   RequestStatus st = req->WaitUntil(until, opts_.spin);
-  if (status != nullptr) *status = st;
   if (st.state == RequestState::kWaiting) {
+    if (status != nullptr) *status = st;
     return {StatusCode::kTimeout, "Wait: request " + std::to_string(h) + " still running"};
   }
-  TakeIfDone(h, st);
+  if (!TakeIfDone(h, st)) return UnknownRequest("Wait", h);  // another thread was told first
+  if (status != nullptr) *status = st;
   return st.status;
 }
 

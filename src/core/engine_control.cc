@@ -120,14 +120,17 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
   }
   auto deadline = DeadlineAfter(timeout);
   std::shared_ptr<control::Session> session;
-  auto fail = [&](Status st) {
+  auto abandon = [&](const std::string& why) {
     if (session) {
-      (void)session->Send(wire::Goodbye{st.message()}, std::chrono::milliseconds(100));
+      (void)session->Send(wire::Goodbye{why}, std::chrono::milliseconds(100));
       Unsubscribe(session);
       session->Close();
     }
     std::lock_guard lock(peers_mu_);
     connecting_.erase(remote);
+  };
+  auto fail = [&](Status st) {
+    abandon(st.message());
     XLOG(WARN) << "Connect to '" << remote << "' failed: " << st.ToString();
     return st;
   };
@@ -144,10 +147,15 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
     return fail({s.code(), "no hello from '" + remote + "': " + s.message()});
   }
   if (auto* bye = std::get_if<wire::Goodbye>(&reply)) {
-    StatusCode code = bye->reason.find("already connected") != std::string::npos
-                          ? StatusCode::kAlreadyConnected
-                          : StatusCode::kConnectionLost;
-    return fail({code, "'" + remote + "' refused the connection: " + bye->reason});
+    if (bye->reason.find("already connected") == std::string::npos) {
+      return fail({StatusCode::kConnectionLost, "'" + remote + "' refused the connection: " + bye->reason});
+    }
+    abandon("already connected");
+    // Our connection crossed one from the peer, and the peer's won: we are connected.
+    std::lock_guard lock(peers_mu_);
+    return peers_.count(remote) ? Status::Ok()
+                                : Status{StatusCode::kAlreadyConnected,
+                                         "'" + remote + "' already has a session with this engine"};
   }
   auto* hello = std::get_if<wire::Hello>(&reply);
   if (hello == nullptr) return fail({StatusCode::kConnectionLost, "'" + remote + "' did not answer with a hello"});
@@ -161,12 +169,35 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
   {
     std::lock_guard lock(peers_mu_);
     connecting_.erase(remote);
+    if (peers_.count(remote)) {  // a crossing connection from the peer got in first: keep it
+      session->Close();
+      Unsubscribe(session);
+      return Status::Ok();
+    }
     peers_[remote] = Peer{session, state};
   }
   loop_->Add(session);
   XLOG(INFO) << "connected to " << remote << " (pid " << hello->pid << ", transport "
              << state->info.transport << ", " << hello->regions.size() << " regions)";
   return Status::Ok();
+}
+
+void EngineImpl::SayGoodbye(const std::vector<std::shared_ptr<control::Session>>& sessions,
+                            const std::string& reason) {
+  std::vector<std::pair<std::shared_ptr<control::Session>, uint64_t>> pending;
+  for (auto& s : sessions) {
+    uint64_t seq = s->NextSeq();
+    if (s->Send(wire::Goodbye{reason, seq}, std::chrono::milliseconds(200)).ok()) {
+      pending.emplace_back(s, seq);
+    }
+  }
+  auto deadline = DeadlineAfter(opts_.heartbeat_timeout);
+  for (auto& [s, seq] : pending) {
+    if (!s->WaitAcked(seq, deadline) && !s->closed()) {
+      XLOG(WARN) << "peer " << s->peer_key << " did not confirm the goodbye in time";
+    }
+  }
+  for (auto& s : sessions) s->Shutdown(reason);
 }
 
 Status EngineImpl::Disconnect(const std::string& remote) {
@@ -181,8 +212,8 @@ Status EngineImpl::Disconnect(const std::string& remote) {
     peers_.erase(it);
   }
   DropPeerState(*peer.state);
-  (void)peer.session->Send(wire::Goodbye{"disconnect"}, std::chrono::milliseconds(100));
-  peer.session->Shutdown("disconnected by this engine");
+  pool_->Fence();  // our batches to the peer have finished
+  SayGoodbye({peer.session}, "disconnected by " + name_);
   return Status::Ok();
 }
 
@@ -232,13 +263,17 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
   std::shared_ptr<control::Session> replaced;
   {
     std::lock_guard lock(peers_mu_);
+    // Both engines connecting to each other at once: one connection must win, and both
+    // sides must agree which. The one opened by the smaller incarnation does.
+    const bool crossing = connecting_.count(key) && incarnation_ < hello.incarnation;
     auto it = peers_.find(key);
+    if (crossing || (it != peers_.end() && (it->second.state->info.incarnation == hello.incarnation ||
+                                            it->second.session->outbound()))) {
+      (void)s->Send(wire::Goodbye{"already connected to " + name_}, std::chrono::milliseconds(100));
+      s->Shutdown("duplicate connection from " + key);
+      return;
+    }
     if (it != peers_.end()) {
-      if (it->second.state->info.incarnation == hello.incarnation || it->second.session->outbound()) {
-        (void)s->Send(wire::Goodbye{"already connected to " + name_}, std::chrono::milliseconds(100));
-        s->Shutdown("duplicate connection from " + key);
-        return;
-      }
       // Same name, new incarnation: the peer restarted. Forget everything about the old one.
       replaced = it->second.session;
       DropPeerState(*it->second.state);
@@ -255,15 +290,15 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
     XLOG(INFO) << "peer " << key << " connected; this engine cannot initiate transfers to it: "
                << transport_error;
   }
-  if (!SendHelloAndSubscribe(s).ok()) {
-    s->Shutdown("cannot send hello");
-    return;
-  }
+  // Known before the reply leaves, so the peer's Connect() never returns ahead of us.
   s->peer = state;
   s->peer_key = key;
   s->established.store(true);
-  std::lock_guard lock(peers_mu_);
-  peers_[key] = Peer{s, state};
+  {
+    std::lock_guard lock(peers_mu_);
+    peers_[key] = Peer{s, state};
+  }
+  if (!SendHelloAndSubscribe(s).ok()) s->Shutdown("cannot send hello");
 }
 
 void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {
@@ -291,6 +326,10 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
         } else if constexpr (std::is_same_v<T, wire::Sync>) {
           (void)s->Send(wire::SyncAck{m.seq}, opts_.heartbeat_timeout);
         } else if constexpr (std::is_same_v<T, wire::Goodbye>) {
+          // Stop using the peer's memory, then say so: it may free that memory next.
+          DropPeerState(peer);
+          pool_->Fence();
+          if (m.seq != 0) (void)s->Send(wire::SyncAck{m.seq}, opts_.heartbeat_timeout);
           s->Shutdown("peer said goodbye: " + m.reason);
         } else if constexpr (std::is_same_v<T, wire::Hello>) {
           XLOG(WARN) << "peer " << s->peer_key << " sent a second hello; closing";

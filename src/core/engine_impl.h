@@ -85,6 +85,10 @@ class EngineImpl final : public control::ControlHandler {
   // updates) have been applied here.
   bool SyncWith(const std::shared_ptr<control::Session>& s, Clock::time_point deadline);
   void DropPeerState(PeerState& state);
+  // Tells each peer we are leaving and waits (up to heartbeat_timeout) until each has stopped
+  // using our regions, then closes the sessions.
+  void SayGoodbye(const std::vector<std::shared_ptr<control::Session>>& sessions,
+                  const std::string& reason);
 
   EngineOptions opts_;
   std::atomic<bool> running_{false};

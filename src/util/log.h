@@ -25,13 +25,18 @@ class Line {
   std::ostringstream out_;
 };
 
+// Turns `Line << ...` into a void expression, so XLOG works as a single statement anywhere.
+struct Voidify {
+  void operator&(Line&) {}
+};
+
 }  // namespace xfer::log
 
 #define XLOG_LEVEL_ERROR ::xfer::log::Level::kError
 #define XLOG_LEVEL_WARN ::xfer::log::Level::kWarn
 #define XLOG_LEVEL_INFO ::xfer::log::Level::kInfo
 #define XLOG_LEVEL_DEBUG ::xfer::log::Level::kDebug
-#define XLOG(level)                                  \
-  if (!::xfer::log::Enabled(XLOG_LEVEL_##level)) {   \
-  } else                                             \
-    ::xfer::log::Line(XLOG_LEVEL_##level, __FILE__, __LINE__)
+#define XLOG(level)                                 \
+  !::xfer::log::Enabled(XLOG_LEVEL_##level)         \
+      ? (void)0                                     \
+      : ::xfer::log::Voidify() & ::xfer::log::Line(XLOG_LEVEL_##level, __FILE__, __LINE__)

@@ -40,7 +40,7 @@ TEST(WireCodec, EveryMessageRoundTrips) {
                               Sync{5},
                               SyncAck{5},
                               Heartbeat{},
-                              Goodbye{"bye"}};
+                              Goodbye{"bye", 3}};
   for (const auto& m : all) EXPECT_EQ(RoundTrip(m), m);
 }
 

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Side by side: xfer's cma transport (xfer-bench) against the raw process_vm_writev/readv loop
+# (bench/raw_cma, one call per block) and memcpy, at the same block sizes and buffer pattern,
+# WRITE and READ, plus 16 KiB blocks in batches of 1000 descriptors. Every measurement runs
+# ROUNDS times, the tools alternating, and the best round counts (this machine's cores are
+# shared, so a single run can lose a cell to a neighbour). Prints one table with the xfer/raw
+# ratios and the acceptance targets, and writes bench/RESULTS.md.
+#
+#   bench/compare.sh [BUILD_DIR]            (default: build)
+#   env: DURATION=0.3 (s per cell)  ROUNDS=5  SIZES=16K:8M  REUSE=1 (reuse buffers instead of
+#        walking a 256 MiB span)  BATCH=1000  BATCH_SIZE=16K  RESULTS=bench/RESULTS.md
+#        (RESULTS=- : do not write it)  NOTE="..." (a line for RESULTS.md, e.g. the load)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+DURATION=${DURATION:-0.3}
+ROUNDS=${ROUNDS:-5}
+SIZES=${SIZES:-16K:8M}
+BATCH=${BATCH:-1000}
+BATCH_SIZE=${BATCH_SIZE:-16K}
+RESULTS=${RESULTS:-bench/RESULTS.md}
+PATTERN=()
+PATTERN_NAME="walk (256 MiB span per side, larger than the CPU caches)"
+if [ "${REUSE:-0}" = 1 ]; then
+  PATTERN=(--reuse)
+  PATTERN_NAME="reuse (the same buffers every request)"
+fi
+
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S . -B "$BUILD" -G Ninja >/dev/null
+fi
+cmake --build "$BUILD" --target xfer-bench raw_cma >/dev/null
+RAW="$BUILD/bench/raw_cma"
+XB="$BUILD/tools/xfer-bench"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# The commands, as run (and as written to RESULTS.md). The sweeps run one size at a time, the
+# tools alternating (and which goes first alternating by round), so that both see the same
+# moment of a shared machine: SIZE below is each size of $SIZES in turn.
+cmd_raw=("$RAW" -s SIZE -D "$DURATION" "${PATTERN[@]}")
+cmd_xfer=("$XB" -s SIZE -D "$DURATION" --transport cma "${PATTERN[@]}")
+cmd_raw_batch=("$RAW" -s "$BATCH_SIZE" -D "$DURATION" --batch "$BATCH" --no-memcpy "${PATTERN[@]}")
+cmd_xfer_batch=("$XB" -s "$BATCH_SIZE" -D "$DURATION" --batch "$BATCH" --transport cma "${PATTERN[@]}")
+sizes=$("$RAW" -s "$SIZES" --print-sizes)
+
+# raw_cma table -> "raw <column> <bytes> <GB/s>" lines.
+parse_raw() {
+  awk '/^#bytes/ { for (i = 2; i <= NF; i++) { c = $i; sub(/\[GB\/s\]/, "", c); col[i] = c }; next }
+       /^[0-9]/ { for (i = 2; i <= NF; i++) print "raw", col[i], $1, $i }'
+}
+# xfer-bench tables -> "xfer <write|read>[_bN] <bytes> <GB/s>" lines; suffix _bN when batched.
+parse_xfer() {
+  local suffix=$1
+  awk -v suf="$suffix" '/^## write_bw/ { op = "write"; next } /^## read_bw/ { op = "read"; next }
+       /^[0-9]/ && op != "" { print "xfer", op suf, $1, $3 }'
+}
+with_size() {  # with_size SIZE cmd...: runs cmd with its SIZE placeholder replaced
+  local size=$1 a out=()
+  shift
+  for a in "$@"; do [ "$a" = SIZE ] && out+=("$size") || out+=("$a"); done
+  "${out[@]}"
+}
+run_raw() { with_size "$2" "${cmd_raw[@]}" | tee -a "$tmp/raw_$1.txt" | parse_raw >>"$tmp/all.txt"; }
+run_xfer() { with_size "$2" "${cmd_xfer[@]}" | tee -a "$tmp/xfer_$1.txt" | parse_xfer "" >>"$tmp/all.txt"; }
+
+echo "compare: $ROUNDS rounds, $DURATION s per cell, pattern $PATTERN_NAME" >&2
+for r in $(seq 1 "$ROUNDS"); do
+  echo "  round $r/$ROUNDS: sizes $SIZES, raw_cma and xfer-bench alternating" >&2
+  for b in $sizes; do
+    if [ $((r % 2)) = 1 ]; then run_raw "$r" "$b"; run_xfer "$r" "$b"
+    else run_xfer "$r" "$b"; run_raw "$r" "$b"; fi
+  done
+  echo "  round $r/$ROUNDS: $BATCH_SIZE x $BATCH descriptors" >&2
+  "${cmd_xfer_batch[@]}" | tee "$tmp/xferb_$r.txt" | parse_xfer "_b$BATCH" >>"$tmp/all.txt"
+  # (its one-call-per-block columns count as more rounds of the raw loop at BATCH_SIZE)
+  "${cmd_raw_batch[@]}" | tee "$tmp/rawb_$r.txt" | parse_raw >>"$tmp/all.txt"
+done
+
+# Best and median of the rounds per (tool, column, bytes).
+awk '{ k = $1 " " $2 " " $3; vals[k] = vals[k] " " $4 }
+     END {
+       for (k in vals) {
+         n = split(substr(vals[k], 2), a, " ")
+         for (i = 2; i <= n; i++) { x = a[i] + 0; j = i - 1; while (j >= 1 && a[j] + 0 > x) { a[j + 1] = a[j]; j-- } a[j + 1] = x }
+         med = (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+         print k, a[n], med
+       }
+     }' "$tmp/all.txt" | sort -k3,3n -k1,2 >"$tmp/best.txt"
+
+# One table, plus the acceptance verdicts.
+awk -v batch="$BATCH" -v bsize="$BATCH_SIZE" '
+  { v[$1 " " $2 " " $3] = $4; m[$1 " " $2 " " $3] = $5; if (!($3 in seen)) { seen[$3] = 1; sizes[++n] = $3 } }
+  function get(k) { return (k in v) ? v[k] : -1 }
+  function med(k) { return (k in m) ? m[k] : -1 }
+  function f(x) { return x < 0 ? "-" : sprintf("%.2f", x) }
+  function ratio(a, b) { return (a < 0 || b <= 0) ? "-" : sprintf("%.2f", a / b) }
+  END {
+    # sizes are sorted numerically by the sort above
+    printf "| %-8s | %8s | %9s | %10s | %9s | %9s | %8s | %10s | %9s | %9s |\n", "block", "memcpy", "raw WRITE", "xfer WRITE", "WRITE x/r", "(median)", "raw READ", "xfer READ", "READ x/r", "(median)"
+    printf "|----------|---------:|----------:|-----------:|----------:|----------:|---------:|-----------:|----------:|----------:|\n"
+    ok = 1
+    for (i = 1; i <= n; i++) {
+      b = sizes[i]
+      rw = get("raw write " b); xw = get("xfer write " b); rr = get("raw read " b); xr = get("xfer read " b)
+      if (xw < 0 && xr < 0) continue
+      printf "| %-8s | %8s | %9s | %10s | %9s | %9s | %8s | %10s | %9s | %9s |\n", b, f(get("raw memcpy " b)), f(rw), f(xw), ratio(xw, rw), ratio(med("xfer write " b), med("raw write " b)), f(rr), f(xr), ratio(xr, rr), ratio(med("xfer read " b), med("raw read " b))
+      if (b >= 262144) {
+        if (rw > 0 && xw >= 0 && xw / rw < 0.90) { ok = 0; miss = miss sprintf(" WRITE@%s=%.2f", b, xw / rw) }
+        if (rr > 0 && xr >= 0 && xr / rr < 0.90) { ok = 0; miss = miss sprintf(" READ@%s=%.2f", b, xr / rr) }
+      }
+    }
+    printf "\n"
+    printf "| %s B x %s descriptors | raw 1 call/block | raw %s blocks/call (<=1024 iovecs) | xfer --batch %s | xfer / raw 1 call/block |\n", bsize, batch, batch, batch
+    printf "|---|---:|---:|---:|---:|\n"
+    bok = 1
+    for (i = 1; i <= n; i++) {
+      b = sizes[i]
+      xw = get("xfer write_b" batch " " b); if (xw < 0) continue
+      xr = get("xfer read_b" batch " " b)
+      printf "| WRITE %s | %s | %s | %s | %s |\n", b, f(get("raw write " b)), f(get("raw write_b" batch " " b)), f(xw), ratio(xw, get("raw write " b))
+      printf "| READ %s | %s | %s | %s | %s |\n", b, f(get("raw read " b)), f(get("raw read_b" batch " " b)), f(xr), ratio(xr, get("raw read " b))
+      if (get("raw write " b) <= 0 || get("raw read " b) <= 0 || !(xw > get("raw write " b)) || !(xr > get("raw read " b))) bok = 0
+    }
+    printf "\n"
+    printf "GB/s: best of the rounds; x/r: xfer / raw of the best rounds; (median): of the median rounds\n\n"
+    printf "- target 1: cma WRITE and READ at >= 256 KiB reach >= 90%% of the raw loop: %s%s\n", ok ? "MET" : "NOT MET:", miss
+    printf "- target 2: %s B blocks in batches of %s beat the raw one-call-per-block loop: %s\n", bsize, batch, bok ? "MET" : "NOT MET"
+  }' "$tmp/best.txt" >"$tmp/table.md"
+
+echo
+cat "$tmp/table.md"
+transport=$(awk '/^# peer:/ { for (i = 1; i <= NF; i++) if ($i == "transport") { t = $(i + 1); sub(/;$/, "", t); print t; exit } }' "$tmp/xfer_1.txt")
+echo "(xfer transport: ${transport:-unknown}; best of $ROUNDS rounds; GB/s = 1e9 B/s)"
+
+if [ "$RESULTS" != "-" ]; then
+  q() { local s="" a; for a in "$@"; do s+="${s:+ }$(printf '%q' "$a")"; done; printf '%s' "$s"; }
+  {
+    echo "# xfer vs raw baselines (cma)"
+    echo
+    echo "Written by \`bench/compare.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC')."
+    echo
+    echo "- machine: $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), kernel $(uname -r), $(awk '/MemTotal/ { printf "%.0f GiB RAM", $2 / 1048576 }' /proc/meminfo)"
+    echo "- xfer $(git describe --always --dirty 2>/dev/null || echo "(no git revision)"), transport ${transport:-unknown}"
+    echo "- pattern: $PATTERN_NAME; remote blocks pair-swapped so no two descriptors coalesce"
+    echo "- each cell: $DURATION s timed after a warm-up pass; best of $ROUNDS rounds, tools alternating"
+    echo "- GB/s = 1e9 bytes/s; x/r = xfer / raw one-call-per-block loop"
+    echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+    if [ -n "${NOTE:-}" ]; then echo "- note: $NOTE"; fi
+    echo
+    echo "Command: \`bench/compare.sh${1:+ $1}\` (DURATION=$DURATION ROUNDS=$ROUNDS SIZES=$SIZES BATCH=$BATCH BATCH_SIZE=$BATCH_SIZE${REUSE:+ REUSE=$REUSE}), which runs:"
+    echo
+    echo '```'
+    echo "# for SIZE in $(echo $sizes | tr '\n' ' '), alternating:"
+    q "${cmd_raw[@]}"; echo
+    q "${cmd_xfer[@]}"; echo
+    echo "# then:"
+    q "${cmd_xfer_batch[@]}"; echo
+    q "${cmd_raw_batch[@]}"; echo
+    echo '```'
+    echo
+    cat "$tmp/table.md"
+    echo
+    echo "## Last round, as the tools printed it (repeated headers dropped)"
+    echo
+    echo '```'
+    awk '/^# rerun|^# invoked|^# command/ { next } /^# (peer|sizes|pattern):/ && seen[$2]++ { next }
+         /^#/ && seen[$0]++ { next } /^$/ { next } { print }' \
+      "$tmp/xfer_$ROUNDS.txt" "$tmp/raw_$ROUNDS.txt" "$tmp/xferb_$ROUNDS.txt" "$tmp/rawb_$ROUNDS.txt"
+    echo '```'
+  } >"$RESULTS"
+  echo "wrote $RESULTS"
+fi

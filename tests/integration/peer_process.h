@@ -1,0 +1,97 @@
+// PeerProcess: starts xfer_test_peer as a real child process and drives it over pipes.
+// Every read has a deadline (a wedged peer fails the test instead of hanging it); the
+// destructor always reaps the child (asking it to exit, then SIGKILL).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace xfer_test {
+
+using namespace std::chrono_literals;
+
+struct PeerOptions {
+  std::string name = "127.0.0.1:0";
+  std::string host_id;           // empty: the engine's default
+  int heartbeat_ms = 0;          // 0: the engine's default
+  int heartbeat_timeout_ms = 0;  // 0: the engine's default
+  std::vector<std::string> extra_args;
+};
+
+// A reply line split into words. ok is true for "OK ..." replies.
+struct Reply {
+  bool ok = false;
+  std::string line;                // the whole line ("TIMEOUT"/"EOF" if none came)
+  std::vector<std::string> words;  // words after OK / ERR
+  // For ERR replies: the status code name, e.g. "REMOTE_ACCESS_DENIED".
+  std::string code() const { return !ok && !words.empty() ? words[0] : std::string(); }
+  uint64_t u64(size_t i) const;    // words[i] as a number (0 if missing)
+};
+
+// A region the peer allocated and registered.
+struct PeerRegion {
+  uint64_t handle = 0;
+  uint64_t addr = 0;
+  uint64_t len = 0;
+};
+
+class PeerProcess {
+ public:
+  PeerProcess() = default;
+  ~PeerProcess();
+  PeerProcess(const PeerProcess&) = delete;
+  PeerProcess& operator=(const PeerProcess&) = delete;
+
+  // Starts the peer and waits for READY. On failure returns false with *error set.
+  bool Start(const PeerOptions& options, std::string* error,
+             std::chrono::milliseconds ready_timeout = 30s);
+
+  const std::string& name() const { return name_; }  // the bound name, e.g. 127.0.0.1:4321
+  int port() const;                                    // the port of name()
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0; }
+
+  // Sends one command and returns its reply. Never blocks past timeout.
+  Reply Call(const std::string& command, std::chrono::milliseconds timeout = 30s);
+  // Sends a command without reading its reply; read it later with ReadReply.
+  bool Send(const std::string& command);
+  Reply ReadReply(std::chrono::milliseconds timeout = 30s);
+
+  // Convenience wrappers; on an ERR reply they add a gtest failure and return zeros.
+  PeerRegion Alloc(uint64_t bytes, const std::string& tag = "");
+  uint64_t Buf(uint64_t bytes);  // unregistered memory, returns its address
+  void Fill(const PeerRegion& r, uint64_t seed) { FillRange(r.addr, r.len, seed); }
+  void FillRange(uint64_t addr, uint64_t len, uint64_t seed);
+  uint64_t Sum(const PeerRegion& r) { return SumRange(r.addr, r.len); }
+  uint64_t SumRange(uint64_t addr, uint64_t len);
+
+  // Signals. Kill(SIGKILL) does not reap; WaitExit does.
+  void Signal(int sig);
+  // Waits for the child to end; returns false on timeout. *status gets the waitpid status.
+  bool WaitExit(std::chrono::milliseconds timeout, int* status = nullptr);
+  // Asks the peer to exit ("exit"), waits, and reports whether it exited with status 0.
+  bool ExitCleanly(std::chrono::milliseconds timeout = 20s);
+  // SIGKILL and reap (blocking). Safe to call when not running.
+  void KillNow();
+
+ private:
+  bool ReadLine(std::string* line, std::chrono::steady_clock::time_point deadline);
+  void CloseFds();
+
+  pid_t pid_ = -1;
+  int to_child_ = -1;
+  int from_child_ = -1;
+  bool stopped_ = false;
+  bool killed_ = false;  // SIGKILLed through Signal(): reaped quietly
+  std::string name_;
+  std::string buffer_;
+};
+
+// A fresh TCP port on 127.0.0.1 that nothing listens on (bound then closed).
+int UnusedPort();
+
+}  // namespace xfer_test

@@ -1,0 +1,153 @@
+// Shared helpers for the integration and fault tests: status assertions, page-aligned local
+// buffers, and a fixture with one local engine connected to one xfer_test_peer process.
+#pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "pattern.h"
+#include "peer_process.h"
+#include "xfer/engine.h"
+
+namespace xfer {
+// Readable gtest output for the enums.
+inline void PrintTo(StatusCode c, std::ostream* os) { *os << StatusCodeName(c); }
+inline void PrintTo(RequestState s, std::ostream* os) { *os << RequestStateName(s); }
+inline void PrintTo(Op op, std::ostream* os) { *os << OpName(op); }
+}  // namespace xfer
+
+#define XT_ASSERT_OK(expr)                                                     \
+  do {                                                                         \
+    const ::xfer::Status xt_s_ = (expr);                                       \
+    ASSERT_TRUE(xt_s_.ok()) << #expr << " -> " << xt_s_.ToString();            \
+  } while (0)
+#define XT_EXPECT_OK(expr)                                                     \
+  do {                                                                         \
+    const ::xfer::Status xt_s_ = (expr);                                       \
+    EXPECT_TRUE(xt_s_.ok()) << #expr << " -> " << xt_s_.ToString();            \
+  } while (0)
+#define XT_EXPECT_CODE(expr, want)                                             \
+  do {                                                                         \
+    const ::xfer::Status xt_s_ = (expr);                                       \
+    EXPECT_EQ(xt_s_.code(), (want)) << #expr << " -> " << xt_s_.ToString();    \
+  } while (0)
+
+namespace xfer_test {
+
+using Clock = std::chrono::steady_clock;
+using xfer::Op;
+using xfer::RequestState;
+using xfer::StatusCode;
+using xfer::TransferDesc;
+
+inline std::string CodeName(StatusCode c) { return std::string(xfer::StatusCodeName(c)); }
+
+inline double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Page-aligned anonymous memory in this process (zeroed), unmapped on destruction.
+class LocalBuffer {
+ public:
+  explicit LocalBuffer(uint64_t len) : len_(len) {
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    map_len_ = (len + page - 1) / page * page;
+    void* p = mmap(nullptr, map_len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    p_ = p == MAP_FAILED ? nullptr : static_cast<unsigned char*>(p);
+  }
+  ~LocalBuffer() {
+    if (p_ != nullptr) munmap(p_, map_len_);
+  }
+  LocalBuffer(const LocalBuffer&) = delete;
+  LocalBuffer& operator=(const LocalBuffer&) = delete;
+
+  unsigned char* data() { return p_; }
+  uint64_t addr() const { return reinterpret_cast<uintptr_t>(p_); }
+  uint64_t len() const { return len_; }
+  void Fill(uint64_t seed) { FillPattern(p_, len_, seed); }
+  uint64_t Hash() const { return Hash64(p_, len_); }
+
+ private:
+  unsigned char* p_ = nullptr;
+  uint64_t len_ = 0;
+  uint64_t map_len_ = 0;
+};
+
+// Waits for an async request to end (bounded); returns its terminal status and the value
+// Wait() returned.
+struct Outcome {
+  xfer::Status wait;
+  xfer::RequestStatus status;
+  double seconds = 0;
+};
+inline Outcome WaitFor(xfer::Engine& e, xfer::RequestHandle req,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  Outcome o;
+  const auto t0 = Clock::now();
+  o.wait = e.Wait(req, timeout, &o.status);
+  o.seconds = SecondsSince(t0);
+  return o;
+}
+
+// Polls cond every 5 ms until it is true or timeout passes; returns the final value.
+template <typename F>
+bool PollUntil(F cond, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (cond()) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// One local engine ("initiator") and one xfer_test_peer process ("target"), connected.
+class PeerFixture : public ::testing::Test {
+ protected:
+  // Override in a subclass to change options before SetUp runs.
+  virtual xfer::EngineOptions LocalOptions() { return {}; }
+  virtual PeerOptions RemoteOptions() { return {}; }
+  virtual bool ConnectInSetUp() { return true; }
+
+  void SetUp() override {
+    std::string err;
+    ASSERT_TRUE(peer_.Start(RemoteOptions(), &err)) << err;
+    XT_ASSERT_OK(engine_.Initialize("127.0.0.1:0", LocalOptions()));
+    if (ConnectInSetUp()) {
+      XT_ASSERT_OK(engine_.Connect(peer_.name(), std::chrono::seconds(10)));
+      // The acceptor may install the session a moment after our Connect returned (that race
+      // has its own test, IntegrationSelf.AcceptorKnowsThePeerWhenConnectReturns); tests that
+      // drive the peer to use the session wait for it here.
+      ASSERT_TRUE(PeerKnowsUs()) << "the peer never listed our session";
+    }
+  }
+
+  bool PeerKnowsUs() {
+    return PollUntil([&] { return peer_.Call("info " + engine_.LocalName()).ok; },
+                     std::chrono::seconds(5));
+  }
+
+  xfer::Status Write(const std::vector<TransferDesc>& d,
+                     std::chrono::milliseconds t = std::chrono::seconds(60)) {
+    return engine_.TransferSync(peer_.name(), Op::kWrite, d, t);
+  }
+  xfer::Status Read(const std::vector<TransferDesc>& d,
+                    std::chrono::milliseconds t = std::chrono::seconds(60)) {
+    return engine_.TransferSync(peer_.name(), Op::kRead, d, t);
+  }
+
+  PeerProcess peer_;     // destroyed after engine_ (declared first)
+  xfer::Engine engine_;  // finalized first on teardown
+};
+
+}  // namespace xfer_test

@@ -1,0 +1,317 @@
+// xfer_test_peer: a real second process for the multi-process tests. It starts one
+// xfer::Engine and is driven by a line protocol on stdin/stdout.
+//
+//   xfer_test_peer --name 127.0.0.1:0 [--host-id X] [--heartbeat-ms N]
+//                  [--heartbeat-timeout-ms N] [--streams N] [--transport T]
+//
+// After Initialize it prints "READY <bound name> <pid>" (or "FAIL <status>" and exits 2).
+// Then each stdin line is one command, answered by exactly one line: "OK [...]" or
+// "ERR <STATUS_CODE_NAME or BAD_COMMAND> <message>". Numbers are decimal.
+//
+//   alloc <bytes> [tag]          map fresh zeroed memory, register it     -> OK <handle> <addr>
+//   buf <bytes>                  map fresh zeroed memory, do not register -> OK <addr>
+//   reg <addr> <len> [tag]       register a range                         -> OK <handle>
+//   dereg <handle> [seed]        deregister (blocks until peers let go); with a seed, pattern-fill
+//                                the region the moment DeregisterMem returns -> OK
+//   fill <handle> <seed>         pattern-fill a registered region         -> OK
+//   fillr <addr> <len> <seed>    pattern-fill any range                   -> OK
+//   sum <handle>                 hash a registered region's contents      -> OK <hash>
+//   sumr <addr> <len>            hash any range                           -> OK <hash>
+//   connect <name> [timeout_ms]                                           -> OK
+//   disconnect <name>                                                     -> OK
+//   info <name>                  -> OK <transport> <incarnation> <pid> <outbound 0|1> <name>
+//   regions <name>               -> OK <n> <addr>:<len>:<tag> ...
+//   xfer <read|write> <remote> <timeout_ms> <local> <remote_addr> <len> [count]
+//                                TransferSync with count copies of one descriptor -> OK
+//   axfer (same arguments)       TransferAsync                            -> OK <request>
+//   wait <request> <timeout_ms>  -> OK <REQUEST_STATE> <STATUS_CODE>
+//   unmap <addr> <len>           munmap a range (to fake a region whose memory went away)
+//   finalize [addr len seed]     engine.Finalize() but keep running (memory stays mapped); with
+//                                arguments, pattern-fill that range the moment Finalize returns
+//   sleep <ms> | ping | exit
+//
+// Protocol output goes to a private copy of stdout; fd 1 itself is pointed at stderr so that
+// nothing the engine might print can corrupt the protocol.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pattern.h"
+#include "xfer/engine.h"
+
+namespace {
+
+struct Mapping {
+  void* base;
+  size_t len;
+};
+
+struct Range {
+  uint64_t addr;
+  uint64_t len;
+};
+
+class Peer {
+ public:
+  explicit Peer(xfer::Engine& engine) : engine_(engine) {}
+  ~Peer() {
+    for (const Mapping& m : maps_) munmap(m.base, m.len);
+  }
+
+  // Handles one command line; sets *quit for "exit".
+  std::string Handle(const std::string& line, bool* quit) {
+    std::istringstream in(line);
+    std::string cmd;
+    in >> cmd;
+    if (cmd.empty()) return Bad("empty command");
+    if (cmd == "ping") return "OK";
+    if (cmd == "exit") {
+      *quit = true;
+      return "OK";
+    }
+    if (cmd == "sleep") {
+      uint64_t ms = 0;
+      if (!(in >> ms)) return Bad("usage: sleep <ms>");
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      return "OK";
+    }
+    if (cmd == "alloc" || cmd == "buf") {
+      uint64_t bytes = 0;
+      std::string tag;
+      if (!(in >> bytes) || bytes == 0) return Bad("usage: alloc <bytes> [tag]");
+      in >> tag;
+      void* p = Map(bytes);
+      if (p == nullptr) return "ERR RESOURCE_EXHAUSTED mmap failed";
+      const uint64_t addr = reinterpret_cast<uintptr_t>(p);
+      if (cmd == "buf") return "OK " + std::to_string(addr);
+      xfer::MemHandle h = 0;
+      xfer::Status s = engine_.RegisterMem(p, bytes, xfer::MemType::kHost, &h, tag);
+      if (!s.ok()) return Err(s);
+      handles_[h] = {addr, bytes};
+      return "OK " + std::to_string(h) + " " + std::to_string(addr);
+    }
+    if (cmd == "reg") {
+      uint64_t addr = 0, len = 0;
+      std::string tag;
+      if (!(in >> addr >> len)) return Bad("usage: reg <addr> <len> [tag]");
+      in >> tag;
+      xfer::MemHandle h = 0;
+      xfer::Status s = engine_.RegisterMem(reinterpret_cast<void*>(addr), len,
+                                           xfer::MemType::kHost, &h, tag);
+      if (!s.ok()) return Err(s);
+      handles_[h] = {addr, len};
+      return "OK " + std::to_string(h);
+    }
+    if (cmd == "dereg") {
+      xfer::MemHandle h = 0;
+      if (!(in >> h)) return Bad("usage: dereg <handle>");
+      uint64_t seed = 0;
+      const bool fill = static_cast<bool>(in >> seed);
+      xfer::Status s = engine_.DeregisterMem(h);
+      if (!s.ok()) return Err(s);
+      // The memory stays mapped (and in handles_) for sum/fill.
+      auto it = handles_.find(h);
+      if (fill && it != handles_.end()) {
+        xfer_test::FillPattern(reinterpret_cast<void*>(it->second.addr), it->second.len, seed);
+      }
+      return "OK";
+    }
+    if (cmd == "fill" || cmd == "sum") {
+      xfer::MemHandle h = 0;
+      if (!(in >> h)) return Bad("usage: " + cmd + " <handle> ...");
+      auto it = handles_.find(h);
+      if (it == handles_.end()) return Bad("unknown handle " + std::to_string(h));
+      return FillOrSum(cmd == "fill", it->second, in);
+    }
+    if (cmd == "fillr" || cmd == "sumr") {
+      Range r{};
+      if (!(in >> r.addr >> r.len)) return Bad("usage: " + cmd + " <addr> <len> ...");
+      return FillOrSum(cmd == "fillr", r, in);
+    }
+    if (cmd == "finalize") {
+      Range r{};
+      uint64_t seed = 0;
+      const bool fill = static_cast<bool>(in >> r.addr >> r.len >> seed);
+      engine_.Finalize();
+      if (fill) xfer_test::FillPattern(reinterpret_cast<void*>(r.addr), r.len, seed);
+      return "OK";
+    }
+    if (cmd == "unmap") {
+      uint64_t addr = 0, len = 0;
+      if (!(in >> addr >> len)) return Bad("usage: unmap <addr> <len>");
+      if (munmap(reinterpret_cast<void*>(addr), len) != 0) return "ERR INTERNAL munmap failed";
+      return "OK";
+    }
+    if (cmd == "connect") {
+      std::string name;
+      uint64_t ms = 5000;
+      if (!(in >> name)) return Bad("usage: connect <name> [timeout_ms]");
+      in >> ms;
+      xfer::Status s = engine_.Connect(name, std::chrono::milliseconds(ms));
+      return s.ok() ? "OK" : Err(s);
+    }
+    if (cmd == "disconnect") {
+      std::string name;
+      if (!(in >> name)) return Bad("usage: disconnect <name>");
+      xfer::Status s = engine_.Disconnect(name);
+      return s.ok() ? "OK" : Err(s);
+    }
+    if (cmd == "info") {
+      std::string name;
+      if (!(in >> name)) return Bad("usage: info <name>");
+      xfer::PeerInfo info;
+      xfer::Status s = engine_.GetPeerInfo(name, &info);
+      if (!s.ok()) return Err(s);
+      return "OK " + (info.transport.empty() ? std::string("-") : info.transport) + " " +
+             std::to_string(info.incarnation) + " " + std::to_string(info.pid) + " " +
+             (info.outbound ? "1" : "0") + " " + info.name;
+    }
+    if (cmd == "regions") {
+      std::string name;
+      if (!(in >> name)) return Bad("usage: regions <name>");
+      std::vector<xfer::RegionInfo> regions;
+      xfer::Status s = engine_.GetRemoteRegions(name, &regions);
+      if (!s.ok()) return Err(s);
+      std::string out = "OK " + std::to_string(regions.size());
+      for (const auto& r : regions) {
+        out += " " + std::to_string(r.addr) + ":" + std::to_string(r.len) + ":" + r.tag;
+      }
+      return out;
+    }
+    if (cmd == "xfer" || cmd == "axfer") {
+      std::string op_name, remote;
+      uint64_t ms = 0, local = 0, raddr = 0, len = 0, count = 1;
+      if (!(in >> op_name >> remote >> ms >> local >> raddr >> len) ||
+          (op_name != "read" && op_name != "write")) {
+        return Bad("usage: " + cmd +
+                   " <read|write> <remote> <timeout_ms> <local> <remote_addr> <len> [count]");
+      }
+      in >> count;
+      const xfer::Op op = op_name == "read" ? xfer::Op::kRead : xfer::Op::kWrite;
+      std::vector<xfer::TransferDesc> descs(count, xfer::TransferDesc{local, raddr, len});
+      if (cmd == "xfer") {
+        xfer::Status s = engine_.TransferSync(remote, op, descs, std::chrono::milliseconds(ms));
+        return s.ok() ? "OK" : Err(s);
+      }
+      xfer::RequestHandle req = 0;
+      xfer::Status s =
+          engine_.TransferAsync(remote, op, descs, std::chrono::milliseconds(ms), &req);
+      return s.ok() ? "OK " + std::to_string(req) : Err(s);
+    }
+    if (cmd == "wait") {
+      xfer::RequestHandle req = 0;
+      uint64_t ms = 0;
+      if (!(in >> req >> ms)) return Bad("usage: wait <request> <timeout_ms>");
+      xfer::RequestStatus st;
+      xfer::Status s = engine_.Wait(req, std::chrono::milliseconds(ms), &st);
+      return "OK " + std::string(xfer::RequestStateName(st.state)) + " " +
+             std::string(xfer::StatusCodeName(s.code()));
+    }
+    return Bad("unknown command '" + cmd + "'");
+  }
+
+ private:
+  static std::string Bad(const std::string& why) { return "ERR BAD_COMMAND " + why; }
+  static std::string Err(const xfer::Status& s) {
+    return "ERR " + std::string(xfer::StatusCodeName(s.code())) + " " + s.message();
+  }
+
+  static std::string FillOrSum(bool fill, Range r, std::istringstream& in) {
+    void* p = reinterpret_cast<void*>(r.addr);
+    if (!fill) return "OK " + std::to_string(xfer_test::Hash64(p, r.len));
+    uint64_t seed = 0;
+    if (!(in >> seed)) return Bad("missing seed");
+    xfer_test::FillPattern(p, r.len, seed);
+    return "OK";
+  }
+
+  void* Map(uint64_t bytes) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t len = (bytes + page - 1) / page * page;
+    void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    maps_.push_back({p, len});
+    return p;
+  }
+
+  xfer::Engine& engine_;
+  std::vector<Mapping> maps_;
+  std::map<xfer::MemHandle, Range> handles_;
+};
+
+std::string OneLine(std::string s) {
+  for (char& c : s) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string name = "127.0.0.1:0";
+  xfer::EngineOptions options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "xfer_test_peer: %s needs a value\n", arg.c_str());
+      return 2;
+    }
+    const std::string value = argv[++i];
+    if (arg == "--name") {
+      name = value;
+    } else if (arg == "--host-id") {
+      options.host_id = value;
+    } else if (arg == "--heartbeat-ms") {
+      options.heartbeat_interval = std::chrono::milliseconds(std::stoll(value));
+    } else if (arg == "--heartbeat-timeout-ms") {
+      options.heartbeat_timeout = std::chrono::milliseconds(std::stoll(value));
+    } else if (arg == "--streams") {
+      options.streams = std::stoi(value);
+    } else if (arg == "--transport") {
+      options.transport = value;
+    } else {
+      std::fprintf(stderr, "xfer_test_peer: unknown argument %s\n", arg.c_str());
+      return 2;
+    }
+  }
+
+  // Keep the protocol on a private descriptor; anything else written to stdout goes to stderr.
+  const int proto_fd = dup(STDOUT_FILENO);
+  if (proto_fd < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) return 2;
+  FILE* out = fdopen(proto_fd, "w");
+  if (out == nullptr) return 2;
+  auto reply = [out](const std::string& s) {
+    std::fprintf(out, "%s\n", OneLine(s).c_str());
+    std::fflush(out);
+  };
+
+  xfer::Engine engine;
+  xfer::Status s = engine.Initialize(name, options);
+  if (!s.ok()) {
+    reply("FAIL " + s.ToString());
+    return 2;
+  }
+  reply("READY " + engine.LocalName() + " " + std::to_string(getpid()));
+
+  {
+    Peer peer(engine);
+    std::string line;
+    bool quit = false;
+    while (!quit && std::getline(std::cin, line)) reply(peer.Handle(line, &quit));
+    // Finalize before the memory is unmapped so no peer can still be using it.
+    engine.Finalize();
+  }
+  std::fclose(out);
+  return 0;
+}

@@ -1,0 +1,194 @@
+// xfer-info: what this build of xfer and this machine offer: version, host identity, each
+// transport available or not and why, and the engine's defaults.
+//
+//   xfer-info [--host-id ID] [--no-engine]
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "xfer/engine.h"
+
+#ifndef XFER_TOOLS_VERSION
+#define XFER_TOOLS_VERSION "unknown"
+#endif
+
+namespace {
+
+std::string ReadFirstLine(const char* path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+std::string CpuModel() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
+      return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+// Probes process_vm_readv and process_vm_writev on a forked child. Empty = works, else why not.
+std::string ProbeCma() {
+  int ready[2], ctl[2];
+  if (pipe(ready) != 0 || pipe(ctl) != 0) return std::string("probe failed: pipe: ") + std::strerror(errno);
+  static volatile char target[64];
+  pid_t pid = fork();
+  if (pid < 0) return std::string("probe failed: fork: ") + std::strerror(errno);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(ready[0]);
+    close(ctl[1]);
+    std::memcpy(const_cast<char*>(target), "xfer-cma-probe", 15);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) _exit(1);
+    while (read(ctl[0], &c, 1) > 0) {
+    }
+    _exit(0);
+  }
+  close(ready[1]);
+  close(ctl[0]);
+  char c;
+  std::string why;
+  if (read(ready[0], &c, 1) != 1) why = "probe failed: the child did not start";
+  if (why.empty()) {
+    char buf[16] = {0};
+    iovec l{buf, 15}, r{const_cast<char*>(target), 15};
+    ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+    int e = errno;
+    if (n < 0) {
+      if (e == EPERM) {
+        why = "ptrace not permitted";
+        std::string scope = ReadFirstLine("/proc/sys/kernel/yama/ptrace_scope");
+        if (!scope.empty()) why += " (kernel.yama.ptrace_scope=" + scope + ")";
+      } else if (e == ENOSYS) {
+        why = "kernel built without CONFIG_CROSS_MEMORY_ATTACH";
+      } else {
+        why = std::string("process_vm_readv: ") + std::strerror(e);
+      }
+    } else if (n != 15 || std::strcmp(buf, "xfer-cma-probe") != 0) {
+      why = "process_vm_readv read the wrong bytes";
+    } else {
+      iovec w{buf, 15};
+      n = process_vm_writev(pid, &w, 1, &r, 1, 0);
+      if (n != 15) why = std::string("process_vm_writev: ") + std::strerror(errno);
+    }
+  }
+  close(ctl[1]);
+  close(ready[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  return why;
+}
+
+template <class Rep, class Period>
+long long Ms(std::chrono::duration<Rep, Period> d) {
+  return (long long)std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+void Usage(FILE* f) {
+  std::fprintf(f,
+               "usage: xfer-info [--host-id ID] [--no-engine]\n"
+               "  --host-id ID   show the engine's view with EngineOptions::host_id = ID\n"
+               "  --no-engine    skip the in-process engine check\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string host_id_override;
+  bool engine_check = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      Usage(stdout);
+      return 0;
+    } else if (a == "--version") {
+      std::printf("xfer-info %s\n", XFER_TOOLS_VERSION);
+      return 0;
+    } else if (a == "--host-id" && i + 1 < argc) {
+      host_id_override = argv[++i];
+    } else if (a.rfind("--host-id=", 0) == 0) {
+      host_id_override = a.substr(10);
+    } else if (a == "--no-engine") {
+      engine_check = false;
+    } else {
+      std::fprintf(stderr, "xfer-info: unknown argument '%s'\n", a.c_str());
+      Usage(stderr);
+      return 2;
+    }
+  }
+
+  utsname u{};
+  uname(&u);
+  std::printf("xfer %s\n", XFER_TOOLS_VERSION);
+  std::printf("host:        %s, %ld CPUs (%s), kernel %s %s\n", u.nodename,
+              sysconf(_SC_NPROCESSORS_ONLN), CpuModel().c_str(), u.sysname, u.release);
+  std::string boot_id = ReadFirstLine("/proc/sys/kernel/random/boot_id");
+  if (!host_id_override.empty())
+    std::printf("host id:     %s (overridden by --host-id; the kernel boot id is %s)\n",
+                host_id_override.c_str(), boot_id.empty() ? "unreadable" : boot_id.c_str());
+  else
+    std::printf("host id:     %s (kernel boot id, /proc/sys/kernel/random/boot_id; "
+                "EngineOptions::host_id overrides)\n",
+                boot_id.empty() ? "unreadable" : boot_id.c_str());
+
+  std::printf("transports:\n");
+  std::printf("  %-6s %-12s %s\n", "local", "available", "memcpy between engines of one process");
+  std::string cma = ProbeCma();
+  if (cma.empty())
+    std::printf("  %-6s %-12s %s\n", "cma", "available",
+                "process_vm_readv/writev between processes of this host (probed)");
+  else
+    std::printf("  %-6s %-12s cma: %s\n", "cma", "unavailable", cma.c_str());
+  for (const char* t : {"shm", "tcp", "ucx", "cuda"})
+    std::printf("  %-6s %-12s %s: not built in this version\n", t, "unavailable", t);
+
+  xfer::EngineOptions d;
+  std::printf("defaults (EngineOptions):\n");
+  std::printf("  %-22s %lld ms\n", "heartbeat_interval", Ms(d.heartbeat_interval));
+  std::printf("  %-22s %lld ms\n", "heartbeat_timeout", Ms(d.heartbeat_timeout));
+  std::printf("  %-22s %s\n", "auto_connect", d.auto_connect ? "true" : "false");
+  std::printf("  %-22s %lld ms\n", "auto_connect_timeout", Ms(d.auto_connect_timeout));
+  std::printf("  %-22s %d\n", "streams", d.streams);
+  std::printf("  %-22s %llu bytes\n", "slice_bytes", (unsigned long long)d.slice_bytes);
+  std::printf("  %-22s %llu bytes\n", "batch_bytes", (unsigned long long)d.batch_bytes);
+  std::printf("  %-22s %lld us\n", "spin",
+              (long long)std::chrono::duration_cast<std::chrono::microseconds>(d.spin).count());
+  std::printf("  %-22s %s\n", "transport", d.transport.empty() ? "(best available)" : d.transport.c_str());
+  std::printf("  %-22s %s\n", "host_id", d.host_id.empty() ? "(kernel boot id)" : d.host_id.c_str());
+
+  if (engine_check) {
+    // Two engines in this process: what the engine itself reports about a peer.
+    xfer::EngineOptions o;
+    o.host_id = host_id_override;
+    xfer::Engine a, b;
+    xfer::Status st = a.Initialize("127.0.0.1:0", o);
+    if (st.ok()) st = b.Initialize("127.0.0.1", o);
+    if (st.ok()) st = b.Connect(a.LocalName(), std::chrono::milliseconds(3000));
+    xfer::PeerInfo pi;
+    if (st.ok()) st = b.GetPeerInfo(a.LocalName(), &pi);
+    if (st.ok())
+      std::printf("engine check: two engines in this process connected over %s; host id %s, "
+                  "transport %s\n",
+                  a.LocalName().c_str(), pi.host_id.c_str(), pi.transport.c_str());
+    else
+      std::printf("engine check: FAILED: %s\n", st.ToString().c_str());
+    b.Finalize();
+    a.Finalize();
+    if (!st.ok()) return 1;
+  }
+  return 0;
+}
