@@ -1,5 +1,7 @@
 #include "core/request.h"
 
+#include "util/spin.h"
+
 namespace xfer {
 
 Request::Request(RequestHandle id, Op op, Clock::time_point deadline,
@@ -92,9 +94,7 @@ RequestStatus Request::Poll() {
 RequestStatus Request::WaitUntil(Clock::time_point until, std::chrono::microseconds spin) {
   auto spin_until = std::min(until, Clock::now() + spin);
   while (!done_.load(std::memory_order_acquire) && Clock::now() < spin_until) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
+    SpinPause();
   }
   std::unique_lock lock(mu_);
   while (!done_.load()) {

@@ -2,19 +2,9 @@
 
 #include <functional>
 
+#include "util/spin.h"
+
 namespace xfer {
-namespace {
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-}  // namespace
-
 StreamPool::StreamPool(int streams, std::chrono::microseconds spin) : spin_(spin) {
   for (int i = 0; i < std::max(streams, 1); ++i) {
     streams_.push_back(std::make_unique<Stream>());
@@ -49,7 +39,7 @@ void StreamPool::Run(Stream& s) {
     while (s.pending.load(std::memory_order_acquire) == 0 &&
            !stopping_.load(std::memory_order_acquire) &&
            std::chrono::steady_clock::now() < spin_until) {
-      CpuRelax();
+      SpinPause();
     }
     Task task;
     {
