@@ -26,7 +26,12 @@ struct EngineOptions {
   // Waiters and idle streams spin this long before they sleep (a wake-up costs ~20 us here).
   std::chrono::microseconds spin{50};
 
-  // Force one transport ("local", "cma"); empty picks the best both sides offer.
+  // tcp: data connections per peer; a request's batches spread over them (round-robin, or
+  // the least busy connection first).
+  int links = 2;
+  bool least_loaded_links = false;
+
+  // Force one transport ("local", "cma", "tcp"); empty picks the best both sides offer.
   std::string transport;
   // Overrides the host identity (default: the kernel's boot id). Engines with different host
   // ids never use same-host transports with each other; tests use this to fake two hosts.

@@ -109,6 +109,7 @@ void EncodeBody(Writer& w, const Hello& m) {
   w.Str(m.host_id);
   w.I32(m.pid);
   w.U64(m.cma_cookie);
+  w.U16(m.tcp_port);
   w.U32(static_cast<uint32_t>(m.transports.size()));
   for (const auto& t : m.transports) w.Str(t);
   w.U32(static_cast<uint32_t>(m.regions.size()));
@@ -125,7 +126,7 @@ void EncodeBody(Writer& w, const Goodbye& m) { w.Str(m.reason); w.U64(m.seq); }
 bool DecodeBody(Reader& r, Hello* m) {
   uint32_t n = 0;
   if (!r.Str(&m->name) || !r.U64(&m->incarnation) || !r.Str(&m->host_id) || !r.I32(&m->pid) ||
-      !r.U64(&m->cma_cookie) || !r.Count(&n, 4)) {
+      !r.U64(&m->cma_cookie) || !r.U16(&m->tcp_port) || !r.Count(&n, 4)) {
     return false;
   }
   m->transports.resize(n);

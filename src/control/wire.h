@@ -50,6 +50,7 @@ struct Hello {
   std::string host_id;
   int32_t pid = 0;
   uint64_t cma_cookie = 0;  // address of a u64 holding `incarnation`, for the cma probe
+  uint16_t tcp_port = 0;    // data port of the tcp transport; 0 = not offered
   std::vector<std::string> transports;
   std::vector<WireRegion> regions;
   bool operator==(const Hello&) const = default;

@@ -60,9 +60,13 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
     return {StatusCode::kInvalidArgument,
             "Initialize: slice_bytes and batch_bytes must be > 0 and spin >= 0"};
   }
-  if (!options.transport.empty() && options.transport != "local" && options.transport != "cma") {
+  if (!options.transport.empty() && options.transport != "local" && options.transport != "cma" &&
+      options.transport != "tcp") {
     return {StatusCode::kInvalidArgument, "Initialize: unknown transport '" + options.transport +
-                                              "' (this build has: local, cma)"};
+                                              "' (this build has: local, cma, tcp)"};
+  }
+  if (options.links < 1 || options.links > 64) {
+    return {StatusCode::kInvalidArgument, "Initialize: links must be 1..64"};
   }
   net::Address addr;
   Status s = net::ParseAddress(local_name, &addr);
@@ -94,9 +98,20 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
 
   self_ = std::make_shared<PeerState>();
   self_->info = PeerInfo{name_, incarnation_, host_id_, static_cast<int32_t>(::getpid()), "local", false};
-  transport::PeerEndpoint me{static_cast<int32_t>(::getpid()), incarnation_, 0};
+  transport::PeerEndpoint me{static_cast<int32_t>(::getpid()), incarnation_, 0, "", 0};
   s = local_.Connect(me, &self_->link);
   if (!s.ok()) return s;
+
+  transport::TcpTargetHooks hooks;
+  hooks.incarnation = incarnation_;
+  hooks.region_allows = [this](uint64_t a, uint64_t l) { return registry_.Contains(a, l); };
+  hooks.is_peer = [this](uint64_t inc) { return IsPeer(inc); };
+  tcp_ = std::make_unique<transport::TcpTransport>(
+      transport::TcpOptions{opts_.links, opts_.least_loaded_links, opts_.heartbeat_timeout}, hooks);
+  if (Status ts = tcp_->Start(addr.host); !ts.ok()) {
+    XLOG(WARN) << "tcp transport not offered: cannot listen on " << addr.host << ": " << ts.message();
+    tcp_.reset();
+  }
 
   pool_ = std::make_unique<StreamPool>(opts_.streams, opts_.spin);
   loop_ = std::make_unique<control::ControlLoop>(
@@ -106,7 +121,8 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   if (!s.ok()) return s;
   running_.store(true);
   XLOG(INFO) << "engine " << name_ << " up (incarnation " << std::hex << incarnation_ << std::dec
-             << ", " << opts_.streams << " streams, cma " << (cma_ok_ ? "on" : "off") << ")";
+             << ", " << opts_.streams << " streams, cma " << (cma_ok_ ? "on" : "off") << ", tcp "
+             << (tcp_ ? "port " + std::to_string(tcp_->port()) : std::string("off")) << ")";
   return Status::Ok();
 }
 
@@ -126,6 +142,7 @@ void EngineImpl::Finalize() {
     for (auto& [h, r] : requests_) r->Cancel();
   }
   pool_->Stop();  // runs what is queued: canceled batches end at once
+  if (tcp_) tcp_->Stop();
   std::lock_guard lock(requests_mu_);
   requests_.clear();
 }
@@ -183,7 +200,8 @@ Status EngineImpl::DeregisterMem(MemHandle handle) {
       }
     }
   }
-  pool_->Fence();  // our own self-transfers into the region have finished
+  pool_->Fence();             // our own self-transfers into the region have finished
+  if (tcp_) tcp_->Fence();    // and so have peers' tcp batches that our threads execute
   // Each peer acknowledges once its batches touching the region have finished. A peer that
   // cannot say so in time is cut off: it must not keep writing into memory we give back.
   auto deadline = DeadlineAfter(opts_.heartbeat_timeout);

@@ -29,6 +29,10 @@ wire::Hello EngineImpl::MakeHello(const std::vector<wire::WireRegion>& regions) 
     h.transports.push_back("cma");
     h.cma_cookie = reinterpret_cast<uint64_t>(&cma_cookie_);
   }
+  if (tcp_) {
+    h.transports.push_back("tcp");
+    h.tcp_port = tcp_->port();
+  }
   h.regions = regions;
   return h;
 }
@@ -45,50 +49,56 @@ void EngineImpl::Unsubscribe(const std::shared_ptr<control::Session>& s) {
   subscribers_.erase(s);
 }
 
-Status EngineImpl::ChooseTransport(const wire::Hello& peer, std::string* name,
-                                   std::shared_ptr<transport::Link>* link) {
+Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& host,
+                                   std::string* name, std::shared_ptr<transport::Link>* link,
+                                   size_t* max_slices) {
   const bool same_host = peer.host_id == host_id_;
   const bool offers_cma = std::find(peer.transports.begin(), peer.transports.end(), "cma") !=
                           peer.transports.end();
-  transport::PeerEndpoint ep{peer.pid, peer.incarnation, peer.cma_cookie};
-  std::string why;
-  // Best first: local (same process) > cma (same host).
-  struct Candidate { transport::Transport* t; bool possible; const char* reason; };
-  Candidate candidates[] = {
-      {&local_, same_host && peer.pid == ::getpid(), "peer is another process"},
-      {&cma_, same_host && cma_ok_ && offers_cma,
-       !same_host ? "peer is on another host" : !cma_ok_ ? "cma is off here" : "peer does not offer cma"},
+  transport::PeerEndpoint ep{peer.pid, peer.incarnation, peer.cma_cookie, host, peer.tcp_port};
+  // Best first: local (same process) > cma (same host) > tcp (any host).
+  struct Candidate {
+    std::string_view name;
+    transport::Transport* t;
+    const char* unusable;  // why not, or null when it may be tried
   };
-  for (auto& c : candidates) {
-    if (!opts_.transport.empty() && opts_.transport != c.t->name()) continue;
-    if (!c.possible) {
-      why += std::string(why.empty() ? "" : "; ") + std::string(c.t->name()) + ": " + c.reason;
-      continue;
-    }
-    Status s = c.t->Connect(ep, link);
+  const Candidate candidates[] = {
+      {"local", &local_, !same_host || peer.pid != ::getpid() ? "peer is another process" : nullptr},
+      {"cma", &cma_,
+       !same_host ? "peer is on another host"
+       : !cma_ok_ ? "cma is off here"
+       : !offers_cma ? "peer does not offer cma"
+                     : nullptr},
+      {"tcp", tcp_.get(),
+       !tcp_ ? "tcp is off here" : peer.tcp_port == 0 ? "peer does not offer tcp" : nullptr},
+  };
+  std::string why;
+  for (const auto& c : candidates) {
+    if (!opts_.transport.empty() && opts_.transport != c.name) continue;
+    Status s = c.unusable ? Status(StatusCode::kUnsupported, std::string(c.name) + ": " + c.unusable)
+                          : c.t->Connect(ep, link);
     if (s.ok()) {
-      *name = std::string(c.t->name());
+      *name = std::string(c.name);
+      *max_slices = c.t->max_slices_per_batch();
       return s;
     }
-    why += std::string(why.empty() ? "" : "; ") + s.message();
+    why += (why.empty() ? "" : "; ") + s.message();
   }
   return {StatusCode::kUnsupported,
           "no transport reaches peer " + peer.name + " (" + why +
-              (opts_.transport.empty() ? "" : "; transport forced to " + opts_.transport) +
-              "; network transports come with tcp/ucx)"};
+              (opts_.transport.empty() ? "" : "; transport forced to " + opts_.transport) + ")"};
 }
 
 std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, bool outbound,
+                                                     const std::string& host,
                                                      std::string* transport_error) {
   auto st = std::make_shared<PeerState>();
   st->info = PeerInfo{hello.name, hello.incarnation, hello.host_id, hello.pid, "", outbound};
-  Status s = ChooseTransport(hello, &st->info.transport, &st->link);
+  Status s = ChooseTransport(hello, host, &st->info.transport, &st->link,
+                             &st->max_slices_per_batch);
   if (!s.ok()) {
     *transport_error = s.message();
     st->info.transport = "none";
-  } else {
-    st->max_slices_per_batch = st->info.transport == "cma" ? cma_.max_slices_per_batch()
-                                                           : local_.max_slices_per_batch();
   }
   st->regions.Reset(hello.regions);
   return st;
@@ -97,6 +107,16 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
 void EngineImpl::DropPeerState(PeerState& state) {
   state.alive.store(false);
   state.regions.RevokeAll();
+  if (state.link) state.link->Shutdown();
+  if (tcp_) tcp_->DropPeer(state.info.incarnation);
+}
+
+bool EngineImpl::IsPeer(uint64_t incarnation) {
+  std::lock_guard lock(peers_mu_);
+  for (const auto& [key, p] : peers_) {
+    if (p.state->info.incarnation == incarnation && p.state->alive.load()) return true;
+  }
+  return false;
 }
 
 Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds timeout) {
@@ -160,7 +180,7 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
   auto* hello = std::get_if<wire::Hello>(&reply);
   if (hello == nullptr) return fail({StatusCode::kConnectionLost, "'" + remote + "' did not answer with a hello"});
   std::string transport_error;
-  auto state = MakePeerState(*hello, true, &transport_error);
+  auto state = MakePeerState(*hello, true, addr.host, &transport_error);
   if (!state->link) return fail({StatusCode::kUnsupported, transport_error});
 
   session->peer = state;
@@ -285,7 +305,7 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
     replaced->Shutdown("peer restarted");
   }
   std::string transport_error;
-  auto state = MakePeerState(hello, false, &transport_error);
+  auto state = MakePeerState(hello, false, net::HostOf(s->remote_addr()), &transport_error);
   if (!state->link) {
     XLOG(INFO) << "peer " << key << " connected; this engine cannot initiate transfers to it: "
                << transport_error;

@@ -20,6 +20,7 @@
 #include "core/stream_pool.h"
 #include "transport/cma/cma_transport.h"
 #include "transport/local/local_transport.h"
+#include "transport/tcp/tcp_transport.h"
 #include "util/net.h"
 #include "xfer/engine.h"
 
@@ -76,10 +77,12 @@ class EngineImpl final : public control::ControlHandler {
   // Sends our hello on s and adds s to the sessions that hear of region changes.
   Status SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s);
   void Unsubscribe(const std::shared_ptr<control::Session>& s);
-  Status ChooseTransport(const wire::Hello& peer, std::string* name,
-                         std::shared_ptr<transport::Link>* link);
+  Status ChooseTransport(const wire::Hello& peer, const std::string& host, std::string* name,
+                         std::shared_ptr<transport::Link>* link, size_t* max_slices);
+  // host: the peer's address as we reach it (the control connection's other end).
   std::shared_ptr<PeerState> MakePeerState(const wire::Hello& hello, bool outbound,
-                                           std::string* transport_error);
+                                           const std::string& host, std::string* transport_error);
+  bool IsPeer(uint64_t incarnation);
   void OnHello(const std::shared_ptr<control::Session>& s, wire::Hello&& hello);
   // One round trip on the session: when it returns true, the peer's earlier frames (region
   // updates) have been applied here.
@@ -104,6 +107,7 @@ class EngineImpl final : public control::ControlHandler {
   std::unique_ptr<control::ControlLoop> loop_;
   transport::LocalTransport local_;
   transport::CmaTransport cma_;
+  std::unique_ptr<transport::TcpTransport> tcp_;  // null when its listener could not start
   std::shared_ptr<PeerState> self_;  // transfers to our own name
 
   // Orders region changes with hello snapshots, so a peer never misses an update.

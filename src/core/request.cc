@@ -55,9 +55,16 @@ void Request::RunBatch(size_t i) {
     Status s = CheckBeforeExecute();
     if (s.ok()) {
       const Plan::Batch& b = plan_.batches[i];
-      s = peer_->link->Execute(op_, std::span(plan_.slices).subspan(b.begin, b.end - b.begin));
+      s = peer_->link->Execute(op_, std::span(plan_.slices).subspan(b.begin, b.end - b.begin),
+                               deadline_);
     }
-    if (!s.ok()) Fail(std::move(s));
+    if (!s.ok()) {
+      if (Clock::now() >= deadline_) {
+        Stop(StopReason::kTimeout, {});  // the transport gave up at the request's deadline
+      } else {
+        Fail(std::move(s));
+      }
+    }
   }
   if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) Finish();
 }

@@ -2,6 +2,7 @@
 // peer; it knows nothing of requests, deadlines, names or options parsing.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -25,15 +26,21 @@ struct PeerEndpoint {
   int32_t pid = 0;
   uint64_t incarnation = 0;
   uint64_t cma_cookie = 0;  // address in the peer of a u64 holding its incarnation
+  std::string host;         // the peer's address as this engine reaches it (control connection)
+  uint16_t tcp_port = 0;    // the peer's tcp data port; 0 = none
 };
 
+using Clock = std::chrono::steady_clock;
+
 // A connection to one peer. Execute moves one batch synchronously on the calling thread (a
-// stream thread of the engine, or the caller of a one-batch TransferSync); it may be called
-// from several threads at once.
+// stream thread of the engine, or a caller helping its request); it may be called from several
+// threads at once, and returns by the deadline.
 class Link {
  public:
   virtual ~Link() = default;
-  virtual Status Execute(Op op, std::span<const Slice> batch) = 0;
+  virtual Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) = 0;
+  // The peer is gone: make Execute calls in progress return at once, and later ones fail.
+  virtual void Shutdown() {}
 };
 
 class Transport {
@@ -44,6 +51,10 @@ class Transport {
   virtual size_t max_slices_per_batch() const = 0;
   // Opens a link to a peer, or says why this transport cannot reach it.
   virtual Status Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) = 0;
+  // For transports whose threads touch this engine's memory on a peer's behalf (tcp): waits
+  // until work that started before the call has finished. Memory checks made after the call
+  // see the registry as it is now.
+  virtual void Fence() {}
 };
 
 }  // namespace xfer::transport

@@ -7,9 +7,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
+#include <climits>
 #include <cstring>
 
 namespace xfer::net {
@@ -196,6 +199,64 @@ Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline) {
     return {StatusCode::kConnectionLost, Errno("recv")};
   }
   return Status::Ok();
+}
+
+namespace {
+
+// Drops `done` bytes from the front of iov[*first..n).
+void Advance(iovec* iov, size_t n, size_t* first, size_t done) {
+  while (*first < n && done >= iov[*first].iov_len) {
+    done -= iov[*first].iov_len;
+    ++*first;
+  }
+  if (*first < n) {
+    iov[*first].iov_base = static_cast<char*>(iov[*first].iov_base) + done;
+    iov[*first].iov_len -= done;
+  }
+}
+
+template <class Call>
+Status MoveV(int fd, iovec* iov, size_t n, Clock::time_point deadline, short event, Call call,
+             const char* what) {
+  size_t first = 0;
+  while (first < n && iov[first].iov_len == 0) ++first;
+  while (first < n) {
+    int cnt = static_cast<int>(std::min<size_t>(n - first, IOV_MAX));
+    ssize_t r = call(fd, iov + first, cnt);
+    if (r > 0) {
+      Advance(iov, n, &first, static_cast<size_t>(r));
+      continue;
+    }
+    if (r == 0) return {StatusCode::kConnectionLost, "peer closed the connection"};
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!PollFor(fd, event, deadline)) return {StatusCode::kTimeout, std::string(what) + " timed out"};
+      continue;
+    }
+    return {StatusCode::kConnectionLost, Errno(what)};
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status SendV(int fd, iovec* iov, size_t n, Clock::time_point deadline) {
+  return MoveV(fd, iov, n, deadline, POLLOUT, [](int f, iovec* v, int c) {
+    msghdr m{};
+    m.msg_iov = v;
+    m.msg_iovlen = static_cast<size_t>(c);
+    return ::sendmsg(f, &m, MSG_NOSIGNAL);
+  }, "send");
+}
+
+Status RecvV(int fd, iovec* iov, size_t n, Clock::time_point deadline) {
+  return MoveV(fd, iov, n, deadline, POLLIN, [](int f, iovec* v, int c) { return ::readv(f, v, c); },
+               "receive");
+}
+
+std::string HostOf(const std::string& host_port) {
+  if (!host_port.empty() && host_port[0] == '[') return host_port.substr(1, host_port.find(']') - 1);
+  return host_port.substr(0, host_port.rfind(':'));
 }
 
 }  // namespace xfer::net

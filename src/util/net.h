@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+struct iovec;
+
 #include "xfer/status.h"
 
 namespace xfer::net {
@@ -49,6 +51,11 @@ Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* fd);
 // Sends / receives exactly len bytes on a non-blocking socket, waiting with poll up to deadline.
 Status SendAll(int fd, const void* data, size_t len, Clock::time_point deadline);
 Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline);
+// Vectored variants: move every byte the iovecs describe (any count; the array is modified).
+Status SendV(int fd, struct iovec* iov, size_t n, Clock::time_point deadline);
+Status RecvV(int fd, struct iovec* iov, size_t n, Clock::time_point deadline);
+// The host part of "host:port" / "[v6]:port" (as in Session::remote_addr()).
+std::string HostOf(const std::string& host_port);
 void SetNonBlocking(int fd);
 void SetNoDelay(int fd);
 

@@ -26,6 +26,7 @@ Hello SampleHello() {
   h.host_id = "boot-id";
   h.pid = 4242;
   h.cma_cookie = 0x7fff0000;
+  h.tcp_port = 40000;
   h.transports = {"local", "cma"};
   h.regions.push_back({7, RegionInfo{0x1000, 4096, MemType::kHost, -1, "kv-cache"}});
   h.regions.push_back({9, RegionInfo{0x9000, 1, MemType::kCuda, 3, ""}});

@@ -33,7 +33,7 @@ class CmaLink final : public Link {
  public:
   explicit CmaLink(int32_t pid) : pid_(pid) {}
 
-  Status Execute(Op op, std::span<const Slice> batch) override {
+  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point) override {
     // The kernel may move fewer bytes than asked (it stops at the first fault or signal):
     // resume from the first byte not moved, rebuilding the iovecs from there.
     iovec local[kIovMax];

@@ -9,7 +9,7 @@ namespace {
 
 class LocalLink final : public Link {
  public:
-  Status Execute(Op op, std::span<const Slice> batch) override {
+  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point) override {
     for (const Slice& s : batch) {
       void* local = reinterpret_cast<void*>(s.local);
       void* remote = reinterpret_cast<void*>(s.remote);

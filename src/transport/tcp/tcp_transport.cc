@@ -1,0 +1,384 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "util/log.h"
+
+namespace xfer::transport {
+namespace {
+
+constexpr uint32_t kDataMagic = 0x31444658;  // "XFD1"
+constexpr uint16_t kDataVersion = 1;
+constexpr size_t kHelloBytes = 24;
+constexpr size_t kBatchHeaderBytes = 16;
+constexpr size_t kSliceBytes = 16;
+constexpr size_t kReplyHeaderBytes = 8;
+constexpr uint32_t kMaxMessage = 4096;
+constexpr auto kForever = Clock::time_point::max();
+
+std::string Hex(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+template <class T>
+void Put(uint8_t* p, T v) { std::memcpy(p, &v, sizeof v); }
+template <class T>
+T Get(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Large socket buffers keep a link busy across the round trip that ends each batch.
+void TuneSocket(int fd) {
+  net::SetNoDelay(fd);
+  int size = 4 << 20;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+}
+
+Status SendReply(int fd, StatusCode code, const std::string& msg, Clock::time_point deadline) {
+  std::vector<uint8_t> b(kReplyHeaderBytes + msg.size());
+  Put<uint32_t>(b.data(), static_cast<uint32_t>(code));
+  Put<uint32_t>(b.data() + 4, static_cast<uint32_t>(msg.size()));
+  std::memcpy(b.data() + kReplyHeaderBytes, msg.data(), msg.size());
+  return net::SendAll(fd, b.data(), b.size(), deadline);
+}
+
+// Reads a reply header and its message; *code is the target's verdict.
+Status RecvReply(int fd, Clock::time_point deadline, Status* verdict) {
+  uint8_t h[kReplyHeaderBytes];
+  Status s = net::RecvAll(fd, h, sizeof h, deadline);
+  if (!s.ok()) return s;
+  uint32_t code = Get<uint32_t>(h), len = Get<uint32_t>(h + 4);
+  if (code > static_cast<uint32_t>(StatusCode::kInternal) || len > kMaxMessage) {
+    return {StatusCode::kConnectionLost, "tcp: malformed reply from the target"};
+  }
+  std::string msg(len, '\0');
+  s = net::RecvAll(fd, msg.data(), len, deadline);
+  if (!s.ok()) return s;
+  *verdict = code == 0 ? Status::Ok() : Status(static_cast<StatusCode>(code), "target: " + msg);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- initiator side
+class TcpLink final : public Link {
+ public:
+  TcpLink(PeerEndpoint peer, uint64_t my_incarnation, TcpOptions opts)
+      : peer_(std::move(peer)), me_(my_incarnation), opts_(opts) {
+    for (int i = 0; i < std::max(opts.links, 1); ++i) conns_.push_back(std::make_unique<Conn>());
+  }
+
+  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override {
+    Conn& c = Pick();
+    c.waiters.fetch_add(1);
+    std::unique_lock lock(c.mu);
+    c.waiters.fetch_sub(1);
+    if (shut_.load()) return Gone();
+    Status s;
+    if (!c.fd.valid()) s = Open(c, deadline);
+    if (s.ok()) s = Run(c, op, batch, deadline);
+    if (!s.ok() && s.code() != StatusCode::kRemoteAccessDenied) {
+      // The frame may be half sent: this connection's stream is unusable. The next batch on
+      // it opens a new one; the other links are unaffected.
+      std::lock_guard fl(c.fd_mu);
+      c.fd.Reset();
+    }
+    if (!s.ok() && shut_.load()) return Gone();
+    return s;
+  }
+
+  void Shutdown() override {
+    shut_.store(true);
+    for (auto& c : conns_) {
+      std::lock_guard fl(c->fd_mu);
+      if (c->fd.valid()) ::shutdown(c->fd.get(), SHUT_RDWR);
+    }
+  }
+
+ private:
+  struct Conn {
+    std::mutex mu;     // one batch at a time on a connection
+    std::mutex fd_mu;  // guards replacing fd against Shutdown()
+    net::Fd fd;
+    std::atomic<int> waiters{0};
+  };
+
+  Status Gone() const {
+    return {StatusCode::kConnectionLost, "tcp: the session with " + peer_.host + " ended"};
+  }
+
+  Conn& Pick() {
+    if (opts_.least_loaded) {
+      Conn* best = conns_[0].get();
+      for (auto& c : conns_) {
+        if (c->waiters.load() == 0 && c->mu.try_lock()) {
+          c->mu.unlock();
+          return *c;
+        }
+        if (c->waiters.load() < best->waiters.load()) best = c.get();
+      }
+      return *best;
+    }
+    return *conns_[rr_.fetch_add(1) % conns_.size()];
+  }
+
+  Status Open(Conn& c, Clock::time_point deadline) {
+    net::Fd fd;
+    Status s = net::ConnectTcp(net::Address{peer_.host, peer_.tcp_port, true}, deadline, &fd);
+    if (!s.ok()) return {StatusCode::kConnectionLost, "tcp: " + s.message()};
+    TuneSocket(fd.get());
+    uint8_t hello[kHelloBytes] = {};
+    Put<uint32_t>(hello, kDataMagic);
+    Put<uint16_t>(hello + 4, kDataVersion);
+    Put<uint64_t>(hello + 8, peer_.incarnation);
+    Put<uint64_t>(hello + 16, me_);
+    s = net::SendAll(fd.get(), hello, sizeof hello, deadline);
+    uint8_t code[4];
+    if (s.ok()) s = net::RecvAll(fd.get(), code, sizeof code, deadline);
+    if (!s.ok()) return {StatusCode::kConnectionLost, "tcp: data connection handshake: " + s.message()};
+    if (Get<uint32_t>(code) != 0) {
+      return {StatusCode::kConnectionLost, "tcp: the target refused the data connection (restarted?)"};
+    }
+    std::lock_guard fl(c.fd_mu);
+    if (shut_.load()) return Gone();
+    c.fd = std::move(fd);
+    return Status::Ok();
+  }
+
+  Status Run(Conn& c, Op op, std::span<const Slice> batch, Clock::time_point deadline) {
+    const int fd = c.fd.get();
+    uint64_t total = 0;
+    for (const Slice& s : batch) total += s.len;
+    std::vector<uint8_t> head(kBatchHeaderBytes + batch.size() * kSliceBytes);
+    head[0] = static_cast<uint8_t>(op);
+    Put<uint32_t>(head.data() + 4, static_cast<uint32_t>(batch.size()));
+    Put<uint64_t>(head.data() + 8, total);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Put<uint64_t>(head.data() + kBatchHeaderBytes + i * kSliceBytes, batch[i].remote);
+      Put<uint64_t>(head.data() + kBatchHeaderBytes + i * kSliceBytes + 8, batch[i].len);
+    }
+    // Descriptors and, for WRITE, the payload straight from the source memory: one frame.
+    std::vector<iovec> iov;
+    iov.reserve(1 + batch.size());
+    iov.push_back({head.data(), head.size()});
+    if (op == Op::kWrite) {
+      for (const Slice& s : batch) iov.push_back({reinterpret_cast<void*>(s.local), s.len});
+    }
+    Status s = net::SendV(fd, iov.data(), iov.size(), deadline);
+    Status verdict;
+    if (s.ok()) s = RecvReply(fd, deadline, &verdict);
+    if (!s.ok()) return s;
+    if (!verdict.ok() || op == Op::kWrite) return verdict;
+    iov.clear();
+    for (const Slice& sl : batch) iov.push_back({reinterpret_cast<void*>(sl.local), sl.len});
+    return net::RecvV(fd, iov.data(), iov.size(), deadline);
+  }
+
+  const PeerEndpoint peer_;
+  const uint64_t me_;
+  const TcpOptions opts_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::atomic<uint32_t> rr_{0};
+  std::atomic<bool> shut_{false};
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- target side
+struct TcpTransport::Service {
+  std::mutex fd_mu;  // guards closing fd against Shutdown()
+  net::Fd fd;
+  std::mutex exec;   // held while a batch touches this engine's memory: Fence() takes it
+  std::atomic<uint64_t> peer_incarnation{0};
+  std::thread thread;
+  std::atomic<bool> done{false};
+
+  void Shutdown() {
+    std::lock_guard l(fd_mu);
+    if (fd.valid()) ::shutdown(fd.get(), SHUT_RDWR);
+  }
+};
+
+TcpTransport::TcpTransport(TcpOptions opts, TcpTargetHooks hooks)
+    : opts_(opts), hooks_(std::move(hooks)) {}
+
+TcpTransport::~TcpTransport() { Stop(); }
+
+Status TcpTransport::Start(const std::string& host) {
+  net::Address bound;
+  Status s = net::Listen(net::Address{host, 0, true}, &listener_, &bound);
+  if (!s.ok()) return s;
+  port_ = bound.port;
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  return Status::Ok();
+}
+
+void TcpTransport::Stop() {
+  if (stop_.exchange(true)) return;
+  if (listener_.valid()) ::shutdown(listener_.get(), SHUT_RDWR);  // wakes the acceptor's poll
+  if (acceptor_.joinable()) acceptor_.join();
+  std::list<std::shared_ptr<Service>> all;
+  {
+    std::lock_guard l(services_mu_);
+    all.swap(services_);
+  }
+  for (auto& s : all) s->Shutdown();
+  for (auto& s : all) {
+    if (s->thread.joinable()) s->thread.join();
+  }
+}
+
+void TcpTransport::AcceptLoop() {
+  while (!stop_.load()) {
+    pollfd p{listener_.get(), POLLIN, 0};
+    ::poll(&p, 1, 1000);
+    {  // reap services whose connection ended
+      std::lock_guard l(services_mu_);
+      for (auto it = services_.begin(); it != services_.end();) {
+        if ((*it)->done.load()) {
+          (*it)->thread.join();
+          it = services_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    TuneSocket(fd);
+    auto svc = std::make_shared<Service>();
+    svc->fd = net::Fd(fd);
+    std::lock_guard l(services_mu_);
+    services_.push_back(svc);
+    svc->thread = std::thread([this, svc] { Serve(svc); });
+  }
+}
+
+void TcpTransport::Serve(std::shared_ptr<Service> svc) {
+  const int fd = svc->fd.get();
+  auto io_deadline = [&] { return Clock::now() + opts_.io_timeout; };
+  auto close = [&](const std::string& why) {
+    if (!why.empty()) XLOG(WARN) << "tcp: closing a data connection: " << why;
+    std::lock_guard l(svc->fd_mu);
+    svc->fd.Reset();
+    svc->done.store(true);
+  };
+
+  uint8_t hello[kHelloBytes];
+  if (!net::RecvAll(fd, hello, sizeof hello, io_deadline()).ok()) return close("no handshake");
+  uint32_t refuse = 0;
+  if (Get<uint32_t>(hello) != kDataMagic || Get<uint16_t>(hello + 4) != kDataVersion) {
+    return close("not an xfer data connection");
+  }
+  if (Get<uint64_t>(hello + 8) != hooks_.incarnation || !hooks_.is_peer(Get<uint64_t>(hello + 16))) {
+    refuse = static_cast<uint32_t>(StatusCode::kConnectionLost);
+  }
+  svc->peer_incarnation = Get<uint64_t>(hello + 16);
+  if (!net::SendAll(fd, &refuse, sizeof refuse, io_deadline()).ok() || refuse != 0) {
+    return close(refuse ? "" : "handshake reply failed");
+  }
+
+  std::vector<uint8_t> descs;
+  std::vector<iovec> iov;
+  for (;;) {
+    uint8_t h[kBatchHeaderBytes];
+    Status s = net::RecvAll(fd, h, sizeof h, kForever);  // idle until the next batch
+    if (!s.ok()) return close("");
+    const uint8_t op = h[0];
+    const uint32_t count = Get<uint32_t>(h + 4);
+    const uint64_t total = Get<uint64_t>(h + 8);
+    if (op > static_cast<uint8_t>(Op::kWrite) || count == 0 || count > kMaxSlices ||
+        total > kMaxBatchBytes) {
+      return close("malformed batch header");
+    }
+    descs.resize(count * kSliceBytes);
+    if (!net::RecvAll(fd, descs.data(), descs.size(), io_deadline()).ok()) {
+      return close("batch descriptors did not arrive in time");
+    }
+    uint64_t sum = 0;
+    bool sane = true;
+    for (uint32_t i = 0; i < count; ++i) {
+      uint64_t addr = Get<uint64_t>(&descs[i * kSliceBytes]);
+      uint64_t len = Get<uint64_t>(&descs[i * kSliceBytes + 8]);
+      sane = sane && len > 0 && addr + len >= addr && sum + len >= sum;
+      sum += len;
+    }
+    if (!sane || sum != total) return close("batch descriptors do not add up");
+
+    std::unique_lock exec(svc->exec);
+    // Checked under the exec lock: a deregistration's fence either waits for this batch or
+    // this check already sees the region gone.
+    std::string denied;
+    iov.clear();
+    for (uint32_t i = 0; i < count && denied.empty(); ++i) {
+      uint64_t addr = Get<uint64_t>(&descs[i * kSliceBytes]);
+      uint64_t len = Get<uint64_t>(&descs[i * kSliceBytes + 8]);
+      if (!hooks_.region_allows(addr, len)) {
+        denied = "slice " + std::to_string(i) + " (" + std::to_string(len) + " bytes at " +
+                 Hex(addr) + ") is not inside one registered region";
+      }
+      iov.push_back({reinterpret_cast<void*>(addr), len});
+    }
+    if (op == static_cast<uint8_t>(Op::kWrite)) {
+      if (denied.empty()) {
+        s = net::RecvV(fd, iov.data(), iov.size(), io_deadline());
+      } else {  // refuse without touching memory: drain the payload to keep the stream framed
+        static thread_local std::vector<uint8_t> scratch(64 << 10);
+        for (uint64_t left = total; left > 0 && s.ok();) {
+          size_t n = static_cast<size_t>(std::min<uint64_t>(left, scratch.size()));
+          s = net::RecvAll(fd, scratch.data(), n, io_deadline());
+          left -= n;
+        }
+      }
+      exec.unlock();
+      if (!s.ok()) return close("WRITE payload: " + s.message());
+      s = SendReply(fd, denied.empty() ? StatusCode::kOk : StatusCode::kRemoteAccessDenied, denied,
+                    io_deadline());
+    } else if (denied.empty()) {
+      uint8_t ok[kReplyHeaderBytes] = {};
+      iov.insert(iov.begin(), iovec{ok, sizeof ok});
+      s = net::SendV(fd, iov.data(), iov.size(), io_deadline());
+    } else {
+      exec.unlock();
+      s = SendReply(fd, StatusCode::kRemoteAccessDenied, denied, io_deadline());
+    }
+    if (!s.ok()) return close("reply: " + s.message());
+  }
+}
+
+void TcpTransport::DropPeer(uint64_t incarnation) {
+  std::lock_guard l(services_mu_);
+  for (auto& s : services_) {
+    if (s->peer_incarnation == incarnation) s->Shutdown();
+  }
+}
+
+void TcpTransport::Fence() {
+  std::list<std::shared_ptr<Service>> all;
+  {
+    std::lock_guard l(services_mu_);
+    all = services_;
+  }
+  for (auto& s : all) std::lock_guard l(s->exec);
+}
+
+Status TcpTransport::Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) {
+  if (peer.tcp_port == 0 || peer.host.empty()) {
+    return {StatusCode::kUnsupported, "tcp: the peer does not offer tcp"};
+  }
+  // Data connections open on first use: at this point the peer may not know us yet.
+  *link = std::make_shared<TcpLink>(peer, hooks_.incarnation, opts_);
+  return Status::Ok();
+}
+
+}  // namespace xfer::transport

@@ -1,0 +1,81 @@
+// Transport "tcp": any host. Data connections are separate from the control connection.
+// The initiator sends a batch as one frame (descriptors, then for WRITE the payload straight
+// from the source memory); the target's service threads check every range against the
+// target's own registered regions, then receive straight into or send straight from them.
+//
+// Data connection, after TCP connect:
+//   initiator -> target  hello: magic "XFD1" u32 | version u16 | 0 u16 | target incarnation u64
+//                                | initiator incarnation u64
+//   target -> initiator  u32 status code (0: accepted)
+// Then any number of batches:
+//   initiator -> target  op u8 | 0 u8[3] | count u32 | total bytes u64 | count x {addr u64, len u64}
+//                        | WRITE: total payload bytes
+//   target -> initiator  code u32 | message length u32 | message | READ and code 0: payload
+// A refused batch (a range outside the target's regions) moves no byte and leaves the
+// connection usable; a malformed frame closes it.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "transport/transport.h"
+#include "util/net.h"
+
+namespace xfer::transport {
+
+struct TcpOptions {
+  int links = 2;              // data connections per peer
+  bool least_loaded = false;  // pick a free connection first (default: round-robin)
+  std::chrono::milliseconds io_timeout{3000};  // a started frame must finish within this
+};
+
+// What the tcp target needs from the engine.
+struct TcpTargetHooks {
+  uint64_t incarnation = 0;
+  // True when [addr, addr+len) lies inside one registered region of this engine.
+  std::function<bool(uint64_t addr, uint64_t len)> region_allows;
+  // True when an engine of that incarnation has a control session with us.
+  std::function<bool(uint64_t incarnation)> is_peer;
+};
+
+class TcpTransport final : public Transport {
+ public:
+  TcpTransport(TcpOptions opts, TcpTargetHooks hooks);
+  ~TcpTransport() override;  // Stop()
+
+  // Listens for data connections on host (port chosen by the OS).
+  Status Start(const std::string& host);
+  void Stop();
+  uint16_t port() const { return port_; }
+  // Closes the data connections a peer opened to us (it is gone).
+  void DropPeer(uint64_t incarnation);
+
+  std::string_view name() const override { return "tcp"; }
+  size_t max_slices_per_batch() const override { return kMaxSlices; }
+  Status Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) override;
+  void Fence() override;
+
+  static constexpr uint32_t kMaxSlices = 1024;
+  static constexpr uint64_t kMaxBatchBytes = 1ull << 30;
+
+ private:
+  struct Service;
+  void AcceptLoop();
+  void Serve(std::shared_ptr<Service> svc);
+
+  const TcpOptions opts_;
+  const TcpTargetHooks hooks_;
+  net::Fd listener_;
+  uint16_t port_ = 0;
+  std::thread acceptor_;
+  std::atomic<bool> stop_{false};
+  std::mutex services_mu_;
+  std::list<std::shared_ptr<Service>> services_;  // one per accepted data connection
+};
+
+}  // namespace xfer::transport
