@@ -89,6 +89,7 @@ TEST(IntegrationOptions, NonsenseValuesAreRefusedAtInitialize) {
          o->heartbeat_timeout = 100ms;
        }},
       {"unknown transport", [](xfer::EngineOptions* o) { o->transport = "carrier-pigeon"; }},
+      {"links 0", [](xfer::EngineOptions* o) { o->links = 0; }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

@@ -84,6 +84,7 @@ bool PeerProcess::Start(const PeerOptions& o, std::string* error,
     return false;
   }
   std::vector<std::string> args = {XFER_TEST_PEER_PATH, "--name", o.name};
+  if (!o.netns.empty()) args.insert(args.begin(), {"ip", "netns", "exec", o.netns});
   if (!o.host_id.empty()) args.insert(args.end(), {"--host-id", o.host_id});
   if (o.heartbeat_ms > 0) args.insert(args.end(), {"--heartbeat-ms", std::to_string(o.heartbeat_ms)});
   if (o.heartbeat_timeout_ms > 0) {
@@ -122,7 +123,7 @@ bool PeerProcess::Start(const PeerOptions& o, std::string* error,
     if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0) {
       for (int fd = 3; fd < 4096; ++fd) close(fd);
     }
-    execv(argv[0], argv.data());
+    execvp(argv[0], argv.data());
     _exit(127);
   }
   close(in[0]);

@@ -20,6 +20,7 @@ struct PeerOptions {
   int heartbeat_ms = 0;          // 0: the engine's default
   int heartbeat_timeout_ms = 0;  // 0: the engine's default
   std::vector<std::string> extra_args;
+  std::string netns;  // run inside this network namespace (ip netns exec), as another host
 };
 
 // A reply line split into words. ok is true for "OK ..." replies.

@@ -1,0 +1,131 @@
+// Two hosts on one machine: each engine runs in its own network namespace, the two joined by
+// a veth pair, with distinct host ids. Nothing leaves the namespaces this test creates (and
+// removes). Needs root; skips with the reason otherwise.
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "test_common.h"
+
+namespace xfer_test {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool Shell(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
+
+class FaultTwoHosts : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+    const std::string id = std::to_string(getpid());
+    ns_a_ = "xfer-a-" + id;
+    ns_b_ = "xfer-b-" + id;
+    veth_a_ = "xa" + id;
+    veth_b_ = "xb" + id;
+    const std::string net = "10.231." + std::to_string(getpid() % 250) + ".";
+    ip_a_ = net + "1";
+    ip_b_ = net + "2";
+    made_ = true;
+    const std::string cmds[] = {
+        "ip netns add " + ns_a_,
+        "ip netns add " + ns_b_,
+        "ip link add " + veth_a_ + " type veth peer name " + veth_b_,
+        "ip link set " + veth_a_ + " netns " + ns_a_,
+        "ip link set " + veth_b_ + " netns " + ns_b_,
+        "ip -n " + ns_a_ + " addr add " + ip_a_ + "/30 dev " + veth_a_,
+        "ip -n " + ns_b_ + " addr add " + ip_b_ + "/30 dev " + veth_b_,
+        "ip -n " + ns_a_ + " link set lo up",
+        "ip -n " + ns_b_ + " link set lo up",
+        "ip -n " + ns_a_ + " link set " + veth_a_ + " up",
+        "ip -n " + ns_b_ + " link set " + veth_b_ + " up",
+    };
+    for (const auto& c : cmds) {
+      if (!Shell(c)) GTEST_SKIP() << "cannot build the two-host network ('" << c << "' failed)";
+    }
+    std::string err;
+    ASSERT_TRUE(a_.Start(Options(ns_a_, ip_a_, "host-a"), &err)) << err;
+    ASSERT_TRUE(b_.Start(Options(ns_b_, ip_b_, "host-b"), &err)) << err;
+    ASSERT_TRUE(PollUntil([&] { return a_.Call("connect " + b_.name() + " 2000").ok; }, 10s))
+        << "host a cannot reach host b";
+  }
+  void TearDown() override {
+    if (!made_) return;
+    Shell("ip -n " + ns_a_ + " link set " + veth_a_ + " up");  // let the peers say goodbye
+    a_.KillNow();
+    b_.KillNow();
+    Shell("ip netns del " + ns_a_);
+    Shell("ip netns del " + ns_b_);
+  }
+  static PeerOptions Options(const std::string& ns, const std::string& ip, const std::string& host) {
+    PeerOptions o;
+    o.netns = ns;
+    o.name = ip + ":0";
+    o.host_id = host;
+    o.heartbeat_ms = 200;
+    o.heartbeat_timeout_ms = 1500;
+    return o;
+  }
+
+  std::string ns_a_, ns_b_, veth_a_, veth_b_, ip_a_, ip_b_;
+  bool made_ = false;
+  PeerProcess a_, b_;
+};
+
+TEST_F(FaultTwoHosts, TcpIsChosenAndMovesDataBothWays) {
+  Reply info = a_.Call("info " + b_.name());
+  ASSERT_TRUE(info.ok) << info.line;
+  EXPECT_EQ(info.words.at(0), "tcp") << "engines on two hosts must use tcp, never cma";
+  constexpr uint64_t kMax = 64 << 20;
+  const PeerRegion region = b_.Alloc(kMax, "landing");
+  const uint64_t local = a_.Buf(kMax);
+  ASSERT_NE(local, 0u);
+  for (uint64_t size : {uint64_t{1}, uint64_t{4097}, uint64_t{(1 << 20) + 1}, kMax}) {
+    SCOPED_TRACE(size);
+    a_.FillRange(local, size, size);
+    Reply w = a_.Call("xfer write " + b_.name() + " 30000 " + std::to_string(local) + " " +
+                      std::to_string(region.addr) + " " + std::to_string(size));
+    ASSERT_TRUE(w.ok) << w.line;
+    EXPECT_EQ(b_.SumRange(region.addr, size), a_.SumRange(local, size));
+    b_.FillRange(region.addr, size, size + 1);
+    Reply r = a_.Call("xfer read " + b_.name() + " 30000 " + std::to_string(local) + " " +
+                      std::to_string(region.addr) + " " + std::to_string(size));
+    ASSERT_TRUE(r.ok) << r.line;
+    EXPECT_EQ(a_.SumRange(local, size), b_.SumRange(region.addr, size));
+  }
+  // A batch of 5,000 descriptors in one request.
+  Reply batch = a_.Call("xfer write " + b_.name() + " 30000 " + std::to_string(local) + " " +
+                        std::to_string(region.addr) + " 1024 5000");
+  EXPECT_TRUE(batch.ok) << batch.line;
+  EXPECT_EQ(b_.SumRange(region.addr, 1024), a_.SumRange(local, 1024));
+}
+
+TEST_F(FaultTwoHosts, CuttingTheLinkFailsTheRequestThenNewTransfersWork) {
+  constexpr uint64_t kLen = 64 << 20;
+  const PeerRegion region = b_.Alloc(kLen);
+  const uint64_t local = a_.Buf(kLen);
+  // 64 x 64 MiB: far more than moves before the cut.
+  Reply req = a_.Call("axfer write " + b_.name() + " 60000 " + std::to_string(local) + " " +
+                      std::to_string(region.addr) + " " + std::to_string(kLen) + " 64");
+  ASSERT_TRUE(req.ok) << req.line;
+  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(Shell("ip -n " + ns_a_ + " link set " + veth_a_ + " down"));
+  const auto t0 = Clock::now();
+  Reply done = a_.Call("wait " + req.words.at(0) + " 15000", 20s);
+  ASSERT_TRUE(done.ok) << done.line;
+  EXPECT_EQ(done.words.at(0), "FAILED") << done.line;
+  EXPECT_EQ(done.words.at(1), "CONNECTION_LOST") << done.line;
+  EXPECT_LT(SecondsSince(t0), 1.5 + 2.0) << "not detected within the heartbeat timeout";
+
+  ASSERT_TRUE(Shell("ip -n " + ns_a_ + " link set " + veth_a_ + " up"));
+  // Both sides have dropped the dead session; a new one works.
+  ASSERT_TRUE(PollUntil([&] { return a_.Call("connect " + b_.name() + " 1000").ok; }, 10s));
+  a_.FillRange(local, 4096, 3);
+  Reply w = a_.Call("xfer write " + b_.name() + " 10000 " + std::to_string(local) + " " +
+                    std::to_string(region.addr) + " 4096");
+  ASSERT_TRUE(w.ok) << w.line;
+  EXPECT_EQ(b_.SumRange(region.addr, 4096), a_.SumRange(local, 4096));
+}
+
+}  // namespace
+}  // namespace xfer_test

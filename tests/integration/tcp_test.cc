@@ -1,0 +1,122 @@
+// The tcp transport between two processes on this host (forced, or chosen because the host
+// ids differ): correctness across sizes and batch shapes, several links, peer death.
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "test_common.h"
+
+namespace xfer_test {
+namespace {
+
+using namespace std::chrono_literals;
+
+class IntegrationTcp : public PeerFixture, public ::testing::WithParamInterface<bool> {
+ protected:
+  // Param: least-loaded link choice (true) or round-robin (false).
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = "tcp";
+    o.links = 3;
+    o.streams = 3;
+    o.least_loaded_links = GetParam();
+    return o;
+  }
+};
+
+TEST_P(IntegrationTcp, ChosenAndMovesRandomDataOfEverySize) {
+  xfer::PeerInfo info;
+  XT_ASSERT_OK(engine_.GetPeerInfo(peer_.name(), &info));
+  EXPECT_EQ(info.transport, "tcp");
+  for (uint64_t size : {1ull, 7ull, 4096ull, 65537ull, (1ull << 20) + 3, 64ull << 20}) {
+    SCOPED_TRACE(size);
+    const PeerRegion r = peer_.Alloc(size);
+    LocalBuffer src(size), back(size);
+    src.Fill(size);
+    XT_ASSERT_OK(Write({{src.addr(), r.addr, size}}));
+    EXPECT_EQ(peer_.Sum(r), src.Hash());
+    XT_ASSERT_OK(Read({{back.addr(), r.addr, size}}));
+    EXPECT_EQ(back.Hash(), src.Hash());
+  }
+}
+
+TEST_P(IntegrationTcp, LargeBatchesOfSmallDescriptors) {
+  // 10,000 x 1 KiB, scattered (every other KiB) so nothing coalesces.
+  constexpr uint64_t kN = 10000, kB = 1024;
+  const PeerRegion r = peer_.Alloc(2 * kN * kB);
+  LocalBuffer src(kN * kB), back(kN * kB);
+  src.Fill(9);
+  std::vector<TransferDesc> d;
+  for (uint64_t i = 0; i < kN; ++i) d.push_back({src.addr() + i * kB, r.addr + 2 * i * kB, kB});
+  XT_ASSERT_OK(Write(d));
+  for (auto& x : d) x.local_addr = back.addr() + (x.local_addr - src.addr());
+  XT_ASSERT_OK(Read(d));
+  EXPECT_EQ(back.Hash(), src.Hash());
+}
+
+TEST_P(IntegrationTcp, ManyThreadsAtOnce) {
+  constexpr int kThreads = 6;
+  constexpr uint64_t kLen = 4 << 20;
+  const PeerRegion r = peer_.Alloc(kThreads * kLen);
+  std::vector<std::unique_ptr<LocalBuffer>> bufs;
+  for (int t = 0; t < kThreads; ++t) {
+    bufs.push_back(std::make_unique<LocalBuffer>(kLen));
+    bufs.back()->Fill(100 + t);
+  }
+  std::atomic<int> failures{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < 5; ++i) {
+        if (!Write({{bufs[t]->addr(), r.addr + t * kLen, kLen}}).ok()) failures++;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(peer_.SumRange(r.addr + t * kLen, kLen), bufs[t]->Hash()) << t;
+  }
+}
+
+TEST_P(IntegrationTcp, RemoteRangeRefusedAndTargetUnchanged) {
+  const PeerRegion r = peer_.Alloc(4096);
+  peer_.Fill(r, 5);
+  const uint64_t before = peer_.Sum(r);
+  LocalBuffer src(8192);
+  XT_EXPECT_CODE(Write({{src.addr(), r.addr + 4000, 200}}), StatusCode::kRemoteAccessDenied);
+  EXPECT_EQ(peer_.Sum(r), before);
+  XT_EXPECT_OK(Write({{src.addr(), r.addr, 4096}}));  // the links are still fine
+}
+
+INSTANTIATE_TEST_SUITE_P(Links, IntegrationTcp, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "LeastLoaded" : "RoundRobin"; });
+
+class IntegrationTcpKill : public PeerFixture {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = "tcp";
+    o.heartbeat_interval = 100ms;
+    o.heartbeat_timeout = 1000ms;
+    return o;
+  }
+};
+
+TEST_F(IntegrationTcpKill, PeerKilledDuringTransferFailsConnectionLost) {
+  constexpr uint64_t kLen = 64 << 20;
+  const PeerRegion r = peer_.Alloc(kLen);
+  LocalBuffer src(kLen);
+  std::vector<TransferDesc> d(16, TransferDesc{src.addr(), r.addr, kLen});  // 1 GiB in all
+  xfer::RequestHandle h = 0;
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, d, 60s, &h));
+  std::this_thread::sleep_for(20ms);
+  peer_.KillNow();
+  const Outcome o = WaitFor(engine_, h, 10s);
+  EXPECT_EQ(o.status.state, RequestState::kFailed) << xfer::RequestStateName(o.status.state);
+  EXPECT_EQ(o.status.status.code(), StatusCode::kConnectionLost) << o.status.status.ToString();
+  EXPECT_LT(o.seconds, 3.0);
+}
+
+}  // namespace
+}  // namespace xfer_test
