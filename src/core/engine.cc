@@ -107,7 +107,8 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   hooks.region_allows = [this](uint64_t a, uint64_t l) { return registry_.Contains(a, l); };
   hooks.is_peer = [this](uint64_t inc) { return IsPeer(inc); };
   tcp_ = std::make_unique<transport::TcpTransport>(
-      transport::TcpOptions{opts_.links, opts_.least_loaded_links, opts_.heartbeat_timeout}, hooks);
+      transport::TcpOptions{opts_.links, opts_.least_loaded_links, opts_.heartbeat_timeout, opts_.spin},
+      hooks);
   if (Status ts = tcp_->Start(addr.host); !ts.ok()) {
     XLOG(WARN) << "tcp transport not offered: cannot listen on " << addr.host << ": " << ts.message();
     tcp_.reset();

@@ -1,5 +1,7 @@
 #include "util/net.h"
 
+#include "util/spin.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -25,6 +27,16 @@ int MillisLeft(Clock::time_point deadline) {
 }
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// True while a spin-wait that started at the first call may go on (and yields the core once).
+bool SpinOnce(std::chrono::microseconds spin, Clock::time_point* until) {
+  if (spin.count() <= 0) return false;
+  auto now = Clock::now();
+  if (*until == Clock::time_point{}) *until = now + spin;
+  if (now >= *until) return false;
+  SpinPause();
+  return true;
+}
 
 // Waits for `events` on fd; false on timeout.
 bool PollFor(int fd, short events, Clock::time_point deadline) {
@@ -181,8 +193,10 @@ Status SendAll(int fd, const void* data, size_t len, Clock::time_point deadline)
   return Status::Ok();
 }
 
-Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline) {
+Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline,
+               std::chrono::microseconds spin) {
   char* p = static_cast<char*>(data);
+  Clock::time_point spin_until{};
   while (len > 0) {
     ssize_t n = ::recv(fd, p, len, 0);
     if (n > 0) {
@@ -193,6 +207,7 @@ Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline) {
     if (n == 0) return {StatusCode::kConnectionLost, "peer closed the connection"};
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (SpinOnce(spin, &spin_until)) continue;
       if (!PollFor(fd, POLLIN, deadline)) return {StatusCode::kTimeout, "receive timed out"};
       continue;
     }
@@ -217,7 +232,8 @@ void Advance(iovec* iov, size_t n, size_t* first, size_t done) {
 
 template <class Call>
 Status MoveV(int fd, iovec* iov, size_t n, Clock::time_point deadline, short event, Call call,
-             const char* what) {
+             const char* what, std::chrono::microseconds spin = {}) {
+  Clock::time_point spin_until{};
   size_t first = 0;
   while (first < n && iov[first].iov_len == 0) ++first;
   while (first < n) {
@@ -230,6 +246,7 @@ Status MoveV(int fd, iovec* iov, size_t n, Clock::time_point deadline, short eve
     if (r == 0) return {StatusCode::kConnectionLost, "peer closed the connection"};
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (SpinOnce(spin, &spin_until)) continue;
       if (!PollFor(fd, event, deadline)) return {StatusCode::kTimeout, std::string(what) + " timed out"};
       continue;
     }
@@ -249,9 +266,10 @@ Status SendV(int fd, iovec* iov, size_t n, Clock::time_point deadline) {
   }, "send");
 }
 
-Status RecvV(int fd, iovec* iov, size_t n, Clock::time_point deadline) {
+Status RecvV(int fd, iovec* iov, size_t n, Clock::time_point deadline,
+             std::chrono::microseconds spin) {
   return MoveV(fd, iov, n, deadline, POLLIN, [](int f, iovec* v, int c) { return ::readv(f, v, c); },
-               "receive");
+               "receive", spin);
 }
 
 std::string HostOf(const std::string& host_port) {

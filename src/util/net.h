@@ -49,11 +49,15 @@ Status Listen(const Address& addr, Fd* fd, Address* bound);
 // Connects with a deadline; the returned socket is non-blocking with TCP_NODELAY.
 Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* fd);
 // Sends / receives exactly len bytes on a non-blocking socket, waiting with poll up to deadline.
+// Receives first retry for up to `spin` before they sleep in poll: a sleep and wake-up costs
+// tens of microseconds on a VM, more than a small message's whole round trip.
 Status SendAll(int fd, const void* data, size_t len, Clock::time_point deadline);
-Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline);
+Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline,
+               std::chrono::microseconds spin = {});
 // Vectored variants: move every byte the iovecs describe (any count; the array is modified).
 Status SendV(int fd, struct iovec* iov, size_t n, Clock::time_point deadline);
-Status RecvV(int fd, struct iovec* iov, size_t n, Clock::time_point deadline);
+Status RecvV(int fd, struct iovec* iov, size_t n, Clock::time_point deadline,
+             std::chrono::microseconds spin = {});
 // The host part of "host:port" / "[v6]:port" (as in Session::remote_addr()).
 std::string HostOf(const std::string& host_port);
 void SetNonBlocking(int fd);

@@ -55,9 +55,10 @@ Status SendReply(int fd, StatusCode code, const std::string& msg, Clock::time_po
 }
 
 // Reads a reply header and its message; *code is the target's verdict.
-Status RecvReply(int fd, Clock::time_point deadline, Status* verdict) {
+Status RecvReply(int fd, Clock::time_point deadline, std::chrono::microseconds spin,
+                 Status* verdict) {
   uint8_t h[kReplyHeaderBytes];
-  Status s = net::RecvAll(fd, h, sizeof h, deadline);
+  Status s = net::RecvAll(fd, h, sizeof h, deadline, spin);
   if (!s.ok()) return s;
   uint32_t code = Get<uint32_t>(h), len = Get<uint32_t>(h + 4);
   if (code > static_cast<uint32_t>(StatusCode::kInternal) || len > kMaxMessage) {
@@ -176,12 +177,12 @@ class TcpLink final : public Link {
     }
     Status s = net::SendV(fd, iov.data(), iov.size(), deadline);
     Status verdict;
-    if (s.ok()) s = RecvReply(fd, deadline, &verdict);
+    if (s.ok()) s = RecvReply(fd, deadline, opts_.spin, &verdict);
     if (!s.ok()) return s;
     if (!verdict.ok() || op == Op::kWrite) return verdict;
     iov.clear();
     for (const Slice& sl : batch) iov.push_back({reinterpret_cast<void*>(sl.local), sl.len});
-    return net::RecvV(fd, iov.data(), iov.size(), deadline);
+    return net::RecvV(fd, iov.data(), iov.size(), deadline);  // bulk: no spin (it would read in crumbs)
   }
 
   const PeerEndpoint peer_;
@@ -292,7 +293,7 @@ void TcpTransport::Serve(std::shared_ptr<Service> svc) {
   std::vector<iovec> iov;
   for (;;) {
     uint8_t h[kBatchHeaderBytes];
-    Status s = net::RecvAll(fd, h, sizeof h, kForever);  // idle until the next batch
+    Status s = net::RecvAll(fd, h, sizeof h, kForever, opts_.spin);  // idle until the next batch
     if (!s.ok()) return close("");
     const uint8_t op = h[0];
     const uint32_t count = Get<uint32_t>(h + 4);
@@ -302,7 +303,7 @@ void TcpTransport::Serve(std::shared_ptr<Service> svc) {
       return close("malformed batch header");
     }
     descs.resize(count * kSliceBytes);
-    if (!net::RecvAll(fd, descs.data(), descs.size(), io_deadline()).ok()) {
+    if (!net::RecvAll(fd, descs.data(), descs.size(), io_deadline(), opts_.spin).ok()) {
       return close("batch descriptors did not arrive in time");
     }
     uint64_t sum = 0;

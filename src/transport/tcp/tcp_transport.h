@@ -32,6 +32,7 @@ struct TcpOptions {
   int links = 2;              // data connections per peer
   bool least_loaded = false;  // pick a free connection first (default: round-robin)
   std::chrono::milliseconds io_timeout{3000};  // a started frame must finish within this
+  std::chrono::microseconds spin{50};  // receivers spin this long before they sleep
 };
 
 // What the tcp target needs from the engine.
