@@ -309,6 +309,9 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
   if (!state->link) {
     XLOG(INFO) << "peer " << key << " connected; this engine cannot initiate transfers to it: "
                << transport_error;
+  } else {
+    XLOG(INFO) << "peer " << key << " connected (pid " << hello.pid << ", transport "
+               << state->info.transport << ")";
   }
   // Known before the reply leaves, so the peer's Connect() never returns ahead of us.
   s->peer = state;
