@@ -4,13 +4,22 @@
 # WRITE and READ, plus 16 KiB blocks in batches of 1000 descriptors. Every measurement runs
 # ROUNDS times, the tools alternating, and the best round counts (this machine's cores are
 # shared, so a single run can lose a cell to a neighbour). Prints one table with the xfer/raw
-# ratios and the acceptance targets, and writes bench/RESULTS.md.
+# ratios and the acceptance targets. Then, once, the other baselines at the same sizes: a raw
+# TCP socket pair on loopback (bench/raw_tcp) against xfer over tcp, and ucx_perftest (Debian's
+# ucx-utils: ucp_put_bw / ucp_get over UCX_TLS=posix and UCX_TLS=tcp, UCT put_bw / get over cma)
+# against xfer with --reuse (ucx_perftest reuses one buffer, so xfer does too there). Prints the
+# tables and writes bench/RESULTS.md.
 #
 #   bench/compare.sh [BUILD_DIR]            (default: build)
 #   env: DURATION=0.3 (s per cell)  ROUNDS=5  SIZES=16K:8M  REUSE=1 (reuse buffers instead of
 #        walking a 256 MiB span)  BATCH=1000  BATCH_SIZE=16K  RESULTS=bench/RESULTS.md
 #        (RESULTS=- : do not write it)  NOTE="..." (a line for RESULTS.md, e.g. the load)
+#        QUICK=1 (1 round, 0.1 s per cell, sizes 16K,256K,4M: about a minute)
+#        UCX=0 (skip ucx_perftest)  TCP=0 (skip the tcp baselines)
 set -euo pipefail
+if [ "${QUICK:-0}" = 1 ]; then
+  DURATION=${DURATION:-0.1}; ROUNDS=${ROUNDS:-1}; SIZES=${SIZES:-16K,256K,4M}
+fi
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 DURATION=${DURATION:-0.3}
@@ -29,8 +38,9 @@ fi
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S . -B "$BUILD" -G Ninja >/dev/null
 fi
-cmake --build "$BUILD" --target xfer-bench raw_cma >/dev/null
+cmake --build "$BUILD" --target xfer-bench xfer-info raw_cma raw_tcp >/dev/null
 RAW="$BUILD/bench/raw_cma"
+RAWTCP="$BUILD/bench/raw_tcp"
 XB="$BUILD/tools/xfer-bench"
 
 tmp=$(mktemp -d)
@@ -134,6 +144,97 @@ cat "$tmp/table.md"
 transport=$(awk '/^# peer:/ { for (i = 1; i <= NF; i++) if ($i == "transport") { t = $(i + 1); sub(/;$/, "", t); print t; exit } }' "$tmp/xfer_1.txt")
 echo "(xfer transport: ${transport:-unknown}; best of $ROUNDS rounds; GB/s = 1e9 B/s)"
 
+
+# ---- The other baselines, once: raw TCP, xfer over tcp, ucx_perftest, xfer --reuse over cma ----
+have_tcp=0
+if [ "${TCP:-1}" = 1 ] && "$BUILD/tools/xfer-info" --no-engine 2>/dev/null | grep -qE '^  tcp +available'; then have_tcp=1; fi
+have_ucx=0
+if [ "${UCX:-1}" = 1 ] && command -v ucx_perftest >/dev/null; then have_ucx=1; fi
+cmd_rawtcp=("$RAWTCP" -s "$SIZES" -D "$DURATION" "${PATTERN[@]}")
+cmd_xfer_tcp=("$XB" -s "$SIZES" -D "$DURATION" --transport tcp "${PATTERN[@]}")
+cmd_xfer_reuse=("$XB" -s "$SIZES" -D "$DURATION" --transport cma --reuse)
+: >"$tmp/other.txt"
+if [ "${TCP:-1}" = 1 ]; then
+  echo "  raw tcp: $SIZES" >&2
+  "${cmd_rawtcp[@]}" | tee "$tmp/rawtcp.txt" | awk '/^[0-9]/ { print "rawtcp", $1, $3 }' >>"$tmp/other.txt"
+fi
+if [ $have_tcp = 1 ]; then
+  echo "  xfer over tcp: $SIZES" >&2
+  "${cmd_xfer_tcp[@]}" | tee "$tmp/xfertcp.txt" | awk '/^## write_bw/ { op = "w"; next } /^## read_bw/ { op = "r"; next }
+       /^[0-9]/ && op != "" { print "xfertcp_" op, $1, $3 }' >>"$tmp/other.txt"
+fi
+# ucx_perftest: a server and a client on loopback per (test, size); bandwidth "overall" in MB/s
+# (2^20 B/s), converted to GB/s (1e9 B/s). Iterations: about UCX_BYTES (UCX_TCP_BYTES over tcp).
+UCX_BYTES=${UCX_BYTES:-1G}
+UCX_TCP_BYTES=${UCX_TCP_BYTES:-64M}
+ucx_cfgs=(
+  "ucp_put_posix|posix|-t ucp_put_bw"
+  "ucp_get_posix|posix|-t ucp_get"
+  "ucp_put_tcp|tcp|-t ucp_put_bw"
+  "ucp_get_tcp|tcp|-t ucp_get"
+  "uct_put_cma|cma|-t put_bw -x cma -d memory -D zcopy"
+  "uct_get_cma|cma|-t get -x cma -d memory -D zcopy"
+)
+ucx_port=$((13500 + RANDOM % 1000))
+to_bytes() { case $1 in *G) echo $(( ${1%G} << 30 ));; *M) echo $(( ${1%M} << 20 ));; *) echo "$1";; esac; }
+ucx_run() {  # ucx_run NAME TLS SIZE ARGS...
+  local name=$1 tls=$2 size=$3 budget n w out
+  shift 3
+  budget=$(to_bytes "$UCX_BYTES"); [ "$tls" = tcp ] && budget=$(to_bytes "$UCX_TCP_BYTES")
+  n=$(( budget / size )); [ $n -lt 20 ] && n=20; [ $n -gt 200000 ] && n=200000
+  w=$(( n / 10 )); [ $w -lt 5 ] && w=5
+  ucx_port=$((ucx_port + 1))
+  UCX_TLS=$tls timeout 60 ucx_perftest -p $ucx_port "$@" -s "$size" -n $n -w $w >/dev/null 2>&1 &
+  local srv=$!
+  out=""
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    sleep 0.2
+    out=$(UCX_TLS=$tls timeout 60 ucx_perftest 127.0.0.1 -p $ucx_port "$@" -s "$size" -n $n -w $w -f 2>/dev/null | tail -n 1) && break
+  done
+  kill $srv 2>/dev/null || true
+  wait $srv 2>/dev/null || true
+  echo "$out" | awk -v name="$name" -v size="$size" 'NF >= 8 && $1 ~ /^[0-9]+$/ { printf "%s %s %.4f\n", name, size, $6 * 1048576 / 1e9 }'
+}
+if [ $have_ucx = 1 ]; then
+  echo "  ucx_perftest: ${#ucx_cfgs[@]} tests x sizes $SIZES" >&2
+  for cfg in "${ucx_cfgs[@]}"; do
+    IFS='|' read -r name tls args <<<"$cfg"
+    for b in $sizes; do
+      # shellcheck disable=SC2086
+      ucx_run "$name" "$tls" "$b" $args >>"$tmp/other.txt"
+    done
+  done
+  echo "  xfer --reuse over cma: $SIZES" >&2
+  "${cmd_xfer_reuse[@]}" | tee "$tmp/xferreuse.txt" | awk '/^## write_bw/ { op = "w"; next } /^## read_bw/ { op = "r"; next }
+       /^[0-9]/ && op != "" { print "xfercma_reuse_" op, $1, $3 }' >>"$tmp/other.txt"
+fi
+ucx_version=$( (ucx_info -v 2>/dev/null || true) | awk '/version/ { print; exit }')
+awk '
+  { v[$1 " " $2] = $3; if (!($2 in seen)) { seen[$2] = 1; sizes[++n] = $2 } }
+  function g(k) { return (k in v) ? v[k] : -1 }
+  function f(x) { return x < 0 ? "-" : sprintf("%.2f", x) }
+  function fr(x, base) { return (x < 0 || base <= 0) ? f(base) : sprintf("%.2f (x%.2f)", base, x / base) }
+  END {
+    if (n == 0) exit
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (sizes[j] + 0 < sizes[i] + 0) { t = sizes[i]; sizes[i] = sizes[j]; sizes[j] = t }
+    print "| block | xfer tcp W | xfer tcp R | raw tcp | ucp_put tcp | ucp_get tcp | xfer cma W reuse | xfer cma R reuse | ucp_put posix | ucp_get posix | uct put cma | uct get cma |"
+    print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for (i = 1; i <= n; i++) {
+      b = sizes[i]
+      xtw = g("xfertcp_w " b); xtr = g("xfertcp_r " b); xcw = g("xfercma_reuse_w " b); xcr = g("xfercma_reuse_r " b)
+      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", b, f(xtw), f(xtr),
+        fr(xtw, g("rawtcp " b)), fr(xtw, g("ucp_put_tcp " b)), fr(xtr, g("ucp_get_tcp " b)),
+        f(xcw), f(xcr), fr(xcw, g("ucp_put_posix " b)), fr(xcr, g("ucp_get_posix " b)),
+        fr(xcw, g("uct_put_cma " b)), fr(xcr, g("uct_get_cma " b))
+    }
+    print ""
+    print "GB/s (1e9 B/s), one run each. Baseline cells: GB/s (x ratio of xfer to it: WRITE against raw tcp and puts, READ against gets; tcp columns against xfer over tcp, posix and cma columns against xfer over cma with --reuse). \"-\": not run (no tcp transport in this build, or no ucx_perftest)."
+  }' "$tmp/other.txt" >"$tmp/other.md"
+if [ -s "$tmp/other.md" ]; then
+  echo
+  cat "$tmp/other.md"
+fi
+
 if [ "$RESULTS" != "-" ]; then
   q() { local s="" a; for a in "$@"; do s+="${s:+ }$(printf '%q' "$a")"; done; printf '%s' "$s"; }
   {
@@ -146,7 +247,7 @@ if [ "$RESULTS" != "-" ]; then
     echo "- pattern: $PATTERN_NAME; remote blocks pair-swapped so no two descriptors coalesce"
     echo "- each cell: $DURATION s timed after a warm-up pass; best of $ROUNDS rounds, tools alternating"
     echo "- GB/s = 1e9 bytes/s; x/r = xfer / raw one-call-per-block loop"
-    echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); the machine's cores were shared with other work (a build) during the run, so single cells can lose to a neighbour"
     if [ -n "${NOTE:-}" ]; then echo "- note: $NOTE"; fi
     echo
     echo "Command: \`bench/compare.sh${1:+ $1}\` (DURATION=$DURATION ROUNDS=$ROUNDS SIZES=$SIZES BATCH=$BATCH BATCH_SIZE=$BATCH_SIZE${REUSE:+ REUSE=$REUSE}), which runs:"
@@ -161,6 +262,25 @@ if [ "$RESULTS" != "-" ]; then
     echo '```'
     echo
     cat "$tmp/table.md"
+    if [ -s "$tmp/other.md" ]; then
+      echo
+      echo "## Other baselines: raw TCP on loopback, ucx_perftest${ucx_version:+ ($ucx_version)}"
+      echo
+      echo "Run once each, after the rounds above:"
+      echo
+      echo '```'
+      q "${cmd_rawtcp[@]}"; echo
+      [ $have_tcp = 1 ] && { q "${cmd_xfer_tcp[@]}"; echo; }
+      if [ $have_ucx = 1 ]; then
+        q "${cmd_xfer_reuse[@]}"; echo
+        echo "# per size B, a server (ucx_perftest -p PORT ARGS -s B -n N -w N/10) and a client:"
+        for cfg in "${ucx_cfgs[@]}"; do IFS='|' read -r name tls args <<<"$cfg"; echo "UCX_TLS=$tls ucx_perftest 127.0.0.1 -p PORT $args -s B -n N -w N/10 -f   # $name"; done
+        echo "# N = $UCX_BYTES / B ($UCX_TCP_BYTES / B over tcp), at least 20"
+      fi
+      echo '```'
+      echo
+      cat "$tmp/other.md"
+    fi
     echo
     echo "## Last round, as the tools printed it (repeated headers dropped)"
     echo

@@ -8,6 +8,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   iproute2 procps                 # network namespaces for two-host tests; ps/kill for fault tests
+  ucx-utils                       # ucx_perftest: a baseline in bench/compare.sh
+  jq                              # tests/tools: checks xfer-bench --json
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -18,7 +18,8 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600
 
 echo "== fuzz the wire decoder (30 s) =="
-CXX=clang++ ./scripts/build.sh build-fuzz -DXFER_FUZZ=ON -DXFER_BUILD_TESTS=OFF
+CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DXFER_FUZZ=ON -DXFER_BUILD_TESTS=OFF >/dev/null
+cmake --build build-fuzz --target wire_fuzzer
 mkdir -p build-fuzz/corpus
 ./build-fuzz/tests/fuzz/wire_fuzzer -max_total_time=30 -seed=1 build-fuzz/corpus tests/fuzz/corpus 2>&1 | tail -n 3
 

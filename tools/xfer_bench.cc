@@ -1,42 +1,57 @@
 // xfer-bench: the benchmark users of this field know (perftest's ib_write_bw, ucx_perftest,
-// nixlbench), for xfer.
+// nixlbench, HIXL's per-block-size tables), for xfer.
 //
 //   xfer-bench                                   the main job: a local target child, WRITE then
 //                                                READ, 16K..8M, best same-host transport
-//   xfer-bench write_bw|read_bw|write_lat|read_lat [options] [host:port]
+//   xfer-bench write_bw|read_bw|write_lat|read_lat|table [options] [host:port]
 //                                                one test; without a peer, a local target child
 //   xfer-bench serve [--listen host:port]        the target side for two-machine runs
 //
+// The client and the target talk over the bench's own control channel: newline-delimited JSON
+// on a TCP connection to the serve port (remote), or on a socketpair (a local child process, or a
+// thread of this process for --transport local). The client sends its whole configuration; the
+// target starts an engine with those options, registers its region and answers with its engine
+// name. Per size the client marks the timed window (the target reports its CPU time, and with
+// -b/--bidirectional runs the same test toward the client at the same time).
+//
 // Buffer pattern, block layout and statistics come from bench_util.h, shared with the raw
 // baselines in bench/, so that both measure the same thing.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#ifdef XFER_BENCH_HAVE_JSON
 #include <nlohmann/json.hpp>
-#endif
 
 #include "bench_util.h"
 #include "xfer/engine.h"
@@ -48,6 +63,7 @@
 namespace {
 
 using namespace xfer::bench;
+using json = nlohmann::json;
 using xfer::Engine;
 using xfer::EngineOptions;
 using xfer::Op;
@@ -55,51 +71,96 @@ using xfer::Status;
 using xfer::TransferDesc;
 
 constexpr int kExitArgs = 2;
+constexpr int kExitExpect = 3;  // --expect-bw / --expect-p99 not met
 constexpr const char* kRegionTag = "xfer-bench";
+constexpr const char* kLocalTag = "xfer-bench-local";
 constexpr const char* kDefaultListen = "0.0.0.0:18515";  // perftest's port, for familiarity
+constexpr const char* kCtlSchema = "xfer-bench-ctl";
+constexpr int kCtlVersion = 1;
+constexpr const char* kJsonSchema = "xfer-bench";
+constexpr int kJsonVersion = 2;
 
 struct ArgError {
   std::string msg;
 };
 
+// Transports the table tries, in order. A name the engine does not know is reported "not built";
+// a new transport needs only its name here.
+const std::vector<std::string> kKnownTransports = {"local", "cma", "shm", "tcp", "ucx"};
+// Memory kinds of the table's directions: H = host, D = device (cuda).
+const std::vector<std::string> kDirections = {"D2D", "H2D", "D2H", "H2H"};
+const std::vector<std::string> kPaths = {"direct", "bufferpool"};
+
 // ---------------------------------------------------------------------------------------------
 // Configuration
 
 struct Config {
-  // Tests to run, in order: "write_bw", "read_bw", "write_lat", "read_lat".
+  // Tests to run, in order: "write_bw", "read_bw", "write_lat", "read_lat", or "table".
   std::vector<std::string> tests;
   bool main_job = false;  // no subcommand: write_bw then read_bw
 
   std::string size_arg = "16K:8M";
   bool all = false;
   std::vector<uint64_t> sizes;
-  uint64_t iters = 0;      // requests per size; 0 = use the duration
+  uint64_t iters = 0;      // requests per size (all threads together); 0 = use the duration
   double duration = 1.0;   // seconds per size
-  int64_t warmup = -1;     // requests; -1 = one pass over the span (at least 8, at most 1 s)
+  int64_t warmup = -1;     // requests per thread; -1 = one pass over the span (>= 8, <= 1 s)
   uint64_t batch = 1;      // descriptors per request
-  uint64_t depth = 1;      // requests in flight
+  uint64_t depth = 1;      // requests in flight, per thread
+  int threads = 1;         // client threads issuing requests concurrently
+  int links = 0;           // 0 = the transport's default
   int streams = 0;         // 0 = the engine's default
   std::string slice_arg, batch_bytes_arg;  // EngineOptions::slice_bytes / batch_bytes
   uint64_t slice_bytes = 0, batch_bytes = 0;
   int64_t spin_us = -1;    // EngineOptions::spin; -1 = the engine's default
   std::string transport;   // empty = the best both sides offer
+  std::string local_mem = "host", remote_mem = "host";
+  bool buffer_pool = false;
+  bool bidir = false;
   bool reuse = false;
   uint64_t walk_span = kDefaultSpan;
   std::string span_arg;    // --span as typed
   bool verify = false;
+  double expect_bw = -1;   // GB/s, every bandwidth row
+  double expect_p99 = -1;  // us, every row
   std::string json_file, csv_file;
   std::string peer;        // host:port of a serve; empty = local target
   std::string local_name;  // the client engine's name (host alone: client-only)
+  std::string host_id;     // EngineOptions::host_id of this side
   double connect_timeout = 30;
 
   // serve
   std::string listen = kDefaultListen;
-  int ready_fd = -1, ctl_fd = -1;
+  int ctl_fd = -1;     // hidden: serve one client on this fd (a local child), then exit
+  bool once = false;   // serve one client, then exit
 
   uint64_t span = 0;  // resolved bytes per side
 };
 
-const std::vector<std::string> kKnownTransports = {"local", "cma", "tcp", "ucx", "cuda", "shm"};
+bool IsLat(const std::string& t) { return t.size() > 4 && t.substr(t.size() - 4) == "_lat"; }
+Op TestOp(const std::string& t) { return t.rfind("write", 0) == 0 ? Op::kWrite : Op::kRead; }
+const char* OpUpper(Op op) { return op == Op::kWrite ? "WRITE" : "READ"; }
+
+// "host" or "cuda:N". Returns an error for the user, empty when supported.
+std::string CheckMem(const std::string& opt, const std::string& v) {
+  if (v == "host") return "";
+  if (v.rfind("cuda:", 0) == 0 && v.size() > 5 &&
+      v.find_first_not_of("0123456789", 5) == std::string::npos)
+    return opt + " " + v + ": GPU memory is unsupported in this build (xfer has no CUDA support "
+           "yet; only 'host')";
+  return opt + ": bad value '" + v + "' (host, or cuda:N)";
+}
+
+uint64_t SpanForThreads(const Config& c) {
+  uint64_t need = 0;
+  const uint64_t t = uint64_t(std::max(1, c.threads));
+  for (uint64_t b : c.sizes) {
+    uint64_t slots = c.reuse ? c.batch * t
+                             : std::max<uint64_t>(c.walk_span / b, c.batch * std::max<uint64_t>(1, c.depth) * t);
+    need = std::max(need, slots * b);
+  }
+  return need;
+}
 
 void Resolve(Config& c) {
   if (c.all) c.size_arg = "2:8M";
@@ -114,17 +175,67 @@ void Resolve(Config& c) {
   if (!c.transport.empty() &&
       std::find(kKnownTransports.begin(), kKnownTransports.end(), c.transport) == kKnownTransports.end())
     throw ArgError{"--transport: unknown transport '" + c.transport +
-                   "' (known: local, cma, tcp, ucx, cuda, shm)"};
-  c.span = SpanFor(c.sizes, c.batch, c.depth, c.reuse, c.walk_span);
-  if (c.span > MaxSpan())
+                   "' (known: local, cma, shm, tcp, ucx)"};
+  for (auto [opt, v] : {std::pair{"--local-mem", c.local_mem}, std::pair{"--remote-mem", c.remote_mem}}) {
+    std::string e = CheckMem(opt, v);
+    if (!e.empty()) throw ArgError{e};
+  }
+  if (c.buffer_pool)
+    throw ArgError{"--buffer-pool: unsupported in this build (xfer has no staging buffer pool "
+                   "yet; every transfer is direct)"};
+  bool table = std::find(c.tests.begin(), c.tests.end(), "table") != c.tests.end();
+  if (table && c.bidir) throw ArgError{"-b/--bidirectional does not apply to the table test"};
+  if (table && !c.transport.empty())
+    throw ArgError{"--transport does not apply to the table test (it tries every transport)"};
+  if (c.transport == "local" && !c.peer.empty())
+    throw ArgError{"--transport local works only with a target in this process (no peer address)"};
+  c.span = SpanForThreads(c);
+  uint64_t sides = c.bidir ? 4 : 2;
+  if (c.span * sides > MaxSpan() * 2)
     throw ArgError{"each side would need " + FormatSize(c.span) +
-                   " of buffers (largest size x --batch x --depth), over a quarter of this "
-                   "machine's memory: lower --size, --batch or --depth"};
+                   " of buffers (largest size x --batch x --depth x --threads), too much of this "
+                   "machine's memory: lower --size, --batch, --depth, --threads or --span"};
   if (c.local_name.empty()) c.local_name = c.peer.empty() ? "127.0.0.1" : "0.0.0.0";
 }
 
-bool IsLat(const std::string& t) { return t.size() > 4 && t.substr(t.size() - 4) == "_lat"; }
-Op TestOp(const std::string& t) { return t.rfind("write", 0) == 0 ? Op::kWrite : Op::kRead; }
+// The options that travel to the target (everything that shapes the run).
+json ConfigToJson(const Config& c) {
+  return {{"tests", c.tests},       {"sizes", c.sizes},         {"iters", c.iters},
+          {"duration", c.duration}, {"warmup", c.warmup},       {"batch", c.batch},
+          {"depth", c.depth},       {"threads", c.threads},     {"links", c.links},
+          {"streams", c.streams},   {"slice_bytes", c.slice_bytes},
+          {"batch_bytes", c.batch_bytes},                       {"spin_us", c.spin_us},
+          {"transport", c.transport},                           {"bidir", c.bidir},
+          {"reuse", c.reuse},       {"walk_span", c.walk_span}, {"span", c.span},
+          {"verify", c.verify},     {"local_mem", c.local_mem}, {"remote_mem", c.remote_mem}};
+}
+
+void ConfigFromJson(const json& j, Config* c) {
+  c->tests = j.at("tests").get<std::vector<std::string>>();
+  c->sizes = j.at("sizes").get<std::vector<uint64_t>>();
+  c->iters = j.at("iters");
+  c->duration = j.at("duration");
+  c->warmup = j.at("warmup");
+  c->batch = j.at("batch");
+  c->depth = j.at("depth");
+  c->threads = j.at("threads");
+  c->links = j.at("links");
+  c->streams = j.at("streams");
+  c->slice_bytes = j.at("slice_bytes");
+  c->batch_bytes = j.at("batch_bytes");
+  c->spin_us = j.at("spin_us");
+  c->transport = j.at("transport");
+  c->bidir = j.at("bidir");
+  c->reuse = j.at("reuse");
+  c->walk_span = j.at("walk_span");
+  c->span = j.at("span");
+  c->verify = j.at("verify");
+  c->local_mem = j.at("local_mem");
+  c->remote_mem = j.at("remote_mem");
+  if (c->sizes.empty() || c->batch == 0 || c->depth == 0 || c->threads < 1 || c->threads > 256 ||
+      c->span == 0 || c->span > MaxSpan())
+    throw std::runtime_error("configuration out of range");
+}
 
 // The command that reproduces this run with every setting spelled out.
 std::string RerunCommand(const std::string& argv0, const Config& c) {
@@ -136,14 +247,20 @@ std::string RerunCommand(const std::string& argv0, const Config& c) {
   else o << " -D " << c.duration;
   if (c.warmup >= 0) o << " -w " << c.warmup;
   o << " --batch " << c.batch << " --depth " << c.depth;
+  if (c.threads > 1) o << " --threads " << c.threads;
+  if (c.links) o << " --links " << c.links;
   if (c.streams) o << " --streams " << c.streams;
   if (c.slice_bytes) o << " --slice-bytes " << c.slice_arg;
   if (c.batch_bytes) o << " --batch-bytes " << c.batch_bytes_arg;
   if (c.spin_us >= 0) o << " --spin " << c.spin_us;
   if (!c.transport.empty()) o << " --transport " << c.transport;
+  if (c.bidir) o << " --bidirectional";
   if (c.reuse) o << " --reuse";
   else if (!c.span_arg.empty()) o << " --span " << c.span_arg;
   if (c.verify) o << " --verify";
+  if (!c.host_id.empty()) o << " --host-id " << ShellQuote(c.host_id);
+  if (c.expect_bw >= 0) o << " --expect-bw " << c.expect_bw;
+  if (c.expect_p99 >= 0) o << " --expect-p99 " << c.expect_p99;
   if (!c.json_file.empty()) o << " --json " << ShellQuote(c.json_file);
   if (!c.csv_file.empty()) o << " --csv " << ShellQuote(c.csv_file);
   if (!c.peer.empty()) o << ' ' << ShellQuote(c.peer);
@@ -182,35 +299,67 @@ std::string SelfExe() {
   return buf;
 }
 
+bool HaveGpuDevice() {
+  struct stat st;
+  return stat("/dev/nvidiactl", &st) == 0 || stat("/dev/nvidia0", &st) == 0;
+}
+
+// EngineOptions::links (data connections per peer) exists in builds with the tcp transport;
+// these compile either way.
+template <class O>
+auto SetLinks(O& o, int n, int) -> decltype(o.links = n, bool()) {
+  o.links = n;
+  return true;
+}
+template <class O>
+bool SetLinks(O&, int, long) {
+  return false;
+}
+template <class O>
+auto DefaultLinks(const O& o, int) -> decltype(int(o.links)) {
+  return o.links;
+}
+template <class O>
+int DefaultLinks(const O&, long) {
+  return 0;
+}
+// Transports that use EngineOptions::links.
+bool TransportHasLinks(const std::string& t) { return t == "tcp"; }
+
+// What the header says about --links for this transport: never silently ignored.
+std::string LinksNote(const Config& c, const std::string& transport) {
+  EngineOptions o;
+  const int def = DefaultLinks(o, 0);
+  const bool engine_has = SetLinks(o, 1, 0);
+  if (!engine_has || (!transport.empty() && transport != "any" && !TransportHasLinks(transport)))
+    return c.links == 0 ? "n/a for transport " + transport
+                        : std::to_string(c.links) + " requested: n/a for transport " + transport +
+                              (engine_has ? "" : " (this engine has no link setting)");
+  if (transport == "any")
+    return (c.links ? std::to_string(c.links) : std::to_string(def) + " (default)") +
+           " for tcp; n/a for the other transports";
+  return c.links ? std::to_string(c.links) : std::to_string(def) + " (default)";
+}
+
 // A progress line on stderr, only when stderr is a terminal.
 class Progress {
  public:
   Progress() : on_(isatty(STDERR_FILENO) == 1) {}
-  void Show(const std::string& test, uint64_t bytes, double done, double total) {
+  void Show(const std::string& what, uint64_t bytes, double done, double total, bool iters) {
     if (!on_) return;
-    uint64_t now = NowNs();
-    if (now - last_ < 200000000ull) return;
-    last_ = now;
-    std::fprintf(stderr, "\r\033[K  %s %s B: %.1f / %.1f %s", test.c_str(), FormatSize(bytes).c_str(),
-                 done, total, total_is_iters_ ? "requests" : "s");
+    std::fprintf(stderr, "\r\033[K  %s %s B: %.1f / %.1f %s", what.c_str(), FormatSize(bytes).c_str(),
+                 done, total, iters ? "requests" : "s");
     shown_ = true;
   }
-  void SetUnit(bool iters) { total_is_iters_ = iters; }
   void Clear() {
     if (on_ && shown_) std::fprintf(stderr, "\r\033[K");
     shown_ = false;
-    last_ = 0;
   }
 
  private:
   bool on_;
   bool shown_ = false;
-  bool total_is_iters_ = false;
-  uint64_t last_ = 0;
 };
-
-// ---------------------------------------------------------------------------------------------
-// The target side
 
 EngineOptions MakeEngineOptions(const Config& c) {
   EngineOptions o;
@@ -218,79 +367,849 @@ EngineOptions MakeEngineOptions(const Config& c) {
   if (c.slice_bytes > 0) o.slice_bytes = c.slice_bytes;
   if (c.batch_bytes > 0) o.batch_bytes = c.batch_bytes;
   if (c.spin_us >= 0) o.spin = std::chrono::microseconds(c.spin_us);
+  if (c.links > 0) SetLinks(o, c.links, 0);
   o.transport = c.transport;
+  o.host_id = c.host_id;
   return o;
 }
 
-int RunServe(const Config& c) {
-  auto fail = [&](const std::string& msg) {
-    if (c.ready_fd >= 0) dprintf(c.ready_fd, "ERROR %s\n", msg.c_str());
-    std::fprintf(stderr, "xfer-bench serve: %s\n", msg.c_str());
-    return 1;
-  };
-  // Block the stop signals before the engine starts threads, so that only sigwait sees them.
-  sigset_t stop_set;
-  sigemptyset(&stop_set);
-  sigaddset(&stop_set, SIGINT);
-  sigaddset(&stop_set, SIGTERM);
-  if (c.ctl_fd < 0) pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
+// ---------------------------------------------------------------------------------------------
+// The control channel: one JSON object per line.
 
-  const uint64_t span = c.walk_span;
-  Span region;
-  if (!region.Allocate(span)) return fail("cannot allocate " + FormatSize(span));
+class Ctl {
+ public:
+  Ctl() = default;
+  explicit Ctl(int fd) : fd_(fd) {}
+  ~Ctl() { Close(); }
+  Ctl(const Ctl&) = delete;
+  Ctl& operator=(const Ctl&) = delete;
+  void Reset(int fd) {
+    Close();
+    fd_ = fd;
+    buf_.clear();
+  }
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  bool open() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+
+  bool Send(const json& j) {
+    std::string s = j.dump() + "\n";
+    size_t off = 0;
+    while (off < s.size()) {
+      ssize_t n = send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      off += size_t(n);
+    }
+    return true;
+  }
+  // Waits up to timeout_ms (-1: forever) for one message. Empty error = ok.
+  std::string Recv(json* out, int timeout_ms) {
+    uint64_t deadline = timeout_ms < 0 ? 0 : NowNs() + uint64_t(timeout_ms) * 1000000ull;
+    for (;;) {
+      size_t nl = buf_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        try {
+          *out = json::parse(line);
+        } catch (const std::exception& e) {
+          return std::string("bad control message: ") + e.what();
+        }
+        if (!out->is_object() || !out->contains("type")) return "bad control message: no type";
+        return "";
+      }
+      if (buf_.size() > (1u << 20)) return "control message too long";
+      int wait = -1;
+      if (timeout_ms >= 0) {
+        int64_t left = (int64_t(deadline) - int64_t(NowNs())) / 1000000;
+        if (left <= 0) return "timed out waiting for the peer's control message";
+        wait = int(left);
+      }
+      pollfd p{fd_, POLLIN, 0};
+      int r = poll(&p, 1, wait);
+      if (r < 0 && errno == EINTR) continue;
+      if (r == 0) continue;
+      char tmp[4096];
+      ssize_t n = read(fd_, tmp, sizeof tmp);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return "the control connection closed";
+      buf_.append(tmp, size_t(n));
+    }
+  }
+  // Send, then wait for a reply; a reply of type "error" becomes the error.
+  std::string Call(const json& req, json* reply, int timeout_ms) {
+    if (!Send(req)) return "the control connection closed";
+    std::string e = Recv(reply, timeout_ms);
+    if (!e.empty()) return e;
+    if ((*reply)["type"] == "error") return (*reply).value("msg", std::string("error"));
+    return "";
+  }
+
+ private:
+  int fd_ = -1;
+  std::string buf_;
+};
+
+// "host:port" -> address; brackets for IPv6.
+bool SplitHostPort(const std::string& s, std::string* host, std::string* port) {
+  if (!s.empty() && s[0] == '[') {
+    size_t e = s.find(']');
+    if (e == std::string::npos || e + 1 >= s.size() || s[e + 1] != ':') return false;
+    *host = s.substr(1, e - 1);
+    *port = s.substr(e + 2);
+  } else {
+    size_t c = s.rfind(':');
+    if (c == std::string::npos || c == 0) return false;
+    *host = s.substr(0, c);
+    *port = s.substr(c + 1);
+  }
+  return !port->empty() && port->find_first_not_of("0123456789") == std::string::npos &&
+         std::stoul(*port) <= 65535;
+}
+
+// The numeric address of a connected socket's local or remote end, formatted for an engine name.
+std::string SockHost(int fd, bool peer) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if ((peer ? getpeername(fd, (sockaddr*)&ss, &len) : getsockname(fd, (sockaddr*)&ss, &len)) != 0)
+    return "";
+  char host[INET6_ADDRSTRLEN] = {0};
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &((sockaddr_in*)&ss)->sin_addr, host, sizeof host);
+    return host;
+  }
+  if (ss.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &((sockaddr_in6*)&ss)->sin6_addr, host, sizeof host);
+    return std::string("[") + host + "]";
+  }
+  return "";
+}
+
+// Connects to host:port, retrying until the deadline (start order must not matter).
+int ConnectRetry(const std::string& hostport, double timeout_s, std::string* err) {
+  std::string host, port;
+  if (!SplitHostPort(hostport, &host, &port)) {
+    *err = "bad peer address '" + hostport + "' (host:port, or [v6]:port)";
+    return -1;
+  }
+  uint64_t deadline = NowNs() + uint64_t(timeout_s * 1e9);
+  std::string last;
+  for (;;) {
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+    if (rc != 0) {
+      last = std::string("getaddrinfo: ") + gai_strerror(rc);
+    } else {
+      for (addrinfo* a = res; a; a = a->ai_next) {
+        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+          freeaddrinfo(res);
+          int one = 1;
+          setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+          return fd;
+        }
+        last = std::strerror(errno);
+        close(fd);
+      }
+      freeaddrinfo(res);
+    }
+    if (NowNs() >= deadline) {
+      *err = "cannot reach xfer-bench serve at " + hostport + " within " +
+             std::to_string(int(timeout_s)) + " s (--connect-timeout): " + last;
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One measured row
+
+struct Row {
+  std::string test;
+  std::string dir;        // "" (one direction), "->" (this side to the peer), "<-", "sum"
+  std::string transport;  // as GetPeerInfo reported it
+  std::string direction = "H2H";
+  std::string path = "direct";
+  uint64_t bytes = 0;
+  uint64_t requests = 0;
+  uint64_t descs = 0;
+  double seconds = 0;
+  double bw_avg = 0;   // GB/s
+  double bw_peak = 0;  // GB/s
+  double msg_rate = 0; // Mops (descriptors)
+  LatStats lat;        // per request, us
+  double cpu = -1;     // % of one CPU, this process
+  double srv_cpu = -1; // % of one CPU, the target process, where known
+  std::string verify;  // "", "ok", "FAILED: ..."
+};
+
+json OptNum(double v) { return v >= 0 ? json(v) : json(nullptr); }
+
+json RowToJson(const Row& r) {
+  return {{"test", r.test},
+          {"op", TestOp(r.test) == Op::kWrite ? "WRITE" : "READ"},
+          {"dir", r.dir.empty() ? json(nullptr) : json(r.dir)},
+          {"transport", r.transport},
+          {"direction", r.direction},
+          {"path", r.path},
+          {"bytes", r.bytes},
+          {"iters", r.requests},
+          {"descriptors", r.descs},
+          {"seconds", r.seconds},
+          {"bw_avg_GBps", r.bw_avg},
+          {"bw_avg_Gbps", r.bw_avg * 8},
+          {"bw_peak_GBps", r.bw_peak},
+          {"msg_rate_Mops", r.msg_rate},
+          {"lat_us",
+           {{"samples", r.lat.n},
+            {"min", r.lat.min},
+            {"max", r.lat.max},
+            {"typical", r.lat.median},
+            {"avg", r.lat.avg},
+            {"stdev", r.lat.stdev},
+            {"p50", r.lat.p50},
+            {"p99", r.lat.p99},
+            {"p99_9", r.lat.p999}}},
+          {"cpu_pct", OptNum(r.cpu)},
+          {"server_cpu_pct", OptNum(r.srv_cpu)},
+          {"verify", r.verify.empty() ? json(nullptr) : json(r.verify)}};
+}
+
+Row RowFromJson(const json& j) {
+  Row r;
+  r.test = j.at("test");
+  r.transport = j.value("transport", "");
+  r.bytes = j.at("bytes");
+  r.requests = j.at("iters");
+  r.descs = j.at("descriptors");
+  r.seconds = j.at("seconds");
+  r.bw_avg = j.at("bw_avg_GBps");
+  r.bw_peak = j.at("bw_peak_GBps");
+  r.msg_rate = j.at("msg_rate_Mops");
+  const json& l = j.at("lat_us");
+  r.lat.n = l.at("samples");
+  r.lat.min = l.at("min");
+  r.lat.max = l.at("max");
+  r.lat.median = l.at("typical");
+  r.lat.avg = l.at("avg");
+  r.lat.stdev = l.at("stdev");
+  r.lat.p50 = l.at("p50");
+  r.lat.p99 = l.at("p99");
+  r.lat.p999 = l.at("p99_9");
+  r.cpu = j.at("cpu_pct").is_null() ? -1 : j.at("cpu_pct").get<double>();
+  r.verify = j.at("verify").is_null() ? "" : j.at("verify").get<std::string>();
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The initiator: runs one test at one size toward a peer, from --threads threads, each with
+// --depth requests in flight. Used by the client, and by the target for -b/--bidirectional.
+
+struct Hooks {
+  // Called on the calling thread after every worker finished its warm-up, just before the timed
+  // window opens, and right after it closes. A non-empty return aborts the size.
+  std::function<std::string()> before_start;
+  std::function<std::string()> after_end;
+};
+
+class Initiator {
+ public:
+  Initiator(const Config& c, Engine* engine, std::string peer, const Span* local,
+            uint64_t remote_addr, uint64_t remote_len)
+      : c_(c), engine_(engine), peer_(std::move(peer)), local_(local),
+        remote_addr_(remote_addr), remote_len_(remote_len) {}
+
+  // Empty when the remote region can hold what the run needs, else why not.
+  std::string CheckRemote() const {
+    uint64_t need = 0;
+    for (uint64_t b : c_.sizes) need = std::max(need, b * c_.batch * uint64_t(c_.threads));
+    if (remote_len_ < need)
+      return "the peer's region (" + FormatSize(remote_len_) + ") is smaller than one request per "
+             "thread (" + FormatSize(need) + "): give the server a larger span";
+    return "";
+  }
+
+  bool RunSize(const std::string& test, uint64_t block, const Hooks& hooks, Progress* progress,
+               Row* row, std::string* err);
+  std::string Verify(uint64_t block);
+
+  static std::chrono::milliseconds TimeoutFor(uint64_t bytes) {
+    return std::chrono::milliseconds(10000 + bytes / 100000);  // 10 s + 100 MB/s worth
+  }
+
+ private:
+  struct Part {  // one thread's share of both spans
+    Layout lay;
+    uint64_t lbase = 0, rbase = 0;
+  };
+  Part PartFor(int t, uint64_t block) const {
+    Part p;
+    const uint64_t n = uint64_t(c_.threads);
+    const uint64_t lpart = local_->size() / n, rpart = remote_len_ / n;
+    p.lay.block = block;
+    p.lay.batch = c_.batch;
+    p.lay.reuse = c_.reuse;
+    p.lay.local_slots = lpart / block;
+    p.lay.remote_slots = std::max<uint64_t>(1, rpart / block);
+    p.lbase = uint64_t(t) * lpart;
+    p.rbase = uint64_t(t) * rpart;
+    return p;
+  }
+  void BuildDescs(const Part& p, uint64_t req, std::vector<TransferDesc>* d) const {
+    d->resize(p.lay.batch);
+    for (uint64_t j = 0; j < p.lay.batch; ++j) {
+      (*d)[j].local_addr = local_->addr() + p.lbase + p.lay.LocalOff(req, j);
+      (*d)[j].remote_addr = remote_addr_ + p.rbase + p.lay.RemoteOff(req, j);
+      (*d)[j].len = p.lay.block;
+    }
+  }
+
+  const Config& c_;
+  Engine* engine_;
+  std::string peer_;
+  const Span* local_;
+  uint64_t remote_addr_, remote_len_;
+};
+
+bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& hooks,
+                        Progress* progress, Row* row, std::string* err) {
+  const Op op = TestOp(test);
+  const uint64_t depth = IsLat(test) ? 1 : c_.depth;
+  const int nthreads = c_.threads;
+  const uint64_t req_bytes = block * c_.batch;
+  const auto timeout = TimeoutFor(req_bytes);
+  const uint64_t dur_ns = uint64_t(c_.duration * 1e9);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go = false;
+  std::atomic<bool> stop{false};
+  std::atomic<int> ready{0}, finished{0};
+  std::atomic<uint64_t> bytes_done{0}, reqs_done{0};
+  std::string first_err;
+  uint64_t start = 0;
+  std::vector<std::vector<uint64_t>> samples(static_cast<size_t>(nthreads));
+  std::vector<uint64_t> ends(size_t(nthreads), 0), dones(size_t(nthreads), 0);
+
+  auto set_err = [&](const std::string& e) {
+    std::lock_guard<std::mutex> g(mu);
+    if (first_err.empty()) first_err = e;
+    stop = true;
+    go = true;
+    cv.notify_all();
+  };
+  auto worker = [&](int t) {
+    Part part = PartFor(t, block);
+    std::vector<TransferDesc> descs;
+    uint64_t req = 0;
+    const uint64_t quota = c_.iters ? c_.iters / uint64_t(nthreads) + (uint64_t(t) < c_.iters % uint64_t(nthreads) ? 1 : 0) : 0;
+    auto fail = [&](const Status& st) {
+      set_err(test + " " + std::to_string(block) + " B: " + st.ToString());
+    };
+    // Warm-up.
+    {
+      uint64_t n = c_.warmup >= 0 ? uint64_t(c_.warmup) : std::max<uint64_t>(8, part.lay.RequestsPerPass());
+      uint64_t t0 = NowNs();
+      for (uint64_t i = 0; i < n && !stop; ++i) {
+        if (c_.warmup < 0 && NowNs() - t0 > 1000000000ull) break;
+        BuildDescs(part, req++, &descs);
+        Status st = engine_->TransferSync(peer_, op, descs, timeout);
+        if (!st.ok()) {
+          fail(st);
+          break;
+        }
+      }
+    }
+    {
+      std::unique_lock<std::mutex> l(mu);
+      ++ready;
+      cv.notify_all();
+      cv.wait(l, [&] { return go; });
+    }
+    auto& smp = samples[size_t(t)];
+    smp.reserve(c_.iters ? std::min<uint64_t>(quota, 20000000) : 4096);
+    uint64_t done = 0, submitted = 0, end = start;
+    auto more = [&](uint64_t now) {
+      if (stop) return false;
+      return c_.iters ? submitted < quota : now - start < dur_ns;
+    };
+    auto complete = [&](uint64_t t0, uint64_t now) {
+      if (smp.size() < 20000000) smp.push_back(now - t0);
+      ++done;
+      end = now;
+      bytes_done.fetch_add(req_bytes, std::memory_order_relaxed);
+      reqs_done.fetch_add(1, std::memory_order_relaxed);
+    };
+    if (depth == 1) {
+      uint64_t now = NowNs();
+      while (more(now)) {
+        BuildDescs(part, req++, &descs);
+        uint64_t t0 = NowNs();
+        Status st = engine_->TransferSync(peer_, op, descs, timeout);
+        now = NowNs();
+        ++submitted;
+        if (!st.ok()) {
+          fail(st);
+          break;
+        }
+        complete(t0, now);
+      }
+    } else {
+      struct Slot {
+        xfer::RequestHandle h = 0;
+        uint64_t t0 = 0;
+      };
+      std::vector<Slot> ring(depth);
+      size_t head = 0, inflight = 0;
+      auto submit = [&](Slot& s) {
+        BuildDescs(part, req++, &descs);
+        s.t0 = NowNs();
+        ++submitted;
+        return engine_->TransferAsync(peer_, op, descs, timeout, &s.h);
+      };
+      bool failed = false;
+      for (size_t i = 0; i < depth && more(NowNs()); ++i) {
+        Status st = submit(ring[i]);
+        if (!st.ok()) {
+          fail(st);
+          failed = true;
+          break;
+        }
+        ++inflight;
+      }
+      while (inflight > 0) {
+        Slot& s = ring[head];
+        Status st = engine_->Wait(s.h, timeout);
+        uint64_t now = NowNs();
+        --inflight;
+        head = (head + 1) % depth;
+        if (!st.ok()) {
+          if (!failed) fail(st);
+          failed = true;
+          continue;  // wait for the others to end
+        }
+        complete(s.t0, now);
+        if (!failed && more(now)) {
+          Slot& n = ring[(head + inflight) % depth];
+          st = submit(n);
+          if (!st.ok()) {
+            fail(st);
+            failed = true;
+          } else {
+            ++inflight;
+          }
+        }
+      }
+    }
+    ends[size_t(t)] = end;
+    dones[size_t(t)] = done;
+    finished.fetch_add(1);
+  };
+
+  std::vector<std::thread> th;
+  for (int t = 0; t < nthreads; ++t) th.emplace_back(worker, t);
+  {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return ready.load() == nthreads || stop.load(); });
+  }
+  std::string hook_err;
+  if (!stop && hooks.before_start) hook_err = hooks.before_start();
+  if (!hook_err.empty()) set_err(hook_err);
+  const uint64_t cpu0 = ProcessCpuNs();
+  {
+    std::lock_guard<std::mutex> g(mu);
+    start = NowNs();
+    go = true;
+    cv.notify_all();
+  }
+  // Monitor: peak bandwidth over 10 ms windows, the progress line every 200 ms.
+  uint64_t win_t = start, win_b = 0, last_show = start;
+  double peak = 0;
+  while (finished.load() < nthreads) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    uint64_t now = NowNs(), b = bytes_done.load(std::memory_order_relaxed);
+    if (now - win_t >= 10000000ull && reqs_done.load() > 0) {
+      peak = std::max(peak, double(b - win_b) / double(now - win_t));
+      win_t = now;
+      win_b = b;
+    }
+    if (progress && now - last_show >= 200000000ull) {
+      last_show = now;
+      if (c_.iters)
+        progress->Show(test, block, double(reqs_done.load()), double(c_.iters), true);
+      else
+        progress->Show(test, block, double(now - start) / 1e9, c_.duration, false);
+    }
+  }
+  for (auto& x : th) x.join();
+  if (progress) progress->Clear();
+  const uint64_t cpu1 = ProcessCpuNs();
+  if (first_err.empty() && hooks.after_end) {
+    std::string e = hooks.after_end();
+    if (!e.empty()) first_err = e;
+  }
+  if (!first_err.empty()) {
+    *err = first_err;
+    return false;
+  }
+  uint64_t end = start, done = 0;
+  std::vector<uint64_t> all;
+  for (int t = 0; t < nthreads; ++t) {
+    end = std::max(end, ends[size_t(t)]);
+    done += dones[size_t(t)];
+    all.insert(all.end(), samples[size_t(t)].begin(), samples[size_t(t)].end());
+  }
+  const double secs = double(end - start) / 1e9;
+  row->test = test;
+  row->bytes = block;
+  row->requests = done;
+  row->descs = done * c_.batch;
+  row->seconds = secs;
+  row->bw_avg = secs > 0 ? double(done * req_bytes) / secs / 1e9 : 0;
+  // A window shorter than the run can exceed the average; a run shorter than a window cannot.
+  row->bw_peak = std::max(peak, row->bw_avg);
+  row->msg_rate = secs > 0 ? double(row->descs) / secs / 1e6 : 0;
+  row->lat = ComputeLatStats(all);
+  row->cpu = secs > 0 ? double(cpu1 - cpu0) / 1e9 / secs * 100 : -1;
+  if (c_.verify) row->verify = Verify(block);
+  return true;
+}
+
+// Round trip on thread 0's first and last request's blocks: fill with a pattern, WRITE, clear,
+// READ back, compare. Uses the benchmark's own descriptors, so a misplaced block shows.
+std::string Initiator::Verify(uint64_t block) {
+  Part part = PartFor(0, block);
+  std::vector<TransferDesc> d;
+  uint64_t last = part.lay.reuse ? 0 : part.lay.RequestsPerPass() - 1;
+  const auto timeout = TimeoutFor(block * c_.batch);
+  for (uint64_t req : {uint64_t(0), last}) {
+    BuildDescs(part, req, &d);
+    for (uint64_t j = 0; j < d.size(); ++j)
+      FillPattern(reinterpret_cast<uint8_t*>(d[j].local_addr), d[j].len, req * c_.batch + j + block);
+    Status st = engine_->TransferSync(peer_, Op::kWrite, d, timeout);
+    if (!st.ok()) return "WRITE: " + st.ToString();
+    for (auto& x : d) std::memset(reinterpret_cast<void*>(x.local_addr), 0, x.len);
+    st = engine_->TransferSync(peer_, Op::kRead, d, timeout);
+    if (!st.ok()) return "READ: " + st.ToString();
+    std::vector<uint8_t> want(block);
+    for (uint64_t j = 0; j < d.size(); ++j) {
+      FillPattern(want.data(), block, req * c_.batch + j + block);
+      if (std::memcmp(want.data(), reinterpret_cast<void*>(d[j].local_addr), block) != 0)
+        return "FAILED: request " + std::to_string(req) + " descriptor " + std::to_string(j) +
+               " read back different data";
+    }
+  }
+  return "ok";
+}
+
+// Finds the peer's region tagged `tag`, the largest host one.
+Status FindRegion(Engine& e, const std::string& peer, const char* tag, uint64_t* addr, uint64_t* len) {
+  std::vector<xfer::RegionInfo> regions;
+  Status st = e.GetRemoteRegions(peer, &regions);
+  if (!st.ok()) return st;
+  const xfer::RegionInfo* best = nullptr;
+  for (const auto& r : regions)
+    if (r.type == xfer::MemType::kHost && r.tag == tag && (!best || r.len > best->len)) best = &r;
+  if (!best)
+    return {xfer::StatusCode::kInvalidArgument,
+            "the peer " + peer + " advertises no host region tagged '" + tag + "' (is it xfer-bench?)"};
+  *addr = best->addr;
+  *len = best->len;
+  return Status::Ok();
+}
+
+// Connect, retrying until the deadline.
+Status ConnectEngine(Engine& e, const std::string& peer, double timeout_s) {
+  uint64_t deadline = NowNs() + uint64_t(timeout_s * 1e9);
+  for (;;) {
+    Status st = e.Connect(peer, std::chrono::milliseconds(2000));
+    if (st.ok() || st.code() == xfer::StatusCode::kAlreadyConnected) return Status::Ok();
+    if (st.code() == xfer::StatusCode::kInvalidArgument || st.code() == xfer::StatusCode::kUnsupported ||
+        NowNs() >= deadline)
+      return st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The target side: one client session on a control channel
+
+// Serves one client on `ctl`: the client's configuration, an engine on engine_host (port 0), the
+// region; per size, CPU marks and (bidirectional) the same test toward the client. Returns an
+// error message, empty when the session ended normally.
+std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::string& host_id,
+                         bool in_process, bool verbose) {
+  json hello;
+  std::string e = ctl.Recv(&hello, 60000);
+  if (!e.empty()) return e;
+  auto refuse = [&](const std::string& msg) {
+    ctl.Send({{"type", "error"}, {"msg", msg}});
+    return msg;
+  };
+  if (hello["type"] != "hello" || hello.value("schema", "") != kCtlSchema)
+    return refuse("not an xfer-bench client (expected a hello of schema " + std::string(kCtlSchema) + ")");
+  if (hello.value("version", 0) != kCtlVersion)
+    return refuse("control protocol version " + std::to_string(hello.value("version", 0)) +
+                  " is not this server's " + std::to_string(kCtlVersion) +
+                  ": run the same xfer-bench version on both sides");
+  Config c;
+  try {
+    ConfigFromJson(hello.at("config"), &c);
+  } catch (const std::exception& ex) {
+    return refuse(std::string("bad configuration: ") + ex.what());
+  }
+  c.host_id = host_id;
+  for (const std::string* m : {&c.local_mem, &c.remote_mem})
+    if (*m != "host") return refuse("memory '" + *m + "' is unsupported in this build");
+
+  Span region, local;
+  if (!region.Allocate(c.span)) return refuse("cannot allocate " + FormatSize(c.span));
+  if (c.bidir && !local.Allocate(c.span)) return refuse("cannot allocate " + FormatSize(c.span));
   Engine engine;
-  Status st = engine.Initialize(c.listen, MakeEngineOptions(c));
-  if (!st.ok()) return fail("Initialize(" + c.listen + "): " + st.ToString());
+  Status st = engine.Initialize(engine_host + ":0", MakeEngineOptions(c));
+  if (!st.ok()) return refuse("Initialize(" + engine_host + ":0): " + st.ToString());
   xfer::MemHandle h = 0;
   st = engine.RegisterMem(region.data(), region.size(), xfer::MemType::kHost, &h, kRegionTag);
-  if (!st.ok()) return fail("RegisterMem: " + st.ToString());
-
-  if (c.ready_fd >= 0) {
-    dprintf(c.ready_fd, "READY %s %" PRIu64 " %" PRIu64 "\n", engine.LocalName().c_str(),
-            region.addr(), region.size());
-    close(c.ready_fd);
-  } else {
-    std::printf("xfer-bench serve: listening on %s; region of %s registered as '%s'; "
-                "Ctrl-C to stop\n",
-                engine.LocalName().c_str(), FormatSize(region.size()).c_str(), kRegionTag);
-    std::fflush(stdout);
+  if (!st.ok()) return refuse("RegisterMem: " + st.ToString());
+  if (c.bidir) {
+    st = engine.RegisterMem(local.data(), local.size(), xfer::MemType::kHost, &h, kLocalTag);
+    if (!st.ok()) return refuse("RegisterMem: " + st.ToString());
   }
+  if (!ctl.Send({{"type", "ready"},
+                 {"engine", engine.LocalName()},
+                 {"pid", int(getpid())},
+                 {"in_process", in_process},
+                 {"region_len", region.size()},
+                 {"host", MachineLine()}}))
+    return "the control connection closed";
+  if (verbose)
+    std::printf("xfer-bench serve: client %s: engine %s, %s registered\n",
+                hello.value("client", "?").c_str(), engine.LocalName().c_str(),
+                FormatSize(region.size()).c_str());
 
-  if (c.ctl_fd >= 0) {
-    // The parent closes its end (or dies): EOF.
-    char ch;
-    for (;;) {
-      ssize_t n = read(c.ctl_fd, &ch, 1);
-      if (n == 0 || (n < 0 && errno != EINTR)) break;
+  // Bidirectional: this side's initiator toward the client, on its own thread per size.
+  std::string client;
+  std::unique_ptr<Initiator> init;
+  std::thread runner;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool prepared = false, go = false, ran = false;
+  Row row;
+  std::string run_err;
+  auto release = [&] {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      go = true;
     }
-  } else {
-    int sig = 0;
-    sigwait(&stop_set, &sig);
+    cv.notify_all();
+    if (runner.joinable()) runner.join();
+  };
+  auto cpu_s = [] { return double(ProcessCpuNs()) / 1e9; };
+
+  std::string result;
+  for (;;) {
+    json m;
+    e = ctl.Recv(&m, -1);
+    if (!e.empty()) {
+      if (e != "the control connection closed") result = e;
+      break;
+    }
+    const std::string type = m["type"];
+    if (type == "bye") break;
+    if (type == "bidir") {
+      client = m.value("client_engine", "");
+      uint64_t raddr = 0, rlen = 0;
+      st = ConnectEngine(engine, client, 10);
+      if (st.ok()) st = FindRegion(engine, client, kRegionTag, &raddr, &rlen);
+      xfer::PeerInfo pi;
+      if (st.ok()) st = engine.GetPeerInfo(client, &pi);
+      if (!st.ok()) {
+        result = refuse("the reverse direction: " + client + ": " + st.ToString());
+        break;
+      }
+      init = std::make_unique<Initiator>(c, &engine, client, &local, raddr, rlen);
+      std::string why = init->CheckRemote();
+      if (!why.empty()) {
+        result = refuse(why);
+        break;
+      }
+      ctl.Send({{"type", "ok"}, {"transport", pi.transport}});
+    } else if (type == "prepare") {
+      if (!init) {
+        ctl.Send({{"type", "prepared"}});
+        continue;
+      }
+      release();
+      prepared = go = ran = false;
+      run_err.clear();
+      std::string test = m.value("test", "write_bw");
+      uint64_t bytes = m.value("bytes", uint64_t(0));
+      if (bytes == 0 || (test != "write_bw" && test != "read_bw" && test != "write_lat" && test != "read_lat")) {
+        result = refuse("bad prepare message");
+        break;
+      }
+      runner = std::thread([&, test, bytes] {
+        Hooks hk;
+        hk.before_start = [&]() -> std::string {
+          std::unique_lock<std::mutex> l(mu);
+          prepared = true;
+          cv.notify_all();
+          cv.wait(l, [&] { return go; });
+          return "";
+        };
+        Row r;
+        std::string err;
+        bool ok = init->RunSize(test, bytes, hk, nullptr, &r, &err);
+        std::lock_guard<std::mutex> g(mu);
+        if (ok) row = r;
+        else run_err = err;
+        ran = true;
+        prepared = true;  // a failure in the warm-up also ends the wait below
+        cv.notify_all();
+      });
+      {
+        std::unique_lock<std::mutex> l(mu);
+        cv.wait(l, [&] { return prepared; });
+      }
+      if (ran && !run_err.empty()) {
+        ctl.Send({{"type", "error"}, {"msg", "reverse direction: " + run_err}});
+        continue;
+      }
+      ctl.Send({{"type", "prepared"}});
+    } else if (type == "go") {
+      double now = cpu_s();
+      {
+        std::lock_guard<std::mutex> g(mu);
+        go = true;
+      }
+      cv.notify_all();
+      ctl.Send({{"type", "go"}, {"cpu_s", now}});
+    } else if (type == "end") {
+      double now = cpu_s();
+      json reply = {{"type", "end"}, {"cpu_s", now}};
+      if (init) {
+        release();
+        if (!run_err.empty()) reply = {{"type", "error"}, {"msg", "reverse direction: " + run_err}};
+        else reply["row"] = RowToJson(row);
+      }
+      ctl.Send(reply);
+    } else {
+      result = refuse("unknown control message '" + type + "'");
+      break;
+    }
   }
+  release();
   engine.Finalize();
+  return result;
+}
+
+int ListenSocket(const std::string& hostport, std::string* err) {
+  std::string host, port;
+  if (!SplitHostPort(hostport, &host, &port)) {
+    *err = "--listen: bad address '" + hostport + "' (host:port, or [v6]:port)";
+    return -1;
+  }
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) {
+    *err = "--listen " + hostport + ": " + gai_strerror(rc);
+    return -1;
+  }
+  int fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+  int one = 1;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 8) != 0) {
+    *err = "--listen " + hostport + ": " + std::strerror(errno);
+    freeaddrinfo(res);
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  freeaddrinfo(res);
+  return fd;
+}
+
+int RunServe(const Config& c) {
+  if (c.ctl_fd >= 0) {  // a local child: one session on the inherited socket
+    Ctl ctl(c.ctl_fd);
+    // Errors went to the client over the channel; it reports them.
+    std::string e = ServeSession(ctl, "127.0.0.1", c.host_id, false, false);
+    return e.empty() ? 0 : 1;
+  }
+  std::string err;
+  int lfd = ListenSocket(c.listen, &err);
+  if (lfd < 0) {
+    std::fprintf(stderr, "xfer-bench serve: %s\n", err.c_str());
+    return 1;
+  }
+  sockaddr_storage ss{};
+  socklen_t sl = sizeof ss;
+  getsockname(lfd, (sockaddr*)&ss, &sl);
+  int port = ss.ss_family == AF_INET6 ? ntohs(((sockaddr_in6*)&ss)->sin6_port)
+                                      : ntohs(((sockaddr_in*)&ss)->sin_port);
+  std::printf("xfer-bench serve: waiting for clients on %s (port %d); each client's options "
+              "apply to its run; Ctrl-C to stop\n",
+              c.listen.c_str(), port);
+  std::fflush(stdout);
+  for (;;) {
+    int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      std::fprintf(stderr, "xfer-bench serve: accept: %s\n", std::strerror(errno));
+      close(lfd);
+      return 1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    // The engine listens on the address the client reached us at, so the name it advertises
+    // is one the client can connect to.
+    std::string host = SockHost(fd, false);
+    Ctl ctl(fd);
+    std::string e = ServeSession(ctl, host.empty() ? "0.0.0.0" : host, c.host_id, false, true);
+    if (!e.empty()) std::fprintf(stderr, "xfer-bench serve: session ended: %s\n", e.c_str());
+    else if (!c.once) std::printf("xfer-bench serve: session done; waiting for the next client\n");
+    std::fflush(stdout);
+    if (c.once) break;
+  }
+  close(lfd);
   return 0;
 }
 
-// A target started by this process: a child running `xfer-bench serve`, or (for --transport
-// local) a second engine in this process.
+// ---------------------------------------------------------------------------------------------
+// The client side
+
+// A target this process started: a child process running `xfer-bench serve --ctl-fd`, or (for
+// --transport local) a session on a thread of this process. Either way, one end of a socketpair.
 class LocalTarget {
  public:
   ~LocalTarget() { Stop(); }
 
-  // Child process. Returns an error message, empty on success.
-  std::string StartChild(const Config& c) {
+  // Returns an error message, empty on success; *fd is this side's end of the control channel.
+  std::string Start(bool in_process, const std::string& host_id, int* fd) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+      return std::string("socketpair: ") + std::strerror(errno);
+    if (in_process) {
+      int theirs = sv[1];
+      thread_ = std::thread([theirs, host_id] {
+        Ctl ctl(theirs);
+        ServeSession(ctl, "127.0.0.1", host_id, true, false);
+      });
+      *fd = sv[0];
+      return "";
+    }
     std::string exe = SelfExe();
     if (exe.empty()) return "cannot read /proc/self/exe";
-    int ready[2], ctl[2];
-    if (pipe2(ready, O_CLOEXEC) != 0 || pipe2(ctl, O_CLOEXEC) != 0)
-      return std::string("pipe: ") + std::strerror(errno);
-    std::vector<std::string> args = {exe,          "serve",
-                                     "--listen",   "127.0.0.1:0",
-                                     "--span",     std::to_string(c.span),
-                                     "--ready-fd", std::to_string(ready[1]),
-                                     "--ctl-fd",   std::to_string(ctl[0])};
-    if (!c.transport.empty()) args.insert(args.end(), {"--transport", c.transport});
-    if (c.streams > 0) args.insert(args.end(), {"--streams", std::to_string(c.streams)});
+    std::vector<std::string> args = {exe, "serve", "--ctl-fd", std::to_string(sv[1])};
+    if (!host_id.empty()) args.insert(args.end(), {"--host-id", host_id});
     std::vector<char*> cargv;
     for (auto& a : args) cargv.push_back(a.data());
     cargv.push_back(nullptr);
@@ -300,68 +1219,19 @@ class LocalTarget {
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (getppid() != parent) _exit(1);
-      // The child's ends survive exec.
-      fcntl(ready[1], F_SETFD, 0);
-      fcntl(ctl[0], F_SETFD, 0);
+      fcntl(sv[1], F_SETFD, 0);  // the child's end survives exec
       execv(exe.c_str(), cargv.data());
-      dprintf(ready[1], "ERROR exec %s: %s\n", exe.c_str(), std::strerror(errno));
       _exit(127);
     }
     pid_ = pid;
-    close(ready[1]);
-    close(ctl[0]);
-    ctl_ = ctl[1];
-
-    // Wait for "READY name addr len" (or "ERROR msg", or EOF) for up to 30 s.
-    std::string line;
-    uint64_t deadline = NowNs() + 30000000000ull;
-    char buf[512];
-    while (line.find('\n') == std::string::npos) {
-      int64_t left_ms = (int64_t(deadline) - int64_t(NowNs())) / 1000000;
-      if (left_ms <= 0) break;
-      pollfd p{ready[0], POLLIN, 0};
-      int r = poll(&p, 1, int(left_ms));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      ssize_t n = read(ready[0], buf, sizeof buf);
-      if (n <= 0) break;
-      line.append(buf, size_t(n));
-    }
-    close(ready[0]);
-    if (line.rfind("READY ", 0) != 0) {
-      Stop();
-      while (!line.empty() && line.back() == '\n') line.pop_back();
-      if (line.rfind("ERROR ", 0) == 0) return "the target process failed: " + line.substr(6);
-      return line.empty() ? "the target process exited or did not answer within 30 s"
-                          : "unexpected answer from the target process: " + line;
-    }
-    std::istringstream in(line.substr(6));
-    in >> name_ >> addr_ >> len_;
+    close(sv[1]);
+    *fd = sv[0];
     return "";
   }
 
-  // In-process target engine (the "local" transport moves bytes by memcpy within a process).
-  std::string StartInProcess(const Config& c) {
-    if (!region_.Allocate(c.span)) return "cannot allocate " + FormatSize(c.span);
-    engine_ = std::make_unique<Engine>();
-    Status st = engine_->Initialize("127.0.0.1:0", MakeEngineOptions(c));
-    if (!st.ok()) return "target Initialize: " + st.ToString();
-    xfer::MemHandle h;
-    st = engine_->RegisterMem(region_.data(), region_.size(), xfer::MemType::kHost, &h, kRegionTag);
-    if (!st.ok()) return "target RegisterMem: " + st.ToString();
-    name_ = engine_->LocalName();
-    addr_ = region_.addr();
-    len_ = region_.size();
-    return "";
-  }
-
+  // Call after the control channel is closed: the session then ends.
   void Stop() {
-    if (engine_) {
-      engine_->Finalize();
-      engine_.reset();
-    }
-    if (ctl_ >= 0) close(ctl_);
-    ctl_ = -1;
+    if (thread_.joinable()) thread_.join();
     if (pid_ > 0) {
       int st;
       for (int i = 0; i < 500; ++i) {  // up to 5 s for a clean exit
@@ -376,143 +1246,208 @@ class LocalTarget {
       pid_ = -1;
     }
   }
-
-  const std::string& name() const { return name_; }
   int pid() const { return pid_; }
-  bool in_process() const { return engine_ != nullptr; }
 
  private:
   int pid_ = -1;
-  int ctl_ = -1;
-  std::string name_;
-  uint64_t addr_ = 0, len_ = 0;
-  std::unique_ptr<Engine> engine_;
-  Span region_;
+  std::thread thread_;
 };
 
-// ---------------------------------------------------------------------------------------------
-// The initiator side
-
-struct Row {
-  std::string test;
+// One table cell (or measured row) for the `table` test.
+struct Cell {
+  std::string scenario, op, transport, direction, path;
   uint64_t bytes = 0;
-  uint64_t requests = 0;
-  uint64_t descs = 0;
-  double seconds = 0;
-  double bw_avg = 0;   // GB/s
-  double bw_peak = 0;  // GB/s
-  double msg_rate = 0; // Mops (descriptors)
-  LatStats lat;        // per request, us
-  double cpu = -1;     // % of one CPU, this process
-  double srv_cpu = -1; // % of one CPU, the target process (local child only)
-  std::string verify;  // "", "ok", "FAILED: ..."
+  double gbps = -1;
+  double p99 = -1;
+  std::string why;  // n/a reason; empty when measured
 };
 
 class Bench {
  public:
   Bench(const Config& c, std::string argv0, std::string invoked)
       : c_(c), argv0_(std::move(argv0)), invoked_(std::move(invoked)) {}
-
   int Run();
 
  private:
-  std::string Setup();
-  void PrintHeader();
+  // Sets up one session (target, engines, connection) with this transport forced (empty: best).
+  std::string Setup(const std::string& transport);
+  void Teardown();
+  bool RunOne(const std::string& test, uint64_t block, Row* fwd, Row* rev, std::string* err);
+  int RunTests();
+  int RunTable();
+  void PrintHeader(const std::string& transport_note);
   void PrintTableHeader(const std::string& test);
   void PrintRow(const Row& r);
-  bool RunSize(const std::string& test, uint64_t block, Row* row, std::string* err);
-  std::string Verify(Op op, const Layout& lay);
-  void BuildDescs(const Layout& lay, uint64_t req, std::vector<TransferDesc>* d) const;
-  std::chrono::milliseconds TimeoutFor(uint64_t bytes) const {
-    return std::chrono::milliseconds(10000 + bytes / 100000);  // 10 s + 100 MB/s worth
-  }
+  int Finish();
   bool WriteJson(std::string* err);
   bool WriteCsv(std::string* err);
+  std::string WhereLine() const;
 
   Config c_;
   std::string argv0_, invoked_;
   LocalTarget target_;
-  Engine engine_;
+  Ctl ctl_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Initiator> init_;
   std::string peer_;
   xfer::PeerInfo peer_info_;
+  std::string rev_transport_;
+  bool srv_in_process_ = false;
+  int srv_pid_ = 0;
+  std::string srv_host_;
   uint64_t remote_addr_ = 0, remote_len_ = 0;
-  Span local_;
+  Span local_, region_;  // region_: this side's target region (bidirectional)
   std::vector<Row> rows_;
+  std::vector<Cell> cells_;  // table
   Progress progress_;
   bool verify_failed_ = false;
 };
 
-std::string Bench::Setup() {
+std::string Bench::Setup(const std::string& transport) {
+  Config& c = c_;
+  c.transport = transport;
+  int fd = -1;
   std::string err;
-  if (c_.peer.empty()) {
-    err = c_.transport == "local" ? target_.StartInProcess(c_) : target_.StartChild(c_);
+  if (c.peer.empty()) {
+    err = target_.Start(transport == "local", c.host_id, &fd);
     if (!err.empty()) return err;
-    peer_ = target_.name();
   } else {
-    peer_ = c_.peer;
+    fd = ConnectRetry(c.peer, c.connect_timeout, &err);
+    if (fd < 0) return err;
   }
-  if (!local_.Allocate(c_.span)) return "cannot allocate " + FormatSize(c_.span) + " of local buffers";
+  ctl_.Reset(fd);
+  if (!local_.size() && !local_.Allocate(c.span))
+    return "cannot allocate " + FormatSize(c.span) + " of local buffers";
+  if (c.bidir && !region_.size() && !region_.Allocate(c.span))
+    return "cannot allocate " + FormatSize(c.span) + " for the reverse direction";
 
-  Status st = engine_.Initialize(c_.local_name, MakeEngineOptions(c_));
-  if (!st.ok()) return "Initialize(" + c_.local_name + "): " + st.ToString();
+  json reply;
+  json hello = {{"type", "hello"}, {"schema", kCtlSchema}, {"version", kCtlVersion},
+                {"client", MachineLine()}, {"config", ConfigToJson(c)}};
+  err = ctl_.Call(hello, &reply, int(std::max(30.0, c.connect_timeout) * 1000));
+  if (!err.empty()) return "the target refused: " + err;
+  peer_ = reply.value("engine", "");
+  srv_in_process_ = reply.value("in_process", false);
+  srv_pid_ = reply.value("pid", 0);
+  srv_host_ = reply.value("host", "");
+
+  // This engine listens only when the peer must reach it (bidirectional).
+  std::string name = c.local_name;
+  if (c.bidir) {
+    std::string h = c.peer.empty() ? "127.0.0.1" : SockHost(fd, false);
+    name = (h.empty() ? std::string("0.0.0.0") : h) + ":0";
+  }
+  engine_ = std::make_unique<Engine>();
+  Status st = engine_->Initialize(name, MakeEngineOptions(c));
+  if (!st.ok()) return "Initialize(" + name + "): " + st.ToString();
   xfer::MemHandle h;
-  st = engine_.RegisterMem(local_.data(), local_.size(), xfer::MemType::kHost, &h, "xfer-bench-local");
+  st = engine_->RegisterMem(local_.data(), local_.size(), xfer::MemType::kHost, &h, kLocalTag);
   if (!st.ok()) return "RegisterMem (local buffers): " + st.ToString();
-
-  // Start order must not matter: retry until the connect timeout.
-  uint64_t deadline = NowNs() + uint64_t(c_.connect_timeout * 1e9);
-  for (;;) {
-    st = engine_.Connect(peer_, std::chrono::milliseconds(2000));
-    if (st.ok() || st.code() == xfer::StatusCode::kAlreadyConnected) break;
-    if (st.code() == xfer::StatusCode::kInvalidArgument || NowNs() >= deadline)
-      return "Connect(" + peer_ + "): " + st.ToString();
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  if (c.bidir) {
+    st = engine_->RegisterMem(region_.data(), region_.size(), xfer::MemType::kHost, &h, kRegionTag);
+    if (!st.ok()) return "RegisterMem (target region): " + st.ToString();
   }
-  st = engine_.GetPeerInfo(peer_, &peer_info_);
+  st = ConnectEngine(*engine_, peer_, c.connect_timeout);
+  if (!st.ok()) return "Connect(" + peer_ + "): " + st.ToString();
+  st = engine_->GetPeerInfo(peer_, &peer_info_);
   if (!st.ok()) return "GetPeerInfo(" + peer_ + "): " + st.ToString();
-
-  std::vector<xfer::RegionInfo> regions;
-  st = engine_.GetRemoteRegions(peer_, &regions);
-  if (!st.ok()) return "GetRemoteRegions(" + peer_ + "): " + st.ToString();
-  const xfer::RegionInfo* best = nullptr;
-  for (const auto& r : regions) {
-    if (r.type != xfer::MemType::kHost) continue;
-    if (r.tag == kRegionTag && (!best || best->tag != kRegionTag || r.len > best->len)) best = &r;
+  st = FindRegion(*engine_, peer_, kRegionTag, &remote_addr_, &remote_len_);
+  if (!st.ok()) return st.message();
+  init_ = std::make_unique<Initiator>(c_, engine_.get(), peer_, &local_, remote_addr_, remote_len_);
+  err = init_->CheckRemote();
+  if (!err.empty()) return err;
+  if (c.bidir) {
+    err = ctl_.Call({{"type", "bidir"}, {"client_engine", engine_->LocalName()}}, &reply, 30000);
+    if (!err.empty()) return err;
+    rev_transport_ = reply.value("transport", "");
   }
-  if (!best) return "the peer " + peer_ + " advertises no host region tagged '" + kRegionTag +
-                    "' (is it an xfer-bench serve?)";
-  remote_addr_ = best->addr;
-  remote_len_ = best->len;
-  uint64_t need = 0;
-  for (uint64_t b : c_.sizes) need = std::max(need, b * c_.batch);
-  if (remote_len_ < need)
-    return "the peer's region (" + FormatSize(remote_len_) + ") is smaller than one request (" +
-           FormatSize(need) + "): start the server with a larger --span";
   return "";
 }
 
-void Bench::PrintHeader() {
+void Bench::Teardown() {
+  if (ctl_.open()) {
+    ctl_.Send({{"type", "bye"}});
+    ctl_.Close();
+  }
+  init_.reset();
+  if (engine_) engine_->Finalize();
+  engine_.reset();
+  target_.Stop();
+}
+
+// One size: the control marks around the timed window; with -b, the peer's row too.
+bool Bench::RunOne(const std::string& test, uint64_t block, Row* fwd, Row* rev, std::string* err) {
+  json reply;
+  *err = ctl_.Call({{"type", "prepare"}, {"test", test}, {"bytes", block}}, &reply, 120000);
+  if (!err->empty()) return false;
+  double srv0 = -1, srv1 = -1;
+  Hooks hk;
+  hk.before_start = [&]() -> std::string {
+    json r;
+    std::string e = ctl_.Call({{"type", "go"}}, &r, 30000);
+    srv0 = r.value("cpu_s", -1.0);
+    return e;
+  };
+  json end_reply;
+  hk.after_end = [&]() -> std::string {
+    std::string e = ctl_.Call({{"type", "end"}}, &end_reply, 600000);
+    srv1 = end_reply.value("cpu_s", -1.0);
+    return e;
+  };
+  if (!init_->RunSize(test, block, hk, &progress_, fwd, err)) return false;
+  fwd->transport = peer_info_.transport;
+  if (!srv_in_process_ && srv0 >= 0 && srv1 >= 0 && fwd->seconds > 0)
+    fwd->srv_cpu = (srv1 - srv0) / fwd->seconds * 100;
+  if (c_.verify && fwd->verify != "ok") verify_failed_ = true;
+  if (c_.bidir) {
+    if (!end_reply.contains("row")) {
+      *err = "the peer sent no row for the reverse direction";
+      return false;
+    }
+    *rev = RowFromJson(end_reply["row"]);
+    rev->transport = rev_transport_;
+    if (c_.verify && rev->verify != "ok") verify_failed_ = true;
+  }
+  return true;
+}
+
+std::string Bench::WhereLine() const {
+  if (srv_in_process_) return "a target engine in this process";
+  if (c_.peer.empty()) return "a local target child process, pid " + std::to_string(target_.pid());
+  return "xfer-bench serve at " + c_.peer + " (pid " + std::to_string(srv_pid_) + " on " +
+         srv_host_.substr(0, srv_host_.find(',')) + ")";
+}
+
+void Bench::PrintHeader(const std::string& transport_note) {
   std::string tests;
   for (auto& t : c_.tests) tests += (tests.empty() ? "" : ", then ") + t;
   std::printf("# xfer-bench %s: %s\n", XFER_TOOLS_VERSION, tests.c_str());
-  std::string where;
-  if (target_.in_process()) where = "a target engine in this process";
-  else if (c_.peer.empty()) where = "a local target child process, pid " + std::to_string(target_.pid());
-  else where = "a remote xfer-bench serve";
-  std::printf("# peer:      %s (%s); transport %s%s; streams %s\n", peer_.c_str(), where.c_str(),
-              peer_info_.transport.c_str(), c_.transport.empty() ? " (best available)" : " (forced)",
+  if (!transport_note.empty()) {
+    std::printf("# peer:      %s\n", transport_note.c_str());
+  } else {
+    std::printf("# peer:      %s (%s); transport %s%s\n", peer_.c_str(), WhereLine().c_str(),
+                peer_info_.transport.c_str(), c_.transport.empty() ? " (best available)" : " (forced)");
+  }
+  std::printf("# engine:    streams %s; links %s\n",
               c_.streams ? std::to_string(c_.streams).c_str()
-                         : (std::to_string(EngineOptions{}.streams) + " (default)").c_str());
+                         : (std::to_string(EngineOptions{}.streams) + " (default)").c_str(),
+              LinksNote(c_, transport_note.empty() ? peer_info_.transport : "any").c_str());
   std::string sizes = c_.size_arg + " (" + std::to_string(c_.sizes.size()) +
                       (c_.sizes.size() == 1 ? " size)" : " sizes)");
   std::printf("# sizes:     %s; batch %" PRIu64 " descriptor%s per request; depth %" PRIu64
-              " request%s in flight\n",
-              sizes.c_str(), c_.batch, c_.batch > 1 ? "s" : "", c_.depth, c_.depth > 1 ? "s" : "");
+              " request%s in flight per thread; %d thread%s\n",
+              sizes.c_str(), c_.batch, c_.batch > 1 ? "s" : "", c_.depth, c_.depth > 1 ? "s" : "",
+              c_.threads, c_.threads > 1 ? "s" : "");
+  std::printf("# memory:    local %s, remote %s; path direct (no buffer pool in this build)%s\n",
+              c_.local_mem.c_str(), c_.remote_mem.c_str(),
+              c_.bidir ? "; bidirectional: the peer runs the same test toward this side at the "
+                         "same time (rows ->, <- and their sum)"
+                       : "");
   char dur[32];
   std::snprintf(dur, sizeof dur, "%g", c_.duration);
   std::string run = c_.iters ? std::to_string(c_.iters) + " requests per size"
                              : std::string(dur) + " s per size";
-  std::string warm = c_.warmup >= 0 ? std::to_string(c_.warmup) + " requests"
+  std::string warm = c_.warmup >= 0 ? std::to_string(c_.warmup) + " requests per thread"
                                     : "one pass over the buffers (at least 8 requests, at most 1 s)";
   std::printf("# run:       %s; warm-up %s%s\n", run.c_str(), warm.c_str(),
               c_.verify ? "; --verify: data checked after each size (not timed)" : "");
@@ -520,12 +1455,16 @@ void Bench::PrintHeader() {
     std::printf("# buffers:   --reuse: every request uses the same blocks (%s per side)\n",
                 FormatSize(c_.span).c_str());
   else
-    std::printf("# buffers:   walk a %s span per side, larger than the CPU caches (--reuse: one "
-                "set, as perftest); remote blocks pair-swapped so none coalesce\n",
-                FormatSize(c_.span).c_str());
-  if (remote_len_ / c_.span == 0)
-    std::printf("# remote:    the peer's region is %s, smaller: remote blocks wrap around in it\n",
-                FormatSize(remote_len_).c_str());
+    std::printf("# buffers:   walk a %s span per side%s (--reuse: one set, as perftest); remote "
+                "blocks pair-swapped so none coalesce\n",
+                FormatSize(c_.span).c_str(),
+                c_.span >= kDefaultSpan ? ", larger than the CPU caches" : " (--span)");
+  if (c_.expect_bw >= 0 || c_.expect_p99 >= 0) {
+    std::string ex;
+    if (c_.expect_bw >= 0) ex += "BW avg >= " + std::to_string(c_.expect_bw).substr(0, 8) + " GB/s";
+    if (c_.expect_p99 >= 0) ex += std::string(ex.empty() ? "" : ", ") + "p99 <= " + std::to_string(c_.expect_p99).substr(0, 8) + " us";
+    std::printf("# expect:    %s at every size (exit %d when not met)\n", ex.c_str(), kExitExpect);
+  }
   std::printf("# host:      %s\n", MachineLine().c_str());
   std::printf("# units:     GB/s = 1e9 B/s, Gb/s = 1e9 bit/s; #iters = requests; MsgRate = "
               "descriptors/s; p50..p99.9 = request latency; CPU%% = this process, srv = the "
@@ -536,7 +1475,8 @@ void Bench::PrintHeader() {
 }
 
 void Bench::PrintTableHeader(const std::string& test) {
-  std::printf("\n## %s (%s)\n", test.c_str(), TestOp(test) == Op::kWrite ? "WRITE" : "READ");
+  std::printf("\n## %s (%s)\n", test.c_str(), OpUpper(TestOp(test)));
+  if (c_.bidir) std::printf("%-4s ", "dir");
   if (IsLat(test))
     std::printf("%-10s %10s %11s %11s %11s %11s %11s %11s %11s %7s\n", "#bytes", "#iters",
                 "t_min[us]", "t_max[us]", "t_typ[us]", "t_avg[us]", "t_stdev[us]", "99%[us]",
@@ -556,6 +1496,7 @@ std::string Pct(double v) {
 }
 
 void Bench::PrintRow(const Row& r) {
+  if (c_.bidir) std::printf("%-4s ", r.dir.c_str());
   if (IsLat(r.test))
     std::printf("%-10" PRIu64 " %10" PRIu64 " %11.2f %11.2f %11.2f %11.2f %11.2f %11.2f %11.2f %7s\n",
                 r.bytes, r.requests, r.lat.min, r.lat.max, r.lat.median, r.lat.avg, r.lat.stdev,
@@ -564,299 +1505,213 @@ void Bench::PrintRow(const Row& r) {
     std::printf("%-10" PRIu64 " %10" PRIu64 " %13.2f %13.2f %14.2f %14.4f %10.1f %10.1f %11.1f %7s %7s\n",
                 r.bytes, r.requests, r.bw_avg, r.bw_avg * 8, r.bw_peak, r.msg_rate, r.lat.p50,
                 r.lat.p99, r.lat.p999, Pct(r.cpu).c_str(), Pct(r.srv_cpu).c_str());
-  if (!r.verify.empty() && r.verify != "ok") std::printf("# verify %s B: %s\n", FormatSize(r.bytes).c_str(), r.verify.c_str());
+  if (!r.verify.empty() && r.verify != "ok")
+    std::printf("# verify %s B (%s): %s\n", FormatSize(r.bytes).c_str(), r.dir.empty() ? "" : r.dir.c_str(), r.verify.c_str());
   std::fflush(stdout);
 }
 
-void Bench::BuildDescs(const Layout& lay, uint64_t req, std::vector<TransferDesc>* d) const {
-  d->resize(lay.batch);
-  for (uint64_t j = 0; j < lay.batch; ++j) {
-    (*d)[j].local_addr = local_.addr() + lay.LocalOff(req, j);
-    (*d)[j].remote_addr = remote_addr_ + lay.RemoteOff(req, j);
-    (*d)[j].len = lay.block;
-  }
+// The sum of the two directions of a bidirectional size.
+Row SumRows(const Row& a, const Row& b) {
+  Row s = a;
+  s.dir = "sum";
+  s.requests = a.requests + b.requests;
+  s.descs = a.descs + b.descs;
+  s.seconds = std::max(a.seconds, b.seconds);
+  s.bw_avg = a.bw_avg + b.bw_avg;
+  s.bw_peak = a.bw_peak + b.bw_peak;
+  s.msg_rate = a.msg_rate + b.msg_rate;
+  s.lat.p50 = std::max(a.lat.p50, b.lat.p50);  // the worse side's figures
+  s.lat.p99 = std::max(a.lat.p99, b.lat.p99);
+  s.lat.p999 = std::max(a.lat.p999, b.lat.p999);
+  s.lat.min = std::min(a.lat.min, b.lat.min);
+  s.lat.max = std::max(a.lat.max, b.lat.max);
+  s.lat.median = std::max(a.lat.median, b.lat.median);
+  s.lat.avg = (a.lat.avg * double(a.lat.n) + b.lat.avg * double(b.lat.n)) / double(std::max<uint64_t>(1, a.lat.n + b.lat.n));
+  s.lat.stdev = std::max(a.lat.stdev, b.lat.stdev);
+  s.lat.n = a.lat.n + b.lat.n;
+  s.verify.clear();
+  return s;
 }
 
-// Round trip on the first and the last request's blocks: fill with a pattern, WRITE, clear,
-// READ back, compare. Uses the benchmark's own descriptors, so a misplaced block shows.
-std::string Bench::Verify(Op op, const Layout& lay) {
-  (void)op;
-  std::vector<TransferDesc> d;
-  uint64_t last = lay.reuse ? 0 : lay.RequestsPerPass() - 1;
-  for (uint64_t req : {uint64_t(0), last}) {
-    BuildDescs(lay, req, &d);
-    for (uint64_t j = 0; j < d.size(); ++j)
-      FillPattern(reinterpret_cast<uint8_t*>(d[j].local_addr), d[j].len, req * lay.batch + j + lay.block);
-    Status st = engine_.TransferSync(peer_, Op::kWrite, d, TimeoutFor(lay.block * lay.batch));
-    if (!st.ok()) return "WRITE: " + st.ToString();
-    for (auto& x : d) std::memset(reinterpret_cast<void*>(x.local_addr), 0, x.len);
-    st = engine_.TransferSync(peer_, Op::kRead, d, TimeoutFor(lay.block * lay.batch));
-    if (!st.ok()) return "READ: " + st.ToString();
-    std::vector<uint8_t> want(lay.block);
-    for (uint64_t j = 0; j < d.size(); ++j) {
-      FillPattern(want.data(), lay.block, req * lay.batch + j + lay.block);
-      if (std::memcmp(want.data(), reinterpret_cast<void*>(d[j].local_addr), lay.block) != 0)
-        return "FAILED: request " + std::to_string(req) + " descriptor " + std::to_string(j) +
-               " read back different data";
-    }
-  }
-  return "ok";
-}
-
-bool Bench::RunSize(const std::string& test, uint64_t block, Row* row, std::string* err) {
-  const Op op = TestOp(test);
-  const bool lat = IsLat(test);
-  const uint64_t depth = lat ? 1 : c_.depth;
-  Layout lay;
-  lay.block = block;
-  lay.batch = c_.batch;
-  lay.reuse = c_.reuse;
-  lay.local_slots = local_.size() / block;
-  lay.remote_slots = remote_len_ / block;
-  const uint64_t req_bytes = block * c_.batch;
-  const auto timeout = TimeoutFor(req_bytes);
-
-  std::vector<TransferDesc> descs;
-  uint64_t req = 0;
-  auto fail = [&](const Status& st) {
-    *err = std::string(test) + " " + std::to_string(block) + " B: " + st.ToString();
-    return false;
-  };
-
-  // Warm-up.
-  {
-    uint64_t n = c_.warmup >= 0 ? uint64_t(c_.warmup) : std::max<uint64_t>(8, lay.RequestsPerPass());
-    uint64_t t0 = NowNs();
-    for (uint64_t i = 0; i < n; ++i) {
-      if (c_.warmup < 0 && NowNs() - t0 > 1000000000ull) break;
-      BuildDescs(lay, req++, &descs);
-      Status st = engine_.TransferSync(peer_, op, descs, timeout);
-      if (!st.ok()) return fail(st);
-    }
-  }
-
-  std::vector<uint64_t> samples;
-  constexpr size_t kMaxSamples = 20000000;
-  samples.reserve(c_.iters ? std::min<uint64_t>(c_.iters, kMaxSamples) : 4096);
-  const uint64_t dur_ns = uint64_t(c_.duration * 1e9);
-  const double srv0 = target_.pid() > 0 ? OtherProcessCpuSeconds(target_.pid()) : -1;
-  const uint64_t cpu0 = ProcessCpuNs();
-  const uint64_t start = NowNs();
-  uint64_t end = start;
-  uint64_t done = 0, submitted = 0;
-  // Peak: the best of consecutive windows of at least 10 ms.
-  uint64_t win_start = start, win_bytes = 0;
-  double peak = 0;
-  progress_.SetUnit(c_.iters != 0);
-  auto more = [&](uint64_t now) {
-    return c_.iters ? submitted < c_.iters : now - start < dur_ns;
-  };
-  auto complete = [&](uint64_t t_submit, uint64_t now) {
-    if (samples.size() < kMaxSamples) samples.push_back(now - t_submit);
-    ++done;
-    end = now;
-    win_bytes += req_bytes;
-    if (now - win_start >= 10000000ull) {
-      peak = std::max(peak, double(win_bytes) / double(now - win_start));
-      win_start = now;
-      win_bytes = 0;
-    }
-    if ((done & 63) == 0)
-      progress_.Show(test, block, c_.iters ? double(done) : double(now - start) / 1e9,
-                     c_.iters ? double(c_.iters) : c_.duration);
-  };
-
-  if (depth == 1) {
-    uint64_t now = start;
-    do {
-      BuildDescs(lay, req++, &descs);
-      uint64_t t0 = NowNs();
-      Status st = engine_.TransferSync(peer_, op, descs, timeout);
-      now = NowNs();
-      ++submitted;
-      if (!st.ok()) return fail(st);
-      complete(t0, now);
-    } while (more(now));
-  } else {
-    struct Slot {
-      xfer::RequestHandle h = 0;
-      uint64_t t0 = 0;
-    };
-    std::vector<Slot> ring(depth);
-    size_t head = 0, inflight = 0;
-    auto submit = [&](Slot& s) {
-      BuildDescs(lay, req++, &descs);
-      s.t0 = NowNs();
-      Status st = engine_.TransferAsync(peer_, op, descs, timeout, &s.h);
-      ++submitted;
-      return st;
-    };
-    for (size_t i = 0; i < depth && more(NowNs()); ++i) {
-      Status st = submit(ring[i]);
-      if (!st.ok()) return fail(st);
-      ++inflight;
-    }
-    while (inflight > 0) {
-      Slot& s = ring[head];
-      xfer::RequestStatus rs;
-      Status st = engine_.Wait(s.h, timeout, &rs);
-      uint64_t now = NowNs();
-      if (!st.ok()) {
-        // Let the others end before reporting.
-        for (size_t k = 1; k < inflight; ++k) {
-          Slot& o = ring[(head + k) % depth];
-          engine_.Cancel(o.h).ok();
-          engine_.Wait(o.h, timeout).ok();
-        }
-        return fail(st);
-      }
-      complete(s.t0, now);
-      --inflight;
-      if (more(now)) {
-        st = submit(s);
-        if (!st.ok()) return fail(st);
-        ++inflight;
-      }
-      head = (head + 1) % depth;
-    }
-  }
-  progress_.Clear();
-  const uint64_t cpu1 = ProcessCpuNs();
-  const double srv1 = target_.pid() > 0 ? OtherProcessCpuSeconds(target_.pid()) : -1;
-  const double secs = double(end - start) / 1e9;
-
-  row->test = test;
-  row->bytes = block;
-  row->requests = done;
-  row->descs = done * c_.batch;
-  row->seconds = secs;
-  row->bw_avg = secs > 0 ? double(done * req_bytes) / secs / 1e9 : 0;
-  row->bw_peak = std::max(peak, row->bw_avg);
-  row->msg_rate = secs > 0 ? double(row->descs) / secs / 1e6 : 0;
-  row->lat = ComputeLatStats(samples);
-  row->cpu = secs > 0 ? double(cpu1 - cpu0) / 1e9 / secs * 100 : -1;
-  row->srv_cpu = (srv0 >= 0 && srv1 >= 0 && secs > 0) ? (srv1 - srv0) / secs * 100 : -1;
-  if (c_.verify) {
-    row->verify = Verify(op, lay);
-    if (row->verify != "ok") verify_failed_ = true;
-  }
-  return true;
-}
-
-#ifdef XFER_BENCH_HAVE_JSON
-bool Bench::WriteJson(std::string* err) {
-  using nlohmann::json;
-  json j;
-  j["schema"] = "xfer-bench";
-  j["schema_version"] = 1;
-  j["xfer_version"] = XFER_TOOLS_VERSION;
-  j["command"] = RerunCommand(argv0_, c_);
-  j["invoked"] = invoked_;
-  j["host"] = MachineLine();
-  j["config"] = {{"tests", c_.tests},
-                 {"sizes", c_.sizes},
-                 {"iters", c_.iters},
-                 {"duration_s", c_.duration},
-                 {"warmup", c_.warmup},
-                 {"batch", c_.batch},
-                 {"depth", c_.depth},
-                 {"streams", c_.streams ? c_.streams : EngineOptions{}.streams},
-                 {"transport_requested", c_.transport},
-                 {"pattern", c_.reuse ? "reuse" : "walk"},
-                 {"span_bytes", c_.span},
-                 {"verify", c_.verify}};
-  j["peer"] = {{"name", peer_},
-               {"transport", peer_info_.transport},
-               {"pid", peer_info_.pid},
-               {"host_id", peer_info_.host_id},
-               {"local_target", c_.peer.empty()}};
-  json rows = json::array();
-  for (const Row& r : rows_) {
-    json x = {{"test", r.test},
-              {"op", TestOp(r.test) == Op::kWrite ? "WRITE" : "READ"},
-              {"bytes", r.bytes},
-              {"iters", r.requests},
-              {"descriptors", r.descs},
-              {"seconds", r.seconds},
-              {"bw_avg_GBps", r.bw_avg},
-              {"bw_avg_Gbps", r.bw_avg * 8},
-              {"bw_peak_GBps", r.bw_peak},
-              {"msg_rate_Mops", r.msg_rate},
-              {"lat_us",
-               {{"samples", r.lat.n},
-                {"min", r.lat.min},
-                {"max", r.lat.max},
-                {"typical", r.lat.median},
-                {"avg", r.lat.avg},
-                {"stdev", r.lat.stdev},
-                {"p50", r.lat.p50},
-                {"p99", r.lat.p99},
-                {"p99_9", r.lat.p999}}},
-              {"cpu_pct", r.cpu >= 0 ? json(r.cpu) : json(nullptr)},
-              {"server_cpu_pct", r.srv_cpu >= 0 ? json(r.srv_cpu) : json(nullptr)},
-              {"verify", r.verify.empty() ? json(nullptr) : json(r.verify)}};
-    rows.push_back(std::move(x));
-  }
-  j["rows"] = std::move(rows);
-  std::ofstream f(c_.json_file);
-  if (!f) {
-    *err = "cannot write " + c_.json_file;
-    return false;
-  }
-  f << j.dump(2) << "\n";
-  return bool(f);
-}
-#else
-bool Bench::WriteJson(std::string* err) {
-  *err = "--json: this xfer-bench was built without nlohmann-json";
-  return false;
-}
-#endif
-
-bool Bench::WriteCsv(std::string* err) {
-  std::ofstream f(c_.csv_file);
-  if (!f) {
-    *err = "cannot write " + c_.csv_file;
-    return false;
-  }
-  f << "test,op,bytes,iters,descriptors,seconds,bw_avg_GBps,bw_avg_Gbps,bw_peak_GBps,"
-       "msg_rate_Mops,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p50_us,p99_us,p99_9_us,"
-       "cpu_pct,server_cpu_pct,verify,transport,batch,depth,pattern\n";
-  for (const Row& r : rows_) {
-    f << r.test << ',' << (TestOp(r.test) == Op::kWrite ? "WRITE" : "READ") << ',' << r.bytes << ','
-      << r.requests << ',' << r.descs << ',' << r.seconds << ',' << r.bw_avg << ',' << r.bw_avg * 8
-      << ',' << r.bw_peak << ',' << r.msg_rate << ',' << r.lat.min << ',' << r.lat.max << ','
-      << r.lat.median << ',' << r.lat.avg << ',' << r.lat.stdev << ',' << r.lat.p50 << ','
-      << r.lat.p99 << ',' << r.lat.p999 << ',' << (r.cpu >= 0 ? std::to_string(r.cpu) : "") << ','
-      << (r.srv_cpu >= 0 ? std::to_string(r.srv_cpu) : "") << ',' << r.verify << ','
-      << peer_info_.transport << ',' << c_.batch << ',' << c_.depth << ','
-      << (c_.reuse ? "reuse" : "walk") << '\n';
-  }
-  return bool(f);
-}
-
-int Bench::Run() {
-  std::string err = Setup();
+int Bench::RunTests() {
+  std::string err = Setup(c_.transport);
   if (!err.empty()) {
+    Teardown();
     std::fprintf(stderr, "xfer-bench: %s\n", err.c_str());
     return 1;
   }
-  PrintHeader();
+  PrintHeader("");
   for (const auto& test : c_.tests) {
     PrintTableHeader(test);
     for (uint64_t b : c_.sizes) {
-      Row row;
-      if (!RunSize(test, b, &row, &err)) {
+      Row fwd, rev;
+      if (!RunOne(test, b, &fwd, &rev, &err)) {
         progress_.Clear();
+        Teardown();
         std::fprintf(stderr, "xfer-bench: %s\n", err.c_str());
         return 1;
       }
-      PrintRow(row);
-      rows_.push_back(row);
+      if (c_.bidir) {
+        fwd.dir = "->";
+        rev.dir = "<-";
+        Row sum = SumRows(fwd, rev);
+        for (const Row* r : {&fwd, &rev, &sum}) {
+          PrintRow(*r);
+          rows_.push_back(*r);
+        }
+      } else {
+        PrintRow(fwd);
+        rows_.push_back(fwd);
+      }
     }
   }
-  engine_.Finalize();
-  target_.Stop();
+  Teardown();
+  return Finish();
+}
+
+// The HIXL-shaped matrix: every (op, block, transport, direction, path); measured where this
+// build and machine can, "n/a" with a footnote elsewhere.
+int Bench::RunTable() {
+  const std::string scenario = c_.peer.empty() ? "single_machine" : "dual_machine";
+  std::vector<std::string> notes;  // footnotes, numbered from 1
+  auto note = [&](const std::string& why) {
+    auto it = std::find(notes.begin(), notes.end(), why);
+    if (it != notes.end()) return size_t(it - notes.begin()) + 1;
+    notes.push_back(why);
+    return notes.size();
+  };
+  // Which memory kinds and paths this build supports; "" = supported.
+  auto mem_why = [&](char k) -> std::string {
+    if (k == 'H') return "";
+    return HaveGpuDevice() ? "GPU present, but this build has no CUDA support"
+                           : "no GPU on this machine (and this build has no CUDA support)";
+  };
+  auto path_why = [&](const std::string& p) -> std::string {
+    return p == "direct" ? "" : "buffer pool not built in this version";
+  };
+
+  std::printf("# xfer-bench %s: table (shape of ../shared/reference/hixl_a3_bandwidth.tsv)\n",
+              XFER_TOOLS_VERSION);
+  std::printf("# %s; sizes %s; ", c_.peer.empty() ? "target: a local child process (local: a "
+              "target engine in this process)" : ("target: xfer-bench serve at " + c_.peer).c_str(),
+              c_.size_arg.c_str());
+  char dur[32];
+  std::snprintf(dur, sizeof dur, "%g", c_.duration);
+  std::printf("%s per cell; batch %" PRIu64 "; depth %" PRIu64 "; %d thread%s; %s\n",
+              c_.iters ? (std::to_string(c_.iters) + " requests").c_str() : (std::string(dur) + " s").c_str(),
+              c_.batch, c_.depth, c_.threads, c_.threads > 1 ? "s" : "",
+              c_.reuse ? "--reuse" : ("walking a " + FormatSize(c_.span) + " span per side").c_str());
+  std::printf("# links %s\n", LinksNote(c_, "any").c_str());
+  std::printf("# direction = source memory to destination memory (H host, D device); WRITE "
+              "moves local to remote, READ remote to local\n");
+  std::printf("# host: %s\n", MachineLine().c_str());
+  std::printf("# rerun: %s\n", RerunCommand(argv0_, c_).c_str());
+  std::fflush(stdout);
+
+  // Measure every transport that works, H2H direct.
+  struct TRes {
+    std::string why;                           // n/a reason for the whole transport
+    std::vector<std::pair<std::string, Row>> rows;  // op -> row
+  };
+  std::vector<std::pair<std::string, TRes>> per;
+  for (const auto& t : kKnownTransports) {
+    TRes tr;
+    if (t == "local" && !c_.peer.empty()) {
+      tr.why = "local: both engines in one process only";
+    } else {
+      std::string err = Setup(t);
+      if (err.empty() && peer_info_.transport != t)
+        err = "the engine chose " + peer_info_.transport + " instead";
+      if (!err.empty()) {
+        if (err.find("unknown transport") != std::string::npos) tr.why = t + ": transport not built in this version";
+        else tr.why = t + ": " + err;
+      } else {
+        std::fprintf(stderr, "table: %s ...\n", t.c_str());
+        for (const std::string test : {"write_bw", "read_bw"}) {
+          for (uint64_t b : c_.sizes) {
+            Row fwd, rev;
+            if (!RunOne(test, b, &fwd, &rev, &err)) break;
+            fwd.direction = "H2H";
+            fwd.path = "direct";
+            tr.rows.push_back({test, fwd});
+            rows_.push_back(fwd);
+          }
+          if (!err.empty()) break;
+        }
+        if (!err.empty()) {
+          progress_.Clear();
+          tr.why = t + ": failed: " + err;
+        }
+      }
+      Teardown();
+    }
+    per.push_back({t, std::move(tr)});
+  }
+
+  // The matrix, in HIXL's column order, plus a note column.
+  std::printf("scenario\top\tblock\ttransport\tdirection\tpath\tGBps\tnote\n");
+  for (const std::string op : {"write", "read"}) {
+    for (uint64_t b : c_.sizes) {
+      for (const auto& [t, tr] : per) {
+        for (const auto& d : kDirections) {
+          for (const auto& p : kPaths) {
+            Cell cell{scenario, op, t, d, p, b, -1, -1, ""};
+            std::string why = !tr.why.empty() ? tr.why : mem_why(d[0]);
+            if (why.empty()) why = mem_why(d[2]);
+            if (why.empty()) why = path_why(p);
+            if (why.empty()) {
+              const Row* r = nullptr;
+              for (const auto& [test, row] : tr.rows)
+                if (test == op + "_bw" && row.bytes == b) r = &row;
+              if (r) {
+                cell.gbps = r->bw_avg;
+                cell.p99 = r->lat.p99;
+              } else {
+                why = t + ": not measured (the run stopped)";
+              }
+            }
+            cell.why = why;
+            if (cell.gbps >= 0)
+              std::printf("%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t\n", scenario.c_str(), op.c_str(),
+                          FormatSize(b).c_str(), t.c_str(), d.c_str(), p.c_str(), cell.gbps);
+            else
+              std::printf("%s\t%s\t%s\t%s\t%s\t%s\tn/a\t[%zu]\n", scenario.c_str(), op.c_str(),
+                          FormatSize(b).c_str(), t.c_str(), d.c_str(), p.c_str(), note(why));
+            cells_.push_back(cell);
+          }
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < notes.size(); ++i) std::printf("# [%zu] n/a: %s\n", i + 1, notes[i].c_str());
+  // A compact view of what was measured.
+  std::printf("#\n# measured (GB/s, H2H direct):\n# %-8s", "block");
+  std::vector<std::string> cols;
+  for (const auto& [t, tr] : per)
+    if (tr.why.empty())
+      for (const std::string op : {"write", "read"}) cols.push_back(op + "/" + t);
+  for (auto& col : cols) std::printf(" %12s", col.c_str());
+  std::printf("\n");
+  for (uint64_t b : c_.sizes) {
+    std::printf("# %-8s", FormatSize(b).c_str());
+    for (auto& col : cols) {
+      std::string op = col.substr(0, col.find('/')), t = col.substr(col.find('/') + 1);
+      double v = -1;
+      for (const Cell& cell : cells_)
+        if (cell.op == op && cell.transport == t && cell.bytes == b && cell.direction == "H2H" && cell.path == "direct")
+          v = cell.gbps;
+      if (v >= 0) std::printf(" %12.2f", v);
+      else std::printf(" %12s", "n/a");
+    }
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  return Finish();
+}
+
+// Expectations, then the files.
+int Bench::Finish() {
+  std::string err;
   if (!c_.json_file.empty() && !WriteJson(&err)) {
     std::fprintf(stderr, "xfer-bench: %s\n", err.c_str());
     return 1;
@@ -869,7 +1724,94 @@ int Bench::Run() {
     std::fprintf(stderr, "xfer-bench: --verify found wrong data (see the table)\n");
     return 1;
   }
+  std::vector<std::string> missed;
+  char buf[256];
+  for (const Row& r : rows_) {
+    if (r.dir == "->" || r.dir == "<-") continue;  // bidirectional: the sum counts
+    std::string what = r.test + (r.transport.empty() ? "" : " over " + r.transport) + " at " +
+                       std::to_string(r.bytes) + " B";
+    if (c_.expect_bw >= 0 && !IsLat(r.test) && r.bw_avg < c_.expect_bw) {
+      std::snprintf(buf, sizeof buf, "--expect-bw %g GB/s not met: %s: BW avg %.2f GB/s", c_.expect_bw, what.c_str(), r.bw_avg);
+      missed.push_back(buf);
+    }
+    if (c_.expect_p99 >= 0 && r.lat.p99 > c_.expect_p99) {
+      std::snprintf(buf, sizeof buf, "--expect-p99 %g us not met: %s: p99 %.1f us", c_.expect_p99, what.c_str(), r.lat.p99);
+      missed.push_back(buf);
+    }
+  }
+  if (!missed.empty()) {
+    for (auto& m : missed) std::fprintf(stderr, "xfer-bench: %s\n", m.c_str());
+    return kExitExpect;
+  }
   return 0;
+}
+
+bool Bench::WriteJson(std::string* err) {
+  json j;
+  j["schema"] = kJsonSchema;
+  j["schema_version"] = kJsonVersion;
+  j["xfer_version"] = XFER_TOOLS_VERSION;
+  j["command"] = RerunCommand(argv0_, c_);
+  j["invoked"] = invoked_;
+  j["host"] = MachineLine();
+  j["config"] = ConfigToJson(c_);
+  j["config"]["pattern"] = c_.reuse ? "reuse" : "walk";
+  j["config"]["streams_effective"] = c_.streams ? c_.streams : EngineOptions{}.streams;
+  j["config"]["links_note"] = LinksNote(c_, peer_info_.transport);
+  j["config"]["expect_bw_GBps"] = OptNum(c_.expect_bw);
+  j["config"]["expect_p99_us"] = OptNum(c_.expect_p99);
+  j["peer"] = {{"address", c_.peer.empty() ? json(nullptr) : json(c_.peer)},
+               {"name", peer_},
+               {"transport", peer_info_.transport},
+               {"pid", peer_info_.pid},
+               {"host_id", peer_info_.host_id},
+               {"local_target", c_.peer.empty()}};
+  json rows = json::array();
+  for (const Row& r : rows_) rows.push_back(RowToJson(r));
+  j["rows"] = std::move(rows);
+  if (!cells_.empty()) {
+    json cells = json::array();
+    for (const Cell& x : cells_)
+      cells.push_back({{"scenario", x.scenario}, {"op", x.op}, {"bytes", x.bytes},
+                       {"transport", x.transport}, {"direction", x.direction}, {"path", x.path},
+                       {"GBps", OptNum(x.gbps)}, {"p99_us", OptNum(x.p99)},
+                       {"na_reason", x.why.empty() ? json(nullptr) : json(x.why)}});
+    j["table"] = std::move(cells);
+  }
+  std::ofstream f(c_.json_file);
+  if (!f) {
+    *err = "cannot write " + c_.json_file;
+    return false;
+  }
+  f << j.dump(2) << "\n";
+  return bool(f);
+}
+
+bool Bench::WriteCsv(std::string* err) {
+  std::ofstream f(c_.csv_file);
+  if (!f) {
+    *err = "cannot write " + c_.csv_file;
+    return false;
+  }
+  f << "test,op,dir,bytes,iters,descriptors,seconds,bw_avg_GBps,bw_avg_Gbps,bw_peak_GBps,"
+       "msg_rate_Mops,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p50_us,p99_us,p99_9_us,"
+       "cpu_pct,server_cpu_pct,verify,transport,direction,path,batch,depth,threads,pattern\n";
+  for (const Row& r : rows_) {
+    f << r.test << ',' << OpUpper(TestOp(r.test)) << ',' << r.dir << ',' << r.bytes << ','
+      << r.requests << ',' << r.descs << ',' << r.seconds << ',' << r.bw_avg << ',' << r.bw_avg * 8
+      << ',' << r.bw_peak << ',' << r.msg_rate << ',' << r.lat.min << ',' << r.lat.max << ','
+      << r.lat.median << ',' << r.lat.avg << ',' << r.lat.stdev << ',' << r.lat.p50 << ','
+      << r.lat.p99 << ',' << r.lat.p999 << ',' << (r.cpu >= 0 ? std::to_string(r.cpu) : "") << ','
+      << (r.srv_cpu >= 0 ? std::to_string(r.srv_cpu) : "") << ',' << r.verify << ','
+      << r.transport << ',' << r.direction << ',' << r.path << ',' << c_.batch << ','
+      << c_.depth << ',' << c_.threads << ',' << (c_.reuse ? "reuse" : "walk") << '\n';
+  }
+  return bool(f);
+}
+
+int Bench::Run() {
+  if (c_.tests.size() == 1 && c_.tests[0] == "table") return RunTable();
+  return RunTests();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -882,46 +1824,69 @@ void AddTestOptions(CLI::App* app, Config& c) {
       ->type_name("SIZES")
       ->capture_default_str();
   app->add_flag("-a,--all", c.all, "All sizes from 2 B to 8 MiB, doubling");
-  app->add_option("-n,--iters", c.iters, "Requests per size (instead of --duration)")
+  app->add_option("-n,--iters", c.iters, "Requests per size, all threads together (instead of --duration)")
       ->check(CLI::PositiveNumber);
   app->add_option("-D,--duration", c.duration, "Timed seconds per size")
       ->check(CLI::Range(0.001, 3600.0))
       ->capture_default_str();
   app->add_option("-w,--warmup", c.warmup,
-                  "Warm-up requests per size (default: one pass over the buffers, >= 8, <= 1 s)")
+                  "Warm-up requests per size and thread (default: one pass over the buffers, >= 8, <= 1 s)")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--batch", c.batch, "Descriptors per request")
       ->check(CLI::Range(uint64_t(1), uint64_t(1000000)))
       ->capture_default_str();
-  app->add_option("--depth", c.depth, "Requests in flight (TransferAsync); latency tests use 1")
+  app->add_option("--depth", c.depth, "Requests in flight per thread (TransferAsync); latency tests use 1")
       ->check(CLI::Range(uint64_t(1), uint64_t(1024)))
       ->capture_default_str();
+  app->add_option("--threads", c.threads, "Client threads issuing requests concurrently, each with its own --depth")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app->add_option("--links", c.links,
+                  "Connections per peer for transports that have them (reported n/a for the others)")
+      ->check(CLI::Range(1, 256));
   app->add_option("--streams", c.streams, "Engine data streams (worker threads); default: the engine's")
       ->check(CLI::Range(1, 64));
   app->add_option("--slice-bytes", c.slice_arg,
-                  "EngineOptions::slice_bytes: longer descriptors are cut (default 1M)")
+                  "EngineOptions::slice_bytes: longer descriptors are cut")
       ->type_name("BYTES");
   app->add_option("--batch-bytes", c.batch_bytes_arg,
-                  "EngineOptions::batch_bytes: bytes per batch / system call (default 4M)")
+                  "EngineOptions::batch_bytes: bytes per batch / system call")
       ->type_name("BYTES");
   app->add_option("--spin", c.spin_us,
-                  "EngineOptions::spin in us: how long waiters and idle streams spin before they "
-                  "sleep (default 50)")
+                  "EngineOptions::spin in us: how long waiters and idle streams spin before they sleep")
       ->check(CLI::Range(int64_t(0), int64_t(1000000)));
   app->add_option("--transport", c.transport,
                   "Force a transport (local, cma, ...); default: the best both sides offer")
       ->type_name("NAME");
+  app->add_option("--local-mem", c.local_mem, "Memory of this side's buffers: host, or cuda:N")
+      ->type_name("MEM")
+      ->capture_default_str();
+  app->add_option("--remote-mem", c.remote_mem, "Memory of the peer's region: host, or cuda:N")
+      ->type_name("MEM")
+      ->capture_default_str();
+  app->add_flag("--buffer-pool", c.buffer_pool, "Move data through a staging buffer pool (not in this build)");
+  app->add_flag("-b,--bidirectional", c.bidir,
+                "Both sides initiate at once: the peer runs the same test toward this side");
   app->add_flag("--reuse", c.reuse,
                 "Every request uses the same buffers (as perftest); default: walk a span larger "
                 "than the CPU caches");
   app->add_option("--span", c.span_arg, "Bytes walked per side without --reuse (default 256M)")
       ->type_name("BYTES");
   app->add_flag("--verify", c.verify, "Check the data after each size (not timed)");
+  app->add_option("--expect-bw", c.expect_bw, "Exit 3 unless every size reaches this BW avg")
+      ->type_name("GB/s")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--expect-p99", c.expect_p99, "Exit 3 unless every size's p99 latency is at most this")
+      ->type_name("us")
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--json", c.json_file, "Also write every row as JSON to FILE")->type_name("FILE");
   app->add_option("--csv", c.csv_file, "Also write every row as CSV to FILE")->type_name("FILE");
   app->add_option("--local", c.local_name,
                   "This engine's name (a host alone: client-only); default 127.0.0.1 for a local "
                   "target, 0.0.0.0 otherwise");
+  app->add_option("--host-id", c.host_id,
+                  "EngineOptions::host_id of this side (and of a local target child): engines "
+                  "with different ids never use same-host transports");
   app->add_option("--connect-timeout", c.connect_timeout,
                   "Seconds to keep retrying the connection to the peer")
       ->check(CLI::Range(0.1, 3600.0))
@@ -942,33 +1907,34 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  xfer-bench                               the main job (same host, child target)\n"
       "  xfer-bench write_bw -s 4K:1M --batch 64  one test, local child target\n"
+      "  xfer-bench table -D 0.2                  the HIXL-shaped matrix of what this build supports\n"
       "  xfer-bench serve --listen 0.0.0.0:18515  on the target machine, then on the other:\n"
-      "  xfer-bench read_bw -a HOST:18515\n"
-      "Units: GB/s = 1e9 B/s. Argument errors exit with 2.");
+      "  xfer-bench read_bw -a -b HOST:18515      (the client's options apply to both sides)\n"
+      "Units: GB/s = 1e9 B/s. Exit codes: 0 ok, 1 run failed, 2 argument error, 3 --expect-* not met.");
   AddTestOptions(&app, c);
 
   const std::vector<std::pair<std::string, std::string>> tests = {
       {"write_bw", "WRITE bandwidth and message rate"},
       {"read_bw", "READ bandwidth and message rate"},
       {"write_lat", "WRITE latency of one request, end to end"},
-      {"read_lat", "READ latency of one request, end to end"}};
+      {"read_lat", "READ latency of one request, end to end"},
+      {"table", "WRITE and READ bandwidth: block sizes x (op, direction, transport, direct or "
+                "buffer pool), n/a where unsupported (HIXL's table shape)"}};
   std::vector<CLI::App*> test_apps;
   for (const auto& [name, desc] : tests) {
     CLI::App* sub = app.add_subcommand(name, desc);
     AddTestOptions(sub, c);
     sub->add_option("peer", c.peer,
-                    "host:port of an `xfer-bench serve`; without it a local target child is started");
+                    "host:port of an `xfer-bench serve`; without it a local target is started");
     test_apps.push_back(sub);
   }
-  CLI::App* serve = app.add_subcommand("serve", "Be the target side: register a region and wait");
-  serve->add_option("--listen", c.listen, "host:port to listen on (port 0: any free port)")
+  CLI::App* serve = app.add_subcommand(
+      "serve", "Be the target side: wait for clients; each sends its options, gets an engine and a region");
+  serve->add_option("--listen", c.listen, "host:port to listen on for clients (port 0: any free port)")
       ->capture_default_str();
-  serve->add_option("--span", c.span_arg, "Bytes of the registered region (default 256M)")
-      ->type_name("BYTES");
-  serve->add_option("--transport", c.transport, "Offer only this transport");
-  serve->add_option("--streams", c.streams, "Engine data streams")->check(CLI::Range(1, 64));
-  serve->add_option("--ready-fd", c.ready_fd, "")->group("");  // hidden: local child mode
-  serve->add_option("--ctl-fd", c.ctl_fd, "")->group("");
+  serve->add_option("--host-id", c.host_id, "EngineOptions::host_id of this side");
+  serve->add_flag("--once", c.once, "Serve one client, then exit");
+  serve->add_option("--ctl-fd", c.ctl_fd, "")->group("");  // hidden: local child mode
 
   try {
     app.parse(argc, argv);
@@ -979,10 +1945,9 @@ int main(int argc, char** argv) {
 
   try {
     if (serve->parsed()) {
-      if (!c.span_arg.empty() && !ParseSize(c.span_arg, &c.walk_span))
-        throw ArgError{"--span: bad size '" + c.span_arg + "' (example: 256M)"};
-      if (c.walk_span > MaxSpan())
-        throw ArgError{"--span: " + FormatSize(c.walk_span) + " is over a quarter of this machine's memory"};
+      std::string h, p;
+      if (c.ctl_fd < 0 && !SplitHostPort(c.listen, &h, &p))
+        throw ArgError{"--listen: bad address '" + c.listen + "' (host:port, or [v6]:port)"};
       return RunServe(c);
     }
     for (size_t i = 0; i < test_apps.size(); ++i)

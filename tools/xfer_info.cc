@@ -9,11 +9,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <dlfcn.h>
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "xfer/engine.h"
@@ -93,6 +97,61 @@ std::string ProbeCma() {
   return why;
 }
 
+
+// Whether this build's engine knows a transport: an unknown name is refused by Initialize.
+bool EngineKnowsTransport(const char* t) {
+  xfer::EngineOptions o;
+  o.transport = t;
+  xfer::Engine e;
+  xfer::Status st = e.Initialize("127.0.0.1", o);
+  e.Finalize();
+  return !(st.code() == xfer::StatusCode::kInvalidArgument &&
+           st.message().find("unknown transport") != std::string::npos);
+}
+
+// UCX's version (empty when libucp is not found) and its transports (from ucx_info -d).
+std::string UcxVersion() {
+  void* h = dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL);
+  if (!h) return "";
+  using Fn = const char* (*)();
+  auto fn = reinterpret_cast<Fn>(dlsym(h, "ucp_get_version_string"));
+  std::string v = fn ? fn() : "unknown version";
+  dlclose(h);
+  return v;
+}
+
+std::string UcxTransports() {
+  FILE* p = popen("ucx_info -d 2>/dev/null", "r");
+  if (!p) return "";
+  std::set<std::string> seen;
+  std::string out;
+  char line[512];
+  while (std::fgets(line, sizeof line, p)) {
+    const char* k = std::strstr(line, "Transport: ");
+    if (!k) continue;
+    std::string t = k + 11;
+    while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+    if (seen.insert(t).second) out += (out.empty() ? "" : ", ") + t;
+  }
+  pclose(p);
+  return out;
+}
+
+// EngineOptions::links exists in builds with the tcp transport.
+template <class O>
+auto LinksOf(const O& o, int) -> decltype(int(o.links)) {
+  return o.links;
+}
+template <class O>
+int LinksOf(const O&, long) {
+  return -1;
+}
+
+bool HaveGpuDevice() {
+  struct stat st;
+  return stat("/dev/nvidiactl", &st) == 0 || stat("/dev/nvidia0", &st) == 0;
+}
+
 template <class Rep, class Period>
 long long Ms(std::chrono::duration<Rep, Period> d) {
   return (long long)std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
@@ -153,8 +212,26 @@ int main(int argc, char** argv) {
                 "process_vm_readv/writev between processes of this host (probed)");
   else
     std::printf("  %-6s %-12s cma: %s\n", "cma", "unavailable", cma.c_str());
-  for (const char* t : {"shm", "tcp", "ucx", "cuda"})
-    std::printf("  %-6s %-12s %s: not built in this version\n", t, "unavailable", t);
+  if (EngineKnowsTransport("tcp"))
+    std::printf("  %-6s %-12s %s\n", "tcp", "available", "TCP sockets to peers on any host");
+  else
+    std::printf("  %-6s %-12s tcp: not built in this version\n", "tcp", "unavailable");
+  if (EngineKnowsTransport("shm"))
+    std::printf("  %-6s %-12s %s\n", "shm", "available", "mapped shared memory between processes of this host");
+  else
+    std::printf("  %-6s %-12s shm: not built in this version\n", "shm", "unavailable");
+  std::string ucx_v = UcxVersion();
+  std::string ucx_lib = ucx_v.empty() ? "library not found"
+                                      : "libucp " + ucx_v + " present, transports: " +
+                                            [] { std::string t = UcxTransports();
+                                                 return t.empty() ? std::string("unknown (no ucx_info)") : t; }();
+  if (EngineKnowsTransport("ucx"))
+    std::printf("  %-6s %-12s ucx: %s\n", "ucx", ucx_v.empty() ? "unavailable" : "available", ucx_lib.c_str());
+  else
+    std::printf("  %-6s %-12s ucx: not built in this version (%s)\n", "ucx", "unavailable", ucx_lib.c_str());
+  std::printf("  %-6s %-12s cuda: %s\n", "cuda", "unavailable",
+              HaveGpuDevice() ? "not built in this version (a GPU device is present)"
+                              : "no device (and not built in this version)");
 
   xfer::EngineOptions d;
   std::printf("defaults (EngineOptions):\n");
@@ -167,6 +244,7 @@ int main(int argc, char** argv) {
   std::printf("  %-22s %llu bytes\n", "batch_bytes", (unsigned long long)d.batch_bytes);
   std::printf("  %-22s %lld us\n", "spin",
               (long long)std::chrono::duration_cast<std::chrono::microseconds>(d.spin).count());
+  if (LinksOf(d, 0) >= 0) std::printf("  %-22s %d (tcp data connections per peer)\n", "links", LinksOf(d, 0));
   std::printf("  %-22s %s\n", "transport", d.transport.empty() ? "(best available)" : d.transport.c_str());
   std::printf("  %-22s %s\n", "host_id", d.host_id.empty() ? "(kernel boot id)" : d.host_id.c_str());
 

@@ -177,7 +177,7 @@ Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* out) {
 Status SendAll(int fd, const void* data, size_t len, Clock::time_point deadline) {
   const char* p = static_cast<const char*>(data);
   while (len > 0) {
-    ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL);
+    ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       p += n;
       len -= static_cast<size_t>(n);
@@ -198,7 +198,7 @@ Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline,
   char* p = static_cast<char*>(data);
   Clock::time_point spin_until{};
   while (len > 0) {
-    ssize_t n = ::recv(fd, p, len, 0);
+    ssize_t n = ::recv(fd, p, len, MSG_DONTWAIT);
     if (n > 0) {
       p += n;
       len -= static_cast<size_t>(n);
@@ -232,8 +232,7 @@ void Advance(iovec* iov, size_t n, size_t* first, size_t done) {
 
 template <class Call>
 Status MoveV(int fd, iovec* iov, size_t n, Clock::time_point deadline, short event, Call call,
-             const char* what, std::chrono::microseconds spin = {}) {
-  Clock::time_point spin_until{};
+             const char* what) {
   size_t first = 0;
   while (first < n && iov[first].iov_len == 0) ++first;
   while (first < n) {
@@ -246,7 +245,6 @@ Status MoveV(int fd, iovec* iov, size_t n, Clock::time_point deadline, short eve
     if (r == 0) return {StatusCode::kConnectionLost, "peer closed the connection"};
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (SpinOnce(spin, &spin_until)) continue;
       if (!PollFor(fd, event, deadline)) return {StatusCode::kTimeout, std::string(what) + " timed out"};
       continue;
     }
@@ -257,7 +255,30 @@ Status MoveV(int fd, iovec* iov, size_t n, Clock::time_point deadline, short eve
 
 }  // namespace
 
-Status SendV(int fd, iovec* iov, size_t n, Clock::time_point deadline) {
+namespace {
+// Bounds the blocking calls that follow on fd by the deadline (SO_RCVTIMEO / SO_SNDTIMEO).
+bool SetTimeout(int fd, int opt, Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+  if (left.count() <= 0) return false;
+  timeval tv{static_cast<time_t>(left.count() / 1000000),
+             static_cast<suseconds_t>(left.count() % 1000000)};
+  ::setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof tv);
+  return true;
+}
+}  // namespace
+
+Status RecvVWaitAll(int fd, iovec* iov, size_t n, Clock::time_point deadline) {
+  if (!SetTimeout(fd, SO_RCVTIMEO, deadline)) return {StatusCode::kTimeout, "receive timed out"};
+  return MoveV(fd, iov, n, deadline, POLLIN, [](int f, iovec* v, int c) {
+    msghdr m{};
+    m.msg_iov = v;
+    m.msg_iovlen = static_cast<size_t>(c);
+    return ::recvmsg(f, &m, MSG_WAITALL);
+  }, "receive");
+}
+
+Status SendVWaitAll(int fd, iovec* iov, size_t n, Clock::time_point deadline) {
+  if (!SetTimeout(fd, SO_SNDTIMEO, deadline)) return {StatusCode::kTimeout, "send timed out"};
   return MoveV(fd, iov, n, deadline, POLLOUT, [](int f, iovec* v, int c) {
     msghdr m{};
     m.msg_iov = v;
@@ -266,11 +287,7 @@ Status SendV(int fd, iovec* iov, size_t n, Clock::time_point deadline) {
   }, "send");
 }
 
-Status RecvV(int fd, iovec* iov, size_t n, Clock::time_point deadline,
-             std::chrono::microseconds spin) {
-  return MoveV(fd, iov, n, deadline, POLLIN, [](int f, iovec* v, int c) { return ::readv(f, v, c); },
-               "receive", spin);
-}
+void SetBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK); }
 
 std::string HostOf(const std::string& host_port) {
   if (!host_port.empty() && host_port[0] == '[') return host_port.substr(1, host_port.find(']') - 1);

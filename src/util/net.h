@@ -54,10 +54,13 @@ Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* fd);
 Status SendAll(int fd, const void* data, size_t len, Clock::time_point deadline);
 Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline,
                std::chrono::microseconds spin = {});
-// Vectored variants: move every byte the iovecs describe (any count; the array is modified).
-Status SendV(int fd, struct iovec* iov, size_t n, Clock::time_point deadline);
-Status RecvV(int fd, struct iovec* iov, size_t n, Clock::time_point deadline,
-             std::chrono::microseconds spin = {});
+// Vectored bulk transfers on a blocking socket, bounded by the deadline (SO_RCVTIMEO /
+// SO_SNDTIMEO): every byte the iovecs describe moves (any count; the array is modified), and
+// the kernel fills a receive before it wakes the thread (MSG_WAITALL) instead of one wake-up
+// per segment. The helpers above pass MSG_DONTWAIT, so they work on either kind of socket.
+Status RecvVWaitAll(int fd, struct iovec* iov, size_t n, Clock::time_point deadline);
+Status SendVWaitAll(int fd, struct iovec* iov, size_t n, Clock::time_point deadline);
+void SetBlocking(int fd);
 // The host part of "host:port" / "[v6]:port" (as in Session::remote_addr()).
 std::string HostOf(const std::string& host_port);
 void SetNonBlocking(int fd);

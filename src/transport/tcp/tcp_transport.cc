@@ -38,9 +38,12 @@ T Get(const uint8_t* p) {
   return v;
 }
 
-// Large socket buffers keep a link busy across the round trip that ends each batch.
+// Large socket buffers keep a link busy across the round trip that ends each batch. Data
+// sockets block, so bulk transfers wait in the kernel (MSG_WAITALL) rather than wake up once
+// per segment; small reads pass MSG_DONTWAIT, spin briefly, then poll.
 void TuneSocket(int fd) {
   net::SetNoDelay(fd);
+  net::SetBlocking(fd);
   int size = 4 << 20;
   ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
@@ -175,14 +178,14 @@ class TcpLink final : public Link {
     if (op == Op::kWrite) {
       for (const Slice& s : batch) iov.push_back({reinterpret_cast<void*>(s.local), s.len});
     }
-    Status s = net::SendV(fd, iov.data(), iov.size(), deadline);
+    Status s = net::SendVWaitAll(fd, iov.data(), iov.size(), deadline);
     Status verdict;
     if (s.ok()) s = RecvReply(fd, deadline, opts_.spin, &verdict);
     if (!s.ok()) return s;
     if (!verdict.ok() || op == Op::kWrite) return verdict;
     iov.clear();
     for (const Slice& sl : batch) iov.push_back({reinterpret_cast<void*>(sl.local), sl.len});
-    return net::RecvV(fd, iov.data(), iov.size(), deadline);  // bulk: no spin (it would read in crumbs)
+    return net::RecvVWaitAll(fd, iov.data(), iov.size(), deadline);
   }
 
   const PeerEndpoint peer_;
@@ -332,7 +335,7 @@ void TcpTransport::Serve(std::shared_ptr<Service> svc) {
     }
     if (op == static_cast<uint8_t>(Op::kWrite)) {
       if (denied.empty()) {
-        s = net::RecvV(fd, iov.data(), iov.size(), io_deadline());
+        s = net::RecvVWaitAll(fd, iov.data(), iov.size(), io_deadline());
       } else {  // refuse without touching memory: drain the payload to keep the stream framed
         static thread_local std::vector<uint8_t> scratch(64 << 10);
         for (uint64_t left = total; left > 0 && s.ok();) {
@@ -348,7 +351,7 @@ void TcpTransport::Serve(std::shared_ptr<Service> svc) {
     } else if (denied.empty()) {
       uint8_t ok[kReplyHeaderBytes] = {};
       iov.insert(iov.begin(), iovec{ok, sizeof ok});
-      s = net::SendV(fd, iov.data(), iov.size(), io_deadline());
+      s = net::SendVWaitAll(fd, iov.data(), iov.size(), io_deadline());
     } else {
       exec.unlock();
       s = SendReply(fd, StatusCode::kRemoteAccessDenied, denied, io_deadline());

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Tests of xfer-bench and xfer-info as users run them. One case per invocation:
+#   tools_test.sh <case> XFER_BENCH XFER_INFO     (or the binaries in $XFER_BENCH, $XFER_INFO)
+# Exit 0 = pass, 77 = skipped (the reason on one line), anything else = fail.
+set -uo pipefail
+XB=${2:-${XFER_BENCH:?give the xfer-bench binary}}
+XI=${3:-${XFER_INFO:-}}
+case_name=${1:?usage: tools_test.sh <case>}
+tmp=$(mktemp -d)
+pids=()
+cleanup_extra=()
+cleanup() {
+  local p c
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  for c in "${cleanup_extra[@]}"; do eval "$c" >/dev/null 2>&1; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*"; exit 77; }
+# Small buffers keep every run short (also under ASan).
+SMALL=(--span 4M --connect-timeout 20)
+
+# expect_exit CODE PATTERN cmd...: the command exits CODE and its stderr matches PATTERN.
+expect_exit() {
+  local want=$1 pat=$2 rc
+  shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  [ "$rc" = "$want" ] || { cat "$tmp/out" "$tmp/err" >&2; fail "'$*' exited $rc, want $want"; }
+  grep -qiE -- "$pat" "$tmp/err" || { cat "$tmp/err" >&2; fail "'$*': stderr does not say /$pat/"; }
+}
+
+# A data row of the table: starts with the byte count.
+has_row() { grep -qE "^(-> +|<- +|sum +)?$1 +[0-9]+ +[0-9.]+" "$2"; }
+
+case "$case_name" in
+args)
+  expect_exit 2 "bad size" "$XB" write_bw -s 12Q
+  expect_exit 2 "bad size range" "$XB" write_bw -s 8M:16K
+  expect_exit 2 "unknown transport" "$XB" read_bw --transport carrier-pigeon
+  expect_exit 2 "depth" "$XB" write_bw --depth 0
+  expect_exit 2 "threads" "$XB" write_bw --threads 0
+  expect_exit 2 "unsupported in this build" "$XB" write_bw --local-mem cuda:0
+  expect_exit 2 "unsupported in this build" "$XB" read_bw --remote-mem cuda:1
+  expect_exit 2 "bad value" "$XB" write_bw --local-mem gpu
+  expect_exit 2 "buffer-pool.*unsupported" "$XB" write_bw --buffer-pool
+  expect_exit 2 "expect-bw" "$XB" write_bw --expect-bw fast
+  expect_exit 2 "not expected|extra|arguments" "$XB" write_bw 127.0.0.1:1 extra-arg
+  expect_exit 2 "subcommand|not expected|extra|arguments" "$XB" no_such_test
+  expect_exit 2 "duration" "$XB" write_bw -D 0
+  expect_exit 2 "bidirectional does not apply" "$XB" table -b
+  expect_exit 2 "listen.*bad address" "$XB" serve --listen nonsense
+  ;;
+run)
+  "$XB" write_bw -s 64K -n 50 "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; fail "write_bw exited $?"; }
+  has_row 65536 "$tmp/out" || { cat "$tmp/out"; fail "no row for 65536 B"; }
+  grep -q "^# rerun:" "$tmp/out" || fail "no rerun line"
+  grep -qE "^# peer: .*transport (cma|local)" "$tmp/out" || fail "no transport in the header"
+  grep -q "links n/a for transport" "$tmp/out" || fail "the header does not say what --links does"
+  "$XB" read_lat -s 4K,64K -n 100 --threads 2 "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; fail "read_lat exited"; }
+  has_row 4096 "$tmp/out" && has_row 65536 "$tmp/out" || { cat "$tmp/out"; fail "read_lat rows"; }
+  grep -q "t_typ" "$tmp/out" || fail "latency columns missing"
+  # --links before the engine has it for cma: accepted and reported, not ignored.
+  "$XB" write_bw -s 64K -n 20 --links 4 --transport cma "${SMALL[@]}" >"$tmp/out" 2>&1 || fail "--links run"
+  grep -q "links 4 requested: n/a for transport cma" "$tmp/out" || { cat "$tmp/out"; fail "--links not reported"; }
+  ;;
+json)
+  command -v jq >/dev/null || skip "jq not installed (scripts/setup.sh installs it)"
+  "$XB" read_bw -s 16K,64K -n 40 --depth 4 --json "$tmp/r.json" --csv "$tmp/r.csv" "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" \
+    || { cat "$tmp/err"; fail "read_bw --json exited"; }
+  jq -e '.schema == "xfer-bench" and (.schema_version | type == "number")' "$tmp/r.json" >/dev/null || fail "schema name/version"
+  jq -e '.rows | length == 2' "$tmp/r.json" >/dev/null || fail "want 2 rows"
+  jq -e '[.rows[].bytes] == [16384, 65536]' "$tmp/r.json" >/dev/null || fail "row sizes"
+  jq -e 'all(.rows[]; .bw_avg_GBps > 0 and .iters == 40 and .lat_us.p99 > 0 and .op == "READ")' "$tmp/r.json" >/dev/null || fail "row fields"
+  jq -e '.config.depth == 4 and (.peer.transport | length > 0) and (.command | length > 0)' "$tmp/r.json" >/dev/null || fail "config/peer"
+  [ "$(wc -l <"$tmp/r.csv")" = 3 ] || fail "csv: want a header and 2 rows"
+  ;;
+expect)
+  expect_exit 3 "expect-bw.*65536" "$XB" write_bw -s 64K -n 20 --expect-bw 100000 "${SMALL[@]}"
+  expect_exit 3 "expect-p99" "$XB" write_lat -s 4K -n 20 --expect-p99 0 "${SMALL[@]}"
+  "$XB" write_bw -s 64K -n 20 --expect-bw 0.000001 "${SMALL[@]}" >/dev/null 2>&1 || fail "a met --expect-bw must exit 0"
+  ;;
+bidir)
+  "$XB" write_bw -s 64K -n 60 -b --threads 2 --depth 2 --verify "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" \
+    || { cat "$tmp/out" "$tmp/err"; fail "bidirectional run exited"; }
+  for d in '->' '<-' sum; do grep -qE "^$d +65536 " "$tmp/out" || { cat "$tmp/out"; fail "no $d row"; }; done
+  grep -q "FAILED" "$tmp/out" && fail "verify failed"
+  # In-process target (local transport), bidirectional too.
+  "$XB" read_bw -s 16K -n 40 -b --transport local "${SMALL[@]}" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "local -b"; }
+  grep -qE "^sum +16384 " "$tmp/out" || fail "local -b: no sum row"
+  ;;
+table)
+  "$XB" table -s 64K -n 20 "${SMALL[@]}" --json "$tmp/t.json" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; fail "table exited"; }
+  grep -qP "^scenario\top\tblock\ttransport\tdirection\tpath\tGBps" "$tmp/out" || fail "no TSV header"
+  grep -qP "^single_machine\twrite\t64K\tcma\tH2H\tdirect\t[0-9.]+\t" "$tmp/out" || { cat "$tmp/out"; fail "no cma H2H cell"; }
+  grep -qP "^single_machine\tread\t64K\tlocal\tH2H\tdirect\t[0-9.]+\t" "$tmp/out" || fail "no local H2H cell"
+  grep -qP "^single_machine\twrite\t64K\tcma\tD2D\tdirect\tn/a\t\[[0-9]+\]" "$tmp/out" || fail "D2D not marked n/a"
+  grep -qP "\tbufferpool\tn/a\t" "$tmp/out" || fail "buffer pool not marked n/a"
+  grep -qE "^# \[[0-9]+\] n/a: .*GPU" "$tmp/out" || fail "no GPU footnote"
+  grep -qE "^# \[[0-9]+\] n/a: [a-z]+: transport not built" "$tmp/out" || fail "no transport footnote"
+  # 2 ops x 1 size x 5 transports x 4 directions x 2 paths
+  [ "$(grep -cP '^single_machine\t' "$tmp/out")" = 80 ] || fail "want 80 cells"
+  ;;
+serve)
+  port=$((20000 + $$ % 20000))
+  # Start order must not matter: the client first, the server a second later.
+  "$XB" write_bw -s 64K -n 50 "${SMALL[@]}" -b 127.0.0.1:$port >"$tmp/cli" 2>&1 &
+  cli=$!
+  pids+=("$cli")
+  sleep 1
+  "$XB" serve --listen 127.0.0.1:$port >"$tmp/srv" 2>&1 &
+  pids+=("$!")
+  wait "$cli" || { cat "$tmp/cli" "$tmp/srv"; fail "client exited $?"; }
+  grep -qE "^sum +65536 " "$tmp/cli" || { cat "$tmp/cli"; fail "no row"; }
+  grep -q "xfer-bench serve at 127.0.0.1:$port" "$tmp/cli" || fail "header does not name the server"
+  # The server waits for the next client, which sends other options.
+  "$XB" read_lat -s 4K -n 30 "${SMALL[@]}" 127.0.0.1:$port >"$tmp/cli2" 2>&1 || { cat "$tmp/cli2" "$tmp/srv"; fail "second client"; }
+  has_row 4096 "$tmp/cli2" || fail "second client: no row"
+  ;;
+netns)
+  [ "$(id -u)" = 0 ] || skip "netns test needs root (ip netns add)"
+  command -v ip >/dev/null || skip "ip (iproute2) not installed"
+  r=$(($$ % 64 * 4))
+  S=xbs$$ C=xbc$$
+  ip netns add "$S" 2>"$tmp/e" || skip "ip netns add failed: $(head -1 "$tmp/e")"
+  cleanup_extra+=("ip netns del $S")
+  ip netns add "$C" || fail "ip netns add $C"
+  cleanup_extra+=("ip netns del $C")
+  ip link add "xbv$$a" netns "$S" type veth peer name "xbv$$b" netns "$C" 2>"$tmp/e" \
+    || skip "veth not available: $(head -1 "$tmp/e")"
+  ip -n "$S" addr add 10.231.0.$((r + 1))/30 dev "xbv$$a" || fail "addr"
+  ip -n "$C" addr add 10.231.0.$((r + 2))/30 dev "xbv$$b" || fail "addr"
+  for n in "$S" "$C"; do ip -n "$n" link set lo up; done
+  ip -n "$S" link set "xbv$$a" up && ip -n "$C" link set "xbv$$b" up || fail "link up"
+  SRV=10.231.0.$((r + 1)):18515
+  # Same host id (one kernel): the engines pick cma across the namespaces (same pid namespace).
+  ip netns exec "$C" "$XB" write_bw -s 64K -n 50 "${SMALL[@]}" "$SRV" >"$tmp/cli" 2>&1 &
+  cli=$!
+  pids+=("$cli")
+  sleep 0.5
+  ip netns exec "$S" "$XB" serve --listen "$SRV" >"$tmp/srv" 2>&1 &
+  pids+=("$!")
+  wait "$cli" || { cat "$tmp/cli" "$tmp/srv"; fail "client in $C exited"; }
+  has_row 65536 "$tmp/cli" || { cat "$tmp/cli"; fail "no row"; }
+  # Distinct host ids, as two machines: only a network transport reaches the peer.
+  if [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  tcp +available'; then
+    ip netns exec "$C" "$XB" read_bw -s 64K -n 50 --host-id host-a "${SMALL[@]}" "$SRV" >"$tmp/cli2" 2>&1 \
+      || { cat "$tmp/cli2" "$tmp/srv"; fail "tcp client exited"; }
+    has_row 65536 "$tmp/cli2" || fail "tcp: no row"
+    grep -qE "^# peer: .*transport tcp" "$tmp/cli2" || { cat "$tmp/cli2"; fail "tcp: wrong transport"; }
+  else
+    echo "note: no tcp transport in this build; distinct host ids not tested"
+  fi
+  ;;
+info)
+  [ -n "$XI" ] || skip "XFER_INFO not set"
+  "$XI" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "xfer-info exited"; }
+  for pat in '^xfer ' '^host id:' '^  local +available' '^  cma +(available|unavailable)' '^  cuda +unavailable' \
+             '^  ucx ' '^defaults' 'streams' 'engine check: two engines'; do
+    grep -qE "$pat" "$tmp/out" || { cat "$tmp/out"; fail "xfer-info: no /$pat/"; }
+  done
+  expect_exit 2 "unknown argument" "$XI" --bogus
+  ;;
+*)
+  fail "unknown case $case_name"
+  ;;
+esac
+echo "PASS: $case_name"
