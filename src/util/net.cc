@@ -265,26 +265,28 @@ bool SetTimeout(int fd, int opt, Clock::time_point deadline) {
   ::setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof tv);
   return true;
 }
+
+// Moves all of iov on a blocking socket: recvmsg(MSG_WAITALL) or sendmsg, within the deadline.
+Status MoveVBlocking(int fd, iovec* iov, size_t n, Clock::time_point deadline, bool send) {
+  if (!SetTimeout(fd, send ? SO_SNDTIMEO : SO_RCVTIMEO, deadline)) {
+    return {StatusCode::kTimeout, send ? "send timed out" : "receive timed out"};
+  }
+  return MoveV(fd, iov, n, deadline, send ? POLLOUT : POLLIN, [send](int f, iovec* v, int c) {
+    msghdr m{};
+    m.msg_iov = v;
+    m.msg_iovlen = static_cast<size_t>(c);
+    return send ? ::sendmsg(f, &m, MSG_NOSIGNAL) : ::recvmsg(f, &m, MSG_WAITALL);
+  }, send ? "send" : "receive");
+}
+
 }  // namespace
 
 Status RecvVWaitAll(int fd, iovec* iov, size_t n, Clock::time_point deadline) {
-  if (!SetTimeout(fd, SO_RCVTIMEO, deadline)) return {StatusCode::kTimeout, "receive timed out"};
-  return MoveV(fd, iov, n, deadline, POLLIN, [](int f, iovec* v, int c) {
-    msghdr m{};
-    m.msg_iov = v;
-    m.msg_iovlen = static_cast<size_t>(c);
-    return ::recvmsg(f, &m, MSG_WAITALL);
-  }, "receive");
+  return MoveVBlocking(fd, iov, n, deadline, false);
 }
 
 Status SendVWaitAll(int fd, iovec* iov, size_t n, Clock::time_point deadline) {
-  if (!SetTimeout(fd, SO_SNDTIMEO, deadline)) return {StatusCode::kTimeout, "send timed out"};
-  return MoveV(fd, iov, n, deadline, POLLOUT, [](int f, iovec* v, int c) {
-    msghdr m{};
-    m.msg_iov = v;
-    m.msg_iovlen = static_cast<size_t>(c);
-    return ::sendmsg(f, &m, MSG_NOSIGNAL);
-  }, "send");
+  return MoveVBlocking(fd, iov, n, deadline, true);
 }
 
 void SetBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK); }
