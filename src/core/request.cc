@@ -30,14 +30,16 @@ bool Request::Stopping() {
 }
 
 Status Request::CheckBeforeExecute() const {
+  bool revoked = false;
+  for (const auto& r : plan_.regions) revoked = revoked || r->revoked.load(std::memory_order_acquire);
+  // A peer that goes away is marked dead before its regions are revoked: read in the other
+  // order, a revoked region of a dead peer is reported as the peer's loss.
   if (!peer_->alive.load(std::memory_order_acquire)) {
     return {StatusCode::kConnectionLost, "peer " + peer_->info.name + " is gone"};
   }
-  for (const auto& r : plan_.regions) {
-    if (r->revoked.load(std::memory_order_acquire)) {
-      return {StatusCode::kRemoteAccessDenied,
-              "peer " + peer_->info.name + " deregistered the remote region during the transfer"};
-    }
+  if (revoked) {
+    return {StatusCode::kRemoteAccessDenied,
+            "peer " + peer_->info.name + " deregistered the remote region during the transfer"};
   }
   return Status::Ok();
 }
