@@ -65,6 +65,21 @@ run)
   "$XB" write_bw -s 64K -n 20 --links 4 --transport cma "${SMALL[@]}" >"$tmp/out" 2>&1 || fail "--links run"
   grep -q "links 4 requested: n/a for transport cma" "$tmp/out" || { cat "$tmp/out"; fail "--links not reported"; }
   ;;
+options)
+  # The remaining knobs: each accepted, each visible in the header's rerun line.
+  "$XB" write_lat -s 4K,8K -n 30 --reuse -w 2 --batch 4 --streams 1 --slice-bytes 64K \
+    --batch-bytes 128K --spin 10 "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; fail "write_lat with knobs"; }
+  has_row 4096 "$tmp/out" && has_row 8192 "$tmp/out" || { cat "$tmp/out"; fail "rows"; }
+  grep -q "^# buffers:   --reuse" "$tmp/out" || fail "the header does not say --reuse"
+  grep -qE "^# rerun: .*-w 2 --batch 4 .*--streams 1.*--reuse" "$tmp/out" || { cat "$tmp/out"; fail "rerun line misses options"; }
+  # tcp with several links, forced between two processes of this host.
+  "$XB" read_bw -s 1M -n 20 --transport tcp --links 3 --verify "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" \
+    || { cat "$tmp/err"; fail "read_bw over tcp"; }
+  grep -qE "^# peer: .*transport tcp" "$tmp/out" || { cat "$tmp/out"; fail "tcp not used"; }
+  grep -qE "links 3" "$tmp/out" || { cat "$tmp/out"; fail "links not reported"; }
+  grep -q "# verify" "$tmp/out" && { cat "$tmp/out"; fail "verify failed"; }
+  has_row 1048576 "$tmp/out" || fail "tcp row"
+  ;;
 json)
   command -v jq >/dev/null || skip "jq not installed (scripts/setup.sh installs it)"
   "$XB" read_bw -s 16K,64K -n 40 --depth 4 --json "$tmp/r.json" --csv "$tmp/r.csv" "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" \
