@@ -240,8 +240,8 @@ int main(int argc, char** argv) {
   std::printf("  %-22s %s\n", "auto_connect", d.auto_connect ? "true" : "false");
   std::printf("  %-22s %lld ms\n", "auto_connect_timeout", Ms(d.auto_connect_timeout));
   std::printf("  %-22s %d\n", "streams", d.streams);
-  std::printf("  %-22s %llu bytes\n", "slice_bytes", (unsigned long long)d.slice_bytes);
-  std::printf("  %-22s %llu bytes\n", "batch_bytes", (unsigned long long)d.batch_bytes);
+  std::printf("  %-22s %s\n", "slice_bytes", "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp)");
+  std::printf("  %-22s %s\n", "batch_bytes", "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp)");
   std::printf("  %-22s %lld us\n", "spin",
               (long long)std::chrono::duration_cast<std::chrono::microseconds>(d.spin).count());
   if (LinksOf(d, 0) >= 0) std::printf("  %-22s %d (tcp data connections per peer)\n", "links", LinksOf(d, 0));

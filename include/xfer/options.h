@@ -18,11 +18,12 @@ struct EngineOptions {
 
   // Data path. Streams are worker threads that share a request's batches.
   int streams = 2;
-  // Large descriptors are cut into slices of this many bytes, so streams can share them.
-  uint64_t slice_bytes = 512ull << 10;
-  // A batch (one system call for cma) carries up to this many bytes. 512 KiB amortizes the
-  // call (~1.5 us) and still lets a 1 MiB request use two cores (see bench/RESULTS.md).
-  uint64_t batch_bytes = 512ull << 10;
+  // Large descriptors are cut into slices of this many bytes, so streams can share them, and a
+  // batch (one system call for cma, one frame for tcp) carries up to batch_bytes. 0 takes each
+  // transport's own measured default: 256 KiB for local and cma (amortizes a ~1.5 us call yet
+  // lets a 512 KiB request use two cores), 512 KiB for tcp (fewer round trips per byte).
+  uint64_t slice_bytes = 0;
+  uint64_t batch_bytes = 0;
   // Waiters and idle streams spin this long before they sleep (a wake-up costs ~20 us here).
   std::chrono::microseconds spin{50};
 

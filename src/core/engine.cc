@@ -56,10 +56,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
     return {StatusCode::kInvalidArgument,
             "Initialize: heartbeat_interval must be > 0 and below heartbeat_timeout"};
   }
-  if (options.slice_bytes == 0 || options.batch_bytes == 0 || options.spin.count() < 0) {
-    return {StatusCode::kInvalidArgument,
-            "Initialize: slice_bytes and batch_bytes must be > 0 and spin >= 0"};
-  }
+  if (options.spin.count() < 0) return {StatusCode::kInvalidArgument, "Initialize: spin must be >= 0"};
   if (!options.transport.empty() && options.transport != "local" && options.transport != "cma" &&
       options.transport != "tcp") {
     return {StatusCode::kInvalidArgument, "Initialize: unknown transport '" + options.transport +
@@ -101,6 +98,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   transport::PeerEndpoint me{static_cast<int32_t>(::getpid()), incarnation_, 0, "", 0};
   s = local_.Connect(me, &self_->link);
   if (!s.ok()) return s;
+  self_->limits = LimitsFor(local_);
 
   transport::TcpTargetHooks hooks;
   hooks.incarnation = incarnation_;
@@ -260,13 +258,12 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
   }
   Plan plan;
   if (s.ok()) {
-    PlanLimits limits{opts_.slice_bytes, opts_.batch_bytes, peer.state->max_slices_per_batch};
     LocalMemoryCheck local(registry_);
-    s = MakePlan(op, descs, peer.state->regions, local, limits, &plan);
+    s = MakePlan(op, descs, peer.state->regions, local, peer.state->limits, &plan);
     // The peer may have registered the region a moment ago: catch up with its updates once.
     if (s.code() == StatusCode::kRemoteAccessDenied && peer.session &&
         SyncWith(peer.session, DeadlineAfter(std::min(timeout, opts_.heartbeat_timeout)))) {
-      s = MakePlan(op, descs, peer.state->regions, local, limits, &plan);
+      s = MakePlan(op, descs, peer.state->regions, local, peer.state->limits, &plan);
     }
   }
   if (!s.ok()) {

@@ -49,9 +49,15 @@ void EngineImpl::Unsubscribe(const std::shared_ptr<control::Session>& s) {
   subscribers_.erase(s);
 }
 
+PlanLimits EngineImpl::LimitsFor(const transport::Transport& t) const {
+  const uint64_t fallback = t.default_batch_bytes();
+  return {opts_.slice_bytes ? opts_.slice_bytes : fallback,
+          opts_.batch_bytes ? opts_.batch_bytes : fallback, t.max_slices_per_batch()};
+}
+
 Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& host,
                                    std::string* name, std::shared_ptr<transport::Link>* link,
-                                   size_t* max_slices) {
+                                   PlanLimits* limits) {
   const bool same_host = peer.host_id == host_id_;
   const bool offers_cma = std::find(peer.transports.begin(), peer.transports.end(), "cma") !=
                           peer.transports.end();
@@ -79,7 +85,7 @@ Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& h
                           : c.t->Connect(ep, link);
     if (s.ok()) {
       *name = std::string(c.name);
-      *max_slices = c.t->max_slices_per_batch();
+      *limits = LimitsFor(*c.t);
       return s;
     }
     why += (why.empty() ? "" : "; ") + s.message();
@@ -94,8 +100,7 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
                                                      std::string* transport_error) {
   auto st = std::make_shared<PeerState>();
   st->info = PeerInfo{hello.name, hello.incarnation, hello.host_id, hello.pid, "", outbound};
-  Status s = ChooseTransport(hello, host, &st->info.transport, &st->link,
-                             &st->max_slices_per_batch);
+  Status s = ChooseTransport(hello, host, &st->info.transport, &st->link, &st->limits);
   if (!s.ok()) {
     *transport_error = s.message();
     st->info.transport = "none";

@@ -78,7 +78,9 @@ class EngineImpl final : public control::ControlHandler {
   Status SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s);
   void Unsubscribe(const std::shared_ptr<control::Session>& s);
   Status ChooseTransport(const wire::Hello& peer, const std::string& host, std::string* name,
-                         std::shared_ptr<transport::Link>* link, size_t* max_slices);
+                         std::shared_ptr<transport::Link>* link, PlanLimits* limits);
+  // Batch sizes for a peer reached through t: the options, or t's own defaults.
+  PlanLimits LimitsFor(const transport::Transport& t) const;
   // host: the peer's address as we reach it (the control connection's other end).
   std::shared_ptr<PeerState> MakePeerState(const wire::Hello& hello, bool outbound,
                                            const std::string& host, std::string* transport_error);

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 
+#include "core/planner.h"
 #include "core/remote_regions.h"
 #include "transport/transport.h"
 #include "xfer/types.h"
@@ -14,7 +15,7 @@ struct PeerState {
   PeerInfo info;
   RemoteRegions regions;
   std::shared_ptr<transport::Link> link;  // null when no transport reaches the peer
-  size_t max_slices_per_batch = 1024;
+  PlanLimits limits;                      // how requests to this peer are cut into batches
   std::atomic<bool> alive{true};  // cleared when the session ends; batches check it
 };
 

@@ -49,6 +49,8 @@ class Transport {
   virtual std::string_view name() const = 0;
   // The most slices one Execute() call may carry (the kernel's IOV_MAX for cma).
   virtual size_t max_slices_per_batch() const = 0;
+  // Bytes per batch (and per slice) when the user sets none: measured per transport.
+  virtual uint64_t default_batch_bytes() const { return 256 << 10; }
   // Opens a link to a peer, or says why this transport cannot reach it.
   virtual Status Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) = 0;
   // For transports whose threads touch this engine's memory on a peer's behalf (tcp): waits
