@@ -57,8 +57,9 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
             "Initialize: heartbeat_interval must be > 0 and below heartbeat_timeout"};
   }
   if (options.spin.count() < 0) return {StatusCode::kInvalidArgument, "Initialize: spin must be >= 0"};
-  if (!options.transport.empty() && options.transport != "local" && options.transport != "cma" &&
-      options.transport != "tcp") {
+  if (!options.transport.empty() &&
+      std::find(std::begin(kTransportNames), std::end(kTransportNames), options.transport) ==
+          std::end(kTransportNames)) {
     return {StatusCode::kInvalidArgument, "Initialize: unknown transport '" + options.transport +
                                               "' (this build has: local, cma, tcp)"};
   }

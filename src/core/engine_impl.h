@@ -126,6 +126,9 @@ class EngineImpl final : public control::ControlHandler {
   std::atomic<uint32_t> next_stream_{0};
 };
 
+// The transports of this build, best first (EngineImpl::ChooseTransport tries them in order).
+inline constexpr std::string_view kTransportNames[] = {"local", "cma", "tcp"};
+
 // Adds a timeout to now without overflowing on huge values.
 inline std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds t) {
   constexpr std::chrono::milliseconds kMax = std::chrono::hours(24 * 365);

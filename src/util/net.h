@@ -63,7 +63,6 @@ Status SendVWaitAll(int fd, struct iovec* iov, size_t n, Clock::time_point deadl
 void SetBlocking(int fd);
 // The host part of "host:port" / "[v6]:port" (as in Session::remote_addr()).
 std::string HostOf(const std::string& host_port);
-void SetNonBlocking(int fd);
 void SetNoDelay(int fd);
 
 }  // namespace xfer::net
