@@ -136,14 +136,16 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
     return s;
   }
   if (remote == name_) return Status::Ok();  // this engine is always reachable by itself
+  auto deadline = DeadlineAfter(timeout);
   {
-    std::lock_guard lock(peers_mu_);
-    if (peers_.count(remote) || connecting_.count(remote)) {
+    std::unique_lock lock(peers_mu_);
+    // The peer's own connection to us is being answered: that session will be the one.
+    peers_cv_.wait_until(lock, deadline, [&] { return !accepting_.count(remote); });
+    if (peers_.count(remote) || connecting_.count(remote) || accepting_.count(remote)) {
       return {StatusCode::kAlreadyConnected, "already connected to '" + remote + "'"};
     }
     connecting_.insert(remote);
   }
-  auto deadline = DeadlineAfter(timeout);
   std::shared_ptr<control::Session> session;
   auto abandon = [&](const std::string& why) {
     if (session) {
@@ -176,8 +178,10 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
       return fail({StatusCode::kConnectionLost, "'" + remote + "' refused the connection: " + bye->reason});
     }
     abandon("already connected");
-    // Our connection crossed one from the peer, and the peer's won: we are connected.
-    std::lock_guard lock(peers_mu_);
+    // Our connection crossed one from the peer, and the peer's won: we are connected once
+    // this engine has finished answering it.
+    std::unique_lock lock(peers_mu_);
+    peers_cv_.wait_until(lock, deadline, [&] { return !accepting_.count(remote); });
     return peers_.count(remote) ? Status::Ok()
                                 : Status{StatusCode::kAlreadyConnected,
                                          "'" + remote + "' already has a session with this engine"};
@@ -289,15 +293,18 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
   {
     std::lock_guard lock(peers_mu_);
     // Both engines connecting to each other at once: one connection must win, and both
-    // sides must agree which. The one opened by the smaller incarnation does.
+    // sides must agree which. The one opened by the smaller incarnation does. (While this
+    // hello is answered, accepting_ keeps a Connect() of ours from starting a crossing one.)
     const bool crossing = connecting_.count(key) && incarnation_ < hello.incarnation;
     auto it = peers_.find(key);
-    if (crossing || (it != peers_.end() && (it->second.state->info.incarnation == hello.incarnation ||
-                                            it->second.session->outbound()))) {
+    if (crossing || accepting_.count(key) ||
+        (it != peers_.end() && (it->second.state->info.incarnation == hello.incarnation ||
+                                it->second.session->outbound()))) {
       (void)s->Send(wire::Goodbye{"already connected to " + name_}, std::chrono::milliseconds(100));
       s->Shutdown("duplicate connection from " + key);
       return;
     }
+    accepting_.insert(key);
     if (it != peers_.end()) {
       // Same name, new incarnation: the peer restarted. Forget everything about the old one.
       replaced = it->second.session;
@@ -325,7 +332,9 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
   {
     std::lock_guard lock(peers_mu_);
     peers_[key] = Peer{s, state};
+    accepting_.erase(key);
   }
+  peers_cv_.notify_all();
   if (!SendHelloAndSubscribe(s).ok()) s->Shutdown("cannot send hello");
 }
 

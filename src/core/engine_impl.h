@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -119,6 +120,8 @@ class EngineImpl final : public control::ControlHandler {
   std::mutex peers_mu_;
   std::map<std::string, Peer> peers_;   // by name (outbound: as the user wrote it)
   std::set<std::string> connecting_;    // Connect() calls in progress
+  std::set<std::string> accepting_;     // inbound hellos being answered
+  std::condition_variable peers_cv_;    // peers_ or accepting_ changed
 
   std::mutex requests_mu_;
   std::unordered_map<RequestHandle, std::shared_ptr<Request>> requests_;
