@@ -50,6 +50,31 @@ TEST_F(TcpTransportTest, WritesAndReadsScatteredSlices) {
   EXPECT_EQ(back, src);
 }
 
+TEST_F(TcpTransportTest, EveryAlignmentAndLengthKeepsTheStreamFramed) {
+  // Frames are padded to the payload's address alignment: walk every local and remote offset
+  // mod 64 and lengths that leave every tail size, interleaving refusals, on the same links.
+  std::vector<uint8_t> src(4096 + 64), back(4096 + 64);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 13 + 5);
+  const uint64_t s = reinterpret_cast<uint64_t>(src.data());
+  const uint64_t b = reinterpret_cast<uint64_t>(back.data());
+  for (uint64_t off = 0; off < 64; ++off) {
+    const uint64_t len = 1 + off * 61;  // 1 .. 3844 bytes
+    const uint64_t roff = 64 * off + (off * 7) % 64;
+    ASSERT_TRUE(Exec(Op::kWrite, {{s + off, R(roff), len}}).ok()) << off;
+    ASSERT_EQ(std::memcmp(region_.data() + roff, src.data() + off, len), 0) << off;
+    std::fill(back.begin(), back.end(), 0);
+    ASSERT_TRUE(Exec(Op::kRead, {{b + (63 - off), R(roff), len}, {b + 4096, R(0), off + 1}}).ok())
+        << off;
+    ASSERT_EQ(std::memcmp(back.data() + (63 - off), src.data() + off, len), 0) << off;
+    ASSERT_EQ(std::memcmp(back.data() + 4096, region_.data(), off + 1), 0) << off;
+    if (off % 8 == 0) {
+      EXPECT_EQ(Exec(Op::kWrite, {{s + off, R(region_.size() - 1), len + 1}}).code(),
+                StatusCode::kRemoteAccessDenied);
+      EXPECT_EQ(Exec(Op::kRead, {{b, R(0) - 64, off + 1}}).code(), StatusCode::kRemoteAccessDenied);
+    }
+  }
+}
+
 TEST_F(TcpTransportTest, TargetRefusesRangesOutsideItsRegionsAndStaysUsable) {
   // The initiator's own check is bypassed here: the target must refuse on its own.
   std::vector<uint8_t> src(4096, 0xee);

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -15,13 +16,27 @@ namespace xfer::transport {
 namespace {
 
 constexpr uint32_t kDataMagic = 0x31444658;  // "XFD1"
-constexpr uint16_t kDataVersion = 1;
-constexpr size_t kHelloBytes = 24;
+constexpr uint16_t kDataVersion = 2;
+constexpr size_t kHelloBytes = 64;  // 24 used
+constexpr size_t kAcceptBytes = 64;  // 4 used
 constexpr size_t kBatchHeaderBytes = 16;
 constexpr size_t kSliceBytes = 16;
 constexpr size_t kReplyHeaderBytes = 8;
 constexpr uint32_t kMaxMessage = 4096;
 constexpr auto kForever = Clock::time_point::max();
+
+// Every frame is a whole number of kAlign bytes, and a payload starts at a frame offset with
+// the same remainder mod kAlign as its source address. The kernel copies a thread's sends into
+// consecutive offsets of page fragments, so the copy into the socket then runs with source and
+// destination equally aligned; misaligned, it runs at half the speed on this machine's AMD
+// cores (READ was 1.7 GB/s with an 8-byte reply header in front of the payload, 3.2 with 64).
+constexpr uint64_t kAlign = 64;
+constexpr uint8_t kZeros[kAlign] = {};
+uint64_t PadFor(uint64_t pos, uint64_t want) { return (want - pos) & (kAlign - 1); }
+uint8_t* PadSink() {
+  static thread_local uint8_t sink[kAlign];
+  return sink;
+}
 
 std::string Hex(uint64_t v) {
   char b[24];
@@ -49,28 +64,38 @@ void TuneSocket(int fd) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
 }
 
-Status SendReply(int fd, StatusCode code, const std::string& msg, Clock::time_point deadline) {
+// A reply without payload: header, message, padding.
+Status SendReply(int fd, StatusCode code, std::string msg, Clock::time_point deadline) {
+  msg.resize(std::min<size_t>(msg.size(), kMaxMessage));
   std::vector<uint8_t> b(kReplyHeaderBytes + msg.size());
+  b.resize(b.size() + PadFor(b.size(), 0));
   Put<uint32_t>(b.data(), static_cast<uint32_t>(code));
-  Put<uint32_t>(b.data() + 4, static_cast<uint32_t>(msg.size()));
+  Put<uint16_t>(b.data() + 4, static_cast<uint16_t>(msg.size()));
   std::memcpy(b.data() + kReplyHeaderBytes, msg.data(), msg.size());
   return net::SendAll(fd, b.data(), b.size(), deadline);
 }
 
-// Reads a reply header and its message; *code is the target's verdict.
-Status RecvReply(int fd, Clock::time_point deadline, std::chrono::microseconds spin,
-                 Status* verdict) {
+// Reads a reply up to its payload; *verdict is the target's. When a payload of payload_bytes
+// follows (a READ the target accepted), *tail is the padding after it, else everything is read.
+Status RecvReply(int fd, uint64_t payload_bytes, Clock::time_point deadline,
+                 std::chrono::microseconds spin, Status* verdict, uint64_t* tail) {
   uint8_t h[kReplyHeaderBytes];
   Status s = net::RecvAll(fd, h, sizeof h, deadline, spin);
   if (!s.ok()) return s;
-  uint32_t code = Get<uint32_t>(h), len = Get<uint32_t>(h + 4);
-  if (code > static_cast<uint32_t>(StatusCode::kInternal) || len > kMaxMessage) {
+  const uint32_t code = Get<uint32_t>(h);
+  const uint16_t len = Get<uint16_t>(h + 4), lead = Get<uint16_t>(h + 6);
+  if (code > static_cast<uint32_t>(StatusCode::kInternal) || len > kMaxMessage ||
+      lead >= kAlign || (code != 0 && lead != 0)) {
     return {StatusCode::kConnectionLost, "tcp: malformed reply from the target"};
   }
-  std::string msg(len, '\0');
-  s = net::RecvAll(fd, msg.data(), len, deadline);
+  if (code != 0) payload_bytes = 0;
+  const uint64_t head = kReplyHeaderBytes + len + lead;
+  *tail = PadFor(head + payload_bytes, 0);
+  std::string rest(len + lead + (payload_bytes ? 0 : *tail), '\0');
+  s = net::RecvAll(fd, rest.data(), rest.size(), deadline);
   if (!s.ok()) return s;
-  *verdict = code == 0 ? Status::Ok() : Status(static_cast<StatusCode>(code), "target: " + msg);
+  *verdict = code == 0 ? Status::Ok()
+                       : Status(static_cast<StatusCode>(code), "target: " + rest.substr(0, len));
   return Status::Ok();
 }
 
@@ -147,7 +172,7 @@ class TcpLink final : public Link {
     Put<uint64_t>(hello + 8, peer_.incarnation);
     Put<uint64_t>(hello + 16, me_);
     s = net::SendAll(fd.get(), hello, sizeof hello, deadline);
-    uint8_t code[4];
+    uint8_t code[kAcceptBytes];
     if (s.ok()) s = net::RecvAll(fd.get(), code, sizeof code, deadline);
     if (!s.ok()) return {StatusCode::kConnectionLost, "tcp: data connection handshake: " + s.message()};
     if (Get<uint32_t>(code) != 0) {
@@ -163,8 +188,12 @@ class TcpLink final : public Link {
     const int fd = c.fd.get();
     uint64_t total = 0;
     for (const Slice& s : batch) total += s.len;
-    std::vector<uint8_t> head(kBatchHeaderBytes + batch.size() * kSliceBytes);
+    const uint64_t prefix = kBatchHeaderBytes + batch.size() * kSliceBytes;
+    const uint64_t lead = op == Op::kWrite ? PadFor(prefix, batch[0].local) : 0;
+    const uint64_t tail = PadFor(prefix + lead + (op == Op::kWrite ? total : 0), 0);
+    std::vector<uint8_t> head(prefix + lead);
     head[0] = static_cast<uint8_t>(op);
+    head[1] = static_cast<uint8_t>(lead);
     Put<uint32_t>(head.data() + 4, static_cast<uint32_t>(batch.size()));
     Put<uint64_t>(head.data() + 8, total);
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -178,13 +207,18 @@ class TcpLink final : public Link {
     if (op == Op::kWrite) {
       for (const Slice& s : batch) iov.push_back({reinterpret_cast<void*>(s.local), s.len});
     }
+    iov.push_back({const_cast<uint8_t*>(kZeros), tail});
     Status s = net::SendVWaitAll(fd, iov.data(), iov.size(), deadline);
     Status verdict;
-    if (s.ok()) s = RecvReply(fd, deadline, opts_.spin, &verdict);
+    uint64_t reply_tail = 0;
+    if (s.ok()) {
+      s = RecvReply(fd, op == Op::kRead ? total : 0, deadline, opts_.spin, &verdict, &reply_tail);
+    }
     if (!s.ok()) return s;
     if (!verdict.ok() || op == Op::kWrite) return verdict;
     iov.clear();
     for (const Slice& sl : batch) iov.push_back({reinterpret_cast<void*>(sl.local), sl.len});
+    iov.push_back({PadSink(), reply_tail});
     return net::RecvVWaitAll(fd, iov.data(), iov.size(), deadline);
   }
 
@@ -280,16 +314,17 @@ void TcpTransport::Serve(std::shared_ptr<Service> svc) {
 
   uint8_t hello[kHelloBytes];
   if (!net::RecvAll(fd, hello, sizeof hello, io_deadline()).ok()) return close("no handshake");
-  uint32_t refuse = 0;
+  uint8_t refuse[kAcceptBytes] = {};
   if (Get<uint32_t>(hello) != kDataMagic || Get<uint16_t>(hello + 4) != kDataVersion) {
     return close("not an xfer data connection");
   }
   if (Get<uint64_t>(hello + 8) != hooks_.incarnation || !hooks_.is_peer(Get<uint64_t>(hello + 16))) {
-    refuse = static_cast<uint32_t>(StatusCode::kConnectionLost);
+    Put<uint32_t>(refuse, static_cast<uint32_t>(StatusCode::kConnectionLost));
   }
   svc->peer_incarnation = Get<uint64_t>(hello + 16);
-  if (!net::SendAll(fd, &refuse, sizeof refuse, io_deadline()).ok() || refuse != 0) {
-    return close(refuse ? "" : "handshake reply failed");
+  const bool refused = Get<uint32_t>(refuse) != 0;
+  if (!net::SendAll(fd, refuse, sizeof refuse, io_deadline()).ok() || refused) {
+    return close(refused ? "" : "handshake reply failed");
   }
 
   std::vector<uint8_t> descs;
@@ -298,14 +333,18 @@ void TcpTransport::Serve(std::shared_ptr<Service> svc) {
     uint8_t h[kBatchHeaderBytes];
     Status s = net::RecvAll(fd, h, sizeof h, kForever, opts_.spin);  // idle until the next batch
     if (!s.ok()) return close("");
-    const uint8_t op = h[0];
+    const uint8_t op = h[0], lead = h[1];
     const uint32_t count = Get<uint32_t>(h + 4);
     const uint64_t total = Get<uint64_t>(h + 8);
+    const bool write = op == static_cast<uint8_t>(Op::kWrite);
     if (op > static_cast<uint8_t>(Op::kWrite) || count == 0 || count > kMaxSlices ||
-        total > kMaxBatchBytes) {
+        total > kMaxBatchBytes || lead >= kAlign || (!write && lead != 0)) {
       return close("malformed batch header");
     }
-    descs.resize(count * kSliceBytes);
+    const uint64_t prefix = kBatchHeaderBytes + count * kSliceBytes + lead;
+    const uint64_t tail = PadFor(prefix + (write ? total : 0), 0);
+    // Descriptors, padding, and for READ the end of the frame.
+    descs.resize(prefix - kBatchHeaderBytes + (write ? 0 : tail));
     if (!net::RecvAll(fd, descs.data(), descs.size(), io_deadline(), opts_.spin).ok()) {
       return close("batch descriptors did not arrive in time");
     }
@@ -333,12 +372,13 @@ void TcpTransport::Serve(std::shared_ptr<Service> svc) {
       }
       iov.push_back({reinterpret_cast<void*>(addr), len});
     }
-    if (op == static_cast<uint8_t>(Op::kWrite)) {
+    if (write) {
       if (denied.empty()) {
+        iov.push_back({PadSink(), tail});
         s = net::RecvVWaitAll(fd, iov.data(), iov.size(), io_deadline());
       } else {  // refuse without touching memory: drain the payload to keep the stream framed
         static thread_local std::vector<uint8_t> scratch(64 << 10);
-        for (uint64_t left = total; left > 0 && s.ok();) {
+        for (uint64_t left = total + tail; left > 0 && s.ok();) {
           size_t n = static_cast<size_t>(std::min<uint64_t>(left, scratch.size()));
           s = net::RecvAll(fd, scratch.data(), n, io_deadline());
           left -= n;
@@ -349,8 +389,11 @@ void TcpTransport::Serve(std::shared_ptr<Service> svc) {
       s = SendReply(fd, denied.empty() ? StatusCode::kOk : StatusCode::kRemoteAccessDenied, denied,
                     io_deadline());
     } else if (denied.empty()) {
-      uint8_t ok[kReplyHeaderBytes] = {};
-      iov.insert(iov.begin(), iovec{ok, sizeof ok});
+      const uint64_t reply_lead = PadFor(kReplyHeaderBytes, reinterpret_cast<uint64_t>(iov[0].iov_base));
+      uint8_t ok[kReplyHeaderBytes + kAlign] = {};
+      Put<uint16_t>(ok + 6, static_cast<uint16_t>(reply_lead));
+      iov.insert(iov.begin(), iovec{ok, kReplyHeaderBytes + reply_lead});
+      iov.push_back({const_cast<uint8_t*>(kZeros), PadFor(kReplyHeaderBytes + reply_lead + total, 0)});
       s = net::SendVWaitAll(fd, iov.data(), iov.size(), io_deadline());
     } else {
       exec.unlock();

@@ -3,14 +3,16 @@
 // from the source memory); the target's service threads check every range against the
 // target's own registered regions, then receive straight into or send straight from them.
 //
-// Data connection, after TCP connect:
+// Data connection, after TCP connect. Every frame is padded to a multiple of 64 bytes, and a
+// payload starts at a frame offset congruent to its source address mod 64 (see kAlign).
 //   initiator -> target  hello: magic "XFD1" u32 | version u16 | 0 u16 | target incarnation u64
-//                                | initiator incarnation u64
-//   target -> initiator  u32 status code (0: accepted)
+//                                | initiator incarnation u64 | zeros to 64 bytes
+//   target -> initiator  u32 status code (0: accepted) | zeros to 64 bytes
 // Then any number of batches:
-//   initiator -> target  op u8 | 0 u8[3] | count u32 | total bytes u64 | count x {addr u64, len u64}
-//                        | WRITE: total payload bytes
-//   target -> initiator  code u32 | message length u32 | message | READ and code 0: payload
+//   initiator -> target  op u8 | lead u8 | 0 u8[2] | count u32 | total bytes u64
+//                        | count x {addr u64, len u64} | lead zeros | WRITE: payload | padding
+//   target -> initiator  code u32 | message length u16 | lead u16 | message | lead zeros
+//                        | READ and code 0: payload | padding
 // A refused batch (a range outside the target's regions) moves no byte and leaves the
 // connection usable; a malformed frame closes it.
 #pragma once
