@@ -237,6 +237,8 @@ fi
 
 if [ "$RESULTS" != "-" ]; then
   q() { local s="" a; for a in "$@"; do s+="${s:+ }$(printf '%q' "$a")"; done; printf '%s' "$s"; }
+  tcp_section=""  # bench/compare_tcp.sh's section stays
+  [ -f "$RESULTS" ] && tcp_section=$(awk '/^## tcp/ { p = 1 } p' "$RESULTS")
   {
     echo "# xfer vs raw baselines (cma)"
     echo
@@ -289,6 +291,7 @@ if [ "$RESULTS" != "-" ]; then
          /^#/ && seen[$0]++ { next } /^$/ { next } { print }' \
       "$tmp/xfer_$ROUNDS.txt" "$tmp/raw_$ROUNDS.txt" "$tmp/xferb_$ROUNDS.txt" "$tmp/rawb_$ROUNDS.txt"
     echo '```'
+    [ -z "$tcp_section" ] || printf '\n%s\n' "$tcp_section"
   } >"$RESULTS"
   echo "wrote $RESULTS"
 fi

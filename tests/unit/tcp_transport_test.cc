@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 
 #include <cstring>
+#include <atomic>
+#include <thread>
 #include <vector>
 
 namespace xfer::transport {
@@ -110,6 +112,37 @@ TEST_F(TcpTransportTest, GarbageOnTheDataPortClosesOnlyThatConnection) {
   EXPECT_FALSE(net::RecvAll(fd.get(), &c, 1, Clock::now() + std::chrono::seconds(3)).ok());
   std::vector<uint8_t> src(64, 2);
   EXPECT_TRUE(Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}}).ok());
+}
+
+TEST_F(TcpTransportTest, ManyThreadsPipelineOnOneConnection) {
+  // Frames from several threads share the connections; replies must reach the thread whose
+  // frame they answer, refusals included.
+  constexpr int kThreads = 6, kRounds = 200;
+  constexpr uint64_t kChunk = 8192;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint8_t> src(kChunk), back(kChunk);
+      const uint64_t s = reinterpret_cast<uint64_t>(src.data());
+      const uint64_t b = reinterpret_cast<uint64_t>(back.data());
+      const uint64_t mine = R(t * 2 * kChunk);
+      for (int i = 0; i < kRounds; ++i) {
+        std::fill(src.begin(), src.end(), static_cast<uint8_t>(t * 31 + i));
+        const uint64_t len = 1 + (i * 977) % kChunk;
+        if (!Exec(Op::kWrite, {{s, mine, len}}).ok()) ++failures;
+        if (!Exec(Op::kRead, {{b, mine, len}}).ok() || std::memcmp(src.data(), back.data(), len)) {
+          ++failures;
+        }
+        if (i % 16 == 0 && Exec(Op::kRead, {{b, R(0) - 128, 64}}).code() !=
+                               StatusCode::kRemoteAccessDenied) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 TEST_F(TcpTransportTest, ShutdownEndsExecuteAndFenceWaits) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <vector>
 
@@ -100,6 +101,34 @@ Status RecvReply(int fd, uint64_t payload_bytes, Clock::time_point deadline,
 }
 
 // ---------------------------------------------------------------- initiator side
+// One data connection. Batches are pipelined: a thread sends its frame, then waits for its turn
+// to read the reply while the next thread already sends, so the target has the next frame at
+// hand when it finishes one. Replies come back in frame order.
+struct Stream {
+  net::Fd fd;
+  uint64_t sent = 0;  // frames sent; written only under the owning Conn's send_mu
+
+  std::mutex mu;
+  std::condition_variable turn;
+  uint64_t received = 0;  // replies read
+  bool broken = false;
+  std::string why;        // set with broken
+
+  // Frames may be half sent or half read: nobody may use the stream again. Wakes everyone
+  // blocked on it.
+  void Break(const std::string& reason) {
+    std::lock_guard l(mu);
+    if (!broken) why = reason;
+    broken = true;
+    ::shutdown(fd.get(), SHUT_RDWR);
+    turn.notify_all();
+  }
+  bool IsBroken() {
+    std::lock_guard l(mu);
+    return broken;
+  }
+};
+
 class TcpLink final : public Link {
  public:
   TcpLink(PeerEndpoint peer, uint64_t my_incarnation, TcpOptions opts)
@@ -109,19 +138,13 @@ class TcpLink final : public Link {
 
   Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override {
     Conn& c = Pick();
-    c.waiters.fetch_add(1);
-    std::unique_lock lock(c.mu);
-    c.waiters.fetch_sub(1);
-    if (shut_.load()) return Gone();
-    Status s;
-    if (!c.fd.valid()) s = Open(c, deadline);
-    if (s.ok()) s = Run(c, op, batch, deadline);
-    if (!s.ok() && s.code() != StatusCode::kRemoteAccessDenied) {
-      // The frame may be half sent: this connection's stream is unusable. The next batch on
-      // it opens a new one; the other links are unaffected.
-      std::lock_guard fl(c.fd_mu);
-      c.fd.Reset();
-    }
+    c.busy.fetch_add(1);
+    bool bystander = false;
+    Status s = ExecuteOn(c, op, batch, deadline, &bystander);
+    // A batch lost only because another batch broke the shared stream (its deadline passed,
+    // say) is tried once more on a fresh one: batches are idempotent.
+    if (bystander && !shut_.load()) s = ExecuteOn(c, op, batch, deadline, &bystander);
+    c.busy.fetch_sub(1);
     if (!s.ok() && shut_.load()) return Gone();
     return s;
   }
@@ -129,17 +152,17 @@ class TcpLink final : public Link {
   void Shutdown() override {
     shut_.store(true);
     for (auto& c : conns_) {
-      std::lock_guard fl(c->fd_mu);
-      if (c->fd.valid()) ::shutdown(c->fd.get(), SHUT_RDWR);
+      std::lock_guard l(c->stream_mu);
+      if (c->stream) c->stream->Break("the session ended");
     }
   }
 
  private:
   struct Conn {
-    std::mutex mu;     // one batch at a time on a connection
-    std::mutex fd_mu;  // guards replacing fd against Shutdown()
-    net::Fd fd;
-    std::atomic<int> waiters{0};
+    std::mutex send_mu;                // one frame on the wire at a time
+    std::mutex stream_mu;              // guards replacing stream against Shutdown()
+    std::shared_ptr<Stream> stream;    // the current connection; replaced once broken
+    std::atomic<int> busy{0};          // batches on this connection now
   };
 
   Status Gone() const {
@@ -150,42 +173,90 @@ class TcpLink final : public Link {
     if (opts_.least_loaded) {
       Conn* best = conns_[0].get();
       for (auto& c : conns_) {
-        if (c->waiters.load() == 0 && c->mu.try_lock()) {
-          c->mu.unlock();
-          return *c;
-        }
-        if (c->waiters.load() < best->waiters.load()) best = c.get();
+        if (c->busy.load() < best->busy.load()) best = c.get();
       }
       return *best;
     }
     return *conns_[rr_.fetch_add(1) % conns_.size()];
   }
 
-  Status Open(Conn& c, Clock::time_point deadline) {
-    net::Fd fd;
-    Status s = net::ConnectTcp(net::Address{peer_.host, peer_.tcp_port, true}, deadline, &fd);
+  // Sends the frame, then reads the reply in turn. *bystander: the batch failed only because
+  // another one broke the stream before this one's turn came.
+  Status ExecuteOn(Conn& c, Op op, std::span<const Slice> batch, Clock::time_point deadline,
+                   bool* bystander) {
+    *bystander = false;
+    std::shared_ptr<Stream> st;
+    uint64_t ticket = 0;
+    {
+      std::unique_lock sl(c.send_mu);
+      if (shut_.load()) return Gone();
+      {
+        std::lock_guard l(c.stream_mu);
+        st = c.stream;
+      }
+      if (!st || st->IsBroken()) {
+        Status s = Open(deadline, &st);
+        if (!s.ok()) return s;
+        std::lock_guard l(c.stream_mu);
+        if (shut_.load()) return Gone();
+        c.stream = st;
+      }
+      ticket = st->sent++;
+      Status s = SendFrame(st->fd.get(), op, batch, deadline);
+      if (!s.ok()) {
+        st->Break("a frame could not be sent: " + s.message());
+        return s;
+      }
+    }
+    {
+      std::unique_lock l(st->mu);
+      const bool my_turn = st->turn.wait_until(
+          l, deadline, [&] { return st->received == ticket || st->broken; });
+      if (st->broken) {
+        *bystander = true;
+        return {StatusCode::kConnectionLost, "tcp: data connection lost: " + st->why};
+      }
+      if (!my_turn) {
+        l.unlock();
+        st->Break("a batch's deadline passed while it waited for its reply");
+        return {StatusCode::kTimeout, "tcp: deadline passed waiting for the target's reply"};
+      }
+    }
+    Status s = ReadReply(st->fd.get(), op, batch, deadline);
+    if (!s.ok() && s.code() != StatusCode::kRemoteAccessDenied) {
+      st->Break("a reply could not be read: " + s.message());
+      return s;
+    }
+    std::lock_guard l(st->mu);
+    ++st->received;
+    st->turn.notify_all();
+    return s;
+  }
+
+  Status Open(Clock::time_point deadline, std::shared_ptr<Stream>* out) {
+    auto st = std::make_shared<Stream>();
+    Status s = net::ConnectTcp(net::Address{peer_.host, peer_.tcp_port, true}, deadline, &st->fd);
     if (!s.ok()) return {StatusCode::kConnectionLost, "tcp: " + s.message()};
-    TuneSocket(fd.get());
+    const int fd = st->fd.get();
+    TuneSocket(fd);
     uint8_t hello[kHelloBytes] = {};
     Put<uint32_t>(hello, kDataMagic);
     Put<uint16_t>(hello + 4, kDataVersion);
     Put<uint64_t>(hello + 8, peer_.incarnation);
     Put<uint64_t>(hello + 16, me_);
-    s = net::SendAll(fd.get(), hello, sizeof hello, deadline);
+    s = net::SendAll(fd, hello, sizeof hello, deadline);
     uint8_t code[kAcceptBytes];
-    if (s.ok()) s = net::RecvAll(fd.get(), code, sizeof code, deadline);
+    if (s.ok()) s = net::RecvAll(fd, code, sizeof code, deadline);
     if (!s.ok()) return {StatusCode::kConnectionLost, "tcp: data connection handshake: " + s.message()};
     if (Get<uint32_t>(code) != 0) {
       return {StatusCode::kConnectionLost, "tcp: the target refused the data connection (restarted?)"};
     }
-    std::lock_guard fl(c.fd_mu);
-    if (shut_.load()) return Gone();
-    c.fd = std::move(fd);
+    *out = std::move(st);
     return Status::Ok();
   }
 
-  Status Run(Conn& c, Op op, std::span<const Slice> batch, Clock::time_point deadline) {
-    const int fd = c.fd.get();
+  // Descriptors and, for WRITE, the payload straight from the source memory: one frame.
+  static Status SendFrame(int fd, Op op, std::span<const Slice> batch, Clock::time_point deadline) {
     uint64_t total = 0;
     for (const Slice& s : batch) total += s.len;
     const uint64_t prefix = kBatchHeaderBytes + batch.size() * kSliceBytes;
@@ -200,25 +271,29 @@ class TcpLink final : public Link {
       Put<uint64_t>(head.data() + kBatchHeaderBytes + i * kSliceBytes, batch[i].remote);
       Put<uint64_t>(head.data() + kBatchHeaderBytes + i * kSliceBytes + 8, batch[i].len);
     }
-    // Descriptors and, for WRITE, the payload straight from the source memory: one frame.
     std::vector<iovec> iov;
-    iov.reserve(1 + batch.size());
+    iov.reserve(2 + batch.size());
     iov.push_back({head.data(), head.size()});
     if (op == Op::kWrite) {
       for (const Slice& s : batch) iov.push_back({reinterpret_cast<void*>(s.local), s.len});
     }
     iov.push_back({const_cast<uint8_t*>(kZeros), tail});
-    Status s = net::SendVWaitAll(fd, iov.data(), iov.size(), deadline);
+    return net::SendVWaitAll(fd, iov.data(), iov.size(), deadline);
+  }
+
+  // The target's verdict and, for an accepted READ, the payload into the local memory.
+  Status ReadReply(int fd, Op op, std::span<const Slice> batch, Clock::time_point deadline) const {
+    uint64_t total = 0;
+    for (const Slice& s : batch) total += s.len;
     Status verdict;
-    uint64_t reply_tail = 0;
-    if (s.ok()) {
-      s = RecvReply(fd, op == Op::kRead ? total : 0, deadline, opts_.spin, &verdict, &reply_tail);
-    }
+    uint64_t tail = 0;
+    Status s = RecvReply(fd, op == Op::kRead ? total : 0, deadline, opts_.spin, &verdict, &tail);
     if (!s.ok()) return s;
     if (!verdict.ok() || op == Op::kWrite) return verdict;
-    iov.clear();
+    std::vector<iovec> iov;
+    iov.reserve(1 + batch.size());
     for (const Slice& sl : batch) iov.push_back({reinterpret_cast<void*>(sl.local), sl.len});
-    iov.push_back({PadSink(), reply_tail});
+    iov.push_back({PadSink(), tail});
     return net::RecvVWaitAll(fd, iov.data(), iov.size(), deadline);
   }
 
