@@ -31,6 +31,7 @@ struct RegionInfo {
   MemType type = MemType::kHost;
   int32_t device = -1;  // device ordinal for kCuda, -1 for host memory
   std::string tag;      // free-form label given at registration
+  bool shared = false;  // allocated by Engine::AllocMem: same-host peers map it (path "shm")
 };
 
 enum class RequestState : uint8_t { kWaiting, kCompleted, kFailed, kTimeout, kCanceled };
@@ -48,6 +49,17 @@ struct PeerInfo {
   int32_t pid = 0;
   std::string transport;     // transport chosen for this peer: "local", "cma", ...
   bool outbound = false;     // true when this engine called Connect()
+  // Same host: the peer's AllocMem memory is mapped here and moved with memcpy ("shm"); its
+  // other memory goes through `transport`.
+  bool shm = false;
+  uint64_t shm_bytes = 0;        // bytes this engine moved to or from the peer through shm
+  uint64_t transport_bytes = 0;  // ... and through `transport`
+};
+
+struct AllocOptions {
+  // Back the memory with huge pages (fewer TLB misses on large copies). When the kernel has
+  // none to give, AllocMem falls back to normal pages and logs why.
+  bool huge_pages = false;
 };
 
 std::string_view MemTypeName(MemType t);

@@ -24,6 +24,8 @@ class Writer {
     U8(static_cast<uint8_t>(r.info.type));
     I32(r.info.device);
     Str(r.info.tag);
+    I32(r.shm_fd);
+    U64(r.shm_key);
   }
   std::vector<uint8_t>& bytes() { return buf_; }
 
@@ -66,9 +68,10 @@ class Reader {
   bool Region(WireRegion* r) {
     uint8_t type = 0;
     if (!U64(&r->id) || !U64(&r->info.addr) || !U64(&r->info.len) || !U8(&type) ||
-        !I32(&r->info.device) || !Str(&r->info.tag)) {
+        !I32(&r->info.device) || !Str(&r->info.tag) || !I32(&r->shm_fd) || !U64(&r->shm_key)) {
       return false;
     }
+    r->info.shared = r->shm_key != 0;
     if (type > static_cast<uint8_t>(MemType::kCuda)) return Fail("unknown memory type");
     r->info.type = static_cast<MemType>(type);
     return true;
@@ -101,7 +104,7 @@ class Reader {
   std::string error_;
 };
 
-constexpr size_t kMinRegionBytes = 8 + 8 + 8 + 1 + 4 + 4;
+constexpr size_t kMinRegionBytes = 8 + 8 + 8 + 1 + 4 + 4 + 4 + 8;
 
 void EncodeBody(Writer& w, const Hello& m) {
   w.Str(m.name);

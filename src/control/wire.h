@@ -19,7 +19,7 @@
 namespace xfer::wire {
 
 inline constexpr uint32_t kMagic = 0x31524658;  // "XFR1" as little-endian bytes
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 inline constexpr uint32_t kMaxString = 4096;
@@ -38,9 +38,13 @@ enum class MsgType : uint16_t {
 struct WireRegion {
   uint64_t id = 0;
   RegionInfo info;
+  // Memory from AllocMem: the owner's memfd descriptor and the key in its name (0: none).
+  int32_t shm_fd = -1;
+  uint64_t shm_key = 0;
   bool operator==(const WireRegion& o) const {
     return id == o.id && info.addr == o.info.addr && info.len == o.info.len &&
-           info.type == o.info.type && info.device == o.info.device && info.tag == o.info.tag;
+           info.type == o.info.type && info.device == o.info.device && info.tag == o.info.tag &&
+           shm_fd == o.shm_fd && shm_key == o.shm_key;
   }
 };
 

@@ -20,6 +20,11 @@ Status Engine::RegisterMem(void* a, uint64_t l, MemType t, MemHandle* h, const s
   return impl_->RegisterMem(a, l, t, h, tag);
 }
 Status Engine::DeregisterMem(MemHandle h) { return impl_->DeregisterMem(h); }
+Status Engine::AllocMem(uint64_t l, MemType t, void** a, MemHandle* h, const std::string& tag,
+                        const AllocOptions& o) {
+  return impl_->AllocMem(l, t, a, h, tag, o);
+}
+Status Engine::FreeMem(MemHandle h) { return impl_->FreeMem(h); }
 Status Engine::Connect(const std::string& r, std::chrono::milliseconds t) { return impl_->Connect(r, t); }
 Status Engine::Disconnect(const std::string& r) { return impl_->Disconnect(r); }
 Status Engine::GetPeerInfo(const std::string& r, PeerInfo* i) const { return impl_->GetPeerInfo(r, i); }
@@ -61,7 +66,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
       std::find(std::begin(kTransportNames), std::end(kTransportNames), options.transport) ==
           std::end(kTransportNames)) {
     return {StatusCode::kInvalidArgument, "Initialize: unknown transport '" + options.transport +
-                                              "' (this build has: local, cma, tcp)"};
+                                              "' (this build has: local, shm, cma, tcp)"};
   }
   if (options.links < 1 || options.links > 64) {
     return {StatusCode::kInvalidArgument, "Initialize: links must be 1..64"};
@@ -91,6 +96,8 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   std::string why;
   cma_ok_ = transport::CmaTransport::Available(&why);
   if (!cma_ok_) XLOG(WARN) << "cma transport not offered: " << why;
+  shm_ok_ = transport::shm::Available(&why);
+  if (!shm_ok_) XLOG(WARN) << "shm not offered (peers' AllocMem memory goes through cma): " << why;
   // Under Yama ptrace_scope=1 a peer may attach to us only if we say so.
   ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 
@@ -143,8 +150,12 @@ void EngineImpl::Finalize() {
   }
   pool_->Stop();  // runs what is queued: canceled batches end at once
   if (tcp_) tcp_->Stop();
-  std::lock_guard lock(requests_mu_);
-  requests_.clear();
+  {
+    std::lock_guard lock(requests_mu_);
+    requests_.clear();
+  }
+  std::lock_guard lock(segments_mu_);
+  segments_.clear();  // peers were told goodbye: none maps them any more
 }
 
 // ---------------------------------------------------------------- memory
@@ -160,9 +171,14 @@ Status EngineImpl::RegisterMem(void* addr, uint64_t len, MemType type, MemHandle
     XLOG(WARN) << s.ToString();
     return s;
   }
+  return AddRegion(reinterpret_cast<uint64_t>(addr), len, type, tag, handle, -1, 0);
+}
+
+Status EngineImpl::AddRegion(uint64_t addr, uint64_t len, MemType type, const std::string& tag,
+                             MemHandle* handle, int32_t shm_fd, uint64_t shm_key) {
   std::lock_guard lock(subscribers_mu_);
   bool added = false;
-  s = registry_.Add(reinterpret_cast<uint64_t>(addr), len, type, -1, tag, handle, &added);
+  Status s = registry_.Add(addr, len, type, -1, tag, handle, &added, shm_fd, shm_key);
   if (!s.ok()) {
     XLOG(WARN) << s.ToString();
     return s;
@@ -179,14 +195,51 @@ Status EngineImpl::RegisterMem(void* addr, uint64_t len, MemType type, MemHandle
   return Status::Ok();
 }
 
-Status EngineImpl::DeregisterMem(MemHandle handle) {
-  Status s = CheckRunning("DeregisterMem");
+Status EngineImpl::AllocMem(uint64_t len, MemType type, void** addr, MemHandle* handle,
+                            const std::string& tag, const AllocOptions& options) {
+  Status s = CheckRunning("AllocMem");
+  if (s.ok() && (addr == nullptr || handle == nullptr)) {
+    s = {StatusCode::kInvalidArgument, "AllocMem: null address or handle pointer"};
+  }
+  if (s.ok() && type != MemType::kHost) {
+    s = {StatusCode::kUnsupported, "AllocMem: " + std::string(MemTypeName(type)) +
+                                       " memory is not supported by this build (host only)"};
+  }
+  const uint64_t key = next_segment_key_.fetch_add(1);
+  std::unique_ptr<transport::shm::Segment> seg;
+  if (s.ok()) {
+    s = transport::shm::Segment::Create(len, options.huge_pages,
+                                        transport::shm::SegmentName(incarnation_, key), &seg);
+  }
+  if (s.ok()) {
+    s = AddRegion(reinterpret_cast<uint64_t>(seg->data()), len, type, tag, handle, seg->fd(), key);
+  }
+  if (!s.ok()) {
+    XLOG(WARN) << s.ToString();
+    return s;
+  }
+  *addr = seg->data();
+  std::lock_guard lock(segments_mu_);
+  segments_[*handle] = std::move(seg);
+  return Status::Ok();
+}
+
+Status EngineImpl::FreeMem(MemHandle handle) {
+  Status s = DeregisterMem(handle, true);
+  if (!s.ok()) return s;
+  std::lock_guard lock(segments_mu_);
+  segments_.erase(handle);
+  return Status::Ok();
+}
+
+Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
+  Status s = CheckRunning(free ? "FreeMem" : "DeregisterMem");
   if (!s.ok()) return s;
   std::vector<std::pair<std::shared_ptr<control::Session>, uint64_t>> pending;
   {
     std::lock_guard lock(subscribers_mu_);
     bool removed = false;
-    s = registry_.Remove(handle, &removed);
+    s = registry_.Remove(handle, &removed, free);
     if (!s.ok()) {
       XLOG(WARN) << s.ToString();
       return s;
@@ -244,6 +297,21 @@ Status EngineImpl::FindPeer(const std::string& remote, Peer* peer) {
   return Status::Ok();
 }
 
+uint8_t* EngineImpl::MapRegion(PeerState& peer, RemoteRegion& region) {
+  std::lock_guard lock(region.map_mu);
+  if (!region.map_tried) {
+    region.map_tried = true;
+    Status s = peer.mapper->Map(region.shm_fd,
+                                transport::shm::SegmentName(peer.info.incarnation, region.shm_key),
+                                region.info.len, &region.map);
+    if (!s.ok()) {
+      XLOG(WARN) << "cannot map region " << region.id << " of peer " << peer.info.name
+                 << " (its transfers take the peer's transport): " << s.ToString();
+    }
+  }
+  return region.map ? region.map->base() : nullptr;
+}
+
 Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                           std::chrono::milliseconds timeout, std::shared_ptr<Request>* out) {
   Status s = CheckRunning("Transfer");
@@ -254,17 +322,25 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
   if (s.ok() && !peer.state->alive.load()) {
     s = {StatusCode::kConnectionLost, "peer '" + remote + "' is gone"};
   }
-  if (s.ok() && !peer.state->link) {
+  if (s.ok() && !peer.state->link && !peer.state->mapper) {
     s = {StatusCode::kUnsupported, "no transport of this engine reaches peer '" + remote + "'"};
   }
   Plan plan;
   if (s.ok()) {
     LocalMemoryCheck local(registry_);
-    s = MakePlan(op, descs, peer.state->regions, local, peer.state->limits, &plan);
+    ShmPath shm_path;
+    const ShmPath* shm = nullptr;
+    if (peer.state->mapper) {
+      shm_path.base = [st = peer.state.get()](RemoteRegion& r) { return MapRegion(*st, r); };
+      shm_path.limits = peer.state->shm_limits;
+      shm_path.link = peer.state->link != nullptr;
+      shm = &shm_path;
+    }
+    s = MakePlan(op, descs, peer.state->regions, local, peer.state->limits, shm, &plan);
     // The peer may have registered the region a moment ago: catch up with its updates once.
     if (s.code() == StatusCode::kRemoteAccessDenied && peer.session &&
         SyncWith(peer.session, DeadlineAfter(std::min(timeout, opts_.heartbeat_timeout)))) {
-      s = MakePlan(op, descs, peer.state->regions, local, peer.state->limits, &plan);
+      s = MakePlan(op, descs, peer.state->regions, local, peer.state->limits, shm, &plan);
     }
   }
   if (!s.ok()) {

@@ -25,6 +25,7 @@ wire::Hello EngineImpl::MakeHello(const std::vector<wire::WireRegion>& regions) 
   h.host_id = host_id_;
   h.pid = static_cast<int32_t>(::getpid());
   h.transports.push_back("local");
+  if (shm_ok_) h.transports.push_back("shm");
   if (cma_ok_) {
     h.transports.push_back("cma");
     h.cma_cookie = reinterpret_cast<uint64_t>(&cma_cookie_);
@@ -53,6 +54,14 @@ PlanLimits EngineImpl::LimitsFor(const transport::Transport& t) const {
   const uint64_t fallback = t.default_batch_bytes();
   return {opts_.slice_bytes ? opts_.slice_bytes : fallback,
           opts_.batch_bytes ? opts_.batch_bytes : fallback, t.max_slices_per_batch()};
+}
+
+PlanLimits EngineImpl::ShmLimits() const {
+  // memcpy has no per-call cost to amortize: pieces only need to be large enough that
+  // spreading them over the streams pays for the hand-off.
+  constexpr uint64_t kPiece = 1 << 20;
+  return {opts_.slice_bytes ? opts_.slice_bytes : kPiece,
+          opts_.batch_bytes ? opts_.batch_bytes : kPiece, 1024};
 }
 
 Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& host,
@@ -100,8 +109,24 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
                                                      std::string* transport_error) {
   auto st = std::make_shared<PeerState>();
   st->info = PeerInfo{hello.name, hello.incarnation, hello.host_id, hello.pid, "", outbound};
-  Status s = ChooseTransport(hello, host, &st->info.transport, &st->link, &st->limits);
-  if (!s.ok()) {
+  const bool offers_shm = std::find(hello.transports.begin(), hello.transports.end(), "shm") !=
+                          hello.transports.end();
+  const bool forced_shm = opts_.transport == "shm";
+  // Another process on this host: its AllocMem memory can be mapped (and it is cheaper to
+  // map than to reach through cma, so shm goes alongside whatever link is chosen).
+  if ((opts_.transport.empty() || forced_shm) && shm_ok_ && offers_shm &&
+      hello.host_id == host_id_ && hello.pid != ::getpid()) {
+    Status ms = transport::shm::PeerMapper::Open(hello.pid, &st->mapper);
+    if (!ms.ok()) XLOG(WARN) << "peer " << hello.name << ": " << ms.ToString();
+    st->shm_limits = ShmLimits();
+  }
+  st->info.shm = st->mapper != nullptr;
+  Status s = forced_shm ? Status(StatusCode::kUnsupported,
+                                 st->mapper ? "transport forced to shm" : "shm cannot reach the peer")
+                        : ChooseTransport(hello, host, &st->info.transport, &st->link, &st->limits);
+  if (forced_shm && st->mapper) {
+    st->info.transport = "shm";
+  } else if (!s.ok()) {
     *transport_error = s.message();
     st->info.transport = "none";
   }
@@ -190,7 +215,7 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
   if (hello == nullptr) return fail({StatusCode::kConnectionLost, "'" + remote + "' did not answer with a hello"});
   std::string transport_error;
   auto state = MakePeerState(*hello, true, addr.host, &transport_error);
-  if (!state->link) return fail({StatusCode::kUnsupported, transport_error});
+  if (!state->link && !state->mapper) return fail({StatusCode::kUnsupported, transport_error});
 
   session->peer = state;
   session->peer_key = remote;
@@ -257,7 +282,10 @@ Status EngineImpl::GetPeerInfo(const std::string& remote, PeerInfo* info) {
   std::lock_guard lock(peers_mu_);
   auto it = peers_.find(remote);
   if (it == peers_.end()) return {StatusCode::kNotConnected, "not connected to '" + remote + "'"};
-  *info = it->second.state->info;
+  const PeerState& st = *it->second.state;
+  *info = st.info;
+  info->shm_bytes = st.shm_bytes.load(std::memory_order_relaxed);
+  info->transport_bytes = st.link_bytes.load(std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -318,7 +346,7 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
   }
   std::string transport_error;
   auto state = MakePeerState(hello, false, net::HostOf(s->remote_addr()), &transport_error);
-  if (!state->link) {
+  if (!state->link && !state->mapper) {
     XLOG(INFO) << "peer " << key << " connected; this engine cannot initiate transfers to it: "
                << transport_error;
   } else {

@@ -21,6 +21,7 @@
 #include "core/stream_pool.h"
 #include "transport/cma/cma_transport.h"
 #include "transport/local/local_transport.h"
+#include "transport/shm/shm_memory.h"
 #include "transport/tcp/tcp_transport.h"
 #include "util/net.h"
 #include "xfer/engine.h"
@@ -40,7 +41,10 @@ class EngineImpl final : public control::ControlHandler {
 
   Status RegisterMem(void* addr, uint64_t len, MemType type, MemHandle* handle,
                      const std::string& tag);
-  Status DeregisterMem(MemHandle handle);
+  Status DeregisterMem(MemHandle handle, bool free = false);
+  Status AllocMem(uint64_t len, MemType type, void** addr, MemHandle* handle,
+                  const std::string& tag, const AllocOptions& options);
+  Status FreeMem(MemHandle handle);
 
   Status Connect(const std::string& remote, std::chrono::milliseconds timeout);
   Status Disconnect(const std::string& remote);
@@ -66,8 +70,13 @@ class EngineImpl final : public control::ControlHandler {
   };
 
   Status CheckRunning(const char* what) const;
+  // Adds a region to the registry and tells the peers.
+  Status AddRegion(uint64_t addr, uint64_t len, MemType type, const std::string& tag,
+                   MemHandle* handle, int32_t shm_fd, uint64_t shm_key);
   // --- data path (engine.cc)
   Status FindPeer(const std::string& remote, Peer* peer);
+  // Where the peer's shared region is mapped here (mapping it on first use), or null.
+  static uint8_t* MapRegion(PeerState& peer, RemoteRegion& region);
   Status Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                 std::chrono::milliseconds timeout, std::shared_ptr<Request>* out);
   void Dispatch(const std::shared_ptr<Request>& req, bool caller_helps);
@@ -82,6 +91,7 @@ class EngineImpl final : public control::ControlHandler {
                          std::shared_ptr<transport::Link>* link, PlanLimits* limits);
   // Batch sizes for a peer reached through t: the options, or t's own defaults.
   PlanLimits LimitsFor(const transport::Transport& t) const;
+  PlanLimits ShmLimits() const;  // the same for memcpy into a peer's mapped memory
   // host: the peer's address as we reach it (the control connection's other end).
   std::shared_ptr<PeerState> MakePeerState(const wire::Hello& hello, bool outbound,
                                            const std::string& host, std::string* transport_error);
@@ -104,6 +114,7 @@ class EngineImpl final : public control::ControlHandler {
   std::string host_id_;
   uint64_t cma_cookie_ = 0;  // holds incarnation_; peers read it to prove cma works
   bool cma_ok_ = false;
+  bool shm_ok_ = false;  // pidfd_getfd works: same-host peers' AllocMem memory can be mapped
 
   Registry registry_;
   std::unique_ptr<StreamPool> pool_;
@@ -112,6 +123,10 @@ class EngineImpl final : public control::ControlHandler {
   transport::CmaTransport cma_;
   std::unique_ptr<transport::TcpTransport> tcp_;  // null when its listener could not start
   std::shared_ptr<PeerState> self_;  // transfers to our own name
+
+  std::mutex segments_mu_;
+  std::map<MemHandle, std::unique_ptr<transport::shm::Segment>> segments_;  // from AllocMem
+  std::atomic<uint64_t> next_segment_key_{1};
 
   // Orders region changes with hello snapshots, so a peer never misses an update.
   std::mutex subscribers_mu_;
@@ -130,7 +145,8 @@ class EngineImpl final : public control::ControlHandler {
 };
 
 // The transports of this build, best first (EngineImpl::ChooseTransport tries them in order).
-inline constexpr std::string_view kTransportNames[] = {"local", "cma", "tcp"};
+// "shm" is not a link of its own: it serves AllocMem memory of same-host peers alongside cma.
+inline constexpr std::string_view kTransportNames[] = {"local", "shm", "cma", "tcp"};
 
 // Adds a timeout to now without overflowing on huge values.
 inline std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds t) {

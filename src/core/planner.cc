@@ -56,7 +56,8 @@ bool LocalMemoryCheck::Allows(uint64_t addr, uint64_t len, bool need_write) {
 }
 
 Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions& remote,
-                LocalMemoryCheck& local, const PlanLimits& limits, Plan* plan) {
+                LocalMemoryCheck& local, const PlanLimits& limits, const ShmPath* shm,
+                Plan* plan) {
   if (descs.empty()) return {StatusCode::kInvalidArgument, "no descriptors"};
   plan->slices.clear();
   plan->batches.clear();
@@ -65,8 +66,10 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
 
   // Validate each descriptor and coalesce runs that are adjacent on both sides.
   std::vector<transport::Slice> runs;
+  std::vector<bool> run_mapped;
   runs.reserve(descs.size());
   RemoteRegion* last_region = nullptr;  // region of the previous descriptor
+  uint8_t* last_base = nullptr;         // where it is mapped here (shm), or null
   RemoteRegion* run_region = nullptr;   // region of runs.back()
   for (size_t i = 0; i < descs.size(); ++i) {
     const TransferDesc& d = descs[i];
@@ -93,7 +96,17 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
       auto pos = std::find(plan->regions.begin(), plan->regions.end(), region);
       std::iter_swap(pos, plan->regions.end() - 1);
       last_region = region.get();
+      last_base = shm && region->shm_key != 0 ? shm->base(*region) : nullptr;
     }
+    if (!last_base && shm && !shm->link) {
+      return {StatusCode::kUnsupported,
+              DescName(i, d) + ": remote region is not the peer's shared memory (AllocMem), "
+                               "and the transport is forced to shm"};
+    }
+    // In mapped memory the remote address becomes the address of the mapping here.
+    const uint64_t remote_addr =
+        last_base ? reinterpret_cast<uint64_t>(last_base) + (d.remote_addr - last_region->info.addr)
+                  : d.remote_addr;
     if (!local.Allows(d.local_addr, d.len, op == Op::kRead)) {
       return {StatusCode::kInvalidArgument,
               DescName(i, d) + ": local range is not registered and not " +
@@ -102,37 +115,41 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
     plan->bytes += d.len;
     if (!runs.empty()) {
       transport::Slice& r = runs.back();
-      if (r.local + r.len == d.local_addr && r.remote + r.len == d.remote_addr &&
+      if (r.local + r.len == d.local_addr && r.remote + r.len == remote_addr &&
           region.get() == run_region) {
         r.len += d.len;
         continue;
       }
     }
-    runs.push_back({d.local_addr, d.remote_addr, d.len});
+    runs.push_back({d.local_addr, remote_addr, d.len});
+    run_mapped.push_back(last_base != nullptr);
     run_region = region.get();
   }
 
-  // Cut runs into slices and pack the slices into batches.
-  const uint64_t slice = std::max<uint64_t>(limits.slice_bytes, 1);
-  const uint64_t batch_cap = std::max<uint64_t>(limits.batch_bytes, 1);
-  const size_t max_slices = std::max<size_t>(limits.max_slices_per_batch, 1);
-  uint64_t batch_bytes = 0;
+  // Cut runs into slices and pack the slices into batches, each batch of one path.
   Plan::Batch current;
   auto close_batch = [&] {
     if (current.end > current.begin) plan->batches.push_back(current);
     current.begin = current.end;
-    batch_bytes = 0;
+    current.bytes = 0;
   };
-  for (const auto& r : runs) {
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const transport::Slice& r = runs[k];
+    const PlanLimits& lim = run_mapped[k] ? shm->limits : limits;
+    const uint64_t slice = std::max<uint64_t>(lim.slice_bytes, 1);
+    const uint64_t batch_cap = std::max<uint64_t>(lim.batch_bytes, 1);
+    const size_t max_slices = std::max<size_t>(lim.max_slices_per_batch, 1);
+    if (current.end > current.begin && current.mapped != run_mapped[k]) close_batch();
+    current.mapped = run_mapped[k];
     for (uint64_t off = 0; off < r.len; off += slice) {
       uint64_t n = std::min(slice, r.len - off);
       if (current.end > current.begin &&
-          (batch_bytes + n > batch_cap || current.end - current.begin >= max_slices)) {
+          (current.bytes + n > batch_cap || current.end - current.begin >= max_slices)) {
         close_batch();
       }
       plan->slices.push_back({r.local + off, r.remote + off, n});
       ++current.end;
-      batch_bytes += n;
+      current.bytes += n;
     }
   }
   close_batch();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -22,9 +23,21 @@ struct PlanLimits {
   size_t max_slices_per_batch = 1024;  // ...and at most this many slices
 };
 
+// Mapped memory of a same-host peer (shm): descriptors into it become memcpy batches.
+struct ShmPath {
+  // The region mapped into this process, or null (not mappable: use the link).
+  std::function<uint8_t*(RemoteRegion&)> base;
+  PlanLimits limits;
+  bool link = true;  // false: no other path (transport forced to shm)
+};
+
 struct Plan {
-  std::vector<transport::Slice> slices;
-  struct Batch { uint32_t begin = 0, end = 0; };  // slices[begin, end)
+  std::vector<transport::Slice> slices;  // mapped batches: remote = the address mapped here
+  struct Batch {
+    uint32_t begin = 0, end = 0;  // slices[begin, end)
+    uint64_t bytes = 0;
+    bool mapped = false;          // shm: memcpy on the calling thread
+  };
   std::vector<Batch> batches;
   // Every remote region the request touches, so a batch can see if one was revoked.
   std::vector<std::shared_ptr<RemoteRegion>> regions;
@@ -46,7 +59,9 @@ class LocalMemoryCheck {
   std::vector<Mapping> maps_;
 };
 
+// shm: null when the peer has no mapped path.
 Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions& remote,
-                LocalMemoryCheck& local, const PlanLimits& limits, Plan* plan);
+                LocalMemoryCheck& local, const PlanLimits& limits, const ShmPath* shm,
+                Plan* plan);
 
 }  // namespace xfer

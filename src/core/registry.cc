@@ -5,7 +5,8 @@
 namespace xfer {
 
 Status Registry::Add(uint64_t addr, uint64_t len, MemType type, int32_t device,
-                     const std::string& tag, MemHandle* handle, bool* added) {
+                     const std::string& tag, MemHandle* handle, bool* added, int32_t shm_fd,
+                     uint64_t shm_key) {
   if (addr == 0) return {StatusCode::kInvalidArgument, "RegisterMem: null address"};
   if (len == 0) return {StatusCode::kInvalidArgument, "RegisterMem: zero length"};
   if (addr + len < addr) return {StatusCode::kInvalidArgument, "RegisterMem: range wraps"};
@@ -26,7 +27,9 @@ Status Registry::Add(uint64_t addr, uint64_t len, MemType type, int32_t device,
   MemHandle h = next_++;
   Entry e;
   e.region.id = h;
-  e.region.info = RegionInfo{addr, len, type, device, tag};
+  e.region.info = RegionInfo{addr, len, type, device, tag, shm_key != 0};
+  e.region.shm_fd = shm_fd;
+  e.region.shm_key = shm_key;
   by_handle_.emplace(h, std::move(e));
   by_addr_.emplace(addr, h);
   *handle = h;
@@ -34,14 +37,24 @@ Status Registry::Add(uint64_t addr, uint64_t len, MemType type, int32_t device,
   return Status::Ok();
 }
 
-Status Registry::Remove(MemHandle handle, bool* removed) {
+Status Registry::Remove(MemHandle handle, bool* removed, bool free) {
   std::lock_guard lock(mu_);
   auto it = by_handle_.find(handle);
   if (it == by_handle_.end()) {
     return {StatusCode::kInvalidArgument,
             "DeregisterMem: unknown handle " + std::to_string(handle)};
   }
-  *removed = --it->second.refs == 0;
+  const bool shared = it->second.region.shm_key != 0;
+  if (free && !shared) {
+    return {StatusCode::kInvalidArgument,
+            "FreeMem: handle " + std::to_string(handle) + " was not allocated by AllocMem"};
+  }
+  if (!free && shared && it->second.refs == 1) {
+    return {StatusCode::kInvalidArgument, "DeregisterMem: handle " + std::to_string(handle) +
+                                              " is memory from AllocMem; release it with FreeMem"};
+  }
+  it->second.refs = free ? 0 : it->second.refs - 1;
+  *removed = it->second.refs == 0;
   if (*removed) {
     auto [lo, hi] = by_addr_.equal_range(it->second.region.info.addr);
     for (auto a = lo; a != hi; ++a) {

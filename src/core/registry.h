@@ -16,10 +16,12 @@ class Registry {
  public:
   // Adds a region, or returns the handle of the identical range registered before (its
   // reference count goes up). *added says whether it is new, so peers must hear of it.
+  // shm_fd / shm_key describe memory from AllocMem (see wire::WireRegion).
   Status Add(uint64_t addr, uint64_t len, MemType type, int32_t device, const std::string& tag,
-             MemHandle* handle, bool* added);
+             MemHandle* handle, bool* added, int32_t shm_fd = -1, uint64_t shm_key = 0);
   // Drops one reference; *removed is set when the region is gone (peers must hear of it).
-  Status Remove(MemHandle handle, bool* removed);
+  // The last reference of AllocMem memory goes only with free (FreeMem), and free drops all.
+  Status Remove(MemHandle handle, bool* removed, bool free = false);
   // True when [addr, addr+len) lies inside one registered region.
   bool Contains(uint64_t addr, uint64_t len) const;
   std::vector<wire::WireRegion> Snapshot() const;

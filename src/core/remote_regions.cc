@@ -9,6 +9,8 @@ std::shared_ptr<RemoteRegion> Make(const wire::WireRegion& w) {
   auto r = std::make_shared<RemoteRegion>();
   r->id = w.id;
   r->info = w.info;
+  r->shm_fd = w.shm_fd;
+  r->shm_key = w.shm_key;
   return r;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "control/wire.h"
+#include "transport/shm/shm_memory.h"
 
 namespace xfer {
 
@@ -16,6 +17,12 @@ struct RemoteRegion {
   RegionInfo info;
   // Set when the owner deregisters it: batches check this before they move a byte.
   std::atomic<bool> revoked{false};
+  // Memory from the owner's AllocMem (shm_key != 0): its segment, mapped here on first use.
+  int32_t shm_fd = -1;
+  uint64_t shm_key = 0;
+  std::mutex map_mu;
+  bool map_tried = false;                          // map_mu
+  std::shared_ptr<transport::shm::Mapping> map;    // map_mu; null: not mapped (use the link)
 };
 
 class RemoteRegions {

@@ -1,5 +1,6 @@
 #include "core/request.h"
 
+#include "transport/local/local_transport.h"
 #include "util/spin.h"
 
 namespace xfer {
@@ -57,8 +58,14 @@ void Request::RunBatch(size_t i) {
     Status s = CheckBeforeExecute();
     if (s.ok()) {
       const Plan::Batch& b = plan_.batches[i];
-      s = peer_->link->Execute(op_, std::span(plan_.slices).subspan(b.begin, b.end - b.begin),
-                               deadline_);
+      const auto slices = std::span(plan_.slices).subspan(b.begin, b.end - b.begin);
+      if (b.mapped) {  // the plan holds the region, and the region its mapping
+        transport::CopyInProcess(op_, slices);
+        peer_->shm_bytes.fetch_add(b.bytes, std::memory_order_relaxed);
+      } else {
+        s = peer_->link->Execute(op_, slices, deadline_);
+        if (s.ok()) peer_->link_bytes.fetch_add(b.bytes, std::memory_order_relaxed);
+      }
     }
     if (!s.ok()) {
       if (Clock::now() >= deadline_) {

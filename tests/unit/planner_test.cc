@@ -20,7 +20,7 @@ class PlannerTest : public ::testing::Test {
   uint64_t L(uint64_t off) { return reinterpret_cast<uint64_t>(local_.data()) + off; }
   Status Make(Op op, const std::vector<TransferDesc>& d, Plan* p, PlanLimits lim = {}) {
     LocalMemoryCheck check(registry_);
-    return MakePlan(op, d, remote_, check, lim, p);
+    return MakePlan(op, d, remote_, check, lim, nullptr, p);
   }
   static constexpr uint64_t kRemote = 0x7000'0000'0000ull;
   std::vector<char> local_;

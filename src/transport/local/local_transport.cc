@@ -5,20 +5,25 @@
 #include <cstring>
 
 namespace xfer::transport {
+
+void CopyInProcess(Op op, std::span<const Slice> batch) {
+  for (const Slice& s : batch) {
+    void* local = reinterpret_cast<void*>(s.local);
+    void* remote = reinterpret_cast<void*>(s.remote);
+    if (op == Op::kWrite) {
+      std::memmove(remote, local, s.len);
+    } else {
+      std::memmove(local, remote, s.len);
+    }
+  }
+}
+
 namespace {
 
 class LocalLink final : public Link {
  public:
   Status Execute(Op op, std::span<const Slice> batch, Clock::time_point) override {
-    for (const Slice& s : batch) {
-      void* local = reinterpret_cast<void*>(s.local);
-      void* remote = reinterpret_cast<void*>(s.remote);
-      if (op == Op::kWrite) {
-        std::memmove(remote, local, s.len);
-      } else {
-        std::memmove(local, remote, s.len);
-      }
-    }
+    CopyInProcess(op, batch);
     return Status::Ok();
   }
 };

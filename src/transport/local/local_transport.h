@@ -5,6 +5,10 @@
 
 namespace xfer::transport {
 
+// Copies a batch between two ranges both mapped in this process: the local transport's
+// transfers, and shm's (the remote side being a peer's segment mapped here).
+void CopyInProcess(Op op, std::span<const Slice> batch);
+
 class LocalTransport final : public Transport {
  public:
   std::string_view name() const override { return "local"; }

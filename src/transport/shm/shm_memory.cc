@@ -1,0 +1,153 @@
+#include "transport/shm/shm_memory.h"
+
+#include <fcntl.h>
+#include <linux/memfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "util/log.h"
+
+namespace xfer::transport::shm {
+namespace {
+
+int PidfdOpen(int32_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+int PidfdGetfd(int pidfd, int fd) { return static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0)); }
+
+std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+// One attempt at a memfd of len bytes, mapped shared; false with *why on failure.
+bool MakeMapped(const std::string& name, uint64_t len, bool huge, int* fd, void** base,
+                uint64_t* mapped, std::string* why) {
+  const unsigned flags = MFD_CLOEXEC | (huge ? MFD_HUGETLB : 0u);
+  int f = ::memfd_create(name.c_str(), flags);
+  if (f < 0) {
+    *why = Errno("memfd_create");
+    return false;
+  }
+  // Huge pages: the length must be a multiple of the huge page size (2 MiB default).
+  const uint64_t n = RoundUp(len, huge ? (2ull << 20) : static_cast<uint64_t>(::getpagesize()));
+  void* p = MAP_FAILED;
+  if (::ftruncate(f, static_cast<off_t>(n)) != 0) {
+    *why = Errno("ftruncate");
+  } else {
+    // MAP_POPULATE: fault every page in now, so the kernel refuses huge pages it lacks here
+    // rather than with SIGBUS on first touch, and the first transfer pays no fault.
+    p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, f, 0);
+    if (p == MAP_FAILED) *why = Errno("mmap");
+  }
+  if (p == MAP_FAILED) {
+    ::close(f);
+    return false;
+  }
+  *fd = f;
+  *base = p;
+  *mapped = n;
+  return true;
+}
+
+}  // namespace
+
+bool Available(std::string* why) {
+  int pidfd = PidfdOpen(::getpid());
+  if (pidfd < 0) {
+    *why = Errno("pidfd_open");
+    return false;
+  }
+  int probe = PidfdGetfd(pidfd, pidfd);
+  const int err = errno;
+  ::close(pidfd);
+  if (probe < 0) {
+    *why = std::string("pidfd_getfd: ") + std::strerror(err);
+    return false;
+  }
+  ::close(probe);
+  return true;
+}
+
+std::string SegmentName(uint64_t incarnation, uint64_t key) {
+  char b[64];
+  std::snprintf(b, sizeof b, "xfer.%016llx.%llu", static_cast<unsigned long long>(incarnation),
+                static_cast<unsigned long long>(key));
+  return b;
+}
+
+Status Segment::Create(uint64_t len, bool huge_pages, const std::string& name,
+                       std::unique_ptr<Segment>* out) {
+  if (len == 0) return {StatusCode::kInvalidArgument, "AllocMem: zero length"};
+  std::unique_ptr<Segment> s(new Segment());
+  std::string why;
+  bool ok = false;
+  if (huge_pages) {
+    ok = MakeMapped(name, len, true, &s->fd_, &s->base_, &s->len_, &why);
+    if (!ok) {
+      XLOG(WARN) << "AllocMem: the kernel refused huge pages for " << len << " bytes (" << why
+                 << "); using normal pages";
+    }
+    s->huge_ = ok;
+  }
+  if (!ok && !MakeMapped(name, len, false, &s->fd_, &s->base_, &s->len_, &why)) {
+    return {errno == ENOMEM ? StatusCode::kResourceExhausted : StatusCode::kInternal,
+            "AllocMem: " + std::to_string(len) + " bytes of shared memory: " + why};
+  }
+  *out = std::move(s);
+  return Status::Ok();
+}
+
+Segment::~Segment() {
+  if (base_) ::munmap(base_, len_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Mapping::~Mapping() { ::munmap(base_, len_); }
+
+Status PeerMapper::Open(int32_t pid, std::unique_ptr<PeerMapper>* out) {
+  int pidfd = PidfdOpen(pid);
+  if (pidfd < 0) return {StatusCode::kUnsupported, "shm: " + Errno("pidfd_open")};
+  out->reset(new PeerMapper(pidfd, pid));
+  return Status::Ok();
+}
+
+PeerMapper::~PeerMapper() { ::close(pidfd_); }
+
+Status PeerMapper::Map(int32_t remote_fd, const std::string& name, uint64_t len,
+                       std::shared_ptr<Mapping>* out) const {
+  const std::string who = "shm: segment " + name + " of pid " + std::to_string(pid_);
+  int fd = PidfdGetfd(pidfd_, remote_fd);
+  if (fd < 0) {
+    return {errno == ESRCH ? StatusCode::kConnectionLost : StatusCode::kRemoteAccessDenied,
+            who + ": " + Errno("pidfd_getfd")};
+  }
+  char link[256] = {};
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
+  // "/memfd:NAME (deleted)"
+  const std::string want = "/memfd:" + name + " ";
+  struct stat st {};
+  Status s;
+  if (n <= 0 || std::strncmp(link, want.c_str(), want.size()) != 0) {
+    s = {StatusCode::kRemoteAccessDenied, who + ": descriptor " + std::to_string(remote_fd) +
+                                              " is not that segment (found '" + link + "')"};
+  } else if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < len) {
+    s = {StatusCode::kRemoteAccessDenied, who + ": segment is smaller than the region"};
+  }
+  void* p = MAP_FAILED;
+  const uint64_t whole = static_cast<uint64_t>(st.st_size);  // huge pages: whole pages only
+  if (s.ok()) {
+    p = ::mmap(nullptr, whole, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) s = {StatusCode::kResourceExhausted, who + ": " + Errno("mmap")};
+  }
+  ::close(fd);
+  if (!s.ok()) return s;
+  *out = std::make_shared<Mapping>(static_cast<uint8_t*>(p), whole);
+  return Status::Ok();
+}
+
+}  // namespace xfer::transport::shm

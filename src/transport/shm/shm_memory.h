@@ -1,0 +1,79 @@
+// Transport "shm": memory the engine allocates (Engine::AllocMem) lives in a memfd. A peer on
+// the same host takes a duplicate of the descriptor through pidfd_getfd, maps it once, and
+// from then on moves bytes with plain memcpy: no system call per transfer, no round trip.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "xfer/status.h"
+
+namespace xfer::transport::shm {
+
+// True when this kernel lets us take descriptors from other processes (pidfd_getfd).
+bool Available(std::string* why);
+
+// The memfd name that identifies one allocation of one engine incarnation. A peer checks it
+// on the descriptor it took, so a reused pid or fd number can never map the wrong memory.
+std::string SegmentName(uint64_t incarnation, uint64_t key);
+
+// Owner side: one allocation, mapped shared in this process.
+class Segment {
+ public:
+  // huge_pages: try MAP_HUGETLB pages first; when the kernel has none, fall back to normal
+  // pages with a log line (*huge tells which it got).
+  static Status Create(uint64_t len, bool huge_pages, const std::string& name,
+                       std::unique_ptr<Segment>* out);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  int fd() const { return fd_; }
+  void* data() const { return base_; }
+  uint64_t mapped_len() const { return len_; }
+  bool huge() const { return huge_; }
+
+ private:
+  Segment() = default;
+  int fd_ = -1;
+  void* base_ = nullptr;
+  uint64_t len_ = 0;
+  bool huge_ = false;
+};
+
+// Initiator side: a peer's segment mapped into this process; unmapped when the last user
+// (the peer's region table, or a request still running on it) lets go.
+class Mapping {
+ public:
+  Mapping(uint8_t* base, uint64_t len) : base_(base), len_(len) {}
+  ~Mapping();
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  uint8_t* base() const { return base_; }
+
+ private:
+  uint8_t* base_;
+  uint64_t len_;
+};
+
+// Maps segments of one peer process.
+class PeerMapper {
+ public:
+  static Status Open(int32_t pid, std::unique_ptr<PeerMapper>* out);
+  ~PeerMapper();
+  PeerMapper(const PeerMapper&) = delete;
+  PeerMapper& operator=(const PeerMapper&) = delete;
+
+  // Takes the peer's descriptor remote_fd, checks that it is the memfd called name and holds
+  // at least len bytes, and maps it.
+  Status Map(int32_t remote_fd, const std::string& name, uint64_t len,
+             std::shared_ptr<Mapping>* out) const;
+
+ private:
+  explicit PeerMapper(int pidfd, int32_t pid) : pidfd_(pidfd), pid_(pid) {}
+  int pidfd_;
+  int32_t pid_;
+};
+
+}  // namespace xfer::transport::shm
