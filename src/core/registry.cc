@@ -42,7 +42,8 @@ Status Registry::Remove(MemHandle handle, bool* removed, bool free) {
   auto it = by_handle_.find(handle);
   if (it == by_handle_.end()) {
     return {StatusCode::kInvalidArgument,
-            "DeregisterMem: unknown handle " + std::to_string(handle)};
+            std::string(free ? "FreeMem" : "DeregisterMem") + ": unknown handle " +
+                std::to_string(handle)};
   }
   const bool shared = it->second.region.shm_key != 0;
   if (free && !shared) {

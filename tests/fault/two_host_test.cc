@@ -44,8 +44,8 @@ class FaultTwoHosts : public ::testing::Test {
       if (!Shell(c)) GTEST_SKIP() << "cannot build the two-host network ('" << c << "' failed)";
     }
     std::string err;
-    ASSERT_TRUE(a_.Start(Options(ns_a_, ip_a_, "host-a"), &err)) << err;
-    ASSERT_TRUE(b_.Start(Options(ns_b_, ip_b_, "host-b"), &err)) << err;
+    ASSERT_TRUE(a_.Start(Options(ns_a_, ip_a_, HostId("host-a")), &err)) << err;
+    ASSERT_TRUE(b_.Start(Options(ns_b_, ip_b_, HostId("host-b")), &err)) << err;
     ASSERT_TRUE(PollUntil([&] { return a_.Call("connect " + b_.name() + " 2000").ok; }, 10s))
         << "host a cannot reach host b";
   }
@@ -57,6 +57,8 @@ class FaultTwoHosts : public ::testing::Test {
     Shell("ip netns del " + ns_a_);
     Shell("ip netns del " + ns_b_);
   }
+  // Distinct ids: two hosts. Empty: the engines' own (boot) id, so one host in two namespaces.
+  virtual std::string HostId(const std::string& fake) { return fake; }
   static PeerOptions Options(const std::string& ns, const std::string& ip, const std::string& host) {
     PeerOptions o;
     o.netns = ns;
@@ -98,6 +100,30 @@ TEST_F(FaultTwoHosts, TcpIsChosenAndMovesDataBothWays) {
                         std::to_string(region.addr) + " 1024 5000");
   EXPECT_TRUE(batch.ok) << batch.line;
   EXPECT_EQ(b_.SumRange(region.addr, 1024), a_.SumRange(local, 1024));
+}
+
+// One host, two network namespaces: same-host paths still apply. The descriptor of the
+// peer's AllocMem memory crosses the namespaces (pidfd_getfd needs no network).
+class FaultOneHostTwoNamespaces : public FaultTwoHosts {
+ protected:
+  std::string HostId(const std::string&) override { return ""; }
+};
+
+TEST_F(FaultOneHostTwoNamespaces, AllocMemMemoryIsMappedAcrossNamespaces) {
+  constexpr uint64_t kLen = 8 << 20;
+  const PeerRegion region = b_.ShmAlloc(kLen, "landing");
+  const uint64_t local = a_.Buf(kLen);
+  ASSERT_NE(local, 0u);
+  a_.FillRange(local, kLen, 21);
+  Reply w = a_.Call("xfer write " + b_.name() + " 30000 " + std::to_string(local) + " " +
+                    std::to_string(region.addr) + " " + std::to_string(kLen));
+  ASSERT_TRUE(w.ok) << w.line;
+  EXPECT_EQ(b_.SumRange(region.addr, kLen), a_.SumRange(local, kLen));
+  Reply info = a_.Call("info " + b_.name());
+  ASSERT_TRUE(info.ok) << info.line;
+  EXPECT_EQ(info.words.at(0), "cma") << info.line;
+  EXPECT_EQ(info.words.at(5), "1") << "no shm path across namespaces: " << info.line;
+  EXPECT_EQ(info.u64(6), kLen) << info.line;
 }
 
 TEST_F(FaultTwoHosts, CuttingTheLinkFailsTheRequestThenNewTransfersWork) {

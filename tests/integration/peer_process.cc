@@ -229,6 +229,16 @@ PeerRegion PeerProcess::Alloc(uint64_t bytes, const std::string& tag) {
   return PeerRegion{r.u64(0), r.u64(1), bytes};
 }
 
+PeerRegion PeerProcess::ShmAlloc(uint64_t bytes, const std::string& tag, bool huge_pages) {
+  Reply r = Call("shmalloc " + std::to_string(bytes) + " " + (tag.empty() ? "-" : tag) +
+                 (huge_pages ? " huge" : ""));
+  if (!r.ok || r.words.size() < 2) {
+    ADD_FAILURE() << "peer shmalloc " << bytes << " failed: " << r.line;
+    return {};
+  }
+  return PeerRegion{r.u64(0), r.u64(1), bytes};
+}
+
 uint64_t PeerProcess::Buf(uint64_t bytes) {
   Reply r = Call("buf " + std::to_string(bytes));
   if (!r.ok || r.words.empty()) {

@@ -64,6 +64,8 @@ class PeerProcess {
 
   // Convenience wrappers; on an ERR reply they add a gtest failure and return zeros.
   PeerRegion Alloc(uint64_t bytes, const std::string& tag = "");
+  // Memory from Engine::AllocMem (shared: same-host engines map it).
+  PeerRegion ShmAlloc(uint64_t bytes, const std::string& tag = "", bool huge_pages = false);
   uint64_t Buf(uint64_t bytes);  // unregistered memory, returns its address
   void Fill(const PeerRegion& r, uint64_t seed) { FillRange(r.addr, r.len, seed); }
   void FillRange(uint64_t addr, uint64_t len, uint64_t seed);

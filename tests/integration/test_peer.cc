@@ -100,6 +100,28 @@ class Peer {
       handles_[h] = {addr, bytes};
       return "OK " + std::to_string(h) + " " + std::to_string(addr);
     }
+    if (cmd == "shmalloc") {  // shmalloc <bytes> [tag] [huge]: Engine::AllocMem
+      uint64_t bytes = 0;
+      std::string tag, huge;
+      if (!(in >> bytes)) return Bad("usage: shmalloc <bytes> [tag] [huge]");
+      in >> tag >> huge;
+      void* p = nullptr;
+      xfer::MemHandle h = 0;
+      xfer::Status s = engine_.AllocMem(bytes, xfer::MemType::kHost, &p, &h, tag == "-" ? "" : tag,
+                                        xfer::AllocOptions{huge == "huge"});
+      if (!s.ok()) return Err(s);
+      const uint64_t addr = reinterpret_cast<uintptr_t>(p);
+      handles_[h] = {addr, bytes};
+      return "OK " + std::to_string(h) + " " + std::to_string(addr);
+    }
+    if (cmd == "free") {  // free <handle>: Engine::FreeMem (the memory is gone afterwards)
+      xfer::MemHandle h = 0;
+      if (!(in >> h)) return Bad("usage: free <handle>");
+      xfer::Status s = engine_.FreeMem(h);
+      if (!s.ok()) return Err(s);
+      handles_.erase(h);
+      return "OK";
+    }
     if (cmd == "reg") {
       uint64_t addr = 0, len = 0;
       std::string tag;
@@ -174,7 +196,8 @@ class Peer {
       if (!s.ok()) return Err(s);
       return "OK " + (info.transport.empty() ? std::string("-") : info.transport) + " " +
              std::to_string(info.incarnation) + " " + std::to_string(info.pid) + " " +
-             (info.outbound ? "1" : "0") + " " + info.name;
+             (info.outbound ? "1" : "0") + " " + info.name + " " + (info.shm ? "1" : "0") + " " +
+             std::to_string(info.shm_bytes) + " " + std::to_string(info.transport_bytes);
     }
     if (cmd == "regions") {
       std::string name;

@@ -1,0 +1,202 @@
+// The shm path between two processes on this host: memory from the peer's AllocMem is mapped
+// here and moved with memcpy; other memory of the same peer still goes through cma.
+#include <sys/mman.h>
+
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "test_common.h"
+
+namespace xfer_test {
+namespace {
+
+using namespace std::chrono_literals;
+
+class IntegrationShm : public PeerFixture {
+ protected:
+  xfer::PeerInfo Info() {
+    xfer::PeerInfo info;
+    EXPECT_TRUE(engine_.GetPeerInfo(peer_.name(), &info).ok());
+    return info;
+  }
+};
+
+TEST_F(IntegrationShm, RandomDataOfEverySizeAndBatchShape) {
+  const xfer::PeerInfo before = Info();
+  ASSERT_TRUE(before.shm) << "same-host peer without the shm path";
+  EXPECT_EQ(before.transport, "cma");
+  constexpr uint64_t kMax = 16 << 20;
+  const PeerRegion r = peer_.ShmAlloc(kMax + 4096, "shm");
+  LocalBuffer src(kMax), back(kMax);
+  std::mt19937_64 rng(7);
+  uint64_t moved = 0;
+  for (uint64_t size : std::initializer_list<uint64_t>{1, 8, 4095, 65537, (1 << 20) + 3, kMax}) {
+    SCOPED_TRACE(size);
+    src.Fill(size);
+    const uint64_t at = rng() % 4096;  // any alignment on the remote side
+    XT_ASSERT_OK(Write({{src.addr(), r.addr + at, size}}));
+    EXPECT_EQ(peer_.SumRange(r.addr + at, size), Hash64(src.data(), size));
+    peer_.FillRange(r.addr + at, size, size + 1);
+    XT_ASSERT_OK(Read({{back.addr(), r.addr + at, size}}));
+    EXPECT_EQ(Hash64(back.data(), size), peer_.SumRange(r.addr + at, size));
+    moved += 2 * size;
+  }
+  // 4,000 scattered 1 KiB descriptors in one request, both ways.
+  constexpr uint64_t kN = 4000, kB = 1024;
+  src.Fill(99);
+  std::vector<TransferDesc> d;
+  for (uint64_t i = 0; i < kN; ++i) d.push_back({src.addr() + i * kB, r.addr + 2 * i * kB + 5, kB});
+  XT_ASSERT_OK(Write(d));
+  for (auto& x : d) x.local_addr = back.addr() + (x.local_addr - src.addr());
+  XT_ASSERT_OK(Read(d));
+  EXPECT_EQ(Hash64(back.data(), kN * kB), Hash64(src.data(), kN * kB));
+  moved += 2 * kN * kB;
+  const xfer::PeerInfo after = Info();
+  EXPECT_EQ(after.shm_bytes - before.shm_bytes, moved);
+  EXPECT_EQ(after.transport_bytes, before.transport_bytes) << "shm memory went through cma";
+}
+
+TEST_F(IntegrationShm, RegisteredMemoryOfTheSamePeerStillGoesThroughCma) {
+  const PeerRegion shared = peer_.ShmAlloc(1 << 20);
+  const PeerRegion plain = peer_.Alloc(1 << 20);
+  LocalBuffer src(2 << 20);
+  src.Fill(3);
+  // One request touching both: each descriptor takes its own path.
+  XT_ASSERT_OK(Write({{src.addr(), shared.addr, 1 << 20}, {src.addr() + (1 << 20), plain.addr, 1 << 20}}));
+  EXPECT_EQ(peer_.Sum(shared), Hash64(src.data(), 1 << 20));
+  EXPECT_EQ(peer_.Sum(plain), Hash64(src.data() + (1 << 20), 1 << 20));
+  const xfer::PeerInfo info = Info();
+  EXPECT_EQ(info.shm_bytes, 1u << 20);
+  EXPECT_EQ(info.transport_bytes, 1u << 20);
+}
+
+TEST_F(IntegrationShm, OwnerFreesTheRegionWhilePeerHasItMapped) {
+  const PeerRegion r = peer_.ShmAlloc(1 << 20);
+  LocalBuffer src(1 << 20);
+  src.Fill(4);
+  XT_ASSERT_OK(Write({{src.addr(), r.addr, 1 << 20}}));  // mapped here now
+  Reply f = peer_.Call("free " + std::to_string(r.handle));
+  ASSERT_TRUE(f.ok) << f.line;
+  const xfer::Status s = Write({{src.addr(), r.addr, 4096}});
+  EXPECT_EQ(s.code(), StatusCode::kRemoteAccessDenied) << s.ToString();
+  const xfer::Status rd = Read({{src.addr(), r.addr, 4096}});
+  EXPECT_EQ(rd.code(), StatusCode::kRemoteAccessDenied) << rd.ToString();
+  // A new allocation works (and may reuse the same address).
+  const PeerRegion again = peer_.ShmAlloc(1 << 20);
+  XT_ASSERT_OK(Write({{src.addr(), again.addr, 1 << 20}}));
+  EXPECT_EQ(peer_.Sum(again), src.Hash());
+}
+
+// The number of this process's mappings of the peer's segments (memfd "xfer.*").
+int MappedSegments() {
+  std::ifstream in("/proc/self/maps");
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) n += line.find("/memfd:xfer.") != std::string::npos;
+  return n;
+}
+
+TEST_F(IntegrationShm, PeerKilledWithItsMemoryMappedHere) {
+  const PeerRegion r = peer_.ShmAlloc(4 << 20);
+  LocalBuffer src(4 << 20);
+  src.Fill(5);
+  XT_ASSERT_OK(Write({{src.addr(), r.addr, 4 << 20}}));
+  EXPECT_GE(MappedSegments(), 1);
+  peer_.KillNow();
+  // The next transfer fails cleanly (the session ends within the heartbeat timeout), and no
+  // mapping of the dead peer's memory lingers.
+  ASSERT_TRUE(PollUntil([&] { return !Write({{src.addr(), r.addr, 4096}}, 1s).ok(); }, 10s));
+  ASSERT_TRUE(PollUntil([&] { return MappedSegments() == 0; }, 10s));
+}
+
+TEST_F(IntegrationShm, HugePagesRefusedFallBackToNormalPages) {
+  // This machine reserves no huge pages unless someone set vm.nr_hugepages: either way the
+  // allocation must work (with a log line when it fell back).
+  const PeerRegion r = peer_.ShmAlloc(4 << 20, "huge", true);
+  ASSERT_NE(r.addr, 0u);
+  LocalBuffer src(4 << 20);
+  src.Fill(6);
+  XT_ASSERT_OK(Write({{src.addr(), r.addr, 4 << 20}}));
+  EXPECT_EQ(peer_.Sum(r), src.Hash());
+}
+
+TEST_F(IntegrationShm, DeregisterMemRefusesAllocMemAndFreeMemRefusesRegistered) {
+  void* p = nullptr;
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(engine_.AllocMem(8192, xfer::MemType::kHost, &p, &h, "mine"));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(static_cast<unsigned char*>(p)[8191], 0) << "AllocMem memory starts zeroed";
+  EXPECT_EQ(engine_.DeregisterMem(h).code(), StatusCode::kInvalidArgument);
+  LocalBuffer mine(4096);
+  xfer::MemHandle r = 0;
+  XT_ASSERT_OK(engine_.RegisterMem(mine.data(), 4096, xfer::MemType::kHost, &r));
+  EXPECT_EQ(engine_.FreeMem(r).code(), StatusCode::kInvalidArgument);
+  XT_EXPECT_OK(engine_.DeregisterMem(r));
+  XT_EXPECT_OK(engine_.FreeMem(h));
+  EXPECT_EQ(engine_.FreeMem(h).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_.AllocMem(0, xfer::MemType::kHost, &p, &h).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_.AllocMem(4096, xfer::MemType::kCuda, &p, &h).code(), StatusCode::kUnsupported);
+}
+
+TEST_F(IntegrationShm, PeerWritesIntoOurAllocMemThroughShm) {
+  void* p = nullptr;
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(engine_.AllocMem(1 << 20, xfer::MemType::kHost, &p, &h, "landing"));
+  const uint64_t src = peer_.Buf(1 << 20);
+  peer_.FillRange(src, 1 << 20, 11);
+  Reply w = peer_.Call("xfer write " + engine_.LocalName() + " 10000 " + std::to_string(src) + " " +
+                       std::to_string(reinterpret_cast<uint64_t>(p)) + " " + std::to_string(1 << 20));
+  ASSERT_TRUE(w.ok) << w.line;
+  EXPECT_EQ(Hash64(p, 1 << 20), peer_.SumRange(src, 1 << 20));
+  Reply info = peer_.Call("info " + engine_.LocalName());
+  ASSERT_TRUE(info.ok) << info.line;
+  EXPECT_EQ(info.words.at(5), "1") << "the peer did not map our memory: " << info.line;
+  EXPECT_EQ(info.u64(6), 1u << 20) << info.line;
+  XT_EXPECT_OK(engine_.FreeMem(h));
+}
+
+class IntegrationShmForced : public IntegrationShm {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = "shm";
+    return o;
+  }
+};
+
+TEST_F(IntegrationShmForced, OnlyAllocMemMemoryIsReachable) {
+  EXPECT_EQ(Info().transport, "shm");
+  const PeerRegion shared = peer_.ShmAlloc(4096);
+  const PeerRegion plain = peer_.Alloc(4096);
+  LocalBuffer src(4096);
+  src.Fill(8);
+  XT_ASSERT_OK(Write({{src.addr(), shared.addr, 4096}}));
+  const xfer::Status s = Write({{src.addr(), plain.addr, 4096}});
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
+  EXPECT_NE(s.message().find("AllocMem"), std::string::npos) << s.message();
+}
+
+class IntegrationShmOff : public IntegrationShm {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = "cma";
+    return o;
+  }
+};
+
+TEST_F(IntegrationShmOff, ForcingCmaLeavesAllocMemToCma) {
+  const PeerRegion shared = peer_.ShmAlloc(1 << 20);
+  LocalBuffer src(1 << 20);
+  src.Fill(9);
+  XT_ASSERT_OK(Write({{src.addr(), shared.addr, 1 << 20}}));
+  EXPECT_EQ(peer_.Sum(shared), src.Hash());
+  const xfer::PeerInfo info = Info();
+  EXPECT_FALSE(info.shm);
+  EXPECT_EQ(info.shm_bytes, 0u);
+  EXPECT_EQ(info.transport_bytes, 1u << 20);
+}
+
+}  // namespace
+}  // namespace xfer_test
