@@ -76,9 +76,11 @@ constexpr const char* kRegionTag = "xfer-bench";
 constexpr const char* kLocalTag = "xfer-bench-local";
 constexpr const char* kDefaultListen = "0.0.0.0:18515";  // perftest's port, for familiarity
 constexpr const char* kCtlSchema = "xfer-bench-ctl";
-constexpr int kCtlVersion = 1;
+// 2: the configuration carries mem and huge_pages; rows carry the bytes moved per path.
+constexpr int kCtlVersion = 2;
 constexpr const char* kJsonSchema = "xfer-bench";
-constexpr int kJsonVersion = 2;
+// 3: config.mem / config.huge_pages, peer.shm, rows' shm_bytes / transport_bytes, paths[].
+constexpr int kJsonVersion = 3;
 
 struct ArgError {
   std::string msg;
@@ -115,6 +117,10 @@ struct Config {
   int64_t spin_us = -1;    // EngineOptions::spin; -1 = the engine's default
   std::string transport;   // empty = the best both sides offer
   std::string local_mem = "host", remote_mem = "host";
+  // How both sides get their buffers: "alloc" = Engine::AllocMem (a memfd that a same-host peer
+  // maps: path shm), "register" = mmap'd memory + RegisterMem (same host: cma).
+  std::string mem = "alloc";
+  bool huge_pages = false;  // AllocOptions::huge_pages (alloc only)
   bool buffer_pool = false;
   bool bidir = false;
   bool reuse = false;
@@ -180,6 +186,14 @@ void Resolve(Config& c) {
     std::string e = CheckMem(opt, v);
     if (!e.empty()) throw ArgError{e};
   }
+  if (c.mem != "alloc" && c.mem != "register")
+    throw ArgError{"--mem: bad value '" + c.mem + "' (alloc or register)"};
+  if (c.transport == "shm" && c.mem == "register")
+    throw ArgError{"--transport shm moves only memory from Engine::AllocMem (mapped shared "
+                   "memory), and --mem register registers mmap'd memory with RegisterMem: use "
+                   "--mem alloc (the default), or another transport"};
+  if (c.huge_pages && c.mem != "alloc")
+    throw ArgError{"--huge-pages applies to --mem alloc (AllocOptions::huge_pages) only"};
   if (c.buffer_pool)
     throw ArgError{"--buffer-pool: unsupported in this build (xfer has no staging buffer pool "
                    "yet; every transfer is direct)"};
@@ -207,7 +221,8 @@ json ConfigToJson(const Config& c) {
           {"batch_bytes", c.batch_bytes},                       {"spin_us", c.spin_us},
           {"transport", c.transport},                           {"bidir", c.bidir},
           {"reuse", c.reuse},       {"walk_span", c.walk_span}, {"span", c.span},
-          {"verify", c.verify},     {"local_mem", c.local_mem}, {"remote_mem", c.remote_mem}};
+          {"verify", c.verify},     {"local_mem", c.local_mem}, {"remote_mem", c.remote_mem},
+          {"mem", c.mem},           {"huge_pages", c.huge_pages}};
 }
 
 void ConfigFromJson(const json& j, Config* c) {
@@ -232,6 +247,9 @@ void ConfigFromJson(const json& j, Config* c) {
   c->verify = j.at("verify");
   c->local_mem = j.at("local_mem");
   c->remote_mem = j.at("remote_mem");
+  c->mem = j.at("mem");
+  c->huge_pages = j.at("huge_pages");
+  if (c->mem != "alloc" && c->mem != "register") throw std::runtime_error("mem '" + c->mem + "'");
   if (c->sizes.empty() || c->batch == 0 || c->depth == 0 || c->threads < 1 || c->threads > 256 ||
       c->span == 0 || c->span > MaxSpan())
     throw std::runtime_error("configuration out of range");
@@ -254,6 +272,8 @@ std::string RerunCommand(const std::string& argv0, const Config& c) {
   if (c.batch_bytes) o << " --batch-bytes " << c.batch_bytes_arg;
   if (c.spin_us >= 0) o << " --spin " << c.spin_us;
   if (!c.transport.empty()) o << " --transport " << c.transport;
+  o << " --mem " << c.mem;
+  if (c.huge_pages) o << " --huge-pages";
   if (c.bidir) o << " --bidirectional";
   if (c.reuse) o << " --reuse";
   else if (!c.span_arg.empty()) o << " --span " << c.span_arg;
@@ -372,6 +392,98 @@ EngineOptions MakeEngineOptions(const Config& c) {
   o.host_id = c.host_id;
   return o;
 }
+
+// The kernel page size (KiB) of the mapping that holds p, from /proc/self/smaps; 0 if unknown.
+uint64_t PageKbAt(const void* p) {
+  std::ifstream f("/proc/self/smaps");
+  const uint64_t a = reinterpret_cast<uint64_t>(p);
+  std::string line;
+  bool in = false;
+  while (std::getline(f, line)) {
+    unsigned long long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      in = a >= lo && a < hi;
+      continue;
+    }
+    unsigned long long kb = 0;
+    if (in && std::sscanf(line.c_str(), "KernelPageSize: %llu kB", &kb) == 1) return kb;
+  }
+  return 0;
+}
+
+// One side's buffer, as --mem says: Engine::AllocMem (a memfd that a same-host peer maps and
+// moves with memcpy: path shm), or an anonymous mmap (Span) registered with RegisterMem (the
+// peer's transport: cma on one host). Either way every byte is written with the same fill
+// before anything is timed (AllocMem memory is populated already; the fill keeps both modes
+// alike).
+class BenchMem {
+ public:
+  BenchMem() = default;
+  ~BenchMem() { Reset(); }
+  BenchMem(const BenchMem&) = delete;
+  BenchMem& operator=(const BenchMem&) = delete;
+
+  // Empty on success, else what failed.
+  std::string Allocate(Engine* engine, const Config& c, uint64_t len, const char* tag) {
+    Reset();
+    len = PageRound(std::max<uint64_t>(len, 1));
+    engine_ = engine;
+    alloc_ = c.mem == "alloc";
+    if (alloc_) {
+      void* p = nullptr;
+      xfer::AllocOptions ao;
+      ao.huge_pages = c.huge_pages;
+      Status st = engine->AllocMem(len, xfer::MemType::kHost, &p, &handle_, tag, ao);
+      if (!st.ok()) return "AllocMem(" + FormatSize(len) + ", " + tag + "): " + st.ToString();
+      p_ = static_cast<uint8_t*>(p);
+      len_ = len;
+      std::memset(p_, 0x5a, len_);  // the same fill as Span
+      if (c.huge_pages) page_kb_ = PageKbAt(p_);
+      return "";
+    }
+    if (!span_.Allocate(len)) return "cannot allocate " + FormatSize(len) + " (" + tag + ")";
+    p_ = span_.data();
+    len_ = span_.size();
+    Status st = engine->RegisterMem(p_, len_, xfer::MemType::kHost, &handle_, tag);
+    if (!st.ok()) return std::string("RegisterMem (") + tag + "): " + st.ToString();
+    return "";
+  }
+  // Before the engine finalizes: FreeMem for AllocMem memory (registered memory stays until
+  // Finalize, as it always did). Empty, or what FreeMem said.
+  std::string Free() {
+    std::string err;
+    if (alloc_ && handle_ && engine_) {
+      Status st = engine_->FreeMem(handle_);
+      if (!st.ok()) err = "FreeMem: " + st.ToString();
+      handle_ = 0;
+      p_ = nullptr;
+      len_ = 0;
+    }
+    return err;
+  }
+  // After the engine finalized (or never was): forgets everything, unmaps the Span.
+  void Reset() {
+    span_.Release();
+    p_ = nullptr;
+    len_ = 0;
+    handle_ = 0;
+    engine_ = nullptr;
+    page_kb_ = 0;
+  }
+  uint8_t* data() const { return p_; }
+  uint64_t size() const { return len_; }
+  uint64_t addr() const { return reinterpret_cast<uint64_t>(p_); }
+  uint64_t page_kb() const { return page_kb_; }  // with --huge-pages: what the kernel gave
+
+ private:
+  Engine* engine_ = nullptr;
+  bool alloc_ = false;
+  Span span_;
+  uint8_t* p_ = nullptr;
+  uint64_t len_ = 0;
+  xfer::MemHandle handle_ = 0;
+  uint64_t page_kb_ = 0;
+};
 
 // ---------------------------------------------------------------------------------------------
 // The control channel: one JSON object per line.

@@ -313,7 +313,8 @@ uint8_t* EngineImpl::MapRegion(PeerState& peer, RemoteRegion& region) {
 }
 
 Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
-                          std::chrono::milliseconds timeout, std::shared_ptr<Request>* out) {
+                          std::chrono::milliseconds timeout, bool track,
+                          std::shared_ptr<Request>* out) {
   Status s = CheckRunning("Transfer");
   Peer peer;
   if (s.ok() && descs.empty()) s = {StatusCode::kInvalidArgument, "no descriptors"};
@@ -349,8 +350,10 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
   }
   RequestHandle id = next_request_.fetch_add(1);
   *out = std::make_shared<Request>(id, op, DeadlineAfter(timeout), peer.state, std::move(plan));
-  std::lock_guard lock(requests_mu_);
-  requests_.emplace(id, *out);
+  if (track) {
+    std::lock_guard lock(requests_mu_);
+    requests_.emplace(id, *out);
+  }
   return Status::Ok();
 }
 
@@ -371,7 +374,8 @@ void EngineImpl::Dispatch(const std::shared_ptr<Request>& req, bool caller_helps
 
 void EngineImpl::HelpWith(Request& req, Clock::time_point until) {
   auto slot = pool_->InlineSlot();
-  while (Clock::now() < until && req.RunNext()) {
+  const bool forever = until == Clock::time_point::max();
+  while ((forever || Clock::now() < until) && req.RunNext()) {
   }
 }
 
@@ -379,7 +383,7 @@ Status EngineImpl::TransferSync(const std::string& remote, Op op,
                                 const std::vector<TransferDesc>& descs,
                                 std::chrono::milliseconds timeout) {
   std::shared_ptr<Request> req;
-  Status s = Submit(remote, op, descs, timeout, &req);
+  Status s = Submit(remote, op, descs, timeout, false, &req);
   if (!s.ok()) return s;
   Dispatch(req, true);
   // The request's own deadline ends it; the extra second only bounds the drain of batches
@@ -390,10 +394,6 @@ Status EngineImpl::TransferSync(const std::string& remote, Op op,
     st = req->WaitUntil(DeadlineAfter(std::chrono::seconds(60)), opts_.spin);
     if (st.state == RequestState::kWaiting) st.status = {StatusCode::kTimeout, "transfer timed out"};
   }
-  {
-    std::lock_guard lock(requests_mu_);
-    requests_.erase(req->id());
-  }
   return st.status;
 }
 
@@ -402,7 +402,7 @@ Status EngineImpl::TransferAsync(const std::string& remote, Op op,
                                  std::chrono::milliseconds timeout, RequestHandle* request) {
   if (request == nullptr) return {StatusCode::kInvalidArgument, "TransferAsync: null request pointer"};
   std::shared_ptr<Request> req;
-  Status s = Submit(remote, op, descs, timeout, &req);
+  Status s = Submit(remote, op, descs, timeout, true, &req);
   if (!s.ok()) return s;
   *request = req->id();
   Dispatch(req, false);

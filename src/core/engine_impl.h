@@ -77,8 +77,10 @@ class EngineImpl final : public control::ControlHandler {
   Status FindPeer(const std::string& remote, Peer* peer);
   // Where the peer's shared region is mapped here (mapping it on first use), or null.
   static uint8_t* MapRegion(PeerState& peer, RemoteRegion& region);
+  // track: keep the request in requests_ under its handle (async requests; a sync one is
+  // only ever seen by its caller).
   Status Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
-                std::chrono::milliseconds timeout, std::shared_ptr<Request>* out);
+                std::chrono::milliseconds timeout, bool track, std::shared_ptr<Request>* out);
   void Dispatch(const std::shared_ptr<Request>& req, bool caller_helps);
   void HelpWith(Request& req, Clock::time_point until);
   std::shared_ptr<Request> TakeIfDone(RequestHandle h, const RequestStatus& st);
