@@ -60,8 +60,13 @@ PlanLimits EngineImpl::ShmLimits() const {
   // memcpy has no per-call cost to amortize: pieces only need to be large enough that
   // spreading them over the streams pays for the hand-off.
   constexpr uint64_t kPiece = 1 << 20;
+  uint64_t streaming = opts_.streaming_copy_bytes;
+  if (streaming == 0) {
+    const long llc = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+    streaming = llc > 0 ? static_cast<uint64_t>(llc) : 32ull << 20;
+  }
   return {opts_.slice_bytes ? opts_.slice_bytes : kPiece,
-          opts_.batch_bytes ? opts_.batch_bytes : kPiece, 1024};
+          opts_.batch_bytes ? opts_.batch_bytes : kPiece, 1024, streaming};
 }
 
 Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& host,

@@ -139,8 +139,13 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
     const uint64_t slice = std::max<uint64_t>(lim.slice_bytes, 1);
     const uint64_t batch_cap = std::max<uint64_t>(lim.batch_bytes, 1);
     const size_t max_slices = std::max<size_t>(lim.max_slices_per_batch, 1);
-    if (current.end > current.begin && current.mapped != run_mapped[k]) close_batch();
+    const bool streaming = run_mapped[k] && r.len >= lim.streaming_bytes;
+    if (current.end > current.begin &&
+        (current.mapped != run_mapped[k] || current.streaming != streaming)) {
+      close_batch();
+    }
     current.mapped = run_mapped[k];
+    current.streaming = streaming;
     for (uint64_t off = 0; off < r.len; off += slice) {
       uint64_t n = std::min(slice, r.len - off);
       if (current.end > current.begin &&

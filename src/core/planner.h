@@ -21,6 +21,8 @@ struct PlanLimits {
   uint64_t slice_bytes = 1ull << 20;   // descriptors longer than this are cut
   uint64_t batch_bytes = 4ull << 20;   // a batch carries at most this many bytes...
   size_t max_slices_per_batch = 1024;  // ...and at most this many slices
+  // Mapped (shm) batches: descriptors at least this long are copied with non-temporal stores.
+  uint64_t streaming_bytes = UINT64_MAX;
 };
 
 // Mapped memory of a same-host peer (shm): descriptors into it become memcpy batches.
@@ -36,7 +38,8 @@ struct Plan {
   struct Batch {
     uint32_t begin = 0, end = 0;  // slices[begin, end)
     uint64_t bytes = 0;
-    bool mapped = false;          // shm: memcpy on the calling thread
+    bool mapped = false;          // shm: memcpy on the calling thread...
+    bool streaming = false;       // ...with non-temporal stores
   };
   std::vector<Batch> batches;
   // Every remote region the request touches, so a batch can see if one was revoked.

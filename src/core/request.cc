@@ -60,7 +60,7 @@ void Request::RunBatch(size_t i) {
       const Plan::Batch& b = plan_.batches[i];
       const auto slices = std::span(plan_.slices).subspan(b.begin, b.end - b.begin);
       if (b.mapped) {  // the plan holds the region, and the region its mapping
-        transport::CopyInProcess(op_, slices);
+        transport::CopyInProcess(op_, slices, b.streaming);
         peer_->shm_bytes.fetch_add(b.bytes, std::memory_order_relaxed);
       } else {
         s = peer_->link->Execute(op_, slices, deadline_);

@@ -156,6 +156,30 @@ TEST_F(IntegrationShm, PeerWritesIntoOurAllocMemThroughShm) {
   XT_EXPECT_OK(engine_.FreeMem(h));
 }
 
+class IntegrationShmStreaming : public IntegrationShm {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.streaming_copy_bytes = 4096;  // every descriptor of a page or more streams
+    o.slice_bytes = 64 << 10;       // and is cut into pieces several streams share
+    return o;
+  }
+};
+
+TEST_F(IntegrationShmStreaming, NonTemporalCopiesMoveTheSameBytes) {
+  constexpr uint64_t kLen = 8 << 20;
+  const PeerRegion r = peer_.ShmAlloc(kLen + 64);
+  LocalBuffer src(kLen), back(kLen);
+  for (uint64_t at : {0ull, 1ull, 17ull, 63ull}) {
+    SCOPED_TRACE(at);
+    src.Fill(at + 1);
+    XT_ASSERT_OK(Write({{src.addr(), r.addr + at, kLen - at}}));
+    EXPECT_EQ(peer_.SumRange(r.addr + at, kLen - at), Hash64(src.data(), kLen - at));
+    XT_ASSERT_OK(Read({{back.addr() + at, r.addr + at, kLen - at}}));
+    EXPECT_EQ(Hash64(back.data() + at, kLen - at), Hash64(src.data(), kLen - at));
+  }
+}
+
 class IntegrationShmForced : public IntegrationShm {
  protected:
   xfer::EngineOptions LocalOptions() override {
