@@ -9,6 +9,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev
   iproute2 procps                 # network namespaces for two-host tests; ps/kill for fault tests
   ucx-utils                       # ucx_perftest: a baseline in bench/compare.sh
+  libucx-dev                      # the ucx transport (UCP headers and libraries; found by pkg-config)
   jq                              # tests/tools: checks xfer-bench --json
 )
 SUDO=""

@@ -38,8 +38,12 @@ struct EngineOptions {
   int links = 2;
   bool least_loaded_links = false;
 
-  // Force one transport ("local", "cma", "tcp"); empty picks the best both sides offer.
+  // Force one transport ("local", "shm", "cma", "ucx", "tcp"); empty picks the best both
+  // sides offer.
   std::string transport;
+  // Offer and use the ucx transport (RDMA through UCX; builds with libucx-dev). It is preferred
+  // over tcp for peers on other hosts; false leaves UCX alone (no UCX threads or memory maps).
+  bool ucx = true;
   // Overrides the host identity (default: the kernel's boot id). Engines with different host
   // ids never use same-host transports with each other; tests use this to fake two hosts.
   std::string host_id;

@@ -26,6 +26,7 @@ class Writer {
     Str(r.info.tag);
     I32(r.shm_fd);
     U64(r.shm_key);
+    Str(r.ucx_key);
   }
   std::vector<uint8_t>& bytes() { return buf_; }
 
@@ -68,7 +69,8 @@ class Reader {
   bool Region(WireRegion* r) {
     uint8_t type = 0;
     if (!U64(&r->id) || !U64(&r->info.addr) || !U64(&r->info.len) || !U8(&type) ||
-        !I32(&r->info.device) || !Str(&r->info.tag) || !I32(&r->shm_fd) || !U64(&r->shm_key)) {
+        !I32(&r->info.device) || !Str(&r->info.tag) || !I32(&r->shm_fd) || !U64(&r->shm_key) ||
+        !Str(&r->ucx_key)) {
       return false;
     }
     r->info.shared = r->shm_key != 0;
@@ -104,7 +106,7 @@ class Reader {
   std::string error_;
 };
 
-constexpr size_t kMinRegionBytes = 8 + 8 + 8 + 1 + 4 + 4 + 4 + 8;
+constexpr size_t kMinRegionBytes = 8 + 8 + 8 + 1 + 4 + 4 + 4 + 8 + 4;
 
 void EncodeBody(Writer& w, const Hello& m) {
   w.Str(m.name);
@@ -113,6 +115,7 @@ void EncodeBody(Writer& w, const Hello& m) {
   w.I32(m.pid);
   w.U64(m.cma_cookie);
   w.U16(m.tcp_port);
+  w.Str(m.ucx_address);
   w.U32(static_cast<uint32_t>(m.transports.size()));
   for (const auto& t : m.transports) w.Str(t);
   w.U32(static_cast<uint32_t>(m.regions.size()));
@@ -129,7 +132,8 @@ void EncodeBody(Writer& w, const Goodbye& m) { w.Str(m.reason); w.U64(m.seq); }
 bool DecodeBody(Reader& r, Hello* m) {
   uint32_t n = 0;
   if (!r.Str(&m->name) || !r.U64(&m->incarnation) || !r.Str(&m->host_id) || !r.I32(&m->pid) ||
-      !r.U64(&m->cma_cookie) || !r.U16(&m->tcp_port) || !r.Count(&n, 4)) {
+      !r.U64(&m->cma_cookie) || !r.U16(&m->tcp_port) || !r.Str(&m->ucx_address) ||
+      !r.Count(&n, 4)) {
     return false;
   }
   m->transports.resize(n);

@@ -22,7 +22,8 @@ inline constexpr uint32_t kMagic = 0x31524658;  // "XFR1" as little-endian bytes
 inline constexpr uint16_t kVersion = 2;
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
-inline constexpr uint32_t kMaxString = 4096;
+inline constexpr uint32_t kMaxString = 64 << 10;  // UCX worker addresses can run to kilobytes
+inline constexpr uint32_t kMaxTag = 4096;
 
 enum class MsgType : uint16_t {
   kHello = 1,            // first frame each way; the reply is the acceptor's own Hello
@@ -41,10 +42,11 @@ struct WireRegion {
   // Memory from AllocMem: the owner's memfd descriptor and the key in its name (0: none).
   int32_t shm_fd = -1;
   uint64_t shm_key = 0;
+  std::string ucx_key;  // packed UCX remote key when the owner offers ucx; empty otherwise
   bool operator==(const WireRegion& o) const {
     return id == o.id && info.addr == o.info.addr && info.len == o.info.len &&
            info.type == o.info.type && info.device == o.info.device && info.tag == o.info.tag &&
-           shm_fd == o.shm_fd && shm_key == o.shm_key;
+           shm_fd == o.shm_fd && shm_key == o.shm_key && ucx_key == o.ucx_key;
   }
 };
 
@@ -55,6 +57,7 @@ struct Hello {
   int32_t pid = 0;
   uint64_t cma_cookie = 0;  // address of a u64 holding `incarnation`, for the cma probe
   uint16_t tcp_port = 0;    // data port of the tcp transport; 0 = not offered
+  std::string ucx_address;  // the ucx transport's worker address; empty = not offered
   std::vector<std::string> transports;
   std::vector<WireRegion> regions;
   bool operator==(const Hello&) const = default;

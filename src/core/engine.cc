@@ -62,11 +62,14 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
             "Initialize: heartbeat_interval must be > 0 and below heartbeat_timeout"};
   }
   if (options.spin.count() < 0) return {StatusCode::kInvalidArgument, "Initialize: spin must be >= 0"};
+  if (!options.transport.empty() && options.transport == "ucx" && !options.ucx) {
+    return {StatusCode::kInvalidArgument, "Initialize: transport 'ucx' forced but ucx is off"};
+  }
   if (!options.transport.empty() &&
       std::find(std::begin(kTransportNames), std::end(kTransportNames), options.transport) ==
           std::end(kTransportNames)) {
     return {StatusCode::kInvalidArgument, "Initialize: unknown transport '" + options.transport +
-                                              "' (this build has: local, shm, cma, tcp)"};
+                                              "' (this build has: local, shm, cma, ucx, tcp)"};
   }
   if (options.links < 1 || options.links > 64) {
     return {StatusCode::kInvalidArgument, "Initialize: links must be 1..64"};
@@ -120,6 +123,19 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
     tcp_.reset();
   }
 
+  if (opts_.ucx && (opts_.transport.empty() || opts_.transport == "ucx")) {
+    ucx_ = std::make_unique<transport::UcxTransport>(transport::UcxOptions{opts_.links});
+    if (Status us = ucx_->Start(); !us.ok()) {
+      // Forced: the user asked for it. Otherwise tcp serves other hosts; say so quietly.
+      if (opts_.transport == "ucx") {
+        XLOG(WARN) << "ucx transport not offered: " << us.message();
+      } else {
+        XLOG(INFO) << "ucx transport not offered: " << us.message();
+      }
+      ucx_.reset();
+    }
+  }
+
   pool_ = std::make_unique<StreamPool>(opts_.streams, opts_.spin);
   loop_ = std::make_unique<control::ControlLoop>(
       std::move(listener), this,
@@ -129,7 +145,8 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   running_.store(true);
   XLOG(INFO) << "engine " << name_ << " up (incarnation " << std::hex << incarnation_ << std::dec
              << ", " << opts_.streams << " streams, cma " << (cma_ok_ ? "on" : "off") << ", tcp "
-             << (tcp_ ? "port " + std::to_string(tcp_->port()) : std::string("off")) << ")";
+             << (tcp_ ? "port " + std::to_string(tcp_->port()) : std::string("off")) << ", ucx "
+             << (ucx_ ? "on" : "off") << ")";
   return Status::Ok();
 }
 
@@ -154,6 +171,11 @@ void EngineImpl::Finalize() {
     std::lock_guard lock(requests_mu_);
     requests_.clear();
   }
+  {
+    std::lock_guard lock(subscribers_mu_);
+    ucx_memory_.clear();
+  }
+  if (ucx_) ucx_->Stop();
   std::lock_guard lock(segments_mu_);
   segments_.clear();  // peers were told goodbye: none maps them any more
 }
@@ -184,6 +206,16 @@ Status EngineImpl::AddRegion(uint64_t addr, uint64_t len, MemType type, const st
     return s;
   }
   if (added) {
+    if (ucx_) {  // peers reach it by put/get only through a UCX mapping and its remote key
+      std::unique_ptr<transport::UcxMemory> mem;
+      Status us = ucx_->MapMemory(addr, len, &mem);
+      if (us.ok()) {
+        registry_.SetUcxKey(*handle, mem->packed_key());
+        ucx_memory_[*handle] = std::move(mem);
+      } else {
+        XLOG(WARN) << "region " << *handle << " is not reachable through ucx: " << us.ToString();
+      }
+    }
     wire::WireRegion r;
     registry_.Lookup(*handle, &r);
     self_->regions.Add(r);
@@ -265,6 +297,8 @@ Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
       sub->Shutdown("did not confirm a deregistration in time");
     }
   }
+  std::lock_guard lock(subscribers_mu_);
+  ucx_memory_.erase(handle);  // no peer puts or gets it any more
   return Status::Ok();
 }
 

@@ -30,6 +30,10 @@ wire::Hello EngineImpl::MakeHello(const std::vector<wire::WireRegion>& regions) 
     h.transports.push_back("cma");
     h.cma_cookie = reinterpret_cast<uint64_t>(&cma_cookie_);
   }
+  if (ucx_) {
+    h.transports.push_back("ucx");
+    h.ucx_address = ucx_->worker_address();
+  }
   if (tcp_) {
     h.transports.push_back("tcp");
     h.tcp_port = tcp_->port();
@@ -70,13 +74,13 @@ PlanLimits EngineImpl::ShmLimits() const {
 }
 
 Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& host,
-                                   std::string* name, std::shared_ptr<transport::Link>* link,
-                                   PlanLimits* limits) {
+                                   PeerState* state) {
+  const auto offers = [&](std::string_view t) {
+    return std::find(peer.transports.begin(), peer.transports.end(), t) != peer.transports.end();
+  };
   const bool same_host = peer.host_id == host_id_;
-  const bool offers_cma = std::find(peer.transports.begin(), peer.transports.end(), "cma") !=
-                          peer.transports.end();
   transport::PeerEndpoint ep{peer.pid, peer.incarnation, peer.cma_cookie, host, peer.tcp_port};
-  // Best first: local (same process) > cma (same host) > tcp (any host).
+  // Best first: local (same process) > cma (same host) > ucx (RDMA) > tcp (any host).
   struct Candidate {
     std::string_view name;
     transport::Transport* t;
@@ -87,19 +91,36 @@ Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& h
       {"cma", &cma_,
        !same_host ? "peer is on another host"
        : !cma_ok_ ? "cma is off here"
-       : !offers_cma ? "peer does not offer cma"
-                     : nullptr},
+       : !offers("cma") ? "peer does not offer cma"
+                        : nullptr},
+      {"ucx", ucx_.get(),
+       !ucx_ ? "ucx is off here" : peer.ucx_address.empty() ? "peer does not offer ucx" : nullptr},
       {"tcp", tcp_.get(),
        !tcp_ ? "tcp is off here" : peer.tcp_port == 0 ? "peer does not offer tcp" : nullptr},
   };
   std::string why;
   for (const auto& c : candidates) {
     if (!opts_.transport.empty() && opts_.transport != c.name) continue;
-    Status s = c.unusable ? Status(StatusCode::kUnsupported, std::string(c.name) + ": " + c.unusable)
-                          : c.t->Connect(ep, link);
+    Status s;
+    if (c.unusable) {
+      s = {StatusCode::kUnsupported, std::string(c.name) + ": " + c.unusable};
+    } else if (c.t == ucx_.get()) {
+      // A ucx link finds each range's remote key in the peer's region table.
+      transport::UcxPeer up{peer.ucx_address,
+                            [state](uint64_t addr, uint64_t len, transport::UcxRemoteKey* key) {
+                              auto r = state->regions.Find(addr, len);
+                              if (!r || r->ucx_key.empty()) return false;
+                              *key = {r->id, r->ucx_key};
+                              return true;
+                            },
+                            peer.name};
+      s = ucx_->ConnectUcx(up, &state->link);
+    } else {
+      s = c.t->Connect(ep, &state->link);
+    }
     if (s.ok()) {
-      *name = std::string(c.name);
-      *limits = LimitsFor(*c.t);
+      state->info.transport = std::string(c.name);
+      state->limits = LimitsFor(*c.t);
       return s;
     }
     why += (why.empty() ? "" : "; ") + s.message();
@@ -128,7 +149,7 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
   st->info.shm = st->mapper != nullptr;
   Status s = forced_shm ? Status(StatusCode::kUnsupported,
                                  st->mapper ? "transport forced to shm" : "shm cannot reach the peer")
-                        : ChooseTransport(hello, host, &st->info.transport, &st->link, &st->limits);
+                        : ChooseTransport(hello, host, st.get());
   if (forced_shm && st->mapper) {
     st->info.transport = "shm";
   } else if (!s.ok()) {

@@ -23,6 +23,7 @@
 #include "transport/local/local_transport.h"
 #include "transport/shm/shm_memory.h"
 #include "transport/tcp/tcp_transport.h"
+#include "transport/ucx/ucx_transport.h"
 #include "util/net.h"
 #include "xfer/engine.h"
 
@@ -89,8 +90,8 @@ class EngineImpl final : public control::ControlHandler {
   // Sends our hello on s and adds s to the sessions that hear of region changes.
   Status SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s);
   void Unsubscribe(const std::shared_ptr<control::Session>& s);
-  Status ChooseTransport(const wire::Hello& peer, const std::string& host, std::string* name,
-                         std::shared_ptr<transport::Link>* link, PlanLimits* limits);
+  // state: the peer's (its region table gives ucx links their remote keys).
+  Status ChooseTransport(const wire::Hello& peer, const std::string& host, PeerState* state);
   // Batch sizes for a peer reached through t: the options, or t's own defaults.
   PlanLimits LimitsFor(const transport::Transport& t) const;
   PlanLimits ShmLimits() const;  // the same for memcpy into a peer's mapped memory
@@ -124,6 +125,9 @@ class EngineImpl final : public control::ControlHandler {
   transport::LocalTransport local_;
   transport::CmaTransport cma_;
   std::unique_ptr<transport::TcpTransport> tcp_;  // null when its listener could not start
+  std::unique_ptr<transport::UcxTransport> ucx_;  // null when off, not built, or UCX failed
+  // Our regions mapped with UCX, by handle; subscribers_mu_.
+  std::map<MemHandle, std::unique_ptr<transport::UcxMemory>> ucx_memory_;
   std::shared_ptr<PeerState> self_;  // transfers to our own name
 
   std::mutex segments_mu_;
@@ -148,7 +152,7 @@ class EngineImpl final : public control::ControlHandler {
 
 // The transports of this build, best first (EngineImpl::ChooseTransport tries them in order).
 // "shm" is not a link of its own: it serves AllocMem memory of same-host peers alongside cma.
-inline constexpr std::string_view kTransportNames[] = {"local", "shm", "cma", "tcp"};
+inline constexpr std::string_view kTransportNames[] = {"local", "shm", "cma", "ucx", "tcp"};
 
 // Adds a timeout to now without overflowing on huge values.
 inline std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds t) {

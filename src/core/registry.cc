@@ -10,7 +10,7 @@ Status Registry::Add(uint64_t addr, uint64_t len, MemType type, int32_t device,
   if (addr == 0) return {StatusCode::kInvalidArgument, "RegisterMem: null address"};
   if (len == 0) return {StatusCode::kInvalidArgument, "RegisterMem: zero length"};
   if (addr + len < addr) return {StatusCode::kInvalidArgument, "RegisterMem: range wraps"};
-  if (tag.size() > wire::kMaxString) {
+  if (tag.size() > wire::kMaxTag) {
     return {StatusCode::kInvalidArgument, "RegisterMem: tag longer than 4096 bytes"};
   }
   std::lock_guard lock(mu_);
@@ -86,6 +86,12 @@ std::vector<wire::WireRegion> Registry::Snapshot() const {
   out.reserve(by_handle_.size());
   for (const auto& [h, e] : by_handle_) out.push_back(e.region);
   return out;
+}
+
+void Registry::SetUcxKey(MemHandle handle, const std::string& key) {
+  std::lock_guard lock(mu_);
+  auto it = by_handle_.find(handle);
+  if (it != by_handle_.end()) it->second.region.ucx_key = key;
 }
 
 bool Registry::Lookup(MemHandle handle, wire::WireRegion* out) const {

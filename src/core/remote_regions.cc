@@ -11,6 +11,7 @@ std::shared_ptr<RemoteRegion> Make(const wire::WireRegion& w) {
   r->info = w.info;
   r->shm_fd = w.shm_fd;
   r->shm_key = w.shm_key;
+  r->ucx_key = w.ucx_key;
   return r;
 }
 

@@ -20,6 +20,7 @@ struct RemoteRegion {
   // Memory from the owner's AllocMem (shm_key != 0): its segment, mapped here on first use.
   int32_t shm_fd = -1;
   uint64_t shm_key = 0;
+  std::string ucx_key;  // packed UCX remote key (the ucx transport), or empty
   std::mutex map_mu;
   bool map_tried = false;                          // map_mu
   std::shared_ptr<transport::shm::Mapping> map;    // map_mu; null: not mapped (use the link)

@@ -14,8 +14,8 @@ class PlannerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     local_.resize(1 << 20);
-    remote_.Reset({{1, RegionInfo{kRemote, 1 << 20, MemType::kHost, -1, ""}},
-                   {2, RegionInfo{kRemote + (1 << 20), 1 << 20, MemType::kHost, -1, ""}}});
+    remote_.Reset({{1, RegionInfo{kRemote, 1 << 20, MemType::kHost, -1, "", false}, -1, 0, ""},
+                   {2, RegionInfo{kRemote + (1 << 20), 1 << 20, MemType::kHost, -1, "", false}, -1, 0, ""}});
   }
   uint64_t L(uint64_t off) { return reinterpret_cast<uint64_t>(local_.data()) + off; }
   Status Make(Op op, const std::vector<TransferDesc>& d, Plan* p, PlanLimits lim = {}) {

@@ -1,0 +1,80 @@
+// Transport "ucx": one-sided put/get through UCX's UCP layer: RDMA on InfiniBand/RoCE
+// clusters, and whatever UCX_TLS allows elsewhere (tcp, shared memory) for testing.
+//
+// Target side: one UCP worker with a progress thread (transports that emulate RMA, like tcp,
+// need the target to progress); every registered region is mapped with ucp_mem_map and its
+// packed remote key travels in the region table. Initiator side: per peer, `links` endpoints,
+// each on a worker of its own (a queue pair / rail each); a batch is posted as non-blocking
+// puts or gets, then flushed, and Execute returns once the flush completes: the data is in
+// place at the target. A peer error (UCX's peer error handling) fails the batches on that
+// endpoint with kConnectionLost; the next batch rebuilds the endpoint.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "transport/transport.h"
+
+namespace xfer::transport {
+
+struct UcxOptions {
+  int links = 2;  // endpoints (each on its own worker) per peer
+};
+
+// The packed remote key of one peer region, as its region table advertises it.
+struct UcxRemoteKey {
+  uint64_t region_id = 0;  // unique per peer incarnation: a cache key
+  std::string packed;      // ucp_rkey_pack output
+};
+
+// How an initiator link reaches one peer.
+struct UcxPeer {
+  std::string worker_address;  // the peer's target worker (ucp_worker_get_address bytes)
+  // The key of the peer region that holds [addr, addr+len); false when none does.
+  std::function<bool(uint64_t addr, uint64_t len, UcxRemoteKey* key)> find_key;
+  std::string name;            // for messages
+};
+
+// Local memory mapped with UCX; unmapped when destroyed.
+class UcxMemory {
+ public:
+  virtual ~UcxMemory() = default;
+  virtual const std::string& packed_key() const = 0;
+};
+
+class UcxTransport final : public Transport {
+ public:
+  explicit UcxTransport(UcxOptions opts);
+  ~UcxTransport() override;  // Stop()
+
+  // Creates the UCP context (honouring UCX_TLS, UCX_NET_DEVICES, ...) and the target worker
+  // with its progress thread. Fails with the reason when UCX cannot start or offers no
+  // transport that can put/get.
+  Status Start();
+  void Stop();
+  // The target worker's address, advertised in the hello.
+  const std::string& worker_address() const;
+
+  // Maps [addr, addr+len) of this process for peers' put/get.
+  Status MapMemory(uint64_t addr, uint64_t len, std::unique_ptr<UcxMemory>* out);
+
+  // Opens a link (endpoints are created on first use).
+  Status ConnectUcx(const UcxPeer& peer, std::shared_ptr<Link>* link);
+
+  std::string_view name() const override { return "ucx"; }
+  size_t max_slices_per_batch() const override { return 1024; }
+  uint64_t default_batch_bytes() const override { return 1 << 20; }
+  // Use ConnectUcx: the endpoint in a PeerEndpoint does not carry what UCX needs.
+  Status Connect(const PeerEndpoint&, std::shared_ptr<Link>*) override;
+
+  // For xfer-info: UCX's version, and the transports and devices UCX would use here.
+  static std::string Describe();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xfer::transport

@@ -1,0 +1,499 @@
+// The ucx transport between two UcxTransports: A is the target (its memory is mapped, its
+// progress thread serves), B the initiator. Without an RDMA NIC, what Debian's UCX 1.13.1 can do:
+//   UCX_TLS=tcp, or unset (all): put and get work. tcp has no remote keys, so UCX emulates both
+//     over its internal active messages, which the target's progress thread serves.
+//   UCX_TLS=sm, posix,cma, cma: no endpoint can be created: shared-memory transports cannot
+//     detect a peer's failure (UCP_ERR_HANDLING_MODE_PEER needs it) and cma carries no active
+//     messages. Start() refuses them (it puts to itself).
+// The emulation has a flaw on the target side: when an initiator vanishes while its puts or
+// gets are in flight, the target process may abort inside UCX (ucp_put_handler: "unexpected
+// error", or an assertion in uct_tcp_ep_pending_purge). So the tests that abandon batches in
+// flight (deadline, Shutdown, killed target) run the target in a child process.
+#include "transport/ucx/ucx_transport.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace xfer::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint64_t kRegionBytes = 20 << 20;
+constexpr const char* kTargetFdEnv = "XFER_UCX_TEST_TARGET_FD";
+
+uint64_t A(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+void Fill(std::vector<uint8_t>& v, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+}
+
+// UCX_TLS as each context reads it at Start; "" = unset (UCX's default: all).
+void SetTls(const std::string& tls) {
+  if (tls.empty()) {
+    ::unsetenv("UCX_TLS");
+  } else {
+    ::setenv("UCX_TLS", tls.c_str(), 1);
+  }
+}
+
+class UcxTransportTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    SetTls(GetParam());
+    region_.resize(kRegionBytes);
+    a_ = std::make_unique<UcxTransport>(UcxOptions{});
+    b_ = std::make_unique<UcxTransport>(UcxOptions{3});
+    Status s = a_->Start();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    s = b_->Start();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_FALSE(a_->worker_address().empty());
+    s = a_->MapMemory(A(region_.data()), region_.size(), &mem_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_FALSE(mem_->packed_key().empty());
+    UcxPeer peer;
+    peer.worker_address = a_->worker_address();
+    peer.name = "A";
+    peer.find_key = [this](uint64_t addr, uint64_t len, UcxRemoteKey* key) {
+      const uint64_t base = A(region_.data());
+      if (addr < base || addr + len > base + region_.size()) return false;
+      *key = {7, mem_->packed_key()};
+      return true;
+    };
+    s = b_->ConnectUcx(peer, &link_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  void TearDown() override {
+    link_.reset();
+    mem_.reset();
+    b_.reset();
+    a_.reset();
+  }
+
+  uint64_t R(uint64_t off) { return A(region_.data()) + off; }
+  Status Exec(Op op, const std::vector<Slice>& b, std::chrono::milliseconds t = 5000ms) {
+    return link_->Execute(op, b, Clock::now() + t);
+  }
+
+  std::vector<uint8_t> region_;
+  std::unique_ptr<UcxTransport> a_, b_;
+  std::unique_ptr<UcxMemory> mem_;
+  std::shared_ptr<Link> link_;
+};
+
+TEST_P(UcxTransportTest, WritesAndReadsEverySize) {
+  uint32_t seed = 1;
+  for (uint64_t len : {1ull, 7ull, 64ull, 4097ull, 65536ull + 3, 1ull << 20, 16ull << 20}) {
+    std::vector<uint8_t> src(len), back(len);
+    Fill(src, seed++);
+    const uint64_t off = (len * 13) % (kRegionBytes - len);
+    Status s = Exec(Op::kWrite, {{A(src.data()), R(off), len}});
+    ASSERT_TRUE(s.ok()) << len << ": " << s.ToString();
+    ASSERT_EQ(std::memcmp(region_.data() + off, src.data(), len), 0) << len;
+    Fill(src, seed++);  // new bytes at the target: READ must bring them
+    std::memcpy(region_.data() + off, src.data(), len);
+    s = Exec(Op::kRead, {{A(back.data()), R(off), len}});
+    ASSERT_TRUE(s.ok()) << len << ": " << s.ToString();
+    ASSERT_EQ(back, src) << len;
+  }
+}
+
+TEST_P(UcxTransportTest, ScatteredSlicesInLargeBatches) {
+  // 1000 slices of 1..4000 bytes at scattered, non-overlapping places on both sides.
+  std::mt19937 rng(3);
+  std::vector<uint8_t> src(8 << 20), back(8 << 20);
+  Fill(src, 5);
+  std::vector<Slice> wr, rd;
+  uint64_t loc = 0, rem = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const uint64_t len = 1 + rng() % 4000;
+    loc += rng() % 64;
+    rem += rng() % 4096;
+    wr.push_back({A(src.data()) + loc, R(rem), len});
+    rd.push_back({A(back.data()) + loc, R(rem), len});
+    loc += len;
+    rem += len;
+  }
+  ASSERT_LT(rem, kRegionBytes);
+  Status s = Exec(Op::kWrite, wr);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (const Slice& sl : wr) {
+    ASSERT_EQ(std::memcmp(reinterpret_cast<void*>(sl.remote), reinterpret_cast<void*>(sl.local),
+                          sl.len), 0);
+  }
+  s = Exec(Op::kRead, rd);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (size_t i = 0; i < rd.size(); ++i) {
+    ASSERT_EQ(std::memcmp(reinterpret_cast<void*>(rd[i].local),
+                          reinterpret_cast<void*>(wr[i].local), rd[i].len), 0) << i;
+  }
+}
+
+TEST_P(UcxTransportTest, RangeWithoutKeyIsDeniedAndMovesNothing) {
+  std::vector<uint8_t> src(4096, 0xab);
+  const uint64_t s = A(src.data());
+  // One good slice and one that runs past the region: nothing may move.
+  Status st = Exec(Op::kWrite, {{s, R(0), 100}, {s, R(kRegionBytes - 10), 20}});
+  EXPECT_EQ(st.code(), StatusCode::kRemoteAccessDenied) << st.ToString();
+  EXPECT_NE(st.message().find("no region of peer A holds slice 1"), std::string::npos) << st.message();
+  EXPECT_EQ(region_[0], 0);
+  st = Exec(Op::kRead, {{s, R(0) - 4096, 8}});
+  EXPECT_EQ(st.code(), StatusCode::kRemoteAccessDenied) << st.ToString();
+  st = Exec(Op::kWrite, {{s, R(0), 100}});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(region_[99], 0xab);
+}
+
+TEST_P(UcxTransportTest, ThreadsShareOneLink) {
+  constexpr int kThreads = 6, kRounds = 30;
+  constexpr uint64_t kArea = 256 << 10;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      std::vector<uint8_t> src(kArea), back(kArea);
+      for (int r = 0; r < kRounds; ++r) {
+        Fill(src, t * 1000 + r);
+        const uint64_t len = 1 + (r * 7919) % kArea, half = len / 2;
+        const uint64_t off = t * kArea;
+        if (!Exec(Op::kWrite, {{A(src.data()), R(off), half},
+                               {A(src.data()) + half, R(off + half), len - half}}).ok() ||
+            !Exec(Op::kRead, {{A(back.data()), R(off), len}}).ok() ||
+            std::memcmp(back.data(), src.data(), len) != 0) {
+          bad.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST_P(UcxTransportTest, ShutdownFailsLaterBatches) {
+  std::vector<uint8_t> buf(64);
+  ASSERT_TRUE(Exec(Op::kWrite, {{A(buf.data()), R(0), 64}}).ok());
+  link_->Shutdown();
+  for (Op op : {Op::kWrite, Op::kRead}) {
+    Status s = Exec(op, {{A(buf.data()), R(0), 64}});
+    EXPECT_EQ(s.code(), StatusCode::kConnectionLost) << s.ToString();
+  }
+}
+
+TEST_P(UcxTransportTest, StoppedTargetFailsWithinTheDeadline) {
+  std::vector<uint8_t> buf(1 << 20);
+  ASSERT_TRUE(Exec(Op::kWrite, {{A(buf.data()), R(0), buf.size()}}).ok());
+  a_->Stop();  // its worker is gone; its memory stays mapped (the context lives on)
+  for (Op op : {Op::kWrite, Op::kRead, Op::kWrite}) {
+    const auto t0 = Clock::now();
+    Status s = Exec(op, {{A(buf.data()), R(0), buf.size()}}, 3000ms);
+    EXPECT_TRUE(s.code() == StatusCode::kConnectionLost || s.code() == StatusCode::kTimeout)
+        << s.ToString();
+    EXPECT_LT(Clock::now() - t0, 3500ms);
+  }
+}
+
+TEST_P(UcxTransportTest, PassedDeadlineMovesNothing) {
+  std::vector<uint8_t> buf(4096, 0x5a);
+  Status s = link_->Execute(Op::kWrite, {{{A(buf.data()), R(0), buf.size()}}}, Clock::now() - 1ms);
+  EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
+  EXPECT_EQ(region_[0], 0);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Exec(Op::kWrite, {{A(buf.data()), R(0), buf.size()}}).ok());
+  EXPECT_EQ(region_[4095], 0x5a);
+}
+
+std::string TlsName(const ::testing::TestParamInfo<const char*>& info) {
+  std::string n = *info.param ? info.param : "all";
+  for (auto& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return n;
+}
+INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values("tcp", ""), TlsName);
+
+// ---------------------------------------------------------------- a target in another process
+// The child runs this (disabled, so only when asked): it maps a region, reports its address,
+// worker address and key on fd $XFER_UCX_TEST_TARGET_FD, then serves until killed.
+TEST(UcxTargetProcess, DISABLED_Serve) {
+  const char* fd_text = std::getenv(kTargetFdEnv);
+  if (!fd_text) GTEST_SKIP() << "run by the tests below";
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  UcxTransport t(UcxOptions{});
+  ASSERT_TRUE(t.Start().ok());
+  std::vector<uint8_t> region(kRegionBytes);
+  std::unique_ptr<UcxMemory> mem;
+  ASSERT_TRUE(t.MapMemory(A(region.data()), region.size(), &mem).ok());
+  std::string msg;
+  auto put = [&](const void* p, size_t n) { msg.append(static_cast<const char*>(p), n); };
+  const uint64_t base = A(region.data()), addr_len = t.worker_address().size(),
+                 key_len = mem->packed_key().size();
+  put(&base, 8);
+  put(&addr_len, 8);
+  put(t.worker_address().data(), addr_len);
+  put(&key_len, 8);
+  put(mem->packed_key().data(), key_len);
+  const int fd = std::atoi(fd_text);
+  ASSERT_EQ(::write(fd, msg.data(), msg.size()), static_cast<ssize_t>(msg.size()));
+  ::close(fd);
+  for (;;) ::pause();
+}
+
+class UcxRemoteTargetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SetTls("tcp");
+    int p[2];
+    ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 3);  // dup2 clears close-on-exec
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
+    env_s.push_back(std::string(kTargetFdEnv) + "=3");
+    std::vector<char*> env;
+    for (auto& e : env_s) env.push_back(e.data());
+    env.push_back(nullptr);
+    std::string a0 = "/proc/self/exe", a1 = "--gtest_filter=UcxTargetProcess.DISABLED_Serve",
+                a2 = "--gtest_also_run_disabled_tests";
+    char* argv[] = {a0.data(), a1.data(), a2.data(), nullptr};
+    const int rc = ::posix_spawn(&pid_, "/proc/self/exe", &fa, nullptr, argv, env.data());
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(p[1]);
+    ASSERT_EQ(rc, 0) << std::strerror(rc);
+    std::string msg;
+    char buf[4096];
+    for (;;) {
+      pollfd pf{p[0], POLLIN, 0};
+      ASSERT_EQ(::poll(&pf, 1, 10000), 1) << "the target process did not report";
+      const ssize_t n = ::read(p[0], buf, sizeof buf);
+      if (n <= 0) break;
+      msg.append(buf, n);
+    }
+    ::close(p[0]);
+    size_t at = 0;
+    auto get = [&](size_t n) {
+      std::string out = at < msg.size() ? msg.substr(at, n) : "";
+      at += n;
+      return out;
+    };
+    auto get64 = [&] {
+      uint64_t v = 0;
+      const std::string b = get(8);
+      std::memcpy(&v, b.data(), b.size());
+      return v;
+    };
+    ASSERT_GE(msg.size(), 24u) << "the target process failed to start";
+    base_ = get64();
+    const std::string address = get(get64());
+    key_ = get(get64());
+    ASSERT_EQ(at, msg.size());
+
+    ASSERT_TRUE(b_.Start().ok());
+    UcxPeer peer{address, [this](uint64_t a, uint64_t l, UcxRemoteKey* k) {
+                   if (a < base_ || a + l > base_ + kRegionBytes) return false;
+                   *k = {1, key_};
+                   return true;
+                 }, "child"};
+    ASSERT_TRUE(b_.ConnectUcx(peer, &link_).ok());
+    buf_.resize(4 << 20);
+    Status s = Exec(Op::kWrite, 4096, 5000ms);  // connected, and the target serves
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  void TearDown() override {
+    link_.reset();
+    b_.Stop();
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  Status Exec(Op op, uint64_t len, std::chrono::milliseconds t) {
+    return link_->Execute(op, {{{A(buf_.data()), base_, len}}}, Clock::now() + t);
+  }
+
+  pid_t pid_ = -1;
+  uint64_t base_ = 0;
+  std::string key_;
+  UcxTransport b_{UcxOptions{2}};
+  std::shared_ptr<Link> link_;
+  std::vector<uint8_t> buf_;
+};
+
+TEST_F(UcxRemoteTargetTest, HungTargetTimesOutAtTheDeadline) {
+  ASSERT_EQ(::kill(pid_, SIGSTOP), 0);
+  for (Op op : {Op::kRead, Op::kWrite, Op::kRead, Op::kWrite}) {  // every connection, rebuilt
+    const auto t0 = Clock::now();
+    Status s = Exec(op, buf_.size(), 500ms);
+    const auto took = Clock::now() - t0;
+    EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
+    EXPECT_GE(took, 450ms);
+    EXPECT_LT(took, 1000ms);
+  }
+}
+
+TEST_F(UcxRemoteTargetTest, ShutdownReturnsARunningBatchAtOnce) {
+  ASSERT_EQ(::kill(pid_, SIGSTOP), 0);
+  Status s;
+  Clock::time_point returned;
+  std::thread t([&] {
+    s = Exec(Op::kRead, buf_.size(), 10000ms);
+    returned = Clock::now();
+  });
+  std::this_thread::sleep_for(200ms);
+  const auto t0 = Clock::now();
+  link_->Shutdown();
+  t.join();
+  EXPECT_EQ(s.code(), StatusCode::kConnectionLost) << s.ToString();
+  EXPECT_LT(returned - t0, 500ms);
+  s = Exec(Op::kWrite, 64, 5000ms);
+  EXPECT_EQ(s.code(), StatusCode::kConnectionLost) << s.ToString();
+}
+
+TEST_F(UcxRemoteTargetTest, KilledTargetFailsBatchesWithinTheirDeadline) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> late{0};
+  std::vector<std::thread> ts;
+  std::vector<Status> last(2);
+  for (int i = 0; i < 2; ++i) {
+    ts.emplace_back([&, i] {
+      std::vector<uint8_t> mine(1 << 20);
+      while (!stop.load()) {
+        const auto t0 = Clock::now();
+        Status s = link_->Execute(i ? Op::kRead : Op::kWrite, {{{A(mine.data()), base_, mine.size()}}},
+                                  t0 + 2000ms);
+        if (Clock::now() - t0 > 2500ms) late.fetch_add(1);
+        if (!s.ok()) last[i] = s;
+      }
+    });
+  }
+  std::this_thread::sleep_for(300ms);
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  std::this_thread::sleep_for(2500ms);  // every batch running at the kill has ended by now
+  stop.store(true);
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(late.load(), 0);
+  for (const Status& s : last) {
+    EXPECT_TRUE(s.code() == StatusCode::kConnectionLost || s.code() == StatusCode::kTimeout)
+        << s.ToString();
+  }
+}
+
+// ---------------------------------------------------------------- the rest
+// CPU time (ticks) of this process's threads named `comm`.
+long long ThreadTicks(const std::string& comm) {
+  long long total = 0;
+  DIR* d = ::opendir("/proc/self/task");
+  if (!d) return -1;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string dir = std::string("/proc/self/task/") + e->d_name;
+    std::ifstream c(dir + "/comm");
+    std::string name;
+    std::getline(c, name);
+    if (name != comm) continue;
+    std::ifstream st(dir + "/stat");
+    std::string line;
+    std::getline(st, line);
+    std::istringstream in(line.substr(line.rfind(')') + 2));  // fields from 3 on
+    std::string field;
+    long long utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && in >> field; ++i) {
+      if (i == 14) utime = std::stoll(field);
+      if (i == 15) stime = std::stoll(field);
+    }
+    total += utime + stime;
+  }
+  ::closedir(d);
+  return total;
+}
+
+TEST(UcxTransport, IdleProgressThreadSleeps) {
+  SetTls("tcp");
+  UcxTransport t(UcxOptions{});
+  ASSERT_TRUE(t.Start().ok());
+  std::this_thread::sleep_for(100ms);
+  const long long before = ThreadTicks("xfer-ucx-prog");
+  ASSERT_GE(before, 0);
+  std::this_thread::sleep_for(500ms);
+  EXPECT_LE(ThreadTicks("xfer-ucx-prog") - before, 2);  // 10 ms ticks: under 5% of a core
+  const auto t0 = Clock::now();
+  t.Stop();
+  EXPECT_LT(Clock::now() - t0, 1s);
+}
+
+TEST(UcxTransport, MemoryAndLinksOutliveTheTransport) {
+  SetTls("tcp");
+  std::vector<uint8_t> region(4096);
+  auto t = std::make_unique<UcxTransport>(UcxOptions{1});
+  ASSERT_TRUE(t->Start().ok());
+  std::unique_ptr<UcxMemory> mem;
+  ASSERT_TRUE(t->MapMemory(A(region.data()), region.size(), &mem).ok());
+  std::unique_ptr<UcxMemory> empty;
+  EXPECT_EQ(t->MapMemory(A(region.data()), 0, &empty).code(), StatusCode::kInvalidArgument);
+  UcxPeer self{t->worker_address(), [&](uint64_t, uint64_t, UcxRemoteKey* k) {
+                 *k = {1, mem->packed_key()};
+                 return true;
+               }, "self"};
+  std::shared_ptr<Link> link;
+  ASSERT_TRUE(t->ConnectUcx(self, &link).ok());
+  std::vector<uint8_t> src(100, 9);
+  Status s = link->Execute(Op::kWrite, {{{A(src.data()), A(region.data()), src.size()}}},
+                           Clock::now() + 5s);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(region[99], 9);
+  t.reset();  // the context stays until the link and the memory let go of it
+  link.reset();
+  mem.reset();
+}
+
+TEST(UcxTransport, StartRefusesTransportsThatCannotReachAPeer) {
+  for (const char* tls : {"sm", "cma"}) {
+    SetTls(tls);
+    UcxTransport t(UcxOptions{});
+    Status s = t.Start();
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported) << tls << ": " << s.ToString();
+    EXPECT_NE(s.message().find("UCX_TLS"), std::string::npos) << s.message();
+    EXPECT_TRUE(t.worker_address().empty());
+  }
+}
+
+TEST(UcxTransport, ConnectNeedsConnectUcx) {
+  UcxTransport t(UcxOptions{});
+  std::shared_ptr<Link> link;
+  Status s = t.Connect(PeerEndpoint{}, &link);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("ConnectUcx"), std::string::npos);
+  EXPECT_EQ(t.ConnectUcx(UcxPeer{}, &link).code(), StatusCode::kInvalidArgument);  // not started
+}
+
+TEST(UcxTransport, DescribeNamesVersionAndTransports) {
+  SetTls("tcp");
+  const std::string d = UcxTransport::Describe();
+  EXPECT_EQ(d.rfind("UCX 1.", 0), 0u) << d;
+  EXPECT_NE(d.find("UCX_TLS=tcp"), std::string::npos) << d;
+  EXPECT_NE(d.find("transports: tcp("), std::string::npos) << d;
+  EXPECT_NE(d.find("RDMA"), std::string::npos) << d;
+}
+
+}  // namespace
+}  // namespace xfer::transport
