@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include "core/engine_impl.h"
+#include "util/host.h"
 #include "util/log.h"
 
 namespace xfer {
@@ -66,8 +67,7 @@ PlanLimits EngineImpl::ShmLimits() const {
   constexpr uint64_t kPiece = 1 << 20;
   uint64_t streaming = opts_.streaming_copy_bytes;
   if (streaming == 0) {
-    const long llc = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
-    streaming = llc > 0 ? static_cast<uint64_t>(llc) : 32ull << 20;
+    streaming = host::LastLevelCacheBytes();
   }
   return {opts_.slice_bytes ? opts_.slice_bytes : kPiece,
           opts_.batch_bytes ? opts_.batch_bytes : kPiece, 1024, streaming};

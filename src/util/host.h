@@ -10,5 +10,8 @@ namespace xfer::host {
 std::string BootId();
 // A random 64-bit value that is never 0.
 uint64_t RandomU64();
+// The size of the largest CPU cache (sysfs; glibc's sysconf can report a VM's L3 ten times
+// too large). 32 MiB when unknown.
+uint64_t LastLevelCacheBytes();
 
 }  // namespace xfer::host
