@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <vector>
 
 #include "test_common.h"
 
@@ -59,8 +60,11 @@ class FaultTwoHosts : public ::testing::Test {
   }
   // Distinct ids: two hosts. Empty: the engines' own (boot) id, so one host in two namespaces.
   virtual std::string HostId(const std::string& fake) { return fake; }
-  static PeerOptions Options(const std::string& ns, const std::string& ip, const std::string& host) {
+  // tcp: these tests are about it (ucx, preferred when built in, has its own below).
+  virtual std::vector<std::string> PeerArgs() { return {"--transport", "tcp"}; }
+  PeerOptions Options(const std::string& ns, const std::string& ip, const std::string& host) {
     PeerOptions o;
+    o.extra_args = PeerArgs();
     o.netns = ns;
     o.name = ip + ":0";
     o.host_id = host;
@@ -107,6 +111,7 @@ TEST_F(FaultTwoHosts, TcpIsChosenAndMovesDataBothWays) {
 class FaultOneHostTwoNamespaces : public FaultTwoHosts {
  protected:
   std::string HostId(const std::string&) override { return ""; }
+  std::vector<std::string> PeerArgs() override { return {}; }
 };
 
 TEST_F(FaultOneHostTwoNamespaces, AllocMemMemoryIsMappedAcrossNamespaces) {
@@ -125,6 +130,36 @@ TEST_F(FaultOneHostTwoNamespaces, AllocMemMemoryIsMappedAcrossNamespaces) {
   EXPECT_EQ(info.words.at(5), "1") << "no shm path across namespaces: " << info.line;
   EXPECT_EQ(info.u64(6), kLen) << info.line;
 }
+
+#if XFER_HAVE_UCX
+// Two hosts, the ucx transport forced on both (UCX over its tcp transport across the veth).
+class FaultTwoHostsUcx : public FaultTwoHosts {
+ protected:
+  std::vector<std::string> PeerArgs() override { return {"--transport", "ucx"}; }
+};
+
+TEST_F(FaultTwoHostsUcx, UcxMovesDataBothWaysAcrossTheLink) {
+  Reply info = a_.Call("info " + b_.name());
+  ASSERT_TRUE(info.ok) << info.line;
+  EXPECT_EQ(info.words.at(0), "ucx") << info.line;
+  constexpr uint64_t kLen = 16 << 20;
+  const PeerRegion region = b_.Alloc(kLen, "landing");
+  const uint64_t local = a_.Buf(kLen);
+  for (uint64_t size : {uint64_t{1}, uint64_t{(1 << 20) + 1}, kLen}) {
+    SCOPED_TRACE(size);
+    a_.FillRange(local, size, size);
+    Reply w = a_.Call("xfer write " + b_.name() + " 30000 " + std::to_string(local) + " " +
+                      std::to_string(region.addr) + " " + std::to_string(size));
+    ASSERT_TRUE(w.ok) << w.line;
+    EXPECT_EQ(b_.SumRange(region.addr, size), a_.SumRange(local, size));
+    b_.FillRange(region.addr, size, size + 1);
+    Reply r = a_.Call("xfer read " + b_.name() + " 30000 " + std::to_string(local) + " " +
+                      std::to_string(region.addr) + " " + std::to_string(size));
+    ASSERT_TRUE(r.ok) << r.line;
+    EXPECT_EQ(a_.SumRange(local, size), b_.SumRange(region.addr, size));
+  }
+}
+#endif
 
 TEST_F(FaultTwoHosts, CuttingTheLinkFailsTheRequestThenNewTransfersWork) {
   constexpr uint64_t kLen = 64 << 20;

@@ -1,0 +1,148 @@
+// The ucx transport between two processes (UCX over its tcp transport here: no RDMA NIC), forced,
+// and chosen over tcp for a peer on another host.
+#include <random>
+#include <thread>
+
+#include "test_common.h"
+
+namespace xfer_test {
+namespace {
+
+using namespace std::chrono_literals;
+
+class IntegrationUcx : public PeerFixture {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = "ucx";
+    o.links = 3;
+    o.streams = 3;
+    return o;
+  }
+};
+
+TEST_F(IntegrationUcx, ForcedAndMovesRandomDataOfEverySize) {
+  xfer::PeerInfo info;
+  XT_ASSERT_OK(engine_.GetPeerInfo(peer_.name(), &info));
+  ASSERT_EQ(info.transport, "ucx");
+  constexpr uint64_t kMax = 64 << 20;
+  const PeerRegion r = peer_.Alloc(kMax);
+  LocalBuffer src(kMax), back(kMax);
+  for (uint64_t size : std::initializer_list<uint64_t>{1, 7, 4096, 65537, (1 << 20) + 3, kMax}) {
+    SCOPED_TRACE(size);
+    src.Fill(size);
+    XT_ASSERT_OK(Write({{src.addr(), r.addr, size}}));
+    EXPECT_EQ(peer_.SumRange(r.addr, size), Hash64(src.data(), size));
+    peer_.FillRange(r.addr, size, size + 1);
+    XT_ASSERT_OK(Read({{back.addr(), r.addr, size}}));
+    EXPECT_EQ(Hash64(back.data(), size), peer_.SumRange(r.addr, size));
+  }
+  XT_ASSERT_OK(engine_.GetPeerInfo(peer_.name(), &info));
+  EXPECT_GT(info.transport_bytes, 2 * kMax);
+}
+
+TEST_F(IntegrationUcx, LargeBatchOfSmallDescriptors) {
+  constexpr uint64_t kN = 10000, kB = 512;
+  const PeerRegion r = peer_.Alloc(2 * kN * kB);
+  LocalBuffer src(kN * kB), back(kN * kB);
+  src.Fill(5);
+  std::vector<TransferDesc> d;
+  for (uint64_t i = 0; i < kN; ++i) d.push_back({src.addr() + i * kB, r.addr + 2 * i * kB, kB});
+  XT_ASSERT_OK(Write(d));
+  for (auto& x : d) x.local_addr = back.addr() + (x.local_addr - src.addr());
+  XT_ASSERT_OK(Read(d));
+  EXPECT_EQ(back.Hash(), src.Hash());
+}
+
+TEST_F(IntegrationUcx, SeveralThreadsOverSeveralLinks) {
+  constexpr int kThreads = 4;
+  constexpr uint64_t kLen = 4 << 20;
+  const PeerRegion r = peer_.Alloc(kThreads * kLen);
+  std::vector<std::unique_ptr<LocalBuffer>> bufs;
+  for (int t = 0; t < kThreads; ++t) {
+    bufs.push_back(std::make_unique<LocalBuffer>(kLen));
+    bufs.back()->Fill(100 + t);
+  }
+  std::vector<xfer::Status> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      results[t] = Write({{bufs[t]->addr(), r.addr + t * kLen, kLen}});
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    XT_EXPECT_OK(results[t]);
+    EXPECT_EQ(peer_.SumRange(r.addr + t * kLen, kLen), bufs[t]->Hash()) << t;
+  }
+}
+
+TEST_F(IntegrationUcx, RangeOutsideTheRegionsIsRefusedAndTheLinkStaysUsable) {
+  const PeerRegion r = peer_.Alloc(1 << 20);
+  LocalBuffer src(1 << 20);
+  src.Fill(6);
+  const xfer::Status s = Write({{src.addr(), r.addr + (1 << 20) - 100, 4096}});
+  EXPECT_EQ(s.code(), StatusCode::kRemoteAccessDenied) << s.ToString();
+  XT_ASSERT_OK(Write({{src.addr(), r.addr, 1 << 20}}));
+  EXPECT_EQ(peer_.Sum(r), src.Hash());
+}
+
+TEST_F(IntegrationUcx, RegistrationAfterConnectIsReachable) {
+  // The region (and its remote key) is registered after the session started.
+  const PeerRegion late = peer_.Alloc(256 << 10, "late");
+  LocalBuffer src(256 << 10);
+  src.Fill(7);
+  XT_ASSERT_OK(Write({{src.addr(), late.addr, 256 << 10}}));
+  EXPECT_EQ(peer_.Sum(late), src.Hash());
+  // Deregistered: refused, not written.
+  Reply d = peer_.Call("dereg " + std::to_string(late.handle));
+  ASSERT_TRUE(d.ok) << d.line;
+  EXPECT_EQ(Write({{src.addr(), late.addr, 4096}}).code(), StatusCode::kRemoteAccessDenied);
+}
+
+TEST_F(IntegrationUcx, PeerKilledDuringATransferFailsTheRequest) {
+  constexpr uint64_t kLen = 64 << 20;
+  const PeerRegion r = peer_.Alloc(kLen);
+  LocalBuffer src(kLen);
+  src.Fill(8);
+  std::vector<TransferDesc> d;
+  for (int i = 0; i < 16; ++i) d.push_back({src.addr(), r.addr, kLen});  // ~1 GiB in all
+  xfer::RequestHandle h = 0;
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, d, 60s, &h));
+  std::this_thread::sleep_for(50ms);
+  peer_.KillNow();
+  const auto t0 = Clock::now();
+  xfer::RequestStatus st;
+  const xfer::Status w = engine_.Wait(h, 20s, &st);
+  EXPECT_LT(SecondsSince(t0), 10.0) << "a dead peer must end the request promptly";
+  EXPECT_TRUE(st.state == xfer::RequestState::kFailed || st.state == xfer::RequestState::kCompleted)
+      << w.ToString();
+  if (st.state == xfer::RequestState::kFailed) {
+    EXPECT_EQ(w.code(), StatusCode::kConnectionLost) << w.ToString();
+  }
+}
+
+// Different host ids: ucx is preferred over tcp when both sides offer it.
+TEST(IntegrationUcxChoice, PreferredOverTcpForAnotherHost) {
+  std::string err;
+  PeerProcess other;
+  PeerOptions po;
+  po.host_id = "fake-host-B";
+  ASSERT_TRUE(other.Start(po, &err)) << err;
+  xfer::EngineOptions eo;
+  eo.host_id = "fake-host-A";
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", eo));
+  XT_ASSERT_OK(e.Connect(other.name(), 10s));
+  xfer::PeerInfo info;
+  XT_ASSERT_OK(e.GetPeerInfo(other.name(), &info));
+  EXPECT_EQ(info.transport, "ucx");
+  const PeerRegion r = other.Alloc(1 << 20);
+  LocalBuffer src(1 << 20);
+  src.Fill(78);
+  XT_ASSERT_OK(e.TransferSync(other.name(), Op::kWrite, {{src.addr(), r.addr, src.len()}}, 10s));
+  EXPECT_EQ(other.Sum(r), src.Hash());
+}
+
+}  // namespace
+}  // namespace xfer_test
