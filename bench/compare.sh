@@ -8,7 +8,10 @@
 # TCP socket pair on loopback (bench/raw_tcp) against xfer over tcp, and ucx_perftest (Debian's
 # ucx-utils: ucp_put_bw / ucp_get over UCX_TLS=posix and UCX_TLS=tcp, UCT put_bw / get over cma)
 # against xfer with --reuse (ucx_perftest reuses one buffer, so xfer does too there). Prints the
-# tables and writes bench/RESULTS.md.
+# tables and writes bench/RESULTS.md: its head, up to the sections that bench/compare_tcp.sh
+# ("## tcp") and bench/compare_shm.sh ("## shm") write, which are kept. xfer runs with
+# --mem register (mmap'd, registered memory, as the raw baselines use), so that same-host bytes
+# go through cma; bench/compare_shm.sh measures AllocMem memory (shm).
 #
 #   bench/compare.sh [BUILD_DIR]            (default: build)
 #   env: DURATION=0.3 (s per cell)  ROUNDS=5  SIZES=16K:8M  REUSE=1 (reuse buffers instead of
@@ -21,6 +24,8 @@ if [ "${QUICK:-0}" = 1 ]; then
   DURATION=${DURATION:-0.1}; ROUNDS=${ROUNDS:-1}; SIZES=${SIZES:-16K,256K,4M}
 fi
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 BUILD=${1:-build}
 DURATION=${DURATION:-0.3}
 ROUNDS=${ROUNDS:-5}
@@ -50,9 +55,9 @@ trap 'rm -rf "$tmp"' EXIT
 # tools alternating (and which goes first alternating by round), so that both see the same
 # moment of a shared machine: SIZE below is each size of $SIZES in turn.
 cmd_raw=("$RAW" -s SIZE -D "$DURATION" "${PATTERN[@]}")
-cmd_xfer=("$XB" -s SIZE -D "$DURATION" --transport cma "${PATTERN[@]}")
+cmd_xfer=("$XB" -s SIZE -D "$DURATION" --transport cma --mem register "${PATTERN[@]}")
 cmd_raw_batch=("$RAW" -s "$BATCH_SIZE" -D "$DURATION" --batch "$BATCH" --no-memcpy "${PATTERN[@]}")
-cmd_xfer_batch=("$XB" -s "$BATCH_SIZE" -D "$DURATION" --batch "$BATCH" --transport cma "${PATTERN[@]}")
+cmd_xfer_batch=("$XB" -s "$BATCH_SIZE" -D "$DURATION" --batch "$BATCH" --transport cma --mem register "${PATTERN[@]}")
 sizes=$("$RAW" -s "$SIZES" --print-sizes)
 
 # raw_cma table -> "raw <column> <bytes> <GB/s>" lines.
@@ -65,12 +70,6 @@ parse_xfer() {
   local suffix=$1
   awk -v suf="$suffix" '/^## write_bw/ { op = "write"; next } /^## read_bw/ { op = "read"; next }
        /^[0-9]/ && op != "" { print "xfer", op suf, $1, $3 }'
-}
-with_size() {  # with_size SIZE cmd...: runs cmd with its SIZE placeholder replaced
-  local size=$1 a out=()
-  shift
-  for a in "$@"; do [ "$a" = SIZE ] && out+=("$size") || out+=("$a"); done
-  "${out[@]}"
 }
 run_raw() { with_size "$2" "${cmd_raw[@]}" | tee -a "$tmp/raw_$1.txt" | parse_raw >>"$tmp/all.txt"; }
 run_xfer() { with_size "$2" "${cmd_xfer[@]}" | tee -a "$tmp/xfer_$1.txt" | parse_xfer "" >>"$tmp/all.txt"; }
@@ -151,8 +150,8 @@ if [ "${TCP:-1}" = 1 ] && "$BUILD/tools/xfer-info" --no-engine 2>/dev/null | gre
 have_ucx=0
 if [ "${UCX:-1}" = 1 ] && command -v ucx_perftest >/dev/null; then have_ucx=1; fi
 cmd_rawtcp=("$RAWTCP" -s "$SIZES" -D "$DURATION" "${PATTERN[@]}")
-cmd_xfer_tcp=("$XB" -s "$SIZES" -D "$DURATION" --transport tcp "${PATTERN[@]}")
-cmd_xfer_reuse=("$XB" -s "$SIZES" -D "$DURATION" --transport cma --reuse)
+cmd_xfer_tcp=("$XB" -s "$SIZES" -D "$DURATION" --transport tcp --mem register "${PATTERN[@]}")
+cmd_xfer_reuse=("$XB" -s "$SIZES" -D "$DURATION" --transport cma --mem register --reuse)
 : >"$tmp/other.txt"
 if [ "${TCP:-1}" = 1 ]; then
   echo "  raw tcp: $SIZES" >&2
@@ -163,10 +162,9 @@ if [ $have_tcp = 1 ]; then
   "${cmd_xfer_tcp[@]}" | tee "$tmp/xfertcp.txt" | awk '/^## write_bw/ { op = "w"; next } /^## read_bw/ { op = "r"; next }
        /^[0-9]/ && op != "" { print "xfertcp_" op, $1, $3 }' >>"$tmp/other.txt"
 fi
-# ucx_perftest: a server and a client on loopback per (test, size); bandwidth "overall" in MB/s
-# (2^20 B/s), converted to GB/s (1e9 B/s). Iterations: about UCX_BYTES (UCX_TCP_BYTES over tcp).
-UCX_BYTES=${UCX_BYTES:-1G}
-UCX_TCP_BYTES=${UCX_TCP_BYTES:-64M}
+# ucx_perftest (ucx_run in bench/lib.sh): a server and a client on loopback per (test, size);
+# bandwidth "overall" in MB/s (2^20 B/s), converted to GB/s (1e9 B/s). Iterations: about
+# UCX_BYTES (UCX_TCP_BYTES over tcp).
 ucx_cfgs=(
   "ucp_put_posix|posix|-t ucp_put_bw"
   "ucp_get_posix|posix|-t ucp_get"
@@ -175,26 +173,6 @@ ucx_cfgs=(
   "uct_put_cma|cma|-t put_bw -x cma -d memory -D zcopy"
   "uct_get_cma|cma|-t get -x cma -d memory -D zcopy"
 )
-ucx_port=$((13500 + RANDOM % 1000))
-to_bytes() { case $1 in *G) echo $(( ${1%G} << 30 ));; *M) echo $(( ${1%M} << 20 ));; *) echo "$1";; esac; }
-ucx_run() {  # ucx_run NAME TLS SIZE ARGS...
-  local name=$1 tls=$2 size=$3 budget n w out
-  shift 3
-  budget=$(to_bytes "$UCX_BYTES"); [ "$tls" = tcp ] && budget=$(to_bytes "$UCX_TCP_BYTES")
-  n=$(( budget / size )); [ $n -lt 20 ] && n=20; [ $n -gt 200000 ] && n=200000
-  w=$(( n / 10 )); [ $w -lt 5 ] && w=5
-  ucx_port=$((ucx_port + 1))
-  UCX_TLS=$tls timeout 60 ucx_perftest -p $ucx_port "$@" -s "$size" -n $n -w $w >/dev/null 2>&1 &
-  local srv=$!
-  out=""
-  for _ in 1 2 3 4 5 6 7 8 9 10; do
-    sleep 0.2
-    out=$(UCX_TLS=$tls timeout 60 ucx_perftest 127.0.0.1 -p $ucx_port "$@" -s "$size" -n $n -w $w -f 2>/dev/null | tail -n 1) && break
-  done
-  kill $srv 2>/dev/null || true
-  wait $srv 2>/dev/null || true
-  echo "$out" | awk -v name="$name" -v size="$size" 'NF >= 8 && $1 ~ /^[0-9]+$/ { printf "%s %s %.4f\n", name, size, $6 * 1048576 / 1e9 }'
-}
 if [ $have_ucx = 1 ]; then
   echo "  ucx_perftest: ${#ucx_cfgs[@]} tests x sizes $SIZES" >&2
   for cfg in "${ucx_cfgs[@]}"; do
@@ -236,16 +214,13 @@ if [ -s "$tmp/other.md" ]; then
 fi
 
 if [ "$RESULTS" != "-" ]; then
-  q() { local s="" a; for a in "$@"; do s+="${s:+ }$(printf '%q' "$a")"; done; printf '%s' "$s"; }
-  tcp_section=""  # bench/compare_tcp.sh's section stays
-  [ -f "$RESULTS" ] && tcp_section=$(awk '/^## tcp/ { p = 1 } p' "$RESULTS")
   {
     echo "# xfer vs raw baselines (cma)"
     echo
     echo "Written by \`bench/compare.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC')."
     echo
-    echo "- machine: $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), kernel $(uname -r), $(awk '/MemTotal/ { printf "%.0f GiB RAM", $2 / 1048576 }' /proc/meminfo)"
-    echo "- xfer $(git describe --always --dirty 2>/dev/null || echo "(no git revision)"), transport ${transport:-unknown}"
+    echo "- machine: $(machine_line)"
+    echo "- xfer $(xfer_revision), transport ${transport:-unknown} (--mem register: mmap'd memory registered with RegisterMem, as the raw loop uses)"
     echo "- pattern: $PATTERN_NAME; remote blocks pair-swapped so no two descriptors coalesce"
     echo "- each cell: $DURATION s timed after a warm-up pass; best of $ROUNDS rounds, tools alternating"
     echo "- GB/s = 1e9 bytes/s; x/r = xfer / raw one-call-per-block loop"
@@ -255,7 +230,7 @@ if [ "$RESULTS" != "-" ]; then
     echo "Command: \`bench/compare.sh${1:+ $1}\` (DURATION=$DURATION ROUNDS=$ROUNDS SIZES=$SIZES BATCH=$BATCH BATCH_SIZE=$BATCH_SIZE${REUSE:+ REUSE=$REUSE}), which runs:"
     echo
     echo '```'
-    echo "# for SIZE in $(echo $sizes | tr '\n' ' '), alternating:"
+    echo "# for SIZE in ${sizes//$'\n'/ }, alternating:"
     q "${cmd_raw[@]}"; echo
     q "${cmd_xfer[@]}"; echo
     echo "# then:"
@@ -291,7 +266,8 @@ if [ "$RESULTS" != "-" ]; then
          /^#/ && seen[$0]++ { next } /^$/ { next } { print }' \
       "$tmp/xfer_$ROUNDS.txt" "$tmp/raw_$ROUNDS.txt" "$tmp/xferb_$ROUNDS.txt" "$tmp/rawb_$ROUNDS.txt"
     echo '```'
-    [ -z "$tcp_section" ] || printf '\n%s\n' "$tcp_section"
-  } >"$RESULTS"
-  echo "wrote $RESULTS"
+  } >"$tmp/results.md"
+  # The sections of bench/compare_tcp.sh and bench/compare_shm.sh stay.
+  results_section "$RESULTS" "" "$tmp/results.md"
+  echo "wrote the head of $RESULTS"
 fi

@@ -5,7 +5,8 @@
 # batches of 1000. Every cell runs ROUNDS times, the tools alternating, and the best round
 # counts (this machine's cores are shared). Prints the table with the tcp targets and writes it
 # into bench/RESULTS.md as the section that starts with "## tcp" (the rest of the file, which
-# bench/compare.sh writes, is kept).
+# bench/compare.sh and bench/compare_shm.sh write, is kept). xfer runs with --mem register
+# (mmap'd memory, as the raw socket pair uses).
 #
 #   bench/compare_tcp.sh [BUILD_DIR]        (default: build)
 #   env: DURATION=0.3  ROUNDS=5  SIZES=1M:8M  LINKS=2  BATCH=1000  BATCH_SIZE=16K
@@ -14,6 +15,8 @@
 set -euo pipefail
 if [ "${QUICK:-0}" = 1 ]; then DURATION=${DURATION:-0.1}; ROUNDS=${ROUNDS:-1}; fi
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 BUILD=${1:-build}
 DURATION=${DURATION:-0.3}
 ROUNDS=${ROUNDS:-5}
@@ -30,26 +33,18 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 cmd_raw=("$RAW" -s SIZE -D "$DURATION")
-cmd_x1=("$XB" -s SIZE -D "$DURATION" --transport tcp --links 1)
-cmd_xn=("$XB" -s SIZE -D "$DURATION" --transport tcp --links "$LINKS")
-cmd_xb=("$XB" -s "$BATCH_SIZE" -D "$DURATION" --transport tcp --links "$LINKS" --batch "$BATCH")
+cmd_x1=("$XB" -s SIZE -D "$DURATION" --transport tcp --mem register --links 1)
+cmd_xn=("$XB" -s SIZE -D "$DURATION" --transport tcp --mem register --links "$LINKS")
+cmd_xb=("$XB" -s "$BATCH_SIZE" -D "$DURATION" --transport tcp --mem register --links "$LINKS" --batch "$BATCH")
 sizes=$("$RAW" -s "$SIZES" --print-sizes)
 batch_bytes=$("$RAW" -s "$BATCH_SIZE" --print-sizes)
 
-with_size() {  # with_size SIZE cmd...: runs cmd with its SIZE placeholder replaced
-  local size=$1 a out=()
-  shift
-  for a in "$@"; do [ "$a" = SIZE ] && out+=("$size") || out+=("$a"); done
-  "${out[@]}"
-}
 # "<column> <bytes> <GB/s>" lines from raw_tcp and xfer-bench tables.
 raw() { with_size "$1" "${cmd_raw[@]}" | awk '/^[0-9]/ { print "raw", $1, $3 }' >>"$tmp/all.txt"; }
 xfer() {  # xfer NAME SIZE cmd...
   local name=$1 size=$2
   shift 2
-  with_size "$size" "$@" | tee "$tmp/last_$name.txt" |
-    awk -v n="$name" '/^## write_bw/ { op = "w"; next } /^## read_bw/ { op = "r"; next }
-                      /^[0-9]/ && op != "" { print n "_" op, $1, $3 }' >>"$tmp/all.txt"
+  with_size "$size" "$@" | tee "$tmp/last_$name.txt" | xfer_rows "$name" | awk '$1 != "path"' >>"$tmp/all.txt"
 }
 
 echo "compare_tcp: $ROUNDS rounds, $DURATION s per cell, sizes $SIZES, links 1 and $LINKS" >&2
@@ -94,17 +89,13 @@ echo
 cat "$tmp/table.md"
 
 if [ "$RESULTS" != "-" ]; then
-  q() { local s="" a; for a in "$@"; do s+="${s:+ }$(printf '%q' "$a")"; done; printf '%s' "$s"; }
-  kept=""
-  [ -f "$RESULTS" ] && kept=$(awk '/^## tcp/ { exit } { print }' "$RESULTS")
   {
-    [ -n "$kept" ] && printf '%s\n\n' "$kept"
     echo "## tcp transport vs a raw TCP socket on loopback"
     echo
-    echo "Written by \`bench/compare_tcp.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'): xfer $(git describe --always --dirty 2>/dev/null || echo "(no git revision)"), $(nproc) CPUs, kernel $(uname -r); load average at the end $(cut -d' ' -f1-3 /proc/loadavg)."
+    echo "Written by \`bench/compare_tcp.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'): xfer $(xfer_revision), $(nproc) CPUs, kernel $(uname -r); load average at the end $(cut -d' ' -f1-3 /proc/loadavg)."
     [ -z "${NOTE:-}" ] || echo "Note: $NOTE"
     echo
-    echo "Command: \`bench/compare_tcp.sh${1:+ $1}\` (DURATION=$DURATION ROUNDS=$ROUNDS SIZES=$SIZES LINKS=$LINKS), which runs, per SIZE in $(echo $sizes) and $batch_bytes, alternating:"
+    echo "Command: \`bench/compare_tcp.sh${1:+ $1}\` (DURATION=$DURATION ROUNDS=$ROUNDS SIZES=$SIZES LINKS=$LINKS), which runs, per SIZE in ${sizes//$'\n'/ } and $batch_bytes, alternating:"
     echo
     echo '```'
     q "${cmd_raw[@]}"; echo
@@ -115,6 +106,6 @@ if [ "$RESULTS" != "-" ]; then
     echo
     cat "$tmp/table.md"
   } >"$tmp/results.md"
-  mv "$tmp/results.md" "$RESULTS"
+  results_section "$RESULTS" tcp "$tmp/results.md"
   echo "wrote the tcp section of $RESULTS"
 fi

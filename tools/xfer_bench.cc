@@ -2,7 +2,8 @@
 // nixlbench, HIXL's per-block-size tables), for xfer.
 //
 //   xfer-bench                                   the main job: a local target child, WRITE then
-//                                                READ, 16K..8M, best same-host transport
+//                                                READ, 16K..8M, best same-host transport;
+//                                                buffers from Engine::AllocMem, so shm
 //   xfer-bench write_bw|read_bw|write_lat|read_lat|table [options] [host:port]
 //                                                one test; without a peer, a local target child
 //   xfer-bench serve [--listen host:port]        the target side for two-machine runs
@@ -13,6 +14,10 @@
 // target starts an engine with those options, registers its region and answers with its engine
 // name. Per size the client marks the timed window (the target reports its CPU time, and with
 // -b/--bidirectional runs the same test toward the client at the same time).
+//
+// --mem alloc (default): both sides' buffers come from Engine::AllocMem, so a same-host peer
+// maps them and moves bytes with memcpy (path shm); --mem register: mmap + RegisterMem (cma).
+// After each test a "# path:" line says where the bytes went (GetPeerInfo's counters).
 //
 // Buffer pattern, block layout and statistics come from bench_util.h, shared with the raw
 // baselines in bench/, so that both measure the same thing.
@@ -660,6 +665,10 @@ struct Row {
   double cpu = -1;     // % of one CPU, this process
   double srv_cpu = -1; // % of one CPU, the target process, where known
   std::string verify;  // "", "ok", "FAILED: ..."
+  // Bytes the engine moved to or from the peer in the timed window, by path (GetPeerInfo's
+  // shm_bytes and transport_bytes); -1 when unknown.
+  int64_t shm_bytes = -1;
+  int64_t transport_bytes = -1;
 };
 
 json OptNum(double v) { return v >= 0 ? json(v) : json(nullptr); }
@@ -691,7 +700,9 @@ json RowToJson(const Row& r) {
             {"p99_9", r.lat.p999}}},
           {"cpu_pct", OptNum(r.cpu)},
           {"server_cpu_pct", OptNum(r.srv_cpu)},
-          {"verify", r.verify.empty() ? json(nullptr) : json(r.verify)}};
+          {"verify", r.verify.empty() ? json(nullptr) : json(r.verify)},
+          {"shm_bytes", r.shm_bytes >= 0 ? json(r.shm_bytes) : json(nullptr)},
+          {"transport_bytes", r.transport_bytes >= 0 ? json(r.transport_bytes) : json(nullptr)}};
 }
 
 Row RowFromJson(const json& j) {
@@ -717,6 +728,8 @@ Row RowFromJson(const json& j) {
   r.lat.p999 = l.at("p99_9");
   r.cpu = j.at("cpu_pct").is_null() ? -1 : j.at("cpu_pct").get<double>();
   r.verify = j.at("verify").is_null() ? "" : j.at("verify").get<std::string>();
+  r.shm_bytes = j.at("shm_bytes").is_null() ? -1 : j.at("shm_bytes").get<int64_t>();
+  r.transport_bytes = j.at("transport_bytes").is_null() ? -1 : j.at("transport_bytes").get<int64_t>();
   return r;
 }
 
@@ -733,7 +746,7 @@ struct Hooks {
 
 class Initiator {
  public:
-  Initiator(const Config& c, Engine* engine, std::string peer, const Span* local,
+  Initiator(const Config& c, Engine* engine, std::string peer, const BenchMem* local,
             uint64_t remote_addr, uint64_t remote_len)
       : c_(c), engine_(engine), peer_(std::move(peer)), local_(local),
         remote_addr_(remote_addr), remote_len_(remote_len) {}
@@ -786,7 +799,7 @@ class Initiator {
   const Config& c_;
   Engine* engine_;
   std::string peer_;
-  const Span* local_;
+  const BenchMem* local_;
   uint64_t remote_addr_, remote_len_;
 };
 
@@ -934,6 +947,9 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
   std::string hook_err;
   if (!stop && hooks.before_start) hook_err = hooks.before_start();
   if (!hook_err.empty()) set_err(hook_err);
+  // Bytes by path before and after the timed window (nothing is in flight at either point).
+  xfer::PeerInfo pi0, pi1;
+  const bool have_pi0 = engine_->GetPeerInfo(peer_, &pi0).ok();
   const uint64_t cpu0 = ProcessCpuNs();
   {
     std::lock_guard<std::mutex> g(mu);
@@ -963,6 +979,7 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
   for (auto& x : th) x.join();
   if (progress) progress->Clear();
   const uint64_t cpu1 = ProcessCpuNs();
+  const bool have_pi = have_pi0 && engine_->GetPeerInfo(peer_, &pi1).ok();
   if (first_err.empty() && hooks.after_end) {
     std::string e = hooks.after_end();
     if (!e.empty()) first_err = e;
@@ -990,6 +1007,10 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
   row->msg_rate = secs > 0 ? double(row->descs) / secs / 1e6 : 0;
   row->lat = ComputeLatStats(all);
   row->cpu = secs > 0 ? double(cpu1 - cpu0) / 1e9 / secs * 100 : -1;
+  if (have_pi) {
+    row->shm_bytes = int64_t(pi1.shm_bytes - pi0.shm_bytes);
+    row->transport_bytes = int64_t(pi1.transport_bytes - pi0.transport_bytes);
+  }
   if (c_.verify) row->verify = Verify(block);
   return true;
 }
@@ -1022,7 +1043,8 @@ std::string Initiator::Verify(uint64_t block) {
 }
 
 // Finds the peer's region tagged `tag`, the largest host one.
-Status FindRegion(Engine& e, const std::string& peer, const char* tag, uint64_t* addr, uint64_t* len) {
+Status FindRegion(Engine& e, const std::string& peer, const char* tag, uint64_t* addr, uint64_t* len,
+                  bool* shared = nullptr) {
   std::vector<xfer::RegionInfo> regions;
   Status st = e.GetRemoteRegions(peer, &regions);
   if (!st.ok()) return st;
@@ -1034,6 +1056,7 @@ Status FindRegion(Engine& e, const std::string& peer, const char* tag, uint64_t*
             "the peer " + peer + " advertises no host region tagged '" + tag + "' (is it xfer-bench?)"};
   *addr = best->addr;
   *len = best->len;
+  if (shared) *shared = best->shared;
   return Status::Ok();
 }
 
@@ -1081,30 +1104,28 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::st
   for (const std::string* m : {&c.local_mem, &c.remote_mem})
     if (*m != "host") return refuse("memory '" + *m + "' is unsupported in this build");
 
-  Span region, local;
-  if (!region.Allocate(c.span)) return refuse("cannot allocate " + FormatSize(c.span));
-  if (c.bidir && !local.Allocate(c.span)) return refuse("cannot allocate " + FormatSize(c.span));
+  // Declared before the engine, so that they outlive it (registered memory is unmapped only
+  // after the engine finalized).
+  BenchMem region, local;
   Engine engine;
   Status st = engine.Initialize(engine_host + ":0", MakeEngineOptions(c));
   if (!st.ok()) return refuse("Initialize(" + engine_host + ":0): " + st.ToString());
-  xfer::MemHandle h = 0;
-  st = engine.RegisterMem(region.data(), region.size(), xfer::MemType::kHost, &h, kRegionTag);
-  if (!st.ok()) return refuse("RegisterMem: " + st.ToString());
-  if (c.bidir) {
-    st = engine.RegisterMem(local.data(), local.size(), xfer::MemType::kHost, &h, kLocalTag);
-    if (!st.ok()) return refuse("RegisterMem: " + st.ToString());
-  }
+  e = region.Allocate(&engine, c, c.span, kRegionTag);
+  if (e.empty() && c.bidir) e = local.Allocate(&engine, c, c.span, kLocalTag);
+  if (!e.empty()) return refuse(e);
   if (!ctl.Send({{"type", "ready"},
                  {"engine", engine.LocalName()},
                  {"pid", int(getpid())},
                  {"in_process", in_process},
                  {"region_len", region.size()},
+                 {"page_kb", region.page_kb()},
                  {"host", MachineLine()}}))
     return "the control connection closed";
   if (verbose)
-    std::printf("xfer-bench serve: client %s: engine %s, %s registered\n",
+    std::printf("xfer-bench serve: client %s: engine %s, %s %s\n",
                 hello.value("client", "?").c_str(), engine.LocalName().c_str(),
-                FormatSize(region.size()).c_str());
+                FormatSize(region.size()).c_str(),
+                c.mem == "alloc" ? "allocated (AllocMem)" : "registered");
 
   // Bidirectional: this side's initiator toward the client, on its own thread per size.
   std::string client;
@@ -1126,6 +1147,7 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::st
   auto cpu_s = [] { return double(ProcessCpuNs()) / 1e9; };
 
   std::string result;
+  bool bye = false;
   for (;;) {
     json m;
     e = ctl.Recv(&m, -1);
@@ -1134,7 +1156,10 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::st
       break;
     }
     const std::string type = m["type"];
-    if (type == "bye") break;
+    if (type == "bye") {
+      bye = true;
+      break;
+    }
     if (type == "bidir") {
       client = m.value("client_engine", "");
       uint64_t raddr = 0, rlen = 0;
@@ -1152,7 +1177,7 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::st
         result = refuse(why);
         break;
       }
-      ctl.Send({{"type", "ok"}, {"transport", pi.transport}});
+      ctl.Send({{"type", "ok"}, {"transport", pi.transport}, {"shm", pi.shm}});
     } else if (type == "prepare") {
       if (!init) {
         ctl.Send({{"type", "prepared"}});
@@ -1218,7 +1243,14 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::st
     }
   }
   release();
+  // Free the memory while the client still listens (FreeMem waits for its peers to let go),
+  // then tell it, so that it finalizes only after.
+  std::string free_err = region.Free();
+  std::string e2 = local.Free();
+  if (free_err.empty()) free_err = e2;
+  if (bye) ctl.Send({{"type", "bye"}, {"free_error", free_err}});
   engine.Finalize();
+  if (result.empty() && !free_err.empty()) result = free_err;
   return result;
 }
 
@@ -1394,21 +1426,29 @@ class Bench {
   bool WriteJson(std::string* err);
   bool WriteCsv(std::string* err);
   std::string WhereLine() const;
+  std::string MemNote() const;
+  std::string HugeNote() const;
+  void PrintPaths(const std::string& test);
 
   Config c_;
   std::string argv0_, invoked_;
   LocalTarget target_;
   Ctl ctl_;
+  // Before engine_, so that they outlive it (Teardown releases them in order anyway).
+  BenchMem local_, region_;  // region_: this side's target region (bidirectional)
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Initiator> init_;
   std::string peer_;
   xfer::PeerInfo peer_info_;
   std::string rev_transport_;
+  bool rev_shm_ = false;
   bool srv_in_process_ = false;
   int srv_pid_ = 0;
   std::string srv_host_;
+  uint64_t srv_page_kb_ = 0;
+  uint64_t local_page_kb_ = 0;  // with --huge-pages: the page size of this side's buffers
   uint64_t remote_addr_ = 0, remote_len_ = 0;
-  Span local_, region_;  // region_: this side's target region (bidirectional)
+  bool remote_shared_ = false;  // the peer's region came from AllocMem
   std::vector<Row> rows_;
   std::vector<Cell> cells_;  // table
   Progress progress_;
@@ -1428,10 +1468,6 @@ std::string Bench::Setup(const std::string& transport) {
     if (fd < 0) return err;
   }
   ctl_.Reset(fd);
-  if (!local_.size() && !local_.Allocate(c.span))
-    return "cannot allocate " + FormatSize(c.span) + " of local buffers";
-  if (c.bidir && !region_.size() && !region_.Allocate(c.span))
-    return "cannot allocate " + FormatSize(c.span) + " for the reverse direction";
 
   json reply;
   json hello = {{"type", "hello"}, {"schema", kCtlSchema}, {"version", kCtlVersion},
@@ -1442,6 +1478,7 @@ std::string Bench::Setup(const std::string& transport) {
   srv_in_process_ = reply.value("in_process", false);
   srv_pid_ = reply.value("pid", 0);
   srv_host_ = reply.value("host", "");
+  srv_page_kb_ = reply.value("page_kb", uint64_t(0));
 
   // This engine listens only when the peer must reach it (bidirectional).
   std::string name = c.local_name;
@@ -1452,18 +1489,19 @@ std::string Bench::Setup(const std::string& transport) {
   engine_ = std::make_unique<Engine>();
   Status st = engine_->Initialize(name, MakeEngineOptions(c));
   if (!st.ok()) return "Initialize(" + name + "): " + st.ToString();
-  xfer::MemHandle h;
-  st = engine_->RegisterMem(local_.data(), local_.size(), xfer::MemType::kHost, &h, kLocalTag);
-  if (!st.ok()) return "RegisterMem (local buffers): " + st.ToString();
+  // The buffers belong to this engine (AllocMem), or are registered with it.
+  err = local_.Allocate(engine_.get(), c, c.span, kLocalTag);
+  if (!err.empty()) return "local buffers: " + err;
+  local_page_kb_ = local_.page_kb();
   if (c.bidir) {
-    st = engine_->RegisterMem(region_.data(), region_.size(), xfer::MemType::kHost, &h, kRegionTag);
-    if (!st.ok()) return "RegisterMem (target region): " + st.ToString();
+    err = region_.Allocate(engine_.get(), c, c.span, kRegionTag);
+    if (!err.empty()) return "target region for the reverse direction: " + err;
   }
   st = ConnectEngine(*engine_, peer_, c.connect_timeout);
   if (!st.ok()) return "Connect(" + peer_ + "): " + st.ToString();
   st = engine_->GetPeerInfo(peer_, &peer_info_);
   if (!st.ok()) return "GetPeerInfo(" + peer_ + "): " + st.ToString();
-  st = FindRegion(*engine_, peer_, kRegionTag, &remote_addr_, &remote_len_);
+  st = FindRegion(*engine_, peer_, kRegionTag, &remote_addr_, &remote_len_, &remote_shared_);
   if (!st.ok()) return st.message();
   init_ = std::make_unique<Initiator>(c_, engine_.get(), peer_, &local_, remote_addr_, remote_len_);
   err = init_->CheckRemote();
@@ -1472,18 +1510,31 @@ std::string Bench::Setup(const std::string& transport) {
     err = ctl_.Call({{"type", "bidir"}, {"client_engine", engine_->LocalName()}}, &reply, 30000);
     if (!err.empty()) return err;
     rev_transport_ = reply.value("transport", "");
+    rev_shm_ = reply.value("shm", false);
   }
   return "";
 }
 
 void Bench::Teardown() {
+  init_.reset();
+  // AllocMem memory goes back with FreeMem while the peer is still connected (it waits for the
+  // peer to let go); the target frees its own on "bye" and answers when done, and only then
+  // this engine finalizes, so that neither waits on a peer that is gone.
+  std::string err = local_.Free();
+  if (err.empty()) err = region_.Free();
+  if (!err.empty()) std::fprintf(stderr, "xfer-bench: warning: %s\n", err.c_str());
   if (ctl_.open()) {
-    ctl_.Send({{"type", "bye"}});
+    json reply;
+    if (ctl_.Call({{"type", "bye"}}, &reply, 30000).empty()) {
+      std::string fe = reply.value("free_error", "");
+      if (!fe.empty()) std::fprintf(stderr, "xfer-bench: warning: the target: %s\n", fe.c_str());
+    }
     ctl_.Close();
   }
-  init_.reset();
   if (engine_) engine_->Finalize();
   engine_.reset();
+  local_.Reset();
+  region_.Reset();
   target_.Stop();
 }
 
@@ -1530,6 +1581,83 @@ std::string Bench::WhereLine() const {
          srv_host_.substr(0, srv_host_.find(',')) + ")";
 }
 
+std::string Bench::MemNote() const {
+  if (c_.mem == "alloc")
+    return std::string("--mem alloc: both sides' buffers from Engine::AllocMem (memfd; a same-host "
+                       "peer maps it: path shm)") +
+           (engine_ && !remote_shared_ ? " (but the peer's region is not shared memory)" : "");
+  return "--mem register: both sides' buffers mmap'd and registered (RegisterMem: the peer's "
+         "transport, cma on one host)";
+}
+
+std::string Bench::HugeNote() const {
+  if (!c_.huge_pages) return "";
+  auto got = [](uint64_t kb) {
+    return kb == 0 ? std::string("unknown") : std::to_string(kb) + " kB";
+  };
+  const bool small = local_page_kb_ == 4 || srv_page_kb_ == 4;
+  return "; --huge-pages: page size here " + got(local_page_kb_) + ", at the target " +
+         got(srv_page_kb_) + (small ? " (4 kB: the kernel had no huge pages to give)" : "");
+}
+
+// Bytes moved in the timed windows of a test's rows, by path.
+struct PathTotals {
+  int64_t shm = 0, link = 0, moved = 0;
+  bool known = true;
+  std::string transport;
+};
+
+std::string PathText(const PathTotals& p) {
+  if (!p.known) return "unknown (the engine did not report it)";
+  const int64_t total = p.shm + p.link;
+  auto pct = [&](int64_t v) {
+    if (total <= 0) return std::string("0%");
+    double x = 100.0 * double(v) / double(total);
+    if (v > 0 && v < total) x = std::min(99.0, std::max(1.0, x));  // never "100%" unless all
+    char b[16];
+    std::snprintf(b, sizeof b, "%.0f%%", x);
+    return std::string(b);
+  };
+  std::string s = "shm " + pct(p.shm) + " (" + std::to_string(p.shm) + " bytes)";
+  if (p.transport != "shm")
+    s += ", " + (p.transport.empty() ? std::string("transport") : p.transport) + " " + pct(p.link) +
+         " (" + std::to_string(p.link) + " bytes)";
+  else if (p.link > 0)
+    s += ", transport " + pct(p.link) + " (" + std::to_string(p.link) + " bytes)";
+  if (total != p.moved)
+    s += "; WARNING: the engine accounted " + std::to_string(total) + " bytes of the " +
+         std::to_string(p.moved) + " moved";
+  return s;
+}
+
+PathTotals SumPaths(const std::vector<Row>& rows, const std::string& test, const std::string& dir,
+                    uint64_t batch) {
+  PathTotals p;
+  bool any = false;
+  for (const Row& r : rows) {
+    if (r.test != test || r.dir != dir) continue;
+    any = true;
+    p.transport = r.transport;
+    if (r.shm_bytes < 0 || r.transport_bytes < 0) p.known = false;
+    p.shm += std::max<int64_t>(0, r.shm_bytes);
+    p.link += std::max<int64_t>(0, r.transport_bytes);
+    p.moved += int64_t(r.requests * batch * r.bytes);
+  }
+  if (!any) p.known = false;
+  return p;
+}
+
+// After a test's rows: which path the bytes took (this side's engine; with -b, the peer's too).
+void Bench::PrintPaths(const std::string& test) {
+  if (!c_.bidir) {
+    std::printf("# path: %s\n", PathText(SumPaths(rows_, test, "", c_.batch)).c_str());
+  } else {
+    std::printf("# path ->: %s\n", PathText(SumPaths(rows_, test, "->", c_.batch)).c_str());
+    std::printf("# path <-: %s\n", PathText(SumPaths(rows_, test, "<-", c_.batch)).c_str());
+  }
+  std::fflush(stdout);
+}
+
 void Bench::PrintHeader(const std::string& transport_note) {
   std::string tests;
   for (auto& t : c_.tests) tests += (tests.empty() ? "" : ", then ") + t;
@@ -1537,8 +1665,16 @@ void Bench::PrintHeader(const std::string& transport_note) {
   if (!transport_note.empty()) {
     std::printf("# peer:      %s\n", transport_note.c_str());
   } else {
-    std::printf("# peer:      %s (%s); transport %s%s\n", peer_.c_str(), WhereLine().c_str(),
-                peer_info_.transport.c_str(), c_.transport.empty() ? " (best available)" : " (forced)");
+    std::string shm;
+    if (peer_info_.transport != "shm")
+      shm = peer_info_.shm        ? "; shm: yes (the peer's AllocMem memory is mapped here)"
+            : !c_.transport.empty() ? "; shm: no (forcing a transport disables it)"
+                                    : "; shm: no (no mapped path to this peer)";
+    if (c_.bidir)
+      shm += "; reverse direction: transport " + rev_transport_ + ", shm " + (rev_shm_ ? "yes" : "no");
+    std::printf("# peer:      %s (%s); transport %s%s%s\n", peer_.c_str(), WhereLine().c_str(),
+                peer_info_.transport.c_str(),
+                c_.transport.empty() ? " (best available)" : " (forced)", shm.c_str());
   }
   std::printf("# engine:    streams %s; links %s\n",
               c_.streams ? std::to_string(c_.streams).c_str()
@@ -1550,8 +1686,9 @@ void Bench::PrintHeader(const std::string& transport_note) {
               " request%s in flight per thread; %d thread%s\n",
               sizes.c_str(), c_.batch, c_.batch > 1 ? "s" : "", c_.depth, c_.depth > 1 ? "s" : "",
               c_.threads, c_.threads > 1 ? "s" : "");
-  std::printf("# memory:    local %s, remote %s; path direct (no buffer pool in this build)%s\n",
-              c_.local_mem.c_str(), c_.remote_mem.c_str(),
+  std::printf("# memory:    local %s, remote %s; %s%s; path direct (no buffer pool in this build)%s\n",
+              c_.local_mem.c_str(), c_.remote_mem.c_str(), MemNote().c_str(),
+              HugeNote().c_str(),
               c_.bidir ? "; bidirectional: the peer runs the same test toward this side at the "
                          "same time (rows ->, <- and their sum)"
                        : "");
@@ -1642,6 +1779,9 @@ Row SumRows(const Row& a, const Row& b) {
   s.lat.stdev = std::max(a.lat.stdev, b.lat.stdev);
   s.lat.n = a.lat.n + b.lat.n;
   s.verify.clear();
+  s.shm_bytes = a.shm_bytes >= 0 && b.shm_bytes >= 0 ? a.shm_bytes + b.shm_bytes : -1;
+  s.transport_bytes =
+      a.transport_bytes >= 0 && b.transport_bytes >= 0 ? a.transport_bytes + b.transport_bytes : -1;
   return s;
 }
 
@@ -1676,6 +1816,7 @@ int Bench::RunTests() {
         rows_.push_back(fwd);
       }
     }
+    PrintPaths(test);
   }
   Teardown();
   return Finish();
@@ -1714,6 +1855,7 @@ int Bench::RunTable() {
               c_.batch, c_.depth, c_.threads, c_.threads > 1 ? "s" : "",
               c_.reuse ? "--reuse" : ("walking a " + FormatSize(c_.span) + " span per side").c_str());
   std::printf("# links %s\n", LinksNote(c_, "any").c_str());
+  std::printf("# memory: %s\n", MemNote().c_str());
   std::printf("# direction = source memory to destination memory (H host, D device); WRITE "
               "moves local to remote, READ remote to local\n");
   std::printf("# host: %s\n", MachineLine().c_str());
@@ -1730,6 +1872,8 @@ int Bench::RunTable() {
     TRes tr;
     if (t == "local" && !c_.peer.empty()) {
       tr.why = "local: both engines in one process only";
+    } else if (t == "shm" && c_.mem != "alloc") {
+      tr.why = "shm: moves only Engine::AllocMem memory (this run: --mem register)";
     } else {
       std::string err = Setup(t);
       if (err.empty() && peer_info_.transport != t)
@@ -1817,6 +1961,16 @@ int Bench::RunTable() {
     }
     std::printf("\n");
   }
+  // Which path each transport's bytes took (GetPeerInfo's counters over the timed windows).
+  for (const auto& [t, tr] : per) {
+    if (!tr.why.empty() || tr.rows.empty()) continue;
+    std::vector<Row> rows;
+    for (const auto& [test, row] : tr.rows) {
+      rows.push_back(row);
+      rows.back().test = "any";
+    }
+    std::printf("# path %s: %s\n", t.c_str(), PathText(SumPaths(rows, "any", "", c_.batch)).c_str());
+  }
   std::fflush(stdout);
   return Finish();
 }
@@ -1877,7 +2031,33 @@ bool Bench::WriteJson(std::string* err) {
                {"transport", peer_info_.transport},
                {"pid", peer_info_.pid},
                {"host_id", peer_info_.host_id},
-               {"local_target", c_.peer.empty()}};
+               {"local_target", c_.peer.empty()},
+               {"shm", peer_info_.shm},
+               {"region_shared", remote_shared_},
+               {"reverse_transport", c_.bidir ? json(rev_transport_) : json(nullptr)},
+               {"reverse_shm", c_.bidir ? json(rev_shm_) : json(nullptr)}};
+  j["config"]["page_kb"] = {{"local", c_.huge_pages ? json(local_page_kb_) : json(nullptr)},
+                            {"target", c_.huge_pages ? json(srv_page_kb_) : json(nullptr)}};
+  // Which path the bytes took, per test (and direction with -b): GetPeerInfo's counters over
+  // the timed windows.
+  json paths = json::array();
+  for (const auto& t : c_.tests) {
+    if (t == "table") continue;
+    const std::vector<std::string> dirs = c_.bidir ? std::vector<std::string>{"->", "<-"} : std::vector<std::string>{""};
+    for (const std::string& dir : dirs) {
+      PathTotals p = SumPaths(rows_, t, dir, c_.batch);
+      if (!p.known) continue;
+      const int64_t total = p.shm + p.link;
+      paths.push_back({{"test", t},
+                       {"dir", dir.empty() ? json(nullptr) : json(dir)},
+                       {"transport", p.transport},
+                       {"shm_bytes", p.shm},
+                       {"transport_bytes", p.link},
+                       {"moved_bytes", p.moved},
+                       {"shm_pct", total > 0 ? 100.0 * double(p.shm) / double(total) : 0.0}});
+    }
+  }
+  j["paths"] = std::move(paths);
   json rows = json::array();
   for (const Row& r : rows_) rows.push_back(RowToJson(r));
   j["rows"] = std::move(rows);
@@ -1907,7 +2087,8 @@ bool Bench::WriteCsv(std::string* err) {
   }
   f << "test,op,dir,bytes,iters,descriptors,seconds,bw_avg_GBps,bw_avg_Gbps,bw_peak_GBps,"
        "msg_rate_Mops,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p50_us,p99_us,p99_9_us,"
-       "cpu_pct,server_cpu_pct,verify,transport,direction,path,batch,depth,threads,pattern\n";
+       "cpu_pct,server_cpu_pct,verify,transport,direction,path,batch,depth,threads,pattern,mem,"
+       "shm_bytes,transport_bytes\n";
   for (const Row& r : rows_) {
     f << r.test << ',' << OpUpper(TestOp(r.test)) << ',' << r.dir << ',' << r.bytes << ','
       << r.requests << ',' << r.descs << ',' << r.seconds << ',' << r.bw_avg << ',' << r.bw_avg * 8
@@ -1916,7 +2097,9 @@ bool Bench::WriteCsv(std::string* err) {
       << r.lat.p99 << ',' << r.lat.p999 << ',' << (r.cpu >= 0 ? std::to_string(r.cpu) : "") << ','
       << (r.srv_cpu >= 0 ? std::to_string(r.srv_cpu) : "") << ',' << r.verify << ','
       << r.transport << ',' << r.direction << ',' << r.path << ',' << c_.batch << ','
-      << c_.depth << ',' << c_.threads << ',' << (c_.reuse ? "reuse" : "walk") << '\n';
+      << c_.depth << ',' << c_.threads << ',' << (c_.reuse ? "reuse" : "walk") << ','
+      << c_.mem << ',' << (r.shm_bytes >= 0 ? std::to_string(r.shm_bytes) : "") << ','
+      << (r.transport_bytes >= 0 ? std::to_string(r.transport_bytes) : "") << '\n';
   }
   return bool(f);
 }
@@ -1968,8 +2151,20 @@ void AddTestOptions(CLI::App* app, Config& c) {
                   "EngineOptions::spin in us: how long waiters and idle streams spin before they sleep")
       ->check(CLI::Range(int64_t(0), int64_t(1000000)));
   app->add_option("--transport", c.transport,
-                  "Force a transport (local, cma, ...); default: the best both sides offer")
+                  "Force a transport: local, shm (only AllocMem memory, by memcpy from a mapping), "
+                  "cma, tcp (forcing cma or tcp disables shm); default: the best both sides "
+                  "offer, and shm for the peer's AllocMem memory on the same host")
       ->type_name("NAME");
+  app->add_option("--mem", c.mem,
+                  "How both sides get their buffers: alloc = Engine::AllocMem (a memfd that a "
+                  "same-host peer maps: path shm, no system call per transfer), register = "
+                  "mmap + RegisterMem (same host: cma). The header and '# path:' lines say "
+                  "which path the bytes took")
+      ->type_name("alloc|register")
+      ->capture_default_str();
+  app->add_flag("--huge-pages", c.huge_pages,
+                "--mem alloc: ask for huge pages (AllocOptions::huge_pages; the engine falls "
+                "back to normal pages when the kernel has none)");
   app->add_option("--local-mem", c.local_mem, "Memory of this side's buffers: host, or cuda:N")
       ->type_name("MEM")
       ->capture_default_str();
@@ -2012,12 +2207,14 @@ int main(int argc, char** argv) {
   Config c;
   CLI::App app{
       "xfer-bench: bandwidth and latency of xfer transfers.\n"
-      "With no test it runs the main job: a local target child, WRITE then READ, 16K..8M."};
+      "With no test it runs the main job: a local target child, WRITE then READ, 16K..8M,\n"
+      "buffers from Engine::AllocMem (path shm on one host; --mem register: cma)."};
   app.set_version_flag("--version", std::string("xfer-bench ") + XFER_TOOLS_VERSION);
   app.require_subcommand(0, 1);
   app.footer(
       "Examples:\n"
-      "  xfer-bench                               the main job (same host, child target)\n"
+      "  xfer-bench                               the main job (same host, child target, shm)\n"
+      "  xfer-bench --mem register                the same through cma (registered memory)\n"
       "  xfer-bench write_bw -s 4K:1M --batch 64  one test, local child target\n"
       "  xfer-bench table -D 0.2                  the HIXL-shaped matrix of what this build supports\n"
       "  xfer-bench serve --listen 0.0.0.0:18515  on the target machine, then on the other:\n"

@@ -2,7 +2,9 @@
 // transport available or not and why, and the engine's defaults.
 //
 //   xfer-info [--host-id ID] [--no-engine]
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -97,6 +99,79 @@ std::string ProbeCma() {
   return why;
 }
 
+// Probes what shm needs (src/transport/shm/shm_memory.h): a memfd in a forked child, taken by
+// this process with pidfd_open + pidfd_getfd (the ptrace access check, as for cma) and mapped
+// shared; the bytes the child wrote must show. Empty = works, else why not.
+std::string ProbeShm() {
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_getfd)
+  int ready[2], ctl[2];
+  if (pipe(ready) != 0 || pipe(ctl) != 0) return std::string("probe failed: pipe: ") + std::strerror(errno);
+  pid_t pid = fork();
+  if (pid < 0) return std::string("probe failed: fork: ") + std::strerror(errno);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(ready[0]);
+    close(ctl[1]);
+    int msg[2] = {-1, 0};  // fd, errno
+    int fd = memfd_create("xfer-shm-probe", MFD_CLOEXEC);
+    void* p = MAP_FAILED;
+    if (fd >= 0 && ftruncate(fd, 4096) == 0)
+      p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) {
+      std::memcpy(p, "xfer-shm-probe", 15);
+      msg[0] = fd;
+    } else {
+      msg[1] = errno;
+    }
+    if (write(ready[1], msg, sizeof msg) != sizeof msg) _exit(1);
+    char c;
+    while (read(ctl[0], &c, 1) > 0) {
+    }
+    _exit(0);
+  }
+  close(ready[1]);
+  close(ctl[0]);
+  int msg[2] = {-1, 0};
+  std::string why;
+  if (read(ready[0], msg, sizeof msg) != sizeof msg) why = "probe failed: the child did not start";
+  else if (msg[0] < 0) why = std::string("memfd_create/mmap: ") + std::strerror(msg[1]);
+  if (why.empty()) {
+    int pidfd = int(syscall(SYS_pidfd_open, pid, 0));
+    if (pidfd < 0) {
+      why = errno == ENOSYS ? "pidfd_open: not in this kernel (needs Linux 5.3; pidfd_getfd 5.6)"
+                            : std::string("pidfd_open: ") + std::strerror(errno);
+    } else {
+      int fd = int(syscall(SYS_pidfd_getfd, pidfd, msg[0], 0));
+      int e = errno;
+      if (fd < 0) {
+        if (e == EPERM) {
+          why = "pidfd_getfd: ptrace not permitted";
+          std::string scope = ReadFirstLine("/proc/sys/kernel/yama/ptrace_scope");
+          if (!scope.empty()) why += " (kernel.yama.ptrace_scope=" + scope + ")";
+        } else if (e == ENOSYS) {
+          why = "pidfd_getfd: not in this kernel (needs Linux 5.6)";
+        } else {
+          why = std::string("pidfd_getfd: ") + std::strerror(e);
+        }
+      } else {
+        void* p = mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) why = std::string("mmap of the peer's memfd: ") + std::strerror(errno);
+        else if (std::memcmp(p, "xfer-shm-probe", 15) != 0) why = "the mapped memfd shows the wrong bytes";
+        if (p != MAP_FAILED) munmap(p, 4096);
+        close(fd);
+      }
+      close(pidfd);
+    }
+  }
+  close(ctl[1]);
+  close(ready[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  return why;
+#else
+  return "this build's system headers have no pidfd_open/pidfd_getfd";
+#endif
+}
 
 // Whether this build's engine knows a transport: an unknown name is refused by Initialize.
 bool EngineKnowsTransport(const char* t) {
@@ -144,6 +219,16 @@ auto LinksOf(const O& o, int) -> decltype(int(o.links)) {
 }
 template <class O>
 int LinksOf(const O&, long) {
+  return -1;
+}
+
+// EngineOptions::streaming_copy_bytes exists in builds whose shm copies can stream.
+template <class O>
+auto StreamingOf(const O& o, int) -> decltype(int64_t(o.streaming_copy_bytes)) {
+  return int64_t(o.streaming_copy_bytes);
+}
+template <class O>
+int64_t StreamingOf(const O&, long) {
   return -1;
 }
 
@@ -216,10 +301,18 @@ int main(int argc, char** argv) {
     std::printf("  %-6s %-12s %s\n", "tcp", "available", "TCP sockets to peers on any host");
   else
     std::printf("  %-6s %-12s tcp: not built in this version\n", "tcp", "unavailable");
-  if (EngineKnowsTransport("shm"))
-    std::printf("  %-6s %-12s %s\n", "shm", "available", "mapped shared memory between processes of this host");
-  else
+  if (!EngineKnowsTransport("shm")) {
     std::printf("  %-6s %-12s shm: not built in this version\n", "shm", "unavailable");
+  } else {
+    std::string shm = ProbeShm();
+    if (shm.empty())
+      std::printf("  %-6s %-12s %s\n", "shm", "available",
+                  "Engine::AllocMem memory mapped by processes of this host, moved with memcpy "
+                  "(probed pidfd_getfd)");
+    else
+      std::printf("  %-6s %-12s shm: %s (AllocMem memory goes through cma)\n", "shm", "unavailable",
+                  shm.c_str());
+  }
   std::string ucx_v = UcxVersion();
   std::string ucx_lib = ucx_v.empty() ? "library not found"
                                       : "libucp " + ucx_v + " present, transports: " +
@@ -240,8 +333,13 @@ int main(int argc, char** argv) {
   std::printf("  %-22s %s\n", "auto_connect", d.auto_connect ? "true" : "false");
   std::printf("  %-22s %lld ms\n", "auto_connect_timeout", Ms(d.auto_connect_timeout));
   std::printf("  %-22s %d\n", "streams", d.streams);
-  std::printf("  %-22s %s\n", "slice_bytes", "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp)");
-  std::printf("  %-22s %s\n", "batch_bytes", "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp)");
+  std::printf("  %-22s %s\n", "slice_bytes", "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp, 1 MiB shm)");
+  std::printf("  %-22s %s\n", "batch_bytes", "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp, 1 MiB shm)");
+  if (StreamingOf(d, 0) == 0)
+    std::printf("  %-22s 0 (shm: non-temporal copies from the last-level cache's size, %ld bytes here)\n",
+                "streaming_copy_bytes", sysconf(_SC_LEVEL3_CACHE_SIZE));
+  else if (StreamingOf(d, 0) > 0)
+    std::printf("  %-22s %lld\n", "streaming_copy_bytes", (long long)StreamingOf(d, 0));
   std::printf("  %-22s %lld us\n", "spin",
               (long long)std::chrono::duration_cast<std::chrono::microseconds>(d.spin).count());
   if (LinksOf(d, 0) >= 0) std::printf("  %-22s %d (tcp data connections per peer)\n", "links", LinksOf(d, 0));

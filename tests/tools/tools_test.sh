@@ -33,6 +33,10 @@ expect_exit() {
 
 # A data row of the table: starts with the byte count.
 has_row() { grep -qE "^(-> +|<- +|sum +)?$1 +[0-9]+ +[0-9.]+" "$2"; }
+# has_path FILE PATTERN: a "# path:" line (after a test's rows) matches PATTERN.
+has_path() { grep -qE "^# path( ->| <-)?: $2" "$1" || { cat "$1" >&2; fail "no '# path: $2' line"; }; }
+# Whether this machine offers shm (pidfd_getfd), as xfer-info probes it.
+shm_ok() { [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  shm +available'; }
 
 case "$case_name" in
 args)
@@ -51,6 +55,8 @@ args)
   expect_exit 2 "duration" "$XB" write_bw -D 0
   expect_exit 2 "bidirectional does not apply" "$XB" table -b
   expect_exit 2 "listen.*bad address" "$XB" serve --listen nonsense
+  expect_exit 2 "mem.*bad value" "$XB" write_bw --mem heap
+  expect_exit 2 "huge-pages applies to --mem alloc" "$XB" write_bw --mem register --huge-pages
   ;;
 run)
   "$XB" write_bw -s 64K -n 50 "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; fail "write_bw exited $?"; }
@@ -59,7 +65,7 @@ run)
   grep -qE "^# peer: .*transport (cma|local)" "$tmp/out" || fail "no transport in the header"
   grep -q "links n/a for transport" "$tmp/out" || fail "the header does not say what --links does"
   "$XB" read_lat -s 4K,64K -n 100 --threads 2 "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; fail "read_lat exited"; }
-  has_row 4096 "$tmp/out" && has_row 65536 "$tmp/out" || { cat "$tmp/out"; fail "read_lat rows"; }
+  { has_row 4096 "$tmp/out" && has_row 65536 "$tmp/out"; } || { cat "$tmp/out"; fail "read_lat rows"; }
   grep -q "t_typ" "$tmp/out" || fail "latency columns missing"
   # --links before the engine has it for cma: accepted and reported, not ignored.
   "$XB" write_bw -s 64K -n 20 --links 4 --transport cma "${SMALL[@]}" >"$tmp/out" 2>&1 || fail "--links run"
@@ -69,7 +75,7 @@ options)
   # The remaining knobs: each accepted, each visible in the header's rerun line.
   "$XB" write_lat -s 4K,8K -n 30 --reuse -w 2 --batch 4 --streams 1 --slice-bytes 64K \
     --batch-bytes 128K --spin 10 "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; fail "write_lat with knobs"; }
-  has_row 4096 "$tmp/out" && has_row 8192 "$tmp/out" || { cat "$tmp/out"; fail "rows"; }
+  { has_row 4096 "$tmp/out" && has_row 8192 "$tmp/out"; } || { cat "$tmp/out"; fail "rows"; }
   grep -q "^# buffers:   --reuse" "$tmp/out" || fail "the header does not say --reuse"
   grep -qE "^# rerun: .*-w 2 --batch 4 .*--streams 1.*--reuse" "$tmp/out" || { cat "$tmp/out"; fail "rerun line misses options"; }
   # tcp with several links, forced between two processes of this host.
@@ -113,9 +119,65 @@ table)
   grep -qP "^single_machine\twrite\t64K\tcma\tD2D\tdirect\tn/a\t\[[0-9]+\]" "$tmp/out" || fail "D2D not marked n/a"
   grep -qP "\tbufferpool\tn/a\t" "$tmp/out" || fail "buffer pool not marked n/a"
   grep -qE "^# \[[0-9]+\] n/a: .*GPU" "$tmp/out" || fail "no GPU footnote"
-  grep -qE "^# \[[0-9]+\] n/a: [a-z]+: transport not built" "$tmp/out" || fail "no transport footnote"
+  # A transport this build lacks is a footnote, not an error.
+  if [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  (tcp|shm|ucx) +unavailable +[a-z]+: not built'; then
+    grep -qE "^# \[[0-9]+\] n/a: [a-z]+: transport not built" "$tmp/out" || fail "no transport footnote"
+  fi
   # 2 ops x 1 size x 5 transports x 4 directions x 2 paths
   [ "$(grep -cP '^single_machine\t' "$tmp/out")" = 80 ] || fail "want 80 cells"
+  grep -qE "^# path cma: shm 0% \(0 bytes\), cma 100%" "$tmp/out" || { cat "$tmp/out"; fail "cma cells did not go through cma"; }
+  if shm_ok; then
+    grep -qP "^single_machine\twrite\t64K\tshm\tH2H\tdirect\t[0-9.]+\t" "$tmp/out" || { cat "$tmp/out"; fail "no shm H2H cell"; }
+    grep -qP "^single_machine\tread\t64K\tshm\tH2H\tdirect\t[0-9.]+\t" "$tmp/out" || fail "no shm H2H read cell"
+    grep -qE "^# path shm: shm 100%" "$tmp/out" || { cat "$tmp/out"; fail "shm cells did not go through shm"; }
+  fi
+  # Registered memory: the shm cells are n/a, with the reason.
+  "$XB" table -s 64K -n 10 --mem register "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; fail "table --mem register exited"; }
+  grep -qP "^single_machine\twrite\t64K\tshm\tH2H\tdirect\tn/a\t\[[0-9]+\]" "$tmp/out" || { cat "$tmp/out"; fail "shm not n/a with --mem register"; }
+  grep -qE "^# \[[0-9]+\] n/a: shm: moves only Engine::AllocMem memory" "$tmp/out" || fail "no shm footnote"
+  ;;
+shm)
+  shm_ok || skip "shm not available here (xfer-info: $("$XI" --no-engine 2>/dev/null | grep -E '^  shm' | sed 's/  */ /g'))"
+  # The default (no test named): buffers from AllocMem, so the bytes go through shm.
+  "$XB" -s 64K -n 30 "${SMALL[@]}" --json "$tmp/d.json" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/out" "$tmp/err"; fail "default run exited"; }
+  has_row 65536 "$tmp/out" || { cat "$tmp/out"; fail "default run: no row"; }
+  grep -qE "^# memory: .*--mem alloc" "$tmp/out" || { cat "$tmp/out"; fail "the header does not say --mem alloc"; }
+  grep -qE "^# peer: .*shm: yes" "$tmp/out" || { cat "$tmp/out"; fail "the header does not say shm"; }
+  [ "$(grep -cE '^# path: shm 100% \([0-9]+ bytes\), cma 0%' "$tmp/out")" = 2 ] || { cat "$tmp/out"; fail "default run: want WRITE and READ through shm"; }
+  if command -v jq >/dev/null; then
+    jq -e '.config.mem == "alloc" and .peer.shm == true and (.paths | length == 2)
+           and all(.paths[]; .shm_pct == 100 and .shm_bytes == .moved_bytes and .transport_bytes == 0)
+           and all(.rows[]; .shm_bytes > 0 and .transport_bytes == 0)' "$tmp/d.json" >/dev/null \
+      || { cat "$tmp/d.json"; fail "json: path fields"; }
+  fi
+  # Registered memory goes through the peer's transport: cma on one host.
+  "$XB" write_bw -s 64K -n 30 --mem register "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/out" "$tmp/err"; fail "--mem register exited"; }
+  has_path "$tmp/out" "shm 0% \(0 bytes\), cma 100%"
+  grep -qE "^# rerun: .*--mem register" "$tmp/out" || fail "rerun line misses --mem register"
+  # shm forced: only AllocMem memory; registered memory is refused up front, with the reason.
+  expect_exit 2 "transport shm.*AllocMem" "$XB" write_bw -s 64K -n 10 --transport shm --mem register "${SMALL[@]}"
+  "$XB" read_bw -s 64K -n 30 --transport shm --verify "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/out" "$tmp/err"; fail "--transport shm exited"; }
+  grep -qE "^# peer: .*transport shm \(forced\)" "$tmp/out" || { cat "$tmp/out"; fail "shm not forced"; }
+  has_path "$tmp/out" "shm 100%"
+  grep -q "# verify" "$tmp/out" && { cat "$tmp/out"; fail "verify failed over shm"; }
+  # Forcing cma disables shm, even for AllocMem memory.
+  "$XB" write_bw -s 64K -n 30 --transport cma "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/out" "$tmp/err"; fail "--transport cma exited"; }
+  has_path "$tmp/out" "shm 0% \(0 bytes\), cma 100%"
+  # --huge-pages is accepted; where the kernel has none the engine falls back (the header says so).
+  "$XB" write_bw -s 64K -n 20 --huge-pages "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/out" "$tmp/err"; fail "--huge-pages exited"; }
+  grep -qE "^# memory: .*--huge-pages: page size here [0-9]+ kB" "$tmp/out" || { cat "$tmp/out"; fail "--huge-pages not reported"; }
+  has_path "$tmp/out" "shm 100%"
+  # Two processes through serve/client on 127.0.0.1: the client's --mem travels to the server.
+  port=$((20000 + ($$ + 7919) % 20000))
+  "$XB" serve --listen 127.0.0.1:$port >"$tmp/srv" 2>&1 &
+  pids+=("$!")
+  "$XB" write_bw -s 64K -n 30 --mem alloc -b "${SMALL[@]}" 127.0.0.1:$port >"$tmp/cli" 2>&1 || { cat "$tmp/cli" "$tmp/srv"; fail "serve/client alloc"; }
+  grep -qE "^sum +65536 " "$tmp/cli" || { cat "$tmp/cli"; fail "serve/client: no row"; }
+  [ "$(grep -cE '^# path (->|<-): shm 100%' "$tmp/cli")" = 2 ] || { cat "$tmp/cli"; fail "serve/client alloc: want shm both ways"; }
+  "$XB" read_bw -s 64K -n 30 --mem register "${SMALL[@]}" 127.0.0.1:$port >"$tmp/cli" 2>&1 || { cat "$tmp/cli" "$tmp/srv"; fail "serve/client register"; }
+  has_path "$tmp/cli" "shm 0% \(0 bytes\), cma 100%"
+  grep -q "4M registered" "$tmp/srv" || { cat "$tmp/srv"; fail "the server did not honour --mem register"; }
+  grep -q "4M allocated (AllocMem)" "$tmp/srv" || { cat "$tmp/srv"; fail "the server did not honour --mem alloc"; }
   ;;
 serve)
   port=$((20000 + $$ % 20000))
@@ -147,7 +209,7 @@ netns)
   ip -n "$S" addr add 10.231.0.$((r + 1))/30 dev "xbv$$a" || fail "addr"
   ip -n "$C" addr add 10.231.0.$((r + 2))/30 dev "xbv$$b" || fail "addr"
   for n in "$S" "$C"; do ip -n "$n" link set lo up; done
-  ip -n "$S" link set "xbv$$a" up && ip -n "$C" link set "xbv$$b" up || fail "link up"
+  { ip -n "$S" link set "xbv$$a" up && ip -n "$C" link set "xbv$$b" up; } || fail "link up"
   SRV=10.231.0.$((r + 1)):18515
   # Same host id (one kernel): the engines pick cma across the namespaces (same pid namespace).
   ip netns exec "$C" "$XB" write_bw -s 64K -n 50 "${SMALL[@]}" "$SRV" >"$tmp/cli" 2>&1 &
@@ -163,7 +225,9 @@ netns)
     ip netns exec "$C" "$XB" read_bw -s 64K -n 50 --host-id host-a "${SMALL[@]}" "$SRV" >"$tmp/cli2" 2>&1 \
       || { cat "$tmp/cli2" "$tmp/srv"; fail "tcp client exited"; }
     has_row 65536 "$tmp/cli2" || fail "tcp: no row"
-    grep -qE "^# peer: .*transport tcp" "$tmp/cli2" || { cat "$tmp/cli2"; fail "tcp: wrong transport"; }
+    # tcp, or ucx in builds that have it (it ranks above tcp between hosts).
+    grep -qE "^# peer: .*transport (tcp|ucx)" "$tmp/cli2" || { cat "$tmp/cli2"; fail "tcp: wrong transport"; }
+    has_path "$tmp/cli2" "shm 0% \(0 bytes\), (tcp|ucx) 100%"
   else
     echo "note: no tcp transport in this build; distinct host ids not tested"
   fi
@@ -172,7 +236,7 @@ info)
   [ -n "$XI" ] || skip "XFER_INFO not set"
   "$XI" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "xfer-info exited"; }
   for pat in '^xfer ' '^host id:' '^  local +available' '^  cma +(available|unavailable)' '^  cuda +unavailable' \
-             '^  ucx ' '^defaults' 'streams' 'engine check: two engines'; do
+             '^  shm +(available|unavailable)' '^  ucx ' '^defaults' 'streams' 'engine check: two engines'; do
     grep -qE "$pat" "$tmp/out" || { cat "$tmp/out"; fail "xfer-info: no /$pat/"; }
   done
   expect_exit 2 "unknown argument" "$XI" --bogus

@@ -1,0 +1,137 @@
+# Shell helpers shared by bench/compare.sh, bench/compare_tcp.sh and bench/compare_shm.sh.
+# Sourced, not run: `. "$(dirname "$0")/lib.sh"`. Needs bash; works under `set -euo pipefail`.
+# shellcheck shell=bash
+
+# with_size SIZE cmd...: runs cmd with its SIZE placeholder replaced by SIZE.
+with_size() {
+  local size=$1 a out=()
+  shift
+  for a in "$@"; do [ "$a" = SIZE ] && out+=("$size") || out+=("$a"); done
+  "${out[@]}"
+}
+
+# q ARGS...: the arguments as one shell-quoted command line (for RESULTS.md).
+q() {
+  local s="" a
+  for a in "$@"; do s+="${s:+ }$(printf '%q' "$a")"; done
+  printf '%s' "$s"
+}
+
+# to_bytes 1G|64M|4096: bytes.
+to_bytes() {
+  case $1 in
+    *G) echo $(( ${1%G} << 30 )) ;;
+    *M) echo $(( ${1%M} << 20 )) ;;
+    *K) echo $(( ${1%K} << 10 )) ;;
+    *) echo "$1" ;;
+  esac
+}
+
+# xfer_rows NAME: xfer-bench's tables on stdin -> "NAME_w <bytes> <GB/s>" and "NAME_r ..." lines
+# (write_bw and read_bw), and for each test's "# path:" line "path NAME_w <shm %>" (the share of
+# bytes that went through shm; "?" when the line is missing).
+xfer_rows() {
+  awk -v n="$1" '/^## write_bw/ { op = "w"; next } /^## read_bw/ { op = "r"; next }
+    /^# path: / && op != "" { p = "?"; if (match($0, /shm [0-9]+%/)) { p = substr($0, RSTART + 4, RLENGTH - 5) } print "path", n "_" op, p; next }
+    /^[0-9]/ && op != "" { print n "_" op, $1, $3 }'
+}
+
+# best_of FILE: "<key> <bytes> <value>" lines -> the largest value per (key, bytes), same format.
+best_of() {
+  awk '{ k = $1 " " $2; if (!(k in v) || $3 + 0 > v[k] + 0) v[k] = $3 } END { for (k in v) print k, v[k] }' "$1"
+}
+
+# ucx_run NAME TLS SIZE ARGS...: one ucx_perftest server and client on loopback (UCX_TLS=TLS),
+# ARGS the test (e.g. -t ucp_put_bw); prints "NAME SIZE <GB/s>" from the client's "overall"
+# bandwidth (MB/s = 2^20 B/s, converted to 1e9 B/s), nothing when it did not run. Iterations:
+# about $UCX_BYTES per run ($UCX_TCP_BYTES over tcp), at least 20, at most 200000.
+UCX_BYTES=${UCX_BYTES:-1G}
+UCX_TCP_BYTES=${UCX_TCP_BYTES:-64M}
+ucx_port=${ucx_port:-$((13500 + RANDOM % 1000))}
+ucx_run() {
+  local name=$1 tls=$2 size=$3 budget n w out srv
+  shift 3
+  budget=$(to_bytes "$UCX_BYTES"); [ "$tls" = tcp ] && budget=$(to_bytes "$UCX_TCP_BYTES")
+  n=$(( budget / size )); [ $n -lt 20 ] && n=20; [ $n -gt 200000 ] && n=200000
+  w=$(( n / 10 )); [ $w -lt 5 ] && w=5
+  ucx_port=$((ucx_port + 1))
+  UCX_TLS=$tls timeout 60 ucx_perftest -p $ucx_port "$@" -s "$size" -n $n -w $w >/dev/null 2>&1 &
+  srv=$!
+  out=""
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    sleep 0.2
+    out=$(UCX_TLS=$tls timeout 60 ucx_perftest 127.0.0.1 -p $ucx_port "$@" -s "$size" -n $n -w $w -f 2>/dev/null | tail -n 1) && break
+  done
+  kill $srv 2>/dev/null || true
+  wait $srv 2>/dev/null || true
+  echo "$out" | awk -v name="$name" -v size="$size" 'NF >= 8 && $1 ~ /^[0-9]+$/ { printf "%s %s %.4f\n", name, size, $6 * 1048576 / 1e9 }'
+}
+
+# The sections of bench/RESULTS.md, one per script: compare.sh writes the head (from the top of
+# the file to the first of the sections below), compare_tcp.sh the section "## tcp ...",
+# compare_shm.sh "## shm ...". A new script adds its name here.
+RESULTS_SECTIONS="tcp shm"
+
+# results_section FILE NAME CONTENT: writes the file CONTENT into FILE as the section NAME (""
+# for the head), replacing that section from its "## NAME" line up to the next line that starts
+# another script's section, and keeping every other section as it is; a section FILE does not
+# have yet is appended (the head goes first). "## " lines inside ``` blocks never start a
+# section. Sections are separated by one blank line.
+results_section() {
+  local file=$1 name=$2 content=$3 tmpf
+  [ -f "$file" ] || : >"$file"
+  tmpf=$(mktemp "${file}.XXXXXX")
+  awk -v want="$name" -v names="$RESULTS_SECTIONS" -v cfile="$content" '
+    BEGIN {
+      nk = split(names, known, " ")
+      while ((getline line < cfile) > 0) new = new line "\n"
+      np = 1; pname[1] = ""; ptext[1] = ""
+    }
+    function starts(line,   i, n, c) {   # the section this line starts, or "-"
+      if (line !~ /^## /) return "-"
+      for (i = 1; i <= nk; i++) {
+        n = known[i]
+        if (index(line, "## " n) != 1) continue
+        c = substr(line, length(n) + 4, 1)
+        if (c == "" || c == " " || c == ":") return n
+      }
+      return "-"
+    }
+    {
+      if (!fence) { s = starts($0); if (s != "-") { np++; pname[np] = s; ptext[np] = "" } }
+      if ($0 ~ /^```/) fence = !fence
+      ptext[np] = ptext[np] $0 "\n"
+    }
+    function trim(t) {   # without leading and trailing blank lines
+      sub(/^(\n|[ \t]*\n)+/, "", t); sub(/[ \t\n]*$/, "", t); return t
+    }
+    END {
+      done = 0; out = ""
+      for (i = 1; i <= np; i++) {
+        if (pname[i] == want) {
+          if (done) continue   # a duplicate of the section: dropped
+          t = new; done = 1
+        } else {
+          t = ptext[i]
+        }
+        t = trim(t)
+        if (t != "") out = out (out == "" ? "" : "\n\n") t
+      }
+      if (!done) {
+        t = trim(new)
+        out = (want == "") ? t (out == "" ? "" : "\n\n") out : out (out == "" ? "" : "\n\n") t
+      }
+      printf "%s\n", out
+    }' "$file" >"$tmpf" || { rm -f "$tmpf"; return 1; }
+  mv "$tmpf" "$file"
+}
+
+# machine_line: "2 CPUs, <model>, kernel <release>, <N> GiB RAM".
+machine_line() {
+  echo "$(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), kernel $(uname -r), $(awk '/MemTotal/ { printf "%.0f GiB RAM", $2 / 1048576 }' /proc/meminfo)"
+}
+
+# xfer_revision: the git revision of this tree.
+xfer_revision() {
+  git describe --always --dirty 2>/dev/null || echo "(no git revision)"
+}
