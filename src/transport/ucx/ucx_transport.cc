@@ -33,9 +33,14 @@ constexpr auto kTeardownGrace = std::chrono::seconds(2);
 // The target's progress thread wakes this often without events, to notice Stop() even if the
 // eventfd were missed.
 constexpr int kIdlePollMs = 100;
-// Unpacked keys kept per connection; past it the cache starts over (regions deregistered by
-// the peer would otherwise pile up for the life of the link).
+// Unpacked keys kept per connection.
 constexpr size_t kMaxCachedKeys = 4096;
+// An initiator waiting for its batch reads the clock every kSpinsPerClockRead rounds, and after
+// kSpinsBeforeSleep rounds without news sleeps on the worker's event fd, kSleepMs at most (the
+// bound only matters if a transport fails to signal an event).
+constexpr unsigned kSpinsPerClockRead = 64;
+constexpr unsigned kSpinsBeforeSleep = 256;
+constexpr int kSleepMs = 1;
 // Start's put to itself (over tcp it connects a socket: milliseconds).
 constexpr auto kProbeTimeout = std::chrono::seconds(5);
 
@@ -111,6 +116,7 @@ class UcxMemoryImpl final : public UcxMemory {
 struct Conn {
   std::timed_mutex mu;
   ucp_worker_h worker = nullptr;
+  int efd = -1;  // the worker's event fd
   ucp_ep_h ep = nullptr;
   std::unordered_map<uint64_t, ucp_rkey_h> rkeys;  // region_id -> key unpacked on ep
   // Set by UCX's error callback (during our own progress calls) when the peer fails.
@@ -175,6 +181,9 @@ class UcxLink final : public Link {
     }
     Status s = Connect(c);
     if (!s.ok()) return s;
+    // Keys of regions the peer deregistered would pile up for the life of the link: start
+    // over now and then, between batches (no request holds a key then).
+    if (c.rkeys.size() + batch.size() > kMaxCachedKeys) DestroyKeys(c);
     std::vector<ucp_rkey_h> rkeys(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
       s = Unpack(c, keys[i], &rkeys[i]);
@@ -207,7 +216,15 @@ class UcxLink final : public Link {
     if (!c.worker) {
       Status s = CreateWorker(ctx_->h, &c.worker);
       if (!s.ok()) return s;
+      ucs_status_t st = ucp_worker_get_efd(c.worker, &c.efd);
+      if (st != UCS_OK) {
+        ucp_worker_destroy(c.worker);
+        c.worker = nullptr;
+        return {StatusCode::kUnsupported, UcsError("ucp_worker_get_efd", st)};
+      }
     }
+    // The peer failed after the last batch completed: start afresh rather than fail this one.
+    if (c.ep && c.failure.load() != UCS_OK) Teardown(c, {});
     if (c.ep) return Status::Ok();
     c.failure.store(UCS_OK);
     ucp_ep_params_t ep{};
@@ -238,7 +255,6 @@ class UcxLink final : public Link {
       *out = it->second;
       return Status::Ok();
     }
-    if (c.rkeys.size() >= kMaxCachedKeys) DestroyKeys(c);
     ucs_status_t st = ucp_ep_rkey_unpack(c.ep, key.packed.data(), out);
     if (st != UCS_OK) {
       return {StatusCode::kConnectionLost,
@@ -281,20 +297,31 @@ class UcxLink final : public Link {
       }
     }
 
-    // Requests complete in order, mostly: watch the oldest outstanding one.
+    // Requests complete in order, mostly: watch the oldest outstanding one. Spin (yielding the
+    // core) while UCX has nothing new, then sleep on the worker's event fd: a long batch over a
+    // slow wire, or a target that must progress on a core we share, should not cost a core.
     size_t done = 0;
     bool timed_out = false, shut = false;
+    unsigned idle = 0;
     for (unsigned spins = 0; failed == UCS_OK && done < reqs.size(); ++spins) {
       ucs_status_t st = ucp_request_check_status(reqs[done]);
       if (st == UCS_INPROGRESS) {
         if (c.failure.load() != UCS_OK) {
           failed = c.failure.load();
-          what = "peer failure";
-        } else if ((spins & 63) == 0 && (shut_.load() || Clock::now() >= deadline)) {
+          what = "connection";
+        } else if (spins % kSpinsPerClockRead == 0 && (shut_.load() || Clock::now() >= deadline)) {
           (shut_.load() ? shut : timed_out) = true;
           break;
-        } else if (ucp_worker_progress(c.worker) == 0) {
+        } else if (ucp_worker_progress(c.worker) != 0) {
+          idle = 0;
+        } else if (++idle < kSpinsBeforeSleep) {
           SpinPause();
+        } else {
+          idle = 0;
+          if (ucp_worker_arm(c.worker) == UCS_OK) {  // else events came in: progress again
+            pollfd p{c.efd, POLLIN, 0};
+            ::poll(&p, 1, kSleepMs);
+          }
         }
         continue;
       }
@@ -336,14 +363,18 @@ class UcxLink final : public Link {
     bool clean = WaitRequest(c.worker, ucp_ep_close_nbx(c.ep, &p), until) != UCS_INPROGRESS;
     c.ep = nullptr;
     for (void* r : reqs) clean = WaitRequest(c.worker, r, until) != UCS_INPROGRESS && clean;
-    DestroyKeys(c);
     c.failure.store(UCS_OK);
-    if (!clean) {
-      XLOG(ERROR) << "ucx: requests to " << peer_.name
-                  << " did not complete after a forced close; destroying their worker";
-      ucp_worker_destroy(c.worker);  // stops all its transports: no more access to our memory
-      c.worker = nullptr;
+    if (clean) {
+      DestroyKeys(c);
+      return;
     }
+    // A request still holds its key: leave the keys to the worker's pools, which go with it.
+    XLOG(ERROR) << "ucx: requests to " << peer_.name
+                << " did not complete after a forced close; destroying their worker";
+    c.rkeys.clear();
+    ucp_worker_destroy(c.worker);  // stops all its transports: no more access to our memory
+    c.worker = nullptr;
+    c.efd = -1;
   }
 
   const std::shared_ptr<Context> ctx_;
@@ -561,6 +592,7 @@ std::string UcxTransport::Describe() {
   std::string out = std::string("UCX ") + ucp_get_version_string() + "; UCX_TLS=";
   const char* tls = std::getenv("UCX_TLS");
   out += tls ? tls : "all (default)";
+  if (const char* devs = std::getenv("UCX_NET_DEVICES")) out += std::string("; UCX_NET_DEVICES=") + devs;
   std::shared_ptr<Context> ctx;
   Status s = CreateContext(&ctx);
   out += "; transports: " + (s.ok() ? Resources(ctx->h) : s.message());
