@@ -22,6 +22,8 @@
 #include <set>
 #include <string>
 
+#include "transport/ucx/ucx_transport.h"
+#include "util/host.h"
 #include "xfer/engine.h"
 
 #ifndef XFER_TOOLS_VERSION
@@ -313,15 +315,23 @@ int main(int argc, char** argv) {
       std::printf("  %-6s %-12s shm: %s (AllocMem memory goes through cma)\n", "shm", "unavailable",
                   shm.c_str());
   }
+#if XFER_HAVE_UCX
+  // What UCX itself sees (version, UCX_TLS, transports and devices), and whether the engine
+  // offers it by default: only with an RDMA device, since UCX over TCP emulates put/get.
+  const bool rdma = xfer::host::RdmaDevicePresent();
+  std::printf("  %-6s %-12s ucx: %s\n", "ucx", "available",
+              xfer::transport::UcxTransport::Describe().c_str());
+  std::printf("  %-6s %-12s %s\n", "", "",
+              rdma ? "offered by default (an RDMA device is present; EngineOptions::ucx = \"auto\")"
+                   : "not offered by default: no RDMA device, and UCX would only emulate put/get "
+                     "over TCP (EngineOptions::ucx = \"on\" or transport \"ucx\" to use it anyway)");
+#else
   std::string ucx_v = UcxVersion();
-  std::string ucx_lib = ucx_v.empty() ? "library not found"
-                                      : "libucp " + ucx_v + " present, transports: " +
-                                            [] { std::string t = UcxTransports();
-                                                 return t.empty() ? std::string("unknown (no ucx_info)") : t; }();
-  if (EngineKnowsTransport("ucx"))
-    std::printf("  %-6s %-12s ucx: %s\n", "ucx", ucx_v.empty() ? "unavailable" : "available", ucx_lib.c_str());
-  else
-    std::printf("  %-6s %-12s ucx: not built in this version (%s)\n", "ucx", "unavailable", ucx_lib.c_str());
+  std::printf("  %-6s %-12s ucx: not built in this version (%s; apt-get install libucx-dev and "
+              "rebuild)\n", "ucx", "unavailable",
+              ucx_v.empty() ? "libucp not found" : ("libucp " + ucx_v + " present, " +
+              [] { std::string t = UcxTransports(); return t.empty() ? std::string("no ucx_info") : "transports " + t; }()).c_str());
+#endif
   std::printf("  %-6s %-12s cuda: %s\n", "cuda", "unavailable",
               HaveGpuDevice() ? "not built in this version (a GPU device is present)"
                               : "no device (and not built in this version)");
@@ -344,6 +354,7 @@ int main(int argc, char** argv) {
               (long long)std::chrono::duration_cast<std::chrono::microseconds>(d.spin).count());
   if (LinksOf(d, 0) >= 0) std::printf("  %-22s %d (tcp data connections per peer)\n", "links", LinksOf(d, 0));
   std::printf("  %-22s %s\n", "transport", d.transport.empty() ? "(best available)" : d.transport.c_str());
+  std::printf("  %-22s %s\n", "ucx", (d.ucx + " (auto: offered when an RDMA device is present)").c_str());
   std::printf("  %-22s %s\n", "host_id", d.host_id.empty() ? "(kernel boot id)" : d.host_id.c_str());
 
   if (engine_check) {

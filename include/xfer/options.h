@@ -41,9 +41,12 @@ struct EngineOptions {
   // Force one transport ("local", "shm", "cma", "ucx", "tcp"); empty picks the best both
   // sides offer.
   std::string transport;
-  // Offer and use the ucx transport (RDMA through UCX; builds with libucx-dev). It is preferred
-  // over tcp for peers on other hosts; false leaves UCX alone (no UCX threads or memory maps).
-  bool ucx = true;
+  // The ucx transport (RDMA through UCX; builds with libucx-dev), preferred over tcp for peers
+  // on other hosts that offer it too. "auto": offered when this host has an RDMA device
+  // (/sys/class/infiniband); without one UCX would only emulate put/get over TCP, at a
+  // fraction of the tcp transport's speed. "on": offered anyway (e.g. to test over UCX's tcp).
+  // "off": UCX is left alone (no UCX threads or memory maps). Forcing transport "ucx" turns it on.
+  std::string ucx = "auto";
   // Overrides the host identity (default: the kernel's boot id). Engines with different host
   // ids never use same-host transports with each other; tests use this to fake two hosts.
   std::string host_id;

@@ -62,7 +62,11 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
             "Initialize: heartbeat_interval must be > 0 and below heartbeat_timeout"};
   }
   if (options.spin.count() < 0) return {StatusCode::kInvalidArgument, "Initialize: spin must be >= 0"};
-  if (!options.transport.empty() && options.transport == "ucx" && !options.ucx) {
+  if (options.ucx != "auto" && options.ucx != "on" && options.ucx != "off") {
+    return {StatusCode::kInvalidArgument,
+            "Initialize: ucx must be auto, on or off (not '" + options.ucx + "')"};
+  }
+  if (options.transport == "ucx" && options.ucx == "off") {
     return {StatusCode::kInvalidArgument, "Initialize: transport 'ucx' forced but ucx is off"};
   }
   if (!options.transport.empty() &&
@@ -123,7 +127,11 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
     tcp_.reset();
   }
 
-  if (opts_.ucx && (opts_.transport.empty() || opts_.transport == "ucx")) {
+  const bool want_ucx =
+      opts_.transport == "ucx" ||
+      (opts_.transport.empty() &&
+       (opts_.ucx == "on" || (opts_.ucx == "auto" && host::RdmaDevicePresent())));
+  if (want_ucx) {
     ucx_ = std::make_unique<transport::UcxTransport>(transport::UcxOptions{opts_.links});
     if (Status us = ucx_->Start(); !us.ok()) {
       // Forced: the user asked for it. Otherwise tcp serves other hosts; say so quietly.

@@ -1,6 +1,7 @@
 #include "util/host.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -33,6 +34,12 @@ uint64_t LastLevelCacheBytes() {
     best = std::max(best, n);
   }
   return best ? best : 32ull << 20;
+}
+
+bool RdmaDevicePresent() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
+  return !ec && it != std::filesystem::directory_iterator();
 }
 
 }  // namespace xfer::host

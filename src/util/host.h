@@ -13,5 +13,7 @@ uint64_t RandomU64();
 // The size of the largest CPU cache (sysfs; glibc's sysconf can report a VM's L3 ten times
 // too large). 32 MiB when unknown.
 uint64_t LastLevelCacheBytes();
+// True when the kernel lists an RDMA device (InfiniBand, RoCE, iWARP) in /sys/class/infiniband.
+bool RdmaDevicePresent();
 
 }  // namespace xfer::host

@@ -2,7 +2,7 @@
 // xfer::Engine and is driven by a line protocol on stdin/stdout.
 //
 //   xfer_test_peer --name 127.0.0.1:0 [--host-id X] [--heartbeat-ms N]
-//                  [--heartbeat-timeout-ms N] [--streams N] [--transport T]
+//                  [--heartbeat-timeout-ms N] [--streams N] [--transport T] [--ucx auto|on|off]
 //
 // After Initialize it prints "READY <bound name> <pid>" (or "FAIL <status>" and exits 2).
 // Then each stdin line is one command, answered by exactly one line: "OK [...]" or
@@ -303,6 +303,8 @@ int main(int argc, char** argv) {
       options.streams = std::stoi(value);
     } else if (arg == "--transport") {
       options.transport = value;
+    } else if (arg == "--ucx") {
+      options.ucx = value;
     } else {
       std::fprintf(stderr, "xfer_test_peer: unknown argument %s\n", arg.c_str());
       return 2;

@@ -19,6 +19,11 @@ class IntegrationUcx : public PeerFixture {
     o.streams = 3;
     return o;
   }
+  PeerOptions RemoteOptions() override {
+    PeerOptions o;
+    o.extra_args = {"--ucx", "on"};  // no RDMA device here: offer ucx anyway
+    return o;
+  }
 };
 
 TEST_F(IntegrationUcx, ForcedAndMovesRandomDataOfEverySize) {
@@ -128,9 +133,11 @@ TEST(IntegrationUcxChoice, PreferredOverTcpForAnotherHost) {
   PeerProcess other;
   PeerOptions po;
   po.host_id = "fake-host-B";
+  po.extra_args = {"--ucx", "on"};
   ASSERT_TRUE(other.Start(po, &err)) << err;
   xfer::EngineOptions eo;
   eo.host_id = "fake-host-A";
+  eo.ucx = "on";
   xfer::Engine e;
   XT_ASSERT_OK(e.Initialize("127.0.0.1:0", eo));
   XT_ASSERT_OK(e.Connect(other.name(), 10s));
