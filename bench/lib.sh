@@ -1,4 +1,5 @@
-# Shell helpers shared by bench/compare.sh, bench/compare_tcp.sh and bench/compare_shm.sh.
+# Shell helpers shared by bench/compare.sh, bench/compare_tcp.sh, bench/compare_shm.sh and
+# bench/compare_ucx.sh.
 # Sourced, not run: `. "$(dirname "$0")/lib.sh"`. Needs bash; works under `set -euo pipefail`.
 # shellcheck shell=bash
 
@@ -69,8 +70,8 @@ ucx_run() {
 
 # The sections of bench/RESULTS.md, one per script: compare.sh writes the head (from the top of
 # the file to the first of the sections below), compare_tcp.sh the section "## tcp ...",
-# compare_shm.sh "## shm ...". A new script adds its name here.
-RESULTS_SECTIONS="tcp shm"
+# compare_shm.sh "## shm ...", compare_ucx.sh "## ucx ...". A new script adds its name here.
+RESULTS_SECTIONS="tcp shm ucx"
 
 # results_section FILE NAME CONTENT: writes the file CONTENT into FILE as the section NAME (""
 # for the head), replacing that section from its "## NAME" line up to the next line that starts
