@@ -48,6 +48,14 @@ std::string CpuModel() {
   return "unknown CPU";
 }
 
+// Why the kernel refused access to another process's memory (cma, and shm's pidfd_getfd).
+std::string PtraceDenied() {
+  std::string why = "ptrace not permitted";
+  std::string scope = ReadFirstLine("/proc/sys/kernel/yama/ptrace_scope");
+  if (!scope.empty()) why += " (kernel.yama.ptrace_scope=" + scope + ")";
+  return why;
+}
+
 // Probes process_vm_readv and process_vm_writev on a forked child. Empty = works, else why not.
 std::string ProbeCma() {
   int ready[2], ctl[2];
@@ -78,9 +86,7 @@ std::string ProbeCma() {
     int e = errno;
     if (n < 0) {
       if (e == EPERM) {
-        why = "ptrace not permitted";
-        std::string scope = ReadFirstLine("/proc/sys/kernel/yama/ptrace_scope");
-        if (!scope.empty()) why += " (kernel.yama.ptrace_scope=" + scope + ")";
+        why = PtraceDenied();
       } else if (e == ENOSYS) {
         why = "kernel built without CONFIG_CROSS_MEMORY_ATTACH";
       } else {
@@ -147,9 +153,7 @@ std::string ProbeShm() {
       int e = errno;
       if (fd < 0) {
         if (e == EPERM) {
-          why = "pidfd_getfd: ptrace not permitted";
-          std::string scope = ReadFirstLine("/proc/sys/kernel/yama/ptrace_scope");
-          if (!scope.empty()) why += " (kernel.yama.ptrace_scope=" + scope + ")";
+          why = "pidfd_getfd: " + PtraceDenied();
         } else if (e == ENOSYS) {
           why = "pidfd_getfd: not in this kernel (needs Linux 5.6)";
         } else {
@@ -186,6 +190,7 @@ bool EngineKnowsTransport(const char* t) {
            st.message().find("unknown transport") != std::string::npos);
 }
 
+#if !XFER_HAVE_UCX  // (with UCX built in, UcxTransport::Describe says it all)
 // UCX's version (empty when libucp is not found) and its transports (from ucx_info -d).
 std::string UcxVersion() {
   void* h = dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL);
@@ -213,6 +218,7 @@ std::string UcxTransports() {
   pclose(p);
   return out;
 }
+#endif
 
 // EngineOptions::links exists in builds with the tcp transport.
 template <class O>

@@ -131,9 +131,13 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
       opts_.transport == "ucx" ||
       (opts_.transport.empty() &&
        (opts_.ucx == "on" || (opts_.ucx == "auto" && host::RdmaDevicePresent())));
+  ucx_off_ = opts_.ucx == "off"   ? "ucx is off here (EngineOptions::ucx)"
+             : !want_ucx          ? "ucx is off here (no RDMA device; EngineOptions::ucx = on offers it)"
+                                  : "";
   if (want_ucx) {
     ucx_ = std::make_unique<transport::UcxTransport>(transport::UcxOptions{opts_.links});
     if (Status us = ucx_->Start(); !us.ok()) {
+      ucx_off_ = "ucx could not start here: " + us.message();
       // Forced: the user asked for it. Otherwise tcp serves other hosts; say so quietly.
       if (opts_.transport == "ucx") {
         XLOG(WARN) << "ucx transport not offered: " << us.message();

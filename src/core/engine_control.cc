@@ -94,9 +94,7 @@ Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& h
        : !offers("cma") ? "peer does not offer cma"
                         : nullptr},
       {"ucx", ucx_.get(),
-       !ucx_ ? "ucx is off here (no RDMA device, or EngineOptions::ucx)"
-       : peer.ucx_address.empty() ? "peer does not offer ucx"
-                                  : nullptr},
+       !ucx_ ? ucx_off_.c_str() : peer.ucx_address.empty() ? "peer does not offer ucx" : nullptr},
       {"tcp", tcp_.get(),
        !tcp_ ? "tcp is off here" : peer.tcp_port == 0 ? "peer does not offer tcp" : nullptr},
   };

@@ -126,6 +126,7 @@ class EngineImpl final : public control::ControlHandler {
   transport::CmaTransport cma_;
   std::unique_ptr<transport::TcpTransport> tcp_;  // null when its listener could not start
   std::unique_ptr<transport::UcxTransport> ucx_;  // null when off, not built, or UCX failed
+  std::string ucx_off_;                           // why ucx_ is null
   // Our regions mapped with UCX, by handle; subscribers_mu_.
   std::map<MemHandle, std::unique_ptr<transport::UcxMemory>> ucx_memory_;
   std::shared_ptr<PeerState> self_;  // transfers to our own name

@@ -3,6 +3,7 @@
 // removes). Needs root; skips with the reason otherwise.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
@@ -73,6 +74,27 @@ class FaultTwoHosts : public ::testing::Test {
     return o;
   }
 
+  // a_ WRITEs each size into a region of b_, then READs it back; both sides compared.
+  void MoveSizesBothWays(std::initializer_list<uint64_t> sizes, PeerRegion* region,
+                         uint64_t* local) {
+    const uint64_t max = std::max(sizes);
+    *region = b_.Alloc(max, "landing");
+    *local = a_.Buf(max);
+    ASSERT_NE(*local, 0u);
+    const std::string tail = " " + std::to_string(*local) + " " + std::to_string(region->addr) + " ";
+    for (uint64_t size : sizes) {
+      SCOPED_TRACE(size);
+      a_.FillRange(*local, size, size);
+      Reply w = a_.Call("xfer write " + b_.name() + " 30000" + tail + std::to_string(size));
+      ASSERT_TRUE(w.ok) << w.line;
+      EXPECT_EQ(b_.SumRange(region->addr, size), a_.SumRange(*local, size));
+      b_.FillRange(region->addr, size, size + 1);
+      Reply r = a_.Call("xfer read " + b_.name() + " 30000" + tail + std::to_string(size));
+      ASSERT_TRUE(r.ok) << r.line;
+      EXPECT_EQ(a_.SumRange(*local, size), b_.SumRange(region->addr, size));
+    }
+  }
+
   std::string ns_a_, ns_b_, veth_a_, veth_b_, ip_a_, ip_b_;
   bool made_ = false;
   PeerProcess a_, b_;
@@ -82,23 +104,10 @@ TEST_F(FaultTwoHosts, TcpIsChosenAndMovesDataBothWays) {
   Reply info = a_.Call("info " + b_.name());
   ASSERT_TRUE(info.ok) << info.line;
   EXPECT_EQ(info.words.at(0), "tcp") << "engines on two hosts must use tcp, never cma";
-  constexpr uint64_t kMax = 64 << 20;
-  const PeerRegion region = b_.Alloc(kMax, "landing");
-  const uint64_t local = a_.Buf(kMax);
-  ASSERT_NE(local, 0u);
-  for (uint64_t size : {uint64_t{1}, uint64_t{4097}, uint64_t{(1 << 20) + 1}, kMax}) {
-    SCOPED_TRACE(size);
-    a_.FillRange(local, size, size);
-    Reply w = a_.Call("xfer write " + b_.name() + " 30000 " + std::to_string(local) + " " +
-                      std::to_string(region.addr) + " " + std::to_string(size));
-    ASSERT_TRUE(w.ok) << w.line;
-    EXPECT_EQ(b_.SumRange(region.addr, size), a_.SumRange(local, size));
-    b_.FillRange(region.addr, size, size + 1);
-    Reply r = a_.Call("xfer read " + b_.name() + " 30000 " + std::to_string(local) + " " +
-                      std::to_string(region.addr) + " " + std::to_string(size));
-    ASSERT_TRUE(r.ok) << r.line;
-    EXPECT_EQ(a_.SumRange(local, size), b_.SumRange(region.addr, size));
-  }
+  PeerRegion region;
+  uint64_t local = 0;
+  MoveSizesBothWays({1, 4097, (1 << 20) + 1, 64 << 20}, &region, &local);
+  if (HasFatalFailure()) return;
   // A batch of 5,000 descriptors in one request.
   Reply batch = a_.Call("xfer write " + b_.name() + " 30000 " + std::to_string(local) + " " +
                         std::to_string(region.addr) + " 1024 5000");
@@ -142,22 +151,9 @@ TEST_F(FaultTwoHostsUcx, UcxMovesDataBothWaysAcrossTheLink) {
   Reply info = a_.Call("info " + b_.name());
   ASSERT_TRUE(info.ok) << info.line;
   EXPECT_EQ(info.words.at(0), "ucx") << info.line;
-  constexpr uint64_t kLen = 16 << 20;
-  const PeerRegion region = b_.Alloc(kLen, "landing");
-  const uint64_t local = a_.Buf(kLen);
-  for (uint64_t size : {uint64_t{1}, uint64_t{(1 << 20) + 1}, kLen}) {
-    SCOPED_TRACE(size);
-    a_.FillRange(local, size, size);
-    Reply w = a_.Call("xfer write " + b_.name() + " 30000 " + std::to_string(local) + " " +
-                      std::to_string(region.addr) + " " + std::to_string(size));
-    ASSERT_TRUE(w.ok) << w.line;
-    EXPECT_EQ(b_.SumRange(region.addr, size), a_.SumRange(local, size));
-    b_.FillRange(region.addr, size, size + 1);
-    Reply r = a_.Call("xfer read " + b_.name() + " 30000 " + std::to_string(local) + " " +
-                      std::to_string(region.addr) + " " + std::to_string(size));
-    ASSERT_TRUE(r.ok) << r.line;
-    EXPECT_EQ(a_.SumRange(local, size), b_.SumRange(region.addr, size));
-  }
+  PeerRegion region;
+  uint64_t local = 0;
+  MoveSizesBothWays({1, (1 << 20) + 1, 16 << 20}, &region, &local);
 }
 #endif
 

@@ -146,6 +146,20 @@ class PeerFixture : public ::testing::Test {
     return engine_.TransferSync(peer_.name(), Op::kRead, d, t);
   }
 
+  // n descriptors of b bytes in one request, scattered (every other block of the peer's
+  // region) so nothing coalesces: WRITE them, READ them back elsewhere, compare.
+  void ScatteredRoundTrip(uint64_t n, uint64_t b) {
+    const PeerRegion r = peer_.Alloc(2 * n * b);
+    LocalBuffer src(n * b), back(n * b);
+    src.Fill(n + b);
+    std::vector<TransferDesc> d;
+    for (uint64_t i = 0; i < n; ++i) d.push_back({src.addr() + i * b, r.addr + 2 * i * b, b});
+    XT_ASSERT_OK(Write(d));
+    for (auto& x : d) x.local_addr = back.addr() + (x.local_addr - src.addr());
+    XT_ASSERT_OK(Read(d));
+    EXPECT_EQ(back.Hash(), src.Hash());
+  }
+
   PeerProcess peer_;     // destroyed after engine_ (declared first)
   xfer::Engine engine_;  // finalized first on teardown
 };
