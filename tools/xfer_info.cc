@@ -349,8 +349,8 @@ int main(int argc, char** argv) {
   std::printf("  %-22s %s\n", "auto_connect", d.auto_connect ? "true" : "false");
   std::printf("  %-22s %lld ms\n", "auto_connect_timeout", Ms(d.auto_connect_timeout));
   std::printf("  %-22s %d\n", "streams", d.streams);
-  std::printf("  %-22s %s\n", "slice_bytes", "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp, 1 MiB shm)");
-  std::printf("  %-22s %s\n", "batch_bytes", "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp, 1 MiB shm)");
+  std::printf("  %-22s %s\n", "slice_bytes", "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp, 128 KiB shm)");
+  std::printf("  %-22s %s\n", "batch_bytes", "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp, 128 KiB shm)");
   if (StreamingOf(d, 0) == 0)
     std::printf("  %-22s 0 (shm: non-temporal copies from the last-level cache's size, %ld bytes here)\n",
                 "streaming_copy_bytes", sysconf(_SC_LEVEL3_CACHE_SIZE));

@@ -425,9 +425,40 @@ void EngineImpl::HelpWith(Request& req, Clock::time_point until) {
   }
 }
 
+bool EngineImpl::TryInlineShm(const std::string& remote, Op op, const TransferDesc& d,
+                              std::chrono::milliseconds timeout) {
+  Peer peer;
+  if (timeout.count() <= 0 || d.len == 0 || d.local_addr == 0 || d.remote_addr == 0 ||
+      d.local_addr + d.len < d.local_addr || d.remote_addr + d.len < d.remote_addr ||
+      !running_.load(std::memory_order_relaxed) || !FindPeer(remote, &peer).ok() ||
+      !peer.state->mapper || d.len > peer.state->shm_limits.slice_bytes ||
+      d.len >= peer.state->shm_limits.streaming_bytes) {
+    return false;
+  }
+  std::shared_ptr<RemoteRegion> region = peer.state->regions.Find(d.remote_addr, d.len);
+  if (!region || region->shm_key == 0 || !registry_.Contains(d.local_addr, d.len)) return false;
+  uint8_t* base = MapRegion(*peer.state, *region);
+  if (base == nullptr) return false;
+  transport::Slice s{d.local_addr, reinterpret_cast<uint64_t>(base) + (d.remote_addr - region->info.addr),
+                     d.len};
+  // The same order of checks as a planned batch, under an execution slot (the fence of a
+  // deregistration waits for it).
+  auto slot = pool_->InlineSlot();
+  if (!peer.state->alive.load(std::memory_order_acquire) ||
+      region->revoked.load(std::memory_order_acquire)) {
+    return false;  // the planned path says why
+  }
+  transport::CopyInProcess(op, std::span(&s, 1));
+  peer.state->shm_bytes.fetch_add(d.len, std::memory_order_relaxed);
+  return true;
+}
+
 Status EngineImpl::TransferSync(const std::string& remote, Op op,
                                 const std::vector<TransferDesc>& descs,
                                 std::chrono::milliseconds timeout) {
+  // One small descriptor into a same-host peer's AllocMem memory: a memcpy on this thread,
+  // without a request object (the 8-byte WRITE costs ~0.3 us instead of ~0.5).
+  if (descs.size() == 1 && TryInlineShm(remote, op, descs[0], timeout)) return Status::Ok();
   std::shared_ptr<Request> req;
   Status s = Submit(remote, op, descs, timeout, false, &req);
   if (!s.ok()) return s;

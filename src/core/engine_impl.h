@@ -84,6 +84,10 @@ class EngineImpl final : public control::ControlHandler {
                 std::chrono::milliseconds timeout, bool track, std::shared_ptr<Request>* out);
   void Dispatch(const std::shared_ptr<Request>& req, bool caller_helps);
   void HelpWith(Request& req, Clock::time_point until);
+  // Moves one descriptor into or out of a peer's mapped segment on this thread, when every
+  // check passes at once; false leaves it to the planned path (which explains refusals).
+  bool TryInlineShm(const std::string& remote, Op op, const TransferDesc& d,
+                    std::chrono::milliseconds timeout);
   std::shared_ptr<Request> TakeIfDone(RequestHandle h, const RequestStatus& st);
   // --- control plane (engine_control.cc)
   wire::Hello MakeHello(const std::vector<wire::WireRegion>& regions) const;

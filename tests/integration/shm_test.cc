@@ -88,6 +88,36 @@ TEST_F(IntegrationShm, OwnerFreesTheRegionWhilePeerHasItMapped) {
   EXPECT_EQ(peer_.Sum(again), src.Hash());
 }
 
+TEST_F(IntegrationShm, SmallTransfersFromRegisteredMemoryRunInline) {
+  // One small descriptor from registered memory is copied on the caller's thread without a
+  // request object: the same data, counters and refusals as the planned path.
+  const PeerRegion r = peer_.ShmAlloc(1 << 20);
+  LocalBuffer mine(64 << 10), back(64 << 10);
+  xfer::MemHandle h1 = 0, h2 = 0;
+  XT_ASSERT_OK(engine_.RegisterMem(mine.data(), mine.len(), xfer::MemType::kHost, &h1));
+  XT_ASSERT_OK(engine_.RegisterMem(back.data(), back.len(), xfer::MemType::kHost, &h2));
+  const xfer::PeerInfo before = Info();
+  std::mt19937_64 rng(11);
+  uint64_t moved = 0;
+  for (int i = 0; i < 500; ++i) {
+    const uint64_t len = 1 + rng() % (64 << 10), at = rng() % ((1 << 20) - len + 1);
+    mine.Fill(i);
+    XT_ASSERT_OK(Write({{mine.addr(), r.addr + at, len}}));
+    XT_ASSERT_OK(Read({{back.addr(), r.addr + at, len}}));
+    ASSERT_EQ(Hash64(back.data(), len), Hash64(mine.data(), len)) << i;
+    moved += 2 * len;
+  }
+  EXPECT_EQ(Info().shm_bytes - before.shm_bytes, moved);
+  // Past the region's end: refused by the planned path, nothing written.
+  EXPECT_EQ(Write({{mine.addr(), r.addr + (1 << 20) - 8, 16}}).code(), StatusCode::kRemoteAccessDenied);
+  Reply f = peer_.Call("free " + std::to_string(r.handle));
+  ASSERT_TRUE(f.ok) << f.line;
+  EXPECT_EQ(Write({{mine.addr(), r.addr, 8}}).code(), StatusCode::kRemoteAccessDenied);
+  EXPECT_EQ(Read({{back.addr(), r.addr, 8}}).code(), StatusCode::kRemoteAccessDenied);
+  XT_EXPECT_OK(engine_.DeregisterMem(h1));
+  XT_EXPECT_OK(engine_.DeregisterMem(h2));
+}
+
 // The number of this process's mappings of the peer's segments (memfd "xfer.*").
 int MappedSegments() {
   std::ifstream in("/proc/self/maps");
