@@ -26,14 +26,15 @@ int Fail(const char* what, const xfer::Status& s) {
 int Serve(const std::string& name) {
   xfer::Engine engine;
   if (auto s = engine.Initialize(name); !s.ok()) return Fail("Initialize", s);
-  std::vector<char> pool(kBlock * kBlocks);
+  // The pool comes from the engine: peers on this host then copy into it directly (shm).
+  void* pool = nullptr;
   xfer::MemHandle h;
-  if (auto s = engine.RegisterMem(pool.data(), pool.size(), xfer::MemType::kHost, &h, "kv-pool");
+  if (auto s = engine.AllocMem(kBlock * kBlocks, xfer::MemType::kHost, &pool, &h, "kv-pool");
       !s.ok()) {
-    return Fail("RegisterMem", s);
+    return Fail("AllocMem", s);
   }
   std::printf("serving %llu KiB at %s; the peer writes, this process does nothing. Ctrl-C ends.\n",
-              static_cast<unsigned long long>(pool.size() >> 10), engine.LocalName().c_str());
+              static_cast<unsigned long long>((kBlock * kBlocks) >> 10), engine.LocalName().c_str());
   for (;;) std::this_thread::sleep_for(1s);
 }
 
@@ -76,7 +77,7 @@ int Push(const std::string& remote) {
   bool same = std::memcmp(blocks.data(), back.data(), blocks.size()) == 0;
   std::printf("wrote %llu blocks of %llu KiB over %s in %.0f us (%.2f GB/s); read back: %s\n",
               static_cast<unsigned long long>(kBlocks), static_cast<unsigned long long>(kBlock >> 10),
-              info.transport.c_str(), us, blocks.size() / us / 1e3, same ? "identical" : "DIFFERENT");
+              info.shm_bytes ? "shm" : info.transport.c_str(), us, blocks.size() / us / 1e3, same ? "identical" : "DIFFERENT");
   return same ? 0 : 1;
 }
 

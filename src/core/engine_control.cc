@@ -17,6 +17,10 @@ std::string PeerKey(const wire::Hello& h) {
   return h.name + "#" + inc;
 }
 
+bool Offers(const wire::Hello& h, std::string_view transport) {
+  return std::find(h.transports.begin(), h.transports.end(), transport) != h.transports.end();
+}
+
 }  // namespace
 
 wire::Hello EngineImpl::MakeHello(const std::vector<wire::WireRegion>& regions) const {
@@ -77,9 +81,6 @@ PlanLimits EngineImpl::ShmLimits() const {
 
 Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& host,
                                    PeerState* state) {
-  const auto offers = [&](std::string_view t) {
-    return std::find(peer.transports.begin(), peer.transports.end(), t) != peer.transports.end();
-  };
   const bool same_host = peer.host_id == host_id_;
   transport::PeerEndpoint ep{peer.pid, peer.incarnation, peer.cma_cookie, host, peer.tcp_port};
   // Best first: local (same process) > cma (same host) > ucx (RDMA) > tcp (any host).
@@ -93,7 +94,7 @@ Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& h
       {"cma", &cma_,
        !same_host ? "peer is on another host"
        : !cma_ok_ ? "cma is off here"
-       : !offers("cma") ? "peer does not offer cma"
+       : !Offers(peer, "cma") ? "peer does not offer cma"
                         : nullptr},
       {"ucx", ucx_.get(),
        !ucx_ ? ucx_off_.c_str() : peer.ucx_address.empty() ? "peer does not offer ucx" : nullptr},
@@ -137,24 +138,25 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
                                                      std::string* transport_error) {
   auto st = std::make_shared<PeerState>();
   st->info = PeerInfo{hello.name, hello.incarnation, hello.host_id, hello.pid, "", outbound};
-  const bool offers_shm = std::find(hello.transports.begin(), hello.transports.end(), "shm") !=
-                          hello.transports.end();
   const bool forced_shm = opts_.transport == "shm";
   // Another process on this host: its AllocMem memory can be mapped (and it is cheaper to
   // map than to reach through cma, so shm goes alongside whatever link is chosen).
-  if ((opts_.transport.empty() || forced_shm) && shm_ok_ && offers_shm &&
+  if ((opts_.transport.empty() || forced_shm) && shm_ok_ && Offers(hello, "shm") &&
       hello.host_id == host_id_ && hello.pid != ::getpid()) {
     Status ms = transport::shm::PeerMapper::Open(hello.pid, &st->mapper);
     if (!ms.ok()) XLOG(WARN) << "peer " << hello.name << ": " << ms.ToString();
     st->shm_limits = ShmLimits();
   }
   st->info.shm = st->mapper != nullptr;
-  Status s = forced_shm ? Status(StatusCode::kUnsupported,
-                                 st->mapper ? "transport forced to shm" : "shm cannot reach the peer")
-                        : ChooseTransport(hello, host, st.get());
-  if (forced_shm && st->mapper) {
+  Status s;
+  if (!forced_shm) {
+    s = ChooseTransport(hello, host, st.get());
+  } else if (st->mapper) {
     st->info.transport = "shm";
-  } else if (!s.ok()) {
+  } else {
+    s = {StatusCode::kUnsupported, "shm cannot reach the peer (transport forced to shm)"};
+  }
+  if (!s.ok()) {
     *transport_error = s.message();
     st->info.transport = "none";
   }
