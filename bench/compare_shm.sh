@@ -146,8 +146,7 @@ if [ "$RESULTS" != "-" ]; then
   {
     echo "## shm (AllocMem memory, mapped) vs ucx_perftest posix and memcpy"
     echo
-    echo "Written by \`bench/compare_shm.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'): xfer $(xfer_revision), $(machine_line); load average at the end $(cut -d' ' -f1-3 /proc/loadavg)${ucx_version:+; UCX: $ucx_version}."
-    [ -z "${NOTE:-}" ] || echo "Note: $NOTE"
+    written_by bench/compare_shm.sh "${ucx_version:+; UCX: $ucx_version}"
     echo
     echo "Command: \`bench/compare_shm.sh${1:+ $1}\` (DURATION=$DURATION ROUNDS=$ROUNDS SIZES=$SIZES UCX_BYTES=$UCX_BYTES), which runs, per SIZE in ${sizes//$'\n'/ }, alternating:"
     echo

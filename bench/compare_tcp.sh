@@ -92,8 +92,7 @@ if [ "$RESULTS" != "-" ]; then
   {
     echo "## tcp transport vs a raw TCP socket on loopback"
     echo
-    echo "Written by \`bench/compare_tcp.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'): xfer $(xfer_revision), $(nproc) CPUs, kernel $(uname -r); load average at the end $(cut -d' ' -f1-3 /proc/loadavg)."
-    [ -z "${NOTE:-}" ] || echo "Note: $NOTE"
+    written_by bench/compare_tcp.sh
     echo
     echo "Command: \`bench/compare_tcp.sh${1:+ $1}\` (DURATION=$DURATION ROUNDS=$ROUNDS SIZES=$SIZES LINKS=$LINKS), which runs, per SIZE in ${sizes//$'\n'/ } and $batch_bytes, alternating:"
     echo

@@ -174,8 +174,7 @@ if [ "$RESULTS" != "-" ]; then
   {
     echo "## ucx transport vs ucx_perftest (UCX_TLS=$UCX_TLS)"
     echo
-    echo "Written by \`bench/compare_ucx.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'): xfer $(xfer_revision), $(machine_line); load average at the end $(cut -d' ' -f1-3 /proc/loadavg)${ucx_version:+; UCX: $ucx_version}."
-    [ -z "${NOTE:-}" ] || echo "Note: $NOTE"
+    written_by bench/compare_ucx.sh "${ucx_version:+; UCX: $ucx_version}"
     echo
     echo "Command: \`bench/compare_ucx.sh${1:+ $1}\` (UCX_TLS=$UCX_TLS DURATION=$DURATION ROUNDS=$ROUNDS SIZES=$SIZES BATCH=$BATCH BATCH_SIZE=$BATCH_SIZE UCX budget $ucx_budget${PERFTEST_ARGS:+ PERFTEST_ARGS=\"$PERFTEST_ARGS\"}), which runs, with UCX_TLS=$UCX_TLS exported and the tools alternating, per SIZE in ${sizes//$'\n'/ } the xfer-bench -s SIZE command and the ucx_perftest pairs, then the two --batch commands and ucp_put_bw with SIZE=$batch_bytes:"
     echo

@@ -128,6 +128,13 @@ results_section() {
 }
 
 # machine_line: "2 CPUs, <model>, kernel <release>, <N> GiB RAM".
+# written_by SCRIPT [EXTRA]: the provenance lines of a RESULTS.md section (when, which tree,
+# which machine, how loaded; EXTRA is appended, e.g. "; UCX: ..."), then NOTE if set.
+written_by() {
+  echo "Written by \`$1\` on $(date -u '+%Y-%m-%d %H:%M UTC'): xfer $(xfer_revision), $(machine_line); load average at the end $(cut -d' ' -f1-3 /proc/loadavg)${2:-}."
+  [ -z "${NOTE:-}" ] || echo "Note: $NOTE"
+}
+
 machine_line() {
   echo "$(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), kernel $(uname -r), $(awk '/MemTotal/ { printf "%.0f GiB RAM", $2 / 1048576 }' /proc/meminfo)"
 }

@@ -42,30 +42,7 @@ TEST_P(IntegrationTcp, ChosenAndMovesRandomDataOfEverySize) {
 
 TEST_P(IntegrationTcp, LargeBatchesOfSmallDescriptors) { ScatteredRoundTrip(10000, 1024); }
 
-TEST_P(IntegrationTcp, ManyThreadsAtOnce) {
-  constexpr int kThreads = 6;
-  constexpr uint64_t kLen = 4 << 20;
-  const PeerRegion r = peer_.Alloc(kThreads * kLen);
-  std::vector<std::unique_ptr<LocalBuffer>> bufs;
-  for (int t = 0; t < kThreads; ++t) {
-    bufs.push_back(std::make_unique<LocalBuffer>(kLen));
-    bufs.back()->Fill(100 + t);
-  }
-  std::atomic<int> failures{0};
-  std::vector<std::thread> ts;
-  for (int t = 0; t < kThreads; ++t) {
-    ts.emplace_back([&, t] {
-      for (int i = 0; i < 5; ++i) {
-        if (!Write({{bufs[t]->addr(), r.addr + t * kLen, kLen}}).ok()) failures++;
-      }
-    });
-  }
-  for (auto& t : ts) t.join();
-  EXPECT_EQ(failures.load(), 0);
-  for (int t = 0; t < kThreads; ++t) {
-    EXPECT_EQ(peer_.SumRange(r.addr + t * kLen, kLen), bufs[t]->Hash()) << t;
-  }
-}
+TEST_P(IntegrationTcp, ManyThreadsAtOnce) { ConcurrentWrites(6, 4 << 20, 5); }
 
 TEST_P(IntegrationTcp, RemoteRangeRefusedAndTargetUnchanged) {
   const PeerRegion r = peer_.Alloc(4096);

@@ -146,6 +146,31 @@ class PeerFixture : public ::testing::Test {
     return engine_.TransferSync(peer_.name(), Op::kRead, d, t);
   }
 
+  // `threads` threads each WRITE their own len bytes into their own part of one peer region,
+  // `rounds` times, all at once; every part must hold its writer's bytes.
+  void ConcurrentWrites(int threads, uint64_t len, int rounds) {
+    const PeerRegion r = peer_.Alloc(threads * len);
+    std::vector<std::unique_ptr<LocalBuffer>> bufs;
+    for (int t = 0; t < threads; ++t) {
+      bufs.push_back(std::make_unique<LocalBuffer>(len));
+      bufs.back()->Fill(100 + t);
+    }
+    std::vector<xfer::Status> results(threads);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t) {
+      ts.emplace_back([&, t] {
+        for (int i = 0; i < rounds && results[t].ok(); ++i) {
+          results[t] = Write({{bufs[t]->addr(), r.addr + t * len, len}});
+        }
+      });
+    }
+    for (auto& th : ts) th.join();
+    for (int t = 0; t < threads; ++t) {
+      XT_EXPECT_OK(results[t]);
+      EXPECT_EQ(peer_.SumRange(r.addr + t * len, len), bufs[t]->Hash()) << t;
+    }
+  }
+
   // n descriptors of b bytes in one request, scattered (every other block of the peer's
   // region) so nothing coalesces: WRITE them, READ them back elsewhere, compare.
   void ScatteredRoundTrip(uint64_t n, uint64_t b) {

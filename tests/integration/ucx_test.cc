@@ -48,28 +48,7 @@ TEST_F(IntegrationUcx, ForcedAndMovesRandomDataOfEverySize) {
 
 TEST_F(IntegrationUcx, LargeBatchOfSmallDescriptors) { ScatteredRoundTrip(10000, 512); }
 
-TEST_F(IntegrationUcx, SeveralThreadsOverSeveralLinks) {
-  constexpr int kThreads = 4;
-  constexpr uint64_t kLen = 4 << 20;
-  const PeerRegion r = peer_.Alloc(kThreads * kLen);
-  std::vector<std::unique_ptr<LocalBuffer>> bufs;
-  for (int t = 0; t < kThreads; ++t) {
-    bufs.push_back(std::make_unique<LocalBuffer>(kLen));
-    bufs.back()->Fill(100 + t);
-  }
-  std::vector<xfer::Status> results(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      results[t] = Write({{bufs[t]->addr(), r.addr + t * kLen, kLen}});
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int t = 0; t < kThreads; ++t) {
-    XT_EXPECT_OK(results[t]);
-    EXPECT_EQ(peer_.SumRange(r.addr + t * kLen, kLen), bufs[t]->Hash()) << t;
-  }
-}
+TEST_F(IntegrationUcx, SeveralThreadsOverSeveralLinks) { ConcurrentWrites(4, 4 << 20, 1); }
 
 TEST_F(IntegrationUcx, RangeOutsideTheRegionsIsRefusedAndTheLinkStaysUsable) {
   const PeerRegion r = peer_.Alloc(1 << 20);
