@@ -324,7 +324,7 @@ int main(int argc, char** argv) {
 #if XFER_HAVE_UCX
   // What UCX itself sees (version, UCX_TLS, transports and devices), and whether the engine
   // offers it by default: only with an RDMA device, since UCX over TCP emulates put/get.
-  const bool rdma = xfer::host::RdmaDevicePresent();
+  const bool rdma = !xfer::host::RdmaDevices().empty();
   std::printf("  %-6s %-12s ucx: %s\n", "ucx", "available",
               xfer::transport::UcxTransport::Describe().c_str());
   std::printf("  %-6s %-12s %s\n", "", "",

@@ -130,7 +130,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   const bool want_ucx =
       opts_.transport == "ucx" ||
       (opts_.transport.empty() &&
-       (opts_.ucx == "on" || (opts_.ucx == "auto" && host::RdmaDevicePresent())));
+       (opts_.ucx == "on" || (opts_.ucx == "auto" && !host::RdmaDevices().empty())));
   ucx_off_ = opts_.ucx == "off"   ? "ucx is off here (EngineOptions::ucx)"
              : !want_ucx          ? "ucx is off here (no RDMA device; EngineOptions::ucx = on offers it)"
                                   : "";

@@ -36,10 +36,15 @@ uint64_t LastLevelCacheBytes() {
   return best ? best : 32ull << 20;
 }
 
-bool RdmaDevicePresent() {
+std::vector<std::string> RdmaDevices() {
+  std::vector<std::string> out;
   std::error_code ec;
-  std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
-  return !ec && it != std::filesystem::directory_iterator();
+  for (std::filesystem::directory_iterator it("/sys/class/infiniband", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    out.push_back(it->path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace xfer::host

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace xfer::host {
 
@@ -13,7 +14,7 @@ uint64_t RandomU64();
 // The size of the largest CPU cache (sysfs; glibc's sysconf can report a VM's L3 ten times
 // too large). 32 MiB when unknown.
 uint64_t LastLevelCacheBytes();
-// True when the kernel lists an RDMA device (InfiniBand, RoCE, iWARP) in /sys/class/infiniband.
-bool RdmaDevicePresent();
+// The RDMA devices (InfiniBand, RoCE, iWARP) the kernel lists in /sys/class/infiniband, sorted.
+std::vector<std::string> RdmaDevices();
 
 }  // namespace xfer::host

@@ -1,6 +1,5 @@
 #include "transport/ucx/ucx_transport.h"
 
-#include <dirent.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -21,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "util/host.h"
 #include "util/log.h"
 #include "util/spin.h"
 
@@ -421,18 +421,6 @@ std::string Resources(ucp_context_h ctx) {
   return out.empty() ? "none" : out;
 }
 
-// Names under /sys/class/infiniband: the RDMA devices (InfiniBand or RoCE) of this host.
-std::vector<std::string> RdmaDevices() {
-  std::vector<std::string> out;
-  if (DIR* d = ::opendir("/sys/class/infiniband")) {
-    while (dirent* e = ::readdir(d)) {
-      if (e->d_name[0] != '.') out.emplace_back(e->d_name);
-    }
-    ::closedir(d);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 }  // namespace
 
@@ -607,7 +595,7 @@ std::string UcxTransport::Describe() {
   std::shared_ptr<Context> ctx;
   Status s = CreateContext(&ctx);
   out += "; transports: " + (s.ok() ? Resources(ctx->h) : s.message());
-  std::vector<std::string> rdma = RdmaDevices();
+  std::vector<std::string> rdma = host::RdmaDevices();
   if (rdma.empty()) {
     out += "; no RDMA (InfiniBand/RoCE) device found";
   } else {
