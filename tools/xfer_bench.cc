@@ -329,40 +329,18 @@ bool HaveGpuDevice() {
   return stat("/dev/nvidiactl", &st) == 0 || stat("/dev/nvidia0", &st) == 0;
 }
 
-// EngineOptions::links (data connections per peer) exists in builds with the tcp transport;
-// these compile either way.
-template <class O>
-auto SetLinks(O& o, int n, int) -> decltype(o.links = n, bool()) {
-  o.links = n;
-  return true;
-}
-template <class O>
-bool SetLinks(O&, int, long) {
-  return false;
-}
-template <class O>
-auto DefaultLinks(const O& o, int) -> decltype(int(o.links)) {
-  return o.links;
-}
-template <class O>
-int DefaultLinks(const O&, long) {
-  return 0;
-}
-// Transports that use EngineOptions::links.
-bool TransportHasLinks(const std::string& t) { return t == "tcp"; }
+// Transports that use EngineOptions::links (connections / endpoints per peer).
+bool TransportHasLinks(const std::string& t) { return t == "tcp" || t == "ucx"; }
 
 // What the header says about --links for this transport: never silently ignored.
 std::string LinksNote(const Config& c, const std::string& transport) {
-  EngineOptions o;
-  const int def = DefaultLinks(o, 0);
-  const bool engine_has = SetLinks(o, 1, 0);
-  if (!engine_has || (!transport.empty() && transport != "any" && !TransportHasLinks(transport)))
+  const int def = EngineOptions{}.links;
+  if (!transport.empty() && transport != "any" && !TransportHasLinks(transport))
     return c.links == 0 ? "n/a for transport " + transport
-                        : std::to_string(c.links) + " requested: n/a for transport " + transport +
-                              (engine_has ? "" : " (this engine has no link setting)");
+                        : std::to_string(c.links) + " requested: n/a for transport " + transport;
   if (transport == "any")
     return (c.links ? std::to_string(c.links) : std::to_string(def) + " (default)") +
-           " for tcp; n/a for the other transports";
+           " for tcp and ucx; n/a for the other transports";
   return c.links ? std::to_string(c.links) : std::to_string(def) + " (default)";
 }
 
@@ -392,7 +370,7 @@ EngineOptions MakeEngineOptions(const Config& c) {
   if (c.slice_bytes > 0) o.slice_bytes = c.slice_bytes;
   if (c.batch_bytes > 0) o.batch_bytes = c.batch_bytes;
   if (c.spin_us >= 0) o.spin = std::chrono::microseconds(c.spin_us);
-  if (c.links > 0) SetLinks(o, c.links, 0);
+  if (c.links > 0) o.links = c.links;
   o.transport = c.transport;
   o.host_id = c.host_id;
   return o;
@@ -2138,7 +2116,7 @@ void AddTestOptions(CLI::App* app, Config& c) {
       ->capture_default_str();
   app->add_option("--links", c.links,
                   "Connections per peer for transports that have them (reported n/a for the others)")
-      ->check(CLI::Range(1, 256));
+      ->check(CLI::Range(1, 64));
   app->add_option("--streams", c.streams, "Engine data streams (worker threads); default: the engine's")
       ->check(CLI::Range(1, 64));
   app->add_option("--slice-bytes", c.slice_arg,
@@ -2152,8 +2130,8 @@ void AddTestOptions(CLI::App* app, Config& c) {
       ->check(CLI::Range(int64_t(0), int64_t(1000000)));
   app->add_option("--transport", c.transport,
                   "Force a transport: local, shm (only AllocMem memory, by memcpy from a mapping), "
-                  "cma, tcp (forcing cma or tcp disables shm); default: the best both sides "
-                  "offer, and shm for the peer's AllocMem memory on the same host")
+                  "cma, ucx, tcp (forcing cma, ucx or tcp disables shm); default: the best both "
+                  "sides offer, and shm for the peer's AllocMem memory on the same host")
       ->type_name("NAME");
   app->add_option("--mem", c.mem,
                   "How both sides get their buffers: alloc = Engine::AllocMem (a memfd that a "

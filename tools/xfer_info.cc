@@ -220,26 +220,6 @@ std::string UcxTransports() {
 }
 #endif
 
-// EngineOptions::links exists in builds with the tcp transport.
-template <class O>
-auto LinksOf(const O& o, int) -> decltype(int(o.links)) {
-  return o.links;
-}
-template <class O>
-int LinksOf(const O&, long) {
-  return -1;
-}
-
-// EngineOptions::streaming_copy_bytes exists in builds whose shm copies can stream.
-template <class O>
-auto StreamingOf(const O& o, int) -> decltype(int64_t(o.streaming_copy_bytes)) {
-  return int64_t(o.streaming_copy_bytes);
-}
-template <class O>
-int64_t StreamingOf(const O&, long) {
-  return -1;
-}
-
 bool HaveGpuDevice() {
   struct stat st;
   return stat("/dev/nvidiactl", &st) == 0 || stat("/dev/nvidia0", &st) == 0;
@@ -349,16 +329,17 @@ int main(int argc, char** argv) {
   std::printf("  %-22s %s\n", "auto_connect", d.auto_connect ? "true" : "false");
   std::printf("  %-22s %lld ms\n", "auto_connect_timeout", Ms(d.auto_connect_timeout));
   std::printf("  %-22s %d\n", "streams", d.streams);
-  std::printf("  %-22s %s\n", "slice_bytes", "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp, 128 KiB shm)");
-  std::printf("  %-22s %s\n", "batch_bytes", "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp, 128 KiB shm)");
-  if (StreamingOf(d, 0) == 0)
-    std::printf("  %-22s 0 (shm: non-temporal copies from the last-level cache's size, %ld bytes here)\n",
-                "streaming_copy_bytes", sysconf(_SC_LEVEL3_CACHE_SIZE));
-  else if (StreamingOf(d, 0) > 0)
-    std::printf("  %-22s %lld\n", "streaming_copy_bytes", (long long)StreamingOf(d, 0));
+  const char* per_transport = "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp, 1 MiB ucx, 128 KiB shm)";
+  std::printf("  %-22s %s\n", "slice_bytes", per_transport);
+  std::printf("  %-22s %s\n", "batch_bytes", per_transport);
+  if (d.streaming_copy_bytes == 0)
+    std::printf("  %-22s 0 (shm: non-temporal copies from the last-level cache's size, %llu bytes here)\n",
+                "streaming_copy_bytes", (unsigned long long)xfer::host::LastLevelCacheBytes());
+  else
+    std::printf("  %-22s %llu\n", "streaming_copy_bytes", (unsigned long long)d.streaming_copy_bytes);
   std::printf("  %-22s %lld us\n", "spin",
               (long long)std::chrono::duration_cast<std::chrono::microseconds>(d.spin).count());
-  if (LinksOf(d, 0) >= 0) std::printf("  %-22s %d (tcp data connections per peer)\n", "links", LinksOf(d, 0));
+  std::printf("  %-22s %d (tcp connections / ucx endpoints per peer)\n", "links", d.links);
   std::printf("  %-22s %s\n", "transport", d.transport.empty() ? "(best available)" : d.transport.c_str());
   std::printf("  %-22s %s\n", "ucx", (d.ucx + " (auto: offered when an RDMA device is present)").c_str());
   std::printf("  %-22s %s\n", "host_id", d.host_id.empty() ? "(kernel boot id)" : d.host_id.c_str());
