@@ -104,6 +104,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   cma_ok_ = transport::CmaTransport::Available(&why);
   if (!cma_ok_) XLOG(WARN) << "cma transport not offered: " << why;
   shm_ok_ = transport::shm::Available(&why);
+  shm_limits_ = ShmLimits();
   if (!shm_ok_) XLOG(WARN) << "shm not offered (peers' AllocMem memory goes through cma): " << why;
   // Under Yama ptrace_scope=1 a peer may attach to us only if we say so.
   ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
@@ -210,6 +211,15 @@ Status EngineImpl::RegisterMem(void* addr, uint64_t len, MemType type, MemHandle
 
 Status EngineImpl::AddRegion(uint64_t addr, uint64_t len, MemType type, const std::string& tag,
                              MemHandle* handle, int32_t shm_fd, uint64_t shm_key) {
+  // Peers put/get it over ucx only through a UCX mapping and its remote key. Mapping pins
+  // pages (slow for large regions): done before the lock, and dropped if the range was known.
+  std::unique_ptr<transport::UcxMemory> mem;
+  if (ucx_) {
+    if (Status us = ucx_->MapMemory(addr, len, &mem); !us.ok()) {
+      XLOG(WARN) << "memory at " << addr << " (" << len << " bytes) is not reachable through ucx: "
+                 << us.ToString();
+    }
+  }
   std::lock_guard lock(subscribers_mu_);
   bool added = false;
   Status s = registry_.Add(addr, len, type, -1, tag, handle, &added, shm_fd, shm_key);
@@ -218,15 +228,9 @@ Status EngineImpl::AddRegion(uint64_t addr, uint64_t len, MemType type, const st
     return s;
   }
   if (added) {
-    if (ucx_) {  // peers reach it by put/get only through a UCX mapping and its remote key
-      std::unique_ptr<transport::UcxMemory> mem;
-      Status us = ucx_->MapMemory(addr, len, &mem);
-      if (us.ok()) {
-        registry_.SetUcxKey(*handle, mem->packed_key());
-        ucx_memory_[*handle] = std::move(mem);
-      } else {
-        XLOG(WARN) << "region " << *handle << " is not reachable through ucx: " << us.ToString();
-      }
+    if (mem) {
+      registry_.SetUcxKey(*handle, mem->packed_key());
+      ucx_memory_[*handle] = std::move(mem);
     }
     wire::WireRegion r;
     registry_.Lookup(*handle, &r);
@@ -309,25 +313,30 @@ Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
       sub->Shutdown("did not confirm a deregistration in time");
     }
   }
+  std::unique_ptr<transport::UcxMemory> unmapped;  // unmapped after the lock is released
   std::lock_guard lock(subscribers_mu_);
-  ucx_memory_.erase(handle);  // no peer puts or gets it any more
+  if (auto it = ucx_memory_.find(handle); it != ucx_memory_.end()) {  // no peer uses it any more
+    unmapped = std::move(it->second);
+    ucx_memory_.erase(it);
+  }
   return Status::Ok();
 }
 
 // ---------------------------------------------------------------- data path
-Status EngineImpl::FindPeer(const std::string& remote, Peer* peer) {
+bool EngineImpl::LookupPeer(const std::string& remote, Peer* peer) {
   if (remote == name_) {
     *peer = Peer{nullptr, self_};
-    return Status::Ok();
+    return true;
   }
-  {
-    std::lock_guard lock(peers_mu_);
-    auto it = peers_.find(remote);
-    if (it != peers_.end()) {
-      *peer = it->second;
-      return Status::Ok();
-    }
-  }
+  std::lock_guard lock(peers_mu_);
+  auto it = peers_.find(remote);
+  if (it == peers_.end()) return false;
+  *peer = it->second;
+  return true;
+}
+
+Status EngineImpl::FindPeer(const std::string& remote, Peer* peer) {
+  if (LookupPeer(remote, peer)) return Status::Ok();
   if (!opts_.auto_connect) {
     return {StatusCode::kNotConnected, "not connected to '" + remote +
                                            "' (call Connect first, or set auto_connect)"};
@@ -336,10 +345,7 @@ Status EngineImpl::FindPeer(const std::string& remote, Peer* peer) {
   if (!s.ok() && s.code() != StatusCode::kAlreadyConnected) {
     return {StatusCode::kNotConnected, "auto-connect to '" + remote + "' failed: " + s.ToString()};
   }
-  std::lock_guard lock(peers_mu_);
-  auto it = peers_.find(remote);
-  if (it == peers_.end()) return {StatusCode::kConnectionLost, "peer '" + remote + "' went away"};
-  *peer = it->second;
+  if (!LookupPeer(remote, peer)) return {StatusCode::kConnectionLost, "peer '" + remote + "' went away"};
   return Status::Ok();
 }
 
@@ -428,9 +434,11 @@ void EngineImpl::HelpWith(Request& req, Clock::time_point until) {
 bool EngineImpl::TryInlineShm(const std::string& remote, Op op, const TransferDesc& d,
                               std::chrono::milliseconds timeout) {
   Peer peer;
-  if (timeout.count() <= 0 || d.len == 0 || d.local_addr == 0 || d.remote_addr == 0 ||
-      d.local_addr + d.len < d.local_addr || d.remote_addr + d.len < d.remote_addr ||
-      !running_.load(std::memory_order_relaxed) || !FindPeer(remote, &peer).ok() ||
+  // Anything unusual (including a peer to connect to first) takes the planned path.
+  if ((op != Op::kRead && op != Op::kWrite) || timeout.count() <= 0 || d.len == 0 ||
+      d.local_addr == 0 || d.remote_addr == 0 || d.local_addr + d.len < d.local_addr ||
+      d.remote_addr + d.len < d.remote_addr || !running_.load(std::memory_order_relaxed) ||
+      !LookupPeer(remote, &peer) ||
       !peer.state->mapper || d.len > peer.state->shm_limits.slice_bytes ||
       d.len >= peer.state->shm_limits.streaming_bytes) {
     return false;

@@ -145,7 +145,7 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
       hello.host_id == host_id_ && hello.pid != ::getpid()) {
     Status ms = transport::shm::PeerMapper::Open(hello.pid, &st->mapper);
     if (!ms.ok()) XLOG(WARN) << "peer " << hello.name << ": " << ms.ToString();
-    st->shm_limits = ShmLimits();
+    st->shm_limits = shm_limits_;
   }
   st->info.shm = st->mapper != nullptr;
   Status s;
@@ -192,11 +192,16 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
   }
   if (remote == name_) return Status::Ok();  // this engine is always reachable by itself
   auto deadline = DeadlineAfter(timeout);
+  // The peer's own connection to us is being answered: that session will be the one.
+  const auto accepted_in_time = [&](std::unique_lock<std::mutex>& lock) {
+    return peers_cv_.wait_until(lock, deadline, [&] { return !accepting_.count(remote); });
+  };
+  const Status still_accepting{StatusCode::kTimeout, "Connect: the session '" + remote +
+                                                         "' opened to us is still being set up"};
   {
     std::unique_lock lock(peers_mu_);
-    // The peer's own connection to us is being answered: that session will be the one.
-    peers_cv_.wait_until(lock, deadline, [&] { return !accepting_.count(remote); });
-    if (peers_.count(remote) || connecting_.count(remote) || accepting_.count(remote)) {
+    if (!accepted_in_time(lock)) return still_accepting;
+    if (peers_.count(remote) || connecting_.count(remote)) {
       return {StatusCode::kAlreadyConnected, "already connected to '" + remote + "'"};
     }
     connecting_.insert(remote);
@@ -236,7 +241,7 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
     // Our connection crossed one from the peer, and the peer's won: we are connected once
     // this engine has finished answering it.
     std::unique_lock lock(peers_mu_);
-    peers_cv_.wait_until(lock, deadline, [&] { return !accepting_.count(remote); });
+    if (!accepted_in_time(lock)) return still_accepting;
     return peers_.count(remote) ? Status::Ok()
                                 : Status{StatusCode::kAlreadyConnected,
                                          "'" + remote + "' already has a session with this engine"};
@@ -305,14 +310,11 @@ Status EngineImpl::GetPeerInfo(const std::string& remote, PeerInfo* info) {
   Status s = CheckRunning("GetPeerInfo");
   if (!s.ok()) return s;
   if (info == nullptr) return {StatusCode::kInvalidArgument, "GetPeerInfo: null info"};
-  if (remote == name_) {
-    *info = self_->info;
-    return Status::Ok();
+  Peer peer;
+  if (!LookupPeer(remote, &peer)) {
+    return {StatusCode::kNotConnected, "not connected to '" + remote + "'"};
   }
-  std::lock_guard lock(peers_mu_);
-  auto it = peers_.find(remote);
-  if (it == peers_.end()) return {StatusCode::kNotConnected, "not connected to '" + remote + "'"};
-  const PeerState& st = *it->second.state;
+  const PeerState& st = *peer.state;
   *info = st.info;
   info->shm_bytes = st.shm_bytes.load(std::memory_order_relaxed);
   info->transport_bytes = st.link_bytes.load(std::memory_order_relaxed);

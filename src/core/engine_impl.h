@@ -75,6 +75,9 @@ class EngineImpl final : public control::ControlHandler {
   Status AddRegion(uint64_t addr, uint64_t len, MemType type, const std::string& tag,
                    MemHandle* handle, int32_t shm_fd, uint64_t shm_key);
   // --- data path (engine.cc)
+  // The session with remote (or this engine itself), without connecting.
+  bool LookupPeer(const std::string& remote, Peer* peer);
+  // LookupPeer, or auto-connect when the options say so.
   Status FindPeer(const std::string& remote, Peer* peer);
   // Where the peer's shared region is mapped here (mapping it on first use), or null.
   static uint8_t* MapRegion(PeerState& peer, RemoteRegion& region);
@@ -98,7 +101,7 @@ class EngineImpl final : public control::ControlHandler {
   Status ChooseTransport(const wire::Hello& peer, const std::string& host, PeerState* state);
   // Batch sizes for a peer reached through t: the options, or t's own defaults.
   PlanLimits LimitsFor(const transport::Transport& t) const;
-  PlanLimits ShmLimits() const;  // the same for memcpy into a peer's mapped memory
+  PlanLimits ShmLimits() const;  // the same for memcpy into a peer's mapped memory (reads sysfs)
   // host: the peer's address as we reach it (the control connection's other end).
   std::shared_ptr<PeerState> MakePeerState(const wire::Hello& hello, bool outbound,
                                            const std::string& host, std::string* transport_error);
@@ -122,6 +125,7 @@ class EngineImpl final : public control::ControlHandler {
   uint64_t cma_cookie_ = 0;  // holds incarnation_; peers read it to prove cma works
   bool cma_ok_ = false;
   bool shm_ok_ = false;  // pidfd_getfd works: same-host peers' AllocMem memory can be mapped
+  PlanLimits shm_limits_;  // ShmLimits(), once
 
   Registry registry_;
   std::unique_ptr<StreamPool> pool_;

@@ -8,15 +8,11 @@
 #include <string>
 
 #include "core/registry.h"
+#include "util/text.h"
 
 namespace xfer {
+using text::Hex;
 namespace {
-
-std::string Hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%" PRIx64, v);
-  return b;
-}
 
 std::string DescName(size_t i, const TransferDesc& d) {
   return "descriptor " + std::to_string(i) + " {local " + Hex(d.local_addr) + ", remote " +

@@ -1,6 +1,7 @@
 #include "util/net.h"
 
 #include "util/spin.h"
+#include "util/text.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include <cstring>
 
 namespace xfer::net {
+using text::Errno;
 namespace {
 
 int MillisLeft(Clock::time_point deadline) {
@@ -25,8 +27,6 @@ int MillisLeft(Clock::time_point deadline) {
   if (left.count() <= 0) return 0;
   return left.count() > 1 << 30 ? 1 << 30 : static_cast<int>(left.count());
 }
-
-std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 // True while a spin-wait that started at the first call may go on (and yields the core once).
 bool SpinOnce(std::chrono::microseconds spin, Clock::time_point* until) {

@@ -12,14 +12,14 @@
 #include <cstring>
 
 #include "util/log.h"
+#include "util/text.h"
 
 namespace xfer::transport::shm {
+using text::Errno;
 namespace {
 
 int PidfdOpen(int32_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 int PidfdGetfd(int pidfd, int fd) { return static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0)); }
-
-std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
@@ -91,7 +91,6 @@ Status Segment::Create(uint64_t len, bool huge_pages, const std::string& name,
       XLOG(WARN) << "AllocMem: the kernel refused huge pages for " << len << " bytes (" << why
                  << "); using normal pages";
     }
-    s->huge_ = ok;
   }
   if (!ok && !MakeMapped(name, len, false, &s->fd_, &s->base_, &s->len_, &why)) {
     return {errno == ENOMEM ? StatusCode::kResourceExhausted : StatusCode::kInternal,

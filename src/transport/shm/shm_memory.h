@@ -22,7 +22,7 @@ std::string SegmentName(uint64_t incarnation, uint64_t key);
 class Segment {
  public:
   // huge_pages: try MAP_HUGETLB pages first; when the kernel has none, fall back to normal
-  // pages with a log line (*huge tells which it got).
+  // pages with a log line.
   static Status Create(uint64_t len, bool huge_pages, const std::string& name,
                        std::unique_ptr<Segment>* out);
   ~Segment();
@@ -31,15 +31,12 @@ class Segment {
 
   int fd() const { return fd_; }
   void* data() const { return base_; }
-  uint64_t mapped_len() const { return len_; }
-  bool huge() const { return huge_; }
 
  private:
   Segment() = default;
   int fd_ = -1;
   void* base_ = nullptr;
   uint64_t len_ = 0;
-  bool huge_ = false;
 };
 
 // Initiator side: a peer's segment mapped into this process; unmapped when the last user

@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "util/log.h"
+#include "util/text.h"
 
 namespace xfer::transport {
+using text::Hex;
 namespace {
 
 constexpr uint32_t kDataMagic = 0x31444658;  // "XFD1"
@@ -37,12 +39,6 @@ uint64_t PadFor(uint64_t pos, uint64_t want) { return (want - pos) & (kAlign - 1
 uint8_t* PadSink() {
   static thread_local uint8_t sink[kAlign];
   return sink;
-}
-
-std::string Hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
 }
 
 template <class T>
@@ -92,11 +88,12 @@ Status RecvReply(int fd, uint64_t payload_bytes, Clock::time_point deadline,
   if (code != 0) payload_bytes = 0;
   const uint64_t head = kReplyHeaderBytes + len + lead;
   *tail = PadFor(head + payload_bytes, 0);
-  std::string rest(len + lead + (payload_bytes ? 0 : *tail), '\0');
-  s = net::RecvAll(fd, rest.data(), rest.size(), deadline);
+  uint8_t rest[kMaxMessage + 2 * kAlign];  // message, lead and tail: no allocation per reply
+  s = net::RecvAll(fd, rest, len + lead + (payload_bytes ? 0 : *tail), deadline);
   if (!s.ok()) return s;
   *verdict = code == 0 ? Status::Ok()
-                       : Status(static_cast<StatusCode>(code), "target: " + rest.substr(0, len));
+                       : Status(static_cast<StatusCode>(code),
+                                "target: " + std::string(reinterpret_cast<char*>(rest), len));
   return Status::Ok();
 }
 
@@ -115,13 +112,15 @@ struct Stream {
   std::string why;        // set with broken
 
   // Frames may be half sent or half read: nobody may use the stream again. Wakes everyone
-  // blocked on it.
-  void Break(const std::string& reason) {
+  // blocked on it. False when another batch had broken it already (then its reason stands).
+  bool Break(const std::string& reason) {
     std::lock_guard l(mu);
-    if (!broken) why = reason;
+    if (broken) return false;
+    why = reason;
     broken = true;
     ::shutdown(fd.get(), SHUT_RDWR);
     turn.notify_all();
+    return true;
   }
   bool IsBroken() {
     std::lock_guard l(mu);
@@ -180,6 +179,15 @@ class TcpLink final : public Link {
     return *conns_[rr_.fetch_add(1) % conns_.size()];
   }
 
+  // This batch's I/O failed: break the stream, unless another batch broke it first (a passed
+  // deadline of its own, say), which is what failed this one: then it may be retried.
+  static Status Broken(Stream& st, const char* what, const Status& s, bool* bystander) {
+    if (st.Break(what + s.message())) return s;
+    *bystander = true;
+    std::lock_guard l(st.mu);
+    return {StatusCode::kConnectionLost, "tcp: data connection lost: " + st.why};
+  }
+
   // Sends the frame, then reads the reply in turn. *bystander: the batch failed only because
   // another one broke the stream before this one's turn came.
   Status ExecuteOn(Conn& c, Op op, std::span<const Slice> batch, Clock::time_point deadline,
@@ -203,10 +211,7 @@ class TcpLink final : public Link {
       }
       ticket = st->sent++;
       Status s = SendFrame(st->fd.get(), op, batch, deadline);
-      if (!s.ok()) {
-        st->Break("a frame could not be sent: " + s.message());
-        return s;
-      }
+      if (!s.ok()) return Broken(*st, "a frame could not be sent: ", s, bystander);
     }
     {
       std::unique_lock l(st->mu);
@@ -224,8 +229,7 @@ class TcpLink final : public Link {
     }
     Status s = ReadReply(st->fd.get(), op, batch, deadline);
     if (!s.ok() && s.code() != StatusCode::kRemoteAccessDenied) {
-      st->Break("a reply could not be read: " + s.message());
-      return s;
+      return Broken(*st, "a reply could not be read: ", s, bystander);
     }
     std::lock_guard l(st->mu);
     ++st->received;

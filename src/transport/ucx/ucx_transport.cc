@@ -23,8 +23,10 @@
 #include "util/host.h"
 #include "util/log.h"
 #include "util/spin.h"
+#include "util/text.h"
 
 namespace xfer::transport {
+using text::Hex;
 namespace {
 
 // How long a torn-down endpoint may take to give back its requests. A forced close completes
@@ -45,12 +47,6 @@ constexpr int kSleepMs = 1;
 constexpr auto kTargetSpin = std::chrono::microseconds(50);
 // Start's put to itself (over tcp it connects a socket: milliseconds).
 constexpr auto kProbeTimeout = std::chrono::seconds(5);
-
-std::string Hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
 
 std::string UcsError(const char* what, ucs_status_t s) {
   return std::string("ucx: ") + what + ": " + ucs_status_string(s);
