@@ -113,7 +113,7 @@ Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& h
                             [state](uint64_t addr, uint64_t len, transport::UcxRemoteKey* key) {
                               auto r = state->regions.Find(addr, len);
                               if (!r || r->ucx_key.empty()) return false;
-                              *key = {r->id, r->ucx_key};
+                              *key = {r->id, r->ucx_key, r->info.addr, r->info.len};
                               return true;
                             },
                             peer.name};

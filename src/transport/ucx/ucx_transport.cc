@@ -167,29 +167,39 @@ class UcxLink final : public Link {
     if (Clock::now() >= deadline) {
       return {StatusCode::kTimeout, "ucx: deadline passed before the batch to " + peer_.name + " started"};
     }
-    // Every key first: a batch with a range outside the peer's regions moves nothing.
-    std::vector<UcxRemoteKey> keys(batch.size());
+    // Every key first: a batch with a range outside the peer's regions moves nothing. A batch
+    // nearly always lies in one region: a slice inside the previous one's region reuses its key.
+    std::vector<UcxRemoteKey> keys;
+    std::vector<uint32_t> key_of(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
       const Slice& s = batch[i];
-      if (!peer_.find_key(s.remote, s.len, &keys[i])) {
-        return {StatusCode::kRemoteAccessDenied,
-                "ucx: no region of peer " + peer_.name + " holds slice " + std::to_string(i) +
-                    " (" + std::to_string(s.len) + " bytes at " + Hex(s.remote) + ")"};
+      const bool same = !keys.empty() && s.remote >= keys.back().addr &&
+                        s.remote + s.len <= keys.back().addr + keys.back().len;
+      if (!same) {
+        keys.emplace_back();
+        if (!peer_.find_key(s.remote, s.len, &keys.back())) {
+          return {StatusCode::kRemoteAccessDenied,
+                  "ucx: no region of peer " + peer_.name + " holds slice " + std::to_string(i) +
+                      " (" + std::to_string(s.len) + " bytes at " + Hex(s.remote) + ")"};
+        }
       }
+      key_of[i] = static_cast<uint32_t>(keys.size() - 1);
     }
     Status s = Connect(c);
     if (!s.ok()) return s;
     // Keys of regions the peer deregistered would pile up for the life of the link: start
     // over now and then, between batches (no request holds a key then).
-    if (c.rkeys.size() + batch.size() > kMaxCachedKeys) DestroyKeys(c);
-    std::vector<ucp_rkey_h> rkeys(batch.size());
-    for (size_t i = 0; i < batch.size(); ++i) {
-      s = Unpack(c, keys[i], &rkeys[i]);
+    if (c.rkeys.size() + keys.size() > kMaxCachedKeys) DestroyKeys(c);
+    std::vector<ucp_rkey_h> unpacked(keys.size());
+    for (size_t k = 0; k < keys.size(); ++k) {
+      s = Unpack(c, keys[k], &unpacked[k]);
       if (!s.ok()) {
         Teardown(c, {});
         return s;
       }
     }
+    std::vector<ucp_rkey_h> rkeys(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) rkeys[i] = unpacked[key_of[i]];
     s = Run(c, op, batch, rkeys, deadline);
     if (!s.ok() && shut_.load()) return Gone();
     return s;

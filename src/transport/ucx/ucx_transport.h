@@ -27,6 +27,7 @@ struct UcxOptions {
 struct UcxRemoteKey {
   uint64_t region_id = 0;  // unique per peer incarnation: a cache key
   std::string packed;      // ucp_rkey_pack output
+  uint64_t addr = 0, len = 0;  // the region's extent (len 0: unknown; the key serves one range)
 };
 
 // How an initiator link reaches one peer.
