@@ -81,15 +81,14 @@ class FaultTwoHosts : public ::testing::Test {
     *region = b_.Alloc(max, "landing");
     *local = a_.Buf(max);
     ASSERT_NE(*local, 0u);
-    const std::string tail = " " + std::to_string(*local) + " " + std::to_string(region->addr) + " ";
     for (uint64_t size : sizes) {
       SCOPED_TRACE(size);
       a_.FillRange(*local, size, size);
-      Reply w = a_.Call("xfer write " + b_.name() + " 30000" + tail + std::to_string(size));
+      Reply w = a_.Xfer("write", b_.name(), 30000, *local, region->addr, size);
       ASSERT_TRUE(w.ok) << w.line;
       EXPECT_EQ(b_.SumRange(region->addr, size), a_.SumRange(*local, size));
       b_.FillRange(region->addr, size, size + 1);
-      Reply r = a_.Call("xfer read " + b_.name() + " 30000" + tail + std::to_string(size));
+      Reply r = a_.Xfer("read", b_.name(), 30000, *local, region->addr, size);
       ASSERT_TRUE(r.ok) << r.line;
       EXPECT_EQ(a_.SumRange(*local, size), b_.SumRange(region->addr, size));
     }
@@ -109,8 +108,7 @@ TEST_F(FaultTwoHosts, TcpIsChosenAndMovesDataBothWays) {
   MoveSizesBothWays({1, 4097, (1 << 20) + 1, 64 << 20}, &region, &local);
   if (HasFatalFailure()) return;
   // A batch of 5,000 descriptors in one request.
-  Reply batch = a_.Call("xfer write " + b_.name() + " 30000 " + std::to_string(local) + " " +
-                        std::to_string(region.addr) + " 1024 5000");
+  Reply batch = a_.Xfer("write", b_.name(), 30000, local, region.addr, 1024, 5000);
   EXPECT_TRUE(batch.ok) << batch.line;
   EXPECT_EQ(b_.SumRange(region.addr, 1024), a_.SumRange(local, 1024));
 }
@@ -129,8 +127,7 @@ TEST_F(FaultOneHostTwoNamespaces, AllocMemMemoryIsMappedAcrossNamespaces) {
   const uint64_t local = a_.Buf(kLen);
   ASSERT_NE(local, 0u);
   a_.FillRange(local, kLen, 21);
-  Reply w = a_.Call("xfer write " + b_.name() + " 30000 " + std::to_string(local) + " " +
-                    std::to_string(region.addr) + " " + std::to_string(kLen));
+  Reply w = a_.Xfer("write", b_.name(), 30000, local, region.addr, kLen);
   ASSERT_TRUE(w.ok) << w.line;
   EXPECT_EQ(b_.SumRange(region.addr, kLen), a_.SumRange(local, kLen));
   Reply info = a_.Call("info " + b_.name());
@@ -178,8 +175,7 @@ TEST_F(FaultTwoHosts, CuttingTheLinkFailsTheRequestThenNewTransfersWork) {
   // Both sides have dropped the dead session; a new one works.
   ASSERT_TRUE(PollUntil([&] { return a_.Call("connect " + b_.name() + " 1000").ok; }, 10s));
   a_.FillRange(local, 4096, 3);
-  Reply w = a_.Call("xfer write " + b_.name() + " 10000 " + std::to_string(local) + " " +
-                    std::to_string(region.addr) + " 4096");
+  Reply w = a_.Xfer("write", b_.name(), 10000, local, region.addr, 4096);
   ASSERT_TRUE(w.ok) << w.line;
   EXPECT_EQ(b_.SumRange(region.addr, 4096), a_.SumRange(local, 4096));
 }

@@ -206,8 +206,7 @@ TEST_F(IntegrationMalformed, GarbageToOurListenPortLeavesUsServing) {
   // Our outbound session survived, and the peer can use it to write into us.
   const uint64_t pbuf = peer_.Buf(mine.len());
   peer_.FillRange(pbuf, mine.len(), 63);
-  Reply w = peer_.Call("xfer write " + engine_.LocalName() + " 10000 " + std::to_string(pbuf) +
-                       " " + std::to_string(mine.addr()) + " " + std::to_string(mine.len()));
+  Reply w = peer_.Xfer("write", engine_.LocalName(), 10000, pbuf, mine.addr(), mine.len());
   EXPECT_TRUE(w.ok) << w.line;
   LocalBuffer want(mine.len());
   want.Fill(63);
@@ -221,8 +220,7 @@ TEST_F(IntegrationMalformed, GarbageToOurListenPortLeavesUsServing) {
   ASSERT_TRUE(c.ok) << c.line;
   const uint64_t sbuf = second.Buf(4096);
   second.FillRange(sbuf, 4096, 64);
-  w = second.Call("xfer write " + engine_.LocalName() + " 10000 " + std::to_string(sbuf) + " " +
-                  std::to_string(mine.addr()) + " 4096");
+  w = second.Xfer("write", engine_.LocalName(), 10000, sbuf, mine.addr(), 4096);
   EXPECT_TRUE(w.ok) << w.line;
   LocalBuffer want2(4096);
   want2.Fill(64);

@@ -195,8 +195,7 @@ TEST_F(IntegrationOptionsTransport, PeerWithFewerStreamsInteroperates) {
   xfer::MemHandle h = 0;
   XT_ASSERT_OK(e.RegisterMem(mine.data(), mine.len(), xfer::MemType::kHost, &h, "mine"));
   ASSERT_TRUE(PollUntil([&] { return one.Call("info " + e.LocalName()).ok; }, 5s));
-  const Reply w = one.Call("xfer write " + e.LocalName() + " 10000 " + std::to_string(r.addr) +
-                           " " + std::to_string(mine.addr()) + " " + std::to_string(mine.len()));
+  const Reply w = one.Xfer("write", e.LocalName(), 10000, r.addr, mine.addr(), mine.len());
   EXPECT_TRUE(w.ok) << w.line;
   EXPECT_EQ(mine.Hash(), src.Hash());
   XT_EXPECT_OK(e.DeregisterMem(h));

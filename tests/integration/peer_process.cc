@@ -229,6 +229,13 @@ PeerRegion PeerProcess::Alloc(uint64_t bytes, const std::string& tag) {
   return PeerRegion{r.u64(0), r.u64(1), bytes};
 }
 
+Reply PeerProcess::Xfer(const char* op, const std::string& to, int timeout_ms, uint64_t local,
+                        uint64_t remote, uint64_t len, uint64_t count) {
+  return Call(std::string("xfer ") + op + " " + to + " " + std::to_string(timeout_ms) + " " +
+              std::to_string(local) + " " + std::to_string(remote) + " " + std::to_string(len) +
+              (count ? " " + std::to_string(count) : std::string()));
+}
+
 PeerRegion PeerProcess::ShmAlloc(uint64_t bytes, const std::string& tag, bool huge_pages) {
   Reply r = Call("shmalloc " + std::to_string(bytes) + " " + (tag.empty() ? "-" : tag) +
                  (huge_pages ? " huge" : ""));

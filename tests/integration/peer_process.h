@@ -62,6 +62,11 @@ class PeerProcess {
   bool Send(const std::string& command);
   Reply ReadReply(std::chrono::milliseconds timeout = 30s);
 
+  // "xfer <op> <to> <timeout_ms> <local> <remote> <len> [count]": the peer's own TransferSync
+  // of count descriptors (1 when 0) of len bytes, to the engine named `to`.
+  Reply Xfer(const char* op, const std::string& to, int timeout_ms, uint64_t local,
+             uint64_t remote, uint64_t len, uint64_t count = 0);
+
   // Convenience wrappers; on an ERR reply they add a gtest failure and return zeros.
   PeerRegion Alloc(uint64_t bytes, const std::string& tag = "");
   // Memory from Engine::AllocMem (shared: same-host engines map it).

@@ -175,8 +175,7 @@ TEST_F(IntegrationShm, PeerWritesIntoOurAllocMemThroughShm) {
   XT_ASSERT_OK(engine_.AllocMem(1 << 20, xfer::MemType::kHost, &p, &h, "landing"));
   const uint64_t src = peer_.Buf(1 << 20);
   peer_.FillRange(src, 1 << 20, 11);
-  Reply w = peer_.Call("xfer write " + engine_.LocalName() + " 10000 " + std::to_string(src) + " " +
-                       std::to_string(reinterpret_cast<uint64_t>(p)) + " " + std::to_string(1 << 20));
+  Reply w = peer_.Xfer("write", engine_.LocalName(), 10000, src, reinterpret_cast<uint64_t>(p), 1 << 20);
   ASSERT_TRUE(w.ok) << w.line;
   EXPECT_EQ(Hash64(p, 1 << 20), peer_.SumRange(src, 1 << 20));
   Reply info = peer_.Call("info " + engine_.LocalName());

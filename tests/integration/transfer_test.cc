@@ -516,8 +516,7 @@ TEST_F(IntegrationTransfer, SimultaneousConnectBothWays) {
     src.Fill(round);
     XT_EXPECT_OK(e.TransferSync(peer_.name(), Op::kWrite, {{src.addr(), r.addr, 4096}}, 10s));
     EXPECT_EQ(peer_.Sum(r), src.Hash());
-    const Reply w = peer_.Call("xfer write " + e.LocalName() + " 10000 " + std::to_string(r.addr) +
-                               " " + std::to_string(mine.addr()) + " 4096");
+    const Reply w = peer_.Xfer("write", e.LocalName(), 10000, r.addr, mine.addr(), 4096);
     EXPECT_TRUE(w.ok) << w.line;
     EXPECT_EQ(mine.Hash(), src.Hash());
     XT_EXPECT_OK(e.DeregisterMem(h));
@@ -562,16 +561,14 @@ TEST_F(IntegrationTransfer, TargetWritesAndReadsInitiatorOverSameSession) {
 
   const uint64_t pbuf = peer_.Buf(mine.len());
   peer_.FillRange(pbuf, mine.len(), 12);
-  Reply w = peer_.Call("xfer write " + engine_.LocalName() + " 30000 " + std::to_string(pbuf) +
-                       " " + std::to_string(mine.addr()) + " " + std::to_string(mine.len()));
+  Reply w = peer_.Xfer("write", engine_.LocalName(), 30000, pbuf, mine.addr(), mine.len());
   ASSERT_TRUE(w.ok) << w.line;
   LocalBuffer want(mine.len());
   want.Fill(12);
   EXPECT_EQ(FirstDiff(mine.data(), want.data(), mine.len()), -1);
 
   mine.Fill(13);
-  Reply rd = peer_.Call("xfer read " + engine_.LocalName() + " 30000 " + std::to_string(pbuf) +
-                        " " + std::to_string(mine.addr()) + " " + std::to_string(mine.len()));
+  Reply rd = peer_.Xfer("read", engine_.LocalName(), 30000, pbuf, mine.addr(), mine.len());
   ASSERT_TRUE(rd.ok) << rd.line;
   EXPECT_EQ(peer_.SumRange(pbuf, mine.len()), mine.Hash());
   XT_EXPECT_OK(engine_.DeregisterMem(h));
