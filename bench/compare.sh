@@ -224,7 +224,7 @@ if [ "$RESULTS" != "-" ]; then
     echo "- pattern: $PATTERN_NAME; remote blocks pair-swapped so no two descriptors coalesce"
     echo "- each cell: $DURATION s timed after a warm-up pass; best of $ROUNDS rounds, tools alternating"
     echo "- GB/s = 1e9 bytes/s; x/r = xfer / raw one-call-per-block loop"
-    echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); the machine's cores were shared with other work (a build) during the run, so single cells can lose to a neighbour"
+    echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (the cores are shared with other tenants of this VM, so single cells can lose to a neighbour)"
     if [ -n "${NOTE:-}" ]; then echo "- note: $NOTE"; fi
     echo
     echo "Command: \`bench/compare.sh${1:+ $1}\` (DURATION=$DURATION ROUNDS=$ROUNDS SIZES=$SIZES BATCH=$BATCH BATCH_SIZE=$BATCH_SIZE${REUSE:+ REUSE=$REUSE}), which runs:"
