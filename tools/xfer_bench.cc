@@ -17,7 +17,16 @@
 //
 // --mem alloc (default): both sides' buffers come from Engine::AllocMem, so a same-host peer
 // maps them and moves bytes with memcpy (path shm); --mem register: mmap + RegisterMem (cma).
-// After each test a "# path:" line says where the bytes went (GetPeerInfo's counters).
+// After each test a "# path:" line says where the bytes went (GetPeerInfo's counters: shm, the
+// transport, cuda, staged through the buffer pool).
+//
+// GPU memory: --local-mem cuda:N puts this side's buffers on GPU N, --remote-mem cuda:N the
+// target's region on the target's GPU N (the side concerned allocates it: Engine::AllocMem(kCuda),
+// or with --mem register cudaMalloc + RegisterMem(kCuda)). On one host the engine moves such
+// pairs with the copy engines (path cuda: CUDA IPC); across hosts through its buffer pool.
+// --buffer-pool sets EngineOptions::staging = "always" on both sides: every transfer is staged,
+// host memory standing in for GPU memory. --verify fills and checks GPU buffers through
+// cuda::Copy. Without a usable GPU (or a build without CUDA), cuda:N is refused with the reason.
 //
 // Buffer pattern, block layout and statistics come from bench_util.h, shared with the raw
 // baselines in bench/, so that both measure the same thing.
@@ -59,6 +68,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "transport/cuda/cuda_api.h"
 #include "xfer/engine.h"
 
 #ifndef XFER_TOOLS_VERSION
@@ -82,10 +92,18 @@ constexpr const char* kLocalTag = "xfer-bench-local";
 constexpr const char* kDefaultListen = "0.0.0.0:18515";  // perftest's port, for familiarity
 constexpr const char* kCtlSchema = "xfer-bench-ctl";
 // 2: the configuration carries mem and huge_pages; rows carry the bytes moved per path.
-constexpr int kCtlVersion = 2;
+// 3: local_mem / remote_mem may be cuda:N (the target allocates its region on its GPU), the
+//    configuration carries buffer_pool, the ready reply the region's memory ("region_mem"),
+//    rows carry cuda_bytes / staged_bytes.
+constexpr int kCtlVersion = 3;
 constexpr const char* kJsonSchema = "xfer-bench";
 // 3: config.mem / config.huge_pages, peer.shm, rows' shm_bytes / transport_bytes, paths[].
-constexpr int kJsonVersion = 3;
+// 4: GPU memory and the buffer pool: config.buffer_pool and config.staging, peer.cuda, rows'
+//    and paths[]' cuda_bytes / staged_bytes (paths[] also cuda_pct / staged_pct; the
+//    percentages are of shm + transport + cuda + staged bytes), table cells under transport
+//    "cuda" and path "bufferpool" measured where a GPU / the pool is usable, and the table's
+//    direction read as local (initiator) memory to remote (target) memory for READ too.
+constexpr int kJsonVersion = 4;
 
 struct ArgError {
   std::string msg;
@@ -93,8 +111,9 @@ struct ArgError {
 
 // Transports the table tries, in order. A name the engine does not know is reported "not built";
 // a new transport needs only its name here.
-const std::vector<std::string> kKnownTransports = {"local", "cma", "shm", "tcp", "ucx"};
-// Memory kinds of the table's directions: H = host, D = device (cuda).
+const std::vector<std::string> kKnownTransports = {"local", "cma", "shm", "tcp", "ucx", "cuda"};
+// Memory kinds of the table's directions: H = host, D = device (cuda); the first letter is the
+// initiator's (local) memory, the second the target's (remote) region, for WRITE and READ alike.
 const std::vector<std::string> kDirections = {"D2D", "H2D", "D2H", "H2H"};
 const std::vector<std::string> kPaths = {"direct", "bufferpool"};
 
@@ -121,12 +140,14 @@ struct Config {
   uint64_t slice_bytes = 0, batch_bytes = 0;
   int64_t spin_us = -1;    // EngineOptions::spin; -1 = the engine's default
   std::string transport;   // empty = the best both sides offer
+  // "host" or "cuda:N": this side's buffers (and a bidirectional peer's), the target's region
+  // (and this side's, bidirectional).
   std::string local_mem = "host", remote_mem = "host";
   // How both sides get their buffers: "alloc" = Engine::AllocMem (a memfd that a same-host peer
   // maps: path shm), "register" = mmap'd memory + RegisterMem (same host: cma).
   std::string mem = "alloc";
   bool huge_pages = false;  // AllocOptions::huge_pages (alloc only)
-  bool buffer_pool = false;
+  bool buffer_pool = false;  // EngineOptions::staging = "always" on both sides
   bool bidir = false;
   bool reuse = false;
   uint64_t walk_span = kDefaultSpan;
@@ -152,14 +173,46 @@ bool IsLat(const std::string& t) { return t.size() > 4 && t.substr(t.size() - 4)
 Op TestOp(const std::string& t) { return t.rfind("write", 0) == 0 ? Op::kWrite : Op::kRead; }
 const char* OpUpper(Op op) { return op == Op::kWrite ? "WRITE" : "READ"; }
 
-// "host" or "cuda:N". Returns an error for the user, empty when supported.
-std::string CheckMem(const std::string& opt, const std::string& v) {
+// A --local-mem / --remote-mem value: "host", or "cuda:N" (GPU N).
+struct MemSpec {
+  bool device = false;
+  int32_t gpu = -1;
+};
+
+// Parses "host" or "cuda:N". Returns an error for the user, empty when well-formed.
+std::string ParseMem(const std::string& opt, const std::string& v, MemSpec* out) {
+  *out = MemSpec{};
   if (v == "host") return "";
-  if (v.rfind("cuda:", 0) == 0 && v.size() > 5 &&
-      v.find_first_not_of("0123456789", 5) == std::string::npos)
-    return opt + " " + v + ": GPU memory is unsupported in this build (xfer has no CUDA support "
-           "yet; only 'host')";
+  if (v.rfind("cuda:", 0) == 0 && v.size() > 5 && v.size() < 10 &&
+      v.find_first_not_of("0123456789", 5) == std::string::npos) {
+    out->device = true;
+    out->gpu = int32_t(std::stoi(v.substr(5)));
+    return "";
+  }
   return opt + ": bad value '" + v + "' (host, or cuda:N)";
+}
+MemSpec MemOf(const std::string& v) {
+  MemSpec m;
+  ParseMem("", v, &m);
+  return m;
+}
+
+// Why GPU memory cannot be used by this process: "" when it can, else "no GPU: <why>" or "not
+// built with CUDA (...)".
+std::string GpuWhy() {
+  std::string why;
+  if (xfer::transport::cuda::Available(&why)) return "";
+#ifdef XFER_HAVE_CUDA
+  return "no GPU: " + why;
+#else
+  (void)why;  // "this build has no CUDA ..."
+  return "not built with CUDA (configure with the CUDA toolkit present and XFER_WITH_CUDA=ON)";
+#endif
+}
+
+// "H2D": this side's memory, then the target's (H host, D GPU).
+std::string DirectionOf(const Config& c) {
+  return std::string(MemOf(c.local_mem).device ? "D" : "H") + "2" + (MemOf(c.remote_mem).device ? "D" : "H");
 }
 
 uint64_t SpanForThreads(const Config& c) {
@@ -186,11 +239,40 @@ void Resolve(Config& c) {
   if (!c.transport.empty() &&
       std::find(kKnownTransports.begin(), kKnownTransports.end(), c.transport) == kKnownTransports.end())
     throw ArgError{"--transport: unknown transport '" + c.transport +
-                   "' (known: local, cma, shm, tcp, ucx)"};
-  for (auto [opt, v] : {std::pair{"--local-mem", c.local_mem}, std::pair{"--remote-mem", c.remote_mem}}) {
-    std::string e = CheckMem(opt, v);
+                   "' (known: local, cma, shm, tcp, ucx, cuda)"};
+  MemSpec lm, rm;
+  for (auto [opt, v, m] : {std::tuple{"--local-mem", c.local_mem, &lm},
+                           std::tuple{"--remote-mem", c.remote_mem, &rm}}) {
+    std::string e = ParseMem(opt, v, m);
     if (!e.empty()) throw ArgError{e};
   }
+  bool table = std::find(c.tests.begin(), c.tests.end(), "table") != c.tests.end();
+  // GPU memory of this process (and of a local target, on this machine): usable here? A remote
+  // serve checks its own.
+  const std::string gpu = !table && (lm.device || rm.device || c.transport == "cuda") ? GpuWhy() : "";
+  if (!gpu.empty()) {
+    if (lm.device) throw ArgError{"--local-mem " + c.local_mem + ": " + gpu};
+    if (rm.device && c.peer.empty())
+      throw ArgError{"--remote-mem " + c.remote_mem + " (the local target's region): " + gpu};
+    if (c.transport == "cuda") throw ArgError{"--transport cuda: " + gpu};
+  }
+  const bool any_device = lm.device || rm.device;
+  if (!table && c.transport == "cuda" && !any_device)
+    throw ArgError{"--transport cuda moves only pairs with GPU memory (the copy engines): give "
+                   "--local-mem and/or --remote-mem cuda:N"};
+  if (!table && c.transport == "cuda" && c.buffer_pool)
+    throw ArgError{"--buffer-pool stages over the peer's transport, and --transport cuda has none "
+                   "(force tcp, or leave --transport out)"};
+  // What the engine's paths reach (EngineOptions::transport): the target's GPU memory only
+  // through cuda (one host) or tcp (the target stages it); ours through cuda, or staged over
+  // any link (shm has none).
+  if (!table && rm.device && !c.transport.empty() && c.transport != "cuda" && c.transport != "tcp")
+    throw ArgError{"--remote-mem " + c.remote_mem + " with --transport " + c.transport +
+                   ": the target's GPU memory is reached only through cuda (one host) or tcp "
+                   "(the target stages it)"};
+  if (!table && lm.device && c.transport == "shm")
+    throw ArgError{"--local-mem " + c.local_mem + " with --transport shm: shm moves host memory "
+                   "only, and has no link to stage GPU memory over"};
   if (c.mem != "alloc" && c.mem != "register")
     throw ArgError{"--mem: bad value '" + c.mem + "' (alloc or register)"};
   if (c.transport == "shm" && c.mem == "register")
@@ -199,11 +281,10 @@ void Resolve(Config& c) {
                    "--mem alloc (the default), or another transport"};
   if (c.huge_pages && c.mem != "alloc")
     throw ArgError{"--huge-pages applies to --mem alloc (AllocOptions::huge_pages) only"};
-  if (c.buffer_pool)
-    throw ArgError{"--buffer-pool: unsupported in this build (xfer has no staging buffer pool "
-                   "yet; every transfer is direct)"};
-  bool table = std::find(c.tests.begin(), c.tests.end(), "table") != c.tests.end();
   if (table && c.bidir) throw ArgError{"-b/--bidirectional does not apply to the table test"};
+  if (table && c.buffer_pool)
+    throw ArgError{"--buffer-pool does not apply to the table test (it measures the buffer pool "
+                   "in its bufferpool cells)"};
   if (table && !c.transport.empty())
     throw ArgError{"--transport does not apply to the table test (it tries every transport)"};
   if (c.transport == "local" && !c.peer.empty())
@@ -227,7 +308,8 @@ json ConfigToJson(const Config& c) {
           {"transport", c.transport},                           {"bidir", c.bidir},
           {"reuse", c.reuse},       {"walk_span", c.walk_span}, {"span", c.span},
           {"verify", c.verify},     {"local_mem", c.local_mem}, {"remote_mem", c.remote_mem},
-          {"mem", c.mem},           {"huge_pages", c.huge_pages}};
+          {"mem", c.mem},           {"huge_pages", c.huge_pages},
+          {"buffer_pool", c.buffer_pool}};
 }
 
 void ConfigFromJson(const json& j, Config* c) {
@@ -254,7 +336,11 @@ void ConfigFromJson(const json& j, Config* c) {
   c->remote_mem = j.at("remote_mem");
   c->mem = j.at("mem");
   c->huge_pages = j.at("huge_pages");
+  c->buffer_pool = j.at("buffer_pool");
   if (c->mem != "alloc" && c->mem != "register") throw std::runtime_error("mem '" + c->mem + "'");
+  MemSpec m;
+  for (const std::string* v : {&c->local_mem, &c->remote_mem})
+    if (!ParseMem("memory", *v, &m).empty()) throw std::runtime_error("memory '" + *v + "'");
   if (c->sizes.empty() || c->batch == 0 || c->depth == 0 || c->threads < 1 || c->threads > 256 ||
       c->span == 0 || c->span > MaxSpan())
     throw std::runtime_error("configuration out of range");
@@ -279,6 +365,9 @@ std::string RerunCommand(const std::string& argv0, const Config& c) {
   if (!c.transport.empty()) o << " --transport " << c.transport;
   o << " --mem " << c.mem;
   if (c.huge_pages) o << " --huge-pages";
+  if (c.local_mem != "host") o << " --local-mem " << c.local_mem;
+  if (c.remote_mem != "host") o << " --remote-mem " << c.remote_mem;
+  if (c.buffer_pool) o << " --buffer-pool";
   if (c.bidir) o << " --bidirectional";
   if (c.reuse) o << " --reuse";
   else if (!c.span_arg.empty()) o << " --span " << c.span_arg;
@@ -322,11 +411,6 @@ std::string SelfExe() {
   if (n <= 0) return "";
   buf[n] = 0;
   return buf;
-}
-
-bool HaveGpuDevice() {
-  struct stat st;
-  return stat("/dev/nvidiactl", &st) == 0 || stat("/dev/nvidia0", &st) == 0;
 }
 
 // Transports that use EngineOptions::links (connections / endpoints per peer).
@@ -373,6 +457,7 @@ EngineOptions MakeEngineOptions(const Config& c) {
   if (c.links > 0) o.links = c.links;
   o.transport = c.transport;
   o.host_id = c.host_id;
+  o.staging = c.buffer_pool ? "always" : "auto";
   return o;
 }
 
@@ -394,11 +479,12 @@ uint64_t PageKbAt(const void* p) {
   return 0;
 }
 
-// One side's buffer, as --mem says: Engine::AllocMem (a memfd that a same-host peer maps and
-// moves with memcpy: path shm), or an anonymous mmap (Span) registered with RegisterMem (the
-// peer's transport: cma on one host). Either way every byte is written with the same fill
-// before anything is timed (AllocMem memory is populated already; the fill keeps both modes
-// alike).
+// One side's buffer, as --mem and the memory kind say. Host memory: Engine::AllocMem (a memfd
+// that a same-host peer maps and moves with memcpy: path shm), or an anonymous mmap (Span)
+// registered with RegisterMem (the peer's transport: cma on one host). GPU memory (cuda:N):
+// Engine::AllocMem(kCuda) on device N, or cudaMalloc (cuda::AllocDevice) + RegisterMem(kCuda).
+// Either way every byte is written with the same fill before anything is timed (AllocMem
+// memory is populated already; the fill keeps the modes alike); GPU memory through cuda::Copy.
 class BenchMem {
  public:
   BenchMem() = default;
@@ -407,11 +493,33 @@ class BenchMem {
   BenchMem& operator=(const BenchMem&) = delete;
 
   // Empty on success, else what failed.
-  std::string Allocate(Engine* engine, const Config& c, uint64_t len, const char* tag) {
+  std::string Allocate(Engine* engine, const Config& c, uint64_t len, const char* tag,
+                       const MemSpec& mem) {
     Reset();
     len = PageRound(std::max<uint64_t>(len, 1));
     engine_ = engine;
     alloc_ = c.mem == "alloc";
+    mem_ = mem;
+    if (mem.device) {
+      const std::string where = "cuda:" + std::to_string(mem.gpu);
+      void* p = nullptr;
+      if (alloc_) {
+        xfer::AllocOptions ao;
+        ao.device = mem.gpu;
+        Status st = engine->AllocMem(len, xfer::MemType::kCuda, &p, &handle_, tag, ao);
+        if (!st.ok())
+          return "AllocMem(" + FormatSize(len) + ", " + where + ", " + tag + "): " + st.ToString();
+      } else {
+        Status st = xfer::transport::cuda::AllocDevice(len, mem.gpu, &p);
+        if (!st.ok()) return "cudaMalloc(" + FormatSize(len) + ", " + where + "): " + st.ToString();
+        device_ = p;
+        st = engine->RegisterMem(p, len, xfer::MemType::kCuda, &handle_, tag);
+        if (!st.ok()) return std::string("RegisterMem (") + tag + ", " + where + "): " + st.ToString();
+      }
+      p_ = static_cast<uint8_t*>(p);
+      len_ = len;
+      return Fill(0x5a);
+    }
     if (alloc_) {
       void* p = nullptr;
       xfer::AllocOptions ao;
@@ -444,24 +552,72 @@ class BenchMem {
     }
     return err;
   }
-  // After the engine finalized (or never was): forgets everything, unmaps the Span.
+  // After the engine finalized (or never was): forgets everything, unmaps the Span, frees
+  // cudaMalloc'd memory.
   void Reset() {
     span_.Release();
+    if (device_) xfer::transport::cuda::FreeDevice(device_);
+    device_ = nullptr;
     p_ = nullptr;
     len_ = 0;
     handle_ = 0;
     engine_ = nullptr;
     page_kb_ = 0;
+    mem_ = MemSpec{};
   }
+
+  // Copies between host memory and [addr, addr+len) of this buffer, whatever memory it is.
+  // Empty, or what failed.
+  std::string Put(uint64_t addr, const void* src, uint64_t len) const {
+    if (!mem_.device) {
+      std::memcpy(reinterpret_cast<void*>(addr), src, len);
+      return "";
+    }
+    return DeviceCopy(Op::kWrite, addr, const_cast<void*>(src), len);
+  }
+  std::string Get(void* dst, uint64_t addr, uint64_t len) const {
+    if (!mem_.device) {
+      std::memcpy(dst, reinterpret_cast<const void*>(addr), len);
+      return "";
+    }
+    return DeviceCopy(Op::kRead, addr, dst, len);
+  }
+  std::string Set(uint64_t addr, uint8_t byte, uint64_t len) const {
+    if (!mem_.device) {
+      std::memset(reinterpret_cast<void*>(addr), byte, len);
+      return "";
+    }
+    std::vector<uint8_t> h(std::min<uint64_t>(len, 8ull << 20), byte);
+    for (uint64_t off = 0; off < len; off += h.size()) {
+      std::string e = Put(addr + off, h.data(), std::min<uint64_t>(h.size(), len - off));
+      if (!e.empty()) return e;
+    }
+    return "";
+  }
+
   uint8_t* data() const { return p_; }
   uint64_t size() const { return len_; }
   uint64_t addr() const { return reinterpret_cast<uint64_t>(p_); }
   uint64_t page_kb() const { return page_kb_; }  // with --huge-pages: what the kernel gave
+  bool device() const { return mem_.device; }
 
  private:
+  std::string Fill(uint8_t byte) {
+    std::string e = Set(addr(), byte, len_);
+    return e.empty() ? e : "filling GPU memory: " + e;
+  }
+  static std::string DeviceCopy(Op op, uint64_t dev, void* host, uint64_t len) {
+    const xfer::transport::Slice s{reinterpret_cast<uint64_t>(host), dev, len};
+    Status st = xfer::transport::cuda::Copy(op, {&s, 1},
+                                            std::chrono::steady_clock::now() + std::chrono::seconds(60));
+    return st.ok() ? "" : "cuda copy: " + st.ToString();
+  }
+
   Engine* engine_ = nullptr;
   bool alloc_ = false;
+  MemSpec mem_;
   Span span_;
+  void* device_ = nullptr;  // cudaMalloc'd (--mem register with GPU memory)
   uint8_t* p_ = nullptr;
   uint64_t len_ = 0;
   xfer::MemHandle handle_ = 0;
@@ -644,9 +800,11 @@ struct Row {
   double srv_cpu = -1; // % of one CPU, the target process, where known
   std::string verify;  // "", "ok", "FAILED: ..."
   // Bytes the engine moved to or from the peer in the timed window, by path (GetPeerInfo's
-  // shm_bytes and transport_bytes); -1 when unknown.
+  // shm_bytes, transport_bytes, cuda_bytes and staged_bytes); -1 when unknown.
   int64_t shm_bytes = -1;
   int64_t transport_bytes = -1;
+  int64_t cuda_bytes = -1;
+  int64_t staged_bytes = -1;
 };
 
 json OptNum(double v) { return v >= 0 ? json(v) : json(nullptr); }
@@ -680,7 +838,9 @@ json RowToJson(const Row& r) {
           {"server_cpu_pct", OptNum(r.srv_cpu)},
           {"verify", r.verify.empty() ? json(nullptr) : json(r.verify)},
           {"shm_bytes", r.shm_bytes >= 0 ? json(r.shm_bytes) : json(nullptr)},
-          {"transport_bytes", r.transport_bytes >= 0 ? json(r.transport_bytes) : json(nullptr)}};
+          {"transport_bytes", r.transport_bytes >= 0 ? json(r.transport_bytes) : json(nullptr)},
+          {"cuda_bytes", r.cuda_bytes >= 0 ? json(r.cuda_bytes) : json(nullptr)},
+          {"staged_bytes", r.staged_bytes >= 0 ? json(r.staged_bytes) : json(nullptr)}};
 }
 
 Row RowFromJson(const json& j) {
@@ -708,6 +868,8 @@ Row RowFromJson(const json& j) {
   r.verify = j.at("verify").is_null() ? "" : j.at("verify").get<std::string>();
   r.shm_bytes = j.at("shm_bytes").is_null() ? -1 : j.at("shm_bytes").get<int64_t>();
   r.transport_bytes = j.at("transport_bytes").is_null() ? -1 : j.at("transport_bytes").get<int64_t>();
+  r.cuda_bytes = j.at("cuda_bytes").is_null() ? -1 : j.at("cuda_bytes").get<int64_t>();
+  r.staged_bytes = j.at("staged_bytes").is_null() ? -1 : j.at("staged_bytes").get<int64_t>();
   return r;
 }
 
@@ -988,31 +1150,42 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
   if (have_pi) {
     row->shm_bytes = int64_t(pi1.shm_bytes - pi0.shm_bytes);
     row->transport_bytes = int64_t(pi1.transport_bytes - pi0.transport_bytes);
+    row->cuda_bytes = int64_t(pi1.cuda_bytes - pi0.cuda_bytes);
+    row->staged_bytes = int64_t(pi1.staged_bytes - pi0.staged_bytes);
   }
   if (c_.verify) row->verify = Verify(block);
   return true;
 }
 
 // Round trip on thread 0's first and last request's blocks: fill with a pattern, WRITE, clear,
-// READ back, compare. Uses the benchmark's own descriptors, so a misplaced block shows.
+// READ back, compare. Uses the benchmark's own descriptors, so a misplaced block shows. GPU
+// buffers are filled, cleared and read back through cuda::Copy (BenchMem::Put/Set/Get).
 std::string Initiator::Verify(uint64_t block) {
   Part part = PartFor(0, block);
   std::vector<TransferDesc> d;
   uint64_t last = part.lay.reuse ? 0 : part.lay.RequestsPerPass() - 1;
   const auto timeout = TimeoutFor(block * c_.batch);
+  std::vector<uint8_t> want(block), got(block);
   for (uint64_t req : {uint64_t(0), last}) {
     BuildDescs(part, req, &d);
-    for (uint64_t j = 0; j < d.size(); ++j)
-      FillPattern(reinterpret_cast<uint8_t*>(d[j].local_addr), d[j].len, req * c_.batch + j + block);
+    for (uint64_t j = 0; j < d.size(); ++j) {
+      FillPattern(want.data(), d[j].len, req * c_.batch + j + block);
+      std::string e = local_->Put(d[j].local_addr, want.data(), d[j].len);
+      if (!e.empty()) return "FAILED: filling the local buffer: " + e;
+    }
     Status st = engine_->TransferSync(peer_, Op::kWrite, d, timeout);
     if (!st.ok()) return "WRITE: " + st.ToString();
-    for (auto& x : d) std::memset(reinterpret_cast<void*>(x.local_addr), 0, x.len);
+    for (auto& x : d) {
+      std::string e = local_->Set(x.local_addr, 0, x.len);
+      if (!e.empty()) return "FAILED: clearing the local buffer: " + e;
+    }
     st = engine_->TransferSync(peer_, Op::kRead, d, timeout);
     if (!st.ok()) return "READ: " + st.ToString();
-    std::vector<uint8_t> want(block);
     for (uint64_t j = 0; j < d.size(); ++j) {
       FillPattern(want.data(), block, req * c_.batch + j + block);
-      if (std::memcmp(want.data(), reinterpret_cast<void*>(d[j].local_addr), block) != 0)
+      std::string e = local_->Get(got.data(), d[j].local_addr, block);
+      if (!e.empty()) return "FAILED: reading the local buffer: " + e;
+      if (std::memcmp(want.data(), got.data(), block) != 0)
         return "FAILED: request " + std::to_string(req) + " descriptor " + std::to_string(j) +
                " read back different data";
     }
@@ -1020,18 +1193,21 @@ std::string Initiator::Verify(uint64_t block) {
   return "ok";
 }
 
-// Finds the peer's region tagged `tag`, the largest host one.
-Status FindRegion(Engine& e, const std::string& peer, const char* tag, uint64_t* addr, uint64_t* len,
-                  bool* shared = nullptr) {
+// Finds the peer's region tagged `tag` of the memory kind `mem` (host, or GPU memory), the
+// largest such.
+Status FindRegion(Engine& e, const std::string& peer, const char* tag, const MemSpec& mem,
+                  uint64_t* addr, uint64_t* len, bool* shared = nullptr) {
   std::vector<xfer::RegionInfo> regions;
   Status st = e.GetRemoteRegions(peer, &regions);
   if (!st.ok()) return st;
+  const xfer::MemType want = mem.device ? xfer::MemType::kCuda : xfer::MemType::kHost;
   const xfer::RegionInfo* best = nullptr;
   for (const auto& r : regions)
-    if (r.type == xfer::MemType::kHost && r.tag == tag && (!best || r.len > best->len)) best = &r;
+    if (r.type == want && r.tag == tag && (!best || r.len > best->len)) best = &r;
   if (!best)
     return {xfer::StatusCode::kInvalidArgument,
-            "the peer " + peer + " advertises no host region tagged '" + tag + "' (is it xfer-bench?)"};
+            "the peer " + peer + " advertises no " + (mem.device ? "GPU" : "host") +
+                " region tagged '" + tag + "' (is it xfer-bench?)"};
   *addr = best->addr;
   *len = best->len;
   if (shared) *shared = best->shared;
@@ -1079,8 +1255,16 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::st
     return refuse(std::string("bad configuration: ") + ex.what());
   }
   c.host_id = host_id;
-  for (const std::string* m : {&c.local_mem, &c.remote_mem})
-    if (*m != "host") return refuse("memory '" + *m + "' is unsupported in this build");
+  // This side's region is the client's remote memory; its own buffers (bidirectional) the
+  // client's local memory: the same test both ways.
+  const MemSpec region_mem = MemOf(c.remote_mem), local_mem = MemOf(c.local_mem);
+  if (region_mem.device || (c.bidir && local_mem.device)) {
+    std::string gpu = GpuWhy();
+    if (!gpu.empty())
+      return refuse("GPU memory (" + (region_mem.device ? c.remote_mem : c.local_mem) +
+                    ") at the target (" + MachineLine().substr(0, MachineLine().find(',')) +
+                    "): " + gpu);
+  }
 
   // Declared before the engine, so that they outlive it (registered memory is unmapped only
   // after the engine finalized).
@@ -1088,22 +1272,24 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::st
   Engine engine;
   Status st = engine.Initialize(engine_host + ":0", MakeEngineOptions(c));
   if (!st.ok()) return refuse("Initialize(" + engine_host + ":0): " + st.ToString());
-  e = region.Allocate(&engine, c, c.span, kRegionTag);
-  if (e.empty() && c.bidir) e = local.Allocate(&engine, c, c.span, kLocalTag);
+  e = region.Allocate(&engine, c, c.span, kRegionTag, region_mem);
+  if (e.empty() && c.bidir) e = local.Allocate(&engine, c, c.span, kLocalTag, local_mem);
   if (!e.empty()) return refuse(e);
   if (!ctl.Send({{"type", "ready"},
                  {"engine", engine.LocalName()},
                  {"pid", int(getpid())},
                  {"in_process", in_process},
                  {"region_len", region.size()},
+                 {"region_mem", c.remote_mem},
                  {"page_kb", region.page_kb()},
                  {"host", MachineLine()}}))
     return "the control connection closed";
   if (verbose)
-    std::printf("xfer-bench serve: client %s: engine %s, %s %s\n",
+    std::printf("xfer-bench serve: client %s: engine %s, %s %s%s%s\n",
                 hello.value("client", "?").c_str(), engine.LocalName().c_str(),
                 FormatSize(region.size()).c_str(),
-                c.mem == "alloc" ? "allocated (AllocMem)" : "registered");
+                c.mem == "alloc" ? "allocated (AllocMem)" : "registered",
+                region_mem.device ? " on " : "", region_mem.device ? c.remote_mem.c_str() : "");
 
   // Bidirectional: this side's initiator toward the client, on its own thread per size.
   std::string client;
@@ -1142,7 +1328,7 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::st
       client = m.value("client_engine", "");
       uint64_t raddr = 0, rlen = 0;
       st = ConnectEngine(engine, client, 10);
-      if (st.ok()) st = FindRegion(engine, client, kRegionTag, &raddr, &rlen);
+      if (st.ok()) st = FindRegion(engine, client, kRegionTag, region_mem, &raddr, &rlen);
       xfer::PeerInfo pi;
       if (st.ok()) st = engine.GetPeerInfo(client, &pi);
       if (!st.ok()) {
@@ -1391,7 +1577,8 @@ class Bench {
   int Run();
 
  private:
-  // Sets up one session (target, engines, connection) with this transport forced (empty: best).
+  // Sets up one session (target, engines, connection) with this transport forced (empty: best),
+  // c_'s memory kinds and buffer pool; a local target child gets target_host_id_ when set.
   std::string Setup(const std::string& transport);
   void Teardown();
   bool RunOne(const std::string& test, uint64_t block, Row* fwd, Row* rev, std::string* err);
@@ -1407,6 +1594,7 @@ class Bench {
   std::string MemNote() const;
   std::string HugeNote() const;
   void PrintPaths(const std::string& test);
+  std::string GpuNote() const;
 
   Config c_;
   std::string argv0_, invoked_;
@@ -1421,6 +1609,7 @@ class Bench {
   std::string rev_transport_;
   bool rev_shm_ = false;
   bool srv_in_process_ = false;
+  std::string target_host_id_;  // table, bufferpool cells: the local target's own host id
   int srv_pid_ = 0;
   std::string srv_host_;
   uint64_t srv_page_kb_ = 0;
@@ -1439,7 +1628,7 @@ std::string Bench::Setup(const std::string& transport) {
   int fd = -1;
   std::string err;
   if (c.peer.empty()) {
-    err = target_.Start(transport == "local", c.host_id, &fd);
+    err = target_.Start(transport == "local", target_host_id_.empty() ? c.host_id : target_host_id_, &fd);
     if (!err.empty()) return err;
   } else {
     fd = ConnectRetry(c.peer, c.connect_timeout, &err);
@@ -1468,18 +1657,19 @@ std::string Bench::Setup(const std::string& transport) {
   Status st = engine_->Initialize(name, MakeEngineOptions(c));
   if (!st.ok()) return "Initialize(" + name + "): " + st.ToString();
   // The buffers belong to this engine (AllocMem), or are registered with it.
-  err = local_.Allocate(engine_.get(), c, c.span, kLocalTag);
+  err = local_.Allocate(engine_.get(), c, c.span, kLocalTag, MemOf(c.local_mem));
   if (!err.empty()) return "local buffers: " + err;
   local_page_kb_ = local_.page_kb();
   if (c.bidir) {
-    err = region_.Allocate(engine_.get(), c, c.span, kRegionTag);
+    err = region_.Allocate(engine_.get(), c, c.span, kRegionTag, MemOf(c.remote_mem));
     if (!err.empty()) return "target region for the reverse direction: " + err;
   }
   st = ConnectEngine(*engine_, peer_, c.connect_timeout);
   if (!st.ok()) return "Connect(" + peer_ + "): " + st.ToString();
   st = engine_->GetPeerInfo(peer_, &peer_info_);
   if (!st.ok()) return "GetPeerInfo(" + peer_ + "): " + st.ToString();
-  st = FindRegion(*engine_, peer_, kRegionTag, &remote_addr_, &remote_len_, &remote_shared_);
+  st = FindRegion(*engine_, peer_, kRegionTag, MemOf(c.remote_mem), &remote_addr_, &remote_len_,
+                  &remote_shared_);
   if (!st.ok()) return st.message();
   init_ = std::make_unique<Initiator>(c_, engine_.get(), peer_, &local_, remote_addr_, remote_len_);
   err = init_->CheckRemote();
@@ -1537,6 +1727,8 @@ bool Bench::RunOne(const std::string& test, uint64_t block, Row* fwd, Row* rev, 
   };
   if (!init_->RunSize(test, block, hk, &progress_, fwd, err)) return false;
   fwd->transport = peer_info_.transport;
+  fwd->direction = DirectionOf(c_);
+  fwd->path = c_.buffer_pool ? "bufferpool" : "direct";
   if (!srv_in_process_ && srv0 >= 0 && srv1 >= 0 && fwd->seconds > 0)
     fwd->srv_cpu = (srv1 - srv0) / fwd->seconds * 100;
   if (c_.verify && fwd->verify != "ok") verify_failed_ = true;
@@ -1547,6 +1739,8 @@ bool Bench::RunOne(const std::string& test, uint64_t block, Row* fwd, Row* rev, 
     }
     *rev = RowFromJson(end_reply["row"]);
     rev->transport = rev_transport_;
+    rev->direction = fwd->direction;  // the peer runs the same test: its buffers local_mem too
+    rev->path = fwd->path;
     if (c_.verify && rev->verify != "ok") verify_failed_ = true;
   }
   return true;
@@ -1560,12 +1754,32 @@ std::string Bench::WhereLine() const {
 }
 
 std::string Bench::MemNote() const {
+  const bool device = MemOf(c_.local_mem).device || MemOf(c_.remote_mem).device;
   if (c_.mem == "alloc")
     return std::string("--mem alloc: both sides' buffers from Engine::AllocMem (memfd; a same-host "
                        "peer maps it: path shm)") +
-           (engine_ && !remote_shared_ ? " (but the peer's region is not shared memory)" : "");
-  return "--mem register: both sides' buffers mmap'd and registered (RegisterMem: the peer's "
-         "transport, cma on one host)";
+           (engine_ && !remote_shared_ && !MemOf(c_.remote_mem).device
+                ? " (but the peer's region is not shared memory)"
+                : "") +
+           (device ? "; GPU buffers from Engine::AllocMem(kCuda)" : "");
+  return std::string("--mem register: both sides' buffers mmap'd and registered (RegisterMem: the "
+                     "peer's transport, cma on one host)") +
+         (device ? "; GPU buffers cudaMalloc'd and registered (RegisterMem(kCuda))" : "");
+}
+
+// The peer line's word on the cuda path, when GPU memory is in play (or the path is up).
+std::string Bench::GpuNote() const {
+  const bool device = MemOf(c_.local_mem).device || MemOf(c_.remote_mem).device;
+  if (peer_info_.cuda)
+    return "; cuda: yes (the peer's GPU memory is opened here: CUDA IPC, copy engines)";
+  if (!device) return "";
+  std::string why = GpuWhy();
+  if (why.empty() && !c_.transport.empty() && c_.transport != "cuda")
+    why = "forcing transport " + c_.transport + " disables it";
+  if (why.empty())
+    why = "no cuda path to this peer: another host id, or no GPU there; GPU memory then goes "
+          "through the buffer pool";
+  return "; cuda: no (" + why + ")";
 }
 
 std::string Bench::HugeNote() const {
@@ -1580,14 +1794,18 @@ std::string Bench::HugeNote() const {
 
 // Bytes moved in the timed windows of a test's rows, by path.
 struct PathTotals {
-  int64_t shm = 0, link = 0, moved = 0;
+  int64_t shm = 0, link = 0, cuda = 0, staged = 0, moved = 0;
   bool known = true;
   std::string transport;
+  int64_t total() const { return shm + link + cuda + staged; }
 };
 
+// "shm 0% (0 bytes), cma 100% (65536 bytes), cuda 0% (0 bytes), staged 0% (0 bytes)": the
+// transport's own share names the transport; staged = through the buffer pool, then the
+// transport.
 std::string PathText(const PathTotals& p) {
   if (!p.known) return "unknown (the engine did not report it)";
-  const int64_t total = p.shm + p.link;
+  const int64_t total = p.total();
   auto pct = [&](int64_t v) {
     if (total <= 0) return std::string("0%");
     double x = 100.0 * double(v) / double(total);
@@ -1596,12 +1814,15 @@ std::string PathText(const PathTotals& p) {
     std::snprintf(b, sizeof b, "%.0f%%", x);
     return std::string(b);
   };
-  std::string s = "shm " + pct(p.shm) + " (" + std::to_string(p.shm) + " bytes)";
-  if (p.transport != "shm")
-    s += ", " + (p.transport.empty() ? std::string("transport") : p.transport) + " " + pct(p.link) +
-         " (" + std::to_string(p.link) + " bytes)";
+  auto item = [&](const std::string& name, int64_t v) {
+    return name + " " + pct(v) + " (" + std::to_string(v) + " bytes)";
+  };
+  std::string s = item("shm", p.shm);
+  if (p.transport != "shm" && p.transport != "cuda")
+    s += ", " + item(p.transport.empty() ? std::string("transport") : p.transport, p.link);
   else if (p.link > 0)
-    s += ", transport " + pct(p.link) + " (" + std::to_string(p.link) + " bytes)";
+    s += ", " + item("transport", p.link);
+  s += ", " + item("cuda", p.cuda) + ", " + item("staged", p.staged);
   if (total != p.moved)
     s += "; WARNING: the engine accounted " + std::to_string(total) + " bytes of the " +
          std::to_string(p.moved) + " moved";
@@ -1616,9 +1837,12 @@ PathTotals SumPaths(const std::vector<Row>& rows, const std::string& test, const
     if (r.test != test || r.dir != dir) continue;
     any = true;
     p.transport = r.transport;
-    if (r.shm_bytes < 0 || r.transport_bytes < 0) p.known = false;
+    if (r.shm_bytes < 0 || r.transport_bytes < 0 || r.cuda_bytes < 0 || r.staged_bytes < 0)
+      p.known = false;
     p.shm += std::max<int64_t>(0, r.shm_bytes);
     p.link += std::max<int64_t>(0, r.transport_bytes);
+    p.cuda += std::max<int64_t>(0, r.cuda_bytes);
+    p.staged += std::max<int64_t>(0, r.staged_bytes);
     p.moved += int64_t(r.requests * batch * r.bytes);
   }
   if (!any) p.known = false;
@@ -1648,6 +1872,7 @@ void Bench::PrintHeader(const std::string& transport_note) {
       shm = peer_info_.shm        ? "; shm: yes (the peer's AllocMem memory is mapped here)"
             : !c_.transport.empty() ? "; shm: no (forcing a transport disables it)"
                                     : "; shm: no (no mapped path to this peer)";
+    shm += GpuNote();
     if (c_.bidir)
       shm += "; reverse direction: transport " + rev_transport_ + ", shm " + (rev_shm_ ? "yes" : "no");
     std::printf("# peer:      %s (%s); transport %s%s%s\n", peer_.c_str(), WhereLine().c_str(),
@@ -1664,9 +1889,13 @@ void Bench::PrintHeader(const std::string& transport_note) {
               " request%s in flight per thread; %d thread%s\n",
               sizes.c_str(), c_.batch, c_.batch > 1 ? "s" : "", c_.depth, c_.depth > 1 ? "s" : "",
               c_.threads, c_.threads > 1 ? "s" : "");
-  std::printf("# memory:    local %s, remote %s; %s%s; path direct (no buffer pool in this build)%s\n",
+  std::printf("# memory:    local %s, remote %s; %s%s; %s%s\n",
               c_.local_mem.c_str(), c_.remote_mem.c_str(), MemNote().c_str(),
               HugeNote().c_str(),
+              c_.buffer_pool ? "--buffer-pool: every transfer staged through the engines' buffer "
+                               "pools (EngineOptions::staging = always, both sides)"
+                             : "staging auto (the buffer pool only for pairs no path reaches "
+                               "directly, e.g. GPU memory to another host)",
               c_.bidir ? "; bidirectional: the peer runs the same test toward this side at the "
                          "same time (rows ->, <- and their sum)"
                        : "");
@@ -1695,7 +1924,8 @@ void Bench::PrintHeader(const std::string& transport_note) {
   std::printf("# host:      %s\n", MachineLine().c_str());
   std::printf("# units:     GB/s = 1e9 B/s, Gb/s = 1e9 bit/s; #iters = requests; MsgRate = "
               "descriptors/s; p50..p99.9 = request latency; CPU%% = this process, srv = the "
-              "target process (100 = one core)\n");
+              "target process (100 = one core); '# path:' = bytes by path (staged = through the "
+              "buffer pool, then the transport)\n");
   std::printf("# rerun:     %s\n", RerunCommand(argv0_, c_).c_str());
   if (invoked_ != RerunCommand(argv0_, c_)) std::printf("# invoked:   %s\n", invoked_.c_str());
   std::fflush(stdout);
@@ -1757,9 +1987,11 @@ Row SumRows(const Row& a, const Row& b) {
   s.lat.stdev = std::max(a.lat.stdev, b.lat.stdev);
   s.lat.n = a.lat.n + b.lat.n;
   s.verify.clear();
-  s.shm_bytes = a.shm_bytes >= 0 && b.shm_bytes >= 0 ? a.shm_bytes + b.shm_bytes : -1;
-  s.transport_bytes =
-      a.transport_bytes >= 0 && b.transport_bytes >= 0 ? a.transport_bytes + b.transport_bytes : -1;
+  auto add = [](int64_t x, int64_t y) { return x >= 0 && y >= 0 ? x + y : -1; };
+  s.shm_bytes = add(a.shm_bytes, b.shm_bytes);
+  s.transport_bytes = add(a.transport_bytes, b.transport_bytes);
+  s.cuda_bytes = add(a.cuda_bytes, b.cuda_bytes);
+  s.staged_bytes = add(a.staged_bytes, b.staged_bytes);
   return s;
 }
 
@@ -1801,7 +2033,19 @@ int Bench::RunTests() {
 }
 
 // The HIXL-shaped matrix: every (op, block, transport, direction, path); measured where this
-// build and machine can, "n/a" with a footnote elsewhere.
+// build and machine can, "n/a" with a footnote elsewhere. How a cell is measured:
+//   direction  local (initiator) memory 2 remote (target) memory, for READ as for WRITE: H host,
+//              D GPU. (HIXL's table reads so: its HCCS D2H cells are empty for both ops.)
+//   direct     the transport column forced between this side and the target (a local child:
+//              one host id). GPU memory is direct only under transport "cuda" (CUDA IPC and the
+//              copy engines: D2D, H2D, D2H); the other transports' D cells and cuda's H2H are n/a.
+//   bufferpool measured under transport "tcp" only: EngineOptions::staging = "always" on both
+//              engines, and a local target child gets a host id of its own, so no same-host path
+//              is taken: every byte goes through a pinned staging buffer (GPU memory: a device
+//              copy first) and tcp; the target's tcp threads stage its GPU region. The other
+//              transports' bufferpool cells are n/a.
+// Each measured (transport, direction, path) is one session; a cell whose bytes the engine
+// reports on another path than its label (GetPeerInfo's counters) is n/a, with the path shown.
 int Bench::RunTable() {
   const std::string scenario = c_.peer.empty() ? "single_machine" : "dual_machine";
   std::vector<std::string> notes;  // footnotes, numbered from 1
@@ -1811,15 +2055,13 @@ int Bench::RunTable() {
     notes.push_back(why);
     return notes.size();
   };
-  // Which memory kinds and paths this build supports; "" = supported.
-  auto mem_why = [&](char k) -> std::string {
-    if (k == 'H') return "";
-    return HaveGpuDevice() ? "GPU present, but this build has no CUDA support"
-                           : "no GPU on this machine (and this build has no CUDA support)";
-  };
-  auto path_why = [&](const std::string& p) -> std::string {
-    return p == "direct" ? "" : "buffer pool not built in this version";
-  };
+  const Config saved = c_;
+  const std::string gpu_why = GpuWhy();
+  // The GPUs of the D cells: cuda:0 on both sides, unless --local-mem / --remote-mem name others.
+  const MemSpec lm = MemOf(c_.local_mem), rm = MemOf(c_.remote_mem);
+  const std::string dev_local = "cuda:" + std::to_string(lm.device ? lm.gpu : 0);
+  const std::string dev_remote = "cuda:" + std::to_string(rm.device ? rm.gpu : 0);
+  const std::string pool_target_id = "xfer-bench-table-target";  // bufferpool: the child's host id
 
   std::printf("# xfer-bench %s: table (shape of ../shared/reference/hixl_a3_bandwidth.tsv)\n",
               XFER_TOOLS_VERSION);
@@ -1834,120 +2076,174 @@ int Bench::RunTable() {
               c_.reuse ? "--reuse" : ("walking a " + FormatSize(c_.span) + " span per side").c_str());
   std::printf("# links %s\n", LinksNote(c_, "any").c_str());
   std::printf("# memory: %s\n", MemNote().c_str());
-  std::printf("# direction = source memory to destination memory (H host, D device); WRITE "
-              "moves local to remote, READ remote to local\n");
+  std::printf("# direction = local (initiator) memory 2 remote (target) memory, H host, D GPU, for "
+              "READ as for WRITE (as HIXL's table reads); WRITE moves local to remote, READ "
+              "remote to local\n");
+  std::printf("# direct: the transport forced between the two engines%s; D cells only under "
+              "transport cuda (CUDA IPC + copy engines)\n",
+              c_.peer.empty() ? " (one host id)" : "");
+  std::printf("# bufferpool: under transport tcp only: EngineOptions::staging = always on both "
+              "engines%s; every byte through pinned staging buffers, then tcp\n",
+              c_.peer.empty() ? (", the target on host id " + pool_target_id + " (no same-host path)").c_str()
+                              : "");
+  std::printf("# gpu: %s\n", gpu_why.empty()
+                                 ? ("D = " + dev_local + " here, " + dev_remote + " at the target").c_str()
+                                 : (gpu_why + " (D cells n/a)").c_str());
   std::printf("# host: %s\n", MachineLine().c_str());
   std::printf("# rerun: %s\n", RerunCommand(argv0_, c_).c_str());
   std::fflush(stdout);
 
-  // Measure every transport that works, H2H direct.
-  struct TRes {
-    std::string why;                           // n/a reason for the whole transport
-    std::vector<std::pair<std::string, Row>> rows;  // op -> row
+  // One group of cells per (transport, direction, path): measured in one session, or n/a.
+  struct Group {
+    std::string t, d, p;
+    std::string why;                                // n/a reason
+    std::vector<std::pair<std::string, Row>> rows;  // test -> row
   };
-  std::vector<std::pair<std::string, TRes>> per;
-  for (const auto& t : kKnownTransports) {
-    TRes tr;
-    if (t == "local" && !c_.peer.empty()) {
-      tr.why = "local: both engines in one process only";
-    } else if (t == "shm" && c_.mem != "alloc") {
-      tr.why = "shm: moves only Engine::AllocMem memory (this run: --mem register)";
-    } else {
-      std::string err = Setup(t);
-      if (err.empty() && peer_info_.transport != t)
-        err = "the engine chose " + peer_info_.transport + " instead";
-      if (!err.empty()) {
-        if (err.find("unknown transport") != std::string::npos) tr.why = t + ": transport not built in this version";
-        else tr.why = t + ": " + err;
-      } else {
-        std::fprintf(stderr, "table: %s ...\n", t.c_str());
-        for (const std::string test : {"write_bw", "read_bw"}) {
-          for (uint64_t b : c_.sizes) {
-            Row fwd, rev;
-            if (!RunOne(test, b, &fwd, &rev, &err)) break;
-            fwd.direction = "H2H";
-            fwd.path = "direct";
-            tr.rows.push_back({test, fwd});
-            rows_.push_back(fwd);
-          }
-          if (!err.empty()) break;
-        }
-        if (!err.empty()) {
-          progress_.Clear();
-          tr.why = t + ": failed: " + err;
-        }
-      }
-      Teardown();
+  auto static_why = [&](const std::string& t, const std::string& d, const std::string& p) -> std::string {
+    const bool local_dev = d[0] == 'D', remote_dev = d[2] == 'D';
+    if (p == "bufferpool") {
+      if (t != "tcp")
+        return "bufferpool cells are measured under transport tcp (staging = always on both "
+               "engines, different host ids)";
+    } else if (t == "cuda") {
+      if (!local_dev && !remote_dev)
+        return "cuda: moves pairs with GPU memory; host to host between processes is shm or cma";
+    } else if (local_dev || remote_dev) {
+      return t == "tcp" ? "tcp: reaches GPU memory only through staging (the tcp bufferpool cells)"
+                        : t + ": host memory only; GPU memory goes through cuda (one host) or "
+                              "the buffer pool (the tcp bufferpool cells)";
     }
-    per.push_back({t, std::move(tr)});
+    if (t == "local" && !c_.peer.empty()) return "local: both engines in one process only";
+    if (t == "shm" && c_.mem != "alloc")
+      return "shm: moves only Engine::AllocMem memory (this run: --mem register)";
+    // GPU memory here: this side's, and a local target's (a remote serve checks its own).
+    if (!gpu_why.empty() && (local_dev || (remote_dev && c_.peer.empty()))) return gpu_why;
+    return "";
+  };
+  std::vector<Group> groups;
+  for (const auto& t : kKnownTransports)
+    for (const auto& d : kDirections)
+      for (const auto& p : kPaths) groups.push_back({t, d, p, static_why(t, d, p), {}});
+
+  for (Group& g : groups) {
+    if (!g.why.empty()) continue;
+    c_ = saved;
+    c_.local_mem = g.d[0] == 'D' ? dev_local : "host";
+    c_.remote_mem = g.d[2] == 'D' ? dev_remote : "host";
+    c_.buffer_pool = g.p == "bufferpool";
+    target_host_id_ = c_.buffer_pool ? pool_target_id : "";
+    const std::string label = g.t + (g.d == "H2H" && g.p == "direct" ? "" : " " + g.d + " " + g.p);
+    std::string err = Setup(g.t);
+    if (err.empty() && g.t == "cuda" && peer_info_.transport != "cuda" && !peer_info_.cuda)
+      err = "no cuda path to the target (the engine chose " + peer_info_.transport + ")";
+    else if (err.empty() && g.t != "cuda" && peer_info_.transport != g.t)
+      err = "the engine chose " + peer_info_.transport + " instead";
+    if (!err.empty()) {
+      // An engine without the transport either does not know its name or says it has none.
+      if (err.find("unknown transport") != std::string::npos ||
+          err.find("this build has no") != std::string::npos)
+        g.why = g.t + ": transport not built in this version";
+      else
+        g.why = label + ": " + err;
+    } else {
+      std::fprintf(stderr, "table: %s ...\n", label.c_str());
+      for (const std::string test : {"write_bw", "read_bw"}) {
+        for (uint64_t b : c_.sizes) {
+          Row fwd, rev;
+          if (!RunOne(test, b, &fwd, &rev, &err)) break;
+          g.rows.push_back({test, fwd});
+          rows_.push_back(fwd);
+        }
+        if (!err.empty()) break;
+      }
+      if (!err.empty()) {
+        progress_.Clear();
+        g.why = label + ": failed: " + err;
+      } else if (g.t == "cuda" || g.p == "bufferpool") {
+        // The label must be where the bytes went.
+        std::vector<Row> rows;
+        for (const auto& [test, row] : g.rows) rows.push_back(row), rows.back().test = "any";
+        PathTotals pt = SumPaths(rows, "any", "", c_.batch);
+        const int64_t on_path = g.t == "cuda" ? pt.cuda : pt.staged;
+        if (pt.known && (pt.total() == 0 || on_path != pt.total()))
+          g.why = label + ": the engine moved the bytes another way (" + PathText(pt) + ")";
+      }
+    }
+    Teardown();
   }
+  c_ = saved;
+  target_host_id_.clear();
 
   // The matrix, in HIXL's column order, plus a note column.
   std::printf("scenario\top\tblock\ttransport\tdirection\tpath\tGBps\tnote\n");
   for (const std::string op : {"write", "read"}) {
     for (uint64_t b : c_.sizes) {
-      for (const auto& [t, tr] : per) {
-        for (const auto& d : kDirections) {
-          for (const auto& p : kPaths) {
-            Cell cell{scenario, op, t, d, p, b, -1, -1, ""};
-            std::string why = !tr.why.empty() ? tr.why : mem_why(d[0]);
-            if (why.empty()) why = mem_why(d[2]);
-            if (why.empty()) why = path_why(p);
-            if (why.empty()) {
-              const Row* r = nullptr;
-              for (const auto& [test, row] : tr.rows)
-                if (test == op + "_bw" && row.bytes == b) r = &row;
-              if (r) {
-                cell.gbps = r->bw_avg;
-                cell.p99 = r->lat.p99;
-              } else {
-                why = t + ": not measured (the run stopped)";
-              }
-            }
-            cell.why = why;
-            if (cell.gbps >= 0)
-              std::printf("%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t\n", scenario.c_str(), op.c_str(),
-                          FormatSize(b).c_str(), t.c_str(), d.c_str(), p.c_str(), cell.gbps);
-            else
-              std::printf("%s\t%s\t%s\t%s\t%s\t%s\tn/a\t[%zu]\n", scenario.c_str(), op.c_str(),
-                          FormatSize(b).c_str(), t.c_str(), d.c_str(), p.c_str(), note(why));
-            cells_.push_back(cell);
+      for (const Group& g : groups) {
+        Cell cell{scenario, op, g.t, g.d, g.p, b, -1, -1, ""};
+        std::string why = g.why;
+        if (why.empty()) {
+          const Row* r = nullptr;
+          for (const auto& [test, row] : g.rows)
+            if (test == op + "_bw" && row.bytes == b) r = &row;
+          if (r) {
+            cell.gbps = r->bw_avg;
+            cell.p99 = r->lat.p99;
+          } else {
+            why = g.t + ": not measured (the run stopped)";
           }
         }
+        cell.why = why;
+        if (cell.gbps >= 0)
+          std::printf("%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t\n", scenario.c_str(), op.c_str(),
+                      FormatSize(b).c_str(), g.t.c_str(), g.d.c_str(), g.p.c_str(), cell.gbps);
+        else
+          std::printf("%s\t%s\t%s\t%s\t%s\t%s\tn/a\t[%zu]\n", scenario.c_str(), op.c_str(),
+                      FormatSize(b).c_str(), g.t.c_str(), g.d.c_str(), g.p.c_str(), note(why));
+        cells_.push_back(cell);
       }
     }
   }
   for (size_t i = 0; i < notes.size(); ++i) std::printf("# [%zu] n/a: %s\n", i + 1, notes[i].c_str());
-  // A compact view of what was measured.
-  std::printf("#\n# measured (GB/s, H2H direct):\n# %-8s", "block");
-  std::vector<std::string> cols;
-  for (const auto& [t, tr] : per)
-    if (tr.why.empty())
-      for (const std::string op : {"write", "read"}) cols.push_back(op + "/" + t);
-  for (auto& col : cols) std::printf(" %12s", col.c_str());
+  // A compact view of what was measured: one column per op and measured group.
+  struct Col {
+    std::string label, op;
+    const Group* g;
+  };
+  std::vector<Col> cols;
+  for (const Group& g : groups) {
+    if (!g.why.empty() || g.rows.empty()) continue;
+    for (const std::string op : {"write", "read"}) {
+      std::string label = op + "/" + g.t;
+      if (g.d != "H2H" || g.p != "direct") label += "/" + g.d;
+      if (g.p == "bufferpool") label += "/pool";
+      cols.push_back({label, op, &g});
+    }
+  }
+  std::printf("#\n# measured (GB/s; op/transport[/direction][/pool], H2H direct unless named):\n# %-8s", "block");
+  for (auto& col : cols) std::printf(" %*s", int(std::max<size_t>(12, col.label.size())), col.label.c_str());
   std::printf("\n");
   for (uint64_t b : c_.sizes) {
     std::printf("# %-8s", FormatSize(b).c_str());
     for (auto& col : cols) {
-      std::string op = col.substr(0, col.find('/')), t = col.substr(col.find('/') + 1);
       double v = -1;
-      for (const Cell& cell : cells_)
-        if (cell.op == op && cell.transport == t && cell.bytes == b && cell.direction == "H2H" && cell.path == "direct")
-          v = cell.gbps;
-      if (v >= 0) std::printf(" %12.2f", v);
-      else std::printf(" %12s", "n/a");
+      for (const auto& [test, row] : col.g->rows)
+        if (test == col.op + "_bw" && row.bytes == b) v = row.bw_avg;
+      const int w = int(std::max<size_t>(12, col.label.size()));
+      if (v >= 0) std::printf(" %*.2f", w, v);
+      else std::printf(" %*s", w, "n/a");
     }
     std::printf("\n");
   }
-  // Which path each transport's bytes took (GetPeerInfo's counters over the timed windows).
-  for (const auto& [t, tr] : per) {
-    if (!tr.why.empty() || tr.rows.empty()) continue;
+  // Which path each group's bytes took (GetPeerInfo's counters over the timed windows).
+  for (const Group& g : groups) {
+    if (g.rows.empty()) continue;
     std::vector<Row> rows;
-    for (const auto& [test, row] : tr.rows) {
+    for (const auto& [test, row] : g.rows) {
       rows.push_back(row);
       rows.back().test = "any";
     }
-    std::printf("# path %s: %s\n", t.c_str(), PathText(SumPaths(rows, "any", "", c_.batch)).c_str());
+    const std::string label = g.t + (g.d == "H2H" && g.p == "direct" ? "" : " " + g.d + " " + g.p);
+    std::printf("# path %s: %s\n", label.c_str(), PathText(SumPaths(rows, "any", "", c_.batch)).c_str());
   }
   std::fflush(stdout);
   return Finish();
@@ -2004,6 +2300,7 @@ bool Bench::WriteJson(std::string* err) {
   j["config"]["links_note"] = LinksNote(c_, peer_info_.transport);
   j["config"]["expect_bw_GBps"] = OptNum(c_.expect_bw);
   j["config"]["expect_p99_us"] = OptNum(c_.expect_p99);
+  j["config"]["staging"] = c_.buffer_pool ? "always" : "auto";
   j["peer"] = {{"address", c_.peer.empty() ? json(nullptr) : json(c_.peer)},
                {"name", peer_},
                {"transport", peer_info_.transport},
@@ -2011,6 +2308,7 @@ bool Bench::WriteJson(std::string* err) {
                {"host_id", peer_info_.host_id},
                {"local_target", c_.peer.empty()},
                {"shm", peer_info_.shm},
+               {"cuda", peer_info_.cuda},
                {"region_shared", remote_shared_},
                {"reverse_transport", c_.bidir ? json(rev_transport_) : json(nullptr)},
                {"reverse_shm", c_.bidir ? json(rev_shm_) : json(nullptr)}};
@@ -2025,14 +2323,19 @@ bool Bench::WriteJson(std::string* err) {
     for (const std::string& dir : dirs) {
       PathTotals p = SumPaths(rows_, t, dir, c_.batch);
       if (!p.known) continue;
-      const int64_t total = p.shm + p.link;
+      const int64_t total = p.total();
+      auto pct = [&](int64_t v) { return total > 0 ? 100.0 * double(v) / double(total) : 0.0; };
       paths.push_back({{"test", t},
                        {"dir", dir.empty() ? json(nullptr) : json(dir)},
                        {"transport", p.transport},
                        {"shm_bytes", p.shm},
                        {"transport_bytes", p.link},
+                       {"cuda_bytes", p.cuda},
+                       {"staged_bytes", p.staged},
                        {"moved_bytes", p.moved},
-                       {"shm_pct", total > 0 ? 100.0 * double(p.shm) / double(total) : 0.0}});
+                       {"shm_pct", pct(p.shm)},
+                       {"cuda_pct", pct(p.cuda)},
+                       {"staged_pct", pct(p.staged)}});
     }
   }
   j["paths"] = std::move(paths);
@@ -2066,7 +2369,7 @@ bool Bench::WriteCsv(std::string* err) {
   f << "test,op,dir,bytes,iters,descriptors,seconds,bw_avg_GBps,bw_avg_Gbps,bw_peak_GBps,"
        "msg_rate_Mops,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p50_us,p99_us,p99_9_us,"
        "cpu_pct,server_cpu_pct,verify,transport,direction,path,batch,depth,threads,pattern,mem,"
-       "shm_bytes,transport_bytes\n";
+       "shm_bytes,transport_bytes,cuda_bytes,staged_bytes\n";
   for (const Row& r : rows_) {
     f << r.test << ',' << OpUpper(TestOp(r.test)) << ',' << r.dir << ',' << r.bytes << ','
       << r.requests << ',' << r.descs << ',' << r.seconds << ',' << r.bw_avg << ',' << r.bw_avg * 8
@@ -2077,7 +2380,9 @@ bool Bench::WriteCsv(std::string* err) {
       << r.transport << ',' << r.direction << ',' << r.path << ',' << c_.batch << ','
       << c_.depth << ',' << c_.threads << ',' << (c_.reuse ? "reuse" : "walk") << ','
       << c_.mem << ',' << (r.shm_bytes >= 0 ? std::to_string(r.shm_bytes) : "") << ','
-      << (r.transport_bytes >= 0 ? std::to_string(r.transport_bytes) : "") << '\n';
+      << (r.transport_bytes >= 0 ? std::to_string(r.transport_bytes) : "") << ','
+      << (r.cuda_bytes >= 0 ? std::to_string(r.cuda_bytes) : "") << ','
+      << (r.staged_bytes >= 0 ? std::to_string(r.staged_bytes) : "") << '\n';
   }
   return bool(f);
 }
@@ -2130,8 +2435,10 @@ void AddTestOptions(CLI::App* app, Config& c) {
       ->check(CLI::Range(int64_t(0), int64_t(1000000)));
   app->add_option("--transport", c.transport,
                   "Force a transport: local, shm (only AllocMem memory, by memcpy from a mapping), "
-                  "cma, ucx, tcp (forcing cma, ucx or tcp disables shm); default: the best both "
-                  "sides offer, and shm for the peer's AllocMem memory on the same host")
+                  "cma, ucx, tcp (forcing cma, ucx or tcp disables shm and cuda), cuda (only "
+                  "pairs with GPU memory, one host: CUDA IPC + copy engines); default: the best "
+                  "both sides offer, shm for the peer's AllocMem memory and cuda for GPU memory "
+                  "on the same host")
       ->type_name("NAME");
   app->add_option("--mem", c.mem,
                   "How both sides get their buffers: alloc = Engine::AllocMem (a memfd that a "
@@ -2143,13 +2450,22 @@ void AddTestOptions(CLI::App* app, Config& c) {
   app->add_flag("--huge-pages", c.huge_pages,
                 "--mem alloc: ask for huge pages (AllocOptions::huge_pages; the engine falls "
                 "back to normal pages when the kernel has none)");
-  app->add_option("--local-mem", c.local_mem, "Memory of this side's buffers: host, or cuda:N")
+  app->add_option("--local-mem", c.local_mem,
+                  "Memory of this side's buffers: host, or cuda:N = GPU N (Engine::AllocMem(kCuda); "
+                  "--mem register: cudaMalloc + RegisterMem(kCuda)). Refused with the reason where "
+                  "no GPU is usable. table: the GPU of its D cells (default cuda:0)")
       ->type_name("MEM")
       ->capture_default_str();
-  app->add_option("--remote-mem", c.remote_mem, "Memory of the peer's region: host, or cuda:N")
+  app->add_option("--remote-mem", c.remote_mem,
+                  "Memory of the target's region, allocated by the target (a local child, or the "
+                  "serve side: its GPU N): host, or cuda:N. With -b the peer's buffers are "
+                  "--local-mem and this side's region --remote-mem, as the forward direction's")
       ->type_name("MEM")
       ->capture_default_str();
-  app->add_flag("--buffer-pool", c.buffer_pool, "Move data through a staging buffer pool (not in this build)");
+  app->add_flag("--buffer-pool", c.buffer_pool,
+                "Stage every transfer through the engines' buffer pools: EngineOptions::staging "
+                "= always on both sides (host memory stands in for GPU memory; '# path:' shows "
+                "the staged bytes)");
   app->add_flag("-b,--bidirectional", c.bidir,
                 "Both sides initiate at once: the peer runs the same test toward this side");
   app->add_flag("--reuse", c.reuse,
@@ -2195,6 +2511,12 @@ int main(int argc, char** argv) {
       "  xfer-bench --mem register                the same through cma (registered memory)\n"
       "  xfer-bench write_bw -s 4K:1M --batch 64  one test, local child target\n"
       "  xfer-bench table -D 0.2                  the HIXL-shaped matrix of what this build supports\n"
+      "  xfer-bench write_bw --local-mem cuda:0 --remote-mem cuda:0 --verify\n"
+      "                                           D2D, GPU to GPU memory of this host (path cuda)\n"
+      "  xfer-bench read_bw --local-mem cuda:0 --transport tcp\n"
+      "                                           D2H, this side's GPU memory staged (buffer pool)\n"
+      "  xfer-bench write_bw --buffer-pool --transport tcp\n"
+      "                                           H2H, every byte staged through the buffer pools\n"
       "  xfer-bench serve --listen 0.0.0.0:18515  on the target machine, then on the other:\n"
       "  xfer-bench read_bw -a -b HOST:18515      (the client's options apply to both sides)\n"
       "Units: GB/s = 1e9 B/s. Exit codes: 0 ok, 1 run failed, 2 argument error, 3 --expect-* not met.");
@@ -2205,8 +2527,10 @@ int main(int argc, char** argv) {
       {"read_bw", "READ bandwidth and message rate"},
       {"write_lat", "WRITE latency of one request, end to end"},
       {"read_lat", "READ latency of one request, end to end"},
-      {"table", "WRITE and READ bandwidth: block sizes x (op, direction, transport, direct or "
-                "buffer pool), n/a where unsupported (HIXL's table shape)"}};
+      {"table", "WRITE and READ bandwidth: block sizes x (op, transport, direction, direct or "
+                "buffer pool), n/a where unsupported (HIXL's table shape). Direction = local 2 "
+                "remote memory (H host, D GPU); D direct cells under transport cuda, bufferpool "
+                "cells under tcp (staging = always, different host ids)"}};
   std::vector<CLI::App*> test_apps;
   for (const auto& [name, desc] : tests) {
     CLI::App* sub = app.add_subcommand(name, desc);

@@ -20,8 +20,10 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 
+#include "transport/cuda/cuda_api.h"
 #include "transport/ucx/ucx_transport.h"
 #include "util/host.h"
 #include "xfer/engine.h"
@@ -220,11 +222,6 @@ std::string UcxTransports() {
 }
 #endif
 
-bool HaveGpuDevice() {
-  struct stat st;
-  return stat("/dev/nvidiactl", &st) == 0 || stat("/dev/nvidia0", &st) == 0;
-}
-
 template <class Rep, class Period>
 long long Ms(std::chrono::duration<Rep, Period> d) {
   return (long long)std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
@@ -318,9 +315,18 @@ int main(int argc, char** argv) {
               ucx_v.empty() ? "libucp not found" : ("libucp " + ucx_v + " present, " +
               [] { std::string t = UcxTransports(); return t.empty() ? std::string("no ucx_info") : "transports " + t; }()).c_str());
 #endif
-  std::printf("  %-6s %-12s cuda: %s\n", "cuda", "unavailable",
-              HaveGpuDevice() ? "not built in this version (a GPU device is present)"
-                              : "no device (and not built in this version)");
+  {
+    // GPU memory: the copy engines between processes of this host (CUDA IPC), the buffer pool
+    // to other hosts. Describe() lists the runtime, the driver and each device, or says why not.
+    std::string why;
+    const bool gpu = xfer::transport::cuda::Available(&why);
+    std::printf("  %-6s %-12s %s\n", "cuda", gpu ? "available" : "unavailable",
+                gpu ? "GPU memory: copy engines between processes of this host (CUDA IPC); other "
+                      "hosts through the buffer pool"
+                    : ("cuda: " + why).c_str());
+    std::istringstream lines(gpu ? xfer::transport::cuda::Describe() : "");
+    for (std::string line; std::getline(lines, line);) std::printf("  %-6s %-12s %s\n", "", "", line.c_str());
+  }
 
   xfer::EngineOptions d;
   std::printf("defaults (EngineOptions):\n");
@@ -329,7 +335,8 @@ int main(int argc, char** argv) {
   std::printf("  %-22s %s\n", "auto_connect", d.auto_connect ? "true" : "false");
   std::printf("  %-22s %lld ms\n", "auto_connect_timeout", Ms(d.auto_connect_timeout));
   std::printf("  %-22s %d\n", "streams", d.streams);
-  const char* per_transport = "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp, 1 MiB ucx, 128 KiB shm)";
+  const char* per_transport = "0 (each transport's own: 256 KiB local/cma, 512 KiB tcp, 1 MiB ucx, 128 KiB shm, "
+      "4/16 MiB cuda, one staging buffer staged)";
   std::printf("  %-22s %s\n", "slice_bytes", per_transport);
   std::printf("  %-22s %s\n", "batch_bytes", per_transport);
   if (d.streaming_copy_bytes == 0)
@@ -343,6 +350,12 @@ int main(int argc, char** argv) {
   std::printf("  %-22s %s\n", "transport", d.transport.empty() ? "(best available)" : d.transport.c_str());
   std::printf("  %-22s %s\n", "ucx", (d.ucx + " (auto: offered when an RDMA device is present)").c_str());
   std::printf("  %-22s %s\n", "host_id", d.host_id.empty() ? "(kernel boot id)" : d.host_id.c_str());
+  std::printf("  %-22s %s (auto: only pairs no transport reaches, e.g. GPU memory to another host)\n",
+              "staging", d.staging.c_str());
+  std::printf("  %-22s %d x %llu bytes (buffer pool: page-locked host buffers, allocated on first use)\n",
+              "staging_buffers", d.staging_buffers, (unsigned long long)d.staging_buffer_bytes);
+  std::printf("  %-22s %s (with a GPU: registered host memory is page-locked)\n", "pin_host_memory",
+              d.pin_host_memory ? "true" : "false");
 
   if (engine_check) {
     // Two engines in this process: what the engine itself reports about a peer.

@@ -52,14 +52,21 @@ struct PeerInfo {
   // Same host: the peer's AllocMem memory is mapped here and moved with memcpy ("shm"); its
   // other memory goes through `transport`.
   bool shm = false;
+  // Same host, both sides with a GPU: the peer's GPU memory is opened here (CUDA IPC) and
+  // moved by the copy engines ("cuda").
+  bool cuda = false;
   uint64_t shm_bytes = 0;        // bytes this engine moved to or from the peer through shm
-  uint64_t transport_bytes = 0;  // ... and through `transport`
+  uint64_t cuda_bytes = 0;       // ... through cuda
+  uint64_t staged_bytes = 0;     // ... through the buffer pool (and then `transport`)
+  uint64_t transport_bytes = 0;  // ... directly through `transport`
 };
 
 struct AllocOptions {
   // Back the memory with huge pages (fewer TLB misses on large copies). When the kernel has
   // none to give, AllocMem falls back to normal pages and logs why.
   bool huge_pages = false;
+  // MemType::kCuda: the device to allocate on; -1 = the calling thread's current device.
+  int32_t device = -1;
 };
 
 std::string_view MemTypeName(MemType t);

@@ -27,6 +27,7 @@ class Writer {
     I32(r.shm_fd);
     U64(r.shm_key);
     Str(r.ucx_key);
+    Str(r.cuda_handle);
   }
   std::vector<uint8_t>& bytes() { return buf_; }
 
@@ -70,7 +71,7 @@ class Reader {
     uint8_t type = 0;
     if (!U64(&r->id) || !U64(&r->info.addr) || !U64(&r->info.len) || !U8(&type) ||
         !I32(&r->info.device) || !Str(&r->info.tag) || !I32(&r->shm_fd) || !U64(&r->shm_key) ||
-        !Str(&r->ucx_key)) {
+        !Str(&r->ucx_key) || !Str(&r->cuda_handle)) {
       return false;
     }
     r->info.shared = r->shm_key != 0;

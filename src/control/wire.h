@@ -19,7 +19,7 @@
 namespace xfer::wire {
 
 inline constexpr uint32_t kMagic = 0x31524658;  // "XFR1" as little-endian bytes
-inline constexpr uint16_t kVersion = 2;
+inline constexpr uint16_t kVersion = 3;
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 inline constexpr uint32_t kMaxString = 64 << 10;  // UCX worker addresses can run to kilobytes
@@ -43,10 +43,12 @@ struct WireRegion {
   int32_t shm_fd = -1;
   uint64_t shm_key = 0;
   std::string ucx_key;  // packed UCX remote key when the owner offers ucx; empty otherwise
+  std::string cuda_handle;  // GPU memory: what a same-host peer opens (cuda::Export); or empty
   bool operator==(const WireRegion& o) const {
     return id == o.id && info.addr == o.info.addr && info.len == o.info.len &&
            info.type == o.info.type && info.device == o.info.device && info.tag == o.info.tag &&
-           shm_fd == o.shm_fd && shm_key == o.shm_key && ucx_key == o.ucx_key;
+           shm_fd == o.shm_fd && shm_key == o.shm_key && ucx_key == o.ucx_key &&
+           cuda_handle == o.cuda_handle;
   }
 };
 

@@ -7,6 +7,7 @@
 #include "core/engine_impl.h"
 #include "util/host.h"
 #include "util/log.h"
+#include "util/text.h"
 
 namespace xfer {
 
@@ -73,7 +74,17 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
       std::find(std::begin(kTransportNames), std::end(kTransportNames), options.transport) ==
           std::end(kTransportNames)) {
     return {StatusCode::kInvalidArgument, "Initialize: unknown transport '" + options.transport +
-                                              "' (this build has: local, shm, cma, ucx, tcp)"};
+                                              "' (this build has: local, shm, cuda, cma, ucx, tcp)"};
+  }
+  if (options.staging != "auto" && options.staging != "always" && options.staging != "off") {
+    return {StatusCode::kInvalidArgument,
+            "Initialize: staging must be auto, always or off (not '" + options.staging + "')"};
+  }
+  if (options.staging_buffers < 1 || options.staging_buffers > 64) {
+    return {StatusCode::kInvalidArgument, "Initialize: staging_buffers must be 1..64"};
+  }
+  if (options.staging_buffer_bytes < (64 << 10) || options.staging_buffer_bytes > (1ull << 30)) {
+    return {StatusCode::kInvalidArgument, "Initialize: staging_buffer_bytes must be 64 KiB..1 GiB"};
   }
   if (options.links < 1 || options.links > 64) {
     return {StatusCode::kInvalidArgument, "Initialize: links must be 1..64"};
@@ -106,6 +117,13 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   shm_ok_ = transport::shm::Available(&why);
   shm_limits_ = ShmLimits();
   if (!shm_ok_) XLOG(WARN) << "shm not offered (peers' AllocMem memory goes through cma): " << why;
+  cuda_ok_ = transport::cuda::Available(&cuda_off_);
+  if (opts_.transport == "cuda" && !cuda_ok_) {
+    return {StatusCode::kUnsupported, "Initialize: transport 'cuda' forced, but " + cuda_off_};
+  }
+  if (opts_.staging != "off") {
+    staging_ = std::make_shared<BufferPool>(opts_.staging_buffers, opts_.staging_buffer_bytes);
+  }
   // Under Yama ptrace_scope=1 a peer may attach to us only if we say so.
   ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 
@@ -114,11 +132,23 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   transport::PeerEndpoint me{static_cast<int32_t>(::getpid()), incarnation_, 0, "", 0};
   s = local_.Connect(me, &self_->link);
   if (!s.ok()) return s;
-  self_->limits = LimitsFor(local_);
+  self_->paths.link_limits = LimitsFor(local_);
+  self_->same_process = true;
+  self_->cuda = cuda_ok_;
+  SetPaths(self_.get());
 
   transport::TcpTargetHooks hooks;
   hooks.incarnation = incarnation_;
-  hooks.region_allows = [this](uint64_t a, uint64_t l) { return registry_.Contains(a, l); };
+  hooks.region_access = [this](uint64_t a, uint64_t l) {
+    transport::TcpTargetAccess access;
+    if (auto t = registry_.TypeOf(a, l)) {
+      access.allowed = true;
+      access.device = *t == MemType::kCuda;
+      access.staged = access.device || opts_.staging == "always";
+    }
+    return access;
+  };
+  hooks.staging = staging_.get();
   hooks.is_peer = [this](uint64_t inc) { return IsPeer(inc); };
   tcp_ = std::make_unique<transport::TcpTransport>(
       transport::TcpOptions{opts_.links, opts_.least_loaded_links, opts_.heartbeat_timeout, opts_.spin},
@@ -159,7 +189,8 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   XLOG(INFO) << "engine " << name_ << " up (incarnation " << std::hex << incarnation_ << std::dec
              << ", " << opts_.streams << " streams, cma " << (cma_ok_ ? "on" : "off") << ", tcp "
              << (tcp_ ? "port " + std::to_string(tcp_->port()) : std::string("off")) << ", ucx "
-             << (ucx_ ? "on" : "off") << ")";
+             << (ucx_ ? "on" : "off") << ", cuda " << (cuda_ok_ ? "on" : "off") << ", staging "
+             << opts_.staging << ")";
   return Status::Ok();
 }
 
@@ -184,54 +215,85 @@ void EngineImpl::Finalize() {
     std::lock_guard lock(requests_mu_);
     requests_.clear();
   }
+  std::map<MemHandle, std::unique_ptr<RegionResources>> released;
   {
     std::lock_guard lock(subscribers_mu_);
-    ucx_memory_.clear();
+    released.swap(resources_);
   }
+  released.clear();  // peers were told goodbye: none uses the memory any more
   if (ucx_) ucx_->Stop();
-  std::lock_guard lock(segments_mu_);
-  segments_.clear();  // peers were told goodbye: none maps them any more
 }
 
 // ---------------------------------------------------------------- memory
+EngineImpl::RegionResources::~RegionResources() {
+  cuda_export.reset();  // before the memory it describes goes
+  if (device_memory != nullptr) transport::cuda::FreeDevice(device_memory);
+  if (pinned != nullptr) transport::cuda::UnpinHost(pinned);
+}
+
 Status EngineImpl::RegisterMem(void* addr, uint64_t len, MemType type, MemHandle* handle,
                                const std::string& tag) {
   Status s = CheckRunning("RegisterMem");
   if (s.ok() && handle == nullptr) s = {StatusCode::kInvalidArgument, "RegisterMem: null handle pointer"};
-  if (s.ok() && type != MemType::kHost) {
-    s = {StatusCode::kUnsupported, "RegisterMem: " + std::string(MemTypeName(type)) +
-                                       " memory is not supported by this build (host only)"};
+  MemType actual = MemType::kHost;
+  int32_t device = -1;
+  if (s.ok()) transport::cuda::Classify(addr, &actual, &device);
+  if (s.ok() && type == MemType::kCuda && !cuda_ok_) {
+    s = {StatusCode::kUnsupported, "RegisterMem: GPU memory needs CUDA here: " + cuda_off_};
+  } else if (s.ok() && type != actual) {
+    s = {StatusCode::kInvalidArgument,
+         "RegisterMem: " + text::Hex(reinterpret_cast<uint64_t>(addr)) + " is " +
+             (actual == MemType::kCuda ? "GPU memory (device " + std::to_string(device) +
+                                             "): register it as MemType::kCuda"
+                                       : std::string("not GPU memory, but was registered as "
+                                                     "MemType::kCuda"))};
   }
   if (!s.ok()) {
     XLOG(WARN) << s.ToString();
     return s;
   }
-  return AddRegion(reinterpret_cast<uint64_t>(addr), len, type, tag, handle, -1, 0);
+  wire::WireRegion r;
+  r.info = RegionInfo{reinterpret_cast<uint64_t>(addr), len, type, device, tag, false};
+  return AddRegion(std::move(r), false, std::make_unique<RegionResources>(), handle);
 }
 
-Status EngineImpl::AddRegion(uint64_t addr, uint64_t len, MemType type, const std::string& tag,
-                             MemHandle* handle, int32_t shm_fd, uint64_t shm_key) {
-  // Peers put/get it over ucx only through a UCX mapping and its remote key. Mapping pins
-  // pages (slow for large regions): done before the lock, and dropped if the range was known.
-  std::unique_ptr<transport::UcxMemory> mem;
-  if (ucx_) {
-    if (Status us = ucx_->MapMemory(addr, len, &mem); !us.ok()) {
+Status EngineImpl::AddRegion(wire::WireRegion region, bool allocated,
+                             std::unique_ptr<RegionResources> res, MemHandle* handle) {
+  const uint64_t addr = region.info.addr, len = region.info.len;
+  // What peers need to reach the memory, prepared before the lock (pinning pages is slow
+  // for large regions) and dropped again if the range was registered already.
+  if (ucx_) {  // peers put/get over ucx only through a UCX mapping and its remote key
+    if (Status us = ucx_->MapMemory(addr, len, &res->ucx); !us.ok()) {
       XLOG(WARN) << "memory at " << addr << " (" << len << " bytes) is not reachable through ucx: "
                  << us.ToString();
     }
   }
+  if (region.info.type == MemType::kCuda) {  // same-host peers open it with CUDA IPC
+    Status cs = transport::cuda::Export::Create(addr, len, &res->cuda_export);
+    if (cs.ok()) {
+      region.cuda_handle = res->cuda_export->blob();
+    } else {
+      XLOG(WARN) << "GPU memory at " << text::Hex(addr)
+                 << " cannot be opened by peers on this host (they stage it over tcp): "
+                 << cs.ToString();
+    }
+  } else if (cuda_ok_ && opts_.pin_host_memory) {  // H2D and D2H copies at the link's speed
+    if (Status ps = transport::cuda::PinHost(reinterpret_cast<void*>(addr), len); ps.ok()) {
+      res->pinned = reinterpret_cast<void*>(addr);
+    } else {
+      XLOG(INFO) << "host memory at " << text::Hex(addr) << " stays pageable: " << ps.ToString();
+    }
+  }
   std::lock_guard lock(subscribers_mu_);
   bool added = false;
-  Status s = registry_.Add(addr, len, type, -1, tag, handle, &added, shm_fd, shm_key);
+  Status s = registry_.Add(region, allocated, handle, &added);
   if (!s.ok()) {
     XLOG(WARN) << s.ToString();
     return s;
   }
   if (added) {
-    if (mem) {
-      registry_.SetUcxKey(*handle, mem->packed_key());
-      ucx_memory_[*handle] = std::move(mem);
-    }
+    if (res->ucx) registry_.SetUcxKey(*handle, res->ucx->packed_key());
+    resources_[*handle] = std::move(res);
     wire::WireRegion r;
     registry_.Lookup(*handle, &r);
     self_->regions.Add(r);
@@ -249,36 +311,41 @@ Status EngineImpl::AllocMem(uint64_t len, MemType type, void** addr, MemHandle* 
   if (s.ok() && (addr == nullptr || handle == nullptr)) {
     s = {StatusCode::kInvalidArgument, "AllocMem: null address or handle pointer"};
   }
-  if (s.ok() && type != MemType::kHost) {
-    s = {StatusCode::kUnsupported, "AllocMem: " + std::string(MemTypeName(type)) +
-                                       " memory is not supported by this build (host only)"};
+  if (s.ok() && len == 0) s = {StatusCode::kInvalidArgument, "AllocMem: zero length"};
+  if (s.ok() && type == MemType::kCuda && !cuda_ok_) {
+    s = {StatusCode::kUnsupported, "AllocMem: GPU memory needs CUDA here: " + cuda_off_};
   }
-  const uint64_t key = next_segment_key_.fetch_add(1);
-  std::unique_ptr<transport::shm::Segment> seg;
-  if (s.ok()) {
+  auto res = std::make_unique<RegionResources>();
+  wire::WireRegion r;
+  r.info = RegionInfo{0, len, type, -1, tag, false};
+  if (s.ok() && type == MemType::kCuda) {
+    s = transport::cuda::AllocDevice(len, options.device, &res->device_memory);
+    if (s.ok()) {
+      r.info.addr = reinterpret_cast<uint64_t>(res->device_memory);
+      MemType t;
+      transport::cuda::Classify(res->device_memory, &t, &r.info.device);
+    }
+  } else if (s.ok()) {
+    r.shm_key = next_segment_key_.fetch_add(1);
     s = transport::shm::Segment::Create(len, options.huge_pages,
-                                        transport::shm::SegmentName(incarnation_, key), &seg);
+                                        transport::shm::SegmentName(incarnation_, r.shm_key),
+                                        &res->segment);
+    if (s.ok()) {
+      r.info.addr = reinterpret_cast<uint64_t>(res->segment->data());
+      r.info.shared = true;
+      r.shm_fd = res->segment->fd();
+    }
   }
   if (s.ok()) {
-    s = AddRegion(reinterpret_cast<uint64_t>(seg->data()), len, type, tag, handle, seg->fd(), key);
+    const uint64_t at = r.info.addr;
+    s = AddRegion(std::move(r), true, std::move(res), handle);
+    if (s.ok()) *addr = reinterpret_cast<void*>(at);
   }
-  if (!s.ok()) {
-    XLOG(WARN) << s.ToString();
-    return s;
-  }
-  *addr = seg->data();
-  std::lock_guard lock(segments_mu_);
-  segments_[*handle] = std::move(seg);
-  return Status::Ok();
+  if (!s.ok()) XLOG(WARN) << s.ToString();
+  return s;
 }
 
-Status EngineImpl::FreeMem(MemHandle handle) {
-  Status s = DeregisterMem(handle, true);
-  if (!s.ok()) return s;
-  std::lock_guard lock(segments_mu_);
-  segments_.erase(handle);
-  return Status::Ok();
-}
+Status EngineImpl::FreeMem(MemHandle handle) { return DeregisterMem(handle, true); }
 
 Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
   Status s = CheckRunning(free ? "FreeMem" : "DeregisterMem");
@@ -313,11 +380,11 @@ Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
       sub->Shutdown("did not confirm a deregistration in time");
     }
   }
-  std::unique_ptr<transport::UcxMemory> unmapped;  // unmapped after the lock is released
+  std::unique_ptr<RegionResources> released;  // released after the lock: no peer uses them now
   std::lock_guard lock(subscribers_mu_);
-  if (auto it = ucx_memory_.find(handle); it != ucx_memory_.end()) {  // no peer uses it any more
-    unmapped = std::move(it->second);
-    ucx_memory_.erase(it);
+  if (auto it = resources_.find(handle); it != resources_.end()) {
+    released = std::move(it->second);
+    resources_.erase(it);
   }
   return Status::Ok();
 }
@@ -364,6 +431,58 @@ uint8_t* EngineImpl::MapRegion(PeerState& peer, RemoteRegion& region) {
   return region.map ? region.map->base() : nullptr;
 }
 
+uint8_t* EngineImpl::OpenForCuda(PeerState& peer, RemoteRegion& region) {
+  if (peer.same_process) return reinterpret_cast<uint8_t*>(region.info.addr);
+  if (region.info.type == MemType::kHost) {
+    return peer.mapper && region.shm_key != 0 ? MapRegion(peer, region) : nullptr;
+  }
+  std::lock_guard lock(region.map_mu);
+  if (!region.cuda_tried) {
+    region.cuda_tried = true;
+    Status s = region.cuda_handle.empty()
+                   ? Status{StatusCode::kUnsupported, "the peer could not export it"}
+                   : transport::cuda::Open(
+                         region.cuda_handle, region.info.len,
+                         [&peer](int32_t remote_fd, int* fd) {
+                           return peer.mapper ? peer.mapper->TakeFd(remote_fd, fd)
+                                              : Status{StatusCode::kUnsupported,
+                                                       "cannot take descriptors from the peer"};
+                         },
+                         &region.cuda_map);
+    if (!s.ok()) {
+      XLOG(WARN) << "cannot open GPU region " << region.id << " of peer " << peer.info.name
+                 << " (its transfers take the peer's transport, when it reaches GPU memory): "
+                 << s.ToString();
+    }
+  }
+  return region.cuda_map ? region.cuda_map->base() : nullptr;
+}
+
+void EngineImpl::SetPaths(PeerState* st) const {
+  PeerPaths& p = st->paths;
+  p.link = st->link != nullptr;
+  p.link_reaches_device = st->info.transport == "tcp";  // its target stages GPU memory
+  if (st->mapper && opts_.transport != "cuda") {
+    p.shm_base = [st](RemoteRegion& r) { return MapRegion(*st, r); };
+    p.shm_limits = shm_limits_;
+  }
+  if (st->cuda) {
+    p.cuda_base = [st](RemoteRegion& r) { return OpenForCuda(*st, r); };
+    // One stream's copies run one after another, so pieces only need to be large enough to
+    // hide a hand-off between streams (an H2D copy of 4 MiB takes ~80 us), and batches of
+    // small ones amortize the wait for their completion.
+    p.cuda_limits = {opts_.slice_bytes ? opts_.slice_bytes : 4ull << 20,
+                     opts_.batch_bytes ? opts_.batch_bytes : 16ull << 20, 4096};
+  }
+  st->staging = st->link ? staging_ : nullptr;
+  p.staging = st->staging != nullptr;
+  p.stage_all = opts_.staging == "always";
+  // A batch fills at most one staging buffer.
+  const uint64_t buf = opts_.staging_buffer_bytes;
+  p.staged_limits = {std::min(p.link_limits.slice_bytes, buf), buf,
+                     p.link_limits.max_slices_per_batch};
+}
+
 Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                           std::chrono::milliseconds timeout, bool track,
                           std::shared_ptr<Request>* out) {
@@ -375,25 +494,17 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
   if (s.ok() && !peer.state->alive.load()) {
     s = {StatusCode::kConnectionLost, "peer '" + remote + "' is gone"};
   }
-  if (s.ok() && !peer.state->link && !peer.state->mapper) {
+  if (s.ok() && !peer.state->Reachable()) {
     s = {StatusCode::kUnsupported, "no transport of this engine reaches peer '" + remote + "'"};
   }
   Plan plan;
   if (s.ok()) {
     LocalMemoryCheck local(registry_);
-    ShmPath shm_path;
-    const ShmPath* shm = nullptr;
-    if (peer.state->mapper) {
-      shm_path.base = [st = peer.state.get()](RemoteRegion& r) { return MapRegion(*st, r); };
-      shm_path.limits = peer.state->shm_limits;
-      shm_path.link = peer.state->link != nullptr;
-      shm = &shm_path;
-    }
-    s = MakePlan(op, descs, peer.state->regions, local, peer.state->limits, shm, &plan);
+    s = MakePlan(op, descs, peer.state->regions, local, peer.state->paths, &plan);
     // The peer may have registered the region a moment ago: catch up with its updates once.
     if (s.code() == StatusCode::kRemoteAccessDenied && peer.session &&
         SyncWith(peer.session, DeadlineAfter(std::min(timeout, opts_.heartbeat_timeout)))) {
-      s = MakePlan(op, descs, peer.state->regions, local, peer.state->limits, shm, &plan);
+      s = MakePlan(op, descs, peer.state->regions, local, peer.state->paths, &plan);
     }
   }
   if (!s.ok()) {
@@ -439,12 +550,14 @@ bool EngineImpl::TryInlineShm(const std::string& remote, Op op, const TransferDe
       d.local_addr == 0 || d.remote_addr == 0 || d.local_addr + d.len < d.local_addr ||
       d.remote_addr + d.len < d.remote_addr || !running_.load(std::memory_order_relaxed) ||
       !LookupPeer(remote, &peer) ||
-      !peer.state->mapper || d.len > peer.state->shm_limits.slice_bytes ||
-      d.len >= peer.state->shm_limits.streaming_bytes) {
+      !peer.state->mapper || d.len > peer.state->paths.shm_limits.slice_bytes ||
+      d.len >= peer.state->paths.shm_limits.streaming_bytes || peer.state->paths.stage_all) {
     return false;
   }
   std::shared_ptr<RemoteRegion> region = peer.state->regions.Find(d.remote_addr, d.len);
-  if (!region || region->shm_key == 0 || !registry_.Contains(d.local_addr, d.len)) return false;
+  if (!region || region->shm_key == 0 || registry_.TypeOf(d.local_addr, d.len) != MemType::kHost) {
+    return false;
+  }
   uint8_t* base = MapRegion(*peer.state, *region);
   if (base == nullptr) return false;
   transport::Slice s{d.local_addr, reinterpret_cast<uint64_t>(base) + (d.remote_addr - region->info.addr),

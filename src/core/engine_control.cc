@@ -31,6 +31,7 @@ wire::Hello EngineImpl::MakeHello(const std::vector<wire::WireRegion>& regions) 
   h.pid = static_cast<int32_t>(::getpid());
   h.transports.push_back("local");
   if (shm_ok_) h.transports.push_back("shm");
+  if (cuda_ok_) h.transports.push_back("cuda");
   if (cma_ok_) {
     h.transports.push_back("cma");
     h.cma_cookie = reinterpret_cast<uint64_t>(&cma_cookie_);
@@ -123,7 +124,7 @@ Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& h
     }
     if (s.ok()) {
       state->info.transport = std::string(c.name);
-      state->limits = LimitsFor(*c.t);
+      state->paths.link_limits = LimitsFor(*c.t);
       return s;
     }
     why += (why.empty() ? "" : "; ") + s.message();
@@ -138,28 +139,38 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
                                                      std::string* transport_error) {
   auto st = std::make_shared<PeerState>();
   st->info = PeerInfo{hello.name, hello.incarnation, hello.host_id, hello.pid, "", outbound};
-  const bool forced_shm = opts_.transport == "shm";
+  const bool forced_shm = opts_.transport == "shm", forced_cuda = opts_.transport == "cuda";
+  const bool same_host = hello.host_id == host_id_;
+  st->same_process = same_host && hello.pid == ::getpid();
   // Another process on this host: its AllocMem memory can be mapped (and it is cheaper to
-  // map than to reach through cma, so shm goes alongside whatever link is chosen).
-  if ((opts_.transport.empty() || forced_shm) && shm_ok_ && Offers(hello, "shm") &&
-      hello.host_id == host_id_ && hello.pid != ::getpid()) {
+  // map than to reach through cma, so shm goes alongside whatever link is chosen). The
+  // descriptor-taking also serves cuda (GPU memory exported as a file descriptor).
+  if ((opts_.transport.empty() || forced_shm || forced_cuda) && shm_ok_ && Offers(hello, "shm") &&
+      same_host && !st->same_process) {
     Status ms = transport::shm::PeerMapper::Open(hello.pid, &st->mapper);
     if (!ms.ok()) XLOG(WARN) << "peer " << hello.name << ": " << ms.ToString();
-    st->shm_limits = shm_limits_;
   }
-  st->info.shm = st->mapper != nullptr;
+  st->info.shm = st->mapper != nullptr && !forced_cuda;
+  // Same host, GPUs on both sides: the copy engines move GPU memory directly.
+  st->cuda = (opts_.transport.empty() || forced_cuda) && cuda_ok_ && Offers(hello, "cuda") && same_host;
+  st->info.cuda = st->cuda;
   Status s;
-  if (!forced_shm) {
-    s = ChooseTransport(hello, host, st.get());
-  } else if (st->mapper) {
-    st->info.transport = "shm";
+  if (forced_shm || forced_cuda) {
+    const bool ok = forced_shm ? st->mapper != nullptr : st->cuda;
+    if (ok) {
+      st->info.transport = opts_.transport;
+    } else {
+      s = {StatusCode::kUnsupported,
+           opts_.transport + " cannot reach the peer (transport forced to " + opts_.transport + ")"};
+    }
   } else {
-    s = {StatusCode::kUnsupported, "shm cannot reach the peer (transport forced to shm)"};
+    s = ChooseTransport(hello, host, st.get());
   }
   if (!s.ok()) {
     *transport_error = s.message();
     st->info.transport = "none";
   }
+  SetPaths(st.get());
   st->regions.Reset(hello.regions);
   return st;
 }
@@ -250,7 +261,7 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
   if (hello == nullptr) return fail({StatusCode::kConnectionLost, "'" + remote + "' did not answer with a hello"});
   std::string transport_error;
   auto state = MakePeerState(*hello, true, addr.host, &transport_error);
-  if (!state->link && !state->mapper) return fail({StatusCode::kUnsupported, transport_error});
+  if (!state->Reachable()) return fail({StatusCode::kUnsupported, transport_error});
 
   session->peer = state;
   session->peer_key = remote;
@@ -317,6 +328,8 @@ Status EngineImpl::GetPeerInfo(const std::string& remote, PeerInfo* info) {
   const PeerState& st = *peer.state;
   *info = st.info;
   info->shm_bytes = st.shm_bytes.load(std::memory_order_relaxed);
+  info->cuda_bytes = st.cuda_bytes.load(std::memory_order_relaxed);
+  info->staged_bytes = st.staged_bytes.load(std::memory_order_relaxed);
   info->transport_bytes = st.link_bytes.load(std::memory_order_relaxed);
   return Status::Ok();
 }
@@ -378,7 +391,7 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
   }
   std::string transport_error;
   auto state = MakePeerState(hello, false, net::HostOf(s->remote_addr()), &transport_error);
-  if (!state->link && !state->mapper) {
+  if (!state->Reachable()) {
     XLOG(INFO) << "peer " << key << " connected; this engine cannot initiate transfers to it: "
                << transport_error;
   } else {

@@ -15,11 +15,13 @@
 
 #include "control/control_loop.h"
 #include "control/session.h"
+#include "core/buffer_pool.h"
 #include "core/peer_state.h"
 #include "core/registry.h"
 #include "core/request.h"
 #include "core/stream_pool.h"
 #include "transport/cma/cma_transport.h"
+#include "transport/cuda/cuda_api.h"
 #include "transport/local/local_transport.h"
 #include "transport/shm/shm_memory.h"
 #include "transport/tcp/tcp_transport.h"
@@ -71,9 +73,19 @@ class EngineImpl final : public control::ControlHandler {
   };
 
   Status CheckRunning(const char* what) const;
-  // Adds a region to the registry and tells the peers.
-  Status AddRegion(uint64_t addr, uint64_t len, MemType type, const std::string& tag,
-                   MemHandle* handle, int32_t shm_fd, uint64_t shm_key);
+  // What a region holds besides its registry entry, released when the region goes.
+  struct RegionResources {
+    std::unique_ptr<transport::shm::Segment> segment;     // AllocMem host memory
+    void* device_memory = nullptr;                        // AllocMem GPU memory
+    std::unique_ptr<transport::cuda::Export> cuda_export;  // what same-host peers open
+    void* pinned = nullptr;                               // host memory page-locked here
+    std::unique_ptr<transport::UcxMemory> ucx;            // the UCX mapping and its key
+    ~RegionResources();
+  };
+  // Adds a region to the registry (with what peers need to reach it) and tells the peers.
+  // allocated: memory from AllocMem (released only by FreeMem).
+  Status AddRegion(wire::WireRegion region, bool allocated, std::unique_ptr<RegionResources> res,
+                   MemHandle* handle);
   // --- data path (engine.cc)
   // The session with remote (or this engine itself), without connecting.
   bool LookupPeer(const std::string& remote, Peer* peer);
@@ -81,6 +93,11 @@ class EngineImpl final : public control::ControlHandler {
   Status FindPeer(const std::string& remote, Peer* peer);
   // Where the peer's shared region is mapped here (mapping it on first use), or null.
   static uint8_t* MapRegion(PeerState& peer, RemoteRegion& region);
+  // Where the copy engines reach the peer's region here: its GPU memory opened through CUDA
+  // IPC (on first use), its AllocMem host memory mapped; or null.
+  static uint8_t* OpenForCuda(PeerState& peer, RemoteRegion& region);
+  // Fills peer.paths from what MakePeerState found (link, mapper, cuda).
+  void SetPaths(PeerState* peer) const;
   // track: keep the request in requests_ under its handle (async requests; a sync one is
   // only ever seen by its caller).
   Status Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
@@ -126,6 +143,9 @@ class EngineImpl final : public control::ControlHandler {
   bool cma_ok_ = false;
   bool shm_ok_ = false;  // pidfd_getfd works: same-host peers' AllocMem memory can be mapped
   PlanLimits shm_limits_;  // ShmLimits(), once
+  bool cuda_ok_ = false;   // a GPU and CUDA: GPU memory may be registered, the cuda path used
+  std::string cuda_off_;   // why not
+  std::shared_ptr<BufferPool> staging_;  // null when EngineOptions::staging is off
 
   Registry registry_;
   std::unique_ptr<StreamPool> pool_;
@@ -135,17 +155,13 @@ class EngineImpl final : public control::ControlHandler {
   std::unique_ptr<transport::TcpTransport> tcp_;  // null when its listener could not start
   std::unique_ptr<transport::UcxTransport> ucx_;  // null when off, not built, or UCX failed
   std::string ucx_off_;                           // why ucx_ is null
-  // Our regions mapped with UCX, by handle; subscribers_mu_.
-  std::map<MemHandle, std::unique_ptr<transport::UcxMemory>> ucx_memory_;
   std::shared_ptr<PeerState> self_;  // transfers to our own name
-
-  std::mutex segments_mu_;
-  std::map<MemHandle, std::unique_ptr<transport::shm::Segment>> segments_;  // from AllocMem
   std::atomic<uint64_t> next_segment_key_{1};
 
   // Orders region changes with hello snapshots, so a peer never misses an update.
   std::mutex subscribers_mu_;
   std::set<std::shared_ptr<control::Session>> subscribers_;
+  std::map<MemHandle, std::unique_ptr<RegionResources>> resources_;  // subscribers_mu_
 
   std::mutex peers_mu_;
   std::map<std::string, Peer> peers_;   // by name (outbound: as the user wrote it)
@@ -160,8 +176,9 @@ class EngineImpl final : public control::ControlHandler {
 };
 
 // The transports of this build, best first (EngineImpl::ChooseTransport tries them in order).
-// "shm" is not a link of its own: it serves AllocMem memory of same-host peers alongside cma.
-inline constexpr std::string_view kTransportNames[] = {"local", "shm", "cma", "ucx", "tcp"};
+// "shm" and "cuda" are paths beside the link: shm for AllocMem memory of same-host peers, cuda
+// for GPU memory on this host; forcing either leaves no link.
+inline constexpr std::string_view kTransportNames[] = {"local", "shm", "cuda", "cma", "ucx", "tcp"};
 
 // Adds a timeout to now without overflowing on huge values.
 inline std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds t) {

@@ -21,8 +21,12 @@ std::string DescName(size_t i, const TransferDesc& d) {
 
 }  // namespace
 
-bool LocalMemoryCheck::Allows(uint64_t addr, uint64_t len, bool need_write) {
-  if (registry_.Contains(addr, len)) return true;
+bool LocalMemoryCheck::Allows(uint64_t addr, uint64_t len, bool need_write, MemType* type) {
+  if (type != nullptr) *type = MemType::kHost;
+  if (auto t = registry_.TypeOf(addr, len)) {
+    if (type != nullptr) *type = *t;
+    return true;
+  }
   if (!loaded_) {
     loaded_ = true;
     std::ifstream in("/proc/self/maps");
@@ -51,21 +55,95 @@ bool LocalMemoryCheck::Allows(uint64_t addr, uint64_t len, bool need_write) {
   return at >= end;
 }
 
+namespace {
+
+// A descriptor's path, and where its remote region is mapped here (shm, cuda) or null.
+struct Route {
+  Path path = Path::kLink;
+  uint8_t* base = nullptr;
+};
+
+Status ChooseRoute(const PeerPaths& paths, RemoteRegion& r, bool local_device, Route* route) {
+  const bool remote_device = r.info.type == MemType::kCuda;
+  if (!paths.stage_all) {
+    if (local_device || remote_device) {
+      if (paths.cuda_base) {
+        if (uint8_t* b = paths.cuda_base(r)) {
+          *route = {Path::kCuda, b};
+          return Status::Ok();
+        }
+      }
+    } else if (paths.shm_base && r.shm_key != 0) {
+      if (uint8_t* b = paths.shm_base(r)) {
+        *route = {Path::kShm, b};
+        return Status::Ok();
+      }
+    }
+  }
+  if (!paths.link) {
+    return {StatusCode::kUnsupported,
+            "the transport is forced to shm or cuda, which do not reach this pair (shm: the "
+            "peer's AllocMem host memory; cuda: GPU memory on either side, same host)"};
+  }
+  if (remote_device && !paths.link_reaches_device) {
+    return {StatusCode::kUnsupported,
+            "the remote region is GPU memory, which only cuda (same host, CUDA on both sides) "
+            "or tcp (the peer stages it) reach, and this peer is reached by neither"};
+  }
+  if (local_device || paths.stage_all) {
+    if (!paths.staging) {
+      return {StatusCode::kUnsupported,
+              "local GPU memory to this peer needs the buffer pool, and EngineOptions::staging "
+              "is off"};
+    }
+    *route = {Path::kStaged, nullptr};
+    return Status::Ok();
+  }
+  *route = {Path::kLink, nullptr};
+  return Status::Ok();
+}
+
+const PlanLimits& LimitsOf(const PeerPaths& paths, Path p) {
+  switch (p) {
+    case Path::kShm: return paths.shm_limits;
+    case Path::kCuda: return paths.cuda_limits;
+    case Path::kStaged: return paths.staged_limits;
+    case Path::kLink: break;
+  }
+  return paths.link_limits;
+}
+
+}  // namespace
+
+std::string_view PathName(Path p) {
+  switch (p) {
+    case Path::kShm: return "shm";
+    case Path::kCuda: return "cuda";
+    case Path::kStaged: return "staged";
+    case Path::kLink: break;
+  }
+  return "link";
+}
+
 Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions& remote,
-                LocalMemoryCheck& local, const PlanLimits& limits, const ShmPath* shm,
-                Plan* plan) {
+                LocalMemoryCheck& local, const PeerPaths& paths, Plan* plan) {
   if (descs.empty()) return {StatusCode::kInvalidArgument, "no descriptors"};
   plan->slices.clear();
   plan->batches.clear();
   plan->regions.clear();
   plan->bytes = 0;
 
-  // Validate each descriptor and coalesce runs that are adjacent on both sides.
-  std::vector<transport::Slice> runs;
-  std::vector<bool> run_mapped;
+  // Validate each descriptor, route it, and coalesce runs adjacent on both sides.
+  struct Run {
+    transport::Slice slice;
+    Path path;
+    bool device;
+  };
+  std::vector<Run> runs;
   runs.reserve(descs.size());
   RemoteRegion* last_region = nullptr;  // region of the previous descriptor
-  uint8_t* last_base = nullptr;         // where it is mapped here (shm), or null
+  bool last_device = false;             // ...whether its local side was GPU memory
+  Route route;                          // ...and its route
   RemoteRegion* run_region = nullptr;   // region of runs.back()
   for (size_t i = 0; i < descs.size(); ++i) {
     const TransferDesc& d = descs[i];
@@ -91,34 +169,37 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
       // Keep the last-used region at the back so the fast path above finds it.
       auto pos = std::find(plan->regions.begin(), plan->regions.end(), region);
       std::iter_swap(pos, plan->regions.end() - 1);
-      last_region = region.get();
-      last_base = shm && region->shm_key != 0 ? shm->base(*region) : nullptr;
+      last_region = nullptr;  // routed below
     }
-    if (!last_base && shm && !shm->link) {
-      return {StatusCode::kUnsupported,
-              DescName(i, d) + ": remote region is not the peer's shared memory (AllocMem), "
-                               "and the transport is forced to shm"};
+    MemType local_type = MemType::kHost;
+    if (!local.Allows(d.local_addr, d.len, op == Op::kRead, &local_type)) {
+      return {StatusCode::kInvalidArgument,
+              DescName(i, d) + ": local range is not registered and not " +
+                  (op == Op::kRead ? "writable" : "readable") +
+                  " memory of this process (GPU memory must be registered)"};
+    }
+    const bool device = local_type == MemType::kCuda;
+    if (last_region != region.get() || last_device != device) {
+      if (Status s = ChooseRoute(paths, *region, device, &route); !s.ok()) {
+        return {s.code(), DescName(i, d) + ": " + s.message()};
+      }
+      last_region = region.get();
+      last_device = device;
     }
     // In mapped memory the remote address becomes the address of the mapping here.
     const uint64_t remote_addr =
-        last_base ? reinterpret_cast<uint64_t>(last_base) + (d.remote_addr - last_region->info.addr)
-                  : d.remote_addr;
-    if (!local.Allows(d.local_addr, d.len, op == Op::kRead)) {
-      return {StatusCode::kInvalidArgument,
-              DescName(i, d) + ": local range is not registered and not " +
-                  (op == Op::kRead ? "writable" : "readable") + " memory of this process"};
-    }
+        route.base ? reinterpret_cast<uint64_t>(route.base) + (d.remote_addr - region->info.addr)
+                   : d.remote_addr;
     plan->bytes += d.len;
     if (!runs.empty()) {
-      transport::Slice& r = runs.back();
-      if (r.local + r.len == d.local_addr && r.remote + r.len == remote_addr &&
-          region.get() == run_region) {
-        r.len += d.len;
+      Run& r = runs.back();
+      if (r.slice.local + r.slice.len == d.local_addr && r.slice.remote + r.slice.len == remote_addr &&
+          region.get() == run_region && r.path == route.path && r.device == device) {
+        r.slice.len += d.len;
         continue;
       }
     }
-    runs.push_back({d.local_addr, remote_addr, d.len});
-    run_mapped.push_back(last_base != nullptr);
+    runs.push_back({{d.local_addr, remote_addr, d.len}, route.path, device});
     run_region = region.get();
   }
 
@@ -129,19 +210,21 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
     current.begin = current.end;
     current.bytes = 0;
   };
-  for (size_t k = 0; k < runs.size(); ++k) {
-    const transport::Slice& r = runs[k];
-    const PlanLimits& lim = run_mapped[k] ? shm->limits : limits;
+  for (const Run& run : runs) {
+    const transport::Slice& r = run.slice;
+    const PlanLimits& lim = LimitsOf(paths, run.path);
     const uint64_t slice = std::max<uint64_t>(lim.slice_bytes, 1);
     const uint64_t batch_cap = std::max<uint64_t>(lim.batch_bytes, 1);
     const size_t max_slices = std::max<size_t>(lim.max_slices_per_batch, 1);
-    const bool streaming = run_mapped[k] && r.len >= lim.streaming_bytes;
-    if (current.end > current.begin &&
-        (current.mapped != run_mapped[k] || current.streaming != streaming)) {
+    const bool streaming = run.path == Path::kShm && r.len >= lim.streaming_bytes;
+    const bool device = run.path == Path::kStaged && run.device;
+    if (current.end > current.begin && (current.path != run.path || current.streaming != streaming ||
+                                        current.device != device)) {
       close_batch();
     }
-    current.mapped = run_mapped[k];
+    current.path = run.path;
     current.streaming = streaming;
+    current.device = device;
     for (uint64_t off = 0; off < r.len; off += slice) {
       uint64_t n = std::min(slice, r.len - off);
       if (current.end > current.begin &&

@@ -25,21 +25,42 @@ struct PlanLimits {
   uint64_t streaming_bytes = UINT64_MAX;
 };
 
-// Mapped memory of a same-host peer (shm): descriptors into it become memcpy batches.
-struct ShmPath {
-  // The region mapped into this process, or null (not mappable: use the link).
-  std::function<uint8_t*(RemoteRegion&)> base;
-  PlanLimits limits;
-  bool link = true;  // false: no other path (transport forced to shm)
+// How a batch travels.
+enum class Path : uint8_t {
+  kLink,    // the peer's transport
+  kShm,     // memcpy into or out of the peer's AllocMem memory, mapped here
+  kCuda,    // the copy engines, between memory addressable here (GPU memory opened by IPC)
+  kStaged,  // through a buffer of the pool, then the peer's transport
+};
+std::string_view PathName(Path p);
+
+// The ways to one peer. A descriptor takes the first that reaches both of its sides: cuda
+// (GPU memory on either side), shm (host memory on both), the link, or staging (local GPU
+// memory, which the link cannot read or write) through the link.
+struct PeerPaths {
+  PlanLimits link_limits;
+  bool link = true;                  // false: the transport is forced to shm or cuda
+  bool link_reaches_device = false;  // the peer's GPU memory (tcp: the target stages it)
+  // Where a region of the peer is mapped here for memcpy (its AllocMem memory), or null.
+  std::function<uint8_t*(RemoteRegion&)> shm_base;
+  PlanLimits shm_limits;
+  // Where a region is addressable here by the copy engines (the peer's GPU memory opened via
+  // CUDA IPC; its host memory mapped by shm), or null. Used for pairs with GPU memory.
+  std::function<uint8_t*(RemoteRegion&)> cuda_base;
+  PlanLimits cuda_limits;
+  bool staging = false;    // a buffer pool may carry local GPU memory over the link
+  bool stage_all = false;  // ...and every other descriptor too (EngineOptions::staging=always)
+  PlanLimits staged_limits;
 };
 
 struct Plan {
-  std::vector<transport::Slice> slices;  // mapped batches: remote = the address mapped here
+  std::vector<transport::Slice> slices;  // shm and cuda: remote = the address mapped here
   struct Batch {
     uint32_t begin = 0, end = 0;  // slices[begin, end)
     uint64_t bytes = 0;
-    bool mapped = false;          // shm: memcpy on the calling thread...
-    bool streaming = false;       // ...with non-temporal stores
+    Path path = Path::kLink;
+    bool streaming = false;  // kShm: non-temporal stores
+    bool device = false;     // kStaged: the local side is GPU memory (else host memory)
   };
   std::vector<Batch> batches;
   // Every remote region the request touches, so a batch can see if one was revoked.
@@ -48,12 +69,12 @@ struct Plan {
 };
 
 // Answers whether this process may read (WRITE requests) or write (READ requests) a local
-// range: registered memory is trusted; other host memory is checked against the process's
-// mappings, read from /proc/self/maps at most once per plan.
+// range, and what memory it is: registered memory is trusted; other host memory is checked
+// against the process's mappings, read from /proc/self/maps at most once per plan.
 class LocalMemoryCheck {
  public:
   explicit LocalMemoryCheck(const Registry& registry) : registry_(registry) {}
-  bool Allows(uint64_t addr, uint64_t len, bool need_write);
+  bool Allows(uint64_t addr, uint64_t len, bool need_write, MemType* type = nullptr);
 
  private:
   struct Mapping { uint64_t begin, end; bool readable, writable; };
@@ -62,9 +83,7 @@ class LocalMemoryCheck {
   std::vector<Mapping> maps_;
 };
 
-// shm: null when the peer has no mapped path.
 Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions& remote,
-                LocalMemoryCheck& local, const PlanLimits& limits, const ShmPath* shm,
-                Plan* plan);
+                LocalMemoryCheck& local, const PeerPaths& paths, Plan* plan);
 
 }  // namespace xfer

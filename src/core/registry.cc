@@ -4,20 +4,21 @@
 
 namespace xfer {
 
-Status Registry::Add(uint64_t addr, uint64_t len, MemType type, int32_t device,
-                     const std::string& tag, MemHandle* handle, bool* added, int32_t shm_fd,
-                     uint64_t shm_key) {
+Status Registry::Add(const wire::WireRegion& region, bool allocated, MemHandle* handle,
+                     bool* added) {
+  const uint64_t addr = region.info.addr, len = region.info.len;
   if (addr == 0) return {StatusCode::kInvalidArgument, "RegisterMem: null address"};
   if (len == 0) return {StatusCode::kInvalidArgument, "RegisterMem: zero length"};
   if (addr + len < addr) return {StatusCode::kInvalidArgument, "RegisterMem: range wraps"};
-  if (tag.size() > wire::kMaxTag) {
+  if (region.info.tag.size() > wire::kMaxTag) {
     return {StatusCode::kInvalidArgument, "RegisterMem: tag longer than 4096 bytes"};
   }
   std::lock_guard lock(mu_);
   auto [lo, hi] = by_addr_.equal_range(addr);
   for (auto it = lo; it != hi; ++it) {
     Entry& e = by_handle_.at(it->second);
-    if (e.region.info.len == len && e.region.info.type == type && e.region.info.device == device) {
+    if (e.region.info.len == len && e.region.info.type == region.info.type && !allocated &&
+        !e.allocated) {
       ++e.refs;
       *handle = e.region.id;
       *added = false;
@@ -26,10 +27,10 @@ Status Registry::Add(uint64_t addr, uint64_t len, MemType type, int32_t device,
   }
   MemHandle h = next_++;
   Entry e;
+  e.region = region;
   e.region.id = h;
-  e.region.info = RegionInfo{addr, len, type, device, tag, shm_key != 0};
-  e.region.shm_fd = shm_fd;
-  e.region.shm_key = shm_key;
+  e.region.info.shared = region.shm_key != 0;
+  e.allocated = allocated;
   by_handle_.emplace(h, std::move(e));
   by_addr_.emplace(addr, h);
   *handle = h;
@@ -45,12 +46,12 @@ Status Registry::Remove(MemHandle handle, bool* removed, bool free) {
             std::string(free ? "FreeMem" : "DeregisterMem") + ": unknown handle " +
                 std::to_string(handle)};
   }
-  const bool shared = it->second.region.shm_key != 0;
-  if (free && !shared) {
+  const bool allocated = it->second.allocated;
+  if (free && !allocated) {
     return {StatusCode::kInvalidArgument,
             "FreeMem: handle " + std::to_string(handle) + " was not allocated by AllocMem"};
   }
-  if (!free && shared && it->second.refs == 1) {
+  if (!free && allocated && it->second.refs == 1) {
     return {StatusCode::kInvalidArgument, "DeregisterMem: handle " + std::to_string(handle) +
                                               " is memory from AllocMem; release it with FreeMem"};
   }
@@ -69,15 +70,15 @@ Status Registry::Remove(MemHandle handle, bool* removed, bool free) {
   return Status::Ok();
 }
 
-bool Registry::Contains(uint64_t addr, uint64_t len) const {
+std::optional<MemType> Registry::TypeOf(uint64_t addr, uint64_t len) const {
   std::lock_guard lock(mu_);
   // Regions may overlap, so every region starting at or below addr is a candidate.
   for (auto it = by_addr_.upper_bound(addr); it != by_addr_.begin();) {
     --it;
     const RegionInfo& r = by_handle_.at(it->second).region.info;
-    if (addr + len <= r.addr + r.len) return true;
+    if (addr + len <= r.addr + r.len) return r.type;
   }
-  return false;
+  return std::nullopt;
 }
 
 std::vector<wire::WireRegion> Registry::Snapshot() const {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "control/wire.h"
@@ -14,16 +15,17 @@ namespace xfer {
 
 class Registry {
  public:
-  // Adds a region, or returns the handle of the identical range registered before (its
-  // reference count goes up). *added says whether it is new, so peers must hear of it.
-  // shm_fd / shm_key describe memory from AllocMem (see wire::WireRegion).
-  Status Add(uint64_t addr, uint64_t len, MemType type, int32_t device, const std::string& tag,
-             MemHandle* handle, bool* added, int32_t shm_fd = -1, uint64_t shm_key = 0);
+  // Adds region (its id is assigned here), or returns the handle of the identical range
+  // registered before (its reference count goes up). *added says whether it is new, so peers
+  // must hear of it. allocated: memory from AllocMem, released only by FreeMem.
+  Status Add(const wire::WireRegion& region, bool allocated, MemHandle* handle, bool* added);
   // Drops one reference; *removed is set when the region is gone (peers must hear of it).
   // The last reference of AllocMem memory goes only with free (FreeMem), and free drops all.
   Status Remove(MemHandle handle, bool* removed, bool free = false);
   // True when [addr, addr+len) lies inside one registered region.
-  bool Contains(uint64_t addr, uint64_t len) const;
+  bool Contains(uint64_t addr, uint64_t len) const { return TypeOf(addr, len).has_value(); }
+  // The memory type of the registered region holding all of [addr, addr+len), if any.
+  std::optional<MemType> TypeOf(uint64_t addr, uint64_t len) const;
   std::vector<wire::WireRegion> Snapshot() const;
   bool Lookup(MemHandle handle, wire::WireRegion* out) const;
   // Records the region's packed UCX remote key (advertised to peers from then on).
@@ -32,6 +34,7 @@ class Registry {
  private:
   struct Entry {
     wire::WireRegion region;
+    bool allocated = false;
     int refs = 1;
   };
   mutable std::mutex mu_;

@@ -12,6 +12,7 @@ std::shared_ptr<RemoteRegion> Make(const wire::WireRegion& w) {
   r->shm_fd = w.shm_fd;
   r->shm_key = w.shm_key;
   r->ucx_key = w.ucx_key;
+  r->cuda_handle = w.cuda_handle;
   return r;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "control/wire.h"
+#include "transport/cuda/cuda_api.h"
 #include "transport/shm/shm_memory.h"
 
 namespace xfer {
@@ -20,10 +21,13 @@ struct RemoteRegion {
   // Memory from the owner's AllocMem (shm_key != 0): its segment, mapped here on first use.
   int32_t shm_fd = -1;
   uint64_t shm_key = 0;
-  std::string ucx_key;  // packed UCX remote key (the ucx transport), or empty
+  std::string ucx_key;      // packed UCX remote key (the ucx transport), or empty
+  std::string cuda_handle;  // GPU memory: what cuda::Open takes, or empty
   std::mutex map_mu;
   bool map_tried = false;                          // map_mu
   std::shared_ptr<transport::shm::Mapping> map;    // map_mu; null: not mapped (use the link)
+  bool cuda_tried = false;                         // map_mu
+  std::shared_ptr<transport::cuda::Mapping> cuda_map;  // map_mu; the GPU region opened here
 };
 
 class RemoteRegions {

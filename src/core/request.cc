@@ -1,5 +1,6 @@
 #include "core/request.h"
 
+#include "transport/cuda/cuda_api.h"
 #include "transport/local/local_transport.h"
 #include "util/spin.h"
 
@@ -59,13 +60,26 @@ void Request::RunBatch(size_t i) {
     if (s.ok()) {
       const Plan::Batch& b = plan_.batches[i];
       const auto slices = std::span(plan_.slices).subspan(b.begin, b.end - b.begin);
-      if (b.mapped) {  // the plan holds the region, and the region its mapping
-        transport::CopyInProcess(op_, slices, b.streaming);
-        peer_->shm_bytes.fetch_add(b.bytes, std::memory_order_relaxed);
-      } else {
-        s = peer_->link->Execute(op_, slices, deadline_);
-        if (s.ok()) peer_->link_bytes.fetch_add(b.bytes, std::memory_order_relaxed);
+      // (The plan holds the regions, and a region its mapping, for shm and cuda.)
+      std::atomic<uint64_t>* counter = &peer_->link_bytes;
+      switch (b.path) {
+        case Path::kShm:
+          transport::CopyInProcess(op_, slices, b.streaming);
+          counter = &peer_->shm_bytes;
+          break;
+        case Path::kCuda:
+          s = transport::cuda::Copy(op_, slices, deadline_);
+          counter = &peer_->cuda_bytes;
+          break;
+        case Path::kStaged:
+          s = peer_->staging->Run(op_, slices, b.device, *peer_->link, deadline_);
+          counter = &peer_->staged_bytes;
+          break;
+        case Path::kLink:
+          s = peer_->link->Execute(op_, slices, deadline_);
+          break;
       }
+      if (s.ok()) counter->fetch_add(b.bytes, std::memory_order_relaxed);
     }
     if (!s.ok()) {
       if (Clock::now() >= deadline_) {

@@ -90,6 +90,10 @@ TEST(IntegrationOptions, NonsenseValuesAreRefusedAtInitialize) {
        }},
       {"unknown transport", [](xfer::EngineOptions* o) { o->transport = "carrier-pigeon"; }},
       {"links 0", [](xfer::EngineOptions* o) { o->links = 0; }},
+      {"staging sometimes", [](xfer::EngineOptions* o) { o->staging = "sometimes"; }},
+      {"staging_buffers 0", [](xfer::EngineOptions* o) { o->staging_buffers = 0; }},
+      {"staging_buffers 65", [](xfer::EngineOptions* o) { o->staging_buffers = 65; }},
+      {"staging_buffer_bytes 4K", [](xfer::EngineOptions* o) { o->staging_buffer_bytes = 4096; }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

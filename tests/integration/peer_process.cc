@@ -246,6 +246,17 @@ PeerRegion PeerProcess::ShmAlloc(uint64_t bytes, const std::string& tag, bool hu
   return PeerRegion{r.u64(0), r.u64(1), bytes};
 }
 
+PeerRegion PeerProcess::DeviceAlloc(uint64_t bytes, int device, const std::string& tag,
+                                    bool registered) {
+  Reply r = Call(std::string(registered ? "dreg " : "dalloc ") + std::to_string(bytes) + " " +
+                 std::to_string(device) + (tag.empty() ? "" : " " + tag));
+  if (!r.ok || r.words.size() < 2) {
+    ADD_FAILURE() << "peer " << (registered ? "dreg " : "dalloc ") << bytes << " failed: " << r.line;
+    return {};
+  }
+  return PeerRegion{r.u64(0), r.u64(1), bytes};
+}
+
 uint64_t PeerProcess::Buf(uint64_t bytes) {
   Reply r = Call("buf " + std::to_string(bytes));
   if (!r.ok || r.words.empty()) {

@@ -72,6 +72,11 @@ class PeerProcess {
   // Memory from Engine::AllocMem (shared: same-host engines map it).
   PeerRegion ShmAlloc(uint64_t bytes, const std::string& tag = "", bool huge_pages = false);
   uint64_t Buf(uint64_t bytes);  // unregistered memory, returns its address
+  // GPU memory in the peer: Engine::AllocMem(kCuda) on `device` (-1: the peer's current
+  // device), or cudaMalloc + RegisterMem(kCuda) (registered: true). Fill/Sum work on it (the
+  // peer copies through host memory).
+  PeerRegion DeviceAlloc(uint64_t bytes, int device = -1, const std::string& tag = "",
+                         bool registered = false);
   void Fill(const PeerRegion& r, uint64_t seed) { FillRange(r.addr, r.len, seed); }
   void FillRange(uint64_t addr, uint64_t len, uint64_t seed);
   uint64_t Sum(const PeerRegion& r) { return SumRange(r.addr, r.len); }

@@ -68,20 +68,7 @@ class IntegrationTcpKill : public PeerFixture {
   }
 };
 
-TEST_F(IntegrationTcpKill, PeerKilledDuringTransferFailsConnectionLost) {
-  constexpr uint64_t kLen = 64 << 20;
-  const PeerRegion r = peer_.Alloc(kLen);
-  LocalBuffer src(kLen);
-  std::vector<TransferDesc> d(16, TransferDesc{src.addr(), r.addr, kLen});  // 1 GiB in all
-  xfer::RequestHandle h = 0;
-  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, d, 60s, &h));
-  std::this_thread::sleep_for(20ms);
-  peer_.KillNow();
-  const Outcome o = WaitFor(engine_, h, 10s);
-  EXPECT_EQ(o.status.state, RequestState::kFailed) << xfer::RequestStateName(o.status.state);
-  EXPECT_EQ(o.status.status.code(), StatusCode::kConnectionLost) << o.status.status.ToString();
-  EXPECT_LT(o.seconds, 3.0);
-}
+TEST_F(IntegrationTcpKill, PeerKilledDuringTransferFailsConnectionLost) { KillPeerDuringLargeWrite(); }
 
 }  // namespace
 }  // namespace xfer_test

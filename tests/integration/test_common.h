@@ -185,6 +185,23 @@ class PeerFixture : public ::testing::Test {
     EXPECT_EQ(back.Hash(), src.Hash());
   }
 
+  // Starts a 1 GiB WRITE and kills the peer 20 ms in: the request must fail with connection
+  // lost, within 3 s (the fixture's heartbeat timeout should be shorter).
+  void KillPeerDuringLargeWrite() {
+    constexpr uint64_t kLen = 64 << 20;
+    const PeerRegion r = peer_.Alloc(kLen);
+    LocalBuffer src(kLen);
+    std::vector<TransferDesc> d(16, TransferDesc{src.addr(), r.addr, kLen});
+    xfer::RequestHandle h = 0;
+    XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, d, std::chrono::seconds(60), &h));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    peer_.KillNow();
+    const Outcome o = WaitFor(engine_, h, std::chrono::seconds(10));
+    EXPECT_EQ(o.status.state, RequestState::kFailed) << xfer::RequestStateName(o.status.state);
+    EXPECT_EQ(o.status.status.code(), StatusCode::kConnectionLost) << o.status.status.ToString();
+    EXPECT_LT(o.seconds, 3.0);
+  }
+
   PeerProcess peer_;     // destroyed after engine_ (declared first)
   xfer::Engine engine_;  // finalized first on teardown
 };

@@ -3,12 +3,17 @@
 //
 //   xfer_test_peer --name 127.0.0.1:0 [--host-id X] [--heartbeat-ms N]
 //                  [--heartbeat-timeout-ms N] [--streams N] [--transport T] [--ucx auto|on|off]
+//                  [--staging auto|always|off]
 //
 // After Initialize it prints "READY <bound name> <pid>" (or "FAIL <status>" and exits 2).
 // Then each stdin line is one command, answered by exactly one line: "OK [...]" or
 // "ERR <STATUS_CODE_NAME or BAD_COMMAND> <message>". Numbers are decimal.
 //
 //   alloc <bytes> [tag]          map fresh zeroed memory, register it     -> OK <handle> <addr>
+//   dalloc <bytes> [device] [tag]  GPU memory from Engine::AllocMem(kCuda) on `device` (default
+//                                -1: the current one), registered          -> OK <handle> <addr>
+//   dreg <bytes> [device] [tag]  cudaMalloc'd memory (cuda::AllocDevice) registered with
+//                                RegisterMem(kCuda); freed at exit         -> OK <handle> <addr>
 //   buf <bytes>                  map fresh zeroed memory, do not register -> OK <addr>
 //   reg <addr> <len> [tag]       register a range                         -> OK <handle>
 //   dereg <handle> [seed]        deregister (blocks until peers let go); with a seed, pattern-fill
@@ -17,9 +22,12 @@
 //   fillr <addr> <len> <seed>    pattern-fill any range                   -> OK
 //   sum <handle>                 hash a registered region's contents      -> OK <hash>
 //   sumr <addr> <len>            hash any range                           -> OK <hash>
+//                                (fill/sum of GPU memory go through a host copy: cuda::Copy)
 //   connect <name> [timeout_ms]                                           -> OK
 //   disconnect <name>                                                     -> OK
 //   info <name>                  -> OK <transport> <incarnation> <pid> <outbound 0|1> <name>
+//                                   <shm 0|1> <shm_bytes> <transport_bytes>
+//                                   <cuda 0|1> <cuda_bytes> <staged_bytes>
 //   regions <name>               -> OK <n> <addr>:<len>:<tag> ...
 //   xfer <read|write> <remote> <timeout_ms> <local> <remote_addr> <len> [count]
 //                                TransferSync with count copies of one descriptor -> OK
@@ -47,6 +55,7 @@
 #include <vector>
 
 #include "pattern.h"
+#include "transport/cuda/cuda_api.h"
 #include "xfer/engine.h"
 
 namespace {
@@ -66,6 +75,7 @@ class Peer {
   explicit Peer(xfer::Engine& engine) : engine_(engine) {}
   ~Peer() {
     for (const Mapping& m : maps_) munmap(m.base, m.len);
+    for (void* p : device_) xfer::transport::cuda::FreeDevice(p);
   }
 
   // Handles one command line; sets *quit for "exit".
@@ -110,6 +120,31 @@ class Peer {
       xfer::Status s = engine_.AllocMem(bytes, xfer::MemType::kHost, &p, &h, tag == "-" ? "" : tag,
                                         xfer::AllocOptions{huge == "huge"});
       if (!s.ok()) return Err(s);
+      const uint64_t addr = reinterpret_cast<uintptr_t>(p);
+      handles_[h] = {addr, bytes};
+      return "OK " + std::to_string(h) + " " + std::to_string(addr);
+    }
+    if (cmd == "dalloc" || cmd == "dreg") {
+      // dalloc: Engine::AllocMem(kCuda); dreg: cudaMalloc + RegisterMem(kCuda).
+      uint64_t bytes = 0;
+      int32_t device = -1;
+      std::string tag;
+      if (!(in >> bytes) || bytes == 0) return Bad("usage: " + cmd + " <bytes> [device] [tag]");
+      in >> device >> tag;
+      void* p = nullptr;
+      xfer::MemHandle h = 0;
+      if (cmd == "dalloc") {
+        xfer::AllocOptions ao;
+        ao.device = device;
+        xfer::Status s = engine_.AllocMem(bytes, xfer::MemType::kCuda, &p, &h, tag, ao);
+        if (!s.ok()) return Err(s);
+      } else {
+        xfer::Status s = xfer::transport::cuda::AllocDevice(bytes, device, &p);
+        if (!s.ok()) return Err(s);
+        device_.push_back(p);
+        s = engine_.RegisterMem(p, bytes, xfer::MemType::kCuda, &h, tag);
+        if (!s.ok()) return Err(s);
+      }
       const uint64_t addr = reinterpret_cast<uintptr_t>(p);
       handles_[h] = {addr, bytes};
       return "OK " + std::to_string(h) + " " + std::to_string(addr);
@@ -197,7 +232,9 @@ class Peer {
       return "OK " + (info.transport.empty() ? std::string("-") : info.transport) + " " +
              std::to_string(info.incarnation) + " " + std::to_string(info.pid) + " " +
              (info.outbound ? "1" : "0") + " " + info.name + " " + (info.shm ? "1" : "0") + " " +
-             std::to_string(info.shm_bytes) + " " + std::to_string(info.transport_bytes);
+             std::to_string(info.shm_bytes) + " " + std::to_string(info.transport_bytes) + " " +
+             (info.cuda ? "1" : "0") + " " + std::to_string(info.cuda_bytes) + " " +
+             std::to_string(info.staged_bytes);
     }
     if (cmd == "regions") {
       std::string name;
@@ -251,11 +288,30 @@ class Peer {
 
   static std::string FillOrSum(bool fill, Range r, std::istringstream& in) {
     void* p = reinterpret_cast<void*>(r.addr);
-    if (!fill) return "OK " + std::to_string(xfer_test::Hash64(p, r.len));
     uint64_t seed = 0;
-    if (!(in >> seed)) return Bad("missing seed");
+    if (fill && !(in >> seed)) return Bad("missing seed");
+    xfer::MemType type = xfer::MemType::kHost;
+    int32_t device = -1;
+    xfer::transport::cuda::Classify(p, &type, &device);
+    if (type == xfer::MemType::kCuda) return DeviceFillOrSum(fill, r, seed);
+    if (!fill) return "OK " + std::to_string(xfer_test::Hash64(p, r.len));
     xfer_test::FillPattern(p, r.len, seed);
     return "OK";
+  }
+
+  // GPU memory: the same pattern and hash, through a host copy of the whole range.
+  static std::string DeviceFillOrSum(bool fill, Range r, uint64_t seed) {
+    std::vector<unsigned char> host(r.len);
+    const xfer::transport::Slice slice{reinterpret_cast<uintptr_t>(host.data()), r.addr, r.len};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    if (fill) {
+      xfer_test::FillPattern(host.data(), r.len, seed);
+      xfer::Status s = xfer::transport::cuda::Copy(xfer::Op::kWrite, {&slice, 1}, deadline);
+      return s.ok() ? "OK" : Err(s);
+    }
+    xfer::Status s = xfer::transport::cuda::Copy(xfer::Op::kRead, {&slice, 1}, deadline);
+    if (!s.ok()) return Err(s);
+    return "OK " + std::to_string(xfer_test::Hash64(host.data(), r.len));
   }
 
   void* Map(uint64_t bytes) {
@@ -270,6 +326,7 @@ class Peer {
   xfer::Engine& engine_;
   std::vector<Mapping> maps_;
   std::map<xfer::MemHandle, Range> handles_;
+  std::vector<void*> device_;  // dreg: cudaMalloc'd memory, freed after the engine finalized
 };
 
 std::string OneLine(std::string s) {
@@ -305,6 +362,8 @@ int main(int argc, char** argv) {
       options.transport = value;
     } else if (arg == "--ucx") {
       options.ucx = value;
+    } else if (arg == "--staging") {
+      options.staging = value;
     } else {
       std::fprintf(stderr, "xfer_test_peer: unknown argument %s\n", arg.c_str());
       return 2;

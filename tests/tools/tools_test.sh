@@ -37,6 +37,8 @@ has_row() { grep -qE "^(-> +|<- +|sum +)?$1 +[0-9]+ +[0-9.]+" "$2"; }
 has_path() { grep -qE "^# path( ->| <-)?: $2" "$1" || { cat "$1" >&2; fail "no '# path: $2' line"; }; }
 # Whether this machine offers shm (pidfd_getfd), as xfer-info probes it.
 shm_ok() { [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  shm +available'; }
+# Whether GPU memory is usable here (a CUDA build and a GPU), as xfer-info probes it.
+gpu_ok() { [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  cuda +available'; }
 
 case "$case_name" in
 args)
@@ -45,10 +47,14 @@ args)
   expect_exit 2 "unknown transport" "$XB" read_bw --transport carrier-pigeon
   expect_exit 2 "depth" "$XB" write_bw --depth 0
   expect_exit 2 "threads" "$XB" write_bw --threads 0
-  expect_exit 2 "unsupported in this build" "$XB" write_bw --local-mem cuda:0
-  expect_exit 2 "unsupported in this build" "$XB" read_bw --remote-mem cuda:1
+  if ! gpu_ok; then  # GPU memory without a usable GPU: refused up front, with the reason
+    expect_exit 2 "local-mem cuda:0: (no GPU|not built with CUDA)" "$XB" write_bw --local-mem cuda:0
+    expect_exit 2 "remote-mem cuda:1.*(no GPU|not built with CUDA)" "$XB" read_bw --remote-mem cuda:1
+    expect_exit 2 "transport cuda: (no GPU|not built with CUDA)" "$XB" write_bw --transport cuda
+  fi
   expect_exit 2 "bad value" "$XB" write_bw --local-mem gpu
-  expect_exit 2 "buffer-pool.*unsupported" "$XB" write_bw --buffer-pool
+  expect_exit 2 "bad value" "$XB" write_bw --remote-mem cuda:x
+  expect_exit 2 "buffer-pool does not apply to the table" "$XB" table --buffer-pool
   expect_exit 2 "expect-bw" "$XB" write_bw --expect-bw fast
   expect_exit 2 "not expected|extra|arguments" "$XB" write_bw 127.0.0.1:1 extra-arg
   expect_exit 2 "subcommand|not expected|extra|arguments" "$XB" no_such_test
@@ -85,6 +91,13 @@ options)
   grep -qE "links 3" "$tmp/out" || { cat "$tmp/out"; fail "links not reported"; }
   grep -q "# verify" "$tmp/out" && { cat "$tmp/out"; fail "verify failed"; }
   has_row 1048576 "$tmp/out" || fail "tcp row"
+  # --buffer-pool: EngineOptions::staging = always on both sides; every byte is staged.
+  "$XB" write_bw -s 64K,1M -n 20 --buffer-pool --verify "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" \
+    || { cat "$tmp/out" "$tmp/err"; fail "--buffer-pool run"; }
+  grep -qE "^# memory: .*--buffer-pool: every transfer staged" "$tmp/out" || { cat "$tmp/out"; fail "header does not say --buffer-pool"; }
+  grep -qE "^# rerun: .*--buffer-pool" "$tmp/out" || fail "rerun line misses --buffer-pool"
+  has_path "$tmp/out" "shm 0% \(0 bytes\), cma 0% \(0 bytes\), cuda 0% \(0 bytes\), staged 100%"
+  grep -q "# verify" "$tmp/out" && { cat "$tmp/out"; fail "verify failed through the buffer pool"; }
   ;;
 json)
   command -v jq >/dev/null || skip "jq not installed (scripts/setup.sh installs it)"
@@ -95,7 +108,11 @@ json)
   jq -e '[.rows[].bytes] == [16384, 65536]' "$tmp/r.json" >/dev/null || fail "row sizes"
   jq -e 'all(.rows[]; .bw_avg_GBps > 0 and .iters == 40 and .lat_us.p99 > 0 and .op == "READ")' "$tmp/r.json" >/dev/null || fail "row fields"
   jq -e '.config.depth == 4 and (.peer.transport | length > 0) and (.command | length > 0)' "$tmp/r.json" >/dev/null || fail "config/peer"
+  jq -e '.config.staging == "auto" and .peer.cuda == false
+         and all(.rows[]; .cuda_bytes == 0 and .staged_bytes == 0 and .direction == "H2H" and .path == "direct")
+         and all(.paths[]; .cuda_bytes == 0 and .staged_bytes == 0)' "$tmp/r.json" >/dev/null || fail "cuda/staged fields"
   [ "$(wc -l <"$tmp/r.csv")" = 3 ] || fail "csv: want a header and 2 rows"
+  head -1 "$tmp/r.csv" | grep -q ",cuda_bytes,staged_bytes$" || fail "csv: no cuda_bytes/staged_bytes columns"
   ;;
 expect)
   expect_exit 3 "expect-bw.*65536" "$XB" write_bw -s 64K -n 20 --expect-bw 100000 "${SMALL[@]}"
@@ -116,15 +133,26 @@ table)
   grep -qP "^scenario\top\tblock\ttransport\tdirection\tpath\tGBps" "$tmp/out" || fail "no TSV header"
   grep -qP "^single_machine\twrite\t64K\tcma\tH2H\tdirect\t[0-9.]+\t" "$tmp/out" || { cat "$tmp/out"; fail "no cma H2H cell"; }
   grep -qP "^single_machine\tread\t64K\tlocal\tH2H\tdirect\t[0-9.]+\t" "$tmp/out" || fail "no local H2H cell"
-  grep -qP "^single_machine\twrite\t64K\tcma\tD2D\tdirect\tn/a\t\[[0-9]+\]" "$tmp/out" || fail "D2D not marked n/a"
-  grep -qP "\tbufferpool\tn/a\t" "$tmp/out" || fail "buffer pool not marked n/a"
+  grep -qP "^single_machine\twrite\t64K\tcma\tD2D\tdirect\tn/a\t\[[0-9]+\]" "$tmp/out" || fail "cma D2D not marked n/a"
+  grep -qP "^single_machine\twrite\t64K\tcma\tH2H\tbufferpool\tn/a\t" "$tmp/out" || fail "cma bufferpool not marked n/a"
   grep -qE "^# \[[0-9]+\] n/a: .*GPU" "$tmp/out" || fail "no GPU footnote"
+  # The buffer pool: measured under tcp (staging = always, different host ids), every byte staged.
+  grep -qP "^single_machine\t(write|read)\t64K\ttcp\tH2H\tbufferpool\t[0-9.]+\t" "$tmp/out" || { cat "$tmp/out"; fail "no tcp H2H bufferpool cell"; }
+  grep -qE "^# path tcp H2H bufferpool: .*staged 100%" "$tmp/out" || { cat "$tmp/out"; fail "bufferpool cells not staged"; }
+  if gpu_ok; then
+    grep -qP "^single_machine\twrite\t64K\tcuda\tD2D\tdirect\t[0-9.]+\t" "$tmp/out" || { cat "$tmp/out"; fail "no cuda D2D cell"; }
+    grep -qE "^# path cuda D2D direct: .*cuda 100%" "$tmp/out" || { cat "$tmp/out"; fail "cuda cells not through cuda"; }
+  else
+    grep -qP "^single_machine\twrite\t64K\tcuda\tD2D\tdirect\tn/a\t\[[0-9]+\]" "$tmp/out" || fail "cuda D2D not n/a without a GPU"
+    grep -qP "^single_machine\tread\t64K\ttcp\tD2H\tbufferpool\tn/a\t\[[0-9]+\]" "$tmp/out" || fail "tcp D2H bufferpool not n/a without a GPU"
+    grep -qE "^# \[[0-9]+\] n/a: (no GPU|not built with CUDA)" "$tmp/out" || fail "no 'no GPU' footnote"
+  fi
   # A transport this build lacks is a footnote, not an error.
   if [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  (tcp|shm|ucx) +unavailable +[a-z]+: not built'; then
     grep -qE "^# \[[0-9]+\] n/a: [a-z]+: transport not built" "$tmp/out" || fail "no transport footnote"
   fi
-  # 2 ops x 1 size x 5 transports x 4 directions x 2 paths
-  [ "$(grep -cP '^single_machine\t' "$tmp/out")" = 80 ] || fail "want 80 cells"
+  # 2 ops x 1 size x 6 transports x 4 directions x 2 paths
+  [ "$(grep -cP '^single_machine\t' "$tmp/out")" = 96 ] || fail "want 96 cells"
   grep -qE "^# path cma: shm 0% \(0 bytes\), cma 100%" "$tmp/out" || { cat "$tmp/out"; fail "cma cells did not go through cma"; }
   if shm_ok; then
     grep -qP "^single_machine\twrite\t64K\tshm\tH2H\tdirect\t[0-9.]+\t" "$tmp/out" || { cat "$tmp/out"; fail "no shm H2H cell"; }

@@ -10,17 +10,25 @@
 namespace xfer {
 namespace {
 
+wire::WireRegion HostRegion(uint64_t addr, uint64_t len, const std::string& tag) {
+  wire::WireRegion r;
+  r.info = RegionInfo{addr, len, MemType::kHost, -1, tag, false};
+  return r;
+}
+
 class PlannerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     local_.resize(1 << 20);
-    remote_.Reset({{1, RegionInfo{kRemote, 1 << 20, MemType::kHost, -1, "", false}, -1, 0, ""},
-                   {2, RegionInfo{kRemote + (1 << 20), 1 << 20, MemType::kHost, -1, "", false}, -1, 0, ""}});
+    remote_.Reset({{1, RegionInfo{kRemote, 1 << 20, MemType::kHost, -1, "", false}, -1, 0, "", ""},
+                   {2, RegionInfo{kRemote + (1 << 20), 1 << 20, MemType::kHost, -1, "", false}, -1, 0, "", ""}});
   }
   uint64_t L(uint64_t off) { return reinterpret_cast<uint64_t>(local_.data()) + off; }
   Status Make(Op op, const std::vector<TransferDesc>& d, Plan* p, PlanLimits lim = {}) {
     LocalMemoryCheck check(registry_);
-    return MakePlan(op, d, remote_, check, lim, nullptr, p);
+    PeerPaths paths;
+    paths.link_limits = lim;
+    return MakePlan(op, d, remote_, check, paths, p);
   }
   static constexpr uint64_t kRemote = 0x7000'0000'0000ull;
   std::vector<char> local_;
@@ -92,8 +100,105 @@ TEST_F(PlannerTest, ChecksLocalMemory) {
   // Registered memory is trusted without a look at the mappings.
   MemHandle h;
   bool added;
-  ASSERT_TRUE(registry_.Add(L(0), 4096, MemType::kHost, -1, "", &h, &added).ok());
+  ASSERT_TRUE(registry_.Add(HostRegion(L(0), 4096, ""), false, &h, &added).ok());
   EXPECT_TRUE(Make(Op::kRead, {{L(0), kRemote, 4096}}, &p).ok());
+}
+
+// Routing: which path each descriptor takes, by the memory on both sides.
+class PlannerRouteTest : public PlannerTest {
+ protected:
+  void SetUp() override {
+    PlannerTest::SetUp();
+    wire::WireRegion gpu;
+    gpu.id = 3;
+    gpu.info = RegionInfo{kGpu, 1 << 20, MemType::kCuda, 0, "", false};
+    remote_.Add(gpu);
+    // Our own "GPU memory": the planner only reads the registered type.
+    device_.resize(1 << 20);
+    wire::WireRegion mine;
+    mine.info = RegionInfo{D(0), 1 << 20, MemType::kCuda, 0, "", false};
+    MemHandle h;
+    bool added;
+    ASSERT_TRUE(registry_.Add(mine, false, &h, &added).ok());
+    paths_.link_limits = {64 << 10, 256 << 10, 1024};
+    paths_.staged_limits = {64 << 10, 128 << 10, 1024};
+    paths_.cuda_limits = {1 << 20, 4 << 20, 1024};
+  }
+  uint64_t D(uint64_t off) { return reinterpret_cast<uint64_t>(device_.data()) + off; }
+  Status Route(Op op, const std::vector<TransferDesc>& d, Plan* p) {
+    LocalMemoryCheck check(registry_);
+    return MakePlan(op, d, remote_, check, paths_, p);
+  }
+  static constexpr uint64_t kGpu = 0x6000'0000'0000ull;
+  std::vector<char> device_;
+  PeerPaths paths_;
+};
+
+TEST_F(PlannerRouteTest, HostPairsTakeTheLink) {
+  Plan p;
+  ASSERT_TRUE(Route(Op::kWrite, {{L(0), kRemote, 4096}}, &p).ok());
+  ASSERT_EQ(p.batches.size(), 1u);
+  EXPECT_EQ(p.batches[0].path, Path::kLink);
+}
+
+TEST_F(PlannerRouteTest, LocalGpuMemoryIsStagedInBufferSizedBatches) {
+  paths_.staging = true;
+  Plan p;
+  ASSERT_TRUE(Route(Op::kWrite, {{D(0), kRemote, 1 << 20}}, &p).ok());
+  ASSERT_EQ(p.batches.size(), 8u);  // 1 MiB in batches of one 128 KiB buffer
+  for (const auto& b : p.batches) {
+    EXPECT_EQ(b.path, Path::kStaged);
+    EXPECT_TRUE(b.device);
+    EXPECT_LE(b.bytes, 128u << 10);
+  }
+  paths_.staging = false;
+  Status s = Route(Op::kWrite, {{D(0), kRemote, 4096}}, &p);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("staging"), std::string::npos) << s.message();
+}
+
+TEST_F(PlannerRouteTest, RemoteGpuMemoryNeedsCudaOrALinkThatReachesIt) {
+  Plan p;
+  Status s = Route(Op::kWrite, {{L(0), kGpu, 4096}}, &p);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("GPU memory"), std::string::npos) << s.message();
+  paths_.link_reaches_device = true;  // tcp: the target stages it
+  ASSERT_TRUE(Route(Op::kWrite, {{L(0), kGpu, 4096}}, &p).ok());
+  EXPECT_EQ(p.batches[0].path, Path::kLink);
+}
+
+TEST_F(PlannerRouteTest, CudaTakesGpuPairsAtTheOpenedAddress) {
+  static uint8_t opened[1 << 20];
+  paths_.cuda_base = [](RemoteRegion& r) {
+    return r.info.type == MemType::kCuda ? opened : nullptr;
+  };
+  paths_.staging = true;
+  Plan p;
+  // H2D and D2D go to the opened region; D2H to unmapped host memory is staged.
+  ASSERT_TRUE(Route(Op::kWrite, {{L(0), kGpu + 100, 4096}, {D(0), kGpu + 8192, 4096}, {D(8192), kRemote, 4096}}, &p).ok());
+  ASSERT_EQ(p.batches.size(), 2u);
+  EXPECT_EQ(p.batches[0].path, Path::kCuda);
+  EXPECT_EQ(p.slices[0].remote, reinterpret_cast<uint64_t>(opened) + 100);
+  EXPECT_EQ(p.slices[1].remote, reinterpret_cast<uint64_t>(opened) + 8192);
+  EXPECT_EQ(p.batches[1].path, Path::kStaged);
+  EXPECT_EQ(p.slices[2].remote, kRemote);
+}
+
+TEST_F(PlannerRouteTest, StageAllStagesHostMemoryToo) {
+  paths_.staging = true;
+  paths_.stage_all = true;
+  Plan p;
+  ASSERT_TRUE(Route(Op::kRead, {{L(0), kRemote, 4096}}, &p).ok());
+  EXPECT_EQ(p.batches[0].path, Path::kStaged);
+  EXPECT_FALSE(p.batches[0].device);
+}
+
+TEST_F(PlannerRouteTest, ForcedTransportWithoutARouteIsRefused) {
+  paths_.link = false;
+  Plan p;
+  Status s = Route(Op::kWrite, {{L(0), kRemote, 4096}}, &p);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("descriptor 0"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -7,16 +7,22 @@
 namespace xfer {
 namespace {
 
+wire::WireRegion HostRegion(uint64_t addr, uint64_t len, const std::string& tag) {
+  wire::WireRegion r;
+  r.info = RegionInfo{addr, len, MemType::kHost, -1, tag, false};
+  return r;
+}
+
 TEST(Registry, SameRangeSameHandleCounted) {
   Registry r;
   MemHandle a = 0, b = 0, c = 0;
   bool added = false;
-  ASSERT_TRUE(r.Add(0x1000, 100, MemType::kHost, -1, "x", &a, &added).ok());
+  ASSERT_TRUE(r.Add(HostRegion(0x1000, 100, "x"), false, &a, &added).ok());
   EXPECT_TRUE(added);
-  ASSERT_TRUE(r.Add(0x1000, 100, MemType::kHost, -1, "x", &b, &added).ok());
+  ASSERT_TRUE(r.Add(HostRegion(0x1000, 100, "x"), false, &b, &added).ok());
   EXPECT_FALSE(added);
   EXPECT_EQ(a, b);
-  ASSERT_TRUE(r.Add(0x1000, 200, MemType::kHost, -1, "", &c, &added).ok());
+  ASSERT_TRUE(r.Add(HostRegion(0x1000, 200, ""), false, &c, &added).ok());
   EXPECT_NE(a, c);
   bool removed = false;
   ASSERT_TRUE(r.Remove(a, &removed).ok());
@@ -31,9 +37,9 @@ TEST(Registry, RejectsBadRanges) {
   Registry r;
   MemHandle h;
   bool added;
-  EXPECT_EQ(r.Add(0, 10, MemType::kHost, -1, "", &h, &added).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.Add(0x10, 0, MemType::kHost, -1, "", &h, &added).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.Add(~0ull - 5, 10, MemType::kHost, -1, "", &h, &added).code(),
+  EXPECT_EQ(r.Add(HostRegion(0, 10, ""), false, &h, &added).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Add(HostRegion(0x10, 0, ""), false, &h, &added).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Add(HostRegion(~0ull - 5, 10, ""), false, &h, &added).code(),
             StatusCode::kInvalidArgument);
 }
 
@@ -41,8 +47,8 @@ TEST(Registry, ContainsHandlesOverlaps) {
   Registry r;
   MemHandle h;
   bool added;
-  ASSERT_TRUE(r.Add(0x1000, 0x1000, MemType::kHost, -1, "", &h, &added).ok());  // [1000,2000)
-  ASSERT_TRUE(r.Add(0x1800, 0x100, MemType::kHost, -1, "", &h, &added).ok());   // inside it
+  ASSERT_TRUE(r.Add(HostRegion(0x1000, 0x1000, ""), false, &h, &added).ok());  // [1000,2000)
+  ASSERT_TRUE(r.Add(HostRegion(0x1800, 0x100, ""), false, &h, &added).ok());   // inside it
   EXPECT_TRUE(r.Contains(0x1900, 0x100));  // only the big region holds it
   EXPECT_TRUE(r.Contains(0x1000, 0x1000));
   EXPECT_FALSE(r.Contains(0x1f00, 0x101));
@@ -51,8 +57,8 @@ TEST(Registry, ContainsHandlesOverlaps) {
 
 TEST(RemoteRegions, FindRevokeAndStraddle) {
   RemoteRegions rr;
-  rr.Reset({{1, RegionInfo{0x1000, 0x1000, MemType::kHost, -1, "a", false}, -1, 0, ""},
-            {2, RegionInfo{0x2000, 0x1000, MemType::kHost, -1, "b", false}, -1, 0, ""}});
+  rr.Reset({{1, RegionInfo{0x1000, 0x1000, MemType::kHost, -1, "a", false}, -1, 0, "", ""},
+            {2, RegionInfo{0x2000, 0x1000, MemType::kHost, -1, "b", false}, -1, 0, "", ""}});
   ASSERT_TRUE(rr.Find(0x1000, 0x1000));
   EXPECT_EQ(rr.Find(0x2800, 0x10)->id, 2u);
   EXPECT_FALSE(rr.Find(0x1ff0, 0x20));  // straddles two adjacent regions
@@ -62,7 +68,7 @@ TEST(RemoteRegions, FindRevokeAndStraddle) {
   EXPECT_TRUE(held->revoked.load());
   EXPECT_FALSE(rr.Find(0x1000, 1));
   EXPECT_FALSE(rr.Revoke(1));
-  rr.Add({3, RegionInfo{0x500, 0x10000, MemType::kHost, -1, "", false}, -1, 0, ""});  // overlaps region 2
+  rr.Add({3, RegionInfo{0x500, 0x10000, MemType::kHost, -1, "", false}, -1, 0, "", ""});  // overlaps region 2
   EXPECT_EQ(rr.Find(0x1000, 0x10)->id, 3u);
   EXPECT_EQ(rr.List().size(), 2u);
   rr.RevokeAll();

@@ -9,19 +9,27 @@
 #include <thread>
 #include <vector>
 
+#include "core/buffer_pool.h"
+
 namespace xfer::transport {
 namespace {
 
-class TcpTransportTest : public ::testing::Test {
+// With GetParam(), the target moves every range through staging buffers smaller than some
+// slices (host memory standing in for GPU memory, as under EngineOptions::staging=always).
+class TcpTransportTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     region_.assign(1 << 20, 0x11);
     TcpTargetHooks hooks;
     hooks.incarnation = 42;
-    hooks.region_allows = [this](uint64_t a, uint64_t l) {
+    hooks.region_access = [this](uint64_t a, uint64_t l) {
       uint64_t base = reinterpret_cast<uint64_t>(region_.data());
-      return a >= base && a + l <= base + region_.size();
+      TcpTargetAccess access;
+      access.allowed = a >= base && a + l <= base + region_.size();
+      access.staged = GetParam();
+      return access;
     };
+    hooks.staging = &staging_;
     hooks.is_peer = [this](uint64_t inc) { return inc == 42 && peer_known_; };
     tcp_ = std::make_unique<TcpTransport>(TcpOptions{2, false, std::chrono::milliseconds(2000)}, hooks);
     ASSERT_TRUE(tcp_->Start("127.0.0.1").ok());
@@ -34,12 +42,13 @@ class TcpTransportTest : public ::testing::Test {
   }
 
   std::vector<uint8_t> region_;
+  BufferPool staging_{2, 64 << 10};
   bool peer_known_ = true;
   std::unique_ptr<TcpTransport> tcp_;
   std::shared_ptr<Link> link_;
 };
 
-TEST_F(TcpTransportTest, WritesAndReadsScatteredSlices) {
+TEST_P(TcpTransportTest, WritesAndReadsScatteredSlices) {
   std::vector<uint8_t> src(3000);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7);
   uint64_t s = reinterpret_cast<uint64_t>(src.data());
@@ -52,7 +61,7 @@ TEST_F(TcpTransportTest, WritesAndReadsScatteredSlices) {
   EXPECT_EQ(back, src);
 }
 
-TEST_F(TcpTransportTest, EveryAlignmentAndLengthKeepsTheStreamFramed) {
+TEST_P(TcpTransportTest, EveryAlignmentAndLengthKeepsTheStreamFramed) {
   // Frames are padded to the payload's address alignment: walk every local and remote offset
   // mod 64 and lengths that leave every tail size, interleaving refusals, on the same links.
   std::vector<uint8_t> src(4096 + 64), back(4096 + 64);
@@ -77,7 +86,7 @@ TEST_F(TcpTransportTest, EveryAlignmentAndLengthKeepsTheStreamFramed) {
   }
 }
 
-TEST_F(TcpTransportTest, TargetRefusesRangesOutsideItsRegionsAndStaysUsable) {
+TEST_P(TcpTransportTest, TargetRefusesRangesOutsideItsRegionsAndStaysUsable) {
   // The initiator's own check is bypassed here: the target must refuse on its own.
   std::vector<uint8_t> src(4096, 0xee);
   uint64_t s = reinterpret_cast<uint64_t>(src.data());
@@ -94,7 +103,7 @@ TEST_F(TcpTransportTest, TargetRefusesRangesOutsideItsRegionsAndStaysUsable) {
   EXPECT_EQ(region_[0], 0xee);
 }
 
-TEST_F(TcpTransportTest, RefusesDataConnectionsFromStrangers) {
+TEST_P(TcpTransportTest, RefusesDataConnectionsFromStrangers) {
   peer_known_ = false;
   std::vector<uint8_t> src(64, 1);
   Status st = Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}});
@@ -102,7 +111,7 @@ TEST_F(TcpTransportTest, RefusesDataConnectionsFromStrangers) {
   EXPECT_EQ(region_[0], 0x11);
 }
 
-TEST_F(TcpTransportTest, GarbageOnTheDataPortClosesOnlyThatConnection) {
+TEST_P(TcpTransportTest, GarbageOnTheDataPortClosesOnlyThatConnection) {
   net::Fd fd;
   ASSERT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", tcp_->port(), true},
                               Clock::now() + std::chrono::seconds(2), &fd).ok());
@@ -114,7 +123,7 @@ TEST_F(TcpTransportTest, GarbageOnTheDataPortClosesOnlyThatConnection) {
   EXPECT_TRUE(Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}}).ok());
 }
 
-TEST_F(TcpTransportTest, ManyThreadsPipelineOnOneConnection) {
+TEST_P(TcpTransportTest, ManyThreadsPipelineOnOneConnection) {
   // Frames from several threads share the connections; replies must reach the thread whose
   // frame they answer, refusals included.
   constexpr int kThreads = 6, kRounds = 200;
@@ -145,7 +154,7 @@ TEST_F(TcpTransportTest, ManyThreadsPipelineOnOneConnection) {
   EXPECT_EQ(failures.load(), 0);
 }
 
-TEST_F(TcpTransportTest, ShutdownEndsExecuteAndFenceWaits) {
+TEST_P(TcpTransportTest, ShutdownEndsExecuteAndFenceWaits) {
   std::vector<uint8_t> src(64, 3);
   ASSERT_TRUE(Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}}).ok());
   tcp_->Fence();  // nothing in flight: returns at once
@@ -153,6 +162,9 @@ TEST_F(TcpTransportTest, ShutdownEndsExecuteAndFenceWaits) {
   EXPECT_EQ(Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}}).code(),
             StatusCode::kConnectionLost);
 }
+
+INSTANTIATE_TEST_SUITE_P(DirectAndStaged, TcpTransportTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Staged" : "Direct"; });
 
 }  // namespace
 }  // namespace xfer::transport

@@ -29,14 +29,14 @@ Hello SampleHello() {
   h.tcp_port = 40000;
   h.ucx_address = std::string("\0\x05worker", 8);
   h.transports = {"local", "cma"};
-  h.regions.push_back({7, RegionInfo{0x1000, 4096, MemType::kHost, -1, "kv-cache", true}, 12, 5, "packed \x01 rkey"});
-  h.regions.push_back({9, RegionInfo{0x9000, 1, MemType::kCuda, 3, "", false}, -1, 0, ""});
+  h.regions.push_back({7, RegionInfo{0x1000, 4096, MemType::kHost, -1, "kv-cache", true}, 12, 5, "packed \x01 rkey", ""});
+  h.regions.push_back({9, RegionInfo{0x9000, 1, MemType::kCuda, 3, "", false}, -1, 0, "", "cuda \x02 handle"});
   return h;
 }
 
 TEST(WireCodec, EveryMessageRoundTrips) {
   std::vector<Message> all = {SampleHello(),
-                              RegionAdd{{3, RegionInfo{0xabc, 10, MemType::kHost, -1, "t", false}, -1, 0, ""}},
+                              RegionAdd{{3, RegionInfo{0xabc, 10, MemType::kHost, -1, "t", false}, -1, 0, "", ""}},
                               RegionRemove{3, 17},
                               RegionRemoveAck{3, 17},
                               Sync{5},

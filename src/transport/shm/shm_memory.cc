@@ -116,14 +116,19 @@ Status PeerMapper::Open(int32_t pid, std::unique_ptr<PeerMapper>* out) {
 
 PeerMapper::~PeerMapper() { ::close(pidfd_); }
 
+Status PeerMapper::TakeFd(int32_t remote_fd, int* fd) const {
+  *fd = PidfdGetfd(pidfd_, remote_fd);
+  if (*fd >= 0) return Status::Ok();
+  return {errno == ESRCH ? StatusCode::kConnectionLost : StatusCode::kRemoteAccessDenied,
+          "descriptor " + std::to_string(remote_fd) + " of pid " + std::to_string(pid_) + ": " +
+              Errno("pidfd_getfd")};
+}
+
 Status PeerMapper::Map(int32_t remote_fd, const std::string& name, uint64_t len,
                        std::shared_ptr<Mapping>* out) const {
   const std::string who = "shm: segment " + name + " of pid " + std::to_string(pid_);
-  int fd = PidfdGetfd(pidfd_, remote_fd);
-  if (fd < 0) {
-    return {errno == ESRCH ? StatusCode::kConnectionLost : StatusCode::kRemoteAccessDenied,
-            who + ": " + Errno("pidfd_getfd")};
-  }
+  int fd = -1;
+  if (Status s = TakeFd(remote_fd, &fd); !s.ok()) return {s.code(), who + ": " + s.message()};
   char link[256] = {};
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
   const ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);

@@ -66,6 +66,9 @@ class PeerMapper {
   // at least len bytes, and maps it.
   Status Map(int32_t remote_fd, const std::string& name, uint64_t len,
              std::shared_ptr<Mapping>* out) const;
+  // A duplicate of the peer's descriptor remote_fd in this process (the caller closes it):
+  // how GPU memory exported as a file descriptor (CUDA VMM) reaches us.
+  Status TakeFd(int32_t remote_fd, int* fd) const;
 
  private:
   explicit PeerMapper(int pidfd, int32_t pid) : pidfd_(pidfd), pid_(pid) {}

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/buffer_pool.h"
 #include "util/log.h"
 #include "util/text.h"
 
@@ -408,6 +409,7 @@ void TcpTransport::Serve(std::shared_ptr<Service> svc) {
 
   std::vector<uint8_t> descs;
   std::vector<iovec> iov;
+  std::vector<TcpTargetAccess> access;
   for (;;) {
     uint8_t h[kBatchHeaderBytes];
     Status s = net::RecvAll(fd, h, sizeof h, kForever, opts_.spin);  // idle until the next batch
@@ -442,16 +444,30 @@ void TcpTransport::Serve(std::shared_ptr<Service> svc) {
     // this check already sees the region gone.
     std::string denied;
     iov.clear();
+    access.clear();
+    bool staged = false;
     for (uint32_t i = 0; i < count && denied.empty(); ++i) {
       uint64_t addr = Get<uint64_t>(&descs[i * kSliceBytes]);
       uint64_t len = Get<uint64_t>(&descs[i * kSliceBytes + 8]);
-      if (!hooks_.region_allows(addr, len)) {
-        denied = "slice " + std::to_string(i) + " (" + std::to_string(len) + " bytes at " +
-                 Hex(addr) + ") is not inside one registered region";
+      access.push_back(hooks_.region_access(addr, len));
+      const std::string what = "slice " + std::to_string(i) + " (" + std::to_string(len) +
+                               " bytes at " + Hex(addr) + ")";
+      if (!access.back().allowed) {
+        denied = what + " is not inside one registered region";
+      } else if (access.back().staged && hooks_.staging == nullptr) {
+        denied = what + " is GPU memory, which this engine reaches only through its buffer "
+                        "pool, and its staging is off";
       }
+      staged = staged || access.back().staged;
       iov.push_back({reinterpret_cast<void*>(addr), len});
     }
-    if (write) {
+    if (staged && denied.empty()) {
+      std::string why;
+      const bool ok = ServeStaged(fd, write, iov, access, total, tail, &why);
+      exec.unlock();
+      if (!ok) return close(why);
+      if (write) s = SendReply(fd, StatusCode::kOk, "", io_deadline());
+    } else if (write) {
       if (denied.empty()) {
         iov.push_back({PadSink(), tail});
         s = net::RecvVWaitAll(fd, iov.data(), iov.size(), io_deadline());
@@ -480,6 +496,51 @@ void TcpTransport::Serve(std::shared_ptr<Service> svc) {
     }
     if (!s.ok()) return close("reply: " + s.message());
   }
+}
+
+bool TcpTransport::ServeStaged(int fd, bool write, std::span<const iovec> ranges,
+                               std::span<const TcpTargetAccess> access, uint64_t total,
+                               uint64_t tail, std::string* why) {
+  const auto deadline = Clock::now() + opts_.io_timeout;
+  BufferPool::Lease lease;
+  if (Status s = hooks_.staging->Acquire(deadline, &lease); !s.ok()) {
+    *why = s.message();
+    return false;
+  }
+  const uint64_t piece = hooks_.staging->buffer_bytes();
+  uint8_t* buf = lease.data();
+  Status s;
+  if (!write) {  // the reply header, as in Serve
+    const uint64_t lead = PadFor(kReplyHeaderBytes, reinterpret_cast<uint64_t>(ranges[0].iov_base));
+    uint8_t ok[kReplyHeaderBytes + kAlign] = {};
+    Put<uint16_t>(ok + 6, static_cast<uint16_t>(lead));
+    s = net::SendAll(fd, ok, kReplyHeaderBytes + lead, deadline);
+    tail = PadFor(kReplyHeaderBytes + lead + total, 0);
+  }
+  for (size_t i = 0; i < ranges.size() && s.ok(); ++i) {
+    auto* base = static_cast<uint8_t*>(ranges[i].iov_base);
+    if (!access[i].staged) {
+      s = write ? net::RecvAll(fd, base, ranges[i].iov_len, deadline)
+                : net::SendAll(fd, base, ranges[i].iov_len, deadline);
+      continue;
+    }
+    for (uint64_t off = 0; off < ranges[i].iov_len && s.ok(); off += piece) {
+      const uint64_t n = std::min<uint64_t>(piece, ranges[i].iov_len - off);
+      const Slice copy{reinterpret_cast<uint64_t>(base + off), reinterpret_cast<uint64_t>(buf), n};
+      if (write) {
+        s = net::RecvAll(fd, buf, n, deadline);
+        if (s.ok()) s = BufferPool::Copy(false, std::span(&copy, 1), access[i].device, deadline);
+      } else {
+        s = BufferPool::Copy(true, std::span(&copy, 1), access[i].device, deadline);
+        if (s.ok()) s = net::SendAll(fd, buf, n, deadline);
+      }
+    }
+  }
+  // The frame's padding. (A failed copy closes the connection: the initiator's batch then
+  // fails with the link, rather than the stream losing its framing.)
+  if (s.ok()) s = write ? net::RecvAll(fd, PadSink(), tail, deadline) : net::SendAll(fd, kZeros, tail, deadline);
+  if (!s.ok()) *why = "staged batch: " + s.message();
+  return s.ok();
 }
 
 void TcpTransport::DropPeer(uint64_t incarnation) {

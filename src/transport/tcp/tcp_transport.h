@@ -28,6 +28,10 @@
 #include "transport/transport.h"
 #include "util/net.h"
 
+namespace xfer {
+class BufferPool;
+}
+
 namespace xfer::transport {
 
 struct TcpOptions {
@@ -37,11 +41,18 @@ struct TcpOptions {
   std::chrono::microseconds spin{50};  // receivers spin this long before they sleep
 };
 
+// How the target may touch a range a batch names.
+struct TcpTargetAccess {
+  bool allowed = false;  // inside one registered region of this engine
+  bool staged = false;   // through a staging buffer (GPU memory; or all memory, staging=always)
+  bool device = false;   // GPU memory: copied by the copy engines
+};
+
 // What the tcp target needs from the engine.
 struct TcpTargetHooks {
   uint64_t incarnation = 0;
-  // True when [addr, addr+len) lies inside one registered region of this engine.
-  std::function<bool(uint64_t addr, uint64_t len)> region_allows;
+  std::function<TcpTargetAccess(uint64_t addr, uint64_t len)> region_access;
+  BufferPool* staging = nullptr;  // buffers for staged ranges; null: they are refused
   // True when an engine of that incarnation has a control session with us.
   std::function<bool(uint64_t incarnation)> is_peer;
 };
@@ -71,6 +82,11 @@ class TcpTransport final : public Transport {
   struct Service;
   void AcceptLoop();
   void Serve(std::shared_ptr<Service> svc);
+  // A checked batch that names staged ranges, moved piece by piece through a staging buffer.
+  // False when the connection must close (*why says why).
+  bool ServeStaged(int fd, bool write, std::span<const iovec> ranges,
+                   std::span<const TcpTargetAccess> access, uint64_t total, uint64_t tail,
+                   std::string* why);
 
   const TcpOptions opts_;
   const TcpTargetHooks hooks_;

@@ -1,0 +1,126 @@
+// The buffer pool between two processes, with host memory standing in for GPU memory
+// (EngineOptions::staging = "always"): the initiator copies each batch into a staging buffer
+// and sends it, and a tcp target receives into a staging buffer and copies out. The buffers
+// are few and small here, so requests wait for them and large ones pass in many pieces.
+#include <thread>
+
+#include "test_common.h"
+
+namespace xfer_test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Param: the transport under the pool ("tcp": both sides stage; "cma": only this side does).
+class IntegrationStaging : public PeerFixture, public ::testing::WithParamInterface<const char*> {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = GetParam();
+    o.staging = "always";
+    o.staging_buffers = 2;
+    o.staging_buffer_bytes = 256 << 10;
+    o.streams = 3;  // more workers than buffers: some wait for one
+    return o;
+  }
+  PeerOptions RemoteOptions() override {
+    PeerOptions o;
+    o.extra_args = {"--staging", "always"};
+    return o;
+  }
+  xfer::PeerInfo Info() {
+    xfer::PeerInfo info;
+    EXPECT_TRUE(engine_.GetPeerInfo(peer_.name(), &info).ok());
+    return info;
+  }
+};
+
+TEST_P(IntegrationStaging, RandomDataOfEverySizeTakesThePool) {
+  uint64_t moved = 0;
+  for (uint64_t size : {1ull, 7ull, 4096ull, 65537ull, (1ull << 20) + 3, 64ull << 20}) {
+    SCOPED_TRACE(size);
+    const PeerRegion r = peer_.Alloc(size);
+    LocalBuffer src(size), back(size);
+    src.Fill(size);
+    XT_ASSERT_OK(Write({{src.addr(), r.addr, size}}));
+    EXPECT_EQ(peer_.Sum(r), src.Hash());
+    XT_ASSERT_OK(Read({{back.addr(), r.addr, size}}));
+    EXPECT_EQ(back.Hash(), src.Hash());
+    moved += 2 * size;
+  }
+  const xfer::PeerInfo info = Info();
+  EXPECT_EQ(info.transport, GetParam());
+  EXPECT_EQ(info.staged_bytes, moved);
+  EXPECT_EQ(info.transport_bytes, 0u);
+}
+
+TEST_P(IntegrationStaging, LargeBatchesOfSmallDescriptors) { ScatteredRoundTrip(10000, 1024); }
+
+TEST_P(IntegrationStaging, ManyThreadsShareTwoBuffers) { ConcurrentWrites(6, 2 << 20, 3); }
+
+TEST_P(IntegrationStaging, AsyncRequestsAllLand) {
+  constexpr int kRequests = 8;
+  constexpr uint64_t kLen = 2 << 20;
+  const PeerRegion r = peer_.Alloc(kRequests * kLen);
+  LocalBuffer src(kRequests * kLen);
+  src.Fill(77);
+  std::vector<xfer::RequestHandle> hs(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite,
+                                       {{src.addr() + i * kLen, r.addr + i * kLen, kLen}}, 30s, &hs[i]));
+  }
+  for (auto h : hs) {
+    const Outcome o = WaitFor(engine_, h);
+    XT_EXPECT_OK(o.wait);
+  }
+  EXPECT_EQ(peer_.Sum(r), src.Hash());
+}
+
+TEST_P(IntegrationStaging, RemoteRangeRefusedAndTargetUnchanged) {
+  const PeerRegion r = peer_.Alloc(4096);
+  peer_.Fill(r, 5);
+  const uint64_t before = peer_.Sum(r);
+  LocalBuffer src(8192);
+  XT_EXPECT_CODE(Write({{src.addr(), r.addr + 4000, 200}}), StatusCode::kRemoteAccessDenied);
+  EXPECT_EQ(peer_.Sum(r), before);
+  XT_EXPECT_OK(Write({{src.addr(), r.addr, 4096}}));  // the pool's buffers all came back
+  XT_EXPECT_OK(Write({{src.addr(), r.addr, 4096}}));
+}
+
+TEST_P(IntegrationStaging, DeadlinePassesMidRequest) {
+  constexpr uint64_t kLen = 64 << 20;
+  const PeerRegion r = peer_.Alloc(kLen);
+  LocalBuffer src(kLen);
+  std::vector<TransferDesc> d(16, TransferDesc{src.addr(), r.addr, kLen});  // 1 GiB in all
+  const auto t0 = Clock::now();
+  XT_EXPECT_CODE(Write(d, 50ms), StatusCode::kTimeout);
+  EXPECT_LT(SecondsSince(t0), 5.0);
+  XT_EXPECT_OK(Write({{src.addr(), r.addr, 4096}}));  // and the pool still serves
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, IntegrationStaging, ::testing::Values("tcp", "cma"),
+                         [](const auto& p) { return std::string(p.param); });
+
+class IntegrationStagingKill : public PeerFixture {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = "tcp";
+    o.staging = "always";
+    o.heartbeat_interval = 100ms;
+    o.heartbeat_timeout = 1000ms;
+    return o;
+  }
+  PeerOptions RemoteOptions() override {
+    PeerOptions o;
+    o.extra_args = {"--staging", "always"};
+    return o;
+  }
+};
+
+TEST_F(IntegrationStagingKill, PeerKilledDuringTransferFailsConnectionLost) {
+  KillPeerDuringLargeWrite();
+}
+
+}  // namespace
+}  // namespace xfer_test
