@@ -93,7 +93,7 @@ constexpr const char* kDefaultListen = "0.0.0.0:18515";  // perftest's port, for
 constexpr const char* kCtlSchema = "xfer-bench-ctl";
 // 2: the configuration carries mem and huge_pages; rows carry the bytes moved per path.
 // 3: local_mem / remote_mem may be cuda:N (the target allocates its region on its GPU), the
-//    configuration carries buffer_pool, the ready reply the region's memory ("region_mem"),
+//    configuration carries buffer_pool, staging_buffers and staging_bytes, the ready reply the region's memory ("region_mem"),
 //    rows carry cuda_bytes / staged_bytes.
 constexpr int kCtlVersion = 3;
 constexpr const char* kJsonSchema = "xfer-bench";
@@ -148,6 +148,9 @@ struct Config {
   std::string mem = "alloc";
   bool huge_pages = false;  // AllocOptions::huge_pages (alloc only)
   bool buffer_pool = false;  // EngineOptions::staging = "always" on both sides
+  int staging_buffers = 0;   // EngineOptions::staging_buffers; 0 = the engine's default
+  std::string staging_bytes_arg;  // EngineOptions::staging_buffer_bytes as typed
+  uint64_t staging_bytes = 0;     // 0 = the engine's default
   bool bidir = false;
   bool reuse = false;
   uint64_t walk_span = kDefaultSpan;
@@ -236,6 +239,10 @@ void Resolve(Config& c) {
     throw ArgError{"--slice-bytes: bad size '" + c.slice_arg + "'"};
   if (!c.batch_bytes_arg.empty() && !ParseSize(c.batch_bytes_arg, &c.batch_bytes))
     throw ArgError{"--batch-bytes: bad size '" + c.batch_bytes_arg + "'"};
+  if (!c.staging_bytes_arg.empty() &&
+      (!ParseSize(c.staging_bytes_arg, &c.staging_bytes) || c.staging_bytes < (64 << 10) ||
+       c.staging_bytes > (1ull << 30)))
+    throw ArgError{"--staging-buffer-bytes: '" + c.staging_bytes_arg + "' is not a size of 64K..1G"};
   if (!c.transport.empty() &&
       std::find(kKnownTransports.begin(), kKnownTransports.end(), c.transport) == kKnownTransports.end())
     throw ArgError{"--transport: unknown transport '" + c.transport +
@@ -309,7 +316,8 @@ json ConfigToJson(const Config& c) {
           {"reuse", c.reuse},       {"walk_span", c.walk_span}, {"span", c.span},
           {"verify", c.verify},     {"local_mem", c.local_mem}, {"remote_mem", c.remote_mem},
           {"mem", c.mem},           {"huge_pages", c.huge_pages},
-          {"buffer_pool", c.buffer_pool}};
+          {"buffer_pool", c.buffer_pool},                       {"staging_buffers", c.staging_buffers},
+          {"staging_bytes", c.staging_bytes}};
 }
 
 void ConfigFromJson(const json& j, Config* c) {
@@ -337,6 +345,8 @@ void ConfigFromJson(const json& j, Config* c) {
   c->mem = j.at("mem");
   c->huge_pages = j.at("huge_pages");
   c->buffer_pool = j.at("buffer_pool");
+  c->staging_buffers = j.at("staging_buffers");
+  c->staging_bytes = j.at("staging_bytes");
   if (c->mem != "alloc" && c->mem != "register") throw std::runtime_error("mem '" + c->mem + "'");
   MemSpec m;
   for (const std::string* v : {&c->local_mem, &c->remote_mem})
@@ -368,6 +378,8 @@ std::string RerunCommand(const std::string& argv0, const Config& c) {
   if (c.local_mem != "host") o << " --local-mem " << c.local_mem;
   if (c.remote_mem != "host") o << " --remote-mem " << c.remote_mem;
   if (c.buffer_pool) o << " --buffer-pool";
+  if (c.staging_buffers) o << " --staging-buffers " << c.staging_buffers;
+  if (c.staging_bytes) o << " --staging-buffer-bytes " << c.staging_bytes_arg;
   if (c.bidir) o << " --bidirectional";
   if (c.reuse) o << " --reuse";
   else if (!c.span_arg.empty()) o << " --span " << c.span_arg;
@@ -458,6 +470,8 @@ EngineOptions MakeEngineOptions(const Config& c) {
   o.transport = c.transport;
   o.host_id = c.host_id;
   o.staging = c.buffer_pool ? "always" : "auto";
+  if (c.staging_buffers > 0) o.staging_buffers = c.staging_buffers;
+  if (c.staging_bytes > 0) o.staging_buffer_bytes = c.staging_bytes;
   return o;
 }
 
@@ -2466,6 +2480,12 @@ void AddTestOptions(CLI::App* app, Config& c) {
                 "Stage every transfer through the engines' buffer pools: EngineOptions::staging "
                 "= always on both sides (host memory stands in for GPU memory; '# path:' shows "
                 "the staged bytes)");
+  app->add_option("--staging-buffers", c.staging_buffers,
+                  "EngineOptions::staging_buffers on both sides: buffers in the pool")
+      ->check(CLI::Range(1, 64));
+  app->add_option("--staging-buffer-bytes", c.staging_bytes_arg,
+                  "EngineOptions::staging_buffer_bytes on both sides: bytes per pool buffer (64K..1G)")
+      ->type_name("BYTES");
   app->add_flag("-b,--bidirectional", c.bidir,
                 "Both sides initiate at once: the peer runs the same test toward this side");
   app->add_flag("--reuse", c.reuse,

@@ -45,8 +45,10 @@ struct EngineOptions {
   // host memory too (host memory then stands in for GPU memory: for tests and diagnosis).
   // "off": pairs that need staging fail with kUnsupported.
   std::string staging = "auto";
-  int staging_buffers = 4;                    // N: buffers per engine (1..64)
-  uint64_t staging_buffer_bytes = 4ull << 20;  // S: bytes per buffer (64 KiB..1 GiB)
+  // N buffers of S bytes stage this engine's outgoing batches; as a tcp target it stages
+  // through one buffer of S bytes per data connection.
+  int staging_buffers = 4;                    // N (1..64)
+  uint64_t staging_buffer_bytes = 4ull << 20;  // S (64 KiB..1 GiB)
   // With a GPU present, host memory registered with the engine (RegisterMem, AllocMem) is
   // page-locked (cudaHostRegister), so copies between it and GPU memory run at the PCIe
   // link's speed (about 3.5x faster than pageable memory on an H200). Off: left pageable.

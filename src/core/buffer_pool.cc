@@ -1,25 +1,6 @@
 #include "core/buffer_pool.h"
 
-#include <sys/mman.h>
-
-#include <cstring>
-
-#include "transport/cuda/cuda_api.h"
-#include "transport/local/local_transport.h"
-
 namespace xfer {
-
-BufferPool::BufferPool(int count, uint64_t buffer_bytes) : count_(count), bytes_(buffer_bytes) {}
-
-BufferPool::~BufferPool() {
-  for (uint8_t* b : all_) {
-    if (pinned_) {
-      transport::cuda::FreePinned(b);
-    } else {
-      ::munmap(b, bytes_);
-    }
-  }
-}
 
 BufferPool::Lease& BufferPool::Lease::operator=(Lease&& o) noexcept {
   if (this != &o) {
@@ -43,38 +24,33 @@ void BufferPool::Lease::Release() {
 
 Status BufferPool::Acquire(Clock::time_point deadline, Lease* out) {
   std::unique_lock lock(mu_);
-  if (free_.empty() && static_cast<int>(all_.size()) < count_) {
-    if (all_.empty()) pinned_ = transport::cuda::Available(nullptr);
-    void* p = nullptr;
-    if (pinned_) {
-      if (Status s = transport::cuda::AllocPinned(bytes_, &p); !s.ok()) {
-        return {s.code(), "buffer pool: " + s.message()};
+  while (free_.empty()) {
+    if (static_cast<int>(all_.size()) + allocating_ < count_) {
+      // Allocated outside the lock: page-locking a large buffer takes a while.
+      ++allocating_;
+      lock.unlock();
+      std::unique_ptr<transport::StagingBuffer> buf;
+      Status s = transport::StagingBuffer::Allocate(bytes_, &buf);
+      lock.lock();
+      --allocating_;
+      if (s.ok()) {
+        free_.push_back(buf->data());
+        all_.push_back(std::move(buf));
+        continue;
       }
-    } else {
-      p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (p == MAP_FAILED) {
-        return {StatusCode::kInternal, "buffer pool: cannot map " + std::to_string(bytes_) +
-                                           " bytes: " + std::strerror(errno)};
-      }
+      // Out of memory: wait for a buffer that exists, if any does (and let other waiters
+      // try again).
+      cv_.notify_all();
+      if (all_.empty()) return {s.code(), "buffer pool: " + s.message()};
     }
-    all_.push_back(static_cast<uint8_t*>(p));
-    free_.push_back(static_cast<uint8_t*>(p));
-  }
-  if (!cv_.wait_until(lock, deadline, [&] { return !free_.empty(); })) {
-    return {StatusCode::kTimeout, "buffer pool: no staging buffer came free before the deadline"};
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && free_.empty()) {
+      return {StatusCode::kTimeout, "buffer pool: no staging buffer came free before the deadline"};
+    }
   }
   out->Release();
   out->pool_ = this;
   out->data_ = free_.back();
   free_.pop_back();
-  return Status::Ok();
-}
-
-Status BufferPool::Copy(bool to_buffer, std::span<const transport::Slice> copies, bool device,
-                        Clock::time_point deadline) {
-  const Op op = to_buffer ? Op::kWrite : Op::kRead;  // WRITE copies local to remote sides
-  if (device) return transport::cuda::Copy(op, copies, deadline);
-  transport::CopyInProcess(op, copies);
   return Status::Ok();
 }
 
@@ -88,7 +64,8 @@ Status BufferPool::Run(Op op, std::span<const transport::Slice> batch, bool devi
   }
   Lease lease;
   if (Status s = Acquire(deadline, &lease); !s.ok()) return s;
-  // The same batch with the buffer on the local side (to send or receive) ...
+  // The batch with the buffer on the local side (to send or receive), and the copies
+  // between the buffer and local memory.
   thread_local std::vector<transport::Slice> wire, copies;
   wire.clear();
   copies.clear();
@@ -96,15 +73,15 @@ Status BufferPool::Run(Op op, std::span<const transport::Slice> batch, bool devi
   for (const auto& s : batch) {
     const uint64_t at = reinterpret_cast<uint64_t>(lease.data()) + off;
     wire.push_back({at, s.remote, s.len});
-    copies.push_back({s.local, at, s.len});  // ... and the copies between it and local memory
+    copies.push_back({s.local, at, s.len});
     off += s.len;
   }
   if (op == Op::kWrite) {
-    if (Status s = Copy(true, copies, device, deadline); !s.ok()) return s;
+    if (Status s = transport::StageCopy(true, copies, device, deadline); !s.ok()) return s;
     return link.Execute(op, wire, deadline);
   }
   if (Status s = link.Execute(op, wire, deadline); !s.ok()) return s;
-  return Copy(false, copies, device, deadline);
+  return transport::StageCopy(false, copies, device, deadline);
 }
 
 }  // namespace xfer

@@ -148,7 +148,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
     }
     return access;
   };
-  hooks.staging = staging_.get();
+  hooks.staging_bytes = staging_ ? opts_.staging_buffer_bytes : 0;
   hooks.is_peer = [this](uint64_t inc) { return IsPeer(inc); };
   tcp_ = std::make_unique<transport::TcpTransport>(
       transport::TcpOptions{opts_.links, opts_.least_loaded_links, opts_.heartbeat_timeout, opts_.spin},
@@ -226,7 +226,8 @@ void EngineImpl::Finalize() {
 
 // ---------------------------------------------------------------- memory
 EngineImpl::RegionResources::~RegionResources() {
-  cuda_export.reset();  // before the memory it describes goes
+  ucx.reset();          // the mappings go before the memory they describe
+  cuda_export.reset();
   if (device_memory != nullptr) transport::cuda::FreeDevice(device_memory);
   if (pinned != nullptr) transport::cuda::UnpinHost(pinned);
 }
@@ -262,7 +263,9 @@ Status EngineImpl::AddRegion(wire::WireRegion region, bool allocated,
   const uint64_t addr = region.info.addr, len = region.info.len;
   // What peers need to reach the memory, prepared before the lock (pinning pages is slow
   // for large regions) and dropped again if the range was registered already.
-  if (ucx_) {  // peers put/get over ucx only through a UCX mapping and its remote key
+  // Peers put/get over ucx only through a UCX mapping and its remote key. (GPU memory is not
+  // offered to UCX: Debian's UCX has no CUDA support, and tcp serves it to other hosts.)
+  if (ucx_ && region.info.type == MemType::kHost) {
     if (Status us = ucx_->MapMemory(addr, len, &res->ucx); !us.ok()) {
       XLOG(WARN) << "memory at " << addr << " (" << len << " bytes) is not reachable through ucx: "
                  << us.ToString();
@@ -272,10 +275,13 @@ Status EngineImpl::AddRegion(wire::WireRegion region, bool allocated,
     Status cs = transport::cuda::Export::Create(addr, len, &res->cuda_export);
     if (cs.ok()) {
       region.cuda_handle = res->cuda_export->blob();
+    } else if (cs.code() == StatusCode::kInvalidArgument) {  // e.g. past the allocation's end
+      XLOG(WARN) << "RegisterMem: " << cs.ToString();
+      return {cs.code(), "RegisterMem: " + cs.message()};
     } else {
       XLOG(WARN) << "GPU memory at " << text::Hex(addr)
-                 << " cannot be opened by peers on this host (they stage it over tcp): "
-                 << cs.ToString();
+                 << " cannot be opened by peers on this host (only peers that reach it over "
+                    "tcp can use it): " << cs.ToString();
     }
   } else if (cuda_ok_ && opts_.pin_host_memory) {  // H2D and D2H copies at the link's speed
     if (Status ps = transport::cuda::PinHost(reinterpret_cast<void*>(addr), len); ps.ok()) {
@@ -437,7 +443,7 @@ uint8_t* EngineImpl::OpenForCuda(PeerState& peer, RemoteRegion& region) {
     return peer.mapper && region.shm_key != 0 ? MapRegion(peer, region) : nullptr;
   }
   std::lock_guard lock(region.map_mu);
-  if (!region.cuda_tried) {
+  if (!region.cuda_tried && !region.revoked.load()) {
     region.cuda_tried = true;
     Status s = region.cuda_handle.empty()
                    ? Status{StatusCode::kUnsupported, "the peer could not export it"}
@@ -477,9 +483,9 @@ void EngineImpl::SetPaths(PeerState* st) const {
   st->staging = st->link ? staging_ : nullptr;
   p.staging = st->staging != nullptr;
   p.stage_all = opts_.staging == "always";
-  // A batch fills at most one staging buffer.
+  // Batches as the link's own, each within one staging buffer.
   const uint64_t buf = opts_.staging_buffer_bytes;
-  p.staged_limits = {std::min(p.link_limits.slice_bytes, buf), buf,
+  p.staged_limits = {std::min(p.link_limits.slice_bytes, buf), std::min(p.link_limits.batch_bytes, buf),
                      p.link_limits.max_slices_per_batch};
 }
 
@@ -550,7 +556,7 @@ bool EngineImpl::TryInlineShm(const std::string& remote, Op op, const TransferDe
       d.local_addr == 0 || d.remote_addr == 0 || d.local_addr + d.len < d.local_addr ||
       d.remote_addr + d.len < d.remote_addr || !running_.load(std::memory_order_relaxed) ||
       !LookupPeer(remote, &peer) ||
-      !peer.state->mapper || d.len > peer.state->paths.shm_limits.slice_bytes ||
+      !peer.state->paths.shm_base || d.len > peer.state->paths.shm_limits.slice_bytes ||
       d.len >= peer.state->paths.shm_limits.streaming_bytes || peer.state->paths.stage_all) {
     return false;
   }

@@ -175,11 +175,12 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
   return st;
 }
 
-void EngineImpl::DropPeerState(PeerState& state) {
+std::vector<std::shared_ptr<RemoteRegion>> EngineImpl::DropPeerState(PeerState& state) {
   state.alive.store(false);
-  state.regions.RevokeAll();
+  auto gone = state.regions.RevokeAll();
   if (state.link) state.link->Shutdown();
   if (tcp_) tcp_->DropPeer(state.info.incarnation);
+  return gone;
 }
 
 bool EngineImpl::IsPeer(uint64_t incarnation) {
@@ -311,8 +312,9 @@ Status EngineImpl::Disconnect(const std::string& remote) {
     peer = it->second;
     peers_.erase(it);
   }
-  DropPeerState(*peer.state);
+  auto gone = DropPeerState(*peer.state);
   pool_->Fence();  // our batches to the peer have finished
+  for (auto& r : gone) r->CloseGpu();
   SayGoodbye({peer.session}, "disconnected by " + name_);
   return Status::Ok();
 }
@@ -426,8 +428,9 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
         if constexpr (std::is_same_v<T, wire::RegionAdd>) {
           peer.regions.Add(m.region);
         } else if constexpr (std::is_same_v<T, wire::RegionRemove>) {
-          peer.regions.Revoke(m.id);
+          auto gone = peer.regions.Revoke(m.id);
           pool_->Fence();  // batches into the region that already started have finished
+          if (gone) gone->CloseGpu();
           Status st = s->Send(wire::RegionRemoveAck{m.id, m.seq}, opts_.heartbeat_timeout);
           if (!st.ok()) s->Shutdown("cannot acknowledge a deregistration");
         } else if constexpr (std::is_same_v<T, wire::RegionRemoveAck> ||
@@ -437,8 +440,9 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
           (void)s->Send(wire::SyncAck{m.seq}, opts_.heartbeat_timeout);
         } else if constexpr (std::is_same_v<T, wire::Goodbye>) {
           // Stop using the peer's memory, then say so: it may free that memory next.
-          DropPeerState(peer);
+          auto gone = DropPeerState(peer);
           pool_->Fence();
+          for (auto& r : gone) r->CloseGpu();
           if (m.seq != 0) (void)s->Send(wire::SyncAck{m.seq}, opts_.heartbeat_timeout);
           s->Shutdown("peer said goodbye: " + m.reason);
         } else if constexpr (std::is_same_v<T, wire::Hello>) {

@@ -127,7 +127,8 @@ class EngineImpl final : public control::ControlHandler {
   // One round trip on the session: when it returns true, the peer's earlier frames (region
   // updates) have been applied here.
   bool SyncWith(const std::shared_ptr<control::Session>& s, Clock::time_point deadline);
-  void DropPeerState(PeerState& state);
+  // Marks the peer gone and revokes its regions; returns them, for CloseGpu after a fence.
+  std::vector<std::shared_ptr<RemoteRegion>> DropPeerState(PeerState& state);
   // Tells each peer we are leaving and waits (up to heartbeat_timeout) until each has stopped
   // using our regions, then closes the sessions.
   void SayGoodbye(const std::vector<std::shared_ptr<control::Session>>& sessions,

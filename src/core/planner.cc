@@ -87,8 +87,11 @@ Status ChooseRoute(const PeerPaths& paths, RemoteRegion& r, bool local_device, R
   }
   if (remote_device && !paths.link_reaches_device) {
     return {StatusCode::kUnsupported,
-            "the remote region is GPU memory, which only cuda (same host, CUDA on both sides) "
-            "or tcp (the peer stages it) reach, and this peer is reached by neither"};
+            std::string("the remote region is GPU memory, which only cuda (same host, CUDA on "
+                        "both sides) or tcp (the peer stages it) reach, and ") +
+                (paths.cuda_base ? "opening it through CUDA IPC failed (the log says why)"
+                 : paths.stage_all ? "staging = always keeps cuda out"
+                                   : "this peer is reached by neither")};
   }
   if (local_device || paths.stage_all) {
     if (!paths.staging) {

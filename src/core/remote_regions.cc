@@ -43,18 +43,26 @@ void RemoteRegions::Add(const wire::WireRegion& region) {
   Rebuild();
 }
 
-bool RemoteRegions::Revoke(uint64_t id) {
+std::shared_ptr<RemoteRegion> RemoteRegions::Revoke(uint64_t id) {
   std::lock_guard lock(mu_);
   auto it = std::find_if(by_addr_.begin(), by_addr_.end(),
                          [&](const auto& r) { return r->id == id; });
-  if (it == by_addr_.end()) return false;
-  (*it)->revoked = true;
+  if (it == by_addr_.end()) return nullptr;
+  auto gone = *it;
+  gone->revoked = true;
   by_addr_.erase(it);
   Rebuild();
-  return true;
+  return gone;
 }
 
-void RemoteRegions::RevokeAll() { Reset({}); }
+std::vector<std::shared_ptr<RemoteRegion>> RemoteRegions::RevokeAll() {
+  std::lock_guard lock(mu_);
+  for (auto& r : by_addr_) r->revoked = true;
+  std::vector<std::shared_ptr<RemoteRegion>> gone;
+  gone.swap(by_addr_);
+  Rebuild();
+  return gone;
+}
 
 std::shared_ptr<RemoteRegion> RemoteRegions::Find(uint64_t addr, uint64_t len) const {
   std::lock_guard lock(mu_);

@@ -28,16 +28,25 @@ struct RemoteRegion {
   std::shared_ptr<transport::shm::Mapping> map;    // map_mu; null: not mapped (use the link)
   bool cuda_tried = false;                         // map_mu
   std::shared_ptr<transport::cuda::Mapping> cuda_map;  // map_mu; the GPU region opened here
+
+  // Closes the GPU region opened here, for good. Called once the region is revoked and no
+  // batch uses it any more, before the owner is told: CUDA forbids the owner to free memory
+  // that another process still has open.
+  void CloseGpu() {
+    std::lock_guard lock(map_mu);
+    cuda_tried = true;
+    cuda_map.reset();
+  }
 };
 
 class RemoteRegions {
  public:
   void Reset(const std::vector<wire::WireRegion>& regions);
   void Add(const wire::WireRegion& region);
-  // Marks the region revoked and forgets it. False when the id is unknown.
-  bool Revoke(uint64_t id);
-  // Revokes every region (the peer is gone).
-  void RevokeAll();
+  // Marks the region revoked and forgets it; returns it (null when the id is unknown).
+  std::shared_ptr<RemoteRegion> Revoke(uint64_t id);
+  // Revokes every region (the peer is gone) and returns them.
+  std::vector<std::shared_ptr<RemoteRegion>> RevokeAll();
   // The region that holds all of [addr, addr+len), or null.
   std::shared_ptr<RemoteRegion> Find(uint64_t addr, uint64_t len) const;
   std::vector<RegionInfo> List() const;

@@ -101,6 +101,62 @@ TEST_P(IntegrationStaging, DeadlinePassesMidRequest) {
 INSTANTIATE_TEST_SUITE_P(Transports, IntegrationStaging, ::testing::Values("tcp", "cma"),
                          [](const auto& p) { return std::string(p.param); });
 
+// Both engines stage toward each other at once, each with one staging buffer that its own
+// outgoing batches hold while they wait for the other side: the targets stage with buffers of
+// their own, so neither waits for the other's.
+class IntegrationStagingBothWays : public PeerFixture {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = "tcp";
+    o.staging = "always";
+    o.staging_buffers = 1;
+    o.staging_buffer_bytes = 256 << 10;
+    return o;
+  }
+  PeerOptions RemoteOptions() override {
+    PeerOptions o;
+    o.extra_args = {"--staging", "always", "--staging-buffers", "1", "--transport", "tcp"};
+    return o;
+  }
+};
+
+TEST_F(IntegrationStagingBothWays, NeitherWaitsForTheOthersBuffers) {
+  constexpr int kRequests = 4;
+  constexpr uint64_t kLen = 4 << 20;
+  LocalBuffer mine(kRequests * kLen), src(kRequests * kLen);
+  src.Fill(3);
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(engine_.RegisterMem(mine.data(), mine.len(), xfer::MemType::kHost, &h));
+  const PeerRegion theirs = peer_.Alloc(kRequests * kLen);
+  const PeerRegion their_src = peer_.Alloc(kRequests * kLen);
+  peer_.Fill(their_src, 4);
+  // The peer's requests toward us, then ours toward it, all in flight together.
+  std::vector<uint64_t> their_requests;
+  for (int i = 0; i < kRequests; ++i) {
+    const Reply r = peer_.Call("axfer write " + engine_.LocalName() + " 20000 " +
+                               std::to_string(their_src.addr + i * kLen) + " " +
+                               std::to_string(mine.addr() + i * kLen) + " " + std::to_string(kLen));
+    ASSERT_TRUE(r.ok) << r.line;
+    their_requests.push_back(r.u64(0));
+  }
+  std::vector<xfer::RequestHandle> ours(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite,
+                                       {{src.addr() + i * kLen, theirs.addr + i * kLen, kLen}}, 20s, &ours[i]));
+  }
+  const auto t0 = Clock::now();
+  for (auto h2 : ours) XT_EXPECT_OK(WaitFor(engine_, h2).wait);
+  for (auto req : their_requests) {
+    const Reply r = peer_.Call("wait " + std::to_string(req) + " 20000");
+    EXPECT_TRUE(r.ok && r.words.size() >= 2 && r.words[0] == "COMPLETED") << r.line;
+  }
+  EXPECT_LT(SecondsSince(t0), 2.0) << "the engines waited for each other's buffers";
+  EXPECT_EQ(peer_.Sum(theirs), src.Hash());
+  EXPECT_EQ(peer_.SumRange(their_src.addr, their_src.len), mine.Hash());
+  XT_EXPECT_OK(engine_.DeregisterMem(h));
+}
+
 class IntegrationStagingKill : public PeerFixture {
  protected:
   xfer::EngineOptions LocalOptions() override {

@@ -3,7 +3,7 @@
 //
 //   xfer_test_peer --name 127.0.0.1:0 [--host-id X] [--heartbeat-ms N]
 //                  [--heartbeat-timeout-ms N] [--streams N] [--transport T] [--ucx auto|on|off]
-//                  [--staging auto|always|off]
+//                  [--staging auto|always|off] [--staging-buffers N]
 //
 // After Initialize it prints "READY <bound name> <pid>" (or "FAIL <status>" and exits 2).
 // Then each stdin line is one command, answered by exactly one line: "OK [...]" or
@@ -364,6 +364,8 @@ int main(int argc, char** argv) {
       options.ucx = value;
     } else if (arg == "--staging") {
       options.staging = value;
+    } else if (arg == "--staging-buffers") {
+      options.staging_buffers = std::stoi(value);
     } else {
       std::fprintf(stderr, "xfer_test_peer: unknown argument %s\n", arg.c_str());
       return 2;

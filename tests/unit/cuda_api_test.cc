@@ -8,13 +8,17 @@
 #include <sys/mman.h>
 
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #ifdef XFER_HAVE_CUDA
+#include <cuda.h>  // CUcontext, CUresult: the driver function comes through the runtime
 #include <cuda_runtime.h>
 #endif
 
@@ -198,6 +202,22 @@ TEST(CudaApi, WithoutGpuEverythingSaysWhy) {
   EXPECT_NE(Describe().find("CUDA"), std::string::npos);
 }
 
+// Argument checks come before CUDA is asked anything: the same answer in every build, with or
+// without a GPU.
+TEST(CudaApi, AllocDeviceRefusesBadArgumentsEverywhere) {
+  for (int32_t device : {-5, -2, INT32_MIN}) {
+    void* p = reinterpret_cast<void*>(1);
+    const Status s = AllocDevice(4096, device, &p);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << device << ": " << s.ToString();
+    EXPECT_NE(s.message().find(std::to_string(device)), std::string::npos) << s.ToString();
+    EXPECT_EQ(p, nullptr) << device;
+  }
+  void* p = reinterpret_cast<void*>(1);
+  EXPECT_EQ(AllocDevice(0, 0, &p).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(AllocDevice(4096, -1, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
 // ---- With a GPU --------------------------------------------------------------------------
 
 // Device memory freed at scope exit.
@@ -228,9 +248,162 @@ TEST(CudaGpu, DeviceMemoryIsCuda) {
   EXPECT_EQ(type, MemType::kHost);
   EXPECT_EQ(device, -1);
   FreePinned(pinned);
-  EXPECT_EQ(AllocDevice(4096, 1 << 20, &current.p).code(), StatusCode::kInvalidArgument);
+  // Refused: its own pointer (a refusal clears it), not one holding memory still to free.
+  void* refused = reinterpret_cast<void*>(1);
+  EXPECT_EQ(AllocDevice(4096, 1 << 20, &refused).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused, nullptr);
   EXPECT_NE(Describe().find("device 0: "), std::string::npos) << Describe();
 }
+
+TEST(CudaGpu, AllocDeviceIsZeroed) {
+  SKIP_WITHOUT_GPU();
+  constexpr size_t kLen = 8 << 20;
+  const std::vector<uint8_t> zeros(kLen, 0);
+  const std::vector<uint8_t> pattern = Random(kLen, 7);
+  // Dirty memory, freed, then allocated again (the allocator hands the same pages back).
+  for (int round = 0; round < 3; ++round) {
+    DeviceBuf d;
+    Status s = AllocDevice(kLen, round == 1 ? 0 : -1, &d.p);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    std::vector<uint8_t> back(kLen, 0xee);
+    const Slice read{U(back.data()), U(d.p), kLen};
+    s = Copy(Op::kRead, std::span<const Slice>(&read, 1), Clock::now() + 10s);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(back, zeros) << "round " << round;
+    const Slice dirty{U(pattern.data()), U(d.p), kLen};
+    s = Copy(Op::kWrite, std::span<const Slice>(&dirty, 1), Clock::now() + 10s);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+}
+
+TEST(CudaGpu, CopyAlternatingAllocationsOnOneThread) {
+  SKIP_WITHOUT_GPU();
+  // Batch after batch, over one allocation then the other (the thread's remembered allocation
+  // changes each time), the same stream of the thread serves them all; then one allocation is
+  // freed and another takes its place.
+  constexpr size_t kLen = 1 << 20, kSlice = 64 << 10;
+  DeviceBuf a, b;
+  ASSERT_TRUE(AllocDevice(kLen, -1, &a.p).ok());
+  ASSERT_TRUE(AllocDevice(kLen, 0, &b.p).ok());
+  const std::vector<uint8_t> src = Random(kLen, 11);
+  for (int round = 0; round < 3; ++round) {
+    for (size_t off = 0; off < kLen; off += kSlice) {
+      for (void* dev : {a.p, b.p}) {
+        const Slice sl{U(src.data()) + off, U(dev) + off, kSlice};
+        const Status s = Copy(Op::kWrite, std::span<const Slice>(&sl, 1), Clock::now() + 10s);
+        ASSERT_TRUE(s.ok()) << "round " << round << ", offset " << off << ": " << s.ToString();
+      }
+    }
+    // Device to device, both sides known, then back to the host.
+    const Slice d2d{U(a.p), U(b.p), kLen};
+    ASSERT_TRUE(Copy(Op::kRead, std::span<const Slice>(&d2d, 1), Clock::now() + 10s).ok());
+    std::vector<uint8_t> back(kLen, 0);
+    const Slice read{U(back.data()), U(a.p), kLen};
+    ASSERT_TRUE(Copy(Op::kRead, std::span<const Slice>(&read, 1), Clock::now() + 10s).ok());
+    EXPECT_EQ(back, src) << "round " << round;
+    if (round == 1) {  // a new allocation, perhaps at the address of the one freed
+      FreeDevice(a.p);
+      a.p = nullptr;
+      ASSERT_TRUE(AllocDevice(kLen, -1, &a.p).ok());
+    }
+  }
+  // And from another thread, which gets streams of its own.
+  Status other;
+  std::thread t([&] {
+    std::vector<uint8_t> back(kLen, 0);
+    const Slice read{U(back.data()), U(b.p), kLen};
+    other = Copy(Op::kRead, std::span<const Slice>(&read, 1), Clock::now() + 10s);
+    if (other.ok() && back != src) other = Status(StatusCode::kInternal, "data differs");
+  });
+  t.join();
+  EXPECT_TRUE(other.ok()) << other.ToString();
+}
+
+#ifdef XFER_HAVE_CUDA
+// The driver's current context of this thread (cuCtxGetCurrent, through the runtime: the tests
+// do not link libcuda), or false if it cannot be had.
+bool CurrentContext(CUcontext* ctx) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  const cudaError_t e = cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 4000, cudaEnableDefault, &q);
+#else
+  const cudaError_t e = cudaGetDriverEntryPoint("cuCtxGetCurrent", &fn, cudaEnableDefault, &q);
+#endif
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || fn == nullptr) return false;
+  return reinterpret_cast<CUresult (*)(CUcontext*)>(fn)(ctx) == CUDA_SUCCESS;
+}
+
+// The calls that switch devices for a while (DeviceScope in cuda_api.cc) leave the calling
+// thread's device and context as they found them: on a thread that has used CUDA, on a fresh
+// thread (which had no context: it may keep the primary context of its own device, as its own
+// first runtime call would), and with two GPUs, across devices (the very same context back).
+TEST(CudaGpu, DeviceAndContextAreLeftAsTheyWere) {
+  SKIP_WITHOUT_GPU();
+  constexpr size_t kLen = 1 << 20;
+  const std::vector<uint8_t> src = Random(kLen, 5);
+  // Every call that takes or finds a device; the failures collected, not asserted here (threads).
+  auto exercise = [&](int32_t device, std::string* failed) {
+    void* p = nullptr;
+    Status s = AllocDevice(kLen, device, &p);
+    if (!s.ok()) {
+      *failed = "AllocDevice: " + s.ToString();
+      return;
+    }
+    const Slice up{U(src.data()), U(p), kLen};
+    s = Copy(Op::kWrite, std::span<const Slice>(&up, 1), Clock::now() + 10s);
+    std::unique_ptr<Export> e;
+    if (s.ok()) s = Export::Create(U(p), kLen, &e);
+    if (!s.ok()) *failed = s.ToString();
+    FreeDevice(p);
+  };
+  // What the thread has, read after cudaGetDevice (whatever that call itself sets up).
+  struct State {
+    int device = -1;
+    CUcontext ctx = nullptr;
+    bool ctx_known = false;
+  };
+  auto state = [] {
+    State st;
+    if (cudaGetDevice(&st.device) != cudaSuccess) cudaGetLastError();
+    st.ctx_known = CurrentContext(&st.ctx);
+    return st;
+  };
+  auto same = [](const State& before, const State& after) {
+    return before.device == after.device &&
+           (!before.ctx_known || !after.ctx_known || before.ctx == nullptr || before.ctx == after.ctx);
+  };
+
+  const State before = state();
+  std::string failed;
+  exercise(0, &failed);
+  EXPECT_EQ(failed, "");
+  exercise(-1, &failed);
+  EXPECT_EQ(failed, "");
+  EXPECT_TRUE(same(before, state())) << "device " << before.device << " -> " << state().device;
+
+  std::string thread_failed;
+  bool thread_same = false;
+  std::thread t([&] {
+    const State fresh = state();
+    exercise(0, &thread_failed);
+    thread_same = same(fresh, state());
+  });
+  t.join();
+  EXPECT_EQ(thread_failed, "");
+  EXPECT_TRUE(thread_same) << "a fresh thread's device or context changed";
+
+  int n = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&n), cudaSuccess);
+  if (n < 2) GTEST_SKIP() << "one GPU: the switch between devices needs two";
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  const State on1 = state();
+  exercise(0, &failed);
+  EXPECT_EQ(failed, "");
+  EXPECT_TRUE(same(on1, state())) << "device 1 -> " << state().device;
+  ASSERT_EQ(cudaSetDevice(before.device < 0 ? 0 : before.device), cudaSuccess);
+}
+#endif
 
 TEST(CudaGpu, ExportSubRangeAndRefuseBeyond) {
   SKIP_WITHOUT_GPU();

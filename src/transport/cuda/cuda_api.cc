@@ -10,11 +10,14 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "util/text.h"
 
@@ -30,35 +33,48 @@ struct Probe {
   std::string why;
 };
 
+// Set by an exit handler that runs before the runtime's own teardown (see GetProbe): from then
+// on, destructors that would hand CUDA resources back (thread-local streams, mappings, device and
+// pinned memory of engines destroyed by static destructors) leave them to the process's end
+// instead of calling into a runtime that is unloading.
+std::atomic<bool> exiting{false};
+
+bool Exiting() { return exiting.load(std::memory_order_relaxed); }
+
 // Asks once. The driver library is looked for before the first runtime call: without it the
 // runtime can only say "driver version is insufficient", and a process that never calls into
-// CUDA keeps none of the runtime's state.
+// CUDA keeps none of the runtime's state. Never destroyed (like everything below that outlives
+// static destructors): an Engine destroyed by a static destructor after this function's
+// statics would still ask Usable() / NotUsable().
 const Probe& GetProbe() {
   static std::once_flag once;
-  static Probe probe;
+  static Probe* const probe = new Probe();
   std::call_once(once, [] {
     // Kept loaded: the runtime loads the same library right after.
     if (::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL) == nullptr) {
       const char* e = ::dlerror();
-      probe.why = std::string("no CUDA driver/GPU: the driver library libcuda.so.1 cannot be loaded (") +
-                  (e ? e : "dlopen failed") + ")";
+      probe->why = std::string("no CUDA driver/GPU: the driver library libcuda.so.1 cannot be loaded (") +
+                   (e ? e : "dlopen failed") + ")";
       return;
     }
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
+    // Registered after the runtime's first call, hence after whatever teardown the runtime
+    // registers then: exit handlers run in reverse order, so this one runs before it.
+    std::atexit([] { exiting.store(true, std::memory_order_relaxed); });
     if (e != cudaSuccess) {
       cudaGetLastError();
-      probe.why = std::string("no CUDA driver/GPU: ") + cudaGetErrorString(e);
+      probe->why = std::string("no CUDA driver/GPU: ") + cudaGetErrorString(e);
       return;
     }
     if (n <= 0) {
-      probe.why = "no CUDA driver/GPU: the driver sees no CUDA device";
+      probe->why = "no CUDA driver/GPU: the driver sees no CUDA device";
       return;
     }
-    probe.ok = true;
-    probe.devices = n;
+    probe->ok = true;
+    probe->devices = n;
   });
-  return probe;
+  return *probe;
 }
 
 bool Usable() { return GetProbe().ok; }
@@ -106,6 +122,8 @@ struct DriverApi {
   PFN_cuMemUnmap_v10020 MemUnmap = nullptr;
   PFN_cuMemSetAccess_v10020 MemSetAccess = nullptr;
   PFN_cuMemRelease_v10020 MemRelease = nullptr;
+  PFN_cuCtxGetCurrent_v4000 CtxGetCurrent = nullptr;
+  PFN_cuCtxSetCurrent_v4000 CtxSetCurrent = nullptr;
 };
 
 // Each function in the ABI version its typedef names (the number after _v). Null when the
@@ -127,7 +145,7 @@ void Resolve(const char* symbol, unsigned version, Fn* fn) {
   *fn = reinterpret_cast<Fn>(p);
 }
 
-// Only called once Usable().
+// Only called once Usable(). Plain function pointers: nothing to destroy at exit.
 const DriverApi& Driver() {
   static std::once_flag once;
   static DriverApi d;
@@ -145,6 +163,8 @@ const DriverApi& Driver() {
     Resolve("cuMemUnmap", 10020, &d.MemUnmap);
     Resolve("cuMemSetAccess", 10020, &d.MemSetAccess);
     Resolve("cuMemRelease", 10020, &d.MemRelease);
+    Resolve("cuCtxGetCurrent", 4000, &d.CtxGetCurrent);
+    Resolve("cuCtxSetCurrent", 4000, &d.CtxSetCurrent);
   });
   return d;
 }
@@ -176,31 +196,61 @@ StatusCode CodeOf(CUresult r) {
 
 // ---- Current device ----------------------------------------------------------------------
 
-// Makes `device` (and its primary context) current on this thread for a scope, then puts the
-// caller's device back. device < 0: leaves the current device as it is.
+// Makes `device` current on this thread for a scope, then puts back what was there:
+//  - device < 0, or `device` already current with a context current (primary or not): nothing
+//    at all. No context is made on another GPU (GPU 0 above all), and a context the caller made
+//    current is never replaced.
+//  - `device` is the thread's device but no context is current yet (a thread new to CUDA): its
+//    primary context is made current (cudaSetDevice; the driver API calls made under the scope
+//    need one) and stays: that is what the thread's next runtime call would do anyway, and the
+//    next scope then has nothing to do.
+//  - another device: cudaSetDevice(device) for the scope; then the thread's previous context
+//    comes back, the very same one (cuCtxSetCurrent), so a non-primary context is not replaced
+//    by its device's primary one. A thread that had no context keeps `device`'s: going back
+//    with cudaSetDevice would create a context on its old device just to say so.
+// Only with a usable GPU (the driver entry points are resolved).
 class DeviceScope {
  public:
   explicit DeviceScope(int device) {
     if (device < 0) return;
-    if (cudaGetDevice(&prev_) != cudaSuccess) {
+    const DriverApi& d = Driver();
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess) {
       cudaGetLastError();
-      prev_ = -1;
+      cur = -1;
     }
-    // Always set, even when it is already current: it also makes the primary context current
-    // on this thread, which the driver API calls below need.
+    CUcontext ctx = nullptr;
+    const bool ctx_known = d.CtxGetCurrent != nullptr && d.CtxGetCurrent(&ctx) == CUDA_SUCCESS;
+    if (!ctx_known) ctx = nullptr;
+    if (cur == device && (ctx != nullptr || !ctx_known)) return;
     err_ = cudaSetDevice(device);
-    if (err_ != cudaSuccess) cudaGetLastError();
+    if (err_ != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    if (cur == device) return;  // the thread's own device, bound: nothing to give back
+    if (ctx_known && d.CtxSetCurrent != nullptr) {
+      prev_ctx_ = ctx;  // null: nothing to give back
+    } else {
+      prev_device_ = cur;
+    }
   }
   ~DeviceScope() {
-    if (prev_ >= 0 && cudaSetDevice(prev_) != cudaSuccess) cudaGetLastError();
+    if (Exiting()) return;
+    if (prev_ctx_ != nullptr) {
+      Driver().CtxSetCurrent(prev_ctx_);
+    } else if (prev_device_ >= 0 && cudaSetDevice(prev_device_) != cudaSuccess) {
+      cudaGetLastError();
+    }
   }
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;
   cudaError_t error() const { return err_; }
 
  private:
-  int prev_ = -1;
   cudaError_t err_ = cudaSuccess;
+  CUcontext prev_ctx_ = nullptr;  // what to make current again, or null
+  int prev_device_ = -1;          // without the driver's context calls: the device to set again
 };
 
 // The device of device memory, or -1 (any other pointer).
@@ -325,12 +375,22 @@ class ExportImpl final : public Export {
   int fd_;  // vmm: the exported descriptor, which the peer takes with pidfd_getfd
 };
 
+// ---- Freed memory ------------------------------------------------------------------------
+
+// Counts device memory handed back (FreeDevice, closed mappings): Copy's per-thread record of
+// the last allocation it looked up is only trusted while this has not moved.
+std::atomic<uint64_t> freed_generation{0};
+
+void MemoryFreed() { freed_generation.fetch_add(1, std::memory_order_release); }
+
 // ---- Mappings ----------------------------------------------------------------------------
 
 class IpcMapping final : public Mapping {
  public:
   IpcMapping(void* opened, uint64_t offset, int device) : opened_(opened), offset_(offset), device_(device) {}
   ~IpcMapping() override {
+    MemoryFreed();
+    if (Exiting()) return;  // the process's end closes it
     DeviceScope scope(device_);
     if (cudaIpcCloseMemHandle(opened_) != cudaSuccess) cudaGetLastError();
   }
@@ -348,6 +408,8 @@ class VmmMapping final : public Mapping {
              uint64_t offset)
       : handle_(handle), va_(va), reserved_(reserved), mapped_(mapped), offset_(offset) {}
   ~VmmMapping() override {
+    MemoryFreed();
+    if (Exiting()) return;  // the process's end unmaps it
     const DriverApi& d = Driver();
     d.MemUnmap(va_, mapped_);
     d.MemAddressFree(va_, reserved_);
@@ -444,6 +506,11 @@ Status OpenVmm(const Record& r, const TakeFd& take_fd, std::shared_ptr<Mapping>*
     return {CodeOf(c),
             "cuda: " + what + ": " + DrvErr("cuMemMap", c) + " (" + std::to_string(r.alloc_size) + " bytes)"};
   }
+  // Read/write access: for the memory's own device (required), then for every other device of
+  // this process that reaches it directly, so that a copy issued from any of their streams
+  // cannot fault: the device the import landed on and the peers of the memory's device. Those
+  // grants are best effort, each on its own: without one, copies from that device's streams
+  // fail on this region (cudaMemcpy reports it) rather than the whole import.
   CUmemAccessDesc access{};
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
@@ -454,37 +521,139 @@ Status OpenVmm(const Record& r, const TakeFd& take_fd, std::shared_ptr<Mapping>*
     d.MemRelease(h);
     return {CodeOf(c), "cuda: " + what + ": " + DrvErr("cuMemSetAccess", c)};
   }
+  if (prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+    const int owner = prop.location.id;
+    int landed = device;
+    if (landed < 0 && cudaGetDevice(&landed) != cudaSuccess) {
+      cudaGetLastError();
+      landed = -1;
+    }
+    for (int dev = 0; dev < GetProbe().devices; ++dev) {
+      if (dev == owner) continue;
+      int peer = 0;
+      if (dev != landed) {
+        const cudaError_t pe = cudaDeviceCanAccessPeer(&peer, dev, owner);
+        if (pe != cudaSuccess) {
+          cudaGetLastError();
+          peer = 0;
+        }
+        if (peer == 0) continue;
+      }
+      CUmemAccessDesc more{};
+      more.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      more.location.id = dev;
+      more.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+      (void)d.MemSetAccess(va, r.alloc_size, &more, 1);  // best effort (see above)
+    }
+  }
   *out = std::make_shared<VmmMapping>(h, va, reserved, r.alloc_size, r.offset);
   return Status::Ok();
 }
 
 // ---- Copy --------------------------------------------------------------------------------
 
-// The calling thread's stream and completion event, made on first use (on the device current
-// then; copies on it may involve any device, through unified addressing).
-struct ThreadStream {
-  cudaStream_t stream = nullptr;
-  cudaEvent_t done = nullptr;
+// What a thread copies with: for each device, a non-blocking stream and a completion event,
+// made on first use with that device current (they belong to its primary context, and the
+// batches of that device are issued on them, with it current); and the last device allocation a
+// batch was found in, so that batch after batch over the same allocation asks CUDA nothing.
+class ThreadCopier {
+ public:
+  ThreadCopier() = default;
+  ThreadCopier(const ThreadCopier&) = delete;
+  ThreadCopier& operator=(const ThreadCopier&) = delete;
 
-  ~ThreadStream() {
-    if (done != nullptr && cudaEventDestroy(done) != cudaSuccess) cudaGetLastError();
-    if (stream != nullptr && cudaStreamDestroy(stream) != cudaSuccess) cudaGetLastError();
+  // At thread exit. After the exit handler of GetProbe, the runtime is (about to be) torn down:
+  // the process's end takes the streams. Before, errors (cudaErrorCudartUnloading among them,
+  // should the runtime be gone anyway) are cleared and otherwise ignored. No device switch: a
+  // stream and an event are destroyed from any device.
+  ~ThreadCopier() {
+    if (Exiting()) return;
+    for (PerDevice& p : per_device_) {
+      if (p.done != nullptr && cudaEventDestroy(p.done) != cudaSuccess) cudaGetLastError();
+      if (p.stream != nullptr && cudaStreamDestroy(p.stream) != cudaSuccess) cudaGetLastError();
+    }
   }
 
-  Status Ensure() {
-    if (stream != nullptr && done != nullptr) return Status::Ok();
-    cudaError_t e = cudaSuccess;
-    if (stream == nullptr && (e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess) {
-      stream = nullptr;
-      return RtFail("copy", "cudaStreamCreateWithFlags", e);
+  // The device of the remembered allocation if a slice side lies in it (and no device memory
+  // was freed here since it was remembered); else -1. Memory its owner frees behind our back
+  // (registered cudaMalloc memory) can leave the record stale: that only picks another device's
+  // stream for the batch, whose copies still go by unified addressing (cudaMemcpyDefault).
+  int Remembered(std::span<const Slice> slices, uint64_t generation) const {
+    if (range_end_ == 0 || range_generation_ != generation) return -1;
+    for (const Slice& sl : slices) {
+      if (sl.len == 0) continue;
+      if (In(sl.local) || In(sl.remote)) return range_device_;
     }
-    if ((e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming)) != cudaSuccess) {
-      done = nullptr;
-      return RtFail("copy", "cudaEventCreateWithFlags", e);
+    return -1;
+  }
+
+  // Remembers the allocation around `addr`, on `device` (current: the driver's range query
+  // wants a context). Quietly nothing if the driver cannot say.
+  void Remember(uint64_t addr, int device, uint64_t generation) {
+    const DriverApi& d = Driver();
+    if (d.MemGetAddressRange == nullptr) return;
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (d.MemGetAddressRange(&base, &size, static_cast<CUdeviceptr>(addr)) != CUDA_SUCCESS || size == 0) return;
+    range_base_ = base;
+    range_end_ = base + size;
+    range_device_ = device;
+    range_generation_ = generation;
+  }
+
+  // The stream and event of `device`, made on first use; `device` must be current.
+  Status Get(int device, cudaStream_t* stream, cudaEvent_t* done) {
+    if (per_device_.empty()) per_device_.resize(static_cast<size_t>(GetProbe().devices));
+    if (device < 0 || static_cast<size_t>(device) >= per_device_.size()) {
+      return {StatusCode::kInternal, "cuda: copy: device " + std::to_string(device) + " of " +
+                                         std::to_string(per_device_.size())};
     }
+    PerDevice& p = per_device_[static_cast<size_t>(device)];
+    if (p.stream == nullptr || p.done == nullptr) {
+      cudaError_t e = cudaSuccess;
+      if (p.stream == nullptr && (e = cudaStreamCreateWithFlags(&p.stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        p.stream = nullptr;
+        return RtFail("copy", "cudaStreamCreateWithFlags", e);
+      }
+      if ((e = cudaEventCreateWithFlags(&p.done, cudaEventDisableTiming)) != cudaSuccess) {
+        p.done = nullptr;
+        return RtFail("copy", "cudaEventCreateWithFlags", e);
+      }
+    }
+    *stream = p.stream;
+    *done = p.done;
     return Status::Ok();
   }
+
+ private:
+  struct PerDevice {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+
+  bool In(uint64_t a) const { return a >= range_base_ && a < range_end_; }
+
+  std::vector<PerDevice> per_device_;  // by device ordinal, sized on first use
+  uint64_t range_base_ = 0, range_end_ = 0;  // [base, end): the remembered allocation; end 0: none
+  int range_device_ = -1;
+  uint64_t range_generation_ = 0;  // freed_generation when it was remembered
 };
+
+// The device a batch is issued from: that of the first slice side (local, then remote) in device
+// memory, -1 if none is; *addr is that side's address.
+int FindDevice(std::span<const Slice> slices, uint64_t* addr) {
+  for (const Slice& sl : slices) {
+    if (sl.len == 0) continue;
+    for (const uint64_t a : {sl.local, sl.remote}) {
+      const int device = DeviceOf(reinterpret_cast<const void*>(a));
+      if (device >= 0) {
+        *addr = a;
+        return device;
+      }
+    }
+  }
+  return -1;
+}
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -628,8 +797,24 @@ Status Open(const std::string& blob, uint64_t len, const TakeFd& take_fd, std::s
 Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::time_point deadline) {
   if (!Usable()) return NotUsable("copy");
   if (slices.empty()) return Status::Ok();
-  thread_local ThreadStream ts;
-  Status s = ts.Ensure();
+  thread_local ThreadCopier copier;
+  // The batch's device: remembered from an earlier batch over the same allocation, else asked.
+  const uint64_t generation = freed_generation.load(std::memory_order_acquire);
+  int device = copier.Remembered(slices, generation);
+  uint64_t lookup = 0;
+  if (device < 0) device = FindDevice(slices, &lookup);
+  // No device memory in the batch (pinned host to host): the current device's stream.
+  int issue = device;
+  if (issue < 0 && cudaGetDevice(&issue) != cudaSuccess) {
+    cudaGetLastError();
+    issue = 0;
+  }
+  DeviceScope scope(device);
+  if (scope.error() != cudaSuccess) return RtFail("copy", "cudaSetDevice", scope.error());
+  if (lookup != 0) copier.Remember(lookup, device, generation);
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done = nullptr;
+  Status s = copier.Get(issue, &stream, &done);
   if (!s.ok()) return s;
 
   uint64_t bytes = 0;
@@ -639,10 +824,10 @@ Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::tim
     const uint64_t dst = op == Op::kWrite ? sl.remote : sl.local;
     const uint64_t src = op == Op::kWrite ? sl.local : sl.remote;
     const cudaError_t e = cudaMemcpyAsync(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src),
-                                          sl.len, cudaMemcpyDefault, ts.stream);
+                                          sl.len, cudaMemcpyDefault, stream);
     if (e != cudaSuccess) {
       const std::string msg = RtErr("cudaMemcpyAsync", e);
-      Drain(ts.stream);  // the slices queued before this one
+      Drain(stream);  // the slices queued before this one
       return {CodeOf(e), "cuda: copy " + std::string(OpName(op)) + ", slice " + std::to_string(i) + " of " +
                              std::to_string(slices.size()) + " (" + Hex(src) + " -> " + Hex(dst) + ", " +
                              std::to_string(sl.len) + " bytes): " + msg};
@@ -651,21 +836,21 @@ Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::tim
   }
   // (Only failures spell the batch out: no allocation on the way of a copy that works.)
   const auto what = [&] { return "copy " + std::string(OpName(op)) + " (" + BatchText(slices.size(), bytes) + ")"; };
-  cudaError_t e = cudaEventRecord(ts.done, ts.stream);
+  cudaError_t e = cudaEventRecord(done, stream);
   if (e != cudaSuccess) {
     const std::string msg = RtErr("cudaEventRecord", e);
-    Drain(ts.stream);
+    Drain(stream);
     return {CodeOf(e), "cuda: " + what() + ": " + msg};
   }
 
   // Spin a little (small batches finish in microseconds), then yield, then sleep briefly.
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    e = cudaEventQuery(ts.done);
+    e = cudaEventQuery(done);
     if (e == cudaSuccess) return Status::Ok();
     if (e != cudaErrorNotReady) {
       const std::string msg = RtErr("cudaEventQuery", e);
-      Drain(ts.stream);
+      Drain(stream);
       return {CodeOf(e), "cuda: " + what() + ": " + msg};
     }
     const auto now = std::chrono::steady_clock::now();
@@ -680,12 +865,12 @@ Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::tim
     }
   }
   // Past the deadline: the copies still run on this process's memory, so wait them out.
-  e = cudaEventSynchronize(ts.done);
+  e = cudaEventSynchronize(done);
   const auto late =
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - deadline);
   if (e != cudaSuccess) {
     const std::string msg = RtErr("cudaEventSynchronize", e);
-    Drain(ts.stream);
+    Drain(stream);
     return {CodeOf(e), "cuda: " + what() + ": " + msg};
   }
   return {StatusCode::kTimeout, "cuda: " + what() + ": not done by the deadline (finished " +
@@ -720,14 +905,15 @@ void UnpinHost(void* p) {
   auto it = Pinned().find(p);
   if (it == Pinned().end() || --it->second > 0) return;
   Pinned().erase(it);
+  if (Exiting()) return;  // the runtime is going: the process's end unlocks it
   if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
 }
 
 Status AllocPinned(uint64_t len, void** p) {
   const std::string what = "allocate " + std::to_string(len) + " bytes of page-locked host memory";
+  if (p != nullptr) *p = nullptr;  // whatever the outcome, nothing to free on failure
   if (p == nullptr || len == 0)
     return {StatusCode::kInvalidArgument, "cuda: " + what + ": null output or zero length"};
-  *p = nullptr;
   if (!Usable()) return NotUsable(what);
   const cudaError_t e = cudaHostAlloc(p, len, cudaHostAllocPortable);
   if (e != cudaSuccess) {
@@ -738,16 +924,20 @@ Status AllocPinned(uint64_t len, void** p) {
 }
 
 void FreePinned(void* p) {
-  if (p == nullptr || !Usable()) return;
+  if (p == nullptr || !Usable() || Exiting()) return;
   if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
 }
 
 Status AllocDevice(uint64_t len, int32_t device, void** p) {
   const std::string what = "allocate " + std::to_string(len) + " bytes on device " +
-                           (device < 0 ? std::string("(current)") : std::to_string(device));
+                           (device == -1 ? std::string("(current)") : std::to_string(device));
+  if (p != nullptr) *p = nullptr;  // whatever the outcome, nothing to free on failure
   if (p == nullptr || len == 0)
     return {StatusCode::kInvalidArgument, "cuda: " + what + ": null output or zero length"};
-  *p = nullptr;
+  // Before CUDA is asked anything (so in every build, and without a GPU too).
+  if (device < -1) {
+    return {StatusCode::kInvalidArgument, "cuda: " + what + ": a device ordinal, or -1 for the current device"};
+  }
   if (!Usable()) return NotUsable(what);
   if (device >= GetProbe().devices) {
     return {StatusCode::kInvalidArgument,
@@ -755,16 +945,31 @@ Status AllocDevice(uint64_t len, int32_t device, void** p) {
   }
   DeviceScope scope(device);
   if (scope.error() != cudaSuccess) return RtFail(what, "cudaSetDevice", scope.error());
-  const cudaError_t e = cudaMalloc(p, len);
-  if (e != cudaSuccess) {
-    *p = nullptr;
-    return RtFail(what, "cudaMalloc", e);
+  void* mem = nullptr;
+  cudaError_t e = cudaMalloc(&mem, len);
+  if (e != cudaSuccess) return RtFail(what, "cudaMalloc", e);
+  // Zeroed, as AllocMem promises (host memory comes zeroed from the kernel). On the legacy
+  // default stream, waited for here: the copies on our non-blocking streams, and the caller's
+  // own work, do not wait for that stream.
+  const char* call = "cudaMemset";
+  e = cudaMemset(mem, 0, len);
+  if (e == cudaSuccess) {
+    call = "cudaStreamSynchronize";
+    e = cudaStreamSynchronize(nullptr);
   }
+  if (e != cudaSuccess) {
+    Status s = RtFail(what, call, e);
+    if (cudaFree(mem) != cudaSuccess) cudaGetLastError();
+    return s;
+  }
+  *p = mem;
   return Status::Ok();
 }
 
 void FreeDevice(void* p) {
   if (p == nullptr || !Usable()) return;
+  MemoryFreed();
+  if (Exiting()) return;  // the process's end frees it
   DeviceScope scope(DeviceOf(p));
   if (cudaFree(p) != cudaSuccess) cudaGetLastError();
 }

@@ -1,7 +1,7 @@
 // Transport "cuda": NVIDIA GPUs through the CUDA runtime. Same-host peers open each other's
 // device regions (CUDA IPC for cudaMalloc memory, a POSIX file descriptor for VMM memory) and
 // move bytes with the copy engines: D2D, H2D and D2H, batched on one CUDA stream per calling
-// thread. Everything else that touches GPU memory (staging through the buffer pool, the tcp
+// thread and device. Everything else that touches GPU memory (staging through the buffer pool, the tcp
 // target's copies) goes through Copy() too.
 //
 // Built when CMake finds the CUDA toolkit (cuda_api.cc); otherwise cuda_unavailable.cc, whose
@@ -58,9 +58,12 @@ Status Open(const std::string& blob, uint64_t len, const TakeFd& take_fd,
 
 // Copies a batch between memory addressable in this process (device pointers, opened peer
 // regions, host memory): WRITE copies each slice's local range to its remote range, READ the
-// other way. Runs on the calling thread's own CUDA stream (non-blocking stream, created on
-// first use), then waits for the copies, polling (never past the deadline by more than the
-// copies themselves take: memory must not be released under a copy in flight).
+// other way. Issued from the device of the batch's first slice side in device memory (the
+// current device if none is), made current for the call, on the calling thread's own stream of
+// that device (non-blocking, created on first use; the thread remembers the last allocation it
+// looked up, so batches over the same allocation ask CUDA nothing to find the device), then
+// waits for the copies, polling (never past the deadline by more than the copies themselves
+// take: memory must not be released under a copy in flight).
 Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::time_point deadline);
 
 // Page-locks host memory so copies to and from it run at the PCIe link's speed (cudaHostRegister).
@@ -69,7 +72,8 @@ void UnpinHost(void* p);
 // Page-locked host memory for staging buffers (cudaHostAlloc).
 Status AllocPinned(uint64_t len, void** p);
 void FreePinned(void* p);
-// Device memory on `device` (-1: the current device), for Engine::AllocMem(kCuda).
+// Zeroed device memory on `device` (-1: the current device; below -1 refused with
+// kInvalidArgument before CUDA is asked), for Engine::AllocMem(kCuda).
 Status AllocDevice(uint64_t len, int32_t device, void** p);
 void FreeDevice(void* p);
 

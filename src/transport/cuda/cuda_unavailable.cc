@@ -2,6 +2,8 @@
 // and everything else says why it cannot be done.
 #include "transport/cuda/cuda_api.h"
 
+#include <string>
+
 namespace xfer::transport::cuda {
 namespace {
 
@@ -36,8 +38,15 @@ Status AllocPinned(uint64_t, void** p) {
   return No("allocate page-locked host memory");
 }
 void FreePinned(void*) {}
-Status AllocDevice(uint64_t, int32_t, void** p) {
+Status AllocDevice(uint64_t len, int32_t device, void** p) {
   if (p != nullptr) *p = nullptr;
+  // The argument checks of cuda_api.cc, which come before any CUDA call there too.
+  if (p == nullptr || len == 0)
+    return {StatusCode::kInvalidArgument, "cuda: allocate device memory: null output or zero length"};
+  if (device < -1) {
+    return {StatusCode::kInvalidArgument, "cuda: allocate device memory on device " + std::to_string(device) +
+                                              ": a device ordinal, or -1 for the current device"};
+  }
   return No("allocate device memory");
 }
 void FreeDevice(void*) {}

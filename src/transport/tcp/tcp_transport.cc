@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/buffer_pool.h"
+#include "transport/staging.h"
 #include "util/log.h"
 #include "util/text.h"
 
@@ -60,6 +60,15 @@ void TuneSocket(int fd) {
   int size = 4 << 20;
   ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+}
+
+// The header of an accepted READ's reply, into h (kReplyHeaderBytes + kAlign bytes); returns
+// its length: the payload that follows starts at the alignment of its source address.
+uint64_t ReadReplyHeader(uint8_t* h, const void* first_source) {
+  const uint64_t lead = PadFor(kReplyHeaderBytes, reinterpret_cast<uint64_t>(first_source));
+  std::memset(h, 0, kReplyHeaderBytes + lead);
+  Put<uint16_t>(h + 6, static_cast<uint16_t>(lead));
+  return kReplyHeaderBytes + lead;
 }
 
 // A reply without payload: header, message, padding.
@@ -318,6 +327,7 @@ struct TcpTransport::Service {
   net::Fd fd;
   std::mutex exec;   // held while a batch touches this engine's memory: Fence() takes it
   std::atomic<uint64_t> peer_incarnation{0};
+  std::unique_ptr<StagingBuffer> stage;  // staged batches (GPU memory); the serving thread's
   std::thread thread;
   std::atomic<bool> done{false};
 
@@ -443,6 +453,7 @@ void TcpTransport::Serve(std::shared_ptr<Service> svc) {
     // Checked under the exec lock: a deregistration's fence either waits for this batch or
     // this check already sees the region gone.
     std::string denied;
+    StatusCode deny = StatusCode::kRemoteAccessDenied;
     iov.clear();
     access.clear();
     bool staged = false;
@@ -450,20 +461,23 @@ void TcpTransport::Serve(std::shared_ptr<Service> svc) {
       uint64_t addr = Get<uint64_t>(&descs[i * kSliceBytes]);
       uint64_t len = Get<uint64_t>(&descs[i * kSliceBytes + 8]);
       access.push_back(hooks_.region_access(addr, len));
-      const std::string what = "slice " + std::to_string(i) + " (" + std::to_string(len) +
-                               " bytes at " + Hex(addr) + ")";
       if (!access.back().allowed) {
-        denied = what + " is not inside one registered region";
-      } else if (access.back().staged && hooks_.staging == nullptr) {
-        denied = what + " is GPU memory, which this engine reaches only through its buffer "
-                        "pool, and its staging is off";
+        denied = " is not inside one registered region";
+      } else if (access.back().staged && hooks_.staging_bytes == 0) {
+        denied = " is GPU memory, which this engine reaches only through staging buffers, and "
+                 "its staging is off";
+        deny = StatusCode::kUnsupported;
+      }
+      if (!denied.empty()) {
+        denied = "slice " + std::to_string(i) + " (" + std::to_string(len) + " bytes at " +
+                 Hex(addr) + ")" + denied;
       }
       staged = staged || access.back().staged;
       iov.push_back({reinterpret_cast<void*>(addr), len});
     }
     if (staged && denied.empty()) {
       std::string why;
-      const bool ok = ServeStaged(fd, write, iov, access, total, tail, &why);
+      const bool ok = ServeStaged(*svc, write, iov, access, total, tail, &why);
       exec.unlock();
       if (!ok) return close(why);
       if (write) s = SendReply(fd, StatusCode::kOk, "", io_deadline());
@@ -481,41 +495,35 @@ void TcpTransport::Serve(std::shared_ptr<Service> svc) {
       }
       exec.unlock();
       if (!s.ok()) return close("WRITE payload: " + s.message());
-      s = SendReply(fd, denied.empty() ? StatusCode::kOk : StatusCode::kRemoteAccessDenied, denied,
-                    io_deadline());
+      s = SendReply(fd, denied.empty() ? StatusCode::kOk : deny, denied, io_deadline());
     } else if (denied.empty()) {
-      const uint64_t reply_lead = PadFor(kReplyHeaderBytes, reinterpret_cast<uint64_t>(iov[0].iov_base));
-      uint8_t ok[kReplyHeaderBytes + kAlign] = {};
-      Put<uint16_t>(ok + 6, static_cast<uint16_t>(reply_lead));
-      iov.insert(iov.begin(), iovec{ok, kReplyHeaderBytes + reply_lead});
-      iov.push_back({const_cast<uint8_t*>(kZeros), PadFor(kReplyHeaderBytes + reply_lead + total, 0)});
+      uint8_t ok[kReplyHeaderBytes + kAlign];
+      const uint64_t head = ReadReplyHeader(ok, iov[0].iov_base);
+      iov.insert(iov.begin(), iovec{ok, head});
+      iov.push_back({const_cast<uint8_t*>(kZeros), PadFor(head + total, 0)});
       s = net::SendVWaitAll(fd, iov.data(), iov.size(), io_deadline());
     } else {
       exec.unlock();
-      s = SendReply(fd, StatusCode::kRemoteAccessDenied, denied, io_deadline());
+      s = SendReply(fd, deny, denied, io_deadline());
     }
     if (!s.ok()) return close("reply: " + s.message());
   }
 }
 
-bool TcpTransport::ServeStaged(int fd, bool write, std::span<const iovec> ranges,
+bool TcpTransport::ServeStaged(Service& svc, bool write, std::span<const iovec> ranges,
                                std::span<const TcpTargetAccess> access, uint64_t total,
                                uint64_t tail, std::string* why) {
+  const int fd = svc.fd.get();
   const auto deadline = Clock::now() + opts_.io_timeout;
-  BufferPool::Lease lease;
-  if (Status s = hooks_.staging->Acquire(deadline, &lease); !s.ok()) {
-    *why = s.message();
-    return false;
-  }
-  const uint64_t piece = hooks_.staging->buffer_bytes();
-  uint8_t* buf = lease.data();
+  const uint64_t piece = hooks_.staging_bytes;
   Status s;
-  if (!write) {  // the reply header, as in Serve
-    const uint64_t lead = PadFor(kReplyHeaderBytes, reinterpret_cast<uint64_t>(ranges[0].iov_base));
-    uint8_t ok[kReplyHeaderBytes + kAlign] = {};
-    Put<uint16_t>(ok + 6, static_cast<uint16_t>(lead));
-    s = net::SendAll(fd, ok, kReplyHeaderBytes + lead, deadline);
-    tail = PadFor(kReplyHeaderBytes + lead + total, 0);
+  if (!svc.stage) s = StagingBuffer::Allocate(piece, &svc.stage);
+  uint8_t* buf = svc.stage ? svc.stage->data() : nullptr;
+  if (s.ok() && !write) {
+    uint8_t ok[kReplyHeaderBytes + kAlign];
+    const uint64_t head = ReadReplyHeader(ok, ranges[0].iov_base);
+    s = net::SendAll(fd, ok, head, deadline);
+    tail = PadFor(head + total, 0);
   }
   for (size_t i = 0; i < ranges.size() && s.ok(); ++i) {
     auto* base = static_cast<uint8_t*>(ranges[i].iov_base);
@@ -529,9 +537,9 @@ bool TcpTransport::ServeStaged(int fd, bool write, std::span<const iovec> ranges
       const Slice copy{reinterpret_cast<uint64_t>(base + off), reinterpret_cast<uint64_t>(buf), n};
       if (write) {
         s = net::RecvAll(fd, buf, n, deadline);
-        if (s.ok()) s = BufferPool::Copy(false, std::span(&copy, 1), access[i].device, deadline);
+        if (s.ok()) s = StageCopy(false, std::span(&copy, 1), access[i].device, deadline);
       } else {
-        s = BufferPool::Copy(true, std::span(&copy, 1), access[i].device, deadline);
+        s = StageCopy(true, std::span(&copy, 1), access[i].device, deadline);
         if (s.ok()) s = net::SendAll(fd, buf, n, deadline);
       }
     }

@@ -28,10 +28,6 @@
 #include "transport/transport.h"
 #include "util/net.h"
 
-namespace xfer {
-class BufferPool;
-}
-
 namespace xfer::transport {
 
 struct TcpOptions {
@@ -52,7 +48,10 @@ struct TcpTargetAccess {
 struct TcpTargetHooks {
   uint64_t incarnation = 0;
   std::function<TcpTargetAccess(uint64_t addr, uint64_t len)> region_access;
-  BufferPool* staging = nullptr;  // buffers for staged ranges; null: they are refused
+  // Staged ranges pass through a buffer of this many bytes per data connection (allocated on
+  // first use; its own, so that two engines staging to each other never wait for each other's
+  // buffers); 0: they are refused.
+  uint64_t staging_bytes = 0;
   // True when an engine of that incarnation has a control session with us.
   std::function<bool(uint64_t incarnation)> is_peer;
 };
@@ -84,7 +83,7 @@ class TcpTransport final : public Transport {
   void Serve(std::shared_ptr<Service> svc);
   // A checked batch that names staged ranges, moved piece by piece through a staging buffer.
   // False when the connection must close (*why says why).
-  bool ServeStaged(int fd, bool write, std::span<const iovec> ranges,
+  bool ServeStaged(Service& svc, bool write, std::span<const iovec> ranges,
                    std::span<const TcpTargetAccess> access, uint64_t total, uint64_t tail,
                    std::string* why);
 
