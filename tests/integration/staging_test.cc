@@ -36,18 +36,7 @@ class IntegrationStaging : public PeerFixture, public ::testing::WithParamInterf
 };
 
 TEST_P(IntegrationStaging, RandomDataOfEverySizeTakesThePool) {
-  uint64_t moved = 0;
-  for (uint64_t size : {1ull, 7ull, 4096ull, 65537ull, (1ull << 20) + 3, 64ull << 20}) {
-    SCOPED_TRACE(size);
-    const PeerRegion r = peer_.Alloc(size);
-    LocalBuffer src(size), back(size);
-    src.Fill(size);
-    XT_ASSERT_OK(Write({{src.addr(), r.addr, size}}));
-    EXPECT_EQ(peer_.Sum(r), src.Hash());
-    XT_ASSERT_OK(Read({{back.addr(), r.addr, size}}));
-    EXPECT_EQ(back.Hash(), src.Hash());
-    moved += 2 * size;
-  }
+  const uint64_t moved = RoundTripsOfEverySize();
   const xfer::PeerInfo info = Info();
   EXPECT_EQ(info.transport, GetParam());
   EXPECT_EQ(info.staged_bytes, moved);

@@ -28,16 +28,7 @@ TEST_P(IntegrationTcp, ChosenAndMovesRandomDataOfEverySize) {
   xfer::PeerInfo info;
   XT_ASSERT_OK(engine_.GetPeerInfo(peer_.name(), &info));
   EXPECT_EQ(info.transport, "tcp");
-  for (uint64_t size : {1ull, 7ull, 4096ull, 65537ull, (1ull << 20) + 3, 64ull << 20}) {
-    SCOPED_TRACE(size);
-    const PeerRegion r = peer_.Alloc(size);
-    LocalBuffer src(size), back(size);
-    src.Fill(size);
-    XT_ASSERT_OK(Write({{src.addr(), r.addr, size}}));
-    EXPECT_EQ(peer_.Sum(r), src.Hash());
-    XT_ASSERT_OK(Read({{back.addr(), r.addr, size}}));
-    EXPECT_EQ(back.Hash(), src.Hash());
-  }
+  RoundTripsOfEverySize();
 }
 
 TEST_P(IntegrationTcp, LargeBatchesOfSmallDescriptors) { ScatteredRoundTrip(10000, 1024); }

@@ -171,6 +171,25 @@ class PeerFixture : public ::testing::Test {
     }
   }
 
+  // For each size from 1 B to 64 MiB: WRITE random data into a fresh peer region and check it
+  // there, let the peer refill the region, READ it back and check. Returns the bytes moved.
+  uint64_t RoundTripsOfEverySize() {
+    uint64_t moved = 0;
+    for (uint64_t size : {1ull, 7ull, 4096ull, 65537ull, (1ull << 20) + 3, 64ull << 20}) {
+      SCOPED_TRACE(size);
+      const PeerRegion r = peer_.Alloc(size);
+      LocalBuffer src(size), back(size);
+      src.Fill(size);
+      EXPECT_TRUE(Write({{src.addr(), r.addr, size}}).ok());
+      EXPECT_EQ(peer_.Sum(r), src.Hash());
+      peer_.Fill(r, size + 1);
+      EXPECT_TRUE(Read({{back.addr(), r.addr, size}}).ok());
+      EXPECT_EQ(back.Hash(), peer_.Sum(r));
+      moved += 2 * size;
+    }
+    return moved;
+  }
+
   // n descriptors of b bytes in one request, scattered (every other block of the peer's
   // region) so nothing coalesces: WRITE them, READ them back elsewhere, compare.
   void ScatteredRoundTrip(uint64_t n, uint64_t b) {
