@@ -267,6 +267,27 @@ TEST_F(IntegrationCudaHost, RegisteredDeviceMemoryBothSides) {
   cuda::FreeDevice(p);
 }
 
+// The owner frees GPU memory that this process has open through CUDA IPC: its FreeMem waits
+// for our acknowledgement, which comes only after we closed the region (CUDA forbids freeing
+// memory another process still has open). Later transfers are refused; new memory, perhaps at
+// the same address, works.
+TEST_F(IntegrationCudaHost, PeerFreesARegionOpenHereThenAllocatesAgain) {
+  constexpr uint64_t kLen = 4 << 20;
+  Mem mine(engine_, true, kLen);
+  XT_ASSERT_OK(mine.status());
+  mine.FillRange(0, kLen, 21);
+  const PeerRegion r = peer_.DeviceAlloc(kLen);
+  ASSERT_NE(r.addr, 0u);
+  XT_ASSERT_OK(Write({{mine.addr(), r.addr, kLen}}));  // opens it here
+  const Reply freed = peer_.Call("free " + std::to_string(r.handle));
+  ASSERT_TRUE(freed.ok) << freed.line;
+  XT_EXPECT_CODE(Write({{mine.addr(), r.addr, 4096}}), StatusCode::kRemoteAccessDenied);
+  const PeerRegion again = peer_.DeviceAlloc(kLen);
+  ASSERT_NE(again.addr, 0u);
+  XT_EXPECT_OK(Write({{mine.addr(), again.addr, kLen}}));
+  EXPECT_EQ(peer_.SumRange(again.addr, kLen), mine.HashRange(0, kLen));
+}
+
 TEST_F(IntegrationCudaHost, HostPointerRegisteredAsCudaIsRefused) {
   LocalBuffer host(1 << 20);
   xfer::MemHandle h = 0;
