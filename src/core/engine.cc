@@ -480,13 +480,14 @@ void EngineImpl::SetPaths(PeerState* st) const {
     p.cuda_limits = {opts_.slice_bytes ? opts_.slice_bytes : 4ull << 20,
                      opts_.batch_bytes ? opts_.batch_bytes : 16ull << 20, 4096};
   }
+  if (st->gpu_link) {
+    p.gpu_link = true;
+    p.gpu_link_limits = LimitsFor(*tcp_);
+  }
   st->staging = st->link ? staging_ : nullptr;
   p.staging = st->staging != nullptr;
   p.stage_all = opts_.staging == "always";
-  // Batches as the link's own, each within one staging buffer.
-  const uint64_t buf = opts_.staging_buffer_bytes;
-  p.staged_limits = {std::min(p.link_limits.slice_bytes, buf), std::min(p.link_limits.batch_bytes, buf),
-                     p.link_limits.max_slices_per_batch};
+  p.staging_bytes = opts_.staging_buffer_bytes;
 }
 
 Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,

@@ -125,6 +125,13 @@ Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& h
     if (s.ok()) {
       state->info.transport = std::string(c.name);
       state->paths.link_limits = LimitsFor(*c.t);
+      // The peer's GPU memory is reached only by cuda or by tcp, whose target stages it: a
+      // peer reached by ucx or cma gets a tcp link beside (opened on first use), for the GPU
+      // regions cuda does not open. A forced transport stays alone.
+      if (opts_.transport.empty() && (c.name == "ucx" || c.name == "cma") && tcp_ &&
+          peer.tcp_port != 0 && !tcp_->Connect(ep, &state->gpu_link).ok()) {
+        state->gpu_link.reset();
+      }
       return s;
     }
     why += (why.empty() ? "" : "; ") + s.message();
@@ -179,6 +186,7 @@ std::vector<std::shared_ptr<RemoteRegion>> EngineImpl::DropPeerState(PeerState& 
   state.alive.store(false);
   auto gone = state.regions.RevokeAll();
   if (state.link) state.link->Shutdown();
+  if (state.gpu_link) state.gpu_link->Shutdown();
   if (tcp_) tcp_->DropPeer(state.info.incarnation);
   return gone;
 }

@@ -17,6 +17,8 @@ struct PeerState {
   PeerInfo info;
   RemoteRegions regions;
   std::shared_ptr<transport::Link> link;  // null when no transport reaches the peer
+  // tcp beside a ucx or cma link, for the peer's GPU regions (which only tcp's target stages).
+  std::shared_ptr<transport::Link> gpu_link;
   // Same host: maps the peer's AllocMem memory, which is then moved with memcpy. Null otherwise.
   std::unique_ptr<transport::shm::PeerMapper> mapper;
   bool same_process = false;  // the peer's addresses are valid here as they are

@@ -57,10 +57,12 @@ bool LocalMemoryCheck::Allows(uint64_t addr, uint64_t len, bool need_write, MemT
 
 namespace {
 
-// A descriptor's path, and where its remote region is mapped here (shm, cuda) or null.
+// A descriptor's path, where its remote region is mapped here (shm, cuda) or null, and which
+// link carries it.
 struct Route {
   Path path = Path::kLink;
   uint8_t* base = nullptr;
+  bool gpu_link = false;
 };
 
 Status ChooseRoute(const PeerPaths& paths, RemoteRegion& r, bool local_device, Route* route) {
@@ -85,7 +87,8 @@ Status ChooseRoute(const PeerPaths& paths, RemoteRegion& r, bool local_device, R
             "the transport is forced to shm or cuda, which do not reach this pair (shm: the "
             "peer's AllocMem host memory; cuda: GPU memory on either side, same host)"};
   }
-  if (remote_device && !paths.link_reaches_device) {
+  const bool gpu_link = remote_device && !paths.link_reaches_device;
+  if (gpu_link && !paths.gpu_link) {
     return {StatusCode::kUnsupported,
             std::string("the remote region is GPU memory, which only cuda (same host, CUDA on "
                         "both sides) or tcp (the peer stages it) reach, and ") +
@@ -99,21 +102,26 @@ Status ChooseRoute(const PeerPaths& paths, RemoteRegion& r, bool local_device, R
               "local GPU memory to this peer needs the buffer pool, and EngineOptions::staging "
               "is off"};
     }
-    *route = {Path::kStaged, nullptr};
+    *route = {Path::kStaged, nullptr, gpu_link};
     return Status::Ok();
   }
-  *route = {Path::kLink, nullptr};
+  *route = {Path::kLink, nullptr, gpu_link};
   return Status::Ok();
 }
 
-const PlanLimits& LimitsOf(const PeerPaths& paths, Path p) {
+PlanLimits LimitsOf(const PeerPaths& paths, Path p, bool gpu_link) {
   switch (p) {
     case Path::kShm: return paths.shm_limits;
     case Path::kCuda: return paths.cuda_limits;
-    case Path::kStaged: return paths.staged_limits;
+    case Path::kStaged: {
+      PlanLimits l = gpu_link ? paths.gpu_link_limits : paths.link_limits;
+      l.slice_bytes = std::min(l.slice_bytes, paths.staging_bytes);
+      l.batch_bytes = std::min(l.batch_bytes, paths.staging_bytes);
+      return l;
+    }
     case Path::kLink: break;
   }
-  return paths.link_limits;
+  return gpu_link ? paths.gpu_link_limits : paths.link_limits;
 }
 
 }  // namespace
@@ -141,6 +149,7 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
     transport::Slice slice;
     Path path;
     bool device;
+    bool gpu_link;
   };
   std::vector<Run> runs;
   runs.reserve(descs.size());
@@ -197,12 +206,13 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
     if (!runs.empty()) {
       Run& r = runs.back();
       if (r.slice.local + r.slice.len == d.local_addr && r.slice.remote + r.slice.len == remote_addr &&
-          region.get() == run_region && r.path == route.path && r.device == device) {
+          region.get() == run_region && r.path == route.path && r.device == device &&
+          r.gpu_link == route.gpu_link) {
         r.slice.len += d.len;
         continue;
       }
     }
-    runs.push_back({{d.local_addr, remote_addr, d.len}, route.path, device});
+    runs.push_back({{d.local_addr, remote_addr, d.len}, route.path, device, route.gpu_link});
     run_region = region.get();
   }
 
@@ -215,19 +225,20 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
   };
   for (const Run& run : runs) {
     const transport::Slice& r = run.slice;
-    const PlanLimits& lim = LimitsOf(paths, run.path);
+    const PlanLimits lim = LimitsOf(paths, run.path, run.gpu_link);
     const uint64_t slice = std::max<uint64_t>(lim.slice_bytes, 1);
     const uint64_t batch_cap = std::max<uint64_t>(lim.batch_bytes, 1);
     const size_t max_slices = std::max<size_t>(lim.max_slices_per_batch, 1);
     const bool streaming = run.path == Path::kShm && r.len >= lim.streaming_bytes;
     const bool device = run.path == Path::kStaged && run.device;
     if (current.end > current.begin && (current.path != run.path || current.streaming != streaming ||
-                                        current.device != device)) {
+                                        current.device != device || current.gpu_link != run.gpu_link)) {
       close_batch();
     }
     current.path = run.path;
     current.streaming = streaming;
     current.device = device;
+    current.gpu_link = run.gpu_link;
     for (uint64_t off = 0; off < r.len; off += slice) {
       uint64_t n = std::min(slice, r.len - off);
       if (current.end > current.begin &&

@@ -36,11 +36,14 @@ std::string_view PathName(Path p);
 
 // The ways to one peer. A descriptor takes the first that reaches both of its sides: cuda
 // (GPU memory on either side), shm (host memory on both), the link, or staging (local GPU
-// memory, which the link cannot read or write) through the link.
+// memory, which the link cannot read or write) through the link. The peer's GPU memory goes
+// over the link when the link reaches it, else over the gpu link.
 struct PeerPaths {
   PlanLimits link_limits;
   bool link = true;                  // false: the transport is forced to shm or cuda
   bool link_reaches_device = false;  // the peer's GPU memory (tcp: the target stages it)
+  bool gpu_link = false;             // a tcp link beside a link that does not reach it
+  PlanLimits gpu_link_limits;
   // Where a region of the peer is mapped here for memcpy (its AllocMem memory), or null.
   std::function<uint8_t*(RemoteRegion&)> shm_base;
   PlanLimits shm_limits;
@@ -50,7 +53,7 @@ struct PeerPaths {
   PlanLimits cuda_limits;
   bool staging = false;    // a buffer pool may carry local GPU memory over the link
   bool stage_all = false;  // ...and every other descriptor too (EngineOptions::staging=always)
-  PlanLimits staged_limits;
+  uint64_t staging_bytes = 0;  // a staged batch is cut as the link's own, within one buffer
 };
 
 struct Plan {
@@ -61,6 +64,7 @@ struct Plan {
     Path path = Path::kLink;
     bool streaming = false;  // kShm: non-temporal stores
     bool device = false;     // kStaged: the local side is GPU memory (else host memory)
+    bool gpu_link = false;   // kLink, kStaged: over the gpu link (PeerState::gpu_link)
   };
   std::vector<Batch> batches;
   // Every remote region the request touches, so a batch can see if one was revoked.

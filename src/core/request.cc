@@ -72,11 +72,12 @@ void Request::RunBatch(size_t i) {
           counter = &peer_->cuda_bytes;
           break;
         case Path::kStaged:
-          s = peer_->staging->Run(op_, slices, b.device, *peer_->link, deadline_);
+          s = peer_->staging->Run(op_, slices, b.device, b.gpu_link ? *peer_->gpu_link : *peer_->link,
+                                  deadline_);
           counter = &peer_->staged_bytes;
           break;
         case Path::kLink:
-          s = peer_->link->Execute(op_, slices, deadline_);
+          s = (b.gpu_link ? peer_->gpu_link : peer_->link)->Execute(op_, slices, deadline_);
           break;
       }
       if (s.ok()) counter->fetch_add(b.bytes, std::memory_order_relaxed);

@@ -121,7 +121,7 @@ class PlannerRouteTest : public PlannerTest {
     bool added;
     ASSERT_TRUE(registry_.Add(mine, false, &h, &added).ok());
     paths_.link_limits = {64 << 10, 256 << 10, 1024};
-    paths_.staged_limits = {64 << 10, 128 << 10, 1024};
+    paths_.staging_bytes = 128 << 10;
     paths_.cuda_limits = {1 << 20, 4 << 20, 1024};
   }
   uint64_t D(uint64_t off) { return reinterpret_cast<uint64_t>(device_.data()) + off; }
@@ -165,6 +165,26 @@ TEST_F(PlannerRouteTest, RemoteGpuMemoryNeedsCudaOrALinkThatReachesIt) {
   paths_.link_reaches_device = true;  // tcp: the target stages it
   ASSERT_TRUE(Route(Op::kWrite, {{L(0), kGpu, 4096}}, &p).ok());
   EXPECT_EQ(p.batches[0].path, Path::kLink);
+}
+
+TEST_F(PlannerRouteTest, RemoteGpuMemoryTakesTheGpuLinkBesideALinkThatCannotReachIt) {
+  paths_.gpu_link = true;  // tcp beside ucx or cma
+  paths_.gpu_link_limits = {512 << 10, 512 << 10, 1024};
+  paths_.staging = true;
+  Plan p;
+  // Host memory to the peer's host memory keeps the link; to its GPU memory takes the gpu
+  // link, staged when our side is GPU memory too.
+  ASSERT_TRUE(Route(Op::kWrite, {{L(0), kRemote, 4096}, {L(8192), kGpu, 1 << 20}, {D(0), kGpu + (1 << 19), 4096}}, &p).ok());
+  ASSERT_EQ(p.batches.size(), 4u);
+  EXPECT_FALSE(p.batches[0].gpu_link);
+  EXPECT_EQ(p.batches[0].path, Path::kLink);
+  for (int i : {1, 2}) {
+    EXPECT_TRUE(p.batches[i].gpu_link) << i;
+    EXPECT_EQ(p.batches[i].path, Path::kLink) << i;
+    EXPECT_EQ(p.batches[i].bytes, 512u << 10) << i;  // cut by the gpu link's own limits
+  }
+  EXPECT_TRUE(p.batches[3].gpu_link);
+  EXPECT_EQ(p.batches[3].path, Path::kStaged);
 }
 
 TEST_F(PlannerRouteTest, CudaTakesGpuPairsAtTheOpenedAddress) {
