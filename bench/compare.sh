@@ -186,7 +186,7 @@ if [ $have_ucx = 1 ]; then
   "${cmd_xfer_reuse[@]}" | tee "$tmp/xferreuse.txt" | awk '/^## write_bw/ { op = "w"; next } /^## read_bw/ { op = "r"; next }
        /^[0-9]/ && op != "" { print "xfercma_reuse_" op, $1, $3 }' >>"$tmp/other.txt"
 fi
-ucx_version=$( (ucx_info -v 2>/dev/null || true) | awk '/version/ { print; exit }')
+ucx_version=$(ucx_version)
 awk '
   { v[$1 " " $2] = $3; if (!($2 in seen)) { seen[$2] = 1; sizes[++n] = $2 } }
   function g(k) { return (k in v) ? v[k] : -1 }

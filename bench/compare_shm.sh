@@ -142,7 +142,7 @@ echo
 cat "$tmp/table.md"
 
 if [ "$RESULTS" != "-" ]; then
-  ucx_version=$( (ucx_info -v 2>/dev/null || true) | awk '/version/ { print; exit }')
+  ucx_version=$(ucx_version)
   {
     echo "## shm (AllocMem memory, mapped) vs ucx_perftest posix and memcpy"
     echo

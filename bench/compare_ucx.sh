@@ -170,7 +170,7 @@ echo
 cat "$tmp/table.md"
 
 if [ "$RESULTS" != "-" ]; then
-  ucx_version=$( (ucx_info -v 2>/dev/null || true) | awk '/version/ { print; exit }')
+  ucx_version=$(ucx_version)
   {
     echo "## ucx transport vs ucx_perftest (UCX_TLS=$UCX_TLS)"
     echo

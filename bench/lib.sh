@@ -139,6 +139,11 @@ machine_line() {
   echo "$(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), kernel $(uname -r), $(awk '/MemTotal/ { printf "%.0f GiB RAM", $2 / 1048576 }' /proc/meminfo)"
 }
 
+# ucx_version: the version ucx_info -v reports (e.g. 1.13.1), or nothing when UCX's tools are missing.
+ucx_version() {
+  (ucx_info -v 2>/dev/null || true) | awk '/[Vv]ersion/ { sub(/^# *[Vv]ersion */, ""); print; exit }'
+}
+
 # xfer_revision: the git revision of this tree.
 xfer_revision() {
   git describe --always --dirty 2>/dev/null || echo "(no git revision)"

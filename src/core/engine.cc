@@ -467,7 +467,6 @@ uint8_t* EngineImpl::OpenForCuda(PeerState& peer, RemoteRegion& region) {
 void EngineImpl::SetPaths(PeerState* st) const {
   PeerPaths& p = st->paths;
   p.link = st->link != nullptr;
-  p.link_reaches_device = st->info.transport == "tcp";  // its target stages GPU memory
   if (st->mapper && opts_.transport != "cuda") {
     p.shm_base = [st](RemoteRegion& r) { return MapRegion(*st, r); };
     p.shm_limits = shm_limits_;

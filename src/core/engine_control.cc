@@ -125,11 +125,12 @@ Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& h
     if (s.ok()) {
       state->info.transport = std::string(c.name);
       state->paths.link_limits = LimitsFor(*c.t);
-      // The peer's GPU memory is reached only by cuda or by tcp, whose target stages it: a
-      // peer reached by ucx or cma gets a tcp link beside (opened on first use), for the GPU
-      // regions cuda does not open. A forced transport stays alone.
-      if (opts_.transport.empty() && (c.name == "ucx" || c.name == "cma") && tcp_ &&
-          peer.tcp_port != 0 && !tcp_->Connect(ep, &state->gpu_link).ok()) {
+      state->paths.link_reaches_device = c.t->reaches_device_memory();
+      // A peer in another process whose link does not reach its GPU memory gets a tcp link
+      // beside (opened on first use), for the GPU regions cuda does not open. A forced
+      // transport stays alone. (In this process, cuda reaches every region as it is.)
+      if (opts_.transport.empty() && !c.t->reaches_device_memory() && c.t != &local_ &&
+          tcp_ && peer.tcp_port != 0 && !tcp_->Connect(ep, &state->gpu_link).ok()) {
         state->gpu_link.reset();
       }
       return s;

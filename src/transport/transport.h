@@ -51,6 +51,8 @@ class Transport {
   virtual size_t max_slices_per_batch() const = 0;
   // Bytes per batch (and per slice) when the user sets none: measured per transport.
   virtual uint64_t default_batch_bytes() const { return 256 << 10; }
+  // Whether a link reaches the peer's GPU memory (tcp: the target's threads stage it).
+  virtual bool reaches_device_memory() const { return false; }
   // Opens a link to a peer, or says why this transport cannot reach it.
   virtual Status Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) = 0;
   // For transports whose threads touch this engine's memory on a peer's behalf (tcp): waits

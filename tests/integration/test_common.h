@@ -190,6 +190,19 @@ class PeerFixture : public ::testing::Test {
     return moved;
   }
 
+  // A WRITE running past the end of the peer's region is refused without touching it; the
+  // transfers after it work (the transport's resources all came back).
+  void RefusalMovesNothing() {
+    const PeerRegion r = peer_.Alloc(4096);
+    peer_.Fill(r, 5);
+    const uint64_t before = peer_.Sum(r);
+    LocalBuffer src(8192);
+    XT_EXPECT_CODE(Write({{src.addr(), r.addr + 4000, 200}}), StatusCode::kRemoteAccessDenied);
+    EXPECT_EQ(peer_.Sum(r), before);
+    XT_EXPECT_OK(Write({{src.addr(), r.addr, 4096}}));
+    XT_EXPECT_OK(Write({{src.addr(), r.addr, 4096}}));
+  }
+
   // n descriptors of b bytes in one request, scattered (every other block of the peer's
   // region) so nothing coalesces: WRITE them, READ them back elsewhere, compare.
   void ScatteredRoundTrip(uint64_t n, uint64_t b) {

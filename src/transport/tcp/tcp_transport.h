@@ -71,6 +71,7 @@ class TcpTransport final : public Transport {
   std::string_view name() const override { return "tcp"; }
   size_t max_slices_per_batch() const override { return kMaxSlices; }
   uint64_t default_batch_bytes() const override { return 512 << 10; }
+  bool reaches_device_memory() const override { return true; }
   Status Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) override;
   void Fence() override;
 
