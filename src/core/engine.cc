@@ -531,9 +531,8 @@ void EngineImpl::Dispatch(const std::shared_ptr<Request>& req, bool caller_helps
   // sync transfer thus runs on the caller's thread: a hand-off would cost more than it saves.
   const size_t n = req->batch_count() - (caller_helps ? 1 : 0);
   const size_t helpers = std::min(n, static_cast<size_t>(pool_->size()));
-  const uint32_t first = next_stream_.fetch_add(1);
   for (size_t k = 0; k < helpers; ++k) {
-    pool_->Submit(static_cast<int>((first + k) % pool_->size()), [req] {
+    pool_->Submit(pool_->Pick(), [req] {
       while (req->RunNext()) {
       }
     });
@@ -575,7 +574,11 @@ bool EngineImpl::TryInlineShm(const std::string& remote, Op op, const TransferDe
       region->revoked.load(std::memory_order_acquire)) {
     return false;  // the planned path says why
   }
-  transport::CopyInProcess(op, std::span(&s, 1));
+  if (op == Op::kWrite) {
+    pool_->SharedCopy(reinterpret_cast<void*>(s.remote), reinterpret_cast<const void*>(s.local), s.len);
+  } else {
+    pool_->SharedCopy(reinterpret_cast<void*>(s.local), reinterpret_cast<const void*>(s.remote), s.len);
+  }
   peer.state->shm_bytes.fetch_add(d.len, std::memory_order_relaxed);
   return true;
 }

@@ -173,7 +173,6 @@ class EngineImpl final : public control::ControlHandler {
   std::mutex requests_mu_;
   std::unordered_map<RequestHandle, std::shared_ptr<Request>> requests_;
   std::atomic<RequestHandle> next_request_{1};
-  std::atomic<uint32_t> next_stream_{0};
 };
 
 // The transports of this build, best first (EngineImpl::ChooseTransport tries them in order).

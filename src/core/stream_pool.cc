@@ -1,5 +1,6 @@
 #include "core/stream_pool.h"
 
+#include <cstring>
 #include <functional>
 
 #include "util/spin.h"
@@ -32,15 +33,37 @@ void StreamPool::Submit(int stream, Task task) {
   s.cv.notify_one();
 }
 
+int StreamPool::Pick() {
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    const Stream& s = *streams_[i];
+    if (s.pending.load(std::memory_order_relaxed) == 0 && !s.running.load(std::memory_order_relaxed)) {
+      return static_cast<int>(i);
+    }
+  }
+  return static_cast<int>(next_.fetch_add(1, std::memory_order_relaxed) % streams_.size());
+}
+
 void StreamPool::Run(Stream& s) {
   for (;;) {
     // Spin a little before sleeping: back-to-back batches then cost no wake-up.
+    // (The clock is read every few steps only: a read costs as much as a hand-off's wait.)
     auto spin_until = std::chrono::steady_clock::now() + spin_;
-    while (s.pending.load(std::memory_order_acquire) == 0 &&
-           !stopping_.load(std::memory_order_acquire) &&
-           std::chrono::steady_clock::now() < spin_until) {
-      SpinPause();
+    Backoff backoff;
+    spinning_.fetch_add(1, std::memory_order_relaxed);
+    waking_.store(false, std::memory_order_relaxed);
+    for (unsigned step = 1; s.pending.load(std::memory_order_acquire) == 0 &&
+                            !stopping_.load(std::memory_order_acquire);
+         ++step) {
+      if (TryHelp()) {
+        spin_until = std::chrono::steady_clock::now() + spin_;
+        backoff.Reset();
+      } else if (step % 16 == 1 && std::chrono::steady_clock::now() >= spin_until) {
+        break;
+      } else {
+        backoff.Pause();
+      }
     }
+    spinning_.fetch_sub(1, std::memory_order_relaxed);
     Task task;
     {
       std::unique_lock lock(s.mu);
@@ -51,8 +74,52 @@ void StreamPool::Run(Stream& s) {
       s.pending.fetch_sub(1, std::memory_order_relaxed);
     }
     std::lock_guard exec(s.exec);
+    s.running.store(true, std::memory_order_relaxed);
     task();
+    s.running.store(false, std::memory_order_relaxed);
   }
+}
+
+bool StreamPool::TryHelp() {
+  int posted = kPosted;
+  if (offer_.state.load(std::memory_order_relaxed) != kPosted ||
+      !offer_.state.compare_exchange_strong(posted, kTaken, std::memory_order_acquire)) {
+    return false;
+  }
+  std::memcpy(offer_.dst, offer_.src, offer_.len);
+  offer_.state.store(kDone, std::memory_order_release);
+  shared_halves_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void StreamPool::SharedCopy(void* dst, const void* src, size_t len) {
+  int free = kFree;
+  if (len < kMinSharedCopy || spin_.count() <= 0 ||
+      !offer_.state.compare_exchange_strong(free, kFilling, std::memory_order_acquire)) {
+    std::memcpy(dst, src, len);
+    return;
+  }
+  if (spinning_.load(std::memory_order_relaxed) == 0) {
+    offer_.state.store(kFree, std::memory_order_release);
+    std::memcpy(dst, src, len);
+    // A stream spins after a task: wake one (once), so that it can take half of the next copy.
+    if (!waking_.exchange(true, std::memory_order_relaxed)) Submit(Pick(), [] {});
+    return;
+  }
+  const size_t half = (len / 2) & ~size_t{63};  // each side whole cache lines
+  offer_.dst = static_cast<uint8_t*>(dst) + half;
+  offer_.src = static_cast<const uint8_t*>(src) + half;
+  offer_.len = len - half;
+  offer_.state.store(kPosted, std::memory_order_release);
+  std::memcpy(dst, src, half);
+  int posted = kPosted;
+  if (offer_.state.compare_exchange_strong(posted, kFilling, std::memory_order_acquire)) {
+    std::memcpy(offer_.dst, offer_.src, offer_.len);  // no stream took it: copy it here
+  } else {
+    Backoff backoff;
+    while (offer_.state.load(std::memory_order_acquire) != kDone) backoff.Pause();
+  }
+  offer_.state.store(kFree, std::memory_order_release);
 }
 
 void StreamPool::Stop() {

@@ -23,6 +23,10 @@ class StreamPool {
 
   int size() const { return static_cast<int>(streams_.size()); }
   void Submit(int stream, Task task);
+  // A stream for the next task: the first idle one (so that a lone caller keeps one stream
+  // warm while the others sleep, rather than more threads spinning than there are cores),
+  // else the next in turn.
+  int Pick();
   // Runs the queued tasks, then joins the threads. Submit after Stop runs the task inline.
   void Stop();
 
@@ -32,16 +36,41 @@ class StreamPool {
   std::unique_lock<std::mutex> InlineSlot();
   void Fence();
 
+  // memcpy(dst, src, len) (the ranges must not overlap) on the calling thread, which holds an
+  // inline slot; an idle stream that is spinning copies the second half meanwhile. A sleeping
+  // stream is not waited for: the caller then copies it all, and wakes one to spin for the
+  // next copy.
+  void SharedCopy(void* dst, const void* src, size_t len);
+  uint64_t shared_halves() const { return shared_halves_.load(std::memory_order_relaxed); }
+  // Below this, half a copy takes less than handing the other half to another core.
+  static constexpr size_t kMinSharedCopy = 16 << 10;
+
  private:
   struct Stream {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Task> queue;
     std::atomic<size_t> pending{0};
+    std::atomic<bool> running{false};
     std::mutex exec;  // held while a task runs
     std::thread thread;
   };
   void Run(Stream& s);
+  bool TryHelp();  // a spinning stream takes the posted half of a SharedCopy, if there is one
+
+  // The half of a SharedCopy offered to the streams.
+  enum : int { kFree, kFilling, kPosted, kTaken, kDone };
+  struct alignas(64) Offer {
+    std::atomic<int> state{kFree};
+    void* dst = nullptr;
+    const void* src = nullptr;
+    size_t len = 0;
+  };
+  Offer offer_;
+  std::atomic<int> spinning_{0};  // streams spinning for work now
+  std::atomic<bool> waking_{false};  // SharedCopy woke a stream that has not spun yet
+  std::atomic<uint64_t> shared_halves_{0};  // halves of SharedCopy that streams took
+  std::atomic<uint32_t> next_{0};   // Pick's turn when no stream is idle
 
   const std::chrono::microseconds spin_;
   std::vector<std::unique_ptr<Stream>> streams_;

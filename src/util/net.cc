@@ -28,13 +28,13 @@ int MillisLeft(Clock::time_point deadline) {
   return left.count() > 1 << 30 ? 1 << 30 : static_cast<int>(left.count());
 }
 
-// True while a spin-wait that started at the first call may go on (and yields the core once).
-bool SpinOnce(std::chrono::microseconds spin, Clock::time_point* until) {
+// True while a spin-wait that started at the first call may go on (and paces it once).
+bool SpinOnce(std::chrono::microseconds spin, Clock::time_point* until, Backoff* backoff) {
   if (spin.count() <= 0) return false;
   auto now = Clock::now();
   if (*until == Clock::time_point{}) *until = now + spin;
   if (now >= *until) return false;
-  SpinPause();
+  backoff->Pause();
   return true;
 }
 
@@ -195,6 +195,9 @@ Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline,
                std::chrono::microseconds spin) {
   char* p = static_cast<char*>(data);
   Clock::time_point spin_until{};
+  // Every step is a recv call already: yield at once, the sender may need this core (tcp's
+  // READs were measurably slower on this 2-core machine with pauses first).
+  Backoff backoff(0);
   while (len > 0) {
     ssize_t n = ::recv(fd, p, len, MSG_DONTWAIT);
     if (n > 0) {
@@ -205,7 +208,7 @@ Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline,
     if (n == 0) return {StatusCode::kConnectionLost, "peer closed the connection"};
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (SpinOnce(spin, &spin_until)) continue;
+      if (SpinOnce(spin, &spin_until, &backoff)) continue;
       if (!PollFor(fd, POLLIN, deadline)) return {StatusCode::kTimeout, "receive timed out"};
       continue;
     }

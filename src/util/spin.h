@@ -1,12 +1,37 @@
-// One step of a bounded spin-wait. It yields the core rather than burning it: when threads
-// outnumber cores (2 here: caller, streams, control), the thread being waited for may need
-// exactly this core, and a yield costs well under a microsecond where a sleep costs ~20.
+// Pacing of a bounded spin-wait. The first steps only pause the CPU: when the awaited thread is
+// running, its change lands within a microsecond or two, and a system call would only delay
+// noticing it (a sched_yield costs ~1 us on this VM). Later steps yield the core: when threads
+// outnumber cores (2 here: caller, streams, control), the awaited thread may need exactly it.
 #pragma once
 
 #include <sched.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace xfer {
 
-inline void SpinPause() { ::sched_yield(); }
+class Backoff {
+ public:
+  // busy_steps: how many steps only pause before the yields begin.
+  explicit Backoff(int busy_steps = 64) : busy_steps_(busy_steps) {}
+  void Pause() {
+    if (steps_ < busy_steps_) {
+      ++steps_;
+#if defined(__x86_64__) || defined(__i386__)
+      _mm_pause();
+#elif defined(__aarch64__)
+      asm volatile("yield");
+#endif
+    } else {
+      ::sched_yield();
+    }
+  }
+  void Reset() { steps_ = 0; }
+
+ private:
+  int busy_steps_;
+  int steps_ = 0;
+};
 
 }  // namespace xfer

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
+#include <random>
 #include <thread>
+#include <vector>
 
 namespace xfer {
 namespace {
@@ -31,6 +34,74 @@ TEST(StreamPool, FenceWaitsForRunningTasks) {
   while (!started) std::this_thread::yield();
   pool.Fence();
   EXPECT_TRUE(finished.load());
+}
+
+// Copies of every length around the threshold, odd ones included, land whole and touch
+// nothing outside the destination, whether or not a stream takes half.
+void CheckSharedCopies(StreamPool& pool, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  constexpr size_t kGuard = 64;
+  for (size_t len : {size_t{1}, size_t{4095}, StreamPool::kMinSharedCopy - 1,
+                     StreamPool::kMinSharedCopy, StreamPool::kMinSharedCopy + 1, size_t{65536 + 7},
+                     size_t{1} << 20, (size_t{3} << 20) + 13}) {
+    std::vector<uint8_t> src(len), dst(len + 2 * kGuard, 0xAB);
+    for (auto& b : src) b = static_cast<uint8_t>(rng());
+    for (int round = 0; round < 20; ++round) {
+      src[round % len] ^= 0xFF;  // each round copies different bytes
+      pool.SharedCopy(dst.data() + kGuard, src.data(), len);
+      ASSERT_EQ(std::memcmp(dst.data() + kGuard, src.data(), len), 0) << "length " << len;
+    }
+    for (size_t i = 0; i < kGuard; ++i) {
+      ASSERT_EQ(dst[i], 0xAB) << "written before the destination, length " << len;
+      ASSERT_EQ(dst[kGuard + len + i], 0xAB) << "written past the destination, length " << len;
+    }
+  }
+}
+
+TEST(StreamPool, SharedCopyLandsWholeAndStreamsTakeHalves) {
+  StreamPool pool(2, std::chrono::milliseconds(50));  // streams spin long: they take halves
+  CheckSharedCopies(pool, 1);
+  // A loaded machine may not have run a stream yet: give it up to 5 s of copies to take one.
+  std::vector<uint8_t> a(1 << 20, 1), b(1 << 20);
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       pool.shared_halves() == 0 && std::chrono::steady_clock::now() < until;) {
+    pool.SharedCopy(b.data(), a.data(), a.size());
+  }
+  EXPECT_GT(pool.shared_halves(), 0u) << "no stream ever took half of a copy";
+}
+
+TEST(StreamPool, SharedCopyFromManyThreadsAtOnce) {
+  StreamPool pool(2, std::chrono::milliseconds(50));
+  std::vector<std::thread> callers;
+  std::atomic<int> failures{0};
+  for (uint32_t t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      CheckSharedCopies(pool, 10 + t);
+      if (::testing::Test::HasFailure()) failures.fetch_add(1);
+    });
+  }
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(StreamPool, SharedCopyWithoutSpinningStreamsCopiesAlone) {
+  StreamPool pool(2, std::chrono::microseconds(0));  // streams sleep at once: nobody helps
+  CheckSharedCopies(pool, 2);
+  EXPECT_EQ(pool.shared_halves(), 0u);
+}
+
+TEST(StreamPool, PickPrefersTheFirstIdleStream) {
+  StreamPool pool(3, std::chrono::microseconds(0));
+  EXPECT_EQ(pool.Pick(), 0);
+  std::atomic<bool> release{false}, started{false};
+  pool.Submit(0, [&] {
+    started = true;
+    while (!release) std::this_thread::yield();
+  });
+  while (!started) std::this_thread::yield();
+  EXPECT_EQ(pool.Pick(), 1);  // stream 0 is busy
+  release = true;
+  pool.Fence();
 }
 
 }  // namespace

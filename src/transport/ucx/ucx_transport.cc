@@ -130,6 +130,7 @@ void OnPeerError(void* arg, ucp_ep_h, ucs_status_t status) {
 ucs_status_t WaitRequest(ucp_worker_h w, void* req, Clock::time_point until) {
   if (req == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
+  Backoff backoff;
   for (;;) {
     ucs_status_t st = ucp_request_check_status(req);
     if (st != UCS_INPROGRESS) {
@@ -137,7 +138,7 @@ ucs_status_t WaitRequest(ucp_worker_h w, void* req, Clock::time_point until) {
       return st;
     }
     if (Clock::now() >= until) return UCS_INPROGRESS;
-    if (ucp_worker_progress(w) == 0) SpinPause();
+    if (ucp_worker_progress(w) == 0) backoff.Pause();
   }
 }
 
@@ -305,12 +306,14 @@ class UcxLink final : public Link {
       }
     }
 
-    // Requests complete in order, mostly: watch the oldest outstanding one. Spin (yielding the
-    // core) while UCX has nothing new, then sleep on the worker's event fd: a long batch over a
-    // slow wire, or a target that must progress on a core we share, should not cost a core.
+    // Requests complete in order, mostly: watch the oldest outstanding one. Spin (pausing, then
+    // yielding the core) while UCX has nothing new, then sleep on the worker's event fd: a long
+    // batch over a slow wire, or a target that must progress on a core we share, should not
+    // cost a core.
     size_t done = 0;
     bool timed_out = false, shut = false;
     unsigned idle = 0;
+    Backoff backoff;
     for (unsigned spins = 0; failed == UCS_OK && done < reqs.size(); ++spins) {
       ucs_status_t st = ucp_request_check_status(reqs[done]);
       if (st == UCS_INPROGRESS) {
@@ -322,10 +325,12 @@ class UcxLink final : public Link {
           break;
         } else if (ucp_worker_progress(c.worker) != 0) {
           idle = 0;
+          backoff.Reset();
         } else if (++idle < kSpinsBeforeSleep) {
-          SpinPause();
+          backoff.Pause();
         } else {
           idle = 0;
+          backoff.Reset();
           if (ucp_worker_arm(c.worker) == UCS_OK) {  // else events came in: progress again
             pollfd p{c.efd, POLLIN, 0};
             ::poll(&p, 1, kSleepMs);
@@ -447,13 +452,15 @@ struct UcxTransport::Impl {
     while (!stop.load(std::memory_order_relaxed)) {
       // After activity, keep polling a moment before sleeping: the next put of a request in
       // flight usually follows within microseconds, and a wake-up costs tens of them.
+      Backoff backoff;
       for (auto quiet_until = Clock::now() + kTargetSpin; Clock::now() < quiet_until;) {
         if (ucp_worker_progress(worker) != 0) {
           while (ucp_worker_progress(worker) != 0) {
           }
           quiet_until = Clock::now() + kTargetSpin;
+          backoff.Reset();
         } else {
-          SpinPause();
+          backoff.Pause();
         }
       }
       ucs_status_t st = ucp_worker_arm(worker);
