@@ -22,6 +22,11 @@ class Request {
 
   RequestHandle id() const { return id_; }
   size_t batch_count() const { return plan_.batches.size(); }
+  // One memcpy batch (shm) of at most max_bytes.
+  bool IsSmallCopy(uint64_t max_bytes) const {
+    return plan_.batches.size() == 1 && plan_.batches[0].path == Path::kShm &&
+           plan_.bytes <= max_bytes;
+  }
 
   // Claims the next batch nobody has started and executes it on the calling thread (or
   // drops it when the request is stopping). False when every batch has been claimed. Streams

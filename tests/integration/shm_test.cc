@@ -118,6 +118,30 @@ TEST_F(IntegrationShm, SmallTransfersFromRegisteredMemoryRunInline) {
   XT_EXPECT_OK(engine_.DeregisterMem(h2));
 }
 
+TEST_F(IntegrationShm, SmallAsyncRequestsCompleteBeforeTransferAsyncReturns) {
+  // A small memcpy runs on the caller's thread: the request is over when its handle comes
+  // back. Larger ones go to the streams; both land whole.
+  const PeerRegion r = peer_.ShmAlloc(4 << 20);
+  LocalBuffer src(4 << 20), back(4 << 20);
+  for (uint64_t len : {uint64_t{4096}, uint64_t{64} << 10, uint64_t{4} << 20}) {
+    SCOPED_TRACE(len);
+    src.Fill(len);
+    xfer::RequestHandle h = 0;
+    XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, {{src.addr(), r.addr, len}}, 10s, &h));
+    if (len <= (64 << 10)) {
+      xfer::RequestStatus st;
+      XT_ASSERT_OK(engine_.GetTransferStatus(h, &st));
+      EXPECT_EQ(st.state, xfer::RequestState::kCompleted) << "a small shm request was handed off";
+    } else {
+      XT_ASSERT_OK(engine_.Wait(h, 10s, nullptr));
+    }
+    EXPECT_EQ(peer_.SumRange(r.addr, len), Hash64(src.data(), len));
+    XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kRead, {{back.addr(), r.addr, len}}, 10s, &h));
+    XT_ASSERT_OK(engine_.Wait(h, 10s, nullptr));
+    EXPECT_EQ(Hash64(back.data(), len), Hash64(src.data(), len));
+  }
+}
+
 // The number of this process's mappings of the peer's segments (memfd "xfer.*").
 int MappedSegments() {
   std::ifstream in("/proc/self/maps");
