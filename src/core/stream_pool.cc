@@ -71,10 +71,10 @@ void StreamPool::Run(Stream& s) {
       if (s.queue.empty()) return;  // stopping and drained
       task = std::move(s.queue.front());
       s.queue.pop_front();
+      s.running.store(true, std::memory_order_relaxed);  // before pending drops: never idle to Pick
       s.pending.fetch_sub(1, std::memory_order_relaxed);
     }
     std::lock_guard exec(s.exec);
-    s.running.store(true, std::memory_order_relaxed);
     task();
     s.running.store(false, std::memory_order_relaxed);
   }
