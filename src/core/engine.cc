@@ -519,11 +519,13 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
   }
   RequestHandle id = next_request_.fetch_add(1);
   *out = std::make_shared<Request>(id, op, DeadlineAfter(timeout), peer.state, std::move(plan));
-  if (track) {
-    std::lock_guard lock(requests_mu_);
-    requests_.emplace(id, *out);
-  }
+  if (track) Track(*out);
   return Status::Ok();
+}
+
+void EngineImpl::Track(const std::shared_ptr<Request>& req) {
+  std::lock_guard lock(requests_mu_);
+  requests_.emplace(req->id(), req);
 }
 
 void EngineImpl::Dispatch(const std::shared_ptr<Request>& req, bool caller_helps) {
@@ -608,13 +610,21 @@ Status EngineImpl::TransferAsync(const std::string& remote, Op op,
                                  const std::vector<TransferDesc>& descs,
                                  std::chrono::milliseconds timeout, RequestHandle* request) {
   if (request == nullptr) return {StatusCode::kInvalidArgument, "TransferAsync: null request pointer"};
+  // One small descriptor into a same-host peer's AllocMem memory: copied here, as a sync one
+  // is, and the request is over when its handle comes back (4 KiB, 8 in flight: ~2 M/s, from
+  // 0.95 M/s through the streams).
+  if (descs.size() == 1 && TryInlineShm(remote, op, descs[0], timeout)) {
+    auto done = Request::Completed(next_request_.fetch_add(1), op);
+    *request = done->id();
+    Track(done);
+    return Status::Ok();
+  }
   std::shared_ptr<Request> req;
   Status s = Submit(remote, op, descs, timeout, true, &req);
   if (!s.ok()) return s;
   *request = req->id();
-  // A small memcpy runs here and the request is born complete (as UCX's buffered puts are):
-  // the copy costs less than handing it to a stream (4 KiB requests, 8 in flight: ~1.5x the
-  // rate).
+  // Likewise a planned request that is one small memcpy (several descriptors, say): the copy
+  // costs less than handing it to a stream.
   if (req->IsSmallCopy(64 << 10)) {
     HelpWith(*req, Clock::time_point::max());
   } else {
@@ -670,10 +680,16 @@ Status EngineImpl::Wait(RequestHandle h, std::chrono::milliseconds timeout, Requ
     if (it == requests_.end()) return UnknownRequest("Wait", h);
     req = it->second;
   }
-  // Batches no stream has started yet run here rather than wait in a queue.
-  const auto until = DeadlineAfter(timeout);
-  HelpWith(*req, until);
-  RequestStatus st = req->WaitUntil(until, opts_.spin);
+  // Batches no stream has started yet run here rather than wait in a queue. (A request that is
+  // over already costs no clock read: ~30 ns each here, a 4 KiB copy ~70.)
+  RequestStatus st;
+  if (req->done()) {
+    st = req->Poll();
+  } else {
+    const auto until = DeadlineAfter(timeout);
+    HelpWith(*req, until);
+    st = req->WaitUntil(until, opts_.spin);
+  }
   if (st.state == RequestState::kWaiting) {
     if (status != nullptr) *status = st;
     return {StatusCode::kTimeout, "Wait: request " + std::to_string(h) + " still running"};

@@ -102,6 +102,7 @@ class EngineImpl final : public control::ControlHandler {
   // only ever seen by its caller).
   Status Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                 std::chrono::milliseconds timeout, bool track, std::shared_ptr<Request>* out);
+  void Track(const std::shared_ptr<Request>& req);  // in requests_, under its handle
   void Dispatch(const std::shared_ptr<Request>& req, bool caller_helps);
   void HelpWith(Request& req, Clock::time_point until);
   // Moves one descriptor into or out of a peer's mapped segment on this thread, when every

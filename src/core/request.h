@@ -19,8 +19,11 @@ class Request {
 
   Request(RequestHandle id, Op op, Clock::time_point deadline, std::shared_ptr<PeerState> peer,
           Plan plan);
+  // A request that was over before its handle was given out (its one copy ran on the caller).
+  static std::shared_ptr<Request> Completed(RequestHandle id, Op op);
 
   RequestHandle id() const { return id_; }
+  bool done() const { return done_.load(std::memory_order_acquire); }
   size_t batch_count() const { return plan_.batches.size(); }
   // One memcpy batch (shm) of at most max_bytes.
   bool IsSmallCopy(uint64_t max_bytes) const {

@@ -140,6 +140,20 @@ TEST_F(IntegrationShm, SmallAsyncRequestsCompleteBeforeTransferAsyncReturns) {
     XT_ASSERT_OK(engine_.Wait(h, 10s, nullptr));
     EXPECT_EQ(Hash64(back.data(), len), Hash64(src.data(), len));
   }
+  // Several small descriptors that make one planned copy: also done on return.
+  src.Fill(5);
+  std::vector<TransferDesc> d;
+  for (uint64_t i = 0; i < 8; ++i) d.push_back({src.addr() + i * 4096, r.addr + (7 - i) * 4096, 4096});
+  xfer::RequestHandle h = 0;
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, d, 10s, &h));
+  xfer::RequestStatus st;
+  XT_ASSERT_OK(engine_.GetTransferStatus(h, &st));
+  EXPECT_EQ(st.state, xfer::RequestState::kCompleted) << "a small planned shm copy was handed off";
+  for (uint64_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(peer_.SumRange(r.addr + (7 - i) * 4096, 4096), Hash64(src.data() + i * 4096, 4096)) << i;
+  }
+  // A handle is reported once: asking again is an error, as for any request.
+  EXPECT_EQ(engine_.GetTransferStatus(h, &st).code(), StatusCode::kInvalidArgument);
 }
 
 // The number of this process's mappings of the peer's segments (memfd "xfer.*").
