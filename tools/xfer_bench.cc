@@ -1028,7 +1028,7 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
     };
     if (depth == 1) {
       // Latency tests time the call alone. Bandwidth tests read the clock once per request (a
-      // read costs ~25 ns here, a 16 KiB copy ~250): a request's time then runs from the end
+      // read costs ~30 ns here, a 16 KiB copy ~250): a request's time then runs from the end
       // of the one before, and includes this loop's own work.
       const bool time_call = IsLat(test);
       uint64_t now = NowNs();

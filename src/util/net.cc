@@ -195,8 +195,8 @@ Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline,
                std::chrono::microseconds spin) {
   char* p = static_cast<char*>(data);
   Clock::time_point spin_until{};
-  // Every step is a recv call already: yield at once, the sender may need this core (tcp's
-  // READs were measurably slower on this 2-core machine with pauses first).
+  // Every step is a recv call already: yield at once, the sender may need this core (in A/B
+  // runs on this 2-core machine, tcp was slower with pauses first).
   Backoff backoff(0);
   while (len > 0) {
     ssize_t n = ::recv(fd, p, len, MSG_DONTWAIT);
