@@ -532,7 +532,8 @@ void EngineImpl::Dispatch(const std::shared_ptr<Request>& req, bool caller_helps
   // Streams and (for sync transfers) the caller pull batches from the request. A one-batch
   // sync transfer thus runs on the caller's thread: a hand-off would cost more than it saves.
   const size_t n = req->batch_count() - (caller_helps ? 1 : 0);
-  const size_t helpers = std::min(n, static_cast<size_t>(pool_->size()));
+  const size_t helpers = std::min({n, static_cast<size_t>(pool_->size()),
+                                   req->batches_in_flight() - (caller_helps ? 1 : 0)});
   for (size_t k = 0; k < helpers; ++k) {
     pool_->Submit(pool_->Pick(), [req] {
       while (req->RunNext()) {

@@ -63,7 +63,8 @@ void EngineImpl::Unsubscribe(const std::shared_ptr<control::Session>& s) {
 PlanLimits EngineImpl::LimitsFor(const transport::Transport& t) const {
   const uint64_t fallback = t.default_batch_bytes();
   return {opts_.slice_bytes ? opts_.slice_bytes : fallback,
-          opts_.batch_bytes ? opts_.batch_bytes : fallback, t.max_slices_per_batch()};
+          opts_.batch_bytes ? opts_.batch_bytes : fallback, t.max_slices_per_batch(), UINT64_MAX,
+          t.useful_batches_in_flight()};
 }
 
 PlanLimits EngineImpl::ShmLimits() const {

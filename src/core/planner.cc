@@ -143,6 +143,7 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
   plan->batches.clear();
   plan->regions.clear();
   plan->bytes = 0;
+  plan->batches_in_flight = SIZE_MAX;
 
   // Validate each descriptor, route it, and coalesce runs adjacent on both sides.
   struct Run {
@@ -226,6 +227,7 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
   for (const Run& run : runs) {
     const transport::Slice& r = run.slice;
     const PlanLimits lim = LimitsOf(paths, run.path, run.gpu_link);
+    plan->batches_in_flight = std::min(plan->batches_in_flight, lim.batches_in_flight);
     const uint64_t slice = std::max<uint64_t>(lim.slice_bytes, 1);
     const uint64_t batch_cap = std::max<uint64_t>(lim.batch_bytes, 1);
     const size_t max_slices = std::max<size_t>(lim.max_slices_per_batch, 1);

@@ -23,6 +23,7 @@ struct PlanLimits {
   size_t max_slices_per_batch = 1024;  // ...and at most this many slices
   // Mapped (shm) batches: descriptors at least this long are copied with non-temporal stores.
   uint64_t streaming_bytes = UINT64_MAX;
+  size_t batches_in_flight = SIZE_MAX;  // worth running at once (Transport's)
 };
 
 // How a batch travels.
@@ -70,6 +71,7 @@ struct Plan {
   // Every remote region the request touches, so a batch can see if one was revoked.
   std::vector<std::shared_ptr<RemoteRegion>> regions;
   uint64_t bytes = 0;
+  size_t batches_in_flight = SIZE_MAX;  // worth running at once: the least of its paths'
 };
 
 // Answers whether this process may read (WRITE requests) or write (READ requests) a local

@@ -25,6 +25,7 @@ class Request {
   RequestHandle id() const { return id_; }
   bool done() const { return done_.load(std::memory_order_acquire); }
   size_t batch_count() const { return plan_.batches.size(); }
+  size_t batches_in_flight() const { return plan_.batches_in_flight; }
   // One memcpy batch (shm) of at most max_bytes.
   bool IsSmallCopy(uint64_t max_bytes) const {
     return plan_.batches.size() == 1 && plan_.batches[0].path == Path::kShm &&

@@ -53,6 +53,9 @@ class Transport {
   virtual uint64_t default_batch_bytes() const { return 256 << 10; }
   // Whether a link reaches the peer's GPU memory (tcp: the target's threads stage it).
   virtual bool reaches_device_memory() const { return false; }
+  // How many batches of one request on a link are worth running at once: more only add
+  // threads that wait.
+  virtual size_t useful_batches_in_flight() const { return SIZE_MAX; }
   // Opens a link to a peer, or says why this transport cannot reach it.
   virtual Status Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) = 0;
   // For transports whose threads touch this engine's memory on a peer's behalf (tcp): waits

@@ -204,6 +204,22 @@ TEST_F(PlannerRouteTest, CudaTakesGpuPairsAtTheOpenedAddress) {
   EXPECT_EQ(p.slices[2].remote, kRemote);
 }
 
+TEST_F(PlannerRouteTest, BatchesInFlightIsTheLeastOfThePathsTaken) {
+  paths_.link_limits.batches_in_flight = 2;  // as tcp with one link
+  static uint8_t opened[1 << 20];
+  paths_.cuda_base = [](RemoteRegion& r) {
+    return r.info.type == MemType::kCuda ? opened : nullptr;
+  };
+  Plan p;
+  ASSERT_TRUE(Route(Op::kWrite, {{D(0), kGpu, 1 << 20}}, &p).ok());  // cuda only: no limit
+  EXPECT_EQ(p.batches_in_flight, SIZE_MAX);
+  ASSERT_TRUE(Route(Op::kWrite, {{L(0), kRemote, 1 << 20}}, &p).ok());  // over the link
+  EXPECT_EQ(p.batches.size(), 4u);
+  EXPECT_EQ(p.batches_in_flight, 2u);
+  ASSERT_TRUE(Route(Op::kWrite, {{D(0), kGpu, 4096}, {L(0), kRemote, 4096}}, &p).ok());  // both
+  EXPECT_EQ(p.batches_in_flight, 2u);
+}
+
 TEST_F(PlannerRouteTest, StageAllStagesHostMemoryToo) {
   paths_.staging = true;
   paths_.stage_all = true;
