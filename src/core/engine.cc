@@ -577,11 +577,9 @@ bool EngineImpl::TryInlineShm(const std::string& remote, Op op, const TransferDe
       region->revoked.load(std::memory_order_acquire)) {
     return false;  // the planned path says why
   }
-  if (op == Op::kWrite) {
-    pool_->SharedCopy(reinterpret_cast<void*>(s.remote), reinterpret_cast<const void*>(s.local), s.len);
-  } else {
-    pool_->SharedCopy(reinterpret_cast<void*>(s.local), reinterpret_cast<const void*>(s.remote), s.len);
-  }
+  const uint64_t dst = op == Op::kWrite ? s.remote : s.local;
+  const uint64_t src = op == Op::kWrite ? s.local : s.remote;
+  pool_->SharedCopy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), s.len);
   peer.state->shm_bytes.fetch_add(d.len, std::memory_order_relaxed);
   return true;
 }
