@@ -1302,12 +1302,14 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::st
                  {"page_kb", region.page_kb()},
                  {"host", MachineLine()}}))
     return "the control connection closed";
-  if (verbose)
+  if (verbose) {
     std::printf("xfer-bench serve: client %s: engine %s, %s %s%s%s\n",
                 hello.value("client", "?").c_str(), engine.LocalName().c_str(),
                 FormatSize(region.size()).c_str(),
                 c.mem == "alloc" ? "allocated (AllocMem)" : "registered",
                 region_mem.device ? " on " : "", region_mem.device ? c.remote_mem.c_str() : "");
+    std::fflush(stdout);  // out before the client's run ends (a log file is not line-buffered)
+  }
 
   // Bidirectional: this side's initiator toward the client, on its own thread per size.
   std::string client;
