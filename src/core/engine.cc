@@ -531,9 +531,12 @@ void EngineImpl::Track(const std::shared_ptr<Request>& req) {
 void EngineImpl::Dispatch(const std::shared_ptr<Request>& req, bool caller_helps) {
   // Streams and (for sync transfers) the caller pull batches from the request. A one-batch
   // sync transfer thus runs on the caller's thread: a hand-off would cost more than it saves.
+  // At most the batches worth running at once (tcp: two per link), a sync caller's included
+  // (a caller in Wait() on an async request may run one more).
   const size_t n = req->batch_count() - (caller_helps ? 1 : 0);
-  const size_t helpers = std::min({n, static_cast<size_t>(pool_->size()),
-                                   req->batches_in_flight() - (caller_helps ? 1 : 0)});
+  const size_t helpers =
+      std::min({n, static_cast<size_t>(pool_->size()),
+                std::max<size_t>(req->batches_in_flight(), 1) - (caller_helps ? 1 : 0)});
   for (size_t k = 0; k < helpers; ++k) {
     pool_->Submit(pool_->Pick(), [req] {
       while (req->RunNext()) {
@@ -611,8 +614,10 @@ Status EngineImpl::TransferAsync(const std::string& remote, Op op,
   if (request == nullptr) return {StatusCode::kInvalidArgument, "TransferAsync: null request pointer"};
   // One small descriptor into a same-host peer's AllocMem memory: copied here, as a sync one
   // is, and the request is over when its handle comes back (4 KiB, 8 in flight: ~2 M/s, from
-  // 0.95 M/s through the streams).
-  if (descs.size() == 1 && TryInlineShm(remote, op, descs[0], timeout)) {
+  // 0.95 M/s through the streams). Larger copies go to the streams: the caller is not held.
+  constexpr uint64_t kAsyncInlineBytes = 64 << 10;
+  if (descs.size() == 1 && descs[0].len <= kAsyncInlineBytes &&
+      TryInlineShm(remote, op, descs[0], timeout)) {
     auto done = Request::Completed(next_request_.fetch_add(1), op);
     *request = done->id();
     Track(done);
@@ -624,7 +629,7 @@ Status EngineImpl::TransferAsync(const std::string& remote, Op op,
   *request = req->id();
   // Likewise a planned request that is one small memcpy (several descriptors, say): the copy
   // costs less than handing it to a stream.
-  if (req->IsSmallCopy(64 << 10)) {
+  if (req->IsSmallCopy(kAsyncInlineBytes)) {
     HelpWith(*req, Clock::time_point::max());
   } else {
     Dispatch(req, false);

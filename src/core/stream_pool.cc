@@ -71,7 +71,7 @@ void StreamPool::Run(Stream& s) {
       if (s.queue.empty()) return;  // stopping and drained
       task = std::move(s.queue.front());
       s.queue.pop_front();
-      s.running.store(true, std::memory_order_relaxed);  // before pending drops: never idle to Pick
+      s.running.store(true, std::memory_order_relaxed);  // before pending drops (Pick's hint)
       s.pending.fetch_sub(1, std::memory_order_relaxed);
     }
     std::lock_guard exec(s.exec);
@@ -93,6 +93,12 @@ bool StreamPool::TryHelp() {
 }
 
 void StreamPool::SharedCopy(void* dst, const void* src, size_t len) {
+  const auto* d8 = static_cast<const uint8_t*>(dst);
+  const auto* s8 = static_cast<const uint8_t*>(src);
+  if (d8 < s8 + len && s8 < d8 + len) {  // overlapping ranges (not the shm path's case)
+    std::memmove(dst, src, len);
+    return;
+  }
   int free = kFree;
   if (len < kMinSharedCopy || spin_.count() <= 0 ||
       !offer_.state.compare_exchange_strong(free, kFilling, std::memory_order_acquire)) {
@@ -102,11 +108,20 @@ void StreamPool::SharedCopy(void* dst, const void* src, size_t len) {
   if (spinning_.load(std::memory_order_relaxed) == 0) {
     offer_.state.store(kFree, std::memory_order_release);
     std::memcpy(dst, src, len);
-    // A stream spins after a task: wake one (once), so that it can take half of the next copy.
-    if (!waking_.exchange(true, std::memory_order_relaxed)) Submit(Pick(), [] {});
+    // A stream spins after a task: when copies follow each other closely, wake one (once) so
+    // that it can take half of the next. Sparse copies wake nobody: the stream would spin for
+    // nothing, and the wake-up costs the caller a system call.
+    const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+    const int64_t last = last_alone_.exchange(now, std::memory_order_relaxed);
+    if (now - last < std::chrono::duration_cast<std::chrono::steady_clock::duration>(spin_).count() &&
+        !waking_.exchange(true, std::memory_order_relaxed)) {
+      Submit(Pick(), [] {});
+    }
     return;
   }
-  const size_t half = (len / 2) & ~size_t{63};  // each side whole cache lines
+  // The second half starts on a cache line of dst, so the two cores never write the same line.
+  const uintptr_t d = reinterpret_cast<uintptr_t>(dst);
+  const size_t half = ((d + len / 2) & ~uintptr_t{63}) - d;
   offer_.dst = static_cast<uint8_t*>(dst) + half;
   offer_.src = static_cast<const uint8_t*>(src) + half;
   offer_.len = len - half;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -36,10 +37,10 @@ class StreamPool {
   std::unique_lock<std::mutex> InlineSlot();
   void Fence();
 
-  // memcpy(dst, src, len) (the ranges must not overlap) on the calling thread, which holds an
-  // inline slot; an idle stream that is spinning copies the second half meanwhile. A sleeping
-  // stream is not waited for: the caller then copies it all, and wakes one to spin for the
-  // next copy.
+  // memcpy(dst, src, len) on the calling thread, which holds an inline slot; an idle stream
+  // that is spinning copies the second half meanwhile. A sleeping stream is not waited for:
+  // the caller then copies it all, and when copies come close together wakes one to spin for
+  // the next.
   void SharedCopy(void* dst, const void* src, size_t len);
   uint64_t shared_halves() const { return shared_halves_.load(std::memory_order_relaxed); }
   // Below this, half a copy takes less than handing the other half to another core.
@@ -69,6 +70,7 @@ class StreamPool {
   Offer offer_;
   std::atomic<int> spinning_{0};  // streams spinning for work now
   std::atomic<bool> waking_{false};  // SharedCopy woke a stream that has not spun yet
+  std::atomic<int64_t> last_alone_{0};  // steady_clock ticks of the last copy nobody shared
   std::atomic<uint64_t> shared_halves_{0};  // halves of SharedCopy that streams took
   std::atomic<uint32_t> next_{0};   // Pick's turn when no stream is idle
 
