@@ -56,7 +56,9 @@ class Engine {
   // Moves every descriptor, or none is reported done: returns ok only when all data landed.
   Status TransferSync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                       std::chrono::milliseconds timeout);
-  // Starts a request whose deadline is now + timeout. Validation errors return at once.
+  // Starts a request whose deadline is now + timeout. Validation errors return at once. A copy
+  // of up to 64 KiB into or out of a same-host peer's AllocMem memory runs before it returns
+  // (cheaper than handing it off): that request is already complete.
   Status TransferAsync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                        std::chrono::milliseconds timeout, RequestHandle* request);
   // A terminal status (anything but kWaiting) is reported once; the handle is then released.
