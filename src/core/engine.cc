@@ -139,12 +139,14 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
 
   transport::TcpTargetHooks hooks;
   hooks.incarnation = incarnation_;
-  hooks.region_access = [this](uint64_t a, uint64_t l) {
+  // (Asked once per slice of every batch a peer sends: the option's text is read here, once.)
+  const bool stage_all = opts_.staging == "always";
+  hooks.region_access = [this, stage_all](uint64_t a, uint64_t l) {
     transport::TcpTargetAccess access;
     if (auto t = registry_.TypeOf(a, l)) {
       access.allowed = true;
       access.device = *t == MemType::kCuda;
-      access.staged = access.device || opts_.staging == "always";
+      access.staged = access.device || stage_all;
     }
     return access;
   };
