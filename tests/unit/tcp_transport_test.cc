@@ -121,6 +121,20 @@ TEST_P(TcpTransportTest, GarbageOnTheDataPortClosesOnlyThatConnection) {
   EXPECT_TRUE(Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}}).ok());
 }
 
+TEST_P(TcpTransportTest, DeadlineDuringTheHandshakeIsATimeout) {
+  // A listener that never answers: the connect succeeds (the kernel accepts), the hello waits.
+  net::Fd mute;
+  net::Address bound;
+  ASSERT_TRUE(net::Listen(net::Address{"127.0.0.1", 0, true}, &mute, &bound).ok());
+  std::shared_ptr<Link> link;
+  ASSERT_TRUE(tcp_->Connect(PeerEndpoint{0, 42, 0, "127.0.0.1", bound.port}, &link).ok());
+  std::vector<uint8_t> src(64, 4);
+  const std::vector<Slice> batch{{reinterpret_cast<uint64_t>(src.data()), R(0), 64}};
+  const Status st = link->Execute(Op::kWrite, batch, Clock::now() + std::chrono::milliseconds(100));
+  EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.ToString();
+  EXPECT_EQ(region_[0], 0x11);
+}
+
 TEST_P(TcpTransportTest, ManyThreadsPipelineOnOneConnection) {
   // Frames from several threads share the connections; replies must reach the thread whose
   // frame they answer, refusals included.

@@ -247,10 +247,16 @@ class TcpLink final : public Link {
     return s;
   }
 
+  // A request whose deadline ends the connect or handshake timed out; anything else lost the link.
+  static Status OpenFailed(const std::string& what, const Status& s) {
+    const StatusCode code = s.code() == StatusCode::kTimeout ? StatusCode::kTimeout : StatusCode::kConnectionLost;
+    return {code, "tcp: " + what + s.message()};
+  }
+
   Status Open(Clock::time_point deadline, std::shared_ptr<Stream>* out) {
     auto st = std::make_shared<Stream>();
     Status s = net::ConnectTcp(net::Address{peer_.host, peer_.tcp_port, true}, deadline, &st->fd);
-    if (!s.ok()) return {StatusCode::kConnectionLost, "tcp: " + s.message()};
+    if (!s.ok()) return OpenFailed("", s);
     const int fd = st->fd.get();
     TuneSocket(fd);
     uint8_t hello[kHelloBytes] = {};
@@ -261,7 +267,7 @@ class TcpLink final : public Link {
     s = net::SendAll(fd, hello, sizeof hello, deadline);
     uint8_t code[kAcceptBytes];
     if (s.ok()) s = net::RecvAll(fd, code, sizeof code, deadline);
-    if (!s.ok()) return {StatusCode::kConnectionLost, "tcp: data connection handshake: " + s.message()};
+    if (!s.ok()) return OpenFailed("data connection handshake: ", s);
     if (Get<uint32_t>(code) != 0) {
       return {StatusCode::kConnectionLost, "tcp: the target refused the data connection (restarted?)"};
     }
