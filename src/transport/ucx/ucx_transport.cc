@@ -274,11 +274,13 @@ class UcxLink final : public Link {
     return Status::Ok();
   }
 
-  // Posts the batch and a flush, then progresses until all of them completed: the data is in
-  // place at the target (WRITE) or here (READ). Any failure tears the endpoint down.
+  // Posts the batch (and, for WRITE, a flush), then progresses until all of it completed: the
+  // data is in place at the target (WRITE) or here (READ: a get completes when its data has
+  // arrived, so it needs no flush, which costs a round trip). Any failure tears the endpoint
+  // down.
   Status Run(Conn& c, Op op, std::span<const Slice> batch, const std::vector<ucp_rkey_h>& rkeys,
              Clock::time_point deadline) {
-    std::vector<void*> reqs;  // outstanding requests; the flush last
+    std::vector<void*> reqs;  // outstanding requests; a WRITE's flush last
     reqs.reserve(batch.size() + 1);
     ucp_request_param_t none{};
     ucs_status_t failed = UCS_OK;
@@ -296,7 +298,7 @@ class UcxLink final : public Link {
         reqs.push_back(r);
       }
     }
-    if (failed == UCS_OK) {
+    if (failed == UCS_OK && op == Op::kWrite) {
       ucs_status_ptr_t r = ucp_ep_flush_nbx(c.ep, &none);
       if (UCS_PTR_IS_ERR(r)) {
         failed = UCS_PTR_STATUS(r);

@@ -5,8 +5,8 @@
 // need the target to progress); every registered region is mapped with ucp_mem_map and its
 // packed remote key travels in the region table. Initiator side: per peer, `links` endpoints,
 // each on a worker of its own (a queue pair / rail each); a batch is posted as non-blocking
-// puts or gets, then flushed, and Execute returns once the flush completes: the data is in
-// place at the target. A peer error (UCX's peer error handling) fails the batches on that
+// puts (then a flush) or gets, and Execute returns once all of them completed: the data is in
+// place at the target (WRITE) or here (READ). A peer error (UCX's peer error handling) fails the batches on that
 // endpoint with kConnectionLost; the next batch rebuilds the endpoint.
 #pragma once
 
