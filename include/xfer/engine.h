@@ -69,7 +69,8 @@ class Engine {
   Status Wait(RequestHandle request, std::chrono::milliseconds timeout,
               RequestStatus* status = nullptr);
   // Stops a request: batches not yet started are dropped; its status becomes kCanceled once
-  // those in flight finish. Canceling a request that already ended is ok and changes nothing.
+  // those in flight finish (kCompleted if none was dropped and all of them succeeded: every
+  // byte moved). Canceling a request that already ended is ok and changes nothing.
   Status Cancel(RequestHandle request);
 
  private:

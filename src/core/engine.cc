@@ -510,9 +510,13 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
     LocalMemoryCheck local(registry_);
     s = MakePlan(op, descs, peer.state->regions, local, peer.state->paths, &plan);
     // The peer may have registered the region a moment ago: catch up with its updates once.
-    if (s.code() == StatusCode::kRemoteAccessDenied && peer.session &&
-        SyncWith(peer.session, DeadlineAfter(std::min(timeout, opts_.heartbeat_timeout)))) {
-      s = MakePlan(op, descs, peer.state->regions, local, peer.state->paths, &plan);
+    if (s.code() == StatusCode::kRemoteAccessDenied && peer.session) {
+      if (SyncWith(peer.session, DeadlineAfter(std::min(timeout, opts_.heartbeat_timeout)))) {
+        s = MakePlan(op, descs, peer.state->regions, local, peer.state->paths, &plan);
+      } else if (timeout < opts_.heartbeat_timeout) {  // the request's own time ran out
+        s = {StatusCode::kTimeout, "the deadline passed while catching up with the peer's region "
+                                   "updates (as last known: " + s.message() + ")"};
+      }
     }
   }
   if (!s.ok()) {

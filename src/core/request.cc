@@ -87,7 +87,10 @@ void Request::RunBatch(size_t i) {
           s = (b.gpu_link ? peer_->gpu_link : peer_->link)->Execute(op_, slices, deadline_);
           break;
       }
-      if (s.ok()) counter->fetch_add(b.bytes, std::memory_order_relaxed);
+      if (s.ok()) {
+        counter->fetch_add(b.bytes, std::memory_order_relaxed);
+        succeeded_.fetch_add(1, std::memory_order_relaxed);
+      }
     }
     if (!s.ok()) {
       if (Clock::now() >= deadline_) {
@@ -104,7 +107,10 @@ void Request::Finish() {
   RequestStatus st;
   {
     std::lock_guard lock(mu_);
-    switch (stop_.load()) {
+    // A cancel or deadline that came after every batch had started, and all moved their
+    // bytes, changed nothing: the transfer is complete.
+    const bool all_moved = succeeded_.load(std::memory_order_relaxed) == plan_.batches.size();
+    switch (all_moved ? StopReason::kNone : stop_.load()) {
       case StopReason::kNone: st.state = RequestState::kCompleted; break;
       case StopReason::kFailed: st = {RequestState::kFailed, error_}; break;
       case StopReason::kCanceled:

@@ -63,6 +63,7 @@ class Request {
 
   std::atomic<size_t> next_batch_{0};
   std::atomic<size_t> outstanding_;
+  std::atomic<size_t> succeeded_{0};  // batches that moved their bytes
   std::atomic<StopReason> stop_{StopReason::kNone};
   std::atomic<bool> done_{false};
 

@@ -22,8 +22,10 @@ namespace xfer::net {
 using text::Errno;
 namespace {
 
+// Rounded up: a wait must not end before its deadline (a caller then tells a timeout from a
+// failure by the clock).
 int MillisLeft(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
   if (left.count() <= 0) return 0;
   return left.count() > 1 << 30 ? 1 << 30 : static_cast<int>(left.count());
 }
@@ -44,7 +46,8 @@ bool PollFor(int fd, short events, Clock::time_point deadline) {
     pollfd p{fd, events, 0};
     int r = ::poll(&p, 1, MillisLeft(deadline));
     if (r > 0) return true;
-    if (r == 0) return false;
+    if (r == 0 && Clock::now() >= deadline) return false;
+    if (r == 0) continue;  // woke early (the kernel's timer slack): wait out the rest
     if (errno != EINTR) return true;  // let the following call report the error
   }
 }

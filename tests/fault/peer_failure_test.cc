@@ -50,13 +50,16 @@ class FaultPeerFailure : public PeerFixture {
   void StartAt(PeerProcess* p, const std::string& name) {
     std::string err;
     const auto t0 = Clock::now();
+    int retries = 0;
     while (!p->Start(FastHeartbeat(name), &err)) {
       ASSERT_LT(SecondsSince(t0), 10.0) << "could not restart a peer at " << name << ": " << err;
+      ++retries;
       std::this_thread::sleep_for(100ms);
     }
-    if (SecondsSince(t0) > 0.5) {
-      ADD_FAILURE() << "restarting at " << name << " needed " << SecondsSince(t0)
-                    << " s of retries (listen socket without SO_REUSEADDR?): " << err;
+    // Counted, not timed: a slow machine may take long to start a peer that binds at once.
+    if (retries > 4) {
+      ADD_FAILURE() << "restarting at " << name << " needed " << retries
+                    << " retries (listen socket without SO_REUSEADDR?): " << err;
     }
     ASSERT_EQ(p->name(), name);
   }
@@ -254,7 +257,8 @@ TEST_F(FaultPeerFailure, HungPeerIsDetectedByHeartbeat) {
       << "a SIGSTOPped peer was never declared dead";
   const double took = SecondsSince(stopped_at);
   EXPECT_LT(took, kDetectSeconds) << "hung peer detected after " << took << " s";
-  EXPECT_GT(took, 0.5) << "declared dead after " << took
+  // (Not 1 s: its last heartbeat may have left late, if its control thread was starved.)
+  EXPECT_GT(took, 0.2) << "declared dead after " << took
                        << " s, well before the 1 s heartbeat timeout";
   const xfer::Status after = engine_.TransferSync(name, Op::kWrite, {{src.addr(), r.addr, 64}}, 5s);
   EXPECT_TRUE(after.code() == StatusCode::kNotConnected ||

@@ -71,6 +71,37 @@ TEST_F(IntegrationRequest, CancelRightAwayEndsCanceledOrCompleted) {
   ExpectStillWorks();
 }
 
+TEST_F(IntegrationRequest, EndStateSaysWhetherTheBytesMoved) {
+  // One batch, canceled at once or a little later: either it was dropped (kCanceled, the
+  // target untouched) or it ran (kCompleted, every byte there); never kCanceled with the data
+  // moved, whichever moment the cancel lands in.
+  constexpr uint64_t kLen = 256 << 10;
+  LocalBuffer src(kLen);
+  int canceled = 0;
+  for (int round = 0; round < 30; ++round) {
+    src.Fill(round);
+    peer_.FillRange(region_.addr, kLen, 1000 + round);
+    const uint64_t before = peer_.SumRange(region_.addr, kLen);
+    xfer::RequestHandle req = 0;
+    XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, {{src.addr(), region_.addr, kLen}},
+                                       10s, &req));
+    const auto cancel_at = Clock::now() + std::chrono::microseconds(round % 10 * 15);
+    while (Clock::now() < cancel_at) {
+    }
+    XT_EXPECT_OK(engine_.Cancel(req));
+    const Outcome o = WaitFor(engine_, req, 10s);
+    const uint64_t after = peer_.SumRange(region_.addr, kLen);
+    if (o.status.state == RequestState::kCanceled) {
+      ++canceled;
+      EXPECT_EQ(after, before) << "round " << round << ": canceled, but the data moved";
+    } else {
+      EXPECT_EQ(o.status.state, RequestState::kCompleted) << o.status.status.ToString();
+      EXPECT_EQ(after, src.Hash()) << "round " << round;
+    }
+  }
+  std::printf("canceled %d of 30\n", canceled);
+}
+
 TEST_F(IntegrationRequest, CancelWhilePollingStatus) {
   xfer::RequestHandle req = 0;
   XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kRead, big_, 30s, &req));

@@ -196,7 +196,7 @@ shm)
   grep -qE "^# memory: .*--huge-pages: page size here [0-9]+ kB" "$tmp/out" || { cat "$tmp/out"; fail "--huge-pages not reported"; }
   has_path "$tmp/out" "shm 100%"
   # Two processes through serve/client on 127.0.0.1: the client's --mem travels to the server.
-  port=$((20000 + ($$ + 7919) % 20000))
+  port=$((20000 + ($$ + 7919) % 12000))  # below the kernel's ephemeral ports (32768 up)
   "$XB" serve --listen 127.0.0.1:$port >"$tmp/srv" 2>&1 &
   pids+=("$!")
   "$XB" write_bw -s 64K -n 30 --mem alloc -b "${SMALL[@]}" 127.0.0.1:$port >"$tmp/cli" 2>&1 || { cat "$tmp/cli" "$tmp/srv"; fail "serve/client alloc"; }

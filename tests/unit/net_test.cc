@@ -51,5 +51,21 @@ TEST(Sockets, RecvAllHonoursDeadline) {
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
 }
 
+TEST(Sockets, WaitsNeverEndBeforeTheirDeadline) {
+  // Callers tell a timeout from a failure by the clock: a wait that gave up early (poll's
+  // whole milliseconds, rounded down) turned an expired request into a failed one.
+  Fd listener;
+  Address bound;
+  ASSERT_TRUE(Listen(Address{"127.0.0.1", 0, true}, &listener, &bound).ok());
+  Fd fd;
+  ASSERT_TRUE(ConnectTcp(bound, Clock::now() + std::chrono::seconds(2), &fd).ok());
+  char b[4];
+  for (int i = 0; i < 20; ++i) {
+    const auto deadline = Clock::now() + std::chrono::microseconds(2500 + 137 * i);
+    EXPECT_EQ(RecvAll(fd.get(), b, 4, deadline).code(), StatusCode::kTimeout);
+    EXPECT_GE(Clock::now(), deadline) << "round " << i;
+  }
+}
+
 }  // namespace
 }  // namespace xfer::net
