@@ -544,18 +544,18 @@ void EngineImpl::Dispatch(const std::shared_ptr<Request>& req, bool caller_helps
       std::min({n, static_cast<size_t>(pool_->size()),
                 std::max<size_t>(req->batches_in_flight(), 1) - (caller_helps ? 1 : 0)});
   for (size_t k = 0; k < helpers; ++k) {
-    pool_->Submit(pool_->Pick(), [req] {
-      while (req->RunNext()) {
-      }
-    });
+    pool_->Submit(pool_->Pick(), [this, req] { HelpWith(*req, Clock::time_point::max()); });
   }
   if (caller_helps) HelpWith(*req, Clock::time_point::max());
 }
 
 void EngineImpl::HelpWith(Request& req, Clock::time_point until) {
-  auto slot = pool_->InlineSlot();
   const bool forever = until == Clock::time_point::max();
-  while ((forever || Clock::now() < until) && req.RunNext()) {
+  while (forever || Clock::now() < until) {
+    // A slot per batch: a fence (a peer's deregistration, handled on the control thread)
+    // then waits for one batch, not for the rest of a long request.
+    auto slot = pool_->Slot();
+    if (!req.RunNext()) break;
   }
 }
 
@@ -581,7 +581,7 @@ bool EngineImpl::TryInlineShm(const std::string& remote, Op op, const TransferDe
                      d.len};
   // The same order of checks as a planned batch, under an execution slot (the fence of a
   // deregistration waits for it).
-  auto slot = pool_->InlineSlot();
+  auto slot = pool_->Slot();
   if (!peer.state->alive.load(std::memory_order_acquire) ||
       region->revoked.load(std::memory_order_acquire)) {
     return false;  // the planned path says why

@@ -6,6 +6,12 @@
 #include "util/spin.h"
 
 namespace xfer {
+namespace {
+// Set on a stream's own thread: its pool and its slot.
+thread_local const StreamPool* stream_pool = nullptr;
+thread_local std::mutex* stream_slot = nullptr;
+}  // namespace
+
 StreamPool::StreamPool(int streams, std::chrono::microseconds spin) : spin_(spin) {
   for (int i = 0; i < std::max(streams, 1); ++i) {
     streams_.push_back(std::make_unique<Stream>());
@@ -44,6 +50,8 @@ int StreamPool::Pick() {
 }
 
 void StreamPool::Run(Stream& s) {
+  stream_pool = this;
+  stream_slot = &s.exec;
   for (;;) {
     // Spin a little before sleeping: back-to-back batches then cost no wake-up.
     // (The clock is read every few steps only: a read costs as much as a hand-off's wait.)
@@ -74,7 +82,6 @@ void StreamPool::Run(Stream& s) {
       s.running.store(true, std::memory_order_relaxed);  // before pending drops (Pick's hint)
       s.pending.fetch_sub(1, std::memory_order_relaxed);
     }
-    std::lock_guard exec(s.exec);
     task();
     s.running.store(false, std::memory_order_relaxed);
   }
@@ -149,7 +156,8 @@ void StreamPool::Stop() {
   }
 }
 
-std::unique_lock<std::mutex> StreamPool::InlineSlot() {
+std::unique_lock<std::mutex> StreamPool::Slot() {
+  if (stream_pool == this) return std::unique_lock<std::mutex>(*stream_slot);
   size_t slot = std::hash<std::thread::id>{}(std::this_thread::get_id()) % kInlineSlots;
   return std::unique_lock<std::mutex>(inline_slots_[slot]);
 }

@@ -31,13 +31,14 @@ class StreamPool {
   // Runs the queued tasks, then joins the threads. Submit after Stop runs the task inline.
   void Stop();
 
-  // Every execution of a batch (on a stream, or inline on a caller's thread) holds one of
-  // these slots; Fence() takes each slot in turn, so when it returns, every batch that was
-  // executing when it was called has finished.
-  std::unique_lock<std::mutex> InlineSlot();
+  // Every execution of a batch holds the execution slot of its thread, for that batch alone:
+  // a stream's own, or on any other thread one of the inline slots. Fence() takes each slot
+  // in turn, so when it returns, every batch that was executing when it was called has
+  // finished (and it waits for no more than those: not for the rest of a long request).
+  std::unique_lock<std::mutex> Slot();
   void Fence();
 
-  // memcpy(dst, src, len) on the calling thread, which holds an inline slot; an idle stream
+  // memcpy(dst, src, len) on the calling thread, which holds its slot; an idle stream
   // that is spinning copies the second half meanwhile. A sleeping stream is not waited for:
   // the caller then copies it all, and when copies come close together wakes one to spin for
   // the next.
@@ -53,7 +54,7 @@ class StreamPool {
     std::deque<Task> queue;
     std::atomic<size_t> pending{0};
     std::atomic<bool> running{false};
-    std::mutex exec;  // held while a task runs
+    std::mutex exec;  // the stream's execution slot
     std::thread thread;
   };
   void Run(Stream& s);

@@ -24,17 +24,43 @@ TEST(StreamPool, RunsEveryTaskAndDrainsOnStop) {
   }
 }
 
-TEST(StreamPool, FenceWaitsForRunningTasks) {
+TEST(StreamPool, FenceWaitsForTheRunningBatchNotTheWholeTask) {
+  // A task that runs two batches, each under its slot, and idles between them: a fence called
+  // during the first waits for it, and one called between them returns at once (the control
+  // thread must not wait out a long request for a peer's deregistration).
   StreamPool pool(2, std::chrono::microseconds(0));
-  std::atomic<bool> started{false}, finished{false};
+  std::atomic<int> stage{0};
   pool.Submit(0, [&] {
-    started = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    finished = true;
+    {
+      auto slot = pool.Slot();
+      stage = 1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      stage = 2;
+    }
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (stage != 3 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    auto slot = pool.Slot();
+    stage = 4;
   });
-  while (!started) std::this_thread::yield();
+  while (stage != 1) std::this_thread::yield();
   pool.Fence();
-  EXPECT_TRUE(finished.load());
+  EXPECT_EQ(stage.load(), 2);
+  const auto t0 = std::chrono::steady_clock::now();
+  pool.Fence();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  stage = 3;
+  // And a caller's thread holds an inline slot, which a fence waits for as well.
+  std::atomic<bool> held{false}, fenced{false};
+  std::thread caller([&] {
+    auto slot = pool.Slot();
+    held = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(fenced.load());
+  });
+  while (!held) std::this_thread::yield();
+  pool.Fence();
+  fenced = true;
+  caller.join();
 }
 
 // Copies of every length around the threshold, odd ones included, land whole and touch
