@@ -135,6 +135,36 @@ TEST_P(TcpTransportTest, DeadlineDuringTheHandshakeIsATimeout) {
   EXPECT_EQ(region_[0], 0x11);
 }
 
+TEST_P(TcpTransportTest, BatchesOutliveOtherBatchesDeadlines) {
+  // One thread's READs keep missing a tight deadline, each breaking the connection it shares;
+  // another thread's WRITEs, with time to spare, are retried on fresh connections and land.
+  std::atomic<bool> stop{false};
+  std::atomic<int> broke{0};
+  std::thread breaker([&] {
+    std::vector<uint8_t> into(512 << 10);
+    const std::vector<Slice> b{{reinterpret_cast<uint64_t>(into.data()), R(0), into.size()}};
+    while (!stop) {
+      if (link_->Execute(Op::kRead, b, Clock::now() + std::chrono::microseconds(100)).code() ==
+          StatusCode::kTimeout) {
+        ++broke;
+      }
+    }
+  });
+  std::vector<uint8_t> src(64 << 10, 7);
+  int failed = 0;
+  for (int i = 0; i < 300; ++i) {
+    const Status s = Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(512 << 10), src.size()}});
+    if (!s.ok()) {
+      ++failed;
+      ADD_FAILURE() << s.ToString();
+    }
+  }
+  stop = true;
+  breaker.join();
+  EXPECT_EQ(failed, 0) << "of 300, with " << broke.load() << " connections broken by deadlines";
+  EXPECT_GT(broke.load(), 0) << "no deadline was missed: the test proved nothing";
+}
+
 TEST_P(TcpTransportTest, ManyThreadsPipelineOnOneConnection) {
   // Frames from several threads share the connections; replies must reach the thread whose
   // frame they answer, refusals included.

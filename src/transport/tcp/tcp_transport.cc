@@ -151,8 +151,11 @@ class TcpLink final : public Link {
     bool bystander = false;
     Status s = ExecuteOn(c, op, batch, deadline, &bystander);
     // A batch lost only because another batch broke the shared stream (its deadline passed,
-    // say) is tried once more on a fresh one: batches are idempotent.
-    if (bystander && !shut_.load()) s = ExecuteOn(c, op, batch, deadline, &bystander);
+    // say) is tried again on a fresh one while its own deadline allows: batches are
+    // idempotent. A dead peer ends this at once: opening a stream to it fails.
+    while (bystander && !shut_.load() && Clock::now() < deadline) {
+      s = ExecuteOn(c, op, batch, deadline, &bystander);
+    }
     c.busy.fetch_sub(1);
     if (!s.ok() && shut_.load()) return Gone();
     return s;
