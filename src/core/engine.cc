@@ -511,9 +511,12 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
     s = MakePlan(op, descs, peer.state->regions, local, peer.state->paths, &plan);
     // The peer may have registered the region a moment ago: catch up with its updates once.
     if (s.code() == StatusCode::kRemoteAccessDenied && peer.session) {
-      if (SyncWith(peer.session, DeadlineAfter(std::min(timeout, opts_.heartbeat_timeout)))) {
+      const auto sync_deadline = DeadlineAfter(std::min(timeout, opts_.heartbeat_timeout));
+      if (SyncWith(peer.session, sync_deadline)) {
         s = MakePlan(op, descs, peer.state->regions, local, peer.state->paths, &plan);
-      } else if (timeout < opts_.heartbeat_timeout) {  // the request's own time ran out
+      } else if (!peer.state->alive.load() || peer.session->closed()) {
+        s = {StatusCode::kConnectionLost, "peer '" + remote + "' went away"};
+      } else if (timeout < opts_.heartbeat_timeout && Clock::now() >= sync_deadline) {
         s = {StatusCode::kTimeout, "the deadline passed while catching up with the peer's region "
                                    "updates (as last known: " + s.message() + ")"};
       }

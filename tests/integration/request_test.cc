@@ -75,7 +75,7 @@ TEST_F(IntegrationRequest, EndStateSaysWhetherTheBytesMoved) {
   // One batch, canceled at once or a little later: either it was dropped (kCanceled, the
   // target untouched) or it ran (kCompleted, every byte there); never kCanceled with the data
   // moved, whichever moment the cancel lands in.
-  constexpr uint64_t kLen = 256 << 10;
+  constexpr uint64_t kLen = 128 << 10;  // one shm piece: one batch (and above the inline limit)
   LocalBuffer src(kLen);
   int canceled = 0;
   for (int round = 0; round < 30; ++round) {
