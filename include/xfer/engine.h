@@ -53,12 +53,13 @@ class Engine {
   // The peer's registered regions, current as of this call (one control round trip).
   Status GetRemoteRegions(const std::string& remote, std::vector<RegionInfo>* regions);
 
-  // Moves every descriptor, or none is reported done: returns ok only when all data landed.
-  Status TransferSync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
-                      std::chrono::milliseconds timeout);
   // The local buffers of a request must stay valid until it ends (sync: returns): the engine
   // reads or writes them until then (DeregisterMem waits only for the batches running at
   // that moment, not for whole requests).
+  //
+  // Moves every descriptor, or none is reported done: returns ok only when all data landed.
+  Status TransferSync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
+                      std::chrono::milliseconds timeout);
   // Starts a request whose deadline is now + timeout. Validation errors return at once. A copy
   // of up to 64 KiB into or out of a same-host peer's AllocMem memory runs before it returns
   // (cheaper than handing it off): that request is already complete.

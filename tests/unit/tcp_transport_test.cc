@@ -149,9 +149,10 @@ TEST_P(TcpTransportTest, BatchesOutliveOtherBatchesDeadlines) {
     }
   });
   std::vector<uint8_t> src(64 << 10, 7);
+  const uint64_t s_addr = reinterpret_cast<uint64_t>(src.data());
   int failed = 0;
   for (int i = 0; i < 300; ++i) {
-    const Status s = Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(512 << 10), src.size()}});
+    const Status s = Exec(Op::kWrite, {{s_addr, R(512 << 10), src.size()}});
     if (!s.ok()) {
       ++failed;
       ADD_FAILURE() << s.ToString();

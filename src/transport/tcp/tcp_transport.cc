@@ -250,10 +250,11 @@ class TcpLink final : public Link {
     return s;
   }
 
-  // A request whose deadline ends the connect or handshake timed out; anything else lost the link.
+  // A batch whose deadline ends the connect or handshake timed out; anything else lost the
+  // link.
   static Status OpenFailed(const std::string& what, const Status& s) {
-    const StatusCode code = s.code() == StatusCode::kTimeout ? StatusCode::kTimeout : StatusCode::kConnectionLost;
-    return {code, "tcp: " + what + s.message()};
+    return {s.code() == StatusCode::kTimeout ? StatusCode::kTimeout : StatusCode::kConnectionLost,
+            "tcp: " + what + s.message()};
   }
 
   Status Open(Clock::time_point deadline, std::shared_ptr<Stream>* out) {

@@ -6,8 +6,8 @@
 // packed remote key travels in the region table. Initiator side: per peer, `links` endpoints,
 // each on a worker of its own (a queue pair / rail each); a batch is posted as non-blocking
 // puts (then a flush) or gets, and Execute returns once all of them completed: the data is in
-// place at the target (WRITE) or here (READ). A peer error (UCX's peer error handling) fails the batches on that
-// endpoint with kConnectionLost; the next batch rebuilds the endpoint.
+// place at the target (WRITE) or here (READ). A peer error (UCX's peer error handling) fails
+// the batches on that endpoint with kConnectionLost; the next batch rebuilds the endpoint.
 #pragma once
 
 #include <chrono>
