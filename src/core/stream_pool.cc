@@ -57,12 +57,15 @@ void StreamPool::Run(Stream& s) {
     // (The clock is read every few steps only: a read costs as much as a hand-off's wait.)
     auto spin_until = std::chrono::steady_clock::now() + spin_;
     Backoff backoff;
-    spinning_.fetch_add(1, std::memory_order_relaxed);
+    // One spinning stream at a time takes halves of shared copies: two would keep each other
+    // spinning beside the caller (three threads on two cores), and a half taken by a stream
+    // that is then preempted stalls the caller's copy.
+    const bool helper = !helper_.exchange(true, std::memory_order_acquire);
     waking_.store(false, std::memory_order_relaxed);
     for (unsigned step = 1; s.pending.load(std::memory_order_acquire) == 0 &&
                             !stopping_.load(std::memory_order_acquire);
          ++step) {
-      if (TryHelp()) {
+      if (helper && TryHelp()) {
         spin_until = std::chrono::steady_clock::now() + spin_;
         backoff.Reset();
       } else if (step % 16 == 1 && std::chrono::steady_clock::now() >= spin_until) {
@@ -71,7 +74,7 @@ void StreamPool::Run(Stream& s) {
         backoff.Pause();
       }
     }
-    spinning_.fetch_sub(1, std::memory_order_relaxed);
+    if (helper) helper_.store(false, std::memory_order_release);
     Task task;
     {
       std::unique_lock lock(s.mu);
@@ -112,7 +115,7 @@ void StreamPool::SharedCopy(void* dst, const void* src, size_t len) {
     std::memcpy(dst, src, len);
     return;
   }
-  if (spinning_.load(std::memory_order_relaxed) == 0) {
+  if (!helper_.load(std::memory_order_relaxed)) {
     offer_.state.store(kFree, std::memory_order_release);
     std::memcpy(dst, src, len);
     // A stream spins after a task: when copies follow each other closely, wake one (once) so

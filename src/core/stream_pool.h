@@ -39,9 +39,9 @@ class StreamPool {
   void Fence();
 
   // memcpy(dst, src, len) on the calling thread, which holds its slot; an idle stream
-  // that is spinning copies the second half meanwhile. A sleeping stream is not waited for:
-  // the caller then copies it all, and when copies come close together wakes one to spin for
-  // the next.
+  // that is spinning (one at most: the helper) copies the second half meanwhile. A sleeping
+  // stream is not waited for: the caller then copies it all, and when copies come close
+  // together wakes one to spin for the next.
   void SharedCopy(void* dst, const void* src, size_t len);
   uint64_t shared_halves() const { return shared_halves_.load(std::memory_order_relaxed); }
   // Below this, half a copy takes less than handing the other half to another core.
@@ -69,7 +69,7 @@ class StreamPool {
     size_t len = 0;
   };
   Offer offer_;
-  std::atomic<int> spinning_{0};  // streams spinning for work now
+  std::atomic<bool> helper_{false};  // a stream spins now, ready to take half of a copy
   std::atomic<bool> waking_{false};  // SharedCopy woke a stream that has not spun yet
   std::atomic<int64_t> last_alone_{0};  // steady_clock ticks of the last copy nobody shared
   std::atomic<uint64_t> shared_halves_{0};  // halves of SharedCopy that streams took
