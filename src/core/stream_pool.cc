@@ -123,7 +123,7 @@ void StreamPool::SharedCopy(void* dst, const void* src, size_t len) {
     // nothing, and the wake-up costs the caller a system call.
     const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
     const int64_t last = last_alone_.exchange(now, std::memory_order_relaxed);
-    if (now - last < std::chrono::duration_cast<std::chrono::steady_clock::duration>(spin_).count() &&
+    if (std::chrono::steady_clock::duration(now - last) < spin_ &&
         !waking_.exchange(true, std::memory_order_relaxed)) {
       Submit(Pick(), [] {});
     }

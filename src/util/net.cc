@@ -46,8 +46,10 @@ bool PollFor(int fd, short events, Clock::time_point deadline) {
     pollfd p{fd, events, 0};
     int r = ::poll(&p, 1, MillisLeft(deadline));
     if (r > 0) return true;
-    if (r == 0 && Clock::now() >= deadline) return false;
-    if (r == 0) continue;  // woke early (the kernel's timer slack): wait out the rest
+    if (r == 0) {
+      if (Clock::now() >= deadline) return false;
+      continue;  // woke early (the kernel's timer slack): wait out the rest
+    }
     if (errno != EINTR) return true;  // let the following call report the error
   }
 }

@@ -39,30 +39,31 @@ TEST(Sockets, ConnectToClosedPortFailsFast) {
   EXPECT_EQ(s.code(), StatusCode::kConnectionLost) << s.ToString();
 }
 
-TEST(Sockets, RecvAllHonoursDeadline) {
-  Fd listener;
-  Address bound;
-  ASSERT_TRUE(Listen(Address{"127.0.0.1", 0, true}, &listener, &bound).ok());
-  Fd fd;
-  ASSERT_TRUE(ConnectTcp(bound, Clock::now() + std::chrono::seconds(2), &fd).ok());
+// A connection to a listener that never sends: every receive on it waits out its deadline.
+class SilentPeer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Address bound;
+    ASSERT_TRUE(Listen(Address{"127.0.0.1", 0, true}, &listener_, &bound).ok());
+    ASSERT_TRUE(ConnectTcp(bound, Clock::now() + std::chrono::seconds(2), &fd_).ok());
+  }
+  Fd listener_, fd_;
+};
+
+TEST_F(SilentPeer, RecvAllHonoursDeadline) {
   char b[4];
   auto t0 = Clock::now();
-  EXPECT_EQ(RecvAll(fd.get(), b, 4, t0 + std::chrono::milliseconds(50)).code(), StatusCode::kTimeout);
+  EXPECT_EQ(RecvAll(fd_.get(), b, 4, t0 + std::chrono::milliseconds(50)).code(), StatusCode::kTimeout);
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
 }
 
-TEST(Sockets, WaitsNeverEndBeforeTheirDeadline) {
+TEST_F(SilentPeer, WaitsNeverEndBeforeTheirDeadline) {
   // Callers tell a timeout from a failure by the clock: a wait that gave up early (poll's
   // whole milliseconds, rounded down) turned an expired request into a failed one.
-  Fd listener;
-  Address bound;
-  ASSERT_TRUE(Listen(Address{"127.0.0.1", 0, true}, &listener, &bound).ok());
-  Fd fd;
-  ASSERT_TRUE(ConnectTcp(bound, Clock::now() + std::chrono::seconds(2), &fd).ok());
   char b[4];
   for (int i = 0; i < 20; ++i) {
     const auto deadline = Clock::now() + std::chrono::microseconds(2500 + 137 * i);
-    EXPECT_EQ(RecvAll(fd.get(), b, 4, deadline).code(), StatusCode::kTimeout);
+    EXPECT_EQ(RecvAll(fd_.get(), b, 4, deadline).code(), StatusCode::kTimeout);
     EXPECT_GE(Clock::now(), deadline) << "round " << i;
   }
 }
