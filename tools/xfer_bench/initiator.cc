@@ -1,0 +1,290 @@
+#include "initiator.h"
+
+namespace xfer::bench {
+
+bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& hooks,
+                        Progress* progress, Row* row, std::string* err) {
+  const Op op = TestOp(test);
+  const uint64_t depth = IsLat(test) ? 1 : c_.depth;
+  const int nthreads = c_.threads;
+  const uint64_t req_bytes = block * c_.batch;
+  const auto timeout = TimeoutFor(req_bytes);
+  const uint64_t dur_ns = uint64_t(c_.duration * 1e9);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go = false;
+  std::atomic<bool> stop{false};
+  std::atomic<int> ready{0}, finished{0};
+  std::atomic<uint64_t> bytes_done{0}, reqs_done{0};
+  std::string first_err;
+  uint64_t start = 0;
+  std::vector<std::vector<uint64_t>> samples(static_cast<size_t>(nthreads));
+  std::vector<uint64_t> ends(size_t(nthreads), 0), dones(size_t(nthreads), 0);
+
+  auto set_err = [&](const std::string& e) {
+    std::lock_guard<std::mutex> g(mu);
+    if (first_err.empty()) first_err = e;
+    stop = true;
+    go = true;
+    cv.notify_all();
+  };
+  auto worker = [&](int t) {
+    Part part = PartFor(t, block);
+    std::vector<TransferDesc> descs;
+    uint64_t req = 0;
+    const uint64_t quota = c_.iters ? c_.iters / uint64_t(nthreads) + (uint64_t(t) < c_.iters % uint64_t(nthreads) ? 1 : 0) : 0;
+    auto fail = [&](const Status& st) {
+      set_err(test + " " + std::to_string(block) + " B: " + st.ToString());
+    };
+    // Warm-up.
+    {
+      uint64_t n = c_.warmup >= 0 ? uint64_t(c_.warmup) : std::max<uint64_t>(8, part.lay.RequestsPerPass());
+      uint64_t t0 = NowNs();
+      for (uint64_t i = 0; i < n && !stop; ++i) {
+        if (c_.warmup < 0 && NowNs() - t0 > 1000000000ull) break;
+        BuildDescs(part, req++, &descs);
+        Status st = engine_->TransferSync(peer_, op, descs, timeout);
+        if (!st.ok()) {
+          fail(st);
+          break;
+        }
+      }
+    }
+    {
+      std::unique_lock<std::mutex> l(mu);
+      ++ready;
+      cv.notify_all();
+      cv.wait(l, [&] { return go; });
+    }
+    auto& smp = samples[size_t(t)];
+    smp.reserve(c_.iters ? std::min<uint64_t>(quota, 20000000) : 4096);
+    uint64_t done = 0, submitted = 0, end = start;
+    auto more = [&](uint64_t now) {
+      if (stop) return false;
+      return c_.iters ? submitted < quota : now - start < dur_ns;
+    };
+    auto complete = [&](uint64_t t0, uint64_t now) {
+      if (smp.size() < 20000000) smp.push_back(now - t0);
+      ++done;
+      end = now;
+      bytes_done.fetch_add(req_bytes, std::memory_order_relaxed);
+      reqs_done.fetch_add(1, std::memory_order_relaxed);
+    };
+    if (depth == 1) {
+      // Latency tests time the call alone. Bandwidth tests read the clock once per request (a
+      // read costs ~30 ns here, a 16 KiB copy ~250): a request's time then runs from the end
+      // of the one before, and includes this loop's own work.
+      const bool time_call = IsLat(test);
+      uint64_t now = NowNs();
+      while (more(now)) {
+        BuildDescs(part, req++, &descs);
+        const uint64_t t0 = time_call ? NowNs() : now;
+        Status st = engine_->TransferSync(peer_, op, descs, timeout);
+        now = NowNs();
+        ++submitted;
+        if (!st.ok()) {
+          fail(st);
+          break;
+        }
+        complete(t0, now);
+      }
+    } else {
+      struct Slot {
+        xfer::RequestHandle h = 0;
+        uint64_t t0 = 0;
+      };
+      std::vector<Slot> ring(depth);
+      size_t head = 0, inflight = 0;
+      auto submit = [&](Slot& s) {
+        BuildDescs(part, req++, &descs);
+        s.t0 = NowNs();
+        ++submitted;
+        return engine_->TransferAsync(peer_, op, descs, timeout, &s.h);
+      };
+      bool failed = false;
+      for (size_t i = 0; i < depth && more(NowNs()); ++i) {
+        Status st = submit(ring[i]);
+        if (!st.ok()) {
+          fail(st);
+          failed = true;
+          break;
+        }
+        ++inflight;
+      }
+      while (inflight > 0) {
+        Slot& s = ring[head];
+        Status st = engine_->Wait(s.h, timeout);
+        uint64_t now = NowNs();
+        --inflight;
+        head = (head + 1) % depth;
+        if (!st.ok()) {
+          if (!failed) fail(st);
+          failed = true;
+          continue;  // wait for the others to end
+        }
+        complete(s.t0, now);
+        if (!failed && more(now)) {
+          Slot& n = ring[(head + inflight) % depth];
+          st = submit(n);
+          if (!st.ok()) {
+            fail(st);
+            failed = true;
+          } else {
+            ++inflight;
+          }
+        }
+      }
+    }
+    ends[size_t(t)] = end;
+    dones[size_t(t)] = done;
+    finished.fetch_add(1);
+  };
+
+  std::vector<std::thread> th;
+  for (int t = 0; t < nthreads; ++t) th.emplace_back(worker, t);
+  {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return ready.load() == nthreads || stop.load(); });
+  }
+  std::string hook_err;
+  if (!stop && hooks.before_start) hook_err = hooks.before_start();
+  if (!hook_err.empty()) set_err(hook_err);
+  // Bytes by path before and after the timed window (nothing is in flight at either point).
+  xfer::PeerInfo pi0, pi1;
+  const bool have_pi0 = engine_->GetPeerInfo(peer_, &pi0).ok();
+  const uint64_t cpu0 = ProcessCpuNs();
+  {
+    std::lock_guard<std::mutex> g(mu);
+    start = NowNs();
+    go = true;
+    cv.notify_all();
+  }
+  // Monitor: peak bandwidth over 10 ms windows, the progress line every 200 ms.
+  uint64_t win_t = start, win_b = 0, last_show = start;
+  double peak = 0;
+  while (finished.load() < nthreads) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    uint64_t now = NowNs(), b = bytes_done.load(std::memory_order_relaxed);
+    if (now - win_t >= 10000000ull && reqs_done.load() > 0) {
+      peak = std::max(peak, double(b - win_b) / double(now - win_t));
+      win_t = now;
+      win_b = b;
+    }
+    if (progress && now - last_show >= 200000000ull) {
+      last_show = now;
+      if (c_.iters)
+        progress->Show(test, block, double(reqs_done.load()), double(c_.iters), true);
+      else
+        progress->Show(test, block, double(now - start) / 1e9, c_.duration, false);
+    }
+  }
+  for (auto& x : th) x.join();
+  if (progress) progress->Clear();
+  const uint64_t cpu1 = ProcessCpuNs();
+  const bool have_pi = have_pi0 && engine_->GetPeerInfo(peer_, &pi1).ok();
+  if (first_err.empty() && hooks.after_end) {
+    std::string e = hooks.after_end();
+    if (!e.empty()) first_err = e;
+  }
+  if (!first_err.empty()) {
+    *err = first_err;
+    return false;
+  }
+  uint64_t end = start, done = 0;
+  std::vector<uint64_t> all;
+  for (int t = 0; t < nthreads; ++t) {
+    end = std::max(end, ends[size_t(t)]);
+    done += dones[size_t(t)];
+    all.insert(all.end(), samples[size_t(t)].begin(), samples[size_t(t)].end());
+  }
+  const double secs = double(end - start) / 1e9;
+  row->test = test;
+  row->bytes = block;
+  row->requests = done;
+  row->descs = done * c_.batch;
+  row->seconds = secs;
+  row->bw_avg = secs > 0 ? double(done * req_bytes) / secs / 1e9 : 0;
+  // A window shorter than the run can exceed the average; a run shorter than a window cannot.
+  row->bw_peak = std::max(peak, row->bw_avg);
+  row->msg_rate = secs > 0 ? double(row->descs) / secs / 1e6 : 0;
+  row->lat = ComputeLatStats(all);
+  row->cpu = secs > 0 ? double(cpu1 - cpu0) / 1e9 / secs * 100 : -1;
+  if (have_pi) {
+    row->shm_bytes = int64_t(pi1.shm_bytes - pi0.shm_bytes);
+    row->transport_bytes = int64_t(pi1.transport_bytes - pi0.transport_bytes);
+    row->cuda_bytes = int64_t(pi1.cuda_bytes - pi0.cuda_bytes);
+    row->staged_bytes = int64_t(pi1.staged_bytes - pi0.staged_bytes);
+  }
+  if (c_.verify) row->verify = Verify(block);
+  return true;
+}
+
+// Round trip on thread 0's first and last request's blocks: fill with a pattern, WRITE, clear,
+// READ back, compare. Uses the benchmark's own descriptors, so a misplaced block shows. GPU
+// buffers are filled, cleared and read back through cuda::Copy (BenchMem::Put/Set/Get).
+std::string Initiator::Verify(uint64_t block) {
+  Part part = PartFor(0, block);
+  std::vector<TransferDesc> d;
+  uint64_t last = part.lay.reuse ? 0 : part.lay.RequestsPerPass() - 1;
+  const auto timeout = TimeoutFor(block * c_.batch);
+  std::vector<uint8_t> want(block), got(block);
+  for (uint64_t req : {uint64_t(0), last}) {
+    BuildDescs(part, req, &d);
+    for (uint64_t j = 0; j < d.size(); ++j) {
+      FillPattern(want.data(), d[j].len, req * c_.batch + j + block);
+      std::string e = local_->Put(d[j].local_addr, want.data(), d[j].len);
+      if (!e.empty()) return "FAILED: filling the local buffer: " + e;
+    }
+    Status st = engine_->TransferSync(peer_, Op::kWrite, d, timeout);
+    if (!st.ok()) return "WRITE: " + st.ToString();
+    for (auto& x : d) {
+      std::string e = local_->Set(x.local_addr, 0, x.len);
+      if (!e.empty()) return "FAILED: clearing the local buffer: " + e;
+    }
+    st = engine_->TransferSync(peer_, Op::kRead, d, timeout);
+    if (!st.ok()) return "READ: " + st.ToString();
+    for (uint64_t j = 0; j < d.size(); ++j) {
+      FillPattern(want.data(), block, req * c_.batch + j + block);
+      std::string e = local_->Get(got.data(), d[j].local_addr, block);
+      if (!e.empty()) return "FAILED: reading the local buffer: " + e;
+      if (std::memcmp(want.data(), got.data(), block) != 0)
+        return "FAILED: request " + std::to_string(req) + " descriptor " + std::to_string(j) +
+               " read back different data";
+    }
+  }
+  return "ok";
+}
+
+Status FindRegion(Engine& e, const std::string& peer, const char* tag, const MemSpec& mem,
+                  uint64_t* addr, uint64_t* len, bool* shared) {
+  std::vector<xfer::RegionInfo> regions;
+  Status st = e.GetRemoteRegions(peer, &regions);
+  if (!st.ok()) return st;
+  const xfer::MemType want = mem.device ? xfer::MemType::kCuda : xfer::MemType::kHost;
+  const xfer::RegionInfo* best = nullptr;
+  for (const auto& r : regions)
+    if (r.type == want && r.tag == tag && (!best || r.len > best->len)) best = &r;
+  if (!best)
+    return {xfer::StatusCode::kInvalidArgument,
+            "the peer " + peer + " advertises no " + (mem.device ? "GPU" : "host") +
+                " region tagged '" + tag + "' (is it xfer-bench?)"};
+  *addr = best->addr;
+  *len = best->len;
+  if (shared) *shared = best->shared;
+  return Status::Ok();
+}
+
+Status ConnectEngine(Engine& e, const std::string& peer, double timeout_s) {
+  uint64_t deadline = NowNs() + uint64_t(timeout_s * 1e9);
+  for (;;) {
+    Status st = e.Connect(peer, std::chrono::milliseconds(2000));
+    if (st.ok() || st.code() == xfer::StatusCode::kAlreadyConnected) return Status::Ok();
+    if (st.code() == xfer::StatusCode::kInvalidArgument || st.code() == xfer::StatusCode::kUnsupported ||
+        NowNs() >= deadline)
+      return st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+}  // namespace xfer::bench
