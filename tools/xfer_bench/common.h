@@ -39,8 +39,8 @@ inline constexpr const char* kDefaultListen = "0.0.0.0:18515";  // perftest's po
 inline constexpr const char* kCtlSchema = "xfer-bench-ctl";
 // 2: the configuration carries mem and huge_pages; rows carry the bytes moved per path.
 // 3: local_mem / remote_mem may be cuda:N (the target allocates its region on its GPU), the
-//    configuration carries buffer_pool, staging_buffers and staging_bytes, the ready reply the region's memory ("region_mem"),
-//    rows carry cuda_bytes / staged_bytes.
+//    configuration carries buffer_pool, staging_buffers and staging_bytes, the ready reply the
+//    region's memory ("region_mem"), rows carry cuda_bytes / staged_bytes.
 inline constexpr int kCtlVersion = 3;
 inline constexpr const char* kJsonSchema = "xfer-bench";
 // 3: config.mem / config.huge_pages, peer.shm, rows' shm_bytes / transport_bytes, paths[].

@@ -68,7 +68,6 @@ struct MemSpec {
   int32_t gpu = -1;
 };
 
-
 // Parses "host" or "cuda:N". Returns an error for the user, empty when well-formed.
 std::string ParseMem(const std::string& opt, const std::string& v, MemSpec* out);
 MemSpec MemOf(const std::string& v);

@@ -453,9 +453,11 @@ struct UcxTransport::Impl {
     pthread_setname_np(pthread_self(), "xfer-ucx-prog");
     while (!stop.load(std::memory_order_relaxed)) {
       // After activity, keep polling a moment before sleeping: the next put of a request in
-      // flight usually follows within microseconds, and a wake-up costs tens of them.
+      // flight usually follows within microseconds, and a wake-up costs tens of them. Progress
+      // at least once per wake-up, however late this thread runs.
       Backoff backoff;
-      for (auto quiet_until = Clock::now() + kTargetSpin; Clock::now() < quiet_until;) {
+      auto quiet_until = Clock::now() + kTargetSpin;
+      do {
         if (ucp_worker_progress(worker) != 0) {
           while (ucp_worker_progress(worker) != 0) {
           }
@@ -464,7 +466,7 @@ struct UcxTransport::Impl {
         } else {
           backoff.Pause();
         }
-      }
+      } while (Clock::now() < quiet_until);
       ucs_status_t st = ucp_worker_arm(worker);
       if (st == UCS_ERR_BUSY) continue;  // events arrived since the last progress
       if (st != UCS_OK) {
