@@ -121,6 +121,115 @@ TEST_P(TcpTransportTest, GarbageOnTheDataPortClosesOnlyThatConnection) {
   EXPECT_TRUE(Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}}).ok());
 }
 
+// A data connection that passed the handshake as peer 42 (the wire format in tcp_transport.h),
+// to send frames the engine's own initiator never would.
+net::Fd Handshake(uint16_t port) {
+  net::Fd fd;
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  EXPECT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", port, true}, deadline, &fd).ok());
+  uint8_t hello[64] = {};
+  const uint32_t magic = 0x31444658;  // "XFD1"
+  const uint16_t version = 2;
+  const uint64_t incarnation = 42;    // the target's and ours
+  std::memcpy(hello, &magic, 4);
+  std::memcpy(hello + 4, &version, 2);
+  std::memcpy(hello + 8, &incarnation, 8);
+  std::memcpy(hello + 16, &incarnation, 8);
+  uint8_t accepted[64];
+  EXPECT_TRUE(net::SendAll(fd.get(), hello, sizeof hello, deadline).ok());
+  EXPECT_TRUE(net::RecvAll(fd.get(), accepted, sizeof accepted, deadline).ok());
+  EXPECT_EQ(accepted[0], 0) << "the target refused the handshake";
+  return fd;
+}
+
+// A batch frame: header (op, lead, count, total), descriptors, lead zeros, the payload, then
+// zeros to a multiple of 64 bytes.
+std::vector<uint8_t> Frame(uint8_t op, uint8_t lead, uint32_t count, uint64_t total,
+                           const std::vector<std::pair<uint64_t, uint64_t>>& slices,
+                           const std::vector<uint8_t>& payload = {}) {
+  std::vector<uint8_t> f(16 + 16 * slices.size() + (lead < 64 ? lead : 0));
+  f[0] = op;
+  f[1] = lead;
+  std::memcpy(&f[4], &count, 4);
+  std::memcpy(&f[8], &total, 8);
+  for (size_t i = 0; i < slices.size(); ++i) {
+    std::memcpy(&f[16 + 16 * i], &slices[i].first, 8);
+    std::memcpy(&f[24 + 16 * i], &slices[i].second, 8);
+  }
+  f.insert(f.end(), payload.begin(), payload.end());
+  f.resize((f.size() + 63) / 64 * 64);
+  return f;
+}
+
+TEST_P(TcpTransportTest, MalformedFramesCloseOnlyTheirConnection) {
+  // A peer past the handshake sends frames the engine's initiator never would. Each must close
+  // that connection without touching memory; every other connection goes on working.
+  constexpr uint8_t kRead = static_cast<uint8_t>(Op::kRead), kWrite = static_cast<uint8_t>(Op::kWrite);
+  const uint64_t r = R(0), huge = 1ull << 63;
+  const std::vector<std::pair<const char*, std::vector<uint8_t>>> frames = {
+      {"unknown op", Frame(7, 0, 1, 64, {{r, 64}})},
+      {"no slices", Frame(kWrite, 0, 0, 0, {})},
+      {"too many slices", Frame(kRead, 0, 1025, 64, {{r, 64}})},
+      {"batch over 1 GiB", Frame(kRead, 0, 1, (1ull << 30) + 1, {{r, (1ull << 30) + 1}})},
+      {"lead past the alignment", Frame(kWrite, 64, 1, 64, {{r, 64}})},
+      {"lead on a READ", Frame(kRead, 8, 1, 64, {{r, 64}})},
+      {"total is not the sum", Frame(kRead, 0, 2, 64, {{r, 64}, {r + 64, 64}})},
+      {"empty slice", Frame(kRead, 0, 2, 64, {{r, 64}, {r + 64, 0}})},
+      {"range wraps", Frame(kRead, 0, 1, 64, {{~0ull - 10, 64}})},
+      {"lengths overflow", Frame(kRead, 0, 2, 0, {{r, huge}, {r, huge}})},
+  };
+  const std::vector<uint8_t> before = region_;
+  for (const auto& [what, frame] : frames) {
+    net::Fd fd = Handshake(tcp_->port());
+    const auto deadline = Clock::now() + std::chrono::seconds(3);
+    ASSERT_TRUE(net::SendAll(fd.get(), frame.data(), frame.size(), deadline).ok()) << what;
+    uint8_t reply[64];
+    const Status s = net::RecvAll(fd.get(), reply, sizeof reply, deadline);
+    EXPECT_EQ(s.code(), StatusCode::kConnectionLost) << what << ": " << s.ToString();
+    EXPECT_EQ(region_, before) << what;
+  }
+  std::vector<uint8_t> src(64, 5);
+  EXPECT_TRUE(Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}}).ok());
+  EXPECT_EQ(region_[0], 5);
+}
+
+TEST_P(TcpTransportTest, WellFormedFramesOutsideTheRegionsAreRefusedOnTheSameConnection) {
+  // Frames that parse but name memory the target never registered: a refusal each, on the
+  // same connection, the WRITE's payload drained unread.
+  net::Fd fd = Handshake(tcp_->port());
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  const std::vector<uint8_t> before = region_;
+  std::vector<uint8_t> payload(4096, 0xab);
+  const uint64_t outside[] = {R(0) - 4096, R(region_.size()), 4096};
+  for (uint64_t addr : outside) {
+    for (uint8_t op : {static_cast<uint8_t>(Op::kWrite), static_cast<uint8_t>(Op::kRead)}) {
+      const bool write = op == static_cast<uint8_t>(Op::kWrite);
+      const std::vector<uint8_t> f = Frame(op, 0, 1, payload.size(), {{addr, payload.size()}},
+                                           write ? payload : std::vector<uint8_t>{});
+      ASSERT_TRUE(net::SendAll(fd.get(), f.data(), f.size(), deadline).ok());
+      uint8_t head[8];
+      ASSERT_TRUE(net::RecvAll(fd.get(), head, sizeof head, deadline).ok());
+      uint32_t code;
+      uint16_t len;
+      std::memcpy(&code, head, 4);
+      std::memcpy(&len, head + 4, 2);
+      EXPECT_EQ(code, static_cast<uint32_t>(StatusCode::kRemoteAccessDenied));
+      std::vector<uint8_t> rest((8 + len + 63) / 64 * 64 - 8);  // message and padding
+      ASSERT_TRUE(net::RecvAll(fd.get(), rest.data(), rest.size(), deadline).ok());
+    }
+  }
+  EXPECT_EQ(region_, before);
+  // Then a frame inside the region, on that same connection, lands.
+  const std::vector<uint8_t> f = Frame(static_cast<uint8_t>(Op::kWrite), 32, 1, 64, {{R(64), 64}},
+                                       std::vector<uint8_t>(64, 0xab));
+  ASSERT_TRUE(net::SendAll(fd.get(), f.data(), f.size(), deadline).ok());
+  uint8_t ok[64];
+  ASSERT_TRUE(net::RecvAll(fd.get(), ok, sizeof ok, deadline).ok());
+  EXPECT_EQ(ok[0], 0);
+  EXPECT_EQ(region_[64], 0xab);
+  EXPECT_EQ(region_[63], 0x11);
+}
+
 TEST_P(TcpTransportTest, DeadlineDuringTheHandshakeIsATimeout) {
   // A listener that never answers: the connect succeeds (the kernel accepts), the hello waits.
   net::Fd mute;
