@@ -4,8 +4,9 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
-#include <cstring>
 #include <atomic>
+#include <cstring>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -191,6 +192,43 @@ TEST_P(TcpTransportTest, MalformedFramesCloseOnlyTheirConnection) {
   std::vector<uint8_t> src(64, 5);
   EXPECT_TRUE(Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}}).ok());
   EXPECT_EQ(region_[0], 5);
+}
+
+TEST_P(TcpTransportTest, RandomFramesNeverTouchMemoryOrStopTheTarget) {
+  // 300 frames of random header fields and descriptors (a fixed seed), none naming the region,
+  // each on a connection of its own that then shuts its sending side: whatever the target makes
+  // of a frame (refusal, close), the region stays as it was and the transport goes on working.
+  std::mt19937_64 rng(20261130);
+  auto pick = [&](std::initializer_list<uint64_t> v) { return *(v.begin() + rng() % v.size()); };
+  const std::vector<uint8_t> before = region_;
+  const uint64_t base = R(0), end = R(region_.size());
+  for (int i = 0; i < 300; ++i) {
+    const uint32_t count = static_cast<uint32_t>(pick({0, 1, 2, 7, 1024, 1025, rng() % 1100}));
+    std::vector<std::pair<uint64_t, uint64_t>> slices;
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < std::min<uint32_t>(count, 1024); ++k) {
+      const uint64_t addr = pick({0, base - 4096, end, ~0ull - rng() % 128, rng() | (1ull << 63)});
+      const uint64_t len = pick({0, 1, 64, 4096, 1ull << 31, ~0ull, rng()});
+      slices.push_back({addr, len});
+      sum += len;
+    }
+    const uint64_t total = rng() % 2 ? sum : pick({0, 64, 1ull << 30, rng()});
+    const uint8_t op = static_cast<uint8_t>(pick({0, 1, 2, 255}));
+    const uint8_t lead = static_cast<uint8_t>(pick({0, 8, 63, 64, 200}));
+    const std::vector<uint8_t> f = Frame(op, lead, count, total, slices);
+    net::Fd fd = Handshake(tcp_->port());
+    const auto deadline = Clock::now() + std::chrono::seconds(3);
+    ASSERT_TRUE(net::SendAll(fd.get(), f.data(), f.size(), deadline).ok());
+    ::shutdown(fd.get(), SHUT_WR);
+    uint8_t sink[4096];
+    while (net::RecvAll(fd.get(), sink, 1, deadline).ok()) {
+    }
+    ASSERT_LT(Clock::now(), deadline) << "frame " << i << ": the target kept the connection";
+  }
+  EXPECT_EQ(region_, before);
+  std::vector<uint8_t> src(64, 6);
+  EXPECT_TRUE(Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}}).ok());
+  EXPECT_EQ(region_[0], 6);
 }
 
 TEST_P(TcpTransportTest, WellFormedFramesOutsideTheRegionsAreRefusedOnTheSameConnection) {
