@@ -1,3 +1,4 @@
+// One side's buffer (BenchMem).
 #pragma once
 
 #include "config.h"

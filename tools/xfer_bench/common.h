@@ -58,9 +58,5 @@ struct ArgError {
 // Transports the table tries, in order. A name the engine does not know is reported "not built";
 // a new transport needs only its name here.
 inline const std::vector<std::string> kKnownTransports = {"local", "cma", "shm", "tcp", "ucx", "cuda"};
-// Memory kinds of the table's directions: H = host, D = device (cuda); the first letter is the
-// initiator's (local) memory, the second the target's (remote) region, for WRITE and READ alike.
-inline const std::vector<std::string> kDirections = {"D2D", "H2D", "D2H", "H2H"};
-inline const std::vector<std::string> kPaths = {"direct", "bufferpool"};
 
 }  // namespace xfer::bench

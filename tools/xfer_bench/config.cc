@@ -6,6 +6,21 @@
 #include "transport/cuda/cuda_api.h"
 
 namespace xfer::bench {
+namespace {
+
+// Bytes of buffer per side that the largest size needs, for every thread's requests in flight.
+uint64_t SpanForThreads(const Config& c) {
+  uint64_t need = 0;
+  const uint64_t t = uint64_t(std::max(1, c.threads));
+  for (uint64_t b : c.sizes) {
+    uint64_t slots = c.reuse ? c.batch * t
+                             : std::max<uint64_t>(c.walk_span / b, c.batch * std::max<uint64_t>(1, c.depth) * t);
+    need = std::max(need, slots * b);
+  }
+  return need;
+}
+
+}  // namespace
 
 std::string ParseMem(const std::string& opt, const std::string& v, MemSpec* out) {
   *out = MemSpec{};
@@ -37,17 +52,6 @@ std::string GpuWhy() {
 
 std::string DirectionOf(const Config& c) {
   return std::string(MemOf(c.local_mem).device ? "D" : "H") + "2" + (MemOf(c.remote_mem).device ? "D" : "H");
-}
-
-uint64_t SpanForThreads(const Config& c) {
-  uint64_t need = 0;
-  const uint64_t t = uint64_t(std::max(1, c.threads));
-  for (uint64_t b : c.sizes) {
-    uint64_t slots = c.reuse ? c.batch * t
-                             : std::max<uint64_t>(c.walk_span / b, c.batch * std::max<uint64_t>(1, c.depth) * t);
-    need = std::max(need, slots * b);
-  }
-  return need;
 }
 
 void Resolve(Config& c) {

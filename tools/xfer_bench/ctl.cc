@@ -78,7 +78,6 @@ int ConnectRetry(const std::string& hostport, double timeout_s, std::string* err
   }
 }
 
-
 int ListenSocket(const std::string& hostport, std::string* err) {
   std::string host, port;
   if (!SplitHostPort(hostport, &host, &port)) {

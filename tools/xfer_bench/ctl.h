@@ -88,7 +88,6 @@ class Ctl {
   std::string buf_;
 };
 
-
 // "host:port" -> address; brackets for IPv6.
 bool SplitHostPort(const std::string& s, std::string* host, std::string* port);
 // The numeric address of a connected socket's local or remote end, formatted for an engine name.

@@ -1,5 +1,6 @@
 // The initiator: runs one test at one size toward a peer, from --threads threads, each with
 // --depth requests in flight. Used by the client, and by the target for -b/--bidirectional.
+// Also: finding the peer's region and connecting to it.
 #pragma once
 
 #include "bench_mem.h"

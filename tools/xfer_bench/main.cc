@@ -29,6 +29,7 @@
 // cuda::Copy. Without a usable GPU (or a build without CUDA), cuda:N is refused with the reason.
 //
 // Buffer pattern, block layout and statistics come from bench_util.h, shared with the raw
+// baselines in bench/, so that both measure the same thing.
 #include <signal.h>
 
 #include <CLI/CLI.hpp>

@@ -149,7 +149,7 @@ void Bench::PrintTableHeader(const std::string& test) {
 
 namespace {
 
-// A CPU percentage for the table; "-" when unknown.
+// A CPU percentage for a row; "-" when unknown.
 std::string Pct(double v) {
   if (v < 0) return "-";
   char b[32];

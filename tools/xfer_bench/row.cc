@@ -114,7 +114,6 @@ PathTotals SumPaths(const std::vector<Row>& rows, const std::string& test, const
   return p;
 }
 
-
 Row SumRows(const Row& a, const Row& b) {
   Row s = a;
   s.dir = "sum";

@@ -30,7 +30,6 @@ struct Row {
   int64_t staged_bytes = -1;
 };
 
-
 json OptNum(double v);
 json RowToJson(const Row& r);
 Row RowFromJson(const json& j);

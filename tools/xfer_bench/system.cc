@@ -52,7 +52,6 @@ std::string LinksNote(const Config& c, const std::string& transport) {
   return c.links ? std::to_string(c.links) : std::to_string(def) + " (default)";
 }
 
-
 EngineOptions MakeEngineOptions(const Config& c) {
   EngineOptions o;
   if (c.streams > 0) o.streams = c.streams;

@@ -1,4 +1,5 @@
-// Small system helpers: the machine line, this executable, engine options, a progress line.
+// Small system helpers: the machine line, this executable, the --links note, engine options,
+// page sizes, a progress line.
 #pragma once
 
 #include <unistd.h>

@@ -1,6 +1,14 @@
 #include "client.h"
 
 namespace xfer::bench {
+namespace {
+
+// Memory kinds of the table's directions: H = host, D = device (cuda); the first letter is the
+// initiator's (local) memory, the second the target's (remote) region, for WRITE and READ alike.
+const std::vector<std::string> kDirections = {"D2D", "H2D", "D2H", "H2H"};
+const std::vector<std::string> kPaths = {"direct", "bufferpool"};
+
+}  // namespace
 
 // The HIXL-shaped matrix: every (op, block, transport, direction, path); measured where this
 // build and machine can, "n/a" with a footnote elsewhere. How a cell is measured:
