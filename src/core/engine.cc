@@ -376,7 +376,7 @@ Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
       }
     }
   }
-  pool_->Fence();             // our own self-transfers into the region have finished
+  FenceBatches(nullptr);      // our own transfers from or into the region have finished
   if (tcp_) tcp_->Fence();    // and so have peers' tcp batches that our threads execute
   // Each peer acknowledges once its batches touching the region have finished. A peer that
   // cannot say so in time is cut off: it must not keep writing into memory we give back.
@@ -562,6 +562,28 @@ void EngineImpl::HelpWith(Request& req, Clock::time_point until) {
   }
 }
 
+void EngineImpl::StartAll(Request& req) {
+  for (;;) {
+    auto slot = pool_->Slot();  // a fence waits for a batch being started, as for one running
+    if (!req.StartNext()) break;
+  }
+}
+
+void EngineImpl::FenceBatches(PeerState* peer) {
+  pool_->Fence();
+  std::vector<std::shared_ptr<transport::Link>> links;
+  if (peer) {
+    links.push_back(peer->link);
+  } else {
+    std::lock_guard lock(peers_mu_);
+    for (const auto& [name, p] : peers_) links.push_back(p.state->link);
+    if (self_) links.push_back(self_->link);
+  }
+  for (const auto& link : links) {
+    if (link && link->pipelined()) link->Quiesce();
+  }
+}
+
 bool EngineImpl::TryInlineShm(const std::string& remote, Op op, const TransferDesc& d,
                               std::chrono::milliseconds timeout) {
   Peer peer;
@@ -605,10 +627,16 @@ Status EngineImpl::TransferSync(const std::string& remote, Op op,
   std::shared_ptr<Request> req;
   Status s = Submit(remote, op, descs, timeout, false, &req);
   if (!s.ok()) return s;
-  Dispatch(req, true);
   // The request's own deadline ends it; the extra second only bounds the drain of batches
   // already in flight when the deadline passed.
-  RequestStatus st = req->WaitUntil(DeadlineAfter(timeout + std::chrono::seconds(1)), opts_.spin);
+  const auto until = DeadlineAfter(timeout + std::chrono::seconds(1));
+  if (req->pipelined()) {
+    StartAll(*req);
+    req->Drive(until);
+  } else {
+    Dispatch(req, true);
+  }
+  RequestStatus st = req->WaitUntil(until, opts_.spin);
   if (st.state == RequestState::kWaiting) {
     req->Cancel();
     st = req->WaitUntil(DeadlineAfter(std::chrono::seconds(60)), opts_.spin);
@@ -640,6 +668,8 @@ Status EngineImpl::TransferAsync(const std::string& remote, Op op,
   // costs less than handing it to a stream.
   if (req->IsSmallCopy(kAsyncInlineBytes)) {
     HelpWith(*req, Clock::time_point::max());
+  } else if (req->pipelined()) {
+    StartAll(*req);
   } else {
     Dispatch(req, false);
   }
@@ -675,6 +705,7 @@ Status EngineImpl::GetTransferStatus(RequestHandle h, RequestStatus* status) {
     if (it == requests_.end()) return UnknownRequest("GetTransferStatus", h);
     req = it->second;
   }
+  if (!req->done() && req->pipelined()) req->Drive(Clock::now());  // one round of progress
   RequestStatus st = req->Poll();
   if (st.state != RequestState::kWaiting && !TakeIfDone(h, st)) {
     return UnknownRequest("GetTransferStatus", h);  // another thread was told first
@@ -700,7 +731,11 @@ Status EngineImpl::Wait(RequestHandle h, std::chrono::milliseconds timeout, Requ
     st = req->Poll();
   } else {
     const auto until = DeadlineAfter(timeout);
-    HelpWith(*req, until);
+    if (req->pipelined()) {
+      req->Drive(until);
+    } else {
+      HelpWith(*req, until);
+    }
     st = req->WaitUntil(until, opts_.spin);
   }
   if (st.state == RequestState::kWaiting) {

@@ -439,7 +439,7 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
           peer.regions.Add(m.region);
         } else if constexpr (std::is_same_v<T, wire::RegionRemove>) {
           auto gone = peer.regions.Revoke(m.id);
-          pool_->Fence();  // batches into the region that already started have finished
+          FenceBatches(&peer);  // batches into the region that already started have finished
           if (gone) gone->CloseGpu();
           Status st = s->Send(wire::RegionRemoveAck{m.id, m.seq}, opts_.heartbeat_timeout);
           if (!st.ok()) s->Shutdown("cannot acknowledge a deregistration");

@@ -105,6 +105,11 @@ class EngineImpl final : public control::ControlHandler {
   void Track(const std::shared_ptr<Request>& req);  // in requests_, under its handle
   void Dispatch(const std::shared_ptr<Request>& req, bool caller_helps);
   void HelpWith(Request& req, Clock::time_point until);
+  // Starts every batch of a pipelined request on its link.
+  void StartAll(Request& req);
+  // Returns once every batch to `peer` (all peers: null) that started before the call has
+  // ended: those that streams and callers run, and those in flight on pipelined links.
+  void FenceBatches(PeerState* peer);
   // Moves one descriptor into or out of a peer's mapped segment on this thread, when every
   // check passes at once; false leaves it to the planned path (which explains refusals).
   bool TryInlineShm(const std::string& remote, Op op, const TransferDesc& d,

@@ -62,13 +62,14 @@ bool Request::RunNext() {
 }
 
 void Request::RunBatch(size_t i) {
+  std::optional<Status> s;
+  std::atomic<uint64_t>* counter = &peer_->link_bytes;
   if (!Stopping()) {
-    Status s = CheckBeforeExecute();
-    if (s.ok()) {
+    s = CheckBeforeExecute();
+    if (s->ok()) {
       const Plan::Batch& b = plan_.batches[i];
       const auto slices = std::span(plan_.slices).subspan(b.begin, b.end - b.begin);
       // (The plan holds the regions, and a region its mapping, for shm and cuda.)
-      std::atomic<uint64_t>* counter = &peer_->link_bytes;
       switch (b.path) {
         case Path::kShm:
           transport::CopyInProcess(op_, slices, b.streaming);
@@ -87,17 +88,62 @@ void Request::RunBatch(size_t i) {
           s = (b.gpu_link ? peer_->gpu_link : peer_->link)->Execute(op_, slices, deadline_);
           break;
       }
-      if (s.ok()) {
-        counter->fetch_add(b.bytes, std::memory_order_relaxed);
-        succeeded_.fetch_add(1, std::memory_order_relaxed);
-      }
     }
-    if (!s.ok()) {
-      if (Clock::now() >= deadline_) {
-        Stop(StopReason::kTimeout, {});  // the transport gave up at the request's deadline
-      } else {
-        Fail(std::move(s));
-      }
+  }
+  EndBatch(i, std::move(s), counter);
+}
+
+bool Request::pipelined() const {
+  if (!peer_ || !peer_->link || !peer_->link->pipelined()) return false;
+  for (const auto& b : plan_.batches) {
+    if (b.path != Path::kLink || b.gpu_link) return false;
+  }
+  return true;
+}
+
+bool Request::StartNext() {
+  if (next_batch_.load(std::memory_order_relaxed) >= plan_.batches.size()) return false;
+  size_t i = next_batch_.fetch_add(1, std::memory_order_relaxed);
+  if (i >= plan_.batches.size()) return false;
+  if (Stopping()) {
+    EndBatch(i, std::nullopt, nullptr);
+    return true;
+  }
+  Status s = CheckBeforeExecute();
+  if (!s.ok()) {
+    EndBatch(i, std::move(s), nullptr);
+    return true;
+  }
+  const Plan::Batch& b = plan_.batches[i];
+  // The callbacks hold the request, and so the plan that the slices live in. A batch still
+  // waiting for its turn when the request stops is dropped, as a queued one is elsewhere.
+  auto dropped = [](const Status& s) { return s.code() == StatusCode::kCanceled; };
+  peer_->link->Start(
+      op_, std::span(plan_.slices).subspan(b.begin, b.end - b.begin), deadline_,
+      [self = shared_from_this(), i, dropped](Status st) {
+        if (dropped(st)) return self->EndBatch(i, std::nullopt, nullptr);
+        self->EndBatch(i, std::move(st), &self->peer_->link_bytes);
+      },
+      [self = shared_from_this()]() -> Status {
+        if (self->Stopping()) return {StatusCode::kCanceled, "request stopping: batch dropped"};
+        return self->CheckBeforeExecute();
+      });
+  return true;
+}
+
+void Request::Drive(Clock::time_point until) {
+  peer_->link->Drive(until, [this] { return done(); });
+}
+
+void Request::EndBatch(size_t i, std::optional<Status> result, std::atomic<uint64_t>* counter) {
+  if (result && result->ok()) {
+    counter->fetch_add(plan_.batches[i].bytes, std::memory_order_relaxed);
+    succeeded_.fetch_add(1, std::memory_order_relaxed);
+  } else if (result) {
+    if (Clock::now() >= deadline_) {
+      Stop(StopReason::kTimeout, {});  // the transport gave up at the request's deadline
+    } else {
+      Fail(std::move(*result));
     }
   }
   if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) Finish();

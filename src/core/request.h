@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "core/peer_state.h"
 #include "core/planner.h"
@@ -13,7 +14,7 @@
 
 namespace xfer {
 
-class Request {
+class Request : public std::enable_shared_from_this<Request> {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -38,6 +39,16 @@ class Request {
   // caller holds an execution slot of the StreamPool.
   bool RunNext();
 
+  // Whether every batch goes over the peer's pipelined link (ucx): then the caller starts them
+  // all (StartNext, each under an execution slot) and whoever waits drives the link (Drive),
+  // so that one thread keeps many requests in flight; no stream runs them.
+  bool pipelined() const;
+  // Claims the next batch and starts it on the pipelined link (or ends it here, when the
+  // request is stopping or the batch cannot start). False when every batch has been claimed.
+  bool StartNext();
+  // Drives the link until the request is done or `until` (at least one round).
+  void Drive(Clock::time_point until);
+
   // Ask the request to stop; batches not yet started are dropped. First reason wins.
   void Cancel() { Stop(StopReason::kCanceled, {}); }
   void Fail(Status why) { Stop(StopReason::kFailed, std::move(why)); }
@@ -53,6 +64,9 @@ class Request {
   bool Stopping();
   Status CheckBeforeExecute() const;
   void RunBatch(size_t i);
+  // A batch ended: with `result` (which counts its bytes on `counter` when ok), or dropped
+  // (none) because the request was stopping.
+  void EndBatch(size_t i, std::optional<Status> result, std::atomic<uint64_t>* counter);
   void Finish();
 
   const RequestHandle id_;

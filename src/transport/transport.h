@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -35,10 +36,27 @@ using Clock = std::chrono::steady_clock;
 // A connection to one peer. Execute moves one batch synchronously on the calling thread (a
 // stream thread of the engine, or a caller helping its request); it may be called from several
 // threads at once, and returns by the deadline.
+//
+// A pipelined link (ucx) also keeps many batches in flight from one thread: Start starts one
+// and returns at once; its `done` is called once, with the result, inline or on a thread that
+// drives the link (Drive or Start on it, or the transport's own thread when nobody drives for
+// a while). `ready`, when set, is asked just before the batch goes out: an error ends it with
+// that status, nothing moved. Drive progresses the link's batches on the calling thread until
+// `finished()` (cheap; called often, under the link's lock or not) or `until`. Quiesce returns
+// once every batch started before the call has ended.
 class Link {
  public:
+  using Done = std::function<void(Status)>;
   virtual ~Link() = default;
   virtual Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) = 0;
+  virtual bool pipelined() const { return false; }
+  virtual void Start(Op op, std::span<const Slice> batch, Clock::time_point deadline, Done done,
+                     std::function<Status()> ready = {}) {
+    Status s = ready ? ready() : Status::Ok();
+    done(s.ok() ? Execute(op, batch, deadline) : std::move(s));
+  }
+  virtual void Drive(Clock::time_point /*until*/, const std::function<bool()>& /*finished*/) {}
+  virtual void Quiesce() {}
   // The peer is gone: make Execute calls in progress return at once, and later ones fail.
   virtual void Shutdown() {}
 };

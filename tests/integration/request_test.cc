@@ -1,6 +1,7 @@
 // Request life cycle against a real peer: cancel, deadline expiry, short waits, Finalize with
 // requests outstanding.
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "test_common.h"
@@ -12,10 +13,30 @@ using namespace std::chrono_literals;
 
 constexpr uint64_t kMiB = 1ull << 20;
 
+// The transports the life cycle is checked on: the default one (shm or cma here), and ucx,
+// whose requests run differently (pipelined: started on the caller's thread, driven by whoever
+// waits).
+#ifdef XFER_TEST_UCX
+const std::vector<std::string> kTransports = {"default", "ucx"};
+#else
+const std::vector<std::string> kTransports = {"default"};
+#endif
+
 // A transfer big enough (256 MiB, into untouched remote pages) to be running for tens of
 // milliseconds at least.
-class IntegrationRequest : public PeerFixture {
+class RequestFixture : public PeerFixture {
  protected:
+  virtual std::string transport() const = 0;
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    if (transport() != "default") o.transport = transport();
+    return o;
+  }
+  PeerOptions RemoteOptions() override {
+    PeerOptions o;
+    if (transport() == "ucx") o.extra_args = {"--ucx", "on"};  // no RDMA device: offer it anyway
+    return o;
+  }
   void SetUp() override {
     PeerFixture::SetUp();
     if (HasFatalFailure()) return;
@@ -44,7 +65,14 @@ class IntegrationRequest : public PeerFixture {
   std::vector<TransferDesc> big_;
 };
 
-TEST_F(IntegrationRequest, CancelRightAwayEndsCanceledOrCompleted) {
+class IntegrationRequest : public RequestFixture, public ::testing::WithParamInterface<std::string> {
+ protected:
+  std::string transport() const override { return GetParam(); }
+};
+INSTANTIATE_TEST_SUITE_P(Transports, IntegrationRequest, ::testing::ValuesIn(kTransports),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+TEST_P(IntegrationRequest, CancelRightAwayEndsCanceledOrCompleted) {
   int canceled = 0;
   for (int round = 0; round < 3; ++round) {
     xfer::RequestHandle req = 0;
@@ -71,7 +99,7 @@ TEST_F(IntegrationRequest, CancelRightAwayEndsCanceledOrCompleted) {
   ExpectStillWorks();
 }
 
-TEST_F(IntegrationRequest, EndStateSaysWhetherTheBytesMoved) {
+TEST_P(IntegrationRequest, EndStateSaysWhetherTheBytesMoved) {
   // One batch, canceled at once or a little later: either it was dropped (kCanceled, the
   // target untouched) or it ran (kCompleted, every byte there); never kCanceled with the data
   // moved, whichever moment the cancel lands in.
@@ -102,7 +130,7 @@ TEST_F(IntegrationRequest, EndStateSaysWhetherTheBytesMoved) {
   std::printf("canceled %d of 30\n", canceled);
 }
 
-TEST_F(IntegrationRequest, CancelWhilePollingStatus) {
+TEST_P(IntegrationRequest, CancelWhilePollingStatus) {
   xfer::RequestHandle req = 0;
   XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kRead, big_, 30s, &req));
   // READ into src_ from the region: src_ is only scratch here.
@@ -121,7 +149,7 @@ TEST_F(IntegrationRequest, CancelWhilePollingStatus) {
   ExpectStillWorks();
 }
 
-TEST_F(IntegrationRequest, CancelAfterCompletionChangesNothing) {
+TEST_P(IntegrationRequest, CancelAfterCompletionChangesNothing) {
   LocalBuffer s(4096);
   s.Fill(5);
   xfer::RequestHandle req = 0;
@@ -136,7 +164,7 @@ TEST_F(IntegrationRequest, CancelAfterCompletionChangesNothing) {
   EXPECT_EQ(o.status.state, RequestState::kCompleted);
 }
 
-TEST_F(IntegrationRequest, DeadlineExpiryEndsInTimeout) {
+TEST_P(IntegrationRequest, DeadlineExpiryEndsInTimeout) {
   xfer::RequestHandle req = 0;
   const auto t0 = Clock::now();
   XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, big_, 1ms, &req));
@@ -151,7 +179,7 @@ TEST_F(IntegrationRequest, DeadlineExpiryEndsInTimeout) {
   ExpectStillWorks();
 }
 
-TEST_F(IntegrationRequest, ZeroTimeoutDeadlineIsAlreadyDue) {
+TEST_P(IntegrationRequest, ZeroTimeoutDeadlineIsAlreadyDue) {
   xfer::RequestHandle req = 0;
   const xfer::Status s = engine_.TransferAsync(peer_.name(), Op::kWrite, big_, 0ms, &req);
   if (s.ok()) {
@@ -164,7 +192,7 @@ TEST_F(IntegrationRequest, ZeroTimeoutDeadlineIsAlreadyDue) {
   ExpectStillWorks();
 }
 
-TEST_F(IntegrationRequest, ShortWaitOnRunningRequestIsNotADeadline) {
+TEST_P(IntegrationRequest, ShortWaitOnRunningRequestIsNotADeadline) {
   xfer::RequestHandle req = 0;
   XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, big_, 60s, &req));
   xfer::RequestStatus st;
@@ -180,7 +208,7 @@ TEST_F(IntegrationRequest, ShortWaitOnRunningRequestIsNotADeadline) {
   }
 }
 
-TEST_F(IntegrationRequest, FinalizeWithRequestsOutstanding) {
+TEST_P(IntegrationRequest, FinalizeWithRequestsOutstanding) {
   std::vector<xfer::RequestHandle> reqs(4);
   for (auto& r : reqs) XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, big_, 60s, &r));
   const auto t0 = Clock::now();
@@ -203,7 +231,7 @@ TEST_F(IntegrationRequest, FinalizeWithRequestsOutstanding) {
   EXPECT_TRUE(peer_.Call("ping").ok);
 }
 
-TEST_F(IntegrationRequest, DisconnectWithRequestInFlight) {
+TEST_P(IntegrationRequest, DisconnectWithRequestInFlight) {
   xfer::RequestHandle req = 0;
   XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, big_, 60s, &req));
   XT_EXPECT_OK(engine_.Disconnect(peer_.name()));
@@ -220,7 +248,7 @@ TEST_F(IntegrationRequest, DisconnectWithRequestInFlight) {
   ExpectStillWorks();
 }
 
-TEST_F(IntegrationRequest, WaitCancelAndPollFromSeveralThreads) {
+TEST_P(IntegrationRequest, WaitCancelAndPollFromSeveralThreads) {
   for (int round = 0; round < 5; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     xfer::RequestHandle req = 0;
@@ -269,7 +297,7 @@ TEST_F(IntegrationRequest, WaitCancelAndPollFromSeveralThreads) {
   ExpectStillWorks();
 }
 
-TEST_F(IntegrationRequest, TenThousandOutstandingRequests) {
+TEST_P(IntegrationRequest, TenThousandOutstandingRequests) {
   constexpr int kRequests = 10000;
   LocalBuffer s(kRequests * 8);
   s.Fill(21);
@@ -307,15 +335,19 @@ TEST_F(IntegrationRequest, TenThousandOutstandingRequests) {
 
 // Once a request reports a terminal state (or Finalize returned), the engine must be done
 // with its memory: the caller reuses buffers at once.
-class IntegrationRequestQuiesce : public IntegrationRequest,
-                                  public ::testing::WithParamInterface<int> {};
+class IntegrationRequestQuiesce
+    : public RequestFixture,
+      public ::testing::WithParamInterface<std::tuple<std::string, int>> {
+ protected:
+  std::string transport() const override { return std::get<0>(GetParam()); }
+};
 
 TEST_P(IntegrationRequestQuiesce, NoByteMovesAfterTheTerminalState) {
-  const int how = GetParam();  // 0: Cancel, 1: deadline expiry, 2: Finalize
+  const int how = std::get<1>(GetParam());  // 0: Cancel, 1: deadline expiry, 2: Finalize
   for (Op op : {Op::kWrite, Op::kRead}) {
     SCOPED_TRACE(op == Op::kWrite ? "WRITE" : "READ");
     xfer::Engine e;
-    XT_ASSERT_OK(e.Initialize("127.0.0.1:0"));
+    XT_ASSERT_OK(e.Initialize("127.0.0.1:0", LocalOptions()));
     XT_ASSERT_OK(e.Connect(peer_.name(), 10s));
     // 16 x 64 MiB over the 256 MiB region (WRITE) or into one 64 MiB local buffer (READ).
     std::vector<TransferDesc> d;
@@ -352,11 +384,12 @@ TEST_P(IntegrationRequestQuiesce, NoByteMovesAfterTheTerminalState) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ends, IntegrationRequestQuiesce, ::testing::Values(0, 1, 2),
-                         [](const ::testing::TestParamInfo<int>& i) {
-                           return std::string(i.param == 0   ? "Cancel"
-                                              : i.param == 1 ? "Deadline"
-                                                             : "Finalize");
+INSTANTIATE_TEST_SUITE_P(Ends, IntegrationRequestQuiesce,
+                         ::testing::Combine(::testing::ValuesIn(kTransports), ::testing::Values(0, 1, 2)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& i) {
+                           const int how = std::get<1>(i.param);
+                           return std::get<0>(i.param) + "_" +
+                                  (how == 0 ? "Cancel" : how == 1 ? "Deadline" : "Finalize");
                          });
 
 }  // namespace

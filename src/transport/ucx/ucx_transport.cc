@@ -10,11 +10,14 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
@@ -32,6 +35,8 @@ namespace {
 // How long a torn-down endpoint may take to give back its requests. A forced close completes
 // them at once on every transport we know; the bound only keeps a UCX bug from hanging us.
 constexpr auto kTeardownGrace = std::chrono::seconds(2);
+// How long a close waits for what was posted to complete before it forces its way.
+constexpr auto kDrainGrace = std::chrono::milliseconds(1000);
 // The target's progress thread wakes this often without events, to notice Stop() even if the
 // eventfd were missed.
 constexpr int kIdlePollMs = 100;
@@ -45,6 +50,13 @@ constexpr unsigned kSpinsBeforeSleep = 256;
 constexpr int kSleepMs = 1;
 // The target's progress thread polls this long after its last event before it sleeps.
 constexpr auto kTargetSpin = std::chrono::microseconds(50);
+// Flights posted on one endpoint at most: enough to keep a wire busy across a flush's round
+// trip; the rest wait their turn (a request of a thousand batches is not a thousand at once).
+constexpr size_t kMaxPostedPerConn = 16;
+// While links have flights, the progress thread checks this often that someone drives them
+// (UcxLink::Rescue), and leads one that nobody drives for at most kRescueBudget.
+constexpr int kRescuePollMs = 2;
+constexpr auto kRescueBudget = std::chrono::microseconds(500);
 // Start's put to itself (over tcp it connects a socket: milliseconds).
 constexpr auto kProbeTimeout = std::chrono::seconds(5);
 
@@ -110,14 +122,44 @@ class UcxMemoryImpl final : public UcxMemory {
 };
 
 // ---------------------------------------------------------------- initiator side
-// One endpoint to the peer on a worker of its own: a rail. Used by one Execute at a time.
+// One batch on a link, from Start to its `done` call. The leader (see UcxLink) posts it and
+// counts its UCX requests down in their completion callbacks, which run on the leader's
+// thread: every field after `seq` is the leader's.
+struct Flight {
+  Op op = Op::kWrite;
+  std::span<const Slice> batch;
+  std::vector<UcxRemoteKey> keys;  // the regions of the batch's slices
+  std::vector<uint32_t> key_of;    // slice -> index in keys
+  Clock::time_point deadline;
+  Link::Done done;
+  std::function<Status()> ready;
+  size_t conn = 0;
+  uint64_t seq = 0;  // in order of Start
+  bool posted = false;
+  int left = 0;  // requests posted and not completed
+  ucs_status_t error = UCS_OK;
+  const char* what = "";
+  std::optional<Status> result;  // set: over, `done` is due
+};
+
+void OnRequestDone(void* request, ucs_status_t status, void* user) {
+  auto* f = static_cast<Flight*>(user);
+  if (status != UCS_OK && f->error == UCS_OK) {
+    f->error = status;
+    f->what = f->op == Op::kWrite ? "put" : "get";
+  }
+  --f->left;
+  ucp_request_free(request);
+}
+
+// One endpoint to the peer on a worker of its own: a rail.
 struct Conn {
-  std::timed_mutex mu;
   ucp_worker_h worker = nullptr;
   int efd = -1;  // the worker's event fd
   ucp_ep_h ep = nullptr;
   std::unordered_map<uint64_t, ucp_rkey_h> rkeys;  // region_id -> key unpacked on ep
-  // Set by UCX's error callback (during our own progress calls) when the peer fails.
+  size_t posted = 0;  // flights posted on ep and not over
+  // Set by UCX's error callback (during the leader's progress calls) when the peer fails.
   std::atomic<ucs_status_t> failure{UCS_OK};
 };
 
@@ -142,82 +184,360 @@ ucs_status_t WaitRequest(ucp_worker_h w, void* req, Clock::time_point until) {
   }
 }
 
-class UcxLink final : public Link {
+// Batches are started without waiting (Start), so one thread keeps many in flight: a WRITE
+// ends with a flush, a round trip, and the next batches' puts fill the wire meanwhile. One
+// thread at a time, the leader, makes every UCX call on the link's workers for all of them: it
+// posts what was started and progresses until what it waits for is over (Drive), then the
+// lead goes to whichever thread needs it next; others that Drive meanwhile sleep (on two
+// cores a third spinning thread, beside the leader and the target's, slows everyone). A
+// thread that only starts batches leads for one round if nobody leads; if then nobody drives
+// for a while, the transport's progress thread does (Rescue).
+class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> {
  public:
   UcxLink(std::shared_ptr<Context> ctx, UcxPeer peer, int links)
-      : ctx_(std::move(ctx)), peer_(std::move(peer)) {
+      : ctx_(std::move(ctx)), peer_(std::move(peer)), kick_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
     for (int i = 0; i < std::max(links, 1); ++i) conns_.push_back(std::make_unique<Conn>());
   }
 
-  ~UcxLink() override {
+  ~UcxLink() override {  // nothing runs on it any more: a flight's `done` holds no reference
     for (auto& c : conns_) {
-      std::lock_guard l(c->mu);
-      Teardown(*c, {});
+      Teardown(*c);
       if (c->worker) ucp_worker_destroy(c->worker);
+    }
+    if (kick_ >= 0) ::close(kick_);
+  }
+
+  bool pipelined() const override { return true; }
+
+  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override {
+    Status result;
+    std::atomic<bool> over{false};
+    Start(op, batch, deadline, [&](Status s) {
+      result = std::move(s);
+      over.store(true, std::memory_order_release);
+    });
+    Drive(Clock::time_point::max(), [&] { return over.load(std::memory_order_acquire); });
+    return result;
+  }
+
+  void Start(Op op, std::span<const Slice> batch, Clock::time_point deadline, Done done,
+             std::function<Status()> ready = {}) override {
+    if (batch.empty()) return done(Status::Ok());
+    if (shut_.load()) return done(Gone());
+    if (Clock::now() >= deadline) return done(NotStarted());
+    auto f = std::make_unique<Flight>();
+    // Every key first: a batch with a range outside the peer's regions moves nothing. A batch
+    // nearly always lies in one region: a slice inside the previous one's region reuses its key.
+    f->key_of.resize(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const Slice& s = batch[i];
+      const bool same = !f->keys.empty() && s.remote >= f->keys.back().addr &&
+                        s.remote + s.len <= f->keys.back().addr + f->keys.back().len;
+      if (!same) {
+        f->keys.emplace_back();
+        if (!peer_.find_key(s.remote, s.len, &f->keys.back())) {
+          return done({StatusCode::kRemoteAccessDenied,
+                       "ucx: no region of peer " + peer_.name + " holds slice " + std::to_string(i) +
+                           " (" + std::to_string(s.len) + " bytes at " + Hex(s.remote) + ")"});
+        }
+      }
+      f->key_of[i] = static_cast<uint32_t>(f->keys.size() - 1);
+    }
+    f->op = op;
+    f->batch = batch;
+    f->deadline = deadline;
+    f->done = std::move(done);
+    f->ready = std::move(ready);
+    f->conn = rr_.fetch_add(1) % conns_.size();
+    auto self = shared_from_this();
+    std::unique_lock l(mu_);
+    f->seq = started_.fetch_add(1) + 1;
+    flights_.push_back(std::move(f));
+    Count();
+    if (led_) {
+      if (leader_asleep_) Kick();
+      return;
+    }
+    led_ = true;
+    l.unlock();
+    Lead(Clock::time_point{}, nullptr);  // one round: posts it
+    Release();
+  }
+
+  // `finished` is called with mu_ held or not: it must not take mu_.
+  void Drive(Clock::time_point until, const std::function<bool()>& finished) override {
+    auto self = shared_from_this();  // a `done` call may drop the caller's last reference
+    std::unique_lock l(mu_);
+    for (bool first = true; !finished(); first = false) {
+      if (!led_) {
+        led_ = true;
+        l.unlock();
+        Lead(until, finished);
+        Release();
+        if (Clock::now() >= until) return;
+        l.lock();
+        continue;
+      }
+      if (!first && Clock::now() >= until) return;
+      // The leader ends every flight, by its deadline at the latest: the bound is a safety net.
+      ++waiting_;
+      cv_.wait_until(l, std::min(until, Clock::now() + std::chrono::milliseconds(kIdlePollMs)));
+      --waiting_;
     }
   }
 
-  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override {
-    if (batch.empty()) return Status::Ok();
-    Conn& c = *conns_[rr_.fetch_add(1) % conns_.size()];
-    std::unique_lock l(c.mu, std::defer_lock);
-    if (!l.try_lock_until(deadline)) {
-      return {StatusCode::kTimeout, "ucx: deadline passed waiting for a connection to " + peer_.name};
-    }
-    if (shut_.load()) return Gone();
-    if (Clock::now() >= deadline) {
-      return {StatusCode::kTimeout, "ucx: deadline passed before the batch to " + peer_.name + " started"};
-    }
-    // Every key first: a batch with a range outside the peer's regions moves nothing. A batch
-    // nearly always lies in one region: a slice inside the previous one's region reuses its key.
-    std::vector<UcxRemoteKey> keys;
-    std::vector<uint32_t> key_of(batch.size());
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const Slice& s = batch[i];
-      const bool same = !keys.empty() && s.remote >= keys.back().addr &&
-                        s.remote + s.len <= keys.back().addr + keys.back().len;
-      if (!same) {
-        keys.emplace_back();
-        if (!peer_.find_key(s.remote, s.len, &keys.back())) {
-          return {StatusCode::kRemoteAccessDenied,
-                  "ucx: no region of peer " + peer_.name + " holds slice " + std::to_string(i) +
-                      " (" + std::to_string(s.len) + " bytes at " + Hex(s.remote) + ")"};
-        }
-      }
-      key_of[i] = static_cast<uint32_t>(keys.size() - 1);
-    }
-    Status s = Connect(c);
-    if (!s.ok()) return s;
-    // Keys of regions the peer deregistered would pile up for the life of the link: start
-    // over now and then, between batches (no request holds a key then).
-    if (c.rkeys.size() + keys.size() > kMaxCachedKeys) DestroyKeys(c);
-    std::vector<ucp_rkey_h> unpacked(keys.size());
-    for (size_t k = 0; k < keys.size(); ++k) {
-      s = Unpack(c, keys[k], &unpacked[k]);
-      if (!s.ok()) {
-        Teardown(c, {});
-        return s;
-      }
-    }
-    std::vector<ucp_rkey_h> rkeys(batch.size());
-    for (size_t i = 0; i < batch.size(); ++i) rkeys[i] = unpacked[key_of[i]];
-    s = Run(c, op, batch, rkeys, deadline);
-    if (!s.ok() && shut_.load()) return Gone();
-    return s;
+  void Quiesce() override {
+    const uint64_t upto = started_.load();
+    Drive(Clock::time_point::max(), [&] { return oldest_.load() > upto; });
   }
 
   void Shutdown() override {
     shut_.store(true);
-    // Idle connections are closed now; busy ones by their Execute, which sees shut_.
-    for (auto& c : conns_) {
-      std::unique_lock l(c->mu, std::try_to_lock);
-      if (l.owns_lock()) Teardown(*c, {});
+    // The leader ends every flight when it sees shut_. This thread leads if nobody does.
+    Drive(Clock::time_point::max(), [&] { return in_flight_.load() == 0; });
+    auto self = shared_from_this();
+    std::unique_lock l(mu_);
+    if (led_) return;  // a thread that started a batch since: it sees shut_
+    led_ = true;
+    l.unlock();
+    for (auto& c : conns_) Teardown(*c);
+    Release();
+  }
+
+  // For the transport's progress thread, every few milliseconds while flights exist: leads
+  // for up to `budget` if flights wait and nobody has led since the last call, so that a
+  // caller that starts batches and never drives still sees them end. True while the link has
+  // flights.
+  bool Rescue(std::chrono::microseconds budget) {
+    {
+      std::lock_guard l(mu_);
+      if (flights_.empty()) return false;
+      const bool stale = rounds_ == rescue_seen_;
+      rescue_seen_ = rounds_;
+      if (led_ || !stale) return true;
+      led_ = true;
     }
+    auto self = shared_from_this();
+    Lead(Clock::now() + budget, [&] { return in_flight_.load() == 0 || waiting_.load() > 0; });
+    Release();
+    std::lock_guard l(mu_);
+    rescue_seen_ = rounds_;
+    return !flights_.empty();
   }
 
  private:
   Status Gone() const {
     return {StatusCode::kConnectionLost, "ucx: the session with " + peer_.name + " ended"};
+  }
+  Status NotStarted() const {
+    return {StatusCode::kTimeout, "ucx: deadline passed before the batch to " + peer_.name + " started"};
+  }
+  void Kick() {
+    uint64_t one = 1;
+    if (::write(kick_, &one, sizeof one) < 0) {
+    }  // the leader's poll timeout notices the flight anyway
+  }
+
+  // After flights_ changed (mu_).
+  void Count() {
+    in_flight_.store(flights_.size());
+    oldest_.store(flights_.empty() ? started_.load() + 1 : flights_.front()->seq);
+  }
+
+  void Release() {
+    std::lock_guard l(mu_);
+    led_ = false;
+    if (!flights_.empty()) cv_.notify_all();  // a thread that waits for one may lead now
+  }
+
+  // Leads until `finished()` or `until` (`finished` null: one round). A round: flights that
+  // are over leave and get their `done` call, new ones are posted, the workers progress. UCX
+  // having nothing new, the leader spins, then sleeps on the workers' event fds (a long batch
+  // over a slow wire should not cost a core).
+  void Lead(Clock::time_point until, const std::function<bool()>& finished) {
+    std::vector<std::unique_ptr<Flight>> over;
+    std::vector<Flight*> fresh;
+    unsigned idle = 0;
+    Backoff backoff;
+    for (unsigned round = 0;; ++round) {
+      const bool clock = round % kSpinsPerClockRead == 0;
+      const auto now = clock ? Clock::now() : Clock::time_point{};
+      uint64_t expired = 0;  // conns whose endpoint goes: a failed or late flight, or shut down
+      {
+        std::lock_guard l(mu_);
+        ++rounds_;
+        fresh.clear();
+        for (auto& f : flights_) {
+          if (f->result) continue;
+          if (!f->posted) {
+            if (clock && (shut_.load() || now >= f->deadline)) {
+              End(*f, shut_.load() ? Gone() : NotStarted());
+            } else if (conns_[f->conn]->posted + PostingTo(fresh, f->conn) < kMaxPostedPerConn) {
+              fresh.push_back(f.get());
+            }
+          } else if (f->error != UCS_OK || (clock && (shut_.load() || now >= f->deadline))) {
+            expired |= uint64_t{1} << f->conn;
+          } else if (f->left == 0) {
+            End(*f, Status::Ok());
+          }
+        }
+        auto keep = std::stable_partition(flights_.begin(), flights_.end(),
+                                          [](const auto& f) { return !f->result; });
+        std::move(keep, flights_.end(), std::back_inserter(over));
+        flights_.erase(keep, flights_.end());
+        Count();
+      }
+      if (!over.empty()) {
+        for (auto& f : over) f->done(std::move(*f->result));
+        over.clear();
+        std::lock_guard l(mu_);
+        cv_.notify_all();  // a waiting thread's flight may be among them
+      }
+      if (finished && finished()) return;
+      bool busy = false;
+      for (size_t i = 0; i < conns_.size(); ++i) {
+        if ((expired >> i & 1) || conns_[i]->failure.load() != UCS_OK) {
+          EndPosted(*conns_[i]);
+          busy = true;
+        }
+      }
+      if (!busy) {
+        for (Flight* f : fresh) Post(*conns_[f->conn], *f);
+        for (auto& c : conns_) busy = (c->worker && ucp_worker_progress(c->worker) != 0) || busy;
+      }
+      if (!finished || (clock && now >= until)) return;
+      if (busy || !fresh.empty()) {
+        idle = 0;
+        backoff.Reset();
+      } else if (++idle < kSpinsBeforeSleep) {
+        backoff.Pause();
+      } else {
+        idle = 0;
+        backoff.Reset();
+        Sleep();
+      }
+    }
+  }
+
+  // Sleeps until a worker has events, a thread starts a batch, or kSleepMs passed.
+  void Sleep() {
+    {
+      std::lock_guard l(mu_);
+      for (const auto& f : flights_) {
+        if (!f->posted && !f->result) return;  // started while this round progressed
+      }
+      leader_asleep_ = true;
+    }
+    std::vector<pollfd> p{{kick_, POLLIN, 0}};
+    bool armed = true;
+    for (auto& c : conns_) {
+      if (!c->worker) continue;
+      if (ucp_worker_arm(c->worker) != UCS_OK) armed = false;  // events came in: progress
+      p.push_back({c->efd, POLLIN, 0});
+    }
+    if (armed) {
+      ::poll(p.data(), p.size(), kSleepMs);
+      uint64_t n;
+      if (::read(kick_, &n, sizeof n) < 0) {
+      }  // nothing to drain
+    }
+    std::lock_guard l(mu_);
+    leader_asleep_ = false;
+  }
+
+  static size_t PostingTo(const std::vector<Flight*>& fresh, size_t conn) {
+    return std::count_if(fresh.begin(), fresh.end(), [&](const Flight* f) { return f->conn == conn; });
+  }
+
+  // A flight is over (mu_): it leaves the list in this round, and its `done` is called.
+  void End(Flight& f, Status result) {
+    if (f.posted) --conns_[f.conn]->posted;
+    f.posted = false;
+    f.result = std::move(result);
+  }
+
+  // Posts a flight: its puts (then a flush) or gets, each completing in OnRequestDone. A WRITE
+  // is over when its flush is (the data is in place at the target); a READ when its gets are
+  // (a get completes when its data has arrived: a flush would only cost a round trip). A
+  // flight that cannot be posted ends here; one posted in part fails the endpoint (Lead).
+  void Post(Conn& c, Flight& f) {
+    Status s = f.ready ? f.ready() : Status::Ok();
+    if (!s.ok()) {
+      std::lock_guard l(mu_);
+      End(f, std::move(s));
+      return;
+    }
+    s = Connect(c);
+    // Keys of regions the peer deregistered would pile up for the life of the link: start
+    // over now and then, when no request holds a key.
+    if (s.ok() && c.posted == 0 && c.rkeys.size() + f.keys.size() > kMaxCachedKeys) DestroyKeys(c);
+    std::vector<ucp_rkey_h> unpacked(f.keys.size());
+    for (size_t k = 0; k < unpacked.size() && s.ok(); ++k) s = Unpack(c, f.keys[k], &unpacked[k]);
+    if (!s.ok()) {
+      if (c.ep && c.posted == 0) Teardown(c);  // a key it cannot unpack: start afresh
+      std::lock_guard l(mu_);
+      End(f, std::move(s));
+      return;
+    }
+    f.posted = true;
+    f.left = 0;
+    f.error = UCS_OK;
+    ++c.posted;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = OnRequestDone;
+    p.user_data = &f;
+    auto issued = [&](ucs_status_ptr_t r, const char* what) {
+      if (UCS_PTR_IS_ERR(r)) {
+        f.error = UCS_PTR_STATUS(r);
+        f.what = what;
+        return false;
+      }
+      if (r != nullptr) ++f.left;  // completes in OnRequestDone, during a later progress call
+      return true;
+    };
+    for (size_t i = 0; i < f.batch.size(); ++i) {
+      const Slice& sl = f.batch[i];
+      void* buf = reinterpret_cast<void*>(sl.local);
+      const ucp_rkey_h key = unpacked[f.key_of[i]];
+      const bool ok = f.op == Op::kWrite
+                          ? issued(ucp_put_nbx(c.ep, buf, sl.len, sl.remote, key, &p), "ucp_put_nbx")
+                          : issued(ucp_get_nbx(c.ep, buf, sl.len, sl.remote, key, &p), "ucp_get_nbx");
+      if (!ok) return;
+    }
+    if (f.op == Op::kWrite) issued(ucp_ep_flush_nbx(c.ep, &p), "ucp_ep_flush_nbx");
+  }
+
+  // A flight on c failed or ran out of time, or the peer failed, or the link was shut down:
+  // the endpoint goes, which ends every request on it. Each posted flight then ends: done if
+  // all of it completed, else by its own cause; one that was only caught up in another's
+  // deadline is posted again.
+  void EndPosted(Conn& c) {
+    const ucs_status_t peer_failed = c.failure.load();
+    Teardown(c);
+    const auto now = Clock::now();
+    std::lock_guard l(mu_);
+    for (auto& fp : flights_) {
+      Flight& f = *fp;
+      if (!f.posted || conns_[f.conn].get() != &c) continue;
+      const bool own_error = f.error != UCS_OK && f.error != UCS_ERR_CANCELED;
+      if (f.left == 0 && f.error == UCS_OK) {
+        End(f, Status::Ok());  // it moved its bytes, late or not
+      } else if (shut_.load()) {
+        End(f, Gone());
+      } else if (now >= f.deadline) {
+        End(f, {StatusCode::kTimeout, std::string("ucx: deadline passed waiting for a ") +
+                                          (f.op == Op::kWrite ? "WRITE" : "READ") + " batch to " +
+                                          peer_.name + " to complete"});
+      } else if (own_error || peer_failed != UCS_OK) {
+        End(f, {StatusCode::kConnectionLost,
+                UcsError((std::string(own_error ? f.what : "connection") + " to " + peer_.name).c_str(),
+                         own_error ? f.error : peer_failed)});
+      } else {
+        f.posted = false;  // canceled by the close: post it again
+        --c.posted;
+      }
+    }
   }
 
   // The endpoint, created on first use and after a failure tore the last one down.
@@ -232,8 +552,6 @@ class UcxLink final : public Link {
         return {StatusCode::kUnsupported, UcsError("ucp_worker_get_efd", st)};
       }
     }
-    // The peer failed after the last batch completed: start afresh rather than fail this one.
-    if (c.ep && c.failure.load() != UCS_OK) Teardown(c, {});
     if (c.ep) return Status::Ok();
     c.failure.store(UCS_OK);
     ucp_ep_params_t ep{};
@@ -274,122 +592,65 @@ class UcxLink final : public Link {
     return Status::Ok();
   }
 
-  // Posts the batch (and, for WRITE, a flush), then progresses until all of it completed: the
-  // data is in place at the target (WRITE) or here (READ: a get completes when its data has
-  // arrived, so it needs no flush, which costs a round trip). Any failure tears the endpoint
-  // down.
-  Status Run(Conn& c, Op op, std::span<const Slice> batch, const std::vector<ucp_rkey_h>& rkeys,
-             Clock::time_point deadline) {
-    std::vector<void*> reqs;  // outstanding requests; a WRITE's flush last
-    reqs.reserve(batch.size() + 1);
-    ucp_request_param_t none{};
-    ucs_status_t failed = UCS_OK;
-    const char* what = "";
-    for (size_t i = 0; i < batch.size() && failed == UCS_OK; ++i) {
-      const Slice& s = batch[i];
-      void* buf = reinterpret_cast<void*>(s.local);
-      ucs_status_ptr_t r = op == Op::kWrite
-                               ? ucp_put_nbx(c.ep, buf, s.len, s.remote, rkeys[i], &none)
-                               : ucp_get_nbx(c.ep, buf, s.len, s.remote, rkeys[i], &none);
-      if (UCS_PTR_IS_ERR(r)) {
-        failed = UCS_PTR_STATUS(r);
-        what = op == Op::kWrite ? "ucp_put_nbx" : "ucp_get_nbx";
-      } else if (r != nullptr) {
-        reqs.push_back(r);
-      }
-    }
-    if (failed == UCS_OK && op == Op::kWrite) {
-      ucs_status_ptr_t r = ucp_ep_flush_nbx(c.ep, &none);
-      if (UCS_PTR_IS_ERR(r)) {
-        failed = UCS_PTR_STATUS(r);
-        what = "ucp_ep_flush_nbx";
-      } else if (r != nullptr) {
-        reqs.push_back(r);
-      }
-    }
-
-    // Requests complete in order, mostly: watch the oldest outstanding one. Spin (pausing, then
-    // yielding the core) while UCX has nothing new, then sleep on the worker's event fd: a long
-    // batch over a slow wire, or a target that must progress on a core we share, should not
-    // cost a core.
-    size_t done = 0;
-    bool timed_out = false, shut = false;
-    unsigned idle = 0;
-    Backoff backoff;
-    for (unsigned spins = 0; failed == UCS_OK && done < reqs.size(); ++spins) {
-      ucs_status_t st = ucp_request_check_status(reqs[done]);
-      if (st == UCS_INPROGRESS) {
-        if (c.failure.load() != UCS_OK) {
-          failed = c.failure.load();
-          what = "connection";
-        } else if (spins % kSpinsPerClockRead == 0 && (shut_.load() || Clock::now() >= deadline)) {
-          (shut_.load() ? shut : timed_out) = true;
-          break;
-        } else if (ucp_worker_progress(c.worker) != 0) {
-          idle = 0;
-          backoff.Reset();
-        } else if (++idle < kSpinsBeforeSleep) {
-          backoff.Pause();
-        } else {
-          idle = 0;
-          backoff.Reset();
-          if (ucp_worker_arm(c.worker) == UCS_OK) {  // else events came in: progress again
-            pollfd p{c.efd, POLLIN, 0};
-            ::poll(&p, 1, kSleepMs);
-          }
-        }
-        continue;
-      }
-      ucp_request_free(reqs[done]);
-      reqs[done++] = nullptr;
-      if (st != UCS_OK) {
-        failed = st;
-        what = op == Op::kWrite ? "put" : "get";
-      }
-    }
-    if (failed == UCS_OK && !timed_out && !shut) return Status::Ok();
-
-    reqs.erase(reqs.begin(), reqs.begin() + done);
-    Teardown(c, std::move(reqs));
-    if (shut) return Gone();
-    if (timed_out) {
-      return {StatusCode::kTimeout, std::string("ucx: deadline passed waiting for a ") +
-                                        (op == Op::kWrite ? "WRITE" : "READ") + " batch to " +
-                                        peer_.name + " to complete"};
-    }
-    return {StatusCode::kConnectionLost,
-            UcsError((std::string(what) + " to " + peer_.name).c_str(), failed)};
-  }
-
   static void DestroyKeys(Conn& c) {
     for (auto& [id, k] : c.rkeys) ucp_rkey_destroy(k);
     c.rkeys.clear();
   }
 
-  // Force-closes the endpoint, which completes (cancels) its outstanding requests: once this
-  // returns, no request of ours can still write into the caller's memory. The worker stays for
-  // the next endpoint unless UCX failed to give a request back, in which case it goes too.
-  void Teardown(Conn& c, std::vector<void*> reqs) {
+  // Closes the endpoint; once this returns, no request of ours can still touch the callers'
+  // memory. While the peer has not failed, what was posted completes first (a flush): closing
+  // while puts still arrive makes UCX 1.13 at the target abort ("unexpected error: Endpoint
+  // timeout" when it answers them). Then, or after kDrainGrace, or at once when the peer
+  // failed, a forced close cancels what is outstanding. The worker stays for the next
+  // endpoint unless UCX failed to give the requests back, in which case it goes too.
+  void Teardown(Conn& c) {
     if (!c.ep) return;
+    ucp_request_param_t none{};
+    void* flush = c.failure.load() == UCS_OK ? ucp_ep_flush_nbx(c.ep, &none) : nullptr;
+    if (UCS_PTR_IS_ERR(flush)) flush = nullptr;
+    if (WaitRequest(c.worker, flush, Clock::now() + kDrainGrace) != UCS_INPROGRESS) flush = nullptr;
     const auto until = Clock::now() + kTeardownGrace;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_EP_CLOSE_FLAG_FORCE;
     bool clean = WaitRequest(c.worker, ucp_ep_close_nbx(c.ep, &p), until) != UCS_INPROGRESS;
+    clean = WaitRequest(c.worker, flush, until) != UCS_INPROGRESS && clean;  // canceled by the close
     c.ep = nullptr;
-    for (void* r : reqs) clean = WaitRequest(c.worker, r, until) != UCS_INPROGRESS && clean;
+    auto outstanding = [&] {
+      std::lock_guard l(mu_);
+      for (const auto& f : flights_) {
+        if (f->posted && f->left > 0 && conns_[f->conn].get() == &c) return true;
+      }
+      return false;
+    };
+    Backoff backoff;
+    while (clean && outstanding()) {
+      if (Clock::now() >= until) {
+        clean = false;
+      } else if (ucp_worker_progress(c.worker) == 0) {
+        backoff.Pause();
+      }
+    }
     c.failure.store(UCS_OK);
     if (clean) {
       DestroyKeys(c);
       return;
     }
-    // A request still holds its key: leave the keys to the worker's pools, which go with it.
+    // A request still holds its key and buffer: leave the keys to the worker's pools, which go
+    // with it.
     XLOG(ERROR) << "ucx: requests to " << peer_.name
                 << " did not complete after a forced close; destroying their worker";
     c.rkeys.clear();
     ucp_worker_destroy(c.worker);  // stops all its transports: no more access to our memory
     c.worker = nullptr;
     c.efd = -1;
+    std::lock_guard l(mu_);
+    for (auto& f : flights_) {
+      if (f->posted && f->left > 0 && conns_[f->conn].get() == &c) {
+        f->left = 0;
+        if (f->error == UCS_OK) f->error = UCS_ERR_CANCELED;
+      }
+    }
   }
 
   const std::shared_ptr<Context> ctx_;
@@ -397,6 +658,20 @@ class UcxLink final : public Link {
   std::vector<std::unique_ptr<Conn>> conns_;
   std::atomic<uint32_t> rr_{0};
   std::atomic<bool> shut_{false};
+  const int kick_;  // eventfd: a started flight wakes a sleeping leader
+
+  std::mutex mu_;
+  std::condition_variable cv_;  // flights ended, or the lead is free
+  bool led_ = false;
+  bool leader_asleep_ = false;  // in poll on the workers' fds and kick_
+  std::vector<std::unique_ptr<Flight>> flights_;  // started, in order, until their `done`
+  uint64_t rounds_ = 0;       // leader rounds so far
+  uint64_t rescue_seen_ = 0;  // rounds_ at the last Rescue
+  // Read without mu_ (by `finished` predicates), written under it.
+  std::atomic<uint64_t> started_{0};  // flights started so far
+  std::atomic<uint64_t> oldest_{1};   // seq of the oldest flight not over (started_ + 1: none)
+  std::atomic<size_t> in_flight_{0};  // flights_.size()
+  std::atomic<int> waiting_{0};       // threads in Drive waiting for the lead
 };
 
 // "tcp(lo, eth0), posix, cma": the transports and devices of a context, from
@@ -447,16 +722,40 @@ struct UcxTransport::Impl {
   std::thread progress;
   std::atomic<bool> stop{false};
 
+  // Initiator links, for Rescue.
+  std::mutex links_mu;
+  std::vector<std::weak_ptr<UcxLink>> links;
+
+  // Rescues the links' flights that nobody drives; true while some link has flights.
+  bool RescueLinks() {
+    std::vector<std::shared_ptr<UcxLink>> live;
+    {
+      std::lock_guard l(links_mu);
+      std::erase_if(links, [&](const std::weak_ptr<UcxLink>& w) {
+        auto link = w.lock();
+        if (!link) return true;
+        live.push_back(std::move(link));
+        return false;
+      });
+    }
+    bool flights = false;
+    for (auto& link : live) flights = link->Rescue(kRescueBudget) || flights;
+    return flights;
+  }
+
   // Blocks in poll until the worker has events (a peer's wireup, an emulated put/get) or Stop;
-  // idle, it costs one wakeup per kIdlePollMs.
+  // idle, it costs one wakeup per kIdlePollMs (kRescuePollMs while links have flights).
   void Progress(int efd) {
     pthread_setname_np(pthread_self(), "xfer-ucx-prog");
+    auto next_rescue = Clock::now();
+    bool flights = false;
     while (!stop.load(std::memory_order_relaxed)) {
       // After activity, keep polling a moment before sleeping: the next put of a request in
       // flight usually follows within microseconds, and a wake-up costs tens of them. Progress
       // at least once per wake-up, however late this thread runs.
       Backoff backoff;
       auto quiet_until = Clock::now() + kTargetSpin;
+      Clock::time_point now;
       do {
         if (ucp_worker_progress(worker) != 0) {
           while (ucp_worker_progress(worker) != 0) {
@@ -466,7 +765,12 @@ struct UcxTransport::Impl {
         } else {
           backoff.Pause();
         }
-      } while (Clock::now() < quiet_until);
+        now = Clock::now();
+        if (now >= next_rescue) {
+          flights = RescueLinks();
+          next_rescue = now + std::chrono::milliseconds(kRescuePollMs);
+        }
+      } while (now < quiet_until);
       ucs_status_t st = ucp_worker_arm(worker);
       if (st == UCS_ERR_BUSY) continue;  // events arrived since the last progress
       if (st != UCS_OK) {
@@ -475,7 +779,7 @@ struct UcxTransport::Impl {
         continue;
       }
       pollfd p[2] = {{efd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
-      ::poll(p, 2, kIdlePollMs);
+      ::poll(p, 2, flights ? kRescuePollMs : kIdlePollMs);
     }
   }
 };
@@ -529,9 +833,9 @@ Status UcxTransport::Start() {
                    return true;
                  },
                  "itself"};
-    UcxLink probe(m.ctx, self, 1);
+    auto probe = std::make_shared<UcxLink>(m.ctx, self, 1);
     const Slice put{reinterpret_cast<uint64_t>(&one), reinterpret_cast<uint64_t>(&word), sizeof word};
-    s = probe.Execute(Op::kWrite, {&put, 1}, Clock::now() + kProbeTimeout);
+    s = probe->Execute(Op::kWrite, {&put, 1}, Clock::now() + kProbeTimeout);
   }
   mem.reset();
   if (s.ok() && word != one) s = {StatusCode::kInternal, "the probe put completed but moved nothing"};
@@ -595,7 +899,12 @@ Status UcxTransport::ConnectUcx(const UcxPeer& peer, std::shared_ptr<Link>* link
   if (peer.worker_address.empty() || !peer.find_key) {
     return {StatusCode::kUnsupported, "ucx: peer " + peer.name + " offers no UCX worker address"};
   }
-  *link = std::make_shared<UcxLink>(ctx, peer, impl_->opts.links);
+  auto ucx = std::make_shared<UcxLink>(ctx, peer, impl_->opts.links);
+  {
+    std::lock_guard l(impl_->links_mu);
+    impl_->links.push_back(ucx);
+  }
+  *link = std::move(ucx);
   return Status::Ok();
 }
 
