@@ -562,10 +562,17 @@ void EngineImpl::HelpWith(Request& req, Clock::time_point until) {
   }
 }
 
-void EngineImpl::StartAll(Request& req) {
+void EngineImpl::StartAll(const std::shared_ptr<Request>& req) {
   for (;;) {
     auto slot = pool_->Slot();  // a fence waits for a batch being started, as for one running
-    if (!req.StartNext()) break;
+    if (!req->StartNext()) break;
+  }
+  // The batches of a long request spread over the link's endpoints (rails): streams drive the
+  // endpoints the caller does not, one each.
+  const size_t drivers = std::min({req->batch_count(), static_cast<size_t>(pool_->size()),
+                                   req->batches_in_flight()});
+  for (size_t k = 1; k < drivers; ++k) {
+    pool_->Submit(pool_->Pick(), [req] { req->Drive(Clock::time_point::max()); });
   }
 }
 
@@ -631,7 +638,7 @@ Status EngineImpl::TransferSync(const std::string& remote, Op op,
   // already in flight when the deadline passed.
   const auto until = DeadlineAfter(timeout + std::chrono::seconds(1));
   if (req->pipelined()) {
-    StartAll(*req);
+    StartAll(req);
     req->Drive(until);
   } else {
     Dispatch(req, true);
@@ -669,7 +676,7 @@ Status EngineImpl::TransferAsync(const std::string& remote, Op op,
   if (req->IsSmallCopy(kAsyncInlineBytes)) {
     HelpWith(*req, Clock::time_point::max());
   } else if (req->pipelined()) {
-    StartAll(*req);
+    StartAll(req);
   } else {
     Dispatch(req, false);
   }

@@ -106,7 +106,7 @@ class EngineImpl final : public control::ControlHandler {
   void Dispatch(const std::shared_ptr<Request>& req, bool caller_helps);
   void HelpWith(Request& req, Clock::time_point until);
   // Starts every batch of a pipelined request on its link.
-  void StartAll(Request& req);
+  void StartAll(const std::shared_ptr<Request>& req);
   // Returns once every batch to `peer` (all peers: null) that started before the call has
   // ended: those that streams and callers run, and those in flight on pipelined links.
   void FenceBatches(PeerState* peer);

@@ -3,11 +3,11 @@
 //
 // Target side: one UCP worker with a progress thread (transports that emulate RMA, like tcp,
 // need the target to progress); every registered region is mapped with ucp_mem_map and its
-// packed remote key travels in the region table. Initiator side: per peer, `links` endpoints,
-// each on a worker of its own (a queue pair / rail each); a batch is posted as non-blocking
-// puts (then a flush) or gets, and Execute returns once all of them completed: the data is in
-// place at the target (WRITE) or here (READ). A peer error (UCX's peer error handling) fails
-// the batches on that endpoint with kConnectionLost; the next batch rebuilds the endpoint.
+// packed remote key travels in the region table. Initiator side: per peer, a pipelined link
+// (ucx_link.h) of `links` endpoints, each on a worker of its own (a queue pair / rail each): a
+// batch is posted as non-blocking puts (then a flush) or gets, and ends once all of them
+// completed: the data is in place at the target (WRITE) or here (READ). Many batches are in
+// flight at once, driven by whichever thread waits for them.
 #pragma once
 
 #include <chrono>
@@ -67,6 +67,8 @@ class UcxTransport final : public Transport {
   std::string_view name() const override { return "ucx"; }
   size_t max_slices_per_batch() const override { return 1024; }
   uint64_t default_batch_bytes() const override { return 1 << 20; }
+  // One thread drives the batches on an endpoint: more threads than endpoints only wait.
+  size_t useful_batches_in_flight() const override;
   // Use ConnectUcx: the endpoint in a PeerEndpoint does not carry what UCX needs.
   Status Connect(const PeerEndpoint&, std::shared_ptr<Link>*) override;
 

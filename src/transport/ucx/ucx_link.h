@@ -1,0 +1,82 @@
+// The initiator side of the ucx transport: a link to one peer, `links` endpoints (each on a
+// worker of its own: a queue pair / rail each).
+//
+// Batches are started without waiting (Start), so one thread keeps many in flight: a WRITE
+// ends with a flush, a round trip, and the next batches' puts fill the wire meanwhile. Each
+// endpoint has one leader at a time, the thread that makes every UCX call on its worker for
+// all the batches there: it posts what was started and progresses until what it waits for is
+// over (Drive), then the lead goes to whichever thread needs it next; threads waiting for
+// batches on an endpoint that another leads sleep (on two cores a third spinning thread,
+// beside the leader and the target's, slows everyone). A thread that only starts a batch leads
+// for one round if nobody leads; if then nobody drives for a while, the transport's progress
+// thread does (Rescue). A peer error (UCX's peer error handling) fails the batches on that
+// endpoint with kConnectionLost; the next batch rebuilds the endpoint.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "transport/ucx/ucx_common.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace xfer::transport::ucx {
+
+struct Flight;
+struct Conn;
+
+class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> {
+ public:
+  UcxLink(std::shared_ptr<Context> ctx, UcxPeer peer, int links);
+  ~UcxLink() override;  // no batch is in flight any more: each holds a reference
+
+  bool pipelined() const override { return true; }
+  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override;
+  void Start(Op op, std::span<const Slice> batch, Clock::time_point deadline, Done done,
+             std::function<Status()> ready = {}) override;
+  void Drive(Clock::time_point until, const std::function<bool()>& finished) override;
+  void Quiesce() override;
+  void Shutdown() override;
+
+  // For the transport's progress thread, every few milliseconds while batches are in flight:
+  // leads for up to `budget` the endpoints with batches that nobody led since the last call,
+  // so that batches started by a caller that never drives still end. True while batches are
+  // in flight.
+  bool Rescue(std::chrono::microseconds budget);
+
+ private:
+  Status Gone() const;
+  Status NotStarted() const;
+  void Lead(std::vector<Conn*>& mine, Clock::time_point until, const std::function<bool()>& finished);
+  void Adopt(std::vector<Conn*>* mine, size_t limit);
+  size_t Share() const;
+  void Release(std::vector<Conn*>& mine);
+  void Sleep(const std::vector<Conn*>& mine);
+  void Count();
+  void End(Conn& c, Flight& f, Status result);
+  void Post(Conn& c, Flight& f);
+  void EndPosted(Conn& c);
+  Status Connect(Conn& c);
+  Status Unpack(Conn& c, const UcxRemoteKey& key, ucp_rkey_h* out);
+  void Teardown(Conn& c);
+
+  const std::shared_ptr<Context> ctx_;
+  const UcxPeer peer_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::atomic<uint32_t> rr_{0};
+  std::atomic<bool> shut_{false};
+
+  std::mutex mu_;  // every Conn's lead and flights, and drivers_
+  std::condition_variable cv_;  // batches ended, or a lead is free
+  int drivers_ = 0;             // threads in Drive
+  // Read without mu_ (by `finished` predicates), written under it.
+  std::atomic<uint64_t> started_{0};  // batches started so far
+  std::atomic<uint64_t> oldest_{1};   // seq of the oldest batch in flight (started_ + 1: none)
+  std::atomic<size_t> in_flight_{0};  // batches started and not yet ended
+  std::atomic<int> waiting_{0};       // threads in Drive waiting for a lead
+};
+
+}  // namespace xfer::transport::ucx
