@@ -3,7 +3,10 @@
 # UCX transports (UCX_TLS, exported for every command; default tcp), measured in the same run:
 #  (1) per block size: xfer-bench WRITE and READ with --transport ucx --mem register --reuse
 #      (registered memory; the same buffers every request, as ucx_perftest reuses one buffer)
-#      against ucx_perftest ucp_put_bw and ucp_get, a server and a client on loopback per size;
+#      and DEPTH requests in flight (--depth: ucx_perftest keeps a window of puts in flight; one
+#      thread posts them and drives the link) against ucx_perftest ucp_put_bw and ucp_get, a
+#      server and a client on loopback per size; and, for reference, xfer with one request at
+#      a time (--depth 1: each WRITE waits for its flush, a round trip, before the next starts);
 #  (2) BATCH_SIZE blocks (default 4 KiB): one request of BATCH descriptors (--batch 1000) against
 #      one request per block (--batch 1), and ucx_perftest ucp_put_bw at that size for reference
 #      (not ucp_get: over tcp it waits ~1.1 ms per get there, seconds per run for nothing).
@@ -27,7 +30,7 @@
 # Name tcp or an RDMA transport too (UCX_TLS=tcp,sm runs).
 #
 #   bench/compare_ucx.sh [BUILD_DIR]        (default: build)
-#   env: UCX_TLS=tcp  DURATION=0.3 (s per xfer cell)  ROUNDS=5  SIZES=64K:8M  BATCH=1000  BATCH_SIZE=4K
+#   env: UCX_TLS=tcp  DURATION=0.3 (s per xfer cell)  ROUNDS=5  SIZES=64K:8M  DEPTH=8  BATCH=1000  BATCH_SIZE=4K
 #        UCX_TCP_BYTES=64M (bytes per ucx_perftest run when UCX_TLS=tcp; UCX_BYTES=1G otherwise)
 #        PERFTEST_ARGS="" (extra ucx_perftest arguments for both sides, e.g. "-O 4")
 #        RESULTS=bench/RESULTS.md (RESULTS=- : do not write it)  NOTE="..."  UCX=0 (skip ucx_perftest)
@@ -43,6 +46,7 @@ BUILD=${1:-build}
 DURATION=${DURATION:-0.3}
 ROUNDS=${ROUNDS:-5}
 SIZES=${SIZES:-64K:8M}
+DEPTH=${DEPTH:-8}
 BATCH=${BATCH:-1000}
 BATCH_SIZE=${BATCH_SIZE:-4K}
 PERFTEST_ARGS=${PERFTEST_ARGS:-}
@@ -58,7 +62,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # The commands, as run (and as written to RESULTS.md); SIZE is each size of $SIZES in turn.
-cmd_x=("$XB" -s SIZE -D "$DURATION" --transport ucx --mem register --reuse)
+cmd_x=("$XB" -s SIZE -D "$DURATION" --transport ucx --mem register --reuse --depth "$DEPTH")
+cmd_xd1=("$XB" -s SIZE -D "$DURATION" --transport ucx --mem register --reuse --depth 1)
 cmd_xb=("$XB" -s "$BATCH_SIZE" -D "$DURATION" --transport ucx --mem register --reuse --batch "$BATCH")
 cmd_x1=("$XB" -s "$BATCH_SIZE" -D "$DURATION" --transport ucx --mem register --reuse --batch 1)
 ucx_cfgs=(
@@ -106,7 +111,11 @@ echo "compare_ucx: UCX_TLS=$UCX_TLS, $ROUNDS rounds, $DURATION s per cell, sizes
 for r in $(seq 1 "$ROUNDS"); do
   echo "  round $r/$ROUNDS" >&2
   for b in $sizes; do
-    if [ $((r % 2)) = 1 ]; then xfer x "$b" "${cmd_x[@]}"; ucx "$b"; else ucx "$b"; xfer x "$b" "${cmd_x[@]}"; fi
+    if [ $((r % 2)) = 1 ]; then
+      xfer x "$b" "${cmd_x[@]}"; ucx "$b"; xfer xd1 "$b" "${cmd_xd1[@]}"
+    else
+      xfer xd1 "$b" "${cmd_xd1[@]}"; ucx "$b"; xfer x "$b" "${cmd_x[@]}"
+    fi
   done
   if [ $((r % 2)) = 1 ]; then
     xfer xb "$batch_bytes" "${cmd_xb[@]}"; xfer x1 "$batch_bytes" "${cmd_x1[@]}"; ucx "$batch_bytes" put
@@ -119,7 +128,7 @@ best_of "$tmp/all.txt" >"$tmp/best.txt"
 awk '{ k = $1 " " $2; if (!(k in v) || $3 + 0 < v[k]) v[k] = $3 + 0 } END { for (k in v) print k, v[k] }' \
   "$tmp/path.txt" >>"$tmp/best.txt"
 
-awk -v have_ucx=$have_ucx -v bb="$batch_bytes" -v batch="$BATCH" -v tls="$UCX_TLS" -v sizes_s="${sizes//$'\n'/ }" '
+awk -v have_ucx=$have_ucx -v bb="$batch_bytes" -v batch="$BATCH" -v depth="$DEPTH" -v tls="$UCX_TLS" -v sizes_s="${sizes//$'\n'/ }" '
   { v[$1 " " $2] = $3 }
   function g(k) { return (k in v) ? v[k] : -1 }
   function f(x) { return x < 0 ? "-" : sprintf("%.2f", x) }
@@ -130,21 +139,22 @@ awk -v have_ucx=$have_ucx -v bb="$batch_bytes" -v batch="$BATCH" -v tls="$UCX_TL
   END {
     n = split(sizes_s, sizes, " ")
     ok1 = okp = 1
-    print "| block | xfer ucx WRITE | ucp_put_bw | x/put | xfer ucx READ | ucp_get | x/get |"
-    print "|---|---:|---:|---:|---:|---:|---:|"
+    printf "| block | xfer ucx WRITE | ucp_put_bw | x/put | WRITE, depth 1 | xfer ucx READ | ucp_get | x/get | READ, depth 1 |\n"
+    print "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     for (i = 1; i <= n; i++) {
       b = sizes[i]
       xw = g("x_w " b); xr = g("x_r " b); put = g("put " b); get = g("get " b)
-      printf "| %s | %s | %s | %s | %s | %s | %s |\n", b, f(xw), f(put), fl(r(xw, put)), f(xr), f(get), fl(r(xr, get))
+      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", b, f(xw), f(put), fl(r(xw, put)), f(g("xd1_w " b)),
+        f(xr), f(get), fl(r(xr, get)), f(g("xd1_r " b))
       if (have_ucx && b >= 65536) {
         n1++
         if (r(xw, put) < 0.9) { ok1 = 0; miss1 = miss1 sprintf(" WRITE@%s=%s", kib(b), xw < 0 ? "xfer not measured" : put <= 0 ? "no ucp_put_bw figure" : fl(r(xw, put)) "x") }
         if (r(xr, get) < 0.9) { ok1 = 0; miss1 = miss1 sprintf(" READ@%s=%s", kib(b), xr < 0 ? "xfer not measured" : get <= 0 ? "no ucp_get figure" : fl(r(xr, get)) "x") }
       }
-      for (c = 1; c <= 2; c++) { k = "ucx_x_" (c == 1 ? "w" : "r") " " b; if (g(k) != 1) { okp = 0; missp = missp sprintf(" %s@%s", c == 1 ? "WRITE" : "READ", kib(b)) } }
+      for (c = 1; c <= 4; c++) { k = "ucx_" (c <= 2 ? "x_" : "xd1_") (c % 2 ? "w" : "r") " " b; if (g(k) != 1) { okp = 0; missp = missp sprintf(" %s%s@%s", c % 2 ? "WRITE" : "READ", c <= 2 ? "" : "(depth 1)", kib(b)) } }
     }
     print ""
-    printf "GB/s (1e9 B/s), best of the rounds, UCX_TLS=%s for both. x/put, x/get: xfer over ucx with --reuse / ucx_perftest ucp_put_bw, ucp_get (one buffer reused), floored to 0.01. \"-\": not run.\n", tls
+    printf "GB/s (1e9 B/s), best of the rounds, UCX_TLS=%s for both. xfer ucx WRITE, READ: %s requests in flight (--depth %s), as ucx_perftest keeps puts in flight; depth 1: one request at a time, for reference. x/put, x/get: xfer over ucx with --reuse / ucx_perftest ucp_put_bw, ucp_get (one buffer reused), floored to 0.01. \"-\": not run.\n", tls, depth, depth
     print ""
     bw = g("xb_w " bb); br = g("xb_r " bb); ow = g("x1_w " bb); or_ = g("x1_r " bb); put = g("put " bb)
     printf "| %s B blocks | WRITE GB/s | WRITE k desc/s | READ GB/s | READ k desc/s |\n", bb
@@ -156,7 +166,7 @@ awk -v have_ucx=$have_ucx -v bb="$batch_bytes" -v batch="$BATCH" -v tls="$UCX_TL
     print ""
     print "k desc/s: thousands of descriptors (blocks) moved per second. ucx_perftest keeps many puts in flight from one buffer; xfer one-by-one waits for each request (depth 1)."
     print ""
-    printf "- target 1: xfer ucx WRITE and READ >= 90%% of ucx_perftest (ucp_put_bw, ucp_get) at every block size from 64 KiB up: %s%s\n",
+    printf "- target 1: xfer ucx WRITE and READ (depth %s) >= 90%% of ucx_perftest (ucp_put_bw, ucp_get) at every block size from 64 KiB up: %s%s\n", depth,
       !have_ucx ? "NOT CHECKED (no ucx_perftest)" : !n1 ? "NOT CHECKED (no size >= 64 KiB measured)" : ok1 ? "MET" : "NOT MET:", have_ucx ? miss1 : ""
     ok2 = (r(bw, ow) >= 2 && r(br, or_) >= 2)
     miss2 = ""
@@ -176,11 +186,12 @@ if [ "$RESULTS" != "-" ]; then
     echo
     written_by bench/compare_ucx.sh "${ucx_version:+; UCX: $ucx_version}"
     echo
-    echo "Command: \`bench/compare_ucx.sh${1:+ $1}\` (UCX_TLS=$UCX_TLS DURATION=$DURATION ROUNDS=$ROUNDS SIZES=$SIZES BATCH=$BATCH BATCH_SIZE=$BATCH_SIZE UCX budget $ucx_budget${PERFTEST_ARGS:+ PERFTEST_ARGS=\"$PERFTEST_ARGS\"}), which runs, with UCX_TLS=$UCX_TLS exported and the tools alternating, per SIZE in ${sizes//$'\n'/ } the xfer-bench -s SIZE command and the ucx_perftest pairs, then the two --batch commands and ucp_put_bw with SIZE=$batch_bytes:"
+    echo "Command: \`bench/compare_ucx.sh${1:+ $1}\` (UCX_TLS=$UCX_TLS DURATION=$DURATION ROUNDS=$ROUNDS SIZES=$SIZES DEPTH=$DEPTH BATCH=$BATCH BATCH_SIZE=$BATCH_SIZE UCX budget $ucx_budget${PERFTEST_ARGS:+ PERFTEST_ARGS=\"$PERFTEST_ARGS\"}), which runs, with UCX_TLS=$UCX_TLS exported and the tools alternating, per SIZE in ${sizes//$'\n'/ } the xfer-bench -s SIZE commands and the ucx_perftest pairs, then the two --batch commands and ucp_put_bw with SIZE=$batch_bytes:"
     echo
     echo '```'
     echo "export UCX_TLS=$UCX_TLS"
     q "${cmd_x[@]}"; echo
+    q "${cmd_xd1[@]}"; echo
     if [ $have_ucx = 1 ]; then
       echo "# a server (ucx_perftest -p PORT ARGS -s SIZE -n N -w N/10) and a client, N = $ucx_budget / SIZE (20..200000):"
       for cfg in "${ucx_cfgs[@]}"; do

@@ -95,6 +95,68 @@ TEST_F(IntegrationUcx, PeerKilledDuringATransferFailsTheRequest) {
   }
 }
 
+// One thread keeps many requests in flight (the caller posts them; Wait drives the link):
+// every byte lands, and reads back.
+TEST_F(IntegrationUcx, ManyRequestsInFlightFromOneThread) {
+  constexpr int kRequests = 64;
+  constexpr uint64_t kBlock = 64 << 10;
+  const PeerRegion r = peer_.Alloc(kRequests * kBlock);
+  LocalBuffer src(kRequests * kBlock), back(kRequests * kBlock);
+  src.Fill(21);
+  for (Op op : {Op::kWrite, Op::kRead}) {
+    SCOPED_TRACE(op == Op::kWrite ? "WRITE" : "READ");
+    std::vector<xfer::RequestHandle> hs(kRequests);
+    for (int i = 0; i < kRequests; ++i) {
+      const uint64_t local = (op == Op::kWrite ? src : back).addr() + i * kBlock;
+      XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), op, {{local, r.addr + i * kBlock, kBlock}}, 30s,
+                                         &hs[i]));
+    }
+    for (auto h : hs) {
+      const Outcome o = WaitFor(engine_, h, 30s);
+      XT_EXPECT_OK(o.wait);
+      EXPECT_EQ(o.status.state, RequestState::kCompleted);
+    }
+  }
+  EXPECT_EQ(peer_.Sum(r), src.Hash());
+  EXPECT_EQ(back.Hash(), src.Hash());
+}
+
+// The target deregisters a region while requests into it are in flight: once its DeregisterMem
+// returned, no byte of ours lands there (over UCX's tcp emulation a late put would even write
+// into memory the target reuses), and the target lives on.
+TEST_F(IntegrationUcx, DeregistrationWaitsForRequestsInFlight) {
+  constexpr uint64_t kMiB = 1 << 20, kLen = 32 * kMiB;
+  const PeerRegion big = peer_.Alloc(kLen, "doomed");
+  LocalBuffer src(kMiB);
+  src.Fill(5);
+  std::vector<xfer::RequestHandle> hs;  // 8 passes over the region: ~0.5 s of writes here
+  for (uint64_t off = 0; off < 8 * kLen; off += kMiB) {
+    xfer::RequestHandle h = 0;
+    XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite,
+                                       {{src.addr(), big.addr + off % kLen, kMiB}}, 60s, &h));
+    hs.push_back(h);
+  }
+  // The peer fills the region with seed 4 the moment its DeregisterMem returns.
+  const Reply dereg = peer_.Call("dereg " + std::to_string(big.handle) + " 4", 30s);
+  EXPECT_TRUE(dereg.ok) << dereg.line;
+  int completed = 0;
+  for (auto h : hs) {
+    const Outcome o = WaitFor(engine_, h, 30s);
+    ASSERT_NE(o.status.state, RequestState::kWaiting) << "request never ended";
+    if (o.status.state == RequestState::kCompleted) {
+      ++completed;
+    } else {
+      EXPECT_EQ(o.wait.code(), StatusCode::kRemoteAccessDenied) << o.wait.ToString();
+    }
+  }
+  std::printf("%d of %zu requests completed before the deregistration\n", completed, hs.size());
+  LocalBuffer reused(kLen);
+  reused.Fill(4);
+  EXPECT_EQ(peer_.Sum(big), reused.Hash())
+      << "a WRITE landed after the target's DeregisterMem returned";
+  EXPECT_TRUE(peer_.Call("ping").ok) << "the target died";
+}
+
 // Different host ids: ucx is preferred over tcp when both sides offer it.
 TEST(IntegrationUcxChoice, PreferredOverTcpForAnotherHost) {
   std::string err;
