@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -225,21 +226,41 @@ TEST_P(UcxTransportTest, PassedDeadlineMovesNothing) {
 }
 
 // ---------------------------------------------------------------- pipelined batches
-// Start's `done` calls, counted per batch (they may come from any thread).
-struct Ends {
-  explicit Ends(size_t n) : calls(n), bad(n) {}
-  Link::Done Done(size_t i) {
-    return [this, i](Status s) {
-      if (!s.ok()) bad[i].store(true);
-      calls[i].fetch_add(1);
-      total.fetch_add(1);
-    };
+// n blocks of len bytes, block i between local + i * len and remote + i * len, each started as
+// a batch of its own; their `done` calls are counted per block (they may come from any thread).
+struct Blocks {
+  Blocks(uint64_t local, uint64_t remote, size_t n, uint64_t len) : calls(n), bad(n) {
+    for (size_t i = 0; i < n; ++i) slices.push_back({local + i * len, remote + i * len, len});
   }
-  bool All() const { return total.load() == static_cast<int>(calls.size()); }
+  // Deadline of block i: due(i) from now (10 s without due).
+  void Start(Link& link, Op op, const std::function<std::chrono::milliseconds(size_t)>& due = {}) {
+    for (size_t i = 0; i < slices.size(); ++i) {
+      link.Start(op, {&slices[i], 1}, Clock::now() + (due ? due(i) : 10000ms), [this, i](Status s) {
+        if (!s.ok()) bad[i].store(true);
+        calls[i].fetch_add(1);
+        total.fetch_add(1);
+      });
+    }
+  }
+  bool All() const { return total.load() == static_cast<int>(slices.size()); }
+  std::string Ended() const { return std::to_string(total.load()) + " of " + std::to_string(slices.size()) + " ended"; }
+
+  std::vector<Slice> slices;  // the batches' slices live until they end
   std::vector<std::atomic<int>> calls;
   std::vector<std::atomic<bool>> bad;
   std::atomic<int> total{0};
 };
+
+// n blocks of len random bytes (from seed) in *src, started as WRITE batches to remote onwards.
+std::unique_ptr<Blocks> StartWrites(Link& link, uint64_t remote, std::vector<uint8_t>* src, size_t n,
+                                    uint64_t len, uint32_t seed,
+                                    const std::function<std::chrono::milliseconds(size_t)>& due = {}) {
+  src->resize(n * len);
+  Fill(*src, seed);
+  auto b = std::make_unique<Blocks>(A(src->data()), remote, n, len);
+  b->Start(link, Op::kWrite, due);
+  return b;
+}
 
 // One thread starts many batches and then drives the link until all of them ended: every
 // batch ends once, and every byte lands.
@@ -250,19 +271,13 @@ TEST_P(UcxTransportTest, OneThreadKeepsManyBatchesInFlight) {
   std::vector<uint8_t> src(kBatches * kLen), back(kBatches * kLen);
   Fill(src, 11);
   for (Op op : {Op::kWrite, Op::kRead}) {
-    std::vector<Slice> slices;  // the batches' slices live until they end
+    Blocks b(A((op == Op::kWrite ? src : back).data()), R(0), kBatches, kLen);
+    b.Start(*link_, op);
+    link_->Drive(Clock::now() + 10s, [&] { return b.All(); });
+    ASSERT_TRUE(b.All()) << b.Ended();
     for (size_t i = 0; i < kBatches; ++i) {
-      slices.push_back({A((op == Op::kWrite ? src : back).data()) + i * kLen, R(i * kLen), kLen});
-    }
-    Ends ends(kBatches);
-    for (size_t i = 0; i < kBatches; ++i) {
-      link_->Start(op, {&slices[i], 1}, Clock::now() + 10s, ends.Done(i));
-    }
-    link_->Drive(Clock::now() + 10s, [&] { return ends.All(); });
-    ASSERT_TRUE(ends.All()) << ends.total.load() << " of " << kBatches << " ended";
-    for (size_t i = 0; i < kBatches; ++i) {
-      EXPECT_EQ(ends.calls[i].load(), 1) << i;
-      EXPECT_FALSE(ends.bad[i].load()) << i;
+      EXPECT_EQ(b.calls[i].load(), 1) << i;
+      EXPECT_FALSE(b.bad[i].load()) << i;
     }
   }
   EXPECT_EQ(std::memcmp(region_.data(), src.data(), src.size()), 0);
@@ -271,20 +286,12 @@ TEST_P(UcxTransportTest, OneThreadKeepsManyBatchesInFlight) {
 
 // Batches started and never driven still end: the transport's progress thread drives them.
 TEST_P(UcxTransportTest, StartedBatchesEndWithoutADriver) {
-  constexpr size_t kBatches = 8;
-  constexpr uint64_t kLen = 256 << 10;
-  std::vector<uint8_t> src(kBatches * kLen);
-  Fill(src, 12);
-  std::vector<Slice> slices;
-  for (size_t i = 0; i < kBatches; ++i) slices.push_back({A(src.data()) + i * kLen, R(i * kLen), kLen});
-  Ends ends(kBatches);
-  for (size_t i = 0; i < kBatches; ++i) {
-    link_->Start(Op::kWrite, {&slices[i], 1}, Clock::now() + 10s, ends.Done(i));
-  }
+  std::vector<uint8_t> src;
+  auto b = StartWrites(*link_, R(0), &src, 8, 256 << 10, 12);
   const auto t0 = Clock::now();
-  while (!ends.All() && Clock::now() - t0 < 5s) std::this_thread::sleep_for(1ms);
-  ASSERT_TRUE(ends.All()) << ends.total.load() << " of " << kBatches << " ended in 5 s";
-  for (size_t i = 0; i < kBatches; ++i) EXPECT_FALSE(ends.bad[i].load()) << i;
+  while (!b->All() && Clock::now() - t0 < 5s) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(b->All()) << b->Ended() << " in 5 s";
+  for (const auto& bad : b->bad) EXPECT_FALSE(bad.load());
   EXPECT_EQ(std::memcmp(region_.data(), src.data(), src.size()), 0);
 }
 
@@ -313,18 +320,10 @@ TEST_P(UcxTransportTest, BatchTurnedAwayByReadyMovesNothing) {
 
 // Quiesce returns once every batch started before it has ended.
 TEST_P(UcxTransportTest, QuiesceWaitsForStartedBatches) {
-  constexpr size_t kBatches = 16;
-  constexpr uint64_t kLen = 1 << 20;
-  std::vector<uint8_t> src(kBatches * kLen);
-  Fill(src, 13);
-  std::vector<Slice> slices;
-  for (size_t i = 0; i < kBatches; ++i) slices.push_back({A(src.data()) + i * kLen, R(i * kLen), kLen});
-  Ends ends(kBatches);
-  for (size_t i = 0; i < kBatches; ++i) {
-    link_->Start(Op::kWrite, {&slices[i], 1}, Clock::now() + 10s, ends.Done(i));
-  }
+  std::vector<uint8_t> src;
+  auto b = StartWrites(*link_, R(0), &src, 16, 1 << 20, 13);
   link_->Quiesce();
-  EXPECT_TRUE(ends.All()) << ends.total.load() << " of " << kBatches << " ended";
+  EXPECT_TRUE(b->All()) << b->Ended();
   EXPECT_EQ(std::memcmp(region_.data(), src.data(), src.size()), 0);
 }
 
@@ -332,19 +331,14 @@ TEST_P(UcxTransportTest, QuiesceWaitsForStartedBatches) {
 TEST_P(UcxTransportTest, LateBatchDoesNotFailItsNeighbours) {
   constexpr size_t kBatches = 9;
   constexpr uint64_t kLen = 1 << 20;
-  std::vector<uint8_t> src(kBatches * kLen);
-  Fill(src, 14);
-  std::vector<Slice> slices;
-  for (size_t i = 0; i < kBatches; ++i) slices.push_back({A(src.data()) + i * kLen, R(i * kLen), kLen});
-  Ends ends(kBatches);
-  for (size_t i = 0; i < kBatches; ++i) {
-    link_->Start(Op::kWrite, {&slices[i], 1}, Clock::now() + (i == 4 ? 1ms : 10000ms), ends.Done(i));
-  }
-  link_->Drive(Clock::now() + 10s, [&] { return ends.All(); });
-  ASSERT_TRUE(ends.All());
+  std::vector<uint8_t> src;
+  auto b = StartWrites(*link_, R(0), &src, kBatches, kLen, 14,
+                       [](size_t i) { return i == 4 ? 1ms : 10000ms; });
+  link_->Drive(Clock::now() + 10s, [&] { return b->All(); });
+  ASSERT_TRUE(b->All()) << b->Ended();
   for (size_t i = 0; i < kBatches; ++i) {
     if (i == 4) continue;  // done or timed out, as its moment fell
-    EXPECT_FALSE(ends.bad[i].load()) << i;
+    EXPECT_FALSE(b->bad[i].load()) << i;
     EXPECT_EQ(std::memcmp(region_.data() + i * kLen, src.data() + i * kLen, kLen), 0) << i;
   }
 }
