@@ -18,8 +18,10 @@ namespace xfer::transport::ucx {
 using text::Hex;
 namespace {
 
-// How long a close waits for what was posted to complete before it forces its way.
+// How long a close waits for what was posted to complete before it forces its way (when the
+// link is shut down: the peer is leaving or gone, and the control thread waits).
 constexpr auto kDrainGrace = std::chrono::milliseconds(1000);
+constexpr auto kShutdownDrain = std::chrono::milliseconds(100);
 // How long a forced close may take to give back the requests. It completes them at once on
 // every transport we know; the bound only keeps a UCX bug from hanging us.
 constexpr auto kTeardownGrace = std::chrono::seconds(2);
@@ -40,8 +42,8 @@ constexpr auto kFollowerWake = std::chrono::milliseconds(100);
 }  // namespace
 
 // One batch, from Start to its `done` call. The leader of its endpoint posts it and counts its
-// UCX requests down in their completion callbacks, which run on the leader's thread: every
-// field after `seq` is the leader's.
+// UCX requests down in their completion callbacks, which run on the leader's thread: the
+// fields from `posted` on are the leader's; `commit` and `result` are UcxLink::mu_'s.
 struct Flight {
   Op op = Op::kWrite;
   std::span<const Slice> batch;
@@ -50,7 +52,7 @@ struct Flight {
   Clock::time_point deadline;
   Link::Done done;
   std::function<Status()> ready;
-  uint64_t seq = 0;  // in order of Start
+  uint64_t commit = 0;  // set when a leader takes it to post (in that order; 0: waiting)
   bool posted = false;
   int left = 0;  // requests posted and not completed
   ucs_status_t error = UCS_OK;
@@ -114,17 +116,28 @@ bool Outstanding(const Conn& c) {
                      [](const auto& f) { return f->posted && f->left > 0; });
 }
 
+// Whether c has a flight its leader would post in the next round (mu_, as c's leader).
+bool Postable(const Conn& c) {
+  return c.posted < kMaxPostedPerConn &&
+         std::any_of(c.flights.begin(), c.flights.end(),
+                     [](const auto& f) { return !f->posted && !f->result; });
+}
+
 }  // namespace
 
-UcxLink::UcxLink(std::shared_ptr<Context> ctx, UcxPeer peer, int links)
-    : ctx_(std::move(ctx)), peer_(std::move(peer)) {
+UcxLink::UcxLink(std::shared_ptr<Context> ctx, UcxPeer peer, int links, std::function<void()> nudge)
+    : ctx_(std::move(ctx)), peer_(std::move(peer)), nudge_(std::move(nudge)) {
   for (int i = 0; i < std::max(links, 1); ++i) conns_.push_back(std::make_unique<Conn>());
 }
 
 UcxLink::~UcxLink() {
+  shut_.store(true);
   for (auto& c : conns_) {
-    Teardown(*c);
+    Teardown(*c);  // ends what is in flight
     if (c->worker) ucp_worker_destroy(c->worker);
+    for (auto& f : c->flights) {
+      if (!f->result) f->done(Gone());
+    }
   }
 }
 
@@ -178,18 +191,19 @@ void UcxLink::Start(Op op, std::span<const Slice> batch, Clock::time_point deadl
   auto self = shared_from_this();  // a `done` call may drop the caller's last reference
   Conn& c = *conns_[rr_.fetch_add(1) % conns_.size()];
   std::unique_lock l(mu_);
-  f->seq = started_.fetch_add(1) + 1;
+  const bool first = in_flight_.load() == 0;
   c.flights.push_back(std::move(f));
   Count();
   if (c.led) {
     if (c.leader_asleep) c.Kick();
-    return;
+  } else {
+    c.led = true;
+    l.unlock();
+    std::vector<Conn*> mine{&c};
+    Lead(mine, Clock::time_point{}, nullptr, LeadMode::kRound);  // posts it
+    LeaveLead(mine, false);
   }
-  c.led = true;
-  l.unlock();
-  std::vector<Conn*> mine{&c};
-  Lead(mine, Clock::time_point{}, nullptr);  // one round: posts it
-  Release(mine);
+  if (first && nudge_) nudge_();  // the rescue may be dozing: nobody may drive this one
 }
 
 void UcxLink::Drive(Clock::time_point until, const std::function<bool()>& finished) {
@@ -201,8 +215,8 @@ void UcxLink::Drive(Clock::time_point until, const std::function<bool()>& finish
     Adopt(&mine, Share());
     if (!mine.empty()) {
       l.unlock();
-      Lead(mine, until, finished);
-      Release(mine);
+      Lead(mine, until, finished, LeadMode::kDrive);
+      LeaveLead(mine, true);
       l.lock();
       if (Clock::now() >= until) break;
       continue;
@@ -217,8 +231,13 @@ void UcxLink::Drive(Clock::time_point until, const std::function<bool()>& finish
 }
 
 void UcxLink::Quiesce() {
-  const uint64_t upto = started_.load();
-  Drive(Clock::time_point::max(), [&] { return oldest_.load() > upto; });
+  uint64_t upto;
+  {
+    std::lock_guard l(mu_);
+    upto = commits_;
+  }
+  // Batches taken to be posted after this point ask `ready` first, which sees what changed.
+  Drive(Clock::time_point::max(), [&] { return oldest_commit_.load() > upto; });
 }
 
 void UcxLink::Shutdown() {
@@ -237,7 +256,7 @@ void UcxLink::Shutdown() {
     }
   }
   for (Conn* c : mine) Teardown(*c);
-  Release(mine);
+  LeaveLead(mine, false);
 }
 
 bool UcxLink::Rescue(std::chrono::microseconds budget) {
@@ -255,11 +274,14 @@ bool UcxLink::Rescue(std::chrono::microseconds budget) {
   }
   if (!mine.empty()) {
     auto self = shared_from_this();
-    Lead(mine, Clock::now() + budget, [&] { return in_flight_.load() == 0 || waiting_.load() > 0; });
-    std::lock_guard l(mu_);
-    for (Conn* c : mine) c->rescue_seen = c->rounds;
+    Lead(mine, Clock::now() + budget, [&] { return in_flight_.load() == 0 || waiting_.load() > 0; },
+         LeadMode::kRescue);
+    {
+      std::lock_guard l(mu_);
+      for (Conn* c : mine) c->rescue_seen = c->rounds;
+    }
+    LeaveLead(mine, false);
   }
-  Release(mine);
   return in_flight_.load() > 0;
 }
 
@@ -283,28 +305,41 @@ size_t UcxLink::Share() const {
   return std::max<size_t>(1, (busy + drivers_ - 1) / drivers_);
 }
 
-void UcxLink::Release(std::vector<Conn*>& mine) {
-  if (mine.empty()) return;
-  std::lock_guard l(mu_);
-  bool flights = false;
-  for (Conn* c : mine) {
-    c->led = false;
-    flights = flights || !c->flights.empty();
+// Gives up the lead of `mine`. An endpoint with a batch waiting to be posted stays one more
+// round with this thread when no other thread drives (`driver`: this one is in Drive): a
+// batch started while its leader was leaving would otherwise wait for the rescue.
+void UcxLink::LeaveLead(std::vector<Conn*>& mine, bool driver) {
+  while (!mine.empty()) {
+    bool flights = false;
+    {
+      std::lock_guard l(mu_);
+      const bool alone = drivers_ == (driver ? 1 : 0);
+      std::erase_if(mine, [&](Conn* c) {
+        if (alone && Postable(*c)) return false;
+        c->led = false;
+        flights = flights || !c->flights.empty();
+        return true;
+      });
+      if (flights) cv_.notify_all();  // a thread that waits for one of them may lead now
+    }
+    if (!mine.empty()) Lead(mine, Clock::time_point{}, nullptr, LeadMode::kRound);
   }
-  mine.clear();
-  if (flights) cv_.notify_all();  // a thread that waits for one of them may lead now
 }
 
 // After flights changed (mu_).
 void UcxLink::Count() {
   size_t n = 0;
-  uint64_t oldest = started_.load() + 1;
+  uint64_t oldest = commits_ + 1;
   for (const auto& c : conns_) {
     n += c->flights.size();
-    if (!c->flights.empty()) oldest = std::min(oldest, c->flights.front()->seq);
+    for (const auto& f : c->flights) {  // the committed ones lead the list, in commit order
+      if (f->result) continue;
+      if (f->commit != 0) oldest = std::min(oldest, f->commit);
+      break;
+    }
   }
   in_flight_.store(n);
-  oldest_.store(oldest);
+  oldest_commit_.store(oldest);
 }
 
 // Leads the endpoints in `mine` (and any that become free with batches) until `finished()` or
@@ -313,7 +348,7 @@ void UcxLink::Count() {
 // spins, then sleeps on the workers' event fds (a long batch over a slow wire should not cost
 // a core).
 void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until,
-                   const std::function<bool()>& finished) {
+                   const std::function<bool()>& finished, LeadMode mode) {
   std::vector<std::unique_ptr<Flight>> over;
   std::vector<std::pair<Conn*, Flight*>> fresh;
   std::vector<Conn*> expired;  // its endpoint goes: a failed or late flight, or shut down
@@ -326,15 +361,15 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until,
     expired.clear();
     {
       std::lock_guard l(mu_);
-      if (finished) {  // a driver: its share of the endpoints, no more
+      if (mode == LeadMode::kDrive) {  // its share of the endpoints with batches, no more
         const size_t share = Share();
-        bool freed = false;
+        const size_t before = mine.size();
+        std::erase_if(mine, [](Conn* c) { return c->flights.empty() && (c->led = false, true); });
         while (mine.size() > share) {
           mine.back()->led = false;
           mine.pop_back();
-          freed = true;
         }
-        if (freed) cv_.notify_all();
+        if (mine.size() < before) cv_.notify_all();
         Adopt(&mine, share);
       }
       const bool shut = shut_.load();
@@ -349,12 +384,18 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until,
               End(*c, *f, shut ? Gone() : NotStarted());
             } else if (posting < kMaxPostedPerConn) {
               ++posting;
+              if (f->commit == 0) f->commit = ++commits_;
               fresh.emplace_back(c, f.get());
             }
-          } else if (f->error != UCS_OK || (clock && (shut || now >= f->deadline))) {
+          } else if (f->error != UCS_OK) {
             late = true;
           } else if (f->left == 0) {
-            End(*c, *f, Status::Ok());
+            End(*c, *f, Status::Ok());  // it moved its bytes, late or not
+          } else if (clock && (shut || now >= f->deadline)) {
+            // Closing waits for what was posted (up to kDrainGrace): a caller's drive does it;
+            // one round does not, and the rescue only for batches nobody waited for since.
+            late = late || mode == LeadMode::kDrive ||
+                   (mode == LeadMode::kRescue && now >= f->deadline + kDrainGrace);
           }
         }
         if (late || c->failure.load() != UCS_OK) expired.push_back(c);
@@ -397,9 +438,7 @@ void UcxLink::Sleep(const std::vector<Conn*>& mine) {
   {
     std::lock_guard l(mu_);
     for (const Conn* c : mine) {
-      for (const auto& f : c->flights) {
-        if (!f->posted && !f->result) return;  // started while this round progressed
-      }
+      if (Postable(*c)) return;  // started while this round progressed
     }
     for (Conn* c : mine) c->leader_asleep = true;
   }
@@ -570,7 +609,8 @@ void UcxLink::Teardown(Conn& c) {
   ucp_request_param_t none{};
   void* flush = c.failure.load() == UCS_OK ? ucp_ep_flush_nbx(c.ep, &none) : nullptr;
   if (UCS_PTR_IS_ERR(flush)) flush = nullptr;
-  if (WaitRequest(c.worker, flush, Clock::now() + kDrainGrace) != UCS_INPROGRESS) flush = nullptr;
+  const auto drain = shut_.load() ? kShutdownDrain : kDrainGrace;
+  if (WaitRequest(c.worker, flush, Clock::now() + drain) != UCS_INPROGRESS) flush = nullptr;
   const auto until = Clock::now() + kTeardownGrace;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

@@ -30,8 +30,9 @@ struct Conn;
 
 class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> {
  public:
-  UcxLink(std::shared_ptr<Context> ctx, UcxPeer peer, int links);
-  ~UcxLink() override;  // no batch is in flight any more: each holds a reference
+  // nudge: wakes the transport's progress thread (see Rescue); called when batches appear.
+  UcxLink(std::shared_ptr<Context> ctx, UcxPeer peer, int links, std::function<void()> nudge = {});
+  ~UcxLink() override;  // batches still in flight end with kConnectionLost
 
   bool pipelined() const override { return true; }
   Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override;
@@ -50,10 +51,14 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
  private:
   Status Gone() const;
   Status NotStarted() const;
-  void Lead(std::vector<Conn*>& mine, Clock::time_point until, const std::function<bool()>& finished);
+  // kRound: one round (Start; leaving the lead); kDrive: a thread in Drive; kRescue: the
+  // transport's progress thread.
+  enum class LeadMode { kRound, kDrive, kRescue };
+  void Lead(std::vector<Conn*>& mine, Clock::time_point until, const std::function<bool()>& finished,
+            LeadMode mode);
   void Adopt(std::vector<Conn*>* mine, size_t limit);
   size_t Share() const;
-  void Release(std::vector<Conn*>& mine);
+  void LeaveLead(std::vector<Conn*>& mine, bool driver);
   void Sleep(const std::vector<Conn*>& mine);
   void Count();
   void End(Conn& c, Flight& f, Status result);
@@ -65,17 +70,18 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
 
   const std::shared_ptr<Context> ctx_;
   const UcxPeer peer_;
+  const std::function<void()> nudge_;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::atomic<uint32_t> rr_{0};
   std::atomic<bool> shut_{false};
 
-  std::mutex mu_;  // every Conn's lead and flights, and drivers_
+  std::mutex mu_;  // every Conn's lead and flights, drivers_ and commits_
   std::condition_variable cv_;  // batches ended, or a lead is free
   int drivers_ = 0;             // threads in Drive
+  uint64_t commits_ = 0;        // batches taken to be posted so far
   // Read without mu_ (by `finished` predicates), written under it.
-  std::atomic<uint64_t> started_{0};  // batches started so far
-  std::atomic<uint64_t> oldest_{1};   // seq of the oldest batch in flight (started_ + 1: none)
-  std::atomic<size_t> in_flight_{0};  // batches started and not yet ended
+  std::atomic<uint64_t> oldest_commit_{1};  // Flight::commit of the oldest not over (commits_ + 1: none)
+  std::atomic<size_t> in_flight_{0};        // batches started and not yet ended
   std::atomic<int> waiting_{0};       // threads in Drive waiting for a lead
 };
 

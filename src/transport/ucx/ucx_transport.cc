@@ -99,9 +99,11 @@ namespace {
 constexpr int kIdlePollMs = 100;
 // The target's progress thread polls this long after its last event before it sleeps.
 constexpr auto kTargetSpin = std::chrono::microseconds(50);
-// While links have batches in flight, the progress thread checks this often that someone
-// drives them (UcxLink::Rescue), and leads those nobody drives for at most kRescueBudget.
+// While links have batches in flight (or had, within kRescueWatch), the progress thread checks
+// this often that someone drives them (UcxLink::Rescue), and leads those nobody drives for at
+// most kRescueBudget.
 constexpr int kRescuePollMs = 2;
+constexpr auto kRescueWatch = std::chrono::seconds(1);
 constexpr auto kRescueBudget = std::chrono::microseconds(500);
 // Start's put to itself (over tcp it connects a socket: milliseconds).
 constexpr auto kProbeTimeout = std::chrono::seconds(5);
@@ -160,13 +162,32 @@ std::string Resources(ucp_context_h ctx) {
 
 }  // namespace
 
+// Wakes the progress thread: for Stop, and for batches a link starts while the thread dozes
+// (sleeps kIdlePollMs, having seen no batch in flight for kRescueWatch). Shared with the links,
+// which may outlive the transport.
+struct Alarm {
+  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  std::atomic<bool> dozing{false};
+  ~Alarm() {
+    if (fd >= 0) ::close(fd);
+  }
+  void Ring() const {
+    uint64_t one = 1;
+    if (::write(fd, &one, sizeof one) < 0) {
+    }  // the poll timeout comes anyway
+  }
+  void Nudge() {
+    if (dozing.exchange(false)) Ring();
+  }
+};
+
 // ---------------------------------------------------------------- target side
 struct UcxTransport::Impl {
   UcxOptions opts;
   std::shared_ptr<Context> ctx;
   ucp_worker_h worker = nullptr;  // the target worker: touched only by the progress thread
   std::string address;
-  int wake_fd = -1;               // eventfd: Stop() wakes the progress thread
+  std::shared_ptr<Alarm> alarm;
   std::thread progress;
   std::atomic<bool> stop{false};
 
@@ -192,11 +213,12 @@ struct UcxTransport::Impl {
   }
 
   // Blocks in poll until the worker has events (a peer's wireup, an emulated put/get) or Stop;
-  // idle, it costs one wakeup per kIdlePollMs (kRescuePollMs while links have flights).
+  // idle, it costs one wakeup per kIdlePollMs (kRescuePollMs while links have had batches in
+  // flight within kRescueWatch).
   void Progress(int efd) {
     pthread_setname_np(pthread_self(), "xfer-ucx-prog");
     auto next_rescue = Clock::now();
-    bool flights = false;
+    Clock::time_point last_flights;
     while (!stop.load(std::memory_order_relaxed)) {
       // After activity, keep polling a moment before sleeping: the next put of a request in
       // flight usually follows within microseconds, and a wake-up costs tens of them. Progress
@@ -215,7 +237,7 @@ struct UcxTransport::Impl {
         }
         now = Clock::now();
         if (now >= next_rescue) {
-          flights = RescueLinks();
+          if (RescueLinks()) last_flights = now;
           next_rescue = now + std::chrono::milliseconds(kRescuePollMs);
         }
       } while (now < quiet_until);
@@ -226,8 +248,21 @@ struct UcxTransport::Impl {
         ::poll(nullptr, 0, kIdlePollMs);  // keep serving, without spinning
         continue;
       }
-      pollfd p[2] = {{efd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
-      ::poll(p, 2, flights ? kRescuePollMs : kIdlePollMs);
+      // Doze only when no link had batches for a while; one that starts some now rings.
+      bool doze = now - last_flights >= kRescueWatch;
+      if (doze) {
+        alarm->dozing.store(true);
+        if (RescueLinks()) {
+          doze = false;
+          last_flights = now;
+        }
+      }
+      pollfd p[2] = {{efd, POLLIN, 0}, {alarm->fd, POLLIN, 0}};
+      ::poll(p, 2, doze ? kIdlePollMs : kRescuePollMs);
+      alarm->dozing.store(false);
+      uint64_t n;
+      if (::read(alarm->fd, &n, sizeof n) < 0) {
+      }  // nothing rang
     }
   }
 };
@@ -260,8 +295,8 @@ Status UcxTransport::Start() {
   int efd = -1;
   st = ucp_worker_get_efd(w, &efd);
   if (st != UCS_OK) return fail({StatusCode::kUnsupported, UcsError("ucp_worker_get_efd", st)});
-  m.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (m.wake_fd < 0) {
+  m.alarm = std::make_shared<Alarm>();
+  if (m.alarm->fd < 0) {
     return fail({StatusCode::kResourceExhausted, std::string("ucx: eventfd: ") + std::strerror(errno)});
   }
   m.ctx = std::move(ctx);
@@ -299,14 +334,11 @@ void UcxTransport::Stop() {
   Impl& m = *impl_;
   if (!m.progress.joinable()) return;
   m.stop.store(true);
-  uint64_t one = 1;
-  if (::write(m.wake_fd, &one, sizeof one) < 0) {
-  }  // the poll timeout notices stop anyway
+  m.alarm->Ring();
   m.progress.join();
   ucp_worker_destroy(m.worker);  // closes the peers' endpoints to us: they see the error
   m.worker = nullptr;
-  ::close(m.wake_fd);
-  m.wake_fd = -1;
+  m.alarm.reset();
   m.address.clear();
   // The context stays while links or mapped memory hold it.
   m.ctx.reset();
@@ -347,7 +379,8 @@ Status UcxTransport::ConnectUcx(const UcxPeer& peer, std::shared_ptr<Link>* link
   if (peer.worker_address.empty() || !peer.find_key) {
     return {StatusCode::kUnsupported, "ucx: peer " + peer.name + " offers no UCX worker address"};
   }
-  auto ucx = std::make_shared<UcxLink>(ctx, peer, impl_->opts.links);
+  auto ucx = std::make_shared<UcxLink>(ctx, peer, impl_->opts.links,
+                                       [alarm = impl_->alarm] { alarm->Nudge(); });
   {
     std::lock_guard l(impl_->links_mu);
     impl_->links.push_back(ucx);
