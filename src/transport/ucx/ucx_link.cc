@@ -18,18 +18,19 @@ namespace xfer::transport::ucx {
 using text::Hex;
 namespace {
 
-// How long a close waits for what was posted to complete before it forces its way (when the
-// link is shut down: the peer is leaving or gone, and the control thread waits).
+// How long a close waits for what was posted (4 MiB at most) to complete before it forces its
+// way: a peer that answers drains in milliseconds.
 constexpr auto kDrainGrace = std::chrono::milliseconds(1000);
-constexpr auto kShutdownDrain = std::chrono::milliseconds(100);
 // How long a forced close may take to give back the requests. It completes them at once on
 // every transport we know; the bound only keeps a UCX bug from hanging us.
 constexpr auto kTeardownGrace = std::chrono::seconds(2);
 // Unpacked keys kept per endpoint.
 constexpr size_t kMaxCachedKeys = 4096;
-// Batches posted on one endpoint at most: enough to keep a wire busy across a flush's round
-// trip; the rest wait their turn (a request of a thousand batches is not a thousand at once).
+// Batches and bytes posted on one endpoint at most (one batch however large): enough to keep
+// a wire busy across a flush's round trip; the rest wait their turn (a request of a thousand
+// batches is not a thousand at once, and a close drains what was posted quickly).
 constexpr size_t kMaxPostedPerConn = 16;
+constexpr uint64_t kMaxPostedBytesPerConn = 4 << 20;
 // A leader reads the clock every kSpinsPerClockRead rounds, and after kSpinsBeforeSleep rounds
 // without news sleeps on the workers' event fds, kSleepMs at most (the bound only matters if a
 // transport fails to signal an event).
@@ -49,6 +50,7 @@ struct Flight {
   std::span<const Slice> batch;
   std::vector<UcxRemoteKey> keys;  // the regions of the batch's slices
   std::vector<uint32_t> key_of;    // slice -> index in keys
+  uint64_t bytes = 0;
   Clock::time_point deadline;
   Link::Done done;
   std::function<Status()> ready;
@@ -84,7 +86,19 @@ struct Conn {
   int efd = -1;  // the worker's event fd
   ucp_ep_h ep = nullptr;
   std::unordered_map<uint64_t, ucp_rkey_h> rkeys;  // region_id -> key unpacked on ep
-  size_t posted = 0;  // flights posted on ep and not over
+  size_t posted = 0;         // flights posted on ep and not over
+  uint64_t posted_bytes = 0;  // their bytes
+
+  // Whether one more flight of `bytes` may be posted beside `n` flights of `total` bytes.
+  static bool Room(size_t n, uint64_t total, uint64_t bytes) {
+    return n == 0 || (n < kMaxPostedPerConn && total + bytes <= kMaxPostedBytesPerConn);
+  }
+  void Unpost(Flight& f) {
+    if (!f.posted) return;
+    f.posted = false;
+    --posted;
+    posted_bytes -= f.bytes;
+  }
   // Set by UCX's error callback (during the leader's progress calls) when the peer fails.
   std::atomic<ucs_status_t> failure{UCS_OK};
 };
@@ -118,9 +132,10 @@ bool Outstanding(const Conn& c) {
 
 // Whether c has a flight its leader would post in the next round (mu_, as c's leader).
 bool Postable(const Conn& c) {
-  return c.posted < kMaxPostedPerConn &&
-         std::any_of(c.flights.begin(), c.flights.end(),
-                     [](const auto& f) { return !f->posted && !f->result; });
+  for (const auto& f : c.flights) {
+    if (!f->posted && !f->result) return Conn::Room(c.posted, c.posted_bytes, f->bytes);
+  }
+  return false;
 }
 
 }  // namespace
@@ -182,6 +197,7 @@ void UcxLink::Start(Op op, std::span<const Slice> batch, Clock::time_point deadl
       }
     }
     f->key_of[i] = static_cast<uint32_t>(f->keys.size() - 1);
+    f->bytes += s.len;
   }
   f->op = op;
   f->batch = batch;
@@ -364,26 +380,33 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until,
       if (mode == LeadMode::kDrive) {  // its share of the endpoints with batches, no more
         const size_t share = Share();
         const size_t before = mine.size();
-        std::erase_if(mine, [](Conn* c) { return c->flights.empty() && (c->led = false, true); });
+        std::erase_if(mine, [](Conn* c) {
+          if (!c->flights.empty()) return false;
+          c->led = false;  // nothing to drive there
+          return true;
+        });
         while (mine.size() > share) {
           mine.back()->led = false;
           mine.pop_back();
         }
         if (mine.size() < before) cv_.notify_all();
         Adopt(&mine, share);
+        if (mine.empty()) return;  // others drive every endpoint with batches: Drive waits
       }
       const bool shut = shut_.load();
       for (Conn* c : mine) {
         ++c->rounds;
         size_t posting = c->posted;
+        uint64_t posting_bytes = c->posted_bytes;
         bool late = false;
         for (auto& f : c->flights) {
           if (f->result) continue;
           if (!f->posted) {
             if (clock && (shut || now >= f->deadline)) {
               End(*c, *f, shut ? Gone() : NotStarted());
-            } else if (posting < kMaxPostedPerConn) {
+            } else if (Conn::Room(posting, posting_bytes, f->bytes)) {
               ++posting;
+              posting_bytes += f->bytes;
               if (f->commit == 0) f->commit = ++commits_;
               fresh.emplace_back(c, f.get());
             }
@@ -462,8 +485,7 @@ void UcxLink::Sleep(const std::vector<Conn*>& mine) {
 
 // A flight is over (mu_): it leaves the list in this round, and its `done` is called.
 void UcxLink::End(Conn& c, Flight& f, Status result) {
-  if (f.posted) --c.posted;
-  f.posted = false;
+  c.Unpost(f);
   f.result = std::move(result);
 }
 
@@ -489,6 +511,7 @@ void UcxLink::Post(Conn& c, Flight& f) {
   f.left = 0;
   f.error = UCS_OK;
   ++c.posted;
+  c.posted_bytes += f.bytes;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.send = OnRequestDone;
@@ -540,8 +563,7 @@ void UcxLink::EndPosted(Conn& c) {
                  UcsError((std::string(own_error ? f.what : "connection") + " to " + peer_.name).c_str(),
                           own_error ? f.error : peer_failed)});
     } else {
-      f.posted = false;  // canceled by the close: post it again
-      --c.posted;
+      c.Unpost(f);  // canceled by the close: post it again
     }
   }
 }
@@ -609,8 +631,7 @@ void UcxLink::Teardown(Conn& c) {
   ucp_request_param_t none{};
   void* flush = c.failure.load() == UCS_OK ? ucp_ep_flush_nbx(c.ep, &none) : nullptr;
   if (UCS_PTR_IS_ERR(flush)) flush = nullptr;
-  const auto drain = shut_.load() ? kShutdownDrain : kDrainGrace;
-  if (WaitRequest(c.worker, flush, Clock::now() + drain) != UCS_INPROGRESS) flush = nullptr;
+  if (WaitRequest(c.worker, flush, Clock::now() + kDrainGrace) != UCS_INPROGRESS) flush = nullptr;
   const auto until = Clock::now() + kTeardownGrace;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
