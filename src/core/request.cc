@@ -116,12 +116,12 @@ bool Request::StartNext() {
   }
   const Plan::Batch& b = plan_.batches[i];
   // The callbacks hold the request, and so the plan that the slices live in. A batch still
-  // waiting for its turn when the request stops is dropped, as a queued one is elsewhere.
-  auto dropped = [](const Status& s) { return s.code() == StatusCode::kCanceled; };
+  // waiting for its turn when the request stops is dropped (kCanceled from `ready` below), as
+  // a queued one is elsewhere.
   peer_->link->Start(
       op_, std::span(plan_.slices).subspan(b.begin, b.end - b.begin), deadline_,
-      [self = shared_from_this(), i, dropped](Status st) {
-        if (dropped(st)) return self->EndBatch(i, std::nullopt, nullptr);
+      [self = shared_from_this(), i](Status st) {
+        if (st.code() == StatusCode::kCanceled) return self->EndBatch(i, std::nullopt, nullptr);
         self->EndBatch(i, std::move(st), &self->peer_->link_bytes);
       },
       [self = shared_from_this()]() -> Status {

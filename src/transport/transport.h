@@ -42,8 +42,8 @@ using Clock = std::chrono::steady_clock;
 // drives the link (Drive or Start on it, or the transport's own thread when nobody drives for
 // a while). `ready`, when set, is asked just before the batch goes out: an error ends it with
 // that status, nothing moved. Drive progresses the link's batches on the calling thread until
-// `finished()` (cheap; called often, under the link's lock or not) or `until`. Quiesce returns
-// once every batch started before the call has ended.
+// `finished()` (cheap; called often, under the link's lock or not) or `until`. Quiesce is a
+// fence: when it returns, every batch has either moved its bytes or not yet asked `ready`.
 class Link {
  public:
   using Done = std::function<void(Status)>;
@@ -57,7 +57,8 @@ class Link {
   }
   virtual void Drive(Clock::time_point /*until*/, const std::function<bool()>& /*finished*/) {}
   virtual void Quiesce() {}
-  // The peer is gone: make Execute calls in progress return at once, and later ones fail.
+  // The peer is gone or leaving: batches in progress end soon (a pipelined link lets what was
+  // posted complete first, for a second at most), and later ones fail.
   virtual void Shutdown() {}
 };
 
