@@ -398,17 +398,20 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until,
         ++c->rounds;
         size_t posting = c->posted;
         uint64_t posting_bytes = c->posted_bytes;
+        bool full = false;  // in order: none may overtake one that does not fit (see Count)
         bool late = false;
         for (auto& f : c->flights) {
           if (f->result) continue;
           if (!f->posted) {
             if (clock && (shut || now >= f->deadline)) {
               End(*c, *f, shut ? Gone() : NotStarted());
-            } else if (Conn::Room(posting, posting_bytes, f->bytes)) {
+            } else if (!full && Conn::Room(posting, posting_bytes, f->bytes)) {
               ++posting;
               posting_bytes += f->bytes;
               if (f->commit == 0) f->commit = ++commits_;
               fresh.emplace_back(c, f.get());
+            } else {
+              full = true;
             }
           } else if (f->error != UCS_OK) {
             late = true;
