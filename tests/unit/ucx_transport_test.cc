@@ -507,6 +507,31 @@ TEST_F(UcxRemoteTargetTest, HungTargetTimesOutAtTheDeadline) {
   }
 }
 
+// A batch to a hung target that its caller only polls (Drive for one round, as
+// GetTransferStatus does), or does not look at at all, still ends in TIMEOUT: a second after
+// its deadline, whoever leads closes the endpoint without waiting.
+TEST_F(UcxRemoteTargetTest, HungTargetTimesOutWhenOnlyPolled) {
+  ASSERT_EQ(::kill(pid_, SIGSTOP), 0);
+  for (bool poll : {true, false}) {
+    SCOPED_TRACE(poll ? "polled" : "left alone");
+    Status got;
+    std::atomic<bool> over{false};
+    const Slice sl{A(buf_.data()), base_, buf_.size()};
+    const auto t0 = Clock::now();
+    link_->Start(Op::kWrite, {&sl, 1}, t0 + 300ms, [&](Status s) {
+      got = std::move(s);
+      over.store(true);
+    });
+    while (!over.load() && Clock::now() - t0 < 10s) {
+      if (poll) link_->Drive(Clock::now(), [&] { return over.load(); });
+      std::this_thread::sleep_for(poll ? 100us : 1ms);  // polls often enough to look driven
+    }
+    ASSERT_TRUE(over.load()) << "the batch never ended";
+    EXPECT_EQ(got.code(), StatusCode::kTimeout) << got.ToString();
+    EXPECT_LT(Clock::now() - t0, 300ms + 1000ms + kLateSlack);
+  }
+}
+
 TEST_F(UcxRemoteTargetTest, ShutdownReturnsARunningBatchAtOnce) {
   ASSERT_EQ(::kill(pid_, SIGSTOP), 0);
   Status s;

@@ -37,6 +37,8 @@ constexpr uint64_t kMaxPostedBytesPerConn = 4 << 20;
 constexpr unsigned kSpinsPerClockRead = 64;
 constexpr unsigned kSpinsBeforeSleep = 256;
 constexpr int kSleepMs = 1;
+// Rounds a thread leaving the lead adds for batches started meanwhile (LeaveLead).
+constexpr int kExtraRounds = 4;
 // A thread waiting for another's lead wakes this often even without news: a safety net.
 constexpr auto kFollowerWake = std::chrono::milliseconds(100);
 
@@ -148,11 +150,9 @@ UcxLink::UcxLink(std::shared_ptr<Context> ctx, UcxPeer peer, int links, std::fun
 UcxLink::~UcxLink() {
   shut_.store(true);
   for (auto& c : conns_) {
-    Teardown(*c);  // ends what is in flight
+    Teardown(*c, kDrainGrace);  // ends what is in flight
     if (c->worker) ucp_worker_destroy(c->worker);
-    for (auto& f : c->flights) {
-      if (!f->result) f->done(Gone());
-    }
+    for (auto& f : c->flights) f->done(f->result ? std::move(*f->result) : Gone());
   }
 }
 
@@ -271,7 +271,7 @@ void UcxLink::Shutdown() {
       }
     }
   }
-  for (Conn* c : mine) Teardown(*c);
+  for (Conn* c : mine) Teardown(*c, kDrainGrace);
   LeaveLead(mine, false);
 }
 
@@ -322,14 +322,15 @@ size_t UcxLink::Share() const {
 }
 
 // Gives up the lead of `mine`. An endpoint with a batch waiting to be posted stays one more
-// round with this thread when no other thread drives (`driver`: this one is in Drive): a
-// batch started while its leader was leaving would otherwise wait for the rescue.
+// round with this thread when no other thread drives (`driver`: this one is in Drive), a few
+// rounds at most: a batch started while its leader was leaving would otherwise wait for the
+// rescue.
 void UcxLink::LeaveLead(std::vector<Conn*>& mine, bool driver) {
-  while (!mine.empty()) {
+  for (int extra = 0; !mine.empty(); ++extra) {
     bool flights = false;
     {
       std::lock_guard l(mu_);
-      const bool alone = drivers_ == (driver ? 1 : 0);
+      const bool alone = drivers_ == (driver ? 1 : 0) && extra < kExtraRounds;
       std::erase_if(mine, [&](Conn* c) {
         if (alone && Postable(*c)) return false;
         c->led = false;
@@ -368,6 +369,10 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until,
   std::vector<std::unique_ptr<Flight>> over;
   std::vector<std::pair<Conn*, Flight*>> fresh;
   std::vector<Conn*> expired;  // its endpoint goes: a failed or late flight, or shut down
+  // Closing for a deadline waits for what was posted (kDrainGrace): a thread that drives for
+  // long does it at the deadline; one round, a poll and the rescue (on the target's progress
+  // thread) do not wait, and close only a second after the deadline.
+  const bool may_drain = mode == LeadMode::kDrive && until - Clock::now() >= kDrainGrace;
   unsigned idle = 0;
   Backoff backoff;
   for (unsigned round = 0;; ++round) {
@@ -395,7 +400,7 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until,
       }
       const bool shut = shut_.load();
       for (Conn* c : mine) {
-        ++c->rounds;
+        if (mode != LeadMode::kRound) ++c->rounds;  // (rounds show the rescue that someone drives)
         size_t posting = c->posted;
         uint64_t posting_bytes = c->posted_bytes;
         bool full = false;  // in order: none may overtake one that does not fit (see Count)
@@ -418,10 +423,8 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until,
           } else if (f->left == 0) {
             End(*c, *f, Status::Ok());  // it moved its bytes, late or not
           } else if (clock && (shut || now >= f->deadline)) {
-            // Closing waits for what was posted (up to kDrainGrace): a caller's drive does it;
-            // one round does not, and the rescue only for batches nobody waited for since.
-            late = late || mode == LeadMode::kDrive ||
-                   (mode == LeadMode::kRescue && now >= f->deadline + kDrainGrace);
+            // Others close (without waiting) for batches nobody waited for since.
+            late = late || may_drain || now >= f->deadline + kDrainGrace;
           }
         }
         if (late || c->failure.load() != UCS_OK) expired.push_back(c);
@@ -439,7 +442,7 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until,
       cv_.notify_all();  // a waiting thread's batch may be among them
     }
     if (finished && finished()) return;
-    for (Conn* c : expired) EndPosted(*c);  // their flights leave in the next round
+    for (Conn* c : expired) EndPosted(*c, may_drain ? kDrainGrace : std::chrono::milliseconds(0));
     bool busy = !expired.empty() || !fresh.empty();
     if (expired.empty()) {
       for (auto [c, f] : fresh) Post(*c, *f);
@@ -544,9 +547,9 @@ void UcxLink::Post(Conn& c, Flight& f) {
 // endpoint goes (after what can complete has). Each posted flight then ends: done if all of it
 // completed, else by its own cause; one that was only caught up in another's deadline is
 // posted again.
-void UcxLink::EndPosted(Conn& c) {
+void UcxLink::EndPosted(Conn& c, std::chrono::milliseconds drain) {
   const ucs_status_t peer_failed = c.failure.load();
-  Teardown(c);
+  Teardown(c, drain);  // its flights leave in the next round
   const auto now = Clock::now();
   std::lock_guard l(mu_);
   for (auto& fp : c.flights) {
@@ -624,17 +627,20 @@ Status UcxLink::Unpack(Conn& c, const UcxRemoteKey& key, ucp_rkey_h* out) {
 }
 
 // Closes the endpoint; once this returns, no request of ours can still touch the callers'
-// memory. While the peer has not failed, what was posted completes first (a flush): closing
-// while puts still arrive makes UCX 1.13 at the target abort ("unexpected error: Endpoint
-// timeout" when it answers them). Then, or after kDrainGrace, or at once when the peer failed,
-// a forced close cancels what is outstanding. The worker stays for the next endpoint unless
+// memory. While the peer has not failed, what was posted completes first (a flush, for up to
+// `drain`): closing while puts still arrive makes UCX 1.13 at the target abort ("unexpected
+// error: Endpoint timeout" when it answers them). Then a forced close cancels what is
+// outstanding. The worker stays for the next endpoint unless
 // UCX failed to give the requests back, in which case it goes too.
-void UcxLink::Teardown(Conn& c) {
-  if (!c.ep) return;
+void UcxLink::Teardown(Conn& c, std::chrono::milliseconds drain) {
+  if (!c.ep) {
+    c.failure.store(UCS_OK);  // (an error UCX reported for the endpoint already closed)
+    return;
+  }
   ucp_request_param_t none{};
-  void* flush = c.failure.load() == UCS_OK ? ucp_ep_flush_nbx(c.ep, &none) : nullptr;
+  void* flush = c.failure.load() == UCS_OK && drain.count() > 0 ? ucp_ep_flush_nbx(c.ep, &none) : nullptr;
   if (UCS_PTR_IS_ERR(flush)) flush = nullptr;
-  if (WaitRequest(c.worker, flush, Clock::now() + kDrainGrace) != UCS_INPROGRESS) flush = nullptr;
+  if (WaitRequest(c.worker, flush, Clock::now() + drain) != UCS_INPROGRESS) flush = nullptr;
   const auto until = Clock::now() + kTeardownGrace;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

@@ -8,8 +8,8 @@
 // over (Drive), then the lead goes to whichever thread needs it next; threads waiting for
 // batches on an endpoint that another leads sleep (on two cores a third spinning thread,
 // beside the leader and the target's, slows everyone). A thread that only starts a batch leads
-// for one round if nobody leads; if then nobody drives for a while, the transport's progress
-// thread does (Rescue). A peer error (UCX's peer error handling) fails the batches on that
+// for a round (a few, for batches other threads start meanwhile) if nobody leads; if then
+// nobody drives for a while, the transport's progress thread does (Rescue). A peer error (UCX's peer error handling) fails the batches on that
 // endpoint with kConnectionLost; the next batch rebuilds the endpoint.
 #pragma once
 
@@ -43,7 +43,7 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
   void Shutdown() override;
 
   // For the transport's progress thread, every few milliseconds while batches are in flight:
-  // leads for up to `budget` the endpoints with batches that nobody led since the last call,
+  // leads for about `budget` the endpoints with batches that nobody drove since the last call,
   // so that batches started by a caller that never drives still end. True while batches are
   // in flight.
   bool Rescue(std::chrono::microseconds budget);
@@ -63,10 +63,10 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
   void Count();
   void End(Conn& c, Flight& f, Status result);
   void Post(Conn& c, Flight& f);
-  void EndPosted(Conn& c);
+  void EndPosted(Conn& c, std::chrono::milliseconds drain);
   Status Connect(Conn& c);
   Status Unpack(Conn& c, const UcxRemoteKey& key, ucp_rkey_h* out);
-  void Teardown(Conn& c);
+  void Teardown(Conn& c, std::chrono::milliseconds drain);
 
   const std::shared_ptr<Context> ctx_;
   const UcxPeer peer_;
