@@ -13,6 +13,7 @@ Request::Request(RequestHandle id, Op op, Clock::time_point deadline,
       deadline_(deadline),
       peer_(std::move(peer)),
       plan_(std::move(plan)),
+      pipelined_(Pipelined(peer_, plan_)),
       outstanding_(plan_.batches.size()) {}
 
 std::shared_ptr<Request> Request::Completed(RequestHandle id, Op op) {
@@ -53,81 +54,77 @@ Status Request::CheckBeforeExecute() const {
   return Status::Ok();
 }
 
-bool Request::RunNext() {
+bool Request::Claim(size_t* i) {
   if (next_batch_.load(std::memory_order_relaxed) >= plan_.batches.size()) return false;
-  size_t i = next_batch_.fetch_add(1, std::memory_order_relaxed);
-  if (i >= plan_.batches.size()) return false;
+  *i = next_batch_.fetch_add(1, std::memory_order_relaxed);
+  return *i < plan_.batches.size();
+}
+
+bool Request::RunNext() {
+  size_t i;
+  if (!Claim(&i)) return false;
   RunBatch(i);
   return true;
 }
 
 void Request::RunBatch(size_t i) {
-  std::optional<Status> s;
+  Status s = Admit();
   std::atomic<uint64_t>* counter = &peer_->link_bytes;
-  if (!Stopping()) {
-    s = CheckBeforeExecute();
-    if (s->ok()) {
-      const Plan::Batch& b = plan_.batches[i];
-      const auto slices = std::span(plan_.slices).subspan(b.begin, b.end - b.begin);
-      // (The plan holds the regions, and a region its mapping, for shm and cuda.)
-      switch (b.path) {
-        case Path::kShm:
-          transport::CopyInProcess(op_, slices, b.streaming);
-          counter = &peer_->shm_bytes;
-          break;
-        case Path::kCuda:
-          s = transport::cuda::Copy(op_, slices, deadline_);
-          counter = &peer_->cuda_bytes;
-          break;
-        case Path::kStaged:
-          s = peer_->staging->Run(op_, slices, b.device, b.gpu_link ? *peer_->gpu_link : *peer_->link,
-                                  deadline_);
-          counter = &peer_->staged_bytes;
-          break;
-        case Path::kLink:
-          s = (b.gpu_link ? peer_->gpu_link : peer_->link)->Execute(op_, slices, deadline_);
-          break;
-      }
+  if (s.ok()) {
+    const Plan::Batch& b = plan_.batches[i];
+    const auto slices = std::span(plan_.slices).subspan(b.begin, b.end - b.begin);
+    // (The plan holds the regions, and a region its mapping, for shm and cuda.)
+    switch (b.path) {
+      case Path::kShm:
+        transport::CopyInProcess(op_, slices, b.streaming);
+        counter = &peer_->shm_bytes;
+        break;
+      case Path::kCuda:
+        s = transport::cuda::Copy(op_, slices, deadline_);
+        counter = &peer_->cuda_bytes;
+        break;
+      case Path::kStaged:
+        s = peer_->staging->Run(op_, slices, b.device, b.gpu_link ? *peer_->gpu_link : *peer_->link,
+                                deadline_);
+        counter = &peer_->staged_bytes;
+        break;
+      case Path::kLink:
+        s = (b.gpu_link ? peer_->gpu_link : peer_->link)->Execute(op_, slices, deadline_);
+        break;
     }
   }
   EndBatch(i, std::move(s), counter);
 }
 
-bool Request::pipelined() const {
-  if (!peer_ || !peer_->link || !peer_->link->pipelined()) return false;
-  for (const auto& b : plan_.batches) {
+bool Request::Pipelined(const std::shared_ptr<PeerState>& peer, const Plan& plan) {
+  if (!peer || !peer->link || !peer->link->pipelined()) return false;
+  for (const auto& b : plan.batches) {
     if (b.path != Path::kLink || b.gpu_link) return false;
   }
   return true;
 }
 
+Status Request::Admit() {
+  if (Stopping()) return {StatusCode::kCanceled, "request stopping: batch dropped"};
+  return CheckBeforeExecute();
+}
+
 bool Request::StartNext() {
-  if (next_batch_.load(std::memory_order_relaxed) >= plan_.batches.size()) return false;
-  size_t i = next_batch_.fetch_add(1, std::memory_order_relaxed);
-  if (i >= plan_.batches.size()) return false;
-  if (Stopping()) {
-    EndBatch(i, std::nullopt, nullptr);
-    return true;
-  }
-  Status s = CheckBeforeExecute();
+  size_t i;
+  if (!Claim(&i)) return false;
+  Status s = Admit();
   if (!s.ok()) {
     EndBatch(i, std::move(s), nullptr);
     return true;
   }
   const Plan::Batch& b = plan_.batches[i];
   // The callbacks hold the request, and so the plan that the slices live in. A batch still
-  // waiting for its turn when the request stops is dropped (kCanceled from `ready` below), as
-  // a queued one is elsewhere.
-  peer_->link->Start(
-      op_, std::span(plan_.slices).subspan(b.begin, b.end - b.begin), deadline_,
-      [self = shared_from_this(), i](Status st) {
-        if (st.code() == StatusCode::kCanceled) return self->EndBatch(i, std::nullopt, nullptr);
-        self->EndBatch(i, std::move(st), &self->peer_->link_bytes);
-      },
-      [self = shared_from_this()]() -> Status {
-        if (self->Stopping()) return {StatusCode::kCanceled, "request stopping: batch dropped"};
-        return self->CheckBeforeExecute();
-      });
+  // waiting for its turn is admitted again just before it goes out.
+  peer_->link->Start(op_, std::span(plan_.slices).subspan(b.begin, b.end - b.begin), deadline_,
+                     [self = shared_from_this(), i](Status st) {
+                       self->EndBatch(i, std::move(st), &self->peer_->link_bytes);
+                     },
+                     [self = shared_from_this()] { return self->Admit(); });
   return true;
 }
 
@@ -135,15 +132,15 @@ void Request::Drive(Clock::time_point until) {
   peer_->link->Drive(until, [this] { return done(); });
 }
 
-void Request::EndBatch(size_t i, std::optional<Status> result, std::atomic<uint64_t>* counter) {
-  if (result && result->ok()) {
+void Request::EndBatch(size_t i, Status result, std::atomic<uint64_t>* counter) {
+  if (result.ok()) {
     counter->fetch_add(plan_.batches[i].bytes, std::memory_order_relaxed);
     succeeded_.fetch_add(1, std::memory_order_relaxed);
-  } else if (result) {
+  } else if (result.code() != StatusCode::kCanceled) {  // (kCanceled: dropped, see Admit)
     if (Clock::now() >= deadline_) {
       Stop(StopReason::kTimeout, {});  // the transport gave up at the request's deadline
     } else {
-      Fail(std::move(*result));
+      Fail(std::move(result));
     }
   }
   if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) Finish();

@@ -6,7 +6,6 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <optional>
 
 #include "core/peer_state.h"
 #include "core/planner.h"
@@ -42,7 +41,7 @@ class Request : public std::enable_shared_from_this<Request> {
   // Whether every batch goes over the peer's pipelined link (ucx): then the caller starts them
   // all (StartNext, each under an execution slot) and whoever waits drives the link (Drive),
   // so that one thread keeps many requests in flight; no stream runs them.
-  bool pipelined() const;
+  bool pipelined() const { return pipelined_; }
   // Claims the next batch and starts it on the pipelined link (or ends it here, when the
   // request is stopping or the batch cannot start). False when every batch has been claimed.
   bool StartNext();
@@ -63,10 +62,16 @@ class Request : public std::enable_shared_from_this<Request> {
   void Stop(StopReason reason, Status why);
   bool Stopping();
   Status CheckBeforeExecute() const;
+  static bool Pipelined(const std::shared_ptr<PeerState>& peer, const Plan& plan);
+  // Takes the next batch nobody has started; false when every batch has been taken.
+  bool Claim(size_t* i);
+  // Whether a batch may go out now: kCanceled when the request is stopping (the batch is
+  // dropped), else the peer's and the regions' state.
+  Status Admit();
   void RunBatch(size_t i);
-  // A batch ended: with `result` (which counts its bytes on `counter` when ok), or dropped
-  // (none) because the request was stopping.
-  void EndBatch(size_t i, std::optional<Status> result, std::atomic<uint64_t>* counter);
+  // A batch ended with `result`: ok counts its bytes on `counter`; kCanceled (from Admit) means
+  // it was dropped because the request was stopping.
+  void EndBatch(size_t i, Status result, std::atomic<uint64_t>* counter);
   void Finish();
 
   const RequestHandle id_;
@@ -74,6 +79,7 @@ class Request : public std::enable_shared_from_this<Request> {
   const Clock::time_point deadline_;
   const std::shared_ptr<PeerState> peer_;
   const Plan plan_;
+  const bool pipelined_;
 
   std::atomic<size_t> next_batch_{0};
   std::atomic<size_t> outstanding_;

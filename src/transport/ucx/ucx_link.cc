@@ -211,7 +211,9 @@ void UcxLink::Start(Op op, std::span<const Slice> batch, Clock::time_point deadl
   c.flights.push_back(std::move(f));
   Count();
   if (c.led) {
-    if (c.leader_asleep) c.Kick();
+    const bool kick = c.leader_asleep;
+    l.unlock();
+    if (kick) c.Kick();
   } else {
     c.led = true;
     l.unlock();
@@ -480,12 +482,14 @@ void UcxLink::Sleep(const std::vector<Conn*>& mine) {
     p.push_back({c->efd, POLLIN, 0});
   }
   if (armed) ::poll(p.data(), p.size(), kSleepMs);
-  std::lock_guard l(mu_);
+  {
+    std::lock_guard l(mu_);
+    for (Conn* c : mine) c->leader_asleep = false;
+  }
   for (Conn* c : mine) {
-    c->leader_asleep = false;
     uint64_t n;
     if (::read(c->kick, &n, sizeof n) < 0) {
-    }  // nothing to drain
+    }  // nothing to drain (a kick after this read wakes the next sleep at once: harmless)
   }
 }
 
