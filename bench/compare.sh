@@ -2,14 +2,15 @@
 # Side by side: xfer's cma transport (xfer-bench) against the raw process_vm_writev/readv loop
 # (bench/raw_cma, one call per block) and memcpy, at the same block sizes and buffer pattern,
 # WRITE and READ, plus 16 KiB blocks in batches of 1000 descriptors. Every measurement runs
-# ROUNDS times, the tools alternating, and the best round counts (this machine's cores are
-# shared, so a single run can lose a cell to a neighbour). Prints one table with the xfer/raw
-# ratios and the acceptance targets. Then, once, the other baselines at the same sizes: a raw
-# TCP socket pair on loopback (bench/raw_tcp) against xfer over tcp, and ucx_perftest (Debian's
-# ucx-utils: ucp_put_bw / ucp_get over UCX_TLS=posix and UCX_TLS=tcp, UCT put_bw / get over cma)
-# against xfer with --reuse (ucx_perftest reuses one buffer, so xfer does too there). Prints the
-# tables and writes bench/RESULTS.md: its head, up to the sections that bench/compare_tcp.sh
-# ("## tcp") and bench/compare_shm.sh ("## shm") write, which are kept. xfer runs with
+# ROUNDS times, the tools alternating; a cell's GB/s is the median of its rounds and x/r the
+# median of the rounds' xfer / raw (see "Rounds" in bench/lib.sh: this machine's cores are
+# shared). Prints one table with the xfer/raw ratios and the acceptance targets. Then, once,
+# the other baselines at the same sizes: a raw TCP socket pair on loopback (bench/raw_tcp)
+# against xfer over tcp, and ucx_perftest (Debian's ucx-utils: ucp_put_bw / ucp_get over
+# UCX_TLS=posix and UCX_TLS=tcp, UCT put_bw / get over cma) against xfer with --reuse
+# (ucx_perftest reuses one buffer, so xfer does too there). Prints the tables and writes
+# bench/RESULTS.md: its head, up to the sections that bench/compare_tcp.sh ("## tcp") and
+# bench/compare_shm.sh ("## shm") write, which are kept. xfer runs with
 # --mem register (mmap'd, registered memory, as the raw baselines use), so that same-host bytes
 # go through cma; bench/compare_shm.sh measures AllocMem memory (shm).
 #
@@ -60,22 +61,23 @@ cmd_raw_batch=("$RAW" -s "$BATCH_SIZE" -D "$DURATION" --batch "$BATCH" --no-memc
 cmd_xfer_batch=("$XB" -s "$BATCH_SIZE" -D "$DURATION" --batch "$BATCH" --transport cma --mem register "${PATTERN[@]}")
 sizes=$("$RAW" -s "$SIZES" --print-sizes)
 
-# raw_cma table -> "raw <column> <bytes> <GB/s>" lines.
+# raw_cma table -> "<round> raw_<column> <bytes> <GB/s>" lines.
 parse_raw() {
   awk '/^#bytes/ { for (i = 2; i <= NF; i++) { c = $i; sub(/\[GB\/s\]/, "", c); col[i] = c }; next }
-       /^[0-9]/ { for (i = 2; i <= NF; i++) print "raw", col[i], $1, $i }'
+       /^[0-9]/ { for (i = 2; i <= NF; i++) print "raw_" col[i], $1, $i }' | in_round
 }
-# xfer-bench tables -> "xfer <write|read>[_bN] <bytes> <GB/s>" lines; suffix _bN when batched.
+# xfer-bench tables -> "<round> xfer_<write|read>[_bN] <bytes> <GB/s>" lines; suffix _bN when batched.
 parse_xfer() {
   local suffix=$1
   awk -v suf="$suffix" '/^## write_bw/ { op = "write"; next } /^## read_bw/ { op = "read"; next }
-       /^[0-9]/ && op != "" { print "xfer", op suf, $1, $3 }'
+       /^[0-9]/ && op != "" { print "xfer_" op suf, $1, $3 }' | in_round
 }
 run_raw() { with_size "$2" "${cmd_raw[@]}" | tee -a "$tmp/raw_$1.txt" | parse_raw >>"$tmp/all.txt"; }
 run_xfer() { with_size "$2" "${cmd_xfer[@]}" | tee -a "$tmp/xfer_$1.txt" | parse_xfer "" >>"$tmp/all.txt"; }
 
 echo "compare: $ROUNDS rounds, $DURATION s per cell, pattern $PATTERN_NAME" >&2
 for r in $(seq 1 "$ROUNDS"); do
+  ROUND=$r
   echo "  round $r/$ROUNDS: sizes $SIZES, raw_cma and xfer-bench alternating" >&2
   for b in $sizes; do
     if [ $((r % 2)) = 1 ]; then run_raw "$r" "$b"; run_xfer "$r" "$b"
@@ -87,37 +89,29 @@ for r in $(seq 1 "$ROUNDS"); do
   "${cmd_raw_batch[@]}" | tee "$tmp/rawb_$r.txt" | parse_raw >>"$tmp/all.txt"
 done
 
-# Best and median of the rounds per (tool, column, bytes).
-awk '{ k = $1 " " $2 " " $3; vals[k] = vals[k] " " $4 }
-     END {
-       for (k in vals) {
-         n = split(substr(vals[k], 2), a, " ")
-         for (i = 2; i <= n; i++) { x = a[i] + 0; j = i - 1; while (j >= 1 && a[j] + 0 > x) { a[j + 1] = a[j]; j-- } a[j + 1] = x }
-         med = (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-         print k, a[n], med
-       }
-     }' "$tmp/all.txt" | sort -k3,3n -k1,2 >"$tmp/best.txt"
+xb=_b$BATCH
+round_stats "$tmp/all.txt" "xfer_write/raw_write xfer_read/raw_read xfer_write$xb/raw_write xfer_read$xb/raw_read" >"$tmp/stats.txt"
 
 # One table, plus the acceptance verdicts.
-awk -v batch="$BATCH" -v bsize="$BATCH_SIZE" '
-  { v[$1 " " $2 " " $3] = $4; m[$1 " " $2 " " $3] = $5; if (!($3 in seen)) { seen[$3] = 1; sizes[++n] = $3 } }
+awk -v xb="$xb" -v batch="$BATCH" -v bsize="$BATCH_SIZE" '
+  { v[$1 " " $2] = $3; lo[$1 " " $2] = $4; hi[$1 " " $2] = $5; if ($1 !~ /\// && !($2 in seen)) { seen[$2] = 1; sizes[++n] = $2 } }
   function get(k) { return (k in v) ? v[k] : -1 }
-  function med(k) { return (k in m) ? m[k] : -1 }
   function f(x) { return x < 0 ? "-" : sprintf("%.2f", x) }
-  function ratio(a, b) { return (a < 0 || b <= 0) ? "-" : sprintf("%.2f", a / b) }
+  function fl(x) { return sprintf("%.2f", int(x * 100) / 100) }   # floored: a miss never reads as the target
+  function fr(k) { return (k in v) ? sprintf("%s (%s-%s)", fl(v[k]), fl(lo[k]), fl(hi[k])) : "-" }   # a ratio, its rounds range
   END {
-    # sizes are sorted numerically by the sort above
-    printf "| %-8s | %8s | %9s | %10s | %9s | %9s | %8s | %10s | %9s | %9s |\n", "block", "memcpy", "raw WRITE", "xfer WRITE", "WRITE x/r", "(median)", "raw READ", "xfer READ", "READ x/r", "(median)"
-    printf "|----------|---------:|----------:|-----------:|----------:|----------:|---------:|-----------:|----------:|----------:|\n"
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (sizes[j] + 0 < sizes[i] + 0) { t = sizes[i]; sizes[i] = sizes[j]; sizes[j] = t }
+    print "| block | memcpy | raw WRITE | xfer WRITE | WRITE x/r | raw READ | xfer READ | READ x/r |"
+    print "|---|---:|---:|---:|---:|---:|---:|---:|"
     ok = 1
     for (i = 1; i <= n; i++) {
       b = sizes[i]
-      rw = get("raw write " b); xw = get("xfer write " b); rr = get("raw read " b); xr = get("xfer read " b)
+      xw = get("xfer_write " b); xr = get("xfer_read " b); qw = get("xfer_write/raw_write " b); qr = get("xfer_read/raw_read " b)
       if (xw < 0 && xr < 0) continue
-      printf "| %-8s | %8s | %9s | %10s | %9s | %9s | %8s | %10s | %9s | %9s |\n", b, f(get("raw memcpy " b)), f(rw), f(xw), ratio(xw, rw), ratio(med("xfer write " b), med("raw write " b)), f(rr), f(xr), ratio(xr, rr), ratio(med("xfer read " b), med("raw read " b))
+      printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", b, f(get("raw_memcpy " b)), f(get("raw_write " b)), f(xw), fr("xfer_write/raw_write " b), f(get("raw_read " b)), f(xr), fr("xfer_read/raw_read " b)
       if (b >= 262144) {
-        if (rw > 0 && xw >= 0 && xw / rw < 0.90) { ok = 0; miss = miss sprintf(" WRITE@%s=%.2f", b, xw / rw) }
-        if (rr > 0 && xr >= 0 && xr / rr < 0.90) { ok = 0; miss = miss sprintf(" READ@%s=%.2f", b, xr / rr) }
+        if (qw < 0.90) { ok = 0; miss = miss sprintf(" WRITE@%s=%s", b, qw < 0 ? "not measured" : fl(qw)) }
+        if (qr < 0.90) { ok = 0; miss = miss sprintf(" READ@%s=%s", b, qr < 0 ? "not measured" : fl(qr)) }
       }
     }
     printf "\n"
@@ -126,22 +120,22 @@ awk -v batch="$BATCH" -v bsize="$BATCH_SIZE" '
     bok = 1
     for (i = 1; i <= n; i++) {
       b = sizes[i]
-      xw = get("xfer write_b" batch " " b); if (xw < 0) continue
-      xr = get("xfer read_b" batch " " b)
-      printf "| WRITE %s | %s | %s | %s | %s |\n", b, f(get("raw write " b)), f(get("raw write_b" batch " " b)), f(xw), ratio(xw, get("raw write " b))
-      printf "| READ %s | %s | %s | %s | %s |\n", b, f(get("raw read " b)), f(get("raw read_b" batch " " b)), f(xr), ratio(xr, get("raw read " b))
-      if (get("raw write " b) <= 0 || get("raw read " b) <= 0 || !(xw > get("raw write " b)) || !(xr > get("raw read " b))) bok = 0
+      xw = get("xfer_write" xb " " b); if (xw < 0) continue
+      xr = get("xfer_read" xb " " b)
+      printf "| WRITE %s | %s | %s | %s | %s |\n", b, f(get("raw_write " b)), f(get("raw_write" xb " " b)), f(xw), fr("xfer_write" xb "/raw_write " b)
+      printf "| READ %s | %s | %s | %s | %s |\n", b, f(get("raw_read " b)), f(get("raw_read" xb " " b)), f(xr), fr("xfer_read" xb "/raw_read " b)
+      if (!(get("xfer_write" xb "/raw_write " b) > 1) || !(get("xfer_read" xb "/raw_read " b) > 1)) bok = 0
     }
     printf "\n"
-    printf "GB/s: best of the rounds; x/r: xfer / raw of the best rounds; (median): of the median rounds\n\n"
+    printf "GB/s: the median of the rounds. x/r: xfer / raw within each round (the two ran seconds apart), the median over the rounds (lowest-highest round in brackets), floored to 0.01\n\n"
     printf "- target 1: cma WRITE and READ at >= 256 KiB reach >= 90%% of the raw loop: %s%s\n", ok ? "MET" : "NOT MET:", miss
     printf "- target 2: %s B blocks in batches of %s beat the raw one-call-per-block loop: %s\n", bsize, batch, bok ? "MET" : "NOT MET"
-  }' "$tmp/best.txt" >"$tmp/table.md"
+  }' "$tmp/stats.txt" >"$tmp/table.md"
 
 echo
 cat "$tmp/table.md"
 transport=$(awk '/^# peer:/ { for (i = 1; i <= NF; i++) if ($i == "transport") { t = $(i + 1); sub(/;$/, "", t); print t; exit } }' "$tmp/xfer_1.txt")
-echo "(xfer transport: ${transport:-unknown}; best of $ROUNDS rounds; GB/s = 1e9 B/s)"
+echo "(xfer transport: ${transport:-unknown}; $ROUNDS rounds; GB/s = 1e9 B/s)"
 
 
 # ---- The other baselines, once: raw TCP, xfer over tcp, ucx_perftest, xfer --reuse over cma ----
@@ -222,7 +216,7 @@ if [ "$RESULTS" != "-" ]; then
     echo "- machine: $(machine_line)"
     echo "- xfer $(xfer_revision), transport ${transport:-unknown} (--mem register: mmap'd memory registered with RegisterMem, as the raw loop uses)"
     echo "- pattern: $PATTERN_NAME; remote blocks pair-swapped so no two descriptors coalesce"
-    echo "- each cell: $DURATION s timed after a warm-up pass; best of $ROUNDS rounds, tools alternating"
+    echo "- each cell: $DURATION s timed after a warm-up pass; $ROUNDS rounds, tools alternating; the median round, and the median of the rounds' ratios"
     echo "- GB/s = 1e9 bytes/s; x/r = xfer / raw one-call-per-block loop"
     echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (the cores are shared with other tenants of this VM, so single cells can lose to a neighbour)"
     if [ -n "${NOTE:-}" ]; then echo "- note: $NOTE"; fi

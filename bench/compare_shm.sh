@@ -9,7 +9,8 @@
 #      pattern (bench/raw_cma's memcpy column; its process_vm_writev/readv columns are shown too,
 #      as the raw cma loop).
 # Every cell runs ROUNDS times, the tools alternating (and which goes first alternating by
-# round), and the best round counts (this machine's cores are shared). Prints the table and the
+# round); a cell's GB/s is the median of its rounds and a ratio the median of the rounds' ratios
+# (see "Rounds" in bench/lib.sh: this machine's cores are shared). Prints the table and the
 # shm targets, and writes them into bench/RESULTS.md as the section that starts with "## shm"
 # (the rest of the file, which bench/compare.sh and bench/compare_tcp.sh write, is kept).
 #
@@ -53,18 +54,18 @@ ucx_cfgs=(
 )
 sizes=$("$RAW" -s "$SIZES" --print-sizes)
 
-# Each step appends "<key> <bytes> <GB/s>" lines to all.txt, and for xfer "path_<key> <bytes>
-# <shm %>" lines to path.txt.
+# Each step appends "<round> <key> <bytes> <GB/s>" lines to all.txt, and for xfer
+# "path_<key> <bytes> <shm %>" lines to path.txt.
 xfer() {  # xfer NAME SIZE cmd...
   local name=$1 size=$2
   shift 2
   with_size "$size" "$@" | tee "$tmp/last_$name.txt" | xfer_rows "$name" |
-    awk -v b="$size" -v pf="$tmp/path.txt" '$1 == "path" { print "path_" $2, b, $3 >>pf; next } { print }' >>"$tmp/all.txt"
+    awk -v b="$size" -v pf="$tmp/path.txt" '$1 == "path" { print "path_" $2, b, $3 >>pf; next } { print }' | in_round >>"$tmp/all.txt"
 }
 raw() {  # memcpy and the raw cma loop over the walk pattern
   with_size "$1" "${cmd_raw[@]}" | tee "$tmp/last_raw.txt" |
     awk '/^#bytes/ { for (i = 2; i <= NF; i++) { c = $i; sub(/\[GB\/s\]/, "", c); col[i] = c }; next }
-         /^[0-9]/ { for (i = 2; i <= NF; i++) { k = col[i]; if (k == "write") k = "rawcma_w"; if (k == "read") k = "rawcma_r"; print k, $1, $i } }' >>"$tmp/all.txt"
+         /^[0-9]/ { for (i = 2; i <= NF; i++) { k = col[i]; if (k == "write") k = "rawcma_w"; if (k == "read") k = "rawcma_r"; print k, $1, $i } }' | in_round >>"$tmp/all.txt"
 }
 ucx() {
   local cfg name tls args
@@ -72,7 +73,7 @@ ucx() {
   for cfg in "${ucx_cfgs[@]}"; do
     IFS='|' read -r name tls args <<<"$cfg"
     # shellcheck disable=SC2086
-    ucx_run "$name" "$tls" "$1" $args >>"$tmp/all.txt"
+    ucx_run "$name" "$tls" "$1" $args | in_round >>"$tmp/all.txt"
   done
 }
 : >"$tmp/all.txt"
@@ -80,6 +81,7 @@ ucx() {
 
 echo "compare_shm: $ROUNDS rounds, $DURATION s per cell, sizes $SIZES$([ $have_ucx = 1 ] || echo ", no ucx_perftest")" >&2
 for r in $(seq 1 "$ROUNDS"); do
+  ROUND=$r
   echo "  round $r/$ROUNDS" >&2
   for b in $sizes; do
     if [ $((r % 2)) = 1 ]; then
@@ -89,18 +91,17 @@ for r in $(seq 1 "$ROUNDS"); do
     fi
   done
 done
-best_of "$tmp/all.txt" >"$tmp/best.txt"
+round_stats "$tmp/all.txt" "reuse_w/ucp_put reuse_r/ucp_get walk_w/memcpy walk_r/memcpy" >"$tmp/stats.txt"
 # The least share of shm over the rounds, per (xfer cell, size).
 awk '{ k = $1 " " $2; p = ($3 == "?") ? -1 : $3 + 0; if (!(k in v) || p < v[k]) v[k] = p } END { for (k in v) print k, v[k] }' \
-  "$tmp/path.txt" >>"$tmp/best.txt"
+  "$tmp/path.txt" >>"$tmp/stats.txt"
 
 awk -v have_ucx=$have_ucx '
-  { v[$1 " " $2] = $3; if ($1 !~ /^path_/ && !($2 in seen)) { seen[$2] = 1; sizes[++n] = $2 } }
+  { v[$1 " " $2] = $3; lo[$1 " " $2] = $4; hi[$1 " " $2] = $5; if ($1 !~ /[\/]|^path_/ && !($2 in seen)) { seen[$2] = 1; sizes[++n] = $2 } }
   function g(k) { return (k in v) ? v[k] : -1 }
   function f(x) { return x < 0 ? "-" : sprintf("%.2f", x) }
-  function r(a, b) { return (a < 0 || b <= 0) ? -1 : a / b }
-  function fr(x) { return x < 0 ? "-" : sprintf("%.2f", x) }
   function fl(x) { return sprintf("%.2fx", int(x * 100) / 100) }   # a miss never reads "1.00x"
+  function fr(k) { return (k in v) ? sprintf("%.2f (%.2f-%.2f)", int(v[k] * 100) / 100, int(lo[k] * 100) / 100, int(hi[k] * 100) / 100) : "-" }   # a ratio, its rounds range
   function kib(b) { return b >= 1048576 ? (b / 1048576) "M" : (b / 1024) "K" }
   END {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (sizes[j] + 0 < sizes[i] + 0) { t = sizes[i]; sizes[i] = sizes[j]; sizes[j] = t }
@@ -111,17 +112,18 @@ awk -v have_ucx=$have_ucx '
       b = sizes[i]
       rw = g("reuse_w " b); rr = g("reuse_r " b); put = g("ucp_put " b); get = g("ucp_get " b)
       ww = g("walk_w " b); wr = g("walk_r " b); mc = g("memcpy " b)
-      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", b, f(rw), f(put), fr(r(rw, put)),
-        f(rr), f(get), fr(r(rr, get)), f(ww), f(wr), f(mc), fr(r(ww, mc)), fr(r(wr, mc)), f(g("rawcma_w " b)), f(g("rawcma_r " b))
+      qp = g("reuse_w/ucp_put " b); qg = g("reuse_r/ucp_get " b); qw = g("walk_w/memcpy " b); qr = g("walk_r/memcpy " b)
+      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", b, f(rw), f(put), fr("reuse_w/ucp_put " b),
+        f(rr), f(get), fr("reuse_r/ucp_get " b), f(ww), f(wr), f(mc), fr("walk_w/memcpy " b), fr("walk_r/memcpy " b), f(g("rawcma_w " b)), f(g("rawcma_r " b))
       if (have_ucx) {
         n1++
-        if (r(rw, put) < 1) { ok1 = 0; miss1 = miss1 sprintf(" WRITE@%s=%s", kib(b), put < 0 ? "no ucp_put figure" : fl(r(rw, put))) }
-        if (r(rr, get) < 1) { ok1 = 0; miss1 = miss1 sprintf(" READ@%s=%s", kib(b), get < 0 ? "no ucp_get figure" : fl(r(rr, get))) }
+        if (qp < 1) { ok1 = 0; miss1 = miss1 sprintf(" WRITE@%s=%s", kib(b), qp < 0 ? "not measured" : fl(qp)) }
+        if (qg < 1) { ok1 = 0; miss1 = miss1 sprintf(" READ@%s=%s", kib(b), qg < 0 ? "not measured" : fl(qg)) }
       }
       if (b >= 262144) {
         n2++
-        if (r(ww, mc) < 0.9) { ok2 = 0; miss2 = miss2 sprintf(" WRITE@%s=%s", kib(b), r(ww, mc) < 0 ? "not measured" : fl(r(ww, mc))) }
-        if (r(wr, mc) < 0.9) { ok2 = 0; miss2 = miss2 sprintf(" READ@%s=%s", kib(b), r(wr, mc) < 0 ? "not measured" : fl(r(wr, mc))) }
+        if (qw < 0.9) { ok2 = 0; miss2 = miss2 sprintf(" WRITE@%s=%s", kib(b), qw < 0 ? "not measured" : fl(qw)) }
+        if (qr < 0.9) { ok2 = 0; miss2 = miss2 sprintf(" READ@%s=%s", kib(b), qr < 0 ? "not measured" : fl(qr)) }
       }
       split("reuse_w reuse_r walk_w walk_r", cells, " ")
       for (c = 1; c <= 4; c++) {
@@ -130,14 +132,14 @@ awk -v have_ucx=$have_ucx '
       }
     }
     print ""
-    print "GB/s (1e9 B/s), best of the rounds. x/put, x/get: xfer over shm with --reuse / ucx_perftest over UCX_TLS=posix (ucp_put_bw, ucp_get; one buffer reused). W/memcpy, R/memcpy: xfer over shm walking 256 MiB per side / memcpy in one process over the same pattern. raw cma: process_vm_writev/readv, one call per block, same pattern (for reference). \"-\": not run."
+    print "GB/s (1e9 B/s): the median of the rounds. Ratios are taken within each round (the tools ran seconds apart); the table shows their median over the rounds (lowest-highest round in brackets), floored to 0.01. x/put, x/get: xfer over shm with --reuse / ucx_perftest over UCX_TLS=posix (ucp_put_bw, ucp_get; one buffer reused). W/memcpy, R/memcpy: xfer over shm walking 256 MiB per side / memcpy in one process over the same pattern. raw cma: process_vm_writev/readv, one call per block, same pattern (for reference). \"-\": not run."
     print ""
     printf "- target 1: shm WRITE and READ >= ucp_put_bw/ucp_get posix at every size 16K..8M (reuse): %s%s\n",
       !have_ucx ? "NOT CHECKED (no ucx_perftest)" : !n1 ? "NOT CHECKED (no sizes)" : ok1 ? "MET" : "NOT MET:", have_ucx ? miss1 : ""
     printf "- target 2: shm WRITE and READ >= 90%% of memcpy at >= 256 KiB (walk): %s%s\n",
       !n2 ? "NOT CHECKED (no size >= 256 KiB measured)" : ok2 ? "MET" : "NOT MET:", miss2
     printf "- every xfer cell moved 100%% of its bytes through shm (xfer-bench \"# path:\" lines): %s%s\n", okp ? "yes" : "NO:", missp
-  }' "$tmp/best.txt" >"$tmp/table.md"
+  }' "$tmp/stats.txt" >"$tmp/table.md"
 echo
 cat "$tmp/table.md"
 

@@ -2,14 +2,15 @@
 # xfer's tcp transport against a raw TCP socket pair on loopback (bench/raw_tcp: one connection,
 # blocks sent back to back), measured in the same run at the same block sizes and buffer
 # pattern. xfer runs with one link and with LINKS links, WRITE and READ, plus 16 KiB blocks in
-# batches of 1000. Every cell runs ROUNDS times, the tools alternating, and the best round
-# counts (this machine's cores are shared). Prints the table with the tcp targets and writes it
+# batches of 1000. Every cell runs ROUNDS times, the tools alternating; a cell's GB/s is the
+# median of its rounds and x/r the median of the rounds' xfer / raw (see "Rounds" in
+# bench/lib.sh: this machine's cores are shared). Prints the table with the tcp targets and writes it
 # into bench/RESULTS.md as the section that starts with "## tcp" (the rest of the file, which
 # bench/compare.sh and bench/compare_shm.sh write, is kept). xfer runs with --mem register
 # (mmap'd memory, as the raw socket pair uses).
 #
 #   bench/compare_tcp.sh [BUILD_DIR]        (default: build)
-#   env: DURATION=0.3  ROUNDS=5  SIZES=1M:8M  LINKS=2  BATCH=1000  BATCH_SIZE=16K
+#   env: DURATION=0.5  ROUNDS=11  SIZES=1M:8M  LINKS=2  BATCH=1000  BATCH_SIZE=16K
 #        RESULTS=bench/RESULTS.md (RESULTS=- : do not write it)  NOTE="..."
 #        QUICK=1 (1 round, 0.1 s per cell)
 set -euo pipefail
@@ -18,8 +19,8 @@ cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 BUILD=${1:-build}
-DURATION=${DURATION:-0.3}
-ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-0.5}
+ROUNDS=${ROUNDS:-11}
 SIZES=${SIZES:-1M:8M}
 LINKS=${LINKS:-2}
 BATCH=${BATCH:-1000}
@@ -39,16 +40,22 @@ cmd_xb=("$XB" -s "$BATCH_SIZE" -D "$DURATION" --transport tcp --mem register --l
 sizes=$("$RAW" -s "$SIZES" --print-sizes)
 batch_bytes=$("$RAW" -s "$BATCH_SIZE" --print-sizes)
 
-# "<column> <bytes> <GB/s>" lines from raw_tcp and xfer-bench tables.
-raw() { with_size "$1" "${cmd_raw[@]}" | awk '/^[0-9]/ { print "raw", $1, $3 }' >>"$tmp/all.txt"; }
-xfer() {  # xfer NAME SIZE cmd...
-  local name=$1 size=$2
-  shift 2
-  with_size "$size" "$@" | tee "$tmp/last_$name.txt" | xfer_rows "$name" | awk '$1 != "path"' >>"$tmp/all.txt"
+# "<round> <column> <bytes> <GB/s>" lines from raw_tcp and xfer-bench tables. xfer-bench runs
+# write_bw and read_bw as two invocations, each a fresh pair of processes as raw_tcp's is (READ
+# right after WRITE in one invocation measured ~10 % lower, in 6 paired rounds at 4 MiB).
+raw() { with_size "$1" "${cmd_raw[@]}" | awk '/^[0-9]/ { print "raw", $1, $3 }' | in_round >>"$tmp/all.txt"; }
+xfer() {  # xfer NAME SIZE xfer-bench ARGS...
+  local name=$1 size=$2 bin=$3 test
+  shift 3
+  for test in write_bw read_bw; do
+    with_size "$size" "$bin" "$test" "$@" | tee "$tmp/last_${name}_$test.txt" |
+      awk -v k="${name}_${test:0:1}" '/^[0-9]/ { print k, $1, $3 }' | in_round >>"$tmp/all.txt"
+  done
 }
 
 echo "compare_tcp: $ROUNDS rounds, $DURATION s per cell, sizes $SIZES, links 1 and $LINKS" >&2
 for r in $(seq 1 "$ROUNDS"); do
+  ROUND=$r
   echo "  round $r/$ROUNDS" >&2
   for b in $sizes $batch_bytes; do
     if [ $((r % 2)) = 1 ]; then raw "$b"; fi
@@ -58,33 +65,34 @@ for r in $(seq 1 "$ROUNDS"); do
   xfer xb "$batch_bytes" "${cmd_xb[@]}"
 done
 
+round_stats "$tmp/all.txt" "x1_w/raw x1_r/raw xn_w/raw xn_r/raw xb_w/raw xb_r/raw" >"$tmp/stats.txt"
 awk -v links="$LINKS" -v batch="$BATCH" -v bb="$batch_bytes" '
-  { k = $1 " " $2; if (!(k in v) || $3 > v[k]) v[k] = $3; if (!($2 in seen) && $2 != bb) { seen[$2] = 1; sizes[++n] = $2 } }
+  { v[$1 " " $2] = $3; lo[$1 " " $2] = $4; hi[$1 " " $2] = $5
+    if ($1 == "raw" && $2 != bb) sizes[++n] = $2 }
   function g(k) { return (k in v) ? v[k] : -1 }
   function f(x) { return x < 0 ? "-" : sprintf("%.2f", x) }
-  function r(a, b) { return (a < 0 || b <= 0) ? -1 : a / b }
-  function check(name, x, want) { if (x < 0 || x < want) { ok[name] = 0; miss[name] = miss[name] sprintf(" %s", f(x)) } }
+  function fl(x) { return sprintf("%.2f", int(x * 100) / 100) }   # floored: a miss never reads as the target
+  function xr(x, b,   k) { k = x "/raw " b; return (k in v) ? sprintf("%s (%s-%s)", fl(v[k]), fl(lo[k]), fl(hi[k])) : "-" }
+  function check(name, x, b, want,   k) { k = x "/raw " b; if (!(k in v) || v[k] < want) { ok[name] = 0; miss[name] = miss[name] sprintf(" %s@%s=%s", x, b, (k in v) ? fl(v[k]) : "not measured") } }
   END {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (sizes[j] + 0 < sizes[i] + 0) { t = sizes[i]; sizes[i] = sizes[j]; sizes[j] = t }
     ok[1] = ok[2] = ok[3] = 1
     printf "| block | raw tcp | WRITE 1 link | x/r | READ 1 link | x/r | WRITE %s links | x/r | READ %s links | x/r |\n", links, links
     print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for (i = 1; i <= n; i++) {
-      b = sizes[i]; raw = g("raw " b)
-      w1 = g("x1_w " b); r1 = g("x1_r " b); wn = g("xn_w " b); rn = g("xn_r " b)
-      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", b, f(raw), f(w1), f(r(w1, raw)), f(r1), f(r(r1, raw)), f(wn), f(r(wn, raw)), f(rn), f(r(rn, raw))
-      check(1, r(w1, raw), 0.85); check(1, r(r1, raw), 0.85); check(2, r(wn, raw), 1.0); check(2, r(rn, raw), 1.0)
+      b = sizes[i]
+      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", b, f(g("raw " b)), f(g("x1_w " b)), xr("x1_w", b), f(g("x1_r " b)), xr("x1_r", b), f(g("xn_w " b)), xr("xn_w", b), f(g("xn_r " b)), xr("xn_r", b)
+      check(1, "x1_w", b, 0.85); check(1, "x1_r", b, 0.85); check(2, "xn_w", b, 1.0); check(2, "xn_r", b, 1.0)
     }
-    raw = g("raw " bb); xw = g("xb_w " bb); xr = g("xb_r " bb)
-    printf "| %s x %s | %s | | | | | %s | %s | %s | %s |\n", bb, batch, f(raw), f(xw), f(r(xw, raw)), f(xr), f(r(xr, raw))
-    check(3, r(xw, raw), 0.70); check(3, r(xr, raw), 0.70)
+    printf "| %s x %s | %s | | | | | %s | %s | %s | %s |\n", bb, batch, f(g("raw " bb)), f(g("xb_w " bb)), xr("xb_w", bb), f(g("xb_r " bb)), xr("xb_r", bb)
+    check(3, "xb_w", bb, 0.70); check(3, "xb_r", bb, 0.70)
     print ""
-    print "GB/s (1e9 B/s), best of the rounds; x/r = xfer / raw tcp at the same block size."
+    print "GB/s (1e9 B/s): the median of the rounds. x/r: xfer / raw tcp at the same block size within each round (the two ran seconds apart), the median over the rounds (lowest-highest round in brackets), floored to 0.01. x1: one link, xn: " links " links, xb: batches."
     print ""
     printf "- target 1: WRITE and READ with one link reach >= 85%% of raw: %s%s\n", ok[1] ? "MET" : "NOT MET:", miss[1]
     printf "- target 2: WRITE and READ with %s links reach >= raw: %s%s\n", links, ok[2] ? "MET" : "NOT MET:", miss[2]
     printf "- target 3: %s B x %s descriptors reach >= 70%% of raw at %s B: %s%s\n", bb, batch, bb, ok[3] ? "MET" : "NOT MET:", miss[3]
-  }' "$tmp/all.txt" >"$tmp/table.md"
+  }' "$tmp/stats.txt" >"$tmp/table.md"
 echo
 cat "$tmp/table.md"
 
@@ -98,9 +106,11 @@ if [ "$RESULTS" != "-" ]; then
     echo
     echo '```'
     q "${cmd_raw[@]}"; echo
-    q "${cmd_x1[@]}"; echo
-    q "${cmd_xn[@]}"; echo
-    q "${cmd_xb[@]}"; echo
+    echo "# TEST: write_bw, then read_bw (two runs)"
+    for c in cmd_x1 cmd_xn cmd_xb; do
+      declare -n cmd=$c
+      q "${cmd[0]}" TEST "${cmd[@]:1}"; echo
+    done
     echo '```'
     echo
     cat "$tmp/table.md"

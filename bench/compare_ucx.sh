@@ -15,8 +15,9 @@
 # to ~30 MB/s at 1-8 MiB in some runs and reached ~0.3 GB/s with -O 1, and ucp_get ran ~1.1 ms
 # per get with -O 0 or 1 (~50 MB/s at 64 KiB) but ~0.8 GB/s with -O 64. The baseline is
 # ucx_perftest's defaults; PERFTEST_ARGS="-O N" tries another window (written into RESULTS.md).
-# Every cell runs ROUNDS times, the tools alternating (which goes first alternating by round), and
-# the best round counts (this machine's cores are shared). Prints the tables and the ucx targets,
+# Every cell runs ROUNDS times, the tools alternating (which goes first alternating by round); a
+# cell's GB/s is the median of its rounds and a ratio the median of the rounds' ratios (see
+# "Rounds" in bench/lib.sh: this machine's cores are shared). Prints the tables and the ucx targets,
 # and writes them into bench/RESULTS.md as the section that starts with "## ucx" (the rest of the
 # file, which bench/compare.sh, bench/compare_tcp.sh and bench/compare_shm.sh write, is kept).
 #
@@ -73,9 +74,9 @@ ucx_cfgs=(
 sizes=$("$BUILD/bench/raw_tcp" -s "$SIZES" --print-sizes)
 batch_bytes=$("$BUILD/bench/raw_tcp" -s "$BATCH_SIZE" --print-sizes)
 
-# Each step appends "<key> <bytes> <GB/s>" lines to all.txt. xfer's figures come from its --csv
-# file (full precision; the table rounds to 0.01 GB/s), and "ucx_<key> <bytes> 0|1" lines go to
-# path.txt: 1 when the row's transport is ucx and bytes moved through it.
+# Each step appends "<round> <key> <bytes> <GB/s>" lines to all.txt. xfer's figures come from
+# its --csv file (full precision; the table rounds to 0.01 GB/s), and "ucx_<key> <bytes> 0|1"
+# lines go to path.txt: 1 when the row's transport is ucx and bytes moved through it.
 xfer() {  # xfer NAME SIZE cmd...
   local name=$1 size=$2 rc=0
   shift 2
@@ -86,11 +87,11 @@ xfer() {  # xfer NAME SIZE cmd...
     grep -v '^#' "$tmp/last_$name.txt" | tail -n 6 >&2
     exit 1
   fi
-  awk -F, -v n="$name" -v pf="$tmp/path.txt" '
+  awk -F, -v n="$name" -v r="$ROUND" -v pf="$tmp/path.txt" '
     NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     {
       op = ($c["op"] == "READ") ? "r" : "w"
-      print n "_" op, $c["bytes"], $c["bw_avg_GBps"]
+      print r, n "_" op, $c["bytes"], $c["bw_avg_GBps"]
       print "ucx_" n "_" op, $c["bytes"], ($c["transport"] == "ucx" && $c["transport_bytes"] > 0 && $c["shm_bytes"] == 0) ? 1 : 0 >>pf
     }' "$tmp/x.csv" >>"$tmp/all.txt"
 }
@@ -101,7 +102,7 @@ ucx() {  # ucx SIZE [NAME]: ucp_put_bw and ucp_get at SIZE (only the test NAME i
     IFS='|' read -r name args <<<"$cfg"
     [ -z "${2:-}" ] || [ "$name" = "$2" ] || continue
     # shellcheck disable=SC2086
-    ucx_run "$name" "$UCX_TLS" "$1" $args $PERFTEST_ARGS >>"$tmp/all.txt"
+    ucx_run "$name" "$UCX_TLS" "$1" $args $PERFTEST_ARGS | in_round >>"$tmp/all.txt"
   done
 }
 : >"$tmp/all.txt"
@@ -109,6 +110,7 @@ ucx() {  # ucx SIZE [NAME]: ucp_put_bw and ucp_get at SIZE (only the test NAME i
 
 echo "compare_ucx: UCX_TLS=$UCX_TLS, $ROUNDS rounds, $DURATION s per cell, sizes $SIZES, $batch_bytes B x $BATCH$([ $have_ucx = 1 ] || echo ", no ucx_perftest")" >&2
 for r in $(seq 1 "$ROUNDS"); do
+  ROUND=$r
   echo "  round $r/$ROUNDS" >&2
   for b in $sizes; do
     if [ $((r % 2)) = 1 ]; then
@@ -123,17 +125,17 @@ for r in $(seq 1 "$ROUNDS"); do
     ucx "$batch_bytes" put; xfer x1 "$batch_bytes" "${cmd_x1[@]}"; xfer xb "$batch_bytes" "${cmd_xb[@]}"
   fi
 done
-best_of "$tmp/all.txt" >"$tmp/best.txt"
+round_stats "$tmp/all.txt" "x_w/put x_r/get xb_w/x1_w xb_r/x1_r" >"$tmp/stats.txt"
 # The worst round per (xfer cell, size): 0 if any round did not run over ucx.
 awk '{ k = $1 " " $2; if (!(k in v) || $3 + 0 < v[k]) v[k] = $3 + 0 } END { for (k in v) print k, v[k] }' \
-  "$tmp/path.txt" >>"$tmp/best.txt"
+  "$tmp/path.txt" >>"$tmp/stats.txt"
 
 awk -v have_ucx=$have_ucx -v bb="$batch_bytes" -v batch="$BATCH" -v depth="$DEPTH" -v tls="$UCX_TLS" -v sizes_s="${sizes//$'\n'/ }" '
-  { v[$1 " " $2] = $3 }
+  { v[$1 " " $2] = $3; lo[$1 " " $2] = $4; hi[$1 " " $2] = $5 }
   function g(k) { return (k in v) ? v[k] : -1 }
   function f(x) { return x < 0 ? "-" : sprintf("%.2f", x) }
-  function r(a, b) { return (a < 0 || b <= 0) ? -1 : a / b }
   function fl(x) { return x < 0 ? "-" : sprintf("%.2f", int(x * 100) / 100) }   # floored: a miss never reads as the target
+  function fr(k) { return (k in v) ? sprintf("%s (%s-%s)", fl(v[k]), fl(lo[k]), fl(hi[k])) : "-" }   # a ratio, its rounds range
   function kib(b) { return b >= 1048576 ? (b / 1048576) "M" : (b / 1024) "K" }
   function rate(gbs, b) { return gbs < 0 ? "-" : sprintf("%.1f", gbs * 1e6 / b) }   # k descriptors/s
   END {
@@ -143,39 +145,39 @@ awk -v have_ucx=$have_ucx -v bb="$batch_bytes" -v batch="$BATCH" -v depth="$DEPT
     print "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     for (i = 1; i <= n; i++) {
       b = sizes[i]
-      xw = g("x_w " b); xr = g("x_r " b); put = g("put " b); get = g("get " b)
-      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", b, f(xw), f(put), fl(r(xw, put)), f(g("xd1_w " b)),
-        f(xr), f(get), fl(r(xr, get)), f(g("xd1_r " b))
+      xw = g("x_w " b); xr = g("x_r " b); put = g("put " b); get = g("get " b); rw = g("x_w/put " b); rr = g("x_r/get " b)
+      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", b, f(xw), f(put), fr("x_w/put " b), f(g("xd1_w " b)),
+        f(xr), f(get), fr("x_r/get " b), f(g("xd1_r " b))
       if (have_ucx && b >= 65536) {
         n1++
-        if (r(xw, put) < 0.9) { ok1 = 0; miss1 = miss1 sprintf(" WRITE@%s=%s", kib(b), xw < 0 ? "xfer not measured" : put <= 0 ? "no ucp_put_bw figure" : fl(r(xw, put)) "x") }
-        if (r(xr, get) < 0.9) { ok1 = 0; miss1 = miss1 sprintf(" READ@%s=%s", kib(b), xr < 0 ? "xfer not measured" : get <= 0 ? "no ucp_get figure" : fl(r(xr, get)) "x") }
+        if (rw < 0.9) { ok1 = 0; miss1 = miss1 sprintf(" WRITE@%s=%s", kib(b), xw < 0 ? "xfer not measured" : rw < 0 ? "no ucp_put_bw figure" : fl(rw) "x") }
+        if (rr < 0.9) { ok1 = 0; miss1 = miss1 sprintf(" READ@%s=%s", kib(b), xr < 0 ? "xfer not measured" : rr < 0 ? "no ucp_get figure" : fl(rr) "x") }
       }
       for (c = 1; c <= 4; c++) { k = "ucx_" (c <= 2 ? "x_" : "xd1_") (c % 2 ? "w" : "r") " " b; if (g(k) != 1) { okp = 0; missp = missp sprintf(" %s%s@%s", c % 2 ? "WRITE" : "READ", c <= 2 ? "" : "(depth 1)", kib(b)) } }
     }
     print ""
-    printf "GB/s (1e9 B/s), best of the rounds, UCX_TLS=%s for both. xfer ucx WRITE, READ: %s requests in flight (--depth %s), as ucx_perftest keeps puts in flight; depth 1: one request at a time, for reference. x/put, x/get: xfer over ucx with --reuse / ucx_perftest ucp_put_bw, ucp_get (one buffer reused), floored to 0.01. \"-\": not run.\n", tls, depth, depth
+    printf "GB/s (1e9 B/s): the median of the rounds, UCX_TLS=%s for both. xfer ucx WRITE, READ: %s requests in flight (--depth %s), as ucx_perftest keeps puts in flight; depth 1: one request at a time, for reference. x/put, x/get: xfer over ucx with --reuse / ucx_perftest ucp_put_bw, ucp_get (one buffer reused) within each round (the two ran seconds apart), the median over the rounds (lowest-highest round in brackets), floored to 0.01. \"-\": not run.\n", tls, depth, depth
     print ""
-    bw = g("xb_w " bb); br = g("xb_r " bb); ow = g("x1_w " bb); or_ = g("x1_r " bb); put = g("put " bb)
+    bw = g("xb_w " bb); br = g("xb_r " bb); ow = g("x1_w " bb); or_ = g("x1_r " bb); put = g("put " bb); qw = g("xb_w/x1_w " bb); qr = g("xb_r/x1_r " bb)
     printf "| %s B blocks | WRITE GB/s | WRITE k desc/s | READ GB/s | READ k desc/s |\n", bb
     print "|---|---:|---:|---:|---:|"
     printf "| xfer, %s descriptors per request | %s | %s | %s | %s |\n", batch, f(bw), rate(bw, bb), f(br), rate(br, bb)
     printf "| xfer, one request per block | %s | %s | %s | %s |\n", f(ow), rate(ow, bb), f(or_), rate(or_, bb)
-    printf "| batched / one-by-one | %s | | %s | |\n", fl(r(bw, ow)) (r(bw, ow) < 0 ? "" : "x"), fl(r(br, or_)) (r(br, or_) < 0 ? "" : "x")
+    printf "| batched / one-by-one (median of the rounds) | %s | | %s | |\n", fl(qw) (qw < 0 ? "" : "x"), fl(qr) (qr < 0 ? "" : "x")
     printf "| ucx_perftest ucp_put_bw (reference) | %s | %s | | |\n", f(put), rate(put, bb)
     print ""
     print "k desc/s: thousands of descriptors (blocks) moved per second. ucx_perftest keeps many puts in flight from one buffer; xfer one-by-one waits for each request (depth 1)."
     print ""
     printf "- target 1: xfer ucx WRITE and READ (depth %s) >= 90%% of ucx_perftest (ucp_put_bw, ucp_get) at every block size from 64 KiB up: %s%s\n", depth,
       !have_ucx ? "NOT CHECKED (no ucx_perftest)" : !n1 ? "NOT CHECKED (no size >= 64 KiB measured)" : ok1 ? "MET" : "NOT MET:", have_ucx ? miss1 : ""
-    ok2 = (r(bw, ow) >= 2 && r(br, or_) >= 2)
+    ok2 = (qw >= 2 && qr >= 2)
     miss2 = ""
-    if (r(bw, ow) < 2) miss2 = miss2 sprintf(" WRITE=%s", r(bw, ow) < 0 ? "not measured" : fl(r(bw, ow)) "x")
-    if (r(br, or_) < 2) miss2 = miss2 sprintf(" READ=%s", r(br, or_) < 0 ? "not measured" : fl(r(br, or_)) "x")
+    if (qw < 2) miss2 = miss2 sprintf(" WRITE=%s", qw < 0 ? "not measured" : fl(qw) "x")
+    if (qr < 2) miss2 = miss2 sprintf(" READ=%s", qr < 0 ? "not measured" : fl(qr) "x")
     printf "- target 2: %s B x %s descriptors in one request >= 2x one request per %s B block (WRITE and READ): %s%s\n", bb, batch, bb, ok2 ? "MET" : "NOT MET:", miss2
     for (c = 1; c <= 4; c++) { k = "ucx_" (c <= 2 ? "xb_" : "x1_") (c % 2 ? "w" : "r") " " bb; if (g(k) != 1) { okp = 0; missp = missp sprintf(" %s", k) } }
     printf "- every xfer cell moved its bytes through ucx (xfer-bench --csv transport column): %s%s\n", okp ? "yes" : "NO:", missp
-  }' "$tmp/best.txt" >"$tmp/table.md"
+  }' "$tmp/stats.txt" >"$tmp/table.md"
 echo
 cat "$tmp/table.md"
 

@@ -37,9 +37,45 @@ xfer_rows() {
     /^[0-9]/ && op != "" { print n "_" op, $1, $3 }'
 }
 
-# best_of FILE: "<key> <bytes> <value>" lines -> the largest value per (key, bytes), same format.
-best_of() {
-  awk '{ k = $1 " " $2; if (!(k in v) || $3 + 0 > v[k] + 0) v[k] = $3 } END { for (k in v) print k, v[k] }' "$1"
+# Rounds. A compare script runs every cell ROUNDS times, the tools alternating within a round
+# (and which goes first alternating by round), and records each measurement as
+# "<round> <key> <bytes> <GB/s>" (in_round prefixes $ROUND). Ratios are paired: xfer / baseline
+# within each round, where the two ran seconds apart, and then the median over the rounds. This
+# machine's cores are shared and a tool's throughput swings by 30 % between seconds; a ratio of
+# two tools' best (or median) rounds compares two different moments, and one lucky round of the
+# baseline decides it.
+ROUND=0
+in_round() { awk -v r="$ROUND" '{ print r, $0 }'; }
+
+# round_stats FILE PAIRS: FILE's "<round> <key> <bytes> <value>" lines -> "<key> <bytes> <median>"
+# per (key, bytes), and per pair "A/B" in PAIRS (space-separated keys) and bytes where both ran
+# in a round: "A/B <bytes> <median> <min> <max>" of A/B over those rounds.
+round_stats() {
+  awk -v pairs="$2" '
+    function median(l,   a, n, i, j, x) {
+      n = split(substr(l, 2), a, " ")
+      for (i = 2; i <= n; i++) { x = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+      return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    { val[$1 " " $2 " " $3] = $4; list[$2 " " $3] = list[$2 " " $3] " " $4; rounds[$1] = 1; bytes[$3] = 1 }
+    END {
+      for (k in list) print k, median(list[k])
+      np = split(pairs, p, " ")
+      for (i = 1; i <= np; i++) {
+        split(p[i], ab, "/")
+        for (b in bytes) {
+          l = ""; lo = hi = -1
+          for (r in rounds) {
+            ka = r " " ab[1] " " b; kb = r " " ab[2] " " b
+            if (!(ka in val) || !(kb in val) || val[kb] <= 0) continue
+            x = val[ka] / val[kb]; l = l " " x
+            if (lo < 0 || x < lo) lo = x
+            if (x > hi) hi = x
+          }
+          if (l != "") print p[i], b, median(l), lo, hi
+        }
+      }
+    }' "$1"
 }
 
 # ucx_run NAME TLS SIZE ARGS...: one ucx_perftest server and client on loopback (UCX_TLS=TLS),
