@@ -180,7 +180,11 @@ ucx_version() {
   (ucx_info -v 2>/dev/null || true) | awk '/[Vv]ersion/ { sub(/^# *[Vv]ersion */, ""); print; exit }'
 }
 
-# xfer_revision: the git revision of this tree.
+# xfer_revision: the git revision of this tree; "-dirty" when a file other than bench/RESULTS.md
+# (which the scripts themselves write) differs from it.
 xfer_revision() {
-  git describe --always --dirty 2>/dev/null || echo "(no git revision)"
+  local rev
+  rev=$(git rev-parse --short HEAD 2>/dev/null) || { echo "(no git revision)"; return; }
+  git diff --quiet HEAD -- . ':!bench/RESULTS.md' 2>/dev/null || rev+=-dirty
+  echo "$rev"
 }
