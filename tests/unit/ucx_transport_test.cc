@@ -465,12 +465,12 @@ class UcxRemoteTargetTest : public ::testing::Test {
     ASSERT_EQ(at, msg.size());
 
     ASSERT_TRUE(b_.Start().ok());
-    UcxPeer peer{address, [this](uint64_t a, uint64_t l, UcxRemoteKey* k) {
-                   if (a < base_ || a + l > base_ + kRegionBytes) return false;
-                   *k = {1, key_};
-                   return true;
-                 }, "child"};
-    ASSERT_TRUE(b_.ConnectUcx(peer, &link_).ok());
+    peer_ = UcxPeer{address, [this](uint64_t a, uint64_t l, UcxRemoteKey* k) {
+                      if (a < base_ || a + l > base_ + kRegionBytes) return false;
+                      *k = {1, key_};
+                      return true;
+                    }, "child"};
+    ASSERT_TRUE(b_.ConnectUcx(peer_, &link_).ok());
     buf_.resize(4 << 20);
     Status s = Exec(Op::kWrite, 4096, 5000ms);  // connected, and the target serves
     ASSERT_TRUE(s.ok()) << s.ToString();
@@ -490,6 +490,7 @@ class UcxRemoteTargetTest : public ::testing::Test {
   pid_t pid_ = -1;
   uint64_t base_ = 0;
   std::string key_;
+  UcxPeer peer_;
   UcxTransport b_{UcxOptions{2}};
   std::shared_ptr<Link> link_;
   std::vector<uint8_t> buf_;
@@ -548,6 +549,42 @@ TEST_F(UcxRemoteTargetTest, ShutdownReturnsARunningBatchAtOnce) {
   EXPECT_LT(returned - t0, kLateSlack);
   s = Exec(Op::kWrite, 64, 5000ms);
   EXPECT_EQ(s.code(), StatusCode::kConnectionLost) << s.ToString();
+}
+
+// Closing endpoints whose puts a hung target never acknowledges waits for their flushes all
+// at once: a second (kDrainGrace) for those Shutdown leads, and one more at most for those
+// the transport's progress thread was leading; not a second per endpoint.
+TEST_F(UcxRemoteTargetTest, ShutdownDrainsEveryEndpointAtOnce) {
+  constexpr int kLinks = 6;
+  UcxTransport rails{UcxOptions{kLinks}};
+  ASSERT_TRUE(rails.Start().ok());
+  std::shared_ptr<Link> link;
+  ASSERT_TRUE(rails.ConnectUcx(peer_, &link).ok());
+  std::vector<Slice> slices;
+  std::vector<uint8_t> mine(kLinks << 20);
+  for (int i = 0; i < kLinks; ++i) {  // one per endpoint (round-robin): each connects here
+    slices.push_back({A(mine.data()) + (uint64_t(i) << 20), base_ + (uint64_t(i) << 20), 1 << 20});
+    ASSERT_TRUE(link->Execute(Op::kWrite, {&slices[i], 1}, Clock::now() + 5000ms).ok());
+  }
+  ASSERT_EQ(::kill(pid_, SIGSTOP), 0);
+  for (std::string stat; stat.find(") T ") == std::string::npos;) {  // stopped, not stopping
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+    std::getline(in, stat);
+  }
+  std::atomic<int> ended{0};
+  for (int i = 0; i < kLinks; ++i) {
+    link->Start(Op::kWrite, {&slices[i], 1}, Clock::now() + 30s, [&](Status s) {
+      EXPECT_EQ(s.code(), StatusCode::kConnectionLost) << s.ToString();
+      ++ended;
+    });
+  }
+  const auto t0 = Clock::now();
+  link->Shutdown();
+  const auto took = Clock::now() - t0;
+  EXPECT_EQ(ended.load(), kLinks);
+  EXPECT_GE(took, 900ms) << "no endpoint waited for its flush: the test proved nothing";
+  EXPECT_LT(took, 2 * 1000ms + 2000ms) << "the endpoints drained one after another";
+  link.reset();
 }
 
 TEST_F(UcxRemoteTargetTest, KilledTargetFailsBatchesWithinTheirDeadline) {

@@ -149,8 +149,10 @@ UcxLink::UcxLink(std::shared_ptr<Context> ctx, UcxPeer peer, int links, std::fun
 
 UcxLink::~UcxLink() {
   shut_.store(true);
+  std::vector<Conn*> all;
+  for (auto& c : conns_) all.push_back(c.get());
+  Teardown(all, kDrainGrace);  // ends what is in flight
   for (auto& c : conns_) {
-    Teardown(*c, kDrainGrace);  // ends what is in flight
     if (c->worker) ucp_worker_destroy(c->worker);
     for (auto& f : c->flights) f->done(f->result ? std::move(*f->result) : Gone());
   }
@@ -273,11 +275,13 @@ void UcxLink::Shutdown() {
       }
     }
   }
-  for (Conn* c : mine) Teardown(*c, kDrainGrace);
+  Teardown(mine, kDrainGrace);
   LeaveLead(mine, false);
 }
 
 bool UcxLink::Rescue(std::chrono::microseconds budget) {
+  // Shutdown drives a shut link itself, and drains its endpoints together.
+  if (shut_.load()) return in_flight_.load() > 0;
   std::vector<Conn*> mine;
   {
     std::lock_guard l(mu_);
@@ -444,7 +448,7 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until,
       cv_.notify_all();  // a waiting thread's batch may be among them
     }
     if (finished && finished()) return;
-    for (Conn* c : expired) EndPosted(*c, may_drain ? kDrainGrace : std::chrono::milliseconds(0));
+    if (!expired.empty()) EndPosted(expired, may_drain ? kDrainGrace : std::chrono::milliseconds(0));
     bool busy = !expired.empty() || !fresh.empty();
     if (expired.empty()) {
       for (auto [c, f] : fresh) Post(*c, *f);
@@ -547,33 +551,37 @@ void UcxLink::Post(Conn& c, Flight& f) {
   if (f.op == Op::kWrite) issued(ucp_ep_flush_nbx(c.ep, &p), "ucp_ep_flush_nbx");
 }
 
-// A flight on c failed or ran out of time, or the peer failed, or the link was shut down: the
-// endpoint goes (after what can complete has). Each posted flight then ends: done if all of it
-// completed, else by its own cause; one that was only caught up in another's deadline is
-// posted again.
-void UcxLink::EndPosted(Conn& c, std::chrono::milliseconds drain) {
-  const ucs_status_t peer_failed = c.failure.load();
-  Teardown(c, drain);  // its flights leave in the next round
+// A flight on each of cs failed or ran out of time, or the peer failed, or the link was shut
+// down: the endpoints go (after what can complete has). Each posted flight then ends: done if
+// all of it completed, else by its own cause; one that was only caught up in another's
+// deadline is posted again.
+void UcxLink::EndPosted(std::span<Conn* const> cs, std::chrono::milliseconds drain) {
+  std::vector<ucs_status_t> peer_failed;
+  for (Conn* c : cs) peer_failed.push_back(c->failure.load());
+  Teardown(cs, drain);  // their flights leave in the next round
   const auto now = Clock::now();
   std::lock_guard l(mu_);
-  for (auto& fp : c.flights) {
-    Flight& f = *fp;
-    if (!f.posted) continue;
-    const bool own_error = f.error != UCS_OK && f.error != UCS_ERR_CANCELED;
-    if (f.left == 0 && f.error == UCS_OK) {
-      End(c, f, Status::Ok());  // it moved its bytes, late or not
-    } else if (shut_.load()) {
-      End(c, f, Gone());
-    } else if (now >= f.deadline) {
-      End(c, f, {StatusCode::kTimeout, std::string("ucx: deadline passed waiting for a ") +
-                                           (f.op == Op::kWrite ? "WRITE" : "READ") + " batch to " +
-                                           peer_.name + " to complete"});
-    } else if (own_error || peer_failed != UCS_OK) {
-      End(c, f, {StatusCode::kConnectionLost,
-                 UcsError((std::string(own_error ? f.what : "connection") + " to " + peer_.name).c_str(),
-                          own_error ? f.error : peer_failed)});
-    } else {
-      c.Unpost(f);  // canceled by the close: post it again
+  for (size_t i = 0; i < cs.size(); ++i) {
+    Conn& c = *cs[i];
+    for (auto& fp : c.flights) {
+      Flight& f = *fp;
+      if (!f.posted) continue;
+      const bool own_error = f.error != UCS_OK && f.error != UCS_ERR_CANCELED;
+      if (f.left == 0 && f.error == UCS_OK) {
+        End(c, f, Status::Ok());  // it moved its bytes, late or not
+      } else if (shut_.load()) {
+        End(c, f, Gone());
+      } else if (now >= f.deadline) {
+        End(c, f, {StatusCode::kTimeout, std::string("ucx: deadline passed waiting for a ") +
+                                             (f.op == Op::kWrite ? "WRITE" : "READ") + " batch to " +
+                                             peer_.name + " to complete"});
+      } else if (own_error || peer_failed[i] != UCS_OK) {
+        End(c, f, {StatusCode::kConnectionLost,
+                   UcsError((std::string(own_error ? f.what : "connection") + " to " + peer_.name).c_str(),
+                            own_error ? f.error : peer_failed[i])});
+      } else {
+        c.Unpost(f);  // canceled by the close: post it again
+      }
     }
   }
 }
@@ -630,21 +638,48 @@ Status UcxLink::Unpack(Conn& c, const UcxRemoteKey& key, ucp_rkey_h* out) {
   return Status::Ok();
 }
 
-// Closes the endpoint; once this returns, no request of ours can still touch the callers'
-// memory. While the peer has not failed, what was posted completes first (a flush, for up to
-// `drain`): closing while puts still arrive makes UCX 1.13 at the target abort ("unexpected
-// error: Endpoint timeout" when it answers them). Then a forced close cancels what is
-// outstanding. The worker stays for the next endpoint unless
-// UCX failed to give the requests back, in which case it goes too.
-void UcxLink::Teardown(Conn& c, std::chrono::milliseconds drain) {
+// Closes the endpoints of cs; once this returns, no request of ours can still touch the
+// callers' memory. Where the peer has not failed, what was posted completes first (a flush of
+// every endpoint at once, waited for up to `drain` in all): closing while puts still arrive
+// makes UCX 1.13 at the target abort ("unexpected error: Endpoint timeout" when it answers
+// them). Then a forced close cancels what is outstanding (Close).
+void UcxLink::Teardown(std::span<Conn* const> cs, std::chrono::milliseconds drain) {
+  std::vector<void*> flush(cs.size(), nullptr);
+  ucp_request_param_t none{};
+  for (size_t i = 0; i < cs.size(); ++i) {
+    if (!cs[i]->ep || cs[i]->failure.load() != UCS_OK || drain.count() <= 0) continue;
+    void* r = ucp_ep_flush_nbx(cs[i]->ep, &none);
+    if (!UCS_PTR_IS_ERR(r)) flush[i] = r;
+  }
+  const auto drained = Clock::now() + drain;
+  Backoff backoff;
+  for (bool waiting = true; waiting;) {
+    waiting = false;
+    unsigned progressed = 0;
+    for (size_t i = 0; i < cs.size(); ++i) {
+      if (flush[i] == nullptr) continue;
+      if (ucp_request_check_status(flush[i]) != UCS_INPROGRESS) {
+        ucp_request_free(flush[i]);
+        flush[i] = nullptr;
+      } else {
+        waiting = true;
+        progressed += ucp_worker_progress(cs[i]->worker);
+      }
+    }
+    if (waiting && Clock::now() >= drained) break;
+    if (waiting && progressed == 0) backoff.Pause();
+  }
+  for (size_t i = 0; i < cs.size(); ++i) Close(*cs[i], flush[i]);
+}
+
+// The forced close of c's endpoint, and of `flush` (a flush still in progress, or null) with
+// it. The worker stays for the next endpoint unless UCX failed to give the requests back, in
+// which case it goes too.
+void UcxLink::Close(Conn& c, void* flush) {
   if (!c.ep) {
     c.failure.store(UCS_OK);  // (an error UCX reported for the endpoint already closed)
     return;
   }
-  ucp_request_param_t none{};
-  void* flush = c.failure.load() == UCS_OK && drain.count() > 0 ? ucp_ep_flush_nbx(c.ep, &none) : nullptr;
-  if (UCS_PTR_IS_ERR(flush)) flush = nullptr;
-  if (WaitRequest(c.worker, flush, Clock::now() + drain) != UCS_INPROGRESS) flush = nullptr;
   const auto until = Clock::now() + kTeardownGrace;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "transport/ucx/ucx_common.h"
@@ -63,10 +64,11 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
   void Count();
   void End(Conn& c, Flight& f, Status result);
   void Post(Conn& c, Flight& f);
-  void EndPosted(Conn& c, std::chrono::milliseconds drain);
+  void EndPosted(std::span<Conn* const> cs, std::chrono::milliseconds drain);
   Status Connect(Conn& c);
   Status Unpack(Conn& c, const UcxRemoteKey& key, ucp_rkey_h* out);
-  void Teardown(Conn& c, std::chrono::milliseconds drain);
+  void Teardown(std::span<Conn* const> cs, std::chrono::milliseconds drain);
+  void Close(Conn& c, void* flush);
 
   const std::shared_ptr<Context> ctx_;
   const UcxPeer peer_;
