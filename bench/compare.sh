@@ -66,7 +66,7 @@ parse_raw() {
   awk '/^#bytes/ { for (i = 2; i <= NF; i++) { c = $i; sub(/\[GB\/s\]/, "", c); col[i] = c }; next }
        /^[0-9]/ { for (i = 2; i <= NF; i++) print "raw_" col[i], $1, $i }' | in_round
 }
-# xfer-bench tables -> "<round> xfer_<write|read>[_bN] <bytes> <GB/s>" lines; suffix _bN when batched.
+# xfer-bench tables -> "<round> xfer_<write|read>[_bN] <bytes> <GB/s>" lines (_bN: batched).
 parse_xfer() {
   local suffix=$1
   awk -v suf="$suffix" '/^## write_bw/ { op = "write"; next } /^## read_bw/ { op = "read"; next }

@@ -4,10 +4,10 @@
 # pattern. xfer runs with one link and with LINKS links, WRITE and READ, plus 16 KiB blocks in
 # batches of 1000. Every cell runs ROUNDS times, the tools alternating; a cell's GB/s is the
 # median of its rounds and x/r the median of the rounds' xfer / raw (see "Rounds" in
-# bench/lib.sh: this machine's cores are shared). Prints the table with the tcp targets and writes it
-# into bench/RESULTS.md as the section that starts with "## tcp" (the rest of the file, which
-# bench/compare.sh and bench/compare_shm.sh write, is kept). xfer runs with --mem register
-# (mmap'd memory, as the raw socket pair uses).
+# bench/lib.sh: this machine's cores are shared). Prints the table with the tcp targets and
+# writes it into bench/RESULTS.md as the section that starts with "## tcp" (the rest of the
+# file, which the other compare scripts write, is kept). xfer runs with --mem register (mmap'd
+# memory, as the raw socket pair uses).
 #
 #   bench/compare_tcp.sh [BUILD_DIR]        (default: build)
 #   env: DURATION=0.5  ROUNDS=11  SIZES=1M:8M  LINKS=2  BATCH=1000  BATCH_SIZE=16K
@@ -42,7 +42,8 @@ batch_bytes=$("$RAW" -s "$BATCH_SIZE" --print-sizes)
 
 # "<round> <column> <bytes> <GB/s>" lines from raw_tcp and xfer-bench tables. xfer-bench runs
 # write_bw and read_bw as two invocations, each a fresh pair of processes as raw_tcp's is (READ
-# right after WRITE in one invocation measured ~10 % lower, in 6 paired rounds at 4 MiB).
+# right after WRITE in one invocation measured 5-12 % lower, in two sets of 6 paired rounds at
+# 4 MiB; why, I did not find).
 raw() { with_size "$1" "${cmd_raw[@]}" | awk '/^[0-9]/ { print "raw", $1, $3 }' | in_round >>"$tmp/all.txt"; }
 xfer() {  # xfer NAME SIZE xfer-bench ARGS...
   local name=$1 size=$2 bin=$3 test
