@@ -61,10 +61,10 @@ cmd_raw_batch=("$RAW" -s "$BATCH_SIZE" -D "$DURATION" --batch "$BATCH" --no-memc
 cmd_xfer_batch=("$XB" -s "$BATCH_SIZE" -D "$DURATION" --batch "$BATCH" --transport cma --mem register "${PATTERN[@]}")
 sizes=$("$RAW" -s "$SIZES" --print-sizes)
 
-# raw_cma table -> "<round> raw_<column> <bytes> <GB/s>" lines.
+# raw_cma table -> "<round> <prefix><column> <bytes> <GB/s>" lines.
 parse_raw() {
-  awk '/^#bytes/ { for (i = 2; i <= NF; i++) { c = $i; sub(/\[GB\/s\]/, "", c); col[i] = c }; next }
-       /^[0-9]/ { for (i = 2; i <= NF; i++) print "raw_" col[i], $1, $i }' | in_round
+  awk -v pre="$1" '/^#bytes/ { for (i = 2; i <= NF; i++) { c = $i; sub(/\[GB\/s\]/, "", c); col[i] = c }; next }
+       /^[0-9]/ { for (i = 2; i <= NF; i++) print pre col[i], $1, $i }' | in_round
 }
 # xfer-bench tables -> "<round> xfer_<write|read>[_bN] <bytes> <GB/s>" lines (_bN: batched).
 parse_xfer() {
@@ -72,7 +72,7 @@ parse_xfer() {
   awk -v suf="$suffix" '/^## write_bw/ { op = "write"; next } /^## read_bw/ { op = "read"; next }
        /^[0-9]/ && op != "" { print "xfer_" op suf, $1, $3 }' | in_round
 }
-run_raw() { with_size "$2" "${cmd_raw[@]}" | tee -a "$tmp/raw_$1.txt" | parse_raw >>"$tmp/all.txt"; }
+run_raw() { with_size "$2" "${cmd_raw[@]}" | tee -a "$tmp/raw_$1.txt" | parse_raw raw_ >>"$tmp/all.txt"; }
 run_xfer() { with_size "$2" "${cmd_xfer[@]}" | tee -a "$tmp/xfer_$1.txt" | parse_xfer "" >>"$tmp/all.txt"; }
 
 echo "compare: $ROUNDS rounds, $DURATION s per cell, pattern $PATTERN_NAME" >&2
@@ -85,16 +85,17 @@ for r in $(seq 1 "$ROUNDS"); do
   done
   echo "  round $r/$ROUNDS: $BATCH_SIZE x $BATCH descriptors" >&2
   "${cmd_xfer_batch[@]}" | tee "$tmp/xferb_$r.txt" | parse_xfer "_b$BATCH" >>"$tmp/all.txt"
-  # (its one-call-per-block columns count as more rounds of the raw loop at BATCH_SIZE)
-  "${cmd_raw_batch[@]}" | tee "$tmp/rawb_$r.txt" | parse_raw >>"$tmp/all.txt"
+  # (rawb_: its own columns, one call per block and BATCH blocks per call, to pair with the
+  # batched xfer run just before it)
+  "${cmd_raw_batch[@]}" | tee "$tmp/rawb_$r.txt" | parse_raw rawb_ >>"$tmp/all.txt"
 done
 
 xb=_b$BATCH
-round_stats "$tmp/all.txt" "xfer_write/raw_write xfer_read/raw_read xfer_write$xb/raw_write xfer_read$xb/raw_read" >"$tmp/stats.txt"
+round_stats "$tmp/all.txt" "xfer_write/raw_write xfer_read/raw_read xfer_write$xb/rawb_write xfer_read$xb/rawb_read" >"$tmp/stats.txt"
 
 # One table, plus the acceptance verdicts.
 awk -v xb="$xb" -v batch="$BATCH" -v bsize="$BATCH_SIZE" '
-  { v[$1 " " $2] = $3; lo[$1 " " $2] = $4; hi[$1 " " $2] = $5; if ($1 !~ /\// && !($2 in seen)) { seen[$2] = 1; sizes[++n] = $2 } }
+  { v[$1 " " $2] = $3; lo[$1 " " $2] = $4; hi[$1 " " $2] = $5; if ($1 !~ /\/|^rawb_/ && !($2 in seen)) { seen[$2] = 1; sizes[++n] = $2 } }
   function get(k) { return (k in v) ? v[k] : -1 }
   function f(x) { return x < 0 ? "-" : sprintf("%.2f", x) }
   function fl(x) { return sprintf("%.2f", int(x * 100) / 100) }   # floored: a miss never reads as the target
@@ -122,9 +123,9 @@ awk -v xb="$xb" -v batch="$BATCH" -v bsize="$BATCH_SIZE" '
       b = sizes[i]
       xw = get("xfer_write" xb " " b); if (xw < 0) continue
       xr = get("xfer_read" xb " " b)
-      printf "| WRITE %s | %s | %s | %s | %s |\n", b, f(get("raw_write " b)), f(get("raw_write" xb " " b)), f(xw), fr("xfer_write" xb "/raw_write " b)
-      printf "| READ %s | %s | %s | %s | %s |\n", b, f(get("raw_read " b)), f(get("raw_read" xb " " b)), f(xr), fr("xfer_read" xb "/raw_read " b)
-      if (!(get("xfer_write" xb "/raw_write " b) > 1) || !(get("xfer_read" xb "/raw_read " b) > 1)) bok = 0
+      printf "| WRITE %s | %s | %s | %s | %s |\n", b, f(get("rawb_write " b)), f(get("rawb_write" xb " " b)), f(xw), fr("xfer_write" xb "/rawb_write " b)
+      printf "| READ %s | %s | %s | %s | %s |\n", b, f(get("rawb_read " b)), f(get("rawb_read" xb " " b)), f(xr), fr("xfer_read" xb "/rawb_read " b)
+      if (!(get("xfer_write" xb "/rawb_write " b) > 1) || !(get("xfer_read" xb "/rawb_read " b) > 1)) bok = 0
     }
     printf "\n"
     printf "GB/s: the median of the rounds. x/r: xfer / raw within each round (the two ran seconds apart), the median over the rounds (lowest-highest round in brackets), floored to 0.01\n\n"

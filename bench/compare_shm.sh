@@ -73,7 +73,8 @@ ucx() {
   for cfg in "${ucx_cfgs[@]}"; do
     IFS='|' read -r name tls args <<<"$cfg"
     # shellcheck disable=SC2086
-    ucx_run "$name" "$tls" "$1" $args | in_round >>"$tmp/all.txt"
+    ucx_run "$name" "$tls" "$1" $args >"$tmp/ucx.txt"  # (not in a pipe: ucx_run counts ports)
+    in_round <"$tmp/ucx.txt" >>"$tmp/all.txt"
   done
 }
 : >"$tmp/all.txt"

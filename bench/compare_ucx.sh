@@ -102,7 +102,8 @@ ucx() {  # ucx SIZE [NAME]: ucp_put_bw and ucp_get at SIZE (only the test NAME i
     IFS='|' read -r name args <<<"$cfg"
     [ -z "${2:-}" ] || [ "$name" = "$2" ] || continue
     # shellcheck disable=SC2086
-    ucx_run "$name" "$UCX_TLS" "$1" $args $PERFTEST_ARGS | in_round >>"$tmp/all.txt"
+    ucx_run "$name" "$UCX_TLS" "$1" $args $PERFTEST_ARGS >"$tmp/ucx.txt"  # (not in a pipe: ucx_run counts ports)
+    in_round <"$tmp/ucx.txt" >>"$tmp/all.txt"
   done
 }
 : >"$tmp/all.txt"

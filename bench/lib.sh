@@ -49,17 +49,24 @@ in_round() { awk -v r="$ROUND" '{ print r, $0 }'; }
 
 # round_stats FILE PAIRS: FILE's "<round> <key> <bytes> <value>" lines -> "<key> <bytes> <median>"
 # per (key, bytes), and per pair "A/B" in PAIRS (space-separated keys) and bytes where both ran
-# in a round: "A/B <bytes> <median> <min> <max>" of A/B over those rounds.
+# in a round: "A/B <bytes> <median> <min> <max>" of A/B over those rounds. A key measured twice
+# in one round cannot be paired: round_stats says so on stderr and fails.
 round_stats() {
   awk -v pairs="$2" '
+    BEGIN { CONVFMT = "%.17g" }   # ratios kept whole in the lists below, not rounded to 6 digits
     function median(l,   a, n, i, j, x) {
       n = split(substr(l, 2), a, " ")
       for (i = 2; i <= n; i++) { x = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
       return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
     }
-    { val[$1 " " $2 " " $3] = $4; list[$2 " " $3] = list[$2 " " $3] " " $4; rounds[$1] = 1; bytes[$3] = 1 }
+    {
+      k = $1 " " $2 " " $3
+      if (k in val) { printf "round_stats: %s measured twice in round %s\n", $2 " " $3, $1 >"/dev/stderr"; bad = 1; exit 1 }
+      val[k] = $4; list[$2 " " $3] = list[$2 " " $3] " " $4; rounds[$1] = 1; bytes[$3] = 1
+    }
     END {
-      for (k in list) print k, median(list[k])
+      if (bad) exit 1
+      for (k in list) printf "%s %.9g\n", k, median(list[k])
       np = split(pairs, p, " ")
       for (i = 1; i <= np; i++) {
         split(p[i], ab, "/")
@@ -72,7 +79,7 @@ round_stats() {
             if (lo < 0 || x < lo) lo = x
             if (x > hi) hi = x
           }
-          if (l != "") print p[i], b, median(l), lo, hi
+          if (l != "") printf "%s %s %.9g %.9g %.9g\n", p[i], b, median(l), lo, hi
         }
       }
     }' "$1"

@@ -58,7 +58,7 @@ class Link {
   virtual void Drive(Clock::time_point /*until*/, const std::function<bool()>& /*finished*/) {}
   virtual void Quiesce() {}
   // The peer is gone or leaving: batches in progress end soon (a pipelined link lets what was
-  // posted complete first, for up to a second), and later ones fail.
+  // posted complete first, for a second, two at most), and later ones fail.
   virtual void Shutdown() {}
 };
 

@@ -39,4 +39,8 @@ printf '1 r 1024 2\n2 x 1024 9\n3 r 1024 4\n3 x 1024 1\n' >"$tmp/all.txt"
 [ "$(round_stats "$tmp/all.txt" "x/r" | grep '^x/r')" = "x/r 1024 0.25 0.25 0.25" ] || fail "unpaired rounds"
 printf '1 r 1024 2\n2 x 1024 9\n' >"$tmp/all.txt"
 [ -z "$(round_stats "$tmp/all.txt" "x/r" | grep '^x/r' || true)" ] || fail "no paired round"
+# A key measured twice in one round has no single partner: refused, with the reason.
+printf '1 r 1024 2\n1 x 1024 1\n1 r 1024 3\n' >"$tmp/all.txt"
+if round_stats "$tmp/all.txt" "x/r" >/dev/null 2>"$tmp/err.txt"; then fail "a duplicate was accepted"; fi
+grep -q "r 1024 measured twice in round 1" "$tmp/err.txt" || fail "duplicate: $(cat "$tmp/err.txt")"
 echo "bench/lib.sh: ok"

@@ -209,6 +209,10 @@ void UcxLink::Start(Op op, std::span<const Slice> batch, Clock::time_point deadl
   auto self = shared_from_this();  // a `done` call may drop the caller's last reference
   Conn& c = *conns_[rr_.fetch_add(1) % conns_.size()];
   std::unique_lock l(mu_);
+  if (shut_.load()) {  // again, under mu_: once Shutdown's Drive has looked, nobody would end it
+    l.unlock();
+    return f->done(Gone());
+  }
   const bool first = in_flight_.load() == 0;
   c.flights.push_back(std::move(f));
   Count();
@@ -280,7 +284,7 @@ void UcxLink::Shutdown() {
 }
 
 bool UcxLink::Rescue(std::chrono::microseconds budget) {
-  // Shutdown drives a shut link itself, and drains its endpoints together.
+  // Shutdown drives a shut link itself (Start refuses batches once it is shut).
   if (shut_.load()) return in_flight_.load() > 0;
   std::vector<Conn*> mine;
   {
