@@ -208,7 +208,9 @@ shm)
   grep -q "4M allocated (AllocMem)" "$tmp/srv" || { cat "$tmp/srv"; fail "the server did not honour --mem alloc"; }
   ;;
 serve)
-  port=$((20000 + $$ % 20000))
+  # Below the kernel's ephemeral ports (32768 up by default): no outgoing connection of another
+  # process, or of the client's own retries, can hold it when the server binds.
+  port=$((20000 + $$ % 10000))
   # Start order must not matter: the client first, the server a second later.
   "$XB" write_bw -s 64K -n 50 "${SMALL[@]}" -b 127.0.0.1:$port >"$tmp/cli" 2>&1 &
   cli=$!

@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include <cstring>
+
 namespace xfer::bench {
 
 bool SplitHostPort(const std::string& s, std::string* host, std::string* port) {
@@ -40,6 +42,21 @@ std::string SockHost(int fd, bool peer) {
   return "";
 }
 
+namespace {
+
+// A connect to a port of this host that nobody listens on yet can meet itself (TCP
+// simultaneous open, when the kernel picks that very port as the source): the socket would then
+// hold the port the server is about to bind. Such a connection counts as refused.
+bool ConnectedToItself(int fd) {
+  sockaddr_storage me{}, peer{};
+  socklen_t ml = sizeof me, pl = sizeof peer;
+  return getsockname(fd, reinterpret_cast<sockaddr*>(&me), &ml) == 0 &&
+         getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) == 0 && ml == pl &&
+         std::memcmp(&me, &peer, ml) == 0;
+}
+
+}  // namespace
+
 int ConnectRetry(const std::string& hostport, double timeout_s, std::string* err) {
   std::string host, port;
   if (!SplitHostPort(hostport, &host, &port)) {
@@ -58,13 +75,14 @@ int ConnectRetry(const std::string& hostport, double timeout_s, std::string* err
       for (addrinfo* a = res; a; a = a->ai_next) {
         int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
         if (fd < 0) continue;
-        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        const bool connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+        if (connected && !ConnectedToItself(fd)) {
           freeaddrinfo(res);
           int one = 1;
           setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
           return fd;
         }
-        last = std::strerror(errno);
+        last = connected ? "connected to itself (nothing listens there yet)" : std::strerror(errno);
         close(fd);
       }
       freeaddrinfo(res);
