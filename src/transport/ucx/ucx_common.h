@@ -1,8 +1,11 @@
 // What the ucx transport's target side (ucx_transport.cc) and its links (ucx_link.cc) share.
 #pragma once
 
+#include <sys/eventfd.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -22,6 +25,29 @@ Status CreateContext(std::shared_ptr<Context>* out);
 // Workers are SERIALIZED: one thread at a time uses each (the target's progress thread; a
 // link's leader).
 Status CreateWorker(ucp_context_h ctx, ucp_worker_h* out);
+
+// An eventfd that wakes a thread sleeping in poll on `fd`: Signal from any thread; the sleeper
+// Clears it after its poll (a Signal after that wakes the next poll at once: harmless). A
+// failed write or read only leaves the poll to its timeout.
+struct Wakeup {
+  Wakeup() = default;
+  Wakeup(const Wakeup&) = delete;
+  Wakeup& operator=(const Wakeup&) = delete;
+  ~Wakeup() {
+    if (fd >= 0) ::close(fd);
+  }
+  void Signal() const {
+    uint64_t one = 1;
+    if (::write(fd, &one, sizeof one) < 0) {
+    }
+  }
+  void Clear() const {
+    uint64_t n;
+    if (::read(fd, &n, sizeof n) < 0) {
+    }
+  }
+  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+};
 
 // Waits for a request to complete, progressing the worker, until `until`. Returns its status
 // (UCS_INPROGRESS if time ran out); frees it once complete.

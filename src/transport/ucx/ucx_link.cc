@@ -1,7 +1,6 @@
 #include "transport/ucx/ucx_link.h"
 
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -66,17 +65,7 @@ struct Flight {
 
 // One endpoint to the peer on a worker of its own: a rail.
 struct Conn {
-  Conn() : kick(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
-  ~Conn() {
-    if (kick >= 0) ::close(kick);
-  }
-  void Kick() const {
-    uint64_t one = 1;
-    if (::write(kick, &one, sizeof one) < 0) {
-    }  // the leader's poll timeout notices the batch anyway
-  }
-
-  const int kick;  // eventfd: a started batch wakes a sleeping leader
+  Wakeup kick;  // a started batch wakes a sleeping leader
   // Under UcxLink::mu_:
   bool led = false;
   bool leader_asleep = false;  // in poll on the worker's fd and kick
@@ -217,9 +206,9 @@ void UcxLink::Start(Op op, std::span<const Slice> batch, Clock::time_point deadl
   c.flights.push_back(std::move(f));
   Count();
   if (c.led) {
-    const bool kick = c.leader_asleep;
+    const bool wake = c.leader_asleep;
     l.unlock();
-    if (kick) c.Kick();
+    if (wake) c.kick.Signal();
   } else {
     c.led = true;
     l.unlock();
@@ -484,7 +473,7 @@ void UcxLink::Sleep(const std::vector<Conn*>& mine) {
   std::vector<pollfd> p;
   bool armed = true;
   for (Conn* c : mine) {
-    p.push_back({c->kick, POLLIN, 0});
+    p.push_back({c->kick.fd, POLLIN, 0});
     if (!c->worker) continue;
     if (ucp_worker_arm(c->worker) != UCS_OK) armed = false;  // events came in: progress
     p.push_back({c->efd, POLLIN, 0});
@@ -494,11 +483,7 @@ void UcxLink::Sleep(const std::vector<Conn*>& mine) {
     std::lock_guard l(mu_);
     for (Conn* c : mine) c->leader_asleep = false;
   }
-  for (Conn* c : mine) {
-    uint64_t n;
-    if (::read(c->kick, &n, sizeof n) < 0) {
-    }  // nothing to drain (a kick after this read wakes the next sleep at once: harmless)
-  }
+  for (Conn* c : mine) c->kick.Clear();
 }
 
 // A flight is over (mu_): it leaves the list in this round, and its `done` is called.

@@ -2,7 +2,6 @@
 
 #include <poll.h>
 #include <pthread.h>
-#include <sys/eventfd.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
@@ -166,18 +165,10 @@ std::string Resources(ucp_context_h ctx) {
 // (sleeps kIdlePollMs, having seen no batch in flight for kRescueWatch). Shared with the links,
 // which may outlive the transport.
 struct Alarm {
-  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ucx::Wakeup wake;
   std::atomic<bool> dozing{false};
-  ~Alarm() {
-    if (fd >= 0) ::close(fd);
-  }
-  void Ring() const {
-    uint64_t one = 1;
-    if (::write(fd, &one, sizeof one) < 0) {
-    }  // the poll timeout comes anyway
-  }
   void Nudge() {
-    if (dozing.exchange(false)) Ring();
+    if (dozing.exchange(false)) wake.Signal();
   }
 };
 
@@ -257,12 +248,10 @@ struct UcxTransport::Impl {
           last_flights = now;
         }
       }
-      pollfd p[2] = {{efd, POLLIN, 0}, {alarm->fd, POLLIN, 0}};
+      pollfd p[2] = {{efd, POLLIN, 0}, {alarm->wake.fd, POLLIN, 0}};
       ::poll(p, 2, doze ? kIdlePollMs : kRescuePollMs);
       alarm->dozing.store(false);
-      uint64_t n;
-      if (::read(alarm->fd, &n, sizeof n) < 0) {
-      }  // nothing rang
+      alarm->wake.Clear();
     }
   }
 };
@@ -296,7 +285,7 @@ Status UcxTransport::Start() {
   st = ucp_worker_get_efd(w, &efd);
   if (st != UCS_OK) return fail({StatusCode::kUnsupported, UcsError("ucp_worker_get_efd", st)});
   m.alarm = std::make_shared<Alarm>();
-  if (m.alarm->fd < 0) {
+  if (m.alarm->wake.fd < 0) {
     return fail({StatusCode::kResourceExhausted, std::string("ucx: eventfd: ") + std::strerror(errno)});
   }
   m.ctx = std::move(ctx);
@@ -334,7 +323,7 @@ void UcxTransport::Stop() {
   Impl& m = *impl_;
   if (!m.progress.joinable()) return;
   m.stop.store(true);
-  m.alarm->Ring();
+  m.alarm->wake.Signal();
   m.progress.join();
   ucp_worker_destroy(m.worker);  // closes the peers' endpoints to us: they see the error
   m.worker = nullptr;
