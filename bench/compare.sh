@@ -94,12 +94,8 @@ xb=_b$BATCH
 round_stats "$tmp/all.txt" "xfer_write/raw_write xfer_read/raw_read xfer_write$xb/rawb_write xfer_read$xb/rawb_read" >"$tmp/stats.txt"
 
 # One table, plus the acceptance verdicts.
-awk -v xb="$xb" -v batch="$BATCH" -v bsize="$BATCH_SIZE" '
-  { v[$1 " " $2] = $3; lo[$1 " " $2] = $4; hi[$1 " " $2] = $5; if ($1 !~ /\/|^rawb_/ && !($2 in seen)) { seen[$2] = 1; sizes[++n] = $2 } }
-  function get(k) { return (k in v) ? v[k] : -1 }
-  function f(x) { return x < 0 ? "-" : sprintf("%.2f", x) }
-  function fl(x) { return sprintf("%.2f", int(x * 100) / 100) }   # floored: a miss never reads as the target
-  function fr(k) { return (k in v) ? sprintf("%s (%s-%s)", fl(v[k]), fl(lo[k]), fl(hi[k])) : "-" }   # a ratio, its rounds range
+awk -v xb="$xb" -v batch="$BATCH" -v bsize="$BATCH_SIZE" "$ROUND_TABLE_AWK"'
+  $1 !~ /\/|^rawb_/ && !($2 in seen) { seen[$2] = 1; sizes[++n] = $2 }
   END {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (sizes[j] + 0 < sizes[i] + 0) { t = sizes[i]; sizes[i] = sizes[j]; sizes[j] = t }
     print "| block | memcpy | raw WRITE | xfer WRITE | WRITE x/r | raw READ | xfer READ | READ x/r |"
@@ -107,9 +103,9 @@ awk -v xb="$xb" -v batch="$BATCH" -v bsize="$BATCH_SIZE" '
     ok = 1
     for (i = 1; i <= n; i++) {
       b = sizes[i]
-      xw = get("xfer_write " b); xr = get("xfer_read " b); qw = get("xfer_write/raw_write " b); qr = get("xfer_read/raw_read " b)
+      xw = g("xfer_write " b); xr = g("xfer_read " b); qw = g("xfer_write/raw_write " b); qr = g("xfer_read/raw_read " b)
       if (xw < 0 && xr < 0) continue
-      printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", b, f(get("raw_memcpy " b)), f(get("raw_write " b)), f(xw), fr("xfer_write/raw_write " b), f(get("raw_read " b)), f(xr), fr("xfer_read/raw_read " b)
+      printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", b, f(g("raw_memcpy " b)), f(g("raw_write " b)), f(xw), fr("xfer_write/raw_write " b), f(g("raw_read " b)), f(xr), fr("xfer_read/raw_read " b)
       if (b >= 262144) {
         if (qw < 0.90) { ok = 0; miss = miss sprintf(" WRITE@%s=%s", b, qw < 0 ? "not measured" : fl(qw)) }
         if (qr < 0.90) { ok = 0; miss = miss sprintf(" READ@%s=%s", b, qr < 0 ? "not measured" : fl(qr)) }
@@ -121,11 +117,11 @@ awk -v xb="$xb" -v batch="$BATCH" -v bsize="$BATCH_SIZE" '
     bok = 1
     for (i = 1; i <= n; i++) {
       b = sizes[i]
-      xw = get("xfer_write" xb " " b); if (xw < 0) continue
-      xr = get("xfer_read" xb " " b)
-      printf "| WRITE %s | %s | %s | %s | %s |\n", b, f(get("rawb_write " b)), f(get("rawb_write" xb " " b)), f(xw), fr("xfer_write" xb "/rawb_write " b)
-      printf "| READ %s | %s | %s | %s | %s |\n", b, f(get("rawb_read " b)), f(get("rawb_read" xb " " b)), f(xr), fr("xfer_read" xb "/rawb_read " b)
-      if (!(get("xfer_write" xb "/rawb_write " b) > 1) || !(get("xfer_read" xb "/rawb_read " b) > 1)) bok = 0
+      xw = g("xfer_write" xb " " b); if (xw < 0) continue
+      xr = g("xfer_read" xb " " b)
+      printf "| WRITE %s | %s | %s | %s | %s |\n", b, f(g("rawb_write " b)), f(g("rawb_write" xb " " b)), f(xw), fr("xfer_write" xb "/rawb_write " b)
+      printf "| READ %s | %s | %s | %s | %s |\n", b, f(g("rawb_read " b)), f(g("rawb_read" xb " " b)), f(xr), fr("xfer_read" xb "/rawb_read " b)
+      if (!(g("xfer_write" xb "/rawb_write " b) > 1) || !(g("xfer_read" xb "/rawb_read " b) > 1)) bok = 0
     }
     printf "\n"
     printf "GB/s: the median of the rounds. x/r: xfer / raw within each round (the two ran seconds apart), the median over the rounds (lowest-highest round in brackets), floored to 0.01\n\n"

@@ -97,13 +97,8 @@ round_stats "$tmp/all.txt" "reuse_w/ucp_put reuse_r/ucp_get walk_w/memcpy walk_r
 awk '{ k = $1 " " $2; p = ($3 == "?") ? -1 : $3 + 0; if (!(k in v) || p < v[k]) v[k] = p } END { for (k in v) print k, v[k] }' \
   "$tmp/path.txt" >>"$tmp/stats.txt"
 
-awk -v have_ucx=$have_ucx '
-  { v[$1 " " $2] = $3; lo[$1 " " $2] = $4; hi[$1 " " $2] = $5; if ($1 !~ /[\/]|^path_/ && !($2 in seen)) { seen[$2] = 1; sizes[++n] = $2 } }
-  function g(k) { return (k in v) ? v[k] : -1 }
-  function f(x) { return x < 0 ? "-" : sprintf("%.2f", x) }
-  function fl(x) { return sprintf("%.2fx", int(x * 100) / 100) }   # a miss never reads "1.00x"
-  function fr(k) { return (k in v) ? sprintf("%.2f (%.2f-%.2f)", int(v[k] * 100) / 100, int(lo[k] * 100) / 100, int(hi[k] * 100) / 100) : "-" }   # a ratio, its rounds range
-  function kib(b) { return b >= 1048576 ? (b / 1048576) "M" : (b / 1024) "K" }
+awk -v have_ucx=$have_ucx "$ROUND_TABLE_AWK"'
+  $1 !~ /[\/]|^path_/ && !($2 in seen) { seen[$2] = 1; sizes[++n] = $2 }
   END {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (sizes[j] + 0 < sizes[i] + 0) { t = sizes[i]; sizes[i] = sizes[j]; sizes[j] = t }
     ok1 = ok2 = okp = 1
@@ -118,13 +113,13 @@ awk -v have_ucx=$have_ucx '
         f(rr), f(get), fr("reuse_r/ucp_get " b), f(ww), f(wr), f(mc), fr("walk_w/memcpy " b), fr("walk_r/memcpy " b), f(g("rawcma_w " b)), f(g("rawcma_r " b))
       if (have_ucx) {
         n1++
-        if (qp < 1) { ok1 = 0; miss1 = miss1 sprintf(" WRITE@%s=%s", kib(b), qp < 0 ? "not measured" : fl(qp)) }
-        if (qg < 1) { ok1 = 0; miss1 = miss1 sprintf(" READ@%s=%s", kib(b), qg < 0 ? "not measured" : fl(qg)) }
+        if (qp < 1) { ok1 = 0; miss1 = miss1 sprintf(" WRITE@%s=%s", kib(b), qp < 0 ? "not measured" : fl(qp) "x") }
+        if (qg < 1) { ok1 = 0; miss1 = miss1 sprintf(" READ@%s=%s", kib(b), qg < 0 ? "not measured" : fl(qg) "x") }
       }
       if (b >= 262144) {
         n2++
-        if (qw < 0.9) { ok2 = 0; miss2 = miss2 sprintf(" WRITE@%s=%s", kib(b), qw < 0 ? "not measured" : fl(qw)) }
-        if (qr < 0.9) { ok2 = 0; miss2 = miss2 sprintf(" READ@%s=%s", kib(b), qr < 0 ? "not measured" : fl(qr)) }
+        if (qw < 0.9) { ok2 = 0; miss2 = miss2 sprintf(" WRITE@%s=%s", kib(b), qw < 0 ? "not measured" : fl(qw) "x") }
+        if (qr < 0.9) { ok2 = 0; miss2 = miss2 sprintf(" READ@%s=%s", kib(b), qr < 0 ? "not measured" : fl(qr) "x") }
       }
       split("reuse_w reuse_r walk_w walk_r", cells, " ")
       for (c = 1; c <= 4; c++) {

@@ -69,13 +69,9 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 
 round_stats "$tmp/all.txt" "x1_w/raw x1_r/raw xn_w/raw xn_r/raw xb_w/raw xb_r/raw" >"$tmp/stats.txt"
-awk -v links="$LINKS" -v batch="$BATCH" -v bb="$batch_bytes" '
-  { v[$1 " " $2] = $3; lo[$1 " " $2] = $4; hi[$1 " " $2] = $5
-    if ($1 == "raw" && $2 != bb) sizes[++n] = $2 }
-  function g(k) { return (k in v) ? v[k] : -1 }
-  function f(x) { return x < 0 ? "-" : sprintf("%.2f", x) }
-  function fl(x) { return sprintf("%.2f", int(x * 100) / 100) }   # floored: a miss never reads as the target
-  function xr(x, b,   k) { k = x "/raw " b; return (k in v) ? sprintf("%s (%s-%s)", fl(v[k]), fl(lo[k]), fl(hi[k])) : "-" }
+awk -v links="$LINKS" -v batch="$BATCH" -v bb="$batch_bytes" "$ROUND_TABLE_AWK"'
+  $1 == "raw" && $2 != bb { sizes[++n] = $2 }
+  function xr(x, b) { return fr(x "/raw " b) }
   function check(name, x, b, want,   k) { k = x "/raw " b; if (!(k in v) || v[k] < want) { ok[name] = 0; miss[name] = miss[name] sprintf(" %s@%s=%s", x, b, (k in v) ? fl(v[k]) : "not measured") } }
   END {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (sizes[j] + 0 < sizes[i] + 0) { t = sizes[i]; sizes[i] = sizes[j]; sizes[j] = t }

@@ -131,13 +131,7 @@ round_stats "$tmp/all.txt" "x_w/put x_r/get xb_w/x1_w xb_r/x1_r" >"$tmp/stats.tx
 awk '{ k = $1 " " $2; if (!(k in v) || $3 + 0 < v[k]) v[k] = $3 + 0 } END { for (k in v) print k, v[k] }' \
   "$tmp/path.txt" >>"$tmp/stats.txt"
 
-awk -v have_ucx=$have_ucx -v bb="$batch_bytes" -v batch="$BATCH" -v depth="$DEPTH" -v tls="$UCX_TLS" -v sizes_s="${sizes//$'\n'/ }" '
-  { v[$1 " " $2] = $3; lo[$1 " " $2] = $4; hi[$1 " " $2] = $5 }
-  function g(k) { return (k in v) ? v[k] : -1 }
-  function f(x) { return x < 0 ? "-" : sprintf("%.2f", x) }
-  function fl(x) { return x < 0 ? "-" : sprintf("%.2f", int(x * 100) / 100) }   # floored: a miss never reads as the target
-  function fr(k) { return (k in v) ? sprintf("%s (%s-%s)", fl(v[k]), fl(lo[k]), fl(hi[k])) : "-" }   # a ratio, its rounds range
-  function kib(b) { return b >= 1048576 ? (b / 1048576) "M" : (b / 1024) "K" }
+awk -v have_ucx=$have_ucx -v bb="$batch_bytes" -v batch="$BATCH" -v depth="$DEPTH" -v tls="$UCX_TLS" -v sizes_s="${sizes//$'\n'/ }" "$ROUND_TABLE_AWK"'
   function rate(gbs, b) { return gbs < 0 ? "-" : sprintf("%.1f", gbs * 1e6 / b) }   # k descriptors/s
   END {
     n = split(sizes_s, sizes, " ")

@@ -85,6 +85,20 @@ round_stats() {
     }' "$1"
 }
 
+# ROUND_TABLE_AWK: the start of an awk program that builds a table from round_stats' output
+# (awk "$ROUND_TABLE_AWK"'...'): v, lo and hi per "<key> <bytes>"; g(k): the value or -1;
+# f(x): 2 decimals or "-"; fl(x): floored to 0.01, so that a miss never reads as its target;
+# fr(k): a ratio with its rounds' range, "med (lo-hi)"; kib(b): 16K, 1M.
+# shellcheck disable=SC2016
+ROUND_TABLE_AWK='
+  { v[$1 " " $2] = $3; lo[$1 " " $2] = $4; hi[$1 " " $2] = $5 }
+  function g(k) { return (k in v) ? v[k] : -1 }
+  function f(x) { return x < 0 ? "-" : sprintf("%.2f", x) }
+  function fl(x) { return x < 0 ? "-" : sprintf("%.2f", int(x * 100) / 100) }
+  function fr(k) { return (k in v) ? sprintf("%s (%s-%s)", fl(v[k]), fl(lo[k]), fl(hi[k])) : "-" }
+  function kib(b) { return b >= 1048576 ? (b / 1048576) "M" : (b / 1024) "K" }
+'
+
 # ucx_run NAME TLS SIZE ARGS...: one ucx_perftest server and client on loopback (UCX_TLS=TLS),
 # ARGS the test (e.g. -t ucp_put_bw); prints "NAME SIZE <GB/s>" from the client's "overall"
 # bandwidth (MB/s = 2^20 B/s, converted to 1e9 B/s), nothing when it did not run. Iterations:

@@ -43,4 +43,8 @@ printf '1 r 1024 2\n2 x 1024 9\n' >"$tmp/all.txt"
 printf '1 r 1024 2\n1 x 1024 1\n1 r 1024 3\n' >"$tmp/all.txt"
 if round_stats "$tmp/all.txt" "x/r" >/dev/null 2>"$tmp/err.txt"; then fail "a duplicate was accepted"; fi
 grep -q "r 1024 measured twice in round 1" "$tmp/err.txt" || fail "duplicate: $(cat "$tmp/err.txt")"
+# The tables' prelude reads round_stats lines; a ratio shows floored, with its rounds' range.
+printf 'x/r 1024 0.8499 0.51 1.239\nr 1024 2.5\n' >"$tmp/stats.txt"
+got=$(awk "$ROUND_TABLE_AWK"'END { print fr("x/r 1024"), f(g("r 1024")), f(g("r 2048")), fr("y/r 1024"), kib(1024), kib(2097152) }' "$tmp/stats.txt")
+[ "$got" = "0.84 (0.51-1.23) 2.50 - - 1K 2M" ] || fail "ROUND_TABLE_AWK: $got"
 echo "bench/lib.sh: ok"
