@@ -23,6 +23,7 @@ class TcpTransportTest : public ::testing::TestWithParam<bool> {
     TcpTargetHooks hooks;
     hooks.incarnation = 42;
     hooks.region_access = [this](uint64_t a, uint64_t l) {
+      if (a >= hold_from_.load()) std::this_thread::sleep_for(kHold);
       uint64_t base = reinterpret_cast<uint64_t>(region_.data());
       TcpTargetAccess access;
       access.allowed = a >= base && a + l <= base + region_.size();
@@ -41,6 +42,10 @@ class TcpTransportTest : public ::testing::TestWithParam<bool> {
     return link_->Execute(op, b, Clock::now() + std::chrono::seconds(5));
   }
 
+  // The target holds every batch that names an address at or past hold_from_ for kHold before
+  // it serves it: a connection busy for a known time, however fast the machine.
+  static constexpr std::chrono::milliseconds kHold{10};
+  std::atomic<uint64_t> hold_from_{~0ull};
   std::vector<uint8_t> region_;
   bool peer_known_ = true;
   std::unique_ptr<TcpTransport> tcp_;
@@ -283,23 +288,37 @@ TEST_P(TcpTransportTest, DeadlineDuringTheHandshakeIsATimeout) {
 }
 
 TEST_P(TcpTransportTest, BatchesOutliveOtherBatchesDeadlines) {
-  // One thread's READs keep missing a tight deadline, each breaking the connection it shares;
-  // another thread's WRITEs, with time to spare, are retried on fresh connections and land.
+  // The target holds each WRITE for kHold, so a READ that queues behind one on the same
+  // connection misses its much shorter deadline while it waits for its turn, and breaks the
+  // connection under the WRITE; the WRITEs, with time to spare, are retried on fresh
+  // connections and land. After each break the READs pause for a few kHold, so that the retry
+  // can land before the next break (unpaced, they would break every retry too). The WRITEs go
+  // on until kBreaks such breaks were seen (bounded in time), so the test proves its point on
+  // every run, however fast or slow the machine.
+  constexpr int kBreaks = 10, kMinWrites = 50;
+  constexpr auto kTight = std::chrono::milliseconds(2);
+  static_assert(kTight < kHold);
+  hold_from_ = R(512 << 10);  // the WRITEs' range; the READs' lies below it
   std::atomic<bool> stop{false};
   std::atomic<int> broke{0};
   std::thread breaker([&] {
     std::vector<uint8_t> into(512 << 10);
     const std::vector<Slice> b{{reinterpret_cast<uint64_t>(into.data()), R(0), into.size()}};
     while (!stop) {
-      const Status s = link_->Execute(Op::kRead, b, Clock::now() + std::chrono::microseconds(100));
-      if (s.message().find("waiting for the target's reply") != std::string::npos) ++broke;
+      const Status s = link_->Execute(Op::kRead, b, Clock::now() + kTight);
+      if (s.message().find("waiting for the target's reply") != std::string::npos) {
+        ++broke;
+        std::this_thread::sleep_for(3 * kHold);
+      }
     }
   });
   std::vector<uint8_t> src(64 << 10, 7);
   const uint64_t s_addr = reinterpret_cast<uint64_t>(src.data());
-  int failed = 0;
-  for (int i = 0; i < 300; ++i) {
+  const auto give_up = Clock::now() + std::chrono::seconds(60);
+  int writes = 0, failed = 0;
+  while ((broke < kBreaks || writes < kMinWrites) && Clock::now() < give_up) {
     const Status s = Exec(Op::kWrite, {{s_addr, R(512 << 10), src.size()}});
+    ++writes;
     if (!s.ok()) {
       ++failed;
       ADD_FAILURE() << s.ToString();
@@ -307,8 +326,11 @@ TEST_P(TcpTransportTest, BatchesOutliveOtherBatchesDeadlines) {
   }
   stop = true;
   breaker.join();
-  EXPECT_EQ(failed, 0) << "of 300, with " << broke.load() << " connections broken by deadlines";
-  EXPECT_GT(broke.load(), 0) << "no deadline was missed: the test proved nothing";
+  EXPECT_EQ(failed, 0) << "of " << writes << ", with " << broke.load()
+                       << " connections broken by deadlines";
+  EXPECT_GE(broke.load(), kBreaks) << "too few deadlines were missed in " << writes
+                                   << " WRITEs: the test proved too little";
+  EXPECT_EQ(region_[512 << 10], 7);
 }
 
 TEST_P(TcpTransportTest, ManyThreadsPipelineOnOneConnection) {
