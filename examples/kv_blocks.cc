@@ -77,7 +77,7 @@ int Push(const std::string& remote) {
   bool same = std::memcmp(blocks.data(), back.data(), blocks.size()) == 0;
   std::printf("wrote %llu blocks of %llu KiB over %s in %.0f us (%.2f GB/s); read back: %s\n",
               static_cast<unsigned long long>(kBlocks), static_cast<unsigned long long>(kBlock >> 10),
-              info.shm_bytes ? "shm" : info.transport.c_str(), us, blocks.size() / us / 1e3, same ? "identical" : "DIFFERENT");
+              info.BytesVia("shm") ? "shm" : info.transport.c_str(), us, blocks.size() / us / 1e3, same ? "identical" : "DIFFERENT");
   return same ? 0 : 1;
 }
 

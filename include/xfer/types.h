@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "xfer/status.h"
 
@@ -47,18 +49,35 @@ struct PeerInfo {
   uint64_t incarnation = 0;  // random per Initialize(): a restarted peer has a new one
   std::string host_id;       // same host id => same-host transports may be used
   int32_t pid = 0;
-  std::string transport;     // transport chosen for this peer: "local", "cma", ...
+  // The transport chosen for this peer: its best route that is a link ("local", "cma", "ucx",
+  // "tcp"), or when it has none, its best route ("shm" or "cuda" when forced); "none".
+  std::string transport;
   bool outbound = false;     // true when this engine called Connect()
-  // Same host: the peer's AllocMem memory is mapped here and moved with memcpy ("shm"); its
-  // other memory goes through `transport`.
-  bool shm = false;
-  // Same host, both sides with a GPU: the peer's GPU memory is opened here (CUDA IPC) and
-  // moved by the copy engines ("cuda").
-  bool cuda = false;
-  uint64_t shm_bytes = 0;        // bytes this engine moved to or from the peer through shm
-  uint64_t cuda_bytes = 0;       // ... through cuda
-  uint64_t staged_bytes = 0;     // ... through the buffer pool (and then `transport`)
-  uint64_t transport_bytes = 0;  // ... directly through `transport`
+  // The backends that reach the peer, best first: each descriptor takes the first that moves
+  // its pair of memories. Beside `transport`, e.g. "shm" (same host: the peer's AllocMem
+  // memory is mapped here and moved with memcpy) or "cuda" (same host, GPUs on both sides:
+  // the peer's GPU memory is opened here and moved by the copy engines).
+  std::vector<std::string> routes;
+  // Bytes this engine moved to or from the peer: one entry per route, by backend name, and
+  // "staged" for bytes that passed through the buffer pool (and then a route).
+  struct Moved {
+    std::string path;
+    uint64_t bytes = 0;
+  };
+  std::vector<Moved> moved;
+
+  bool Reaches(std::string_view backend) const {
+    for (const auto& r : routes) {
+      if (r == backend) return true;
+    }
+    return false;
+  }
+  uint64_t BytesVia(std::string_view path) const {
+    for (const auto& m : moved) {
+      if (m.path == path) return m.bytes;
+    }
+    return 0;
+  }
 };
 
 struct AllocOptions {

@@ -6,6 +6,8 @@
 namespace xfer::wire {
 namespace {
 
+constexpr uint8_t kShared = 1;  // region flag: memory from AllocMem (RegionInfo::shared)
+
 class Writer {
  public:
   void U8(uint8_t v) { buf_.push_back(v); }
@@ -17,6 +19,13 @@ class Writer {
     U32(static_cast<uint32_t>(s.size()));
     buf_.insert(buf_.end(), s.begin(), s.end());
   }
+  void Blobs(const transport::Blobs& blobs) {
+    U32(static_cast<uint32_t>(blobs.size()));
+    for (const auto& b : blobs) {
+      Str(b.backend);
+      Str(b.bytes);
+    }
+  }
   void Region(const WireRegion& r) {
     U64(r.id);
     U64(r.info.addr);
@@ -24,10 +33,8 @@ class Writer {
     U8(static_cast<uint8_t>(r.info.type));
     I32(r.info.device);
     Str(r.info.tag);
-    I32(r.shm_fd);
-    U64(r.shm_key);
-    Str(r.ucx_key);
-    Str(r.cuda_handle);
+    U8(r.info.shared ? kShared : 0);
+    Blobs(r.blobs);
   }
   std::vector<uint8_t>& bytes() { return buf_; }
 
@@ -67,16 +74,26 @@ class Reader {
     }
     return true;
   }
+  bool Blobs(transport::Blobs* blobs) {
+    uint32_t n = 0;
+    if (!Count(&n, 8)) return false;
+    if (n > kMaxBlobs) return Fail("list of " + std::to_string(n) + " backends exceeds the cap");
+    blobs->resize(n);
+    for (auto& b : *blobs) {
+      if (!Str(&b.backend) || !Str(&b.bytes)) return false;
+    }
+    return true;
+  }
   bool Region(WireRegion* r) {
-    uint8_t type = 0;
+    uint8_t type = 0, flags = 0;
     if (!U64(&r->id) || !U64(&r->info.addr) || !U64(&r->info.len) || !U8(&type) ||
-        !I32(&r->info.device) || !Str(&r->info.tag) || !I32(&r->shm_fd) || !U64(&r->shm_key) ||
-        !Str(&r->ucx_key) || !Str(&r->cuda_handle)) {
+        !I32(&r->info.device) || !Str(&r->info.tag) || !U8(&flags) || !Blobs(&r->blobs)) {
       return false;
     }
-    r->info.shared = r->shm_key != 0;
     if (type > static_cast<uint8_t>(MemType::kCuda)) return Fail("unknown memory type");
+    if (flags & ~kShared) return Fail("unknown region flags");
     r->info.type = static_cast<MemType>(type);
+    r->info.shared = flags & kShared;
     return true;
   }
   bool Done() {
@@ -107,18 +124,14 @@ class Reader {
   std::string error_;
 };
 
-constexpr size_t kMinRegionBytes = 8 + 8 + 8 + 1 + 4 + 4 + 4 + 8 + 4;
+constexpr size_t kMinRegionBytes = 8 + 8 + 8 + 1 + 4 + 4 + 1 + 4;
 
 void EncodeBody(Writer& w, const Hello& m) {
   w.Str(m.name);
   w.U64(m.incarnation);
   w.Str(m.host_id);
   w.I32(m.pid);
-  w.U64(m.cma_cookie);
-  w.U16(m.tcp_port);
-  w.Str(m.ucx_address);
-  w.U32(static_cast<uint32_t>(m.transports.size()));
-  for (const auto& t : m.transports) w.Str(t);
+  w.Blobs(m.backends);
   w.U32(static_cast<uint32_t>(m.regions.size()));
   for (const auto& r : m.regions) w.Region(r);
 }
@@ -133,15 +146,9 @@ void EncodeBody(Writer& w, const Goodbye& m) { w.Str(m.reason); w.U64(m.seq); }
 bool DecodeBody(Reader& r, Hello* m) {
   uint32_t n = 0;
   if (!r.Str(&m->name) || !r.U64(&m->incarnation) || !r.Str(&m->host_id) || !r.I32(&m->pid) ||
-      !r.U64(&m->cma_cookie) || !r.U16(&m->tcp_port) || !r.Str(&m->ucx_address) ||
-      !r.Count(&n, 4)) {
+      !r.Blobs(&m->backends) || !r.Count(&n, kMinRegionBytes)) {
     return false;
   }
-  m->transports.resize(n);
-  for (auto& t : m->transports) {
-    if (!r.Str(&t)) return false;
-  }
-  if (!r.Count(&n, kMinRegionBytes)) return false;
   m->regions.resize(n);
   for (auto& reg : m->regions) {
     if (!r.Region(&reg)) return false;

@@ -14,16 +14,18 @@
 #include <variant>
 #include <vector>
 
+#include "transport/remote_region.h"
 #include "xfer/types.h"
 
 namespace xfer::wire {
 
 inline constexpr uint32_t kMagic = 0x31524658;  // "XFR1" as little-endian bytes
-inline constexpr uint16_t kVersion = 3;
+inline constexpr uint16_t kVersion = 4;
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 inline constexpr uint32_t kMaxString = 64 << 10;  // UCX worker addresses can run to kilobytes
 inline constexpr uint32_t kMaxTag = 4096;
+inline constexpr uint32_t kMaxBlobs = 64;  // backends per hello or region record
 
 enum class MsgType : uint16_t {
   kHello = 1,            // first frame each way; the reply is the acceptor's own Hello
@@ -36,19 +38,16 @@ enum class MsgType : uint16_t {
   kGoodbye = 8,
 };
 
+// A registered region as its owner advertises it: what it is, and per backend what peers need
+// to reach it (a UCX remote key, a CUDA IPC handle, a memfd's identity).
 struct WireRegion {
   uint64_t id = 0;
   RegionInfo info;
-  // Memory from AllocMem: the owner's memfd descriptor and the key in its name (0: none).
-  int32_t shm_fd = -1;
-  uint64_t shm_key = 0;
-  std::string ucx_key;  // packed UCX remote key when the owner offers ucx; empty otherwise
-  std::string cuda_handle;  // GPU memory: what a same-host peer opens (cuda::Export); or empty
+  transport::Blobs blobs;
   bool operator==(const WireRegion& o) const {
     return id == o.id && info.addr == o.info.addr && info.len == o.info.len &&
            info.type == o.info.type && info.device == o.info.device && info.tag == o.info.tag &&
-           shm_fd == o.shm_fd && shm_key == o.shm_key && ucx_key == o.ucx_key &&
-           cuda_handle == o.cuda_handle;
+           info.shared == o.info.shared && blobs == o.blobs;
   }
 };
 
@@ -57,10 +56,7 @@ struct Hello {
   uint64_t incarnation = 0;
   std::string host_id;
   int32_t pid = 0;
-  uint64_t cma_cookie = 0;  // address of a u64 holding `incarnation`, for the cma probe
-  uint16_t tcp_port = 0;    // data port of the tcp transport; 0 = not offered
-  std::string ucx_address;  // the ucx transport's worker address; empty = not offered
-  std::vector<std::string> transports;
+  transport::Blobs backends;  // the backends the sender offers, best first, with their blobs
   std::vector<WireRegion> regions;
   bool operator==(const Hello&) const = default;
 };

@@ -1,5 +1,4 @@
 // The public facade, engine lifetime, memory registration and the data path.
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,45 +49,35 @@ Status EngineImpl::CheckRunning(const char* what) const {
   return {StatusCode::kInvalidArgument, std::string(what) + ": engine is not initialized (or finalized)"};
 }
 
+namespace {
+
+// The options the core itself reads; each backend checks its own (Backend::CheckOptions).
+Status CheckOptions(const EngineOptions& o) {
+  auto bad = [](const std::string& why) { return Status{StatusCode::kInvalidArgument, why}; };
+  if (o.streams < 1 || o.streams > 256) return bad("streams must be 1..256");
+  if (o.heartbeat_interval.count() <= 0 || o.heartbeat_timeout <= o.heartbeat_interval) {
+    return bad("heartbeat_interval must be > 0 and below heartbeat_timeout");
+  }
+  if (o.spin.count() < 0) return bad("spin must be >= 0");
+  if (o.staging != "auto" && o.staging != "always" && o.staging != "off") {
+    return bad("staging must be auto, always or off (not '" + o.staging + "')");
+  }
+  if (o.staging_buffers < 1 || o.staging_buffers > 64) return bad("staging_buffers must be 1..64");
+  if (o.staging_buffer_bytes < (64 << 10) || o.staging_buffer_bytes > (1ull << 30)) {
+    return bad("staging_buffer_bytes must be 64 KiB..1 GiB");
+  }
+  if (o.links < 1 || o.links > 64) return bad("links must be 1..64");
+  return BackendSet::CheckOptions(o);
+}
+
+}  // namespace
+
 Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions& options) {
   if (running_.load()) return {StatusCode::kInvalidArgument, "Initialize: already initialized"};
   if (finalized_) {
     return {StatusCode::kInvalidArgument, "Initialize: this engine was finalized; create a new one"};
   }
-  if (options.streams < 1 || options.streams > 256) {
-    return {StatusCode::kInvalidArgument, "Initialize: streams must be 1..256"};
-  }
-  if (options.heartbeat_interval.count() <= 0 || options.heartbeat_timeout <= options.heartbeat_interval) {
-    return {StatusCode::kInvalidArgument,
-            "Initialize: heartbeat_interval must be > 0 and below heartbeat_timeout"};
-  }
-  if (options.spin.count() < 0) return {StatusCode::kInvalidArgument, "Initialize: spin must be >= 0"};
-  if (options.ucx != "auto" && options.ucx != "on" && options.ucx != "off") {
-    return {StatusCode::kInvalidArgument,
-            "Initialize: ucx must be auto, on or off (not '" + options.ucx + "')"};
-  }
-  if (options.transport == "ucx" && options.ucx == "off") {
-    return {StatusCode::kInvalidArgument, "Initialize: transport 'ucx' forced but ucx is off"};
-  }
-  if (!options.transport.empty() &&
-      std::find(std::begin(kTransportNames), std::end(kTransportNames), options.transport) ==
-          std::end(kTransportNames)) {
-    return {StatusCode::kInvalidArgument, "Initialize: unknown transport '" + options.transport +
-                                              "' (this build has: local, shm, cuda, cma, ucx, tcp)"};
-  }
-  if (options.staging != "auto" && options.staging != "always" && options.staging != "off") {
-    return {StatusCode::kInvalidArgument,
-            "Initialize: staging must be auto, always or off (not '" + options.staging + "')"};
-  }
-  if (options.staging_buffers < 1 || options.staging_buffers > 64) {
-    return {StatusCode::kInvalidArgument, "Initialize: staging_buffers must be 1..64"};
-  }
-  if (options.staging_buffer_bytes < (64 << 10) || options.staging_buffer_bytes > (1ull << 30)) {
-    return {StatusCode::kInvalidArgument, "Initialize: staging_buffer_bytes must be 64 KiB..1 GiB"};
-  }
-  if (options.links < 1 || options.links > 64) {
-    return {StatusCode::kInvalidArgument, "Initialize: links must be 1..64"};
-  }
+  if (Status s = CheckOptions(options); !s.ok()) return {s.code(), "Initialize: " + s.message()};
   net::Address addr;
   Status s = net::ParseAddress(local_name, &addr);
   if (!s.ok()) {
@@ -108,78 +97,15 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   }
   name_ = addr.ToString();
   incarnation_ = host::RandomU64();
-  cma_cookie_ = incarnation_;
   host_id_ = options.host_id.empty() ? host::BootId() : options.host_id;
-
-  std::string why;
-  cma_ok_ = transport::CmaTransport::Available(&why);
-  if (!cma_ok_) XLOG(WARN) << "cma transport not offered: " << why;
-  shm_ok_ = transport::shm::Available(&why);
-  shm_limits_ = ShmLimits();
-  if (!shm_ok_) XLOG(WARN) << "shm not offered (peers' AllocMem memory goes through cma): " << why;
-  cuda_ok_ = transport::cuda::Available(&cuda_off_);
-  if (opts_.transport == "cuda" && !cuda_ok_) {
-    return {StatusCode::kUnsupported, "Initialize: transport 'cuda' forced, but " + cuda_off_};
-  }
   if (opts_.staging != "off") {
     staging_ = std::make_shared<BufferPool>(opts_.staging_buffers, opts_.staging_buffer_bytes);
   }
-  // Under Yama ptrace_scope=1 a peer may attach to us only if we say so.
-  ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  if (s = StartBackends(addr.host); !s.ok()) return {s.code(), "Initialize: " + s.message()};
 
-  self_ = std::make_shared<PeerState>();
-  self_->info = PeerInfo{name_, incarnation_, host_id_, static_cast<int32_t>(::getpid()), "local", false};
-  transport::PeerEndpoint me{static_cast<int32_t>(::getpid()), incarnation_, 0, "", 0};
-  s = local_.Connect(me, &self_->link);
-  if (!s.ok()) return s;
-  self_->paths.link_limits = LimitsFor(local_);
-  self_->same_process = true;
-  self_->cuda = cuda_ok_;
-  SetPaths(self_.get());
-
-  transport::TcpTargetHooks hooks;
-  hooks.incarnation = incarnation_;
-  // (Asked once per slice of every batch a peer sends: the option's text is read here, once.)
-  const bool stage_all = opts_.staging == "always";
-  hooks.region_access = [this, stage_all](uint64_t a, uint64_t l) {
-    transport::TcpTargetAccess access;
-    if (auto t = registry_.TypeOf(a, l)) {
-      access.allowed = true;
-      access.device = *t == MemType::kCuda;
-      access.staged = access.device || stage_all;
-    }
-    return access;
-  };
-  hooks.staging_bytes = staging_ ? opts_.staging_buffer_bytes : 0;
-  hooks.is_peer = [this](uint64_t inc) { return IsPeer(inc); };
-  tcp_ = std::make_unique<transport::TcpTransport>(
-      transport::TcpOptions{opts_.links, opts_.least_loaded_links, opts_.heartbeat_timeout, opts_.spin},
-      hooks);
-  if (Status ts = tcp_->Start(addr.host); !ts.ok()) {
-    XLOG(WARN) << "tcp transport not offered: cannot listen on " << addr.host << ": " << ts.message();
-    tcp_.reset();
-  }
-
-  const bool want_ucx =
-      opts_.transport == "ucx" ||
-      (opts_.transport.empty() &&
-       (opts_.ucx == "on" || (opts_.ucx == "auto" && !host::RdmaDevices().empty())));
-  ucx_off_ = opts_.ucx == "off"   ? "ucx is off here (EngineOptions::ucx)"
-             : !want_ucx          ? "ucx is off here (no RDMA device; EngineOptions::ucx = on offers it)"
-                                  : "";
-  if (want_ucx) {
-    ucx_ = std::make_unique<transport::UcxTransport>(transport::UcxOptions{opts_.links});
-    if (Status us = ucx_->Start(); !us.ok()) {
-      ucx_off_ = "ucx could not start here: " + us.message();
-      // Forced: the user asked for it. Otherwise tcp serves other hosts; say so quietly.
-      if (opts_.transport == "ucx") {
-        XLOG(WARN) << "ucx transport not offered: " << us.message();
-      } else {
-        XLOG(INFO) << "ucx transport not offered: " << us.message();
-      }
-      ucx_.reset();
-    }
-  }
+  std::string unreachable;
+  self_ = MakePeerState(MakeHello({}), false, "", &unreachable);
+  self_->info.name = name_;
 
   pool_ = std::make_unique<StreamPool>(opts_.streams, opts_.spin);
   loop_ = std::make_unique<control::ControlLoop>(
@@ -189,11 +115,32 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   if (!s.ok()) return s;
   running_.store(true);
   XLOG(INFO) << "engine " << name_ << " up (incarnation " << std::hex << incarnation_ << std::dec
-             << ", " << opts_.streams << " streams, cma " << (cma_ok_ ? "on" : "off") << ", tcp "
-             << (tcp_ ? "port " + std::to_string(tcp_->port()) : std::string("off")) << ", ucx "
-             << (ucx_ ? "on" : "off") << ", cuda " << (cuda_ok_ ? "on" : "off") << ", staging "
+             << ", " << opts_.streams << " streams; " << backends_.Summary() << "; staging "
              << opts_.staging << ")";
   return Status::Ok();
+}
+
+Status EngineImpl::StartBackends(const std::string& listen_host) {
+  transport::EngineContext ctx;
+  ctx.incarnation = incarnation_;
+  ctx.listen_host = listen_host;
+  ctx.options = &opts_;
+  ctx.forced = opts_.transport;
+  ctx.region_access = [this](uint64_t a, uint64_t l) { return RegionAccess(a, l); };
+  ctx.is_peer = [this](uint64_t inc) { return IsPeer(inc); };
+  ctx.staging_bytes = staging_ ? opts_.staging_buffer_bytes : 0;
+  stage_all_ = opts_.staging == "always";
+  return backends_.Start(ctx);
+}
+
+transport::TargetAccess EngineImpl::RegionAccess(uint64_t addr, uint64_t len) const {
+  transport::TargetAccess access;
+  if (auto t = registry_.TypeOf(addr, len)) {
+    access.allowed = true;
+    access.device = *t == MemType::kCuda;
+    access.staged = access.device || stage_all_;
+  }
+  return access;
 }
 
 void EngineImpl::Finalize() {
@@ -212,7 +159,7 @@ void EngineImpl::Finalize() {
     for (auto& [h, r] : requests_) r->Cancel();
   }
   pool_->Stop();  // runs what is queued: canceled batches end at once
-  if (tcp_) tcp_->Stop();
+  backends_.StopServing();
   {
     std::lock_guard lock(requests_mu_);
     requests_.clear();
@@ -223,27 +170,22 @@ void EngineImpl::Finalize() {
     released.swap(resources_);
   }
   released.clear();  // peers were told goodbye: none uses the memory any more
-  if (ucx_) ucx_->Stop();
+  self_.reset();
+  backends_.Clear();
 }
 
 // ---------------------------------------------------------------- memory
-EngineImpl::RegionResources::~RegionResources() {
-  ucx.reset();          // the mappings go before the memory they describe
-  cuda_export.reset();
-  if (device_memory != nullptr) transport::cuda::FreeDevice(device_memory);
-  if (pinned != nullptr) transport::cuda::UnpinHost(pinned);
-}
-
 Status EngineImpl::RegisterMem(void* addr, uint64_t len, MemType type, MemHandle* handle,
                                const std::string& tag) {
   Status s = CheckRunning("RegisterMem");
   if (s.ok() && handle == nullptr) s = {StatusCode::kInvalidArgument, "RegisterMem: null handle pointer"};
   MemType actual = MemType::kHost;
   int32_t device = -1;
-  if (s.ok()) transport::cuda::Classify(addr, &actual, &device);
-  if (s.ok() && type == MemType::kCuda && !cuda_ok_) {
-    s = {StatusCode::kUnsupported, "RegisterMem: GPU memory needs CUDA here: " + cuda_off_};
-  } else if (s.ok() && type != actual) {
+  if (s.ok()) backends_.Classify(addr, &actual, &device);
+  if (s.ok()) {
+    if (Status ms = backends_.CheckMemoryType(type); !ms.ok()) s = {ms.code(), "RegisterMem: " + ms.message()};
+  }
+  if (s.ok() && type != actual) {
     s = {StatusCode::kInvalidArgument,
          "RegisterMem: " + text::Hex(reinterpret_cast<uint64_t>(addr)) + " is " +
              (actual == MemType::kCuda ? "GPU memory (device " + std::to_string(device) +
@@ -262,35 +204,11 @@ Status EngineImpl::RegisterMem(void* addr, uint64_t len, MemType type, MemHandle
 
 Status EngineImpl::AddRegion(wire::WireRegion region, bool allocated,
                              std::unique_ptr<RegionResources> res, MemHandle* handle) {
-  const uint64_t addr = region.info.addr, len = region.info.len;
   // What peers need to reach the memory, prepared before the lock (pinning pages is slow
   // for large regions) and dropped again if the range was registered already.
-  // Peers put/get over ucx only through a UCX mapping and its remote key. (GPU memory is not
-  // offered to UCX: Debian's UCX has no CUDA support, and tcp serves it to other hosts.)
-  if (ucx_ && region.info.type == MemType::kHost) {
-    if (Status us = ucx_->MapMemory(addr, len, &res->ucx); !us.ok()) {
-      XLOG(WARN) << "memory at " << addr << " (" << len << " bytes) is not reachable through ucx: "
-                 << us.ToString();
-    }
-  }
-  if (region.info.type == MemType::kCuda) {  // same-host peers open it with CUDA IPC
-    Status cs = transport::cuda::Export::Create(addr, len, &res->cuda_export);
-    if (cs.ok()) {
-      region.cuda_handle = res->cuda_export->blob();
-    } else if (cs.code() == StatusCode::kInvalidArgument) {  // e.g. past the allocation's end
-      XLOG(WARN) << "RegisterMem: " << cs.ToString();
-      return {cs.code(), "RegisterMem: " + cs.message()};
-    } else {
-      XLOG(WARN) << "GPU memory at " << text::Hex(addr)
-                 << " cannot be opened by peers on this host (only peers that reach it over "
-                    "tcp can use it): " << cs.ToString();
-    }
-  } else if (cuda_ok_ && opts_.pin_host_memory) {  // H2D and D2H copies at the link's speed
-    if (Status ps = transport::cuda::PinHost(reinterpret_cast<void*>(addr), len); ps.ok()) {
-      res->pinned = reinterpret_cast<void*>(addr);
-    } else {
-      XLOG(INFO) << "host memory at " << text::Hex(addr) << " stays pageable: " << ps.ToString();
-    }
+  if (Status s = backends_.PrepareRegion(region.info, res.get(), &region.blobs); !s.ok()) {
+    XLOG(WARN) << "RegisterMem: " << s.ToString();
+    return {s.code(), "RegisterMem: " + s.message()};
   }
   std::lock_guard lock(subscribers_mu_);
   bool added = false;
@@ -300,7 +218,6 @@ Status EngineImpl::AddRegion(wire::WireRegion region, bool allocated,
     return s;
   }
   if (added) {
-    if (res->ucx) registry_.SetUcxKey(*handle, res->ucx->packed_key());
     resources_[*handle] = std::move(res);
     wire::WireRegion r;
     registry_.Lookup(*handle, &r);
@@ -320,29 +237,12 @@ Status EngineImpl::AllocMem(uint64_t len, MemType type, void** addr, MemHandle* 
     s = {StatusCode::kInvalidArgument, "AllocMem: null address or handle pointer"};
   }
   if (s.ok() && len == 0) s = {StatusCode::kInvalidArgument, "AllocMem: zero length"};
-  if (s.ok() && type == MemType::kCuda && !cuda_ok_) {
-    s = {StatusCode::kUnsupported, "AllocMem: GPU memory needs CUDA here: " + cuda_off_};
-  }
   auto res = std::make_unique<RegionResources>();
   wire::WireRegion r;
-  r.info = RegionInfo{0, len, type, -1, tag, false};
-  if (s.ok() && type == MemType::kCuda) {
-    s = transport::cuda::AllocDevice(len, options.device, &res->device_memory);
-    if (s.ok()) {
-      r.info.addr = reinterpret_cast<uint64_t>(res->device_memory);
-      MemType t;
-      transport::cuda::Classify(res->device_memory, &t, &r.info.device);
-    }
-  } else if (s.ok()) {
-    r.shm_key = next_segment_key_.fetch_add(1);
-    s = transport::shm::Segment::Create(len, options.huge_pages,
-                                        transport::shm::SegmentName(incarnation_, r.shm_key),
-                                        &res->segment);
-    if (s.ok()) {
-      r.info.addr = reinterpret_cast<uint64_t>(res->segment->data());
-      r.info.shared = true;
-      r.shm_fd = res->segment->fd();
-    }
+  r.info = RegionInfo{0, len, type, -1, tag, type == MemType::kHost};
+  if (s.ok()) {
+    s = backends_.Allocate(len, type, options, &r.info.addr, &r.info.device, &res->allocation);
+    if (!s.ok() && s.message().rfind("AllocMem", 0) != 0) s = {s.code(), "AllocMem: " + s.message()};
   }
   if (s.ok()) {
     const uint64_t at = r.info.addr;
@@ -376,8 +276,8 @@ Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
       }
     }
   }
-  FenceBatches(nullptr);      // our own transfers from or into the region have finished
-  if (tcp_) tcp_->Fence();    // and so have peers' tcp batches that our threads execute
+  FenceBatches(nullptr);  // our own transfers from or into the region have finished
+  backends_.Fence();      // and so have peers' batches that our backends' threads execute
   // Each peer acknowledges once its batches touching the region have finished. A peer that
   // cannot say so in time is cut off: it must not keep writing into memory we give back.
   auto deadline = DeadlineAfter(opts_.heartbeat_timeout);
@@ -424,73 +324,6 @@ Status EngineImpl::FindPeer(const std::string& remote, Peer* peer) {
   return Status::Ok();
 }
 
-uint8_t* EngineImpl::MapRegion(PeerState& peer, RemoteRegion& region) {
-  std::lock_guard lock(region.map_mu);
-  if (!region.map_tried) {
-    region.map_tried = true;
-    Status s = peer.mapper->Map(region.shm_fd,
-                                transport::shm::SegmentName(peer.info.incarnation, region.shm_key),
-                                region.info.len, &region.map);
-    if (!s.ok()) {
-      XLOG(WARN) << "cannot map region " << region.id << " of peer " << peer.info.name
-                 << " (its transfers take the peer's transport): " << s.ToString();
-    }
-  }
-  return region.map ? region.map->base() : nullptr;
-}
-
-uint8_t* EngineImpl::OpenForCuda(PeerState& peer, RemoteRegion& region) {
-  if (peer.same_process) return reinterpret_cast<uint8_t*>(region.info.addr);
-  if (region.info.type == MemType::kHost) {
-    return peer.mapper && region.shm_key != 0 ? MapRegion(peer, region) : nullptr;
-  }
-  std::lock_guard lock(region.map_mu);
-  if (!region.cuda_tried && !region.revoked.load()) {
-    region.cuda_tried = true;
-    Status s = region.cuda_handle.empty()
-                   ? Status{StatusCode::kUnsupported, "the peer could not export it"}
-                   : transport::cuda::Open(
-                         region.cuda_handle, region.info.len,
-                         [&peer](int32_t remote_fd, int* fd) {
-                           return peer.mapper ? peer.mapper->TakeFd(remote_fd, fd)
-                                              : Status{StatusCode::kUnsupported,
-                                                       "cannot take descriptors from the peer"};
-                         },
-                         &region.cuda_map);
-    if (!s.ok()) {
-      XLOG(WARN) << "cannot open GPU region " << region.id << " of peer " << peer.info.name
-                 << " (its transfers take the peer's transport, when it reaches GPU memory): "
-                 << s.ToString();
-    }
-  }
-  return region.cuda_map ? region.cuda_map->base() : nullptr;
-}
-
-void EngineImpl::SetPaths(PeerState* st) const {
-  PeerPaths& p = st->paths;
-  p.link = st->link != nullptr;
-  if (st->mapper && opts_.transport != "cuda") {
-    p.shm_base = [st](RemoteRegion& r) { return MapRegion(*st, r); };
-    p.shm_limits = shm_limits_;
-  }
-  if (st->cuda) {
-    p.cuda_base = [st](RemoteRegion& r) { return OpenForCuda(*st, r); };
-    // One stream's copies run one after another, so pieces only need to be large enough to
-    // hide a hand-off between streams (an H2D copy of 4 MiB takes ~80 us), and batches of
-    // small ones amortize the wait for their completion.
-    p.cuda_limits = {opts_.slice_bytes ? opts_.slice_bytes : 4ull << 20,
-                     opts_.batch_bytes ? opts_.batch_bytes : 16ull << 20, 4096};
-  }
-  if (st->gpu_link) {
-    p.gpu_link = true;
-    p.gpu_link_limits = LimitsFor(*tcp_);
-  }
-  st->staging = st->link ? staging_ : nullptr;
-  p.staging = st->staging != nullptr;
-  p.stage_all = opts_.staging == "always";
-  p.staging_bytes = opts_.staging_buffer_bytes;
-}
-
 Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                           std::chrono::milliseconds timeout, bool track,
                           std::shared_ptr<Request>* out) {
@@ -508,12 +341,12 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
   Plan plan;
   if (s.ok()) {
     LocalMemoryCheck local(registry_);
-    s = MakePlan(op, descs, peer.state->regions, local, peer.state->paths, &plan);
+    s = MakePlan(op, descs, peer.state->regions, local, peer.state->routes, &plan);
     // The peer may have registered the region a moment ago: catch up with its updates once.
     if (s.code() == StatusCode::kRemoteAccessDenied && peer.session) {
       const auto sync_deadline = DeadlineAfter(std::min(timeout, opts_.heartbeat_timeout));
       if (SyncWith(peer.session, sync_deadline)) {
-        s = MakePlan(op, descs, peer.state->regions, local, peer.state->paths, &plan);
+        s = MakePlan(op, descs, peer.state->regions, local, peer.state->routes, &plan);
       } else if (!peer.state->alive.load() || peer.session->closed()) {
         s = {StatusCode::kConnectionLost, "peer '" + remote + "' went away"};
       } else if (timeout < opts_.heartbeat_timeout && Clock::now() >= sync_deadline) {
@@ -578,39 +411,44 @@ void EngineImpl::StartAll(const std::shared_ptr<Request>& req) {
 
 void EngineImpl::FenceBatches(PeerState* peer) {
   pool_->Fence();
-  std::vector<std::shared_ptr<transport::Link>> links;
-  if (peer) {
-    links.push_back(peer->link);
-  } else {
+  std::vector<std::shared_ptr<PeerState>> peers;
+  if (peer == nullptr) {
     std::lock_guard lock(peers_mu_);
-    for (const auto& [name, p] : peers_) links.push_back(p.state->link);
-    if (self_) links.push_back(self_->link);
+    for (const auto& [name, p] : peers_) peers.push_back(p.state);
+    if (self_) peers.push_back(self_);
   }
-  for (const auto& link : links) {
-    if (link && link->pipelined()) link->Quiesce();
-  }
+  auto quiesce = [](const PeerState& p) {
+    for (const auto& r : p.routes.routes) {
+      if (r->link().pipelined()) r->link().Quiesce();
+    }
+  };
+  if (peer != nullptr) quiesce(*peer);
+  for (const auto& p : peers) quiesce(*p);
 }
 
-bool EngineImpl::TryInlineShm(const std::string& remote, Op op, const TransferDesc& d,
-                              std::chrono::milliseconds timeout) {
+bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferDesc& d,
+                               std::chrono::milliseconds timeout) {
   Peer peer;
   // Anything unusual (including a peer to connect to first) takes the planned path.
   if ((op != Op::kRead && op != Op::kWrite) || timeout.count() <= 0 || d.len == 0 ||
       d.local_addr == 0 || d.remote_addr == 0 || d.local_addr + d.len < d.local_addr ||
       d.remote_addr + d.len < d.remote_addr || !running_.load(std::memory_order_relaxed) ||
-      !LookupPeer(remote, &peer) ||
-      !peer.state->paths.shm_base || d.len > peer.state->paths.shm_limits.slice_bytes ||
-      d.len >= peer.state->paths.shm_limits.streaming_bytes || peer.state->paths.stage_all) {
+      !LookupPeer(remote, &peer) || peer.state->routes.stage_all) {
     return false;
   }
   std::shared_ptr<RemoteRegion> region = peer.state->regions.Find(d.remote_addr, d.len);
-  if (!region || region->shm_key == 0 || registry_.TypeOf(d.local_addr, d.len) != MemType::kHost) {
-    return false;
+  if (!region || registry_.TypeOf(d.local_addr, d.len) != MemType::kHost) return false;
+  // The route the planner would choose: the first that reaches the pair.
+  transport::Route* route = nullptr;
+  uint8_t* base = nullptr;
+  for (const auto& r : peer.state->routes.routes) {
+    if (r->Reach(MemType::kHost, *region, &base).ok()) {
+      route = r.get();
+      break;
+    }
   }
-  uint8_t* base = MapRegion(*peer.state, *region);
-  if (base == nullptr) return false;
-  transport::Slice s{d.local_addr, reinterpret_cast<uint64_t>(base) + (d.remote_addr - region->info.addr),
-                     d.len};
+  if (route == nullptr || base == nullptr || !route->CopiesInline(d.len)) return false;
+  const uint64_t mapped = reinterpret_cast<uint64_t>(base) + (d.remote_addr - region->info.addr);
   // The same order of checks as a planned batch, under an execution slot (the fence of a
   // deregistration waits for it).
   auto slot = pool_->Slot();
@@ -618,10 +456,10 @@ bool EngineImpl::TryInlineShm(const std::string& remote, Op op, const TransferDe
       region->revoked.load(std::memory_order_acquire)) {
     return false;  // the planned path says why
   }
-  const uint64_t dst = op == Op::kWrite ? s.remote : s.local;
-  const uint64_t src = op == Op::kWrite ? s.local : s.remote;
-  pool_->SharedCopy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), s.len);
-  peer.state->shm_bytes.fetch_add(d.len, std::memory_order_relaxed);
+  const uint64_t dst = op == Op::kWrite ? mapped : d.local_addr;
+  const uint64_t src = op == Op::kWrite ? d.local_addr : mapped;
+  pool_->SharedCopy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), d.len);
+  route->bytes().fetch_add(d.len, std::memory_order_relaxed);
   return true;
 }
 
@@ -630,7 +468,7 @@ Status EngineImpl::TransferSync(const std::string& remote, Op op,
                                 std::chrono::milliseconds timeout) {
   // One small descriptor into a same-host peer's AllocMem memory: a memcpy on this thread,
   // without a request object (the 8-byte WRITE costs ~0.3 us instead of ~0.5).
-  if (descs.size() == 1 && TryInlineShm(remote, op, descs[0], timeout)) return Status::Ok();
+  if (descs.size() == 1 && TryInlineCopy(remote, op, descs[0], timeout)) return Status::Ok();
   std::shared_ptr<Request> req;
   Status s = Submit(remote, op, descs, timeout, false, &req);
   if (!s.ok()) return s;
@@ -661,7 +499,7 @@ Status EngineImpl::TransferAsync(const std::string& remote, Op op,
   // 0.95 M/s through the streams). Larger copies go to the streams: the caller is not held.
   constexpr uint64_t kAsyncInlineBytes = 64 << 10;
   if (descs.size() == 1 && descs[0].len <= kAsyncInlineBytes &&
-      TryInlineShm(remote, op, descs[0], timeout)) {
+      TryInlineCopy(remote, op, descs[0], timeout)) {
     auto done = Request::Completed(next_request_.fetch_add(1), op);
     *request = done->id();
     Track(done);

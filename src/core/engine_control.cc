@@ -17,10 +17,6 @@ std::string PeerKey(const wire::Hello& h) {
   return h.name + "#" + inc;
 }
 
-bool Offers(const wire::Hello& h, std::string_view transport) {
-  return std::find(h.transports.begin(), h.transports.end(), transport) != h.transports.end();
-}
-
 }  // namespace
 
 wire::Hello EngineImpl::MakeHello(const std::vector<wire::WireRegion>& regions) const {
@@ -29,21 +25,7 @@ wire::Hello EngineImpl::MakeHello(const std::vector<wire::WireRegion>& regions) 
   h.incarnation = incarnation_;
   h.host_id = host_id_;
   h.pid = static_cast<int32_t>(::getpid());
-  h.transports.push_back("local");
-  if (shm_ok_) h.transports.push_back("shm");
-  if (cuda_ok_) h.transports.push_back("cuda");
-  if (cma_ok_) {
-    h.transports.push_back("cma");
-    h.cma_cookie = reinterpret_cast<uint64_t>(&cma_cookie_);
-  }
-  if (ucx_) {
-    h.transports.push_back("ucx");
-    h.ucx_address = ucx_->worker_address();
-  }
-  if (tcp_) {
-    h.transports.push_back("tcp");
-    h.tcp_port = tcp_->port();
-  }
+  h.backends = backends_.HelloBlobs();
   h.regions = regions;
   return h;
 }
@@ -60,126 +42,44 @@ void EngineImpl::Unsubscribe(const std::shared_ptr<control::Session>& s) {
   subscribers_.erase(s);
 }
 
-PlanLimits EngineImpl::LimitsFor(const transport::Transport& t) const {
-  const uint64_t fallback = t.default_batch_bytes();
-  return {opts_.slice_bytes ? opts_.slice_bytes : fallback,
-          opts_.batch_bytes ? opts_.batch_bytes : fallback, t.max_slices_per_batch(), UINT64_MAX,
-          t.useful_batches_in_flight()};
-}
-
-PlanLimits EngineImpl::ShmLimits() const {
-  // memcpy has no per-call cost to amortize: pieces only need to be large enough that
-  // spreading them over the streams pays for the hand-off.
-  // Measured (walking 256 MiB; bench/compare_shm.sh): 128 KiB pieces let a 256 KiB request use
-  // two cores and reach memcpy's speed (1 MiB pieces: 0.85 of it), and 4 MiB ones 1.2x memcpy.
-  constexpr uint64_t kPiece = 128 << 10;
-  uint64_t streaming = opts_.streaming_copy_bytes;
-  if (streaming == 0) {
-    streaming = host::LastLevelCacheBytes();
-  }
-  return {opts_.slice_bytes ? opts_.slice_bytes : kPiece,
-          opts_.batch_bytes ? opts_.batch_bytes : kPiece, 1024, streaming};
-}
-
-Status EngineImpl::ChooseTransport(const wire::Hello& peer, const std::string& host,
-                                   PeerState* state) {
-  const bool same_host = peer.host_id == host_id_;
-  transport::PeerEndpoint ep{peer.pid, peer.incarnation, peer.cma_cookie, host, peer.tcp_port};
-  // Best first: local (same process) > cma (same host) > ucx (RDMA) > tcp (any host).
-  struct Candidate {
-    std::string_view name;
-    transport::Transport* t;
-    const char* unusable;  // why not, or null when it may be tried
-  };
-  const Candidate candidates[] = {
-      {"local", &local_, !same_host || peer.pid != ::getpid() ? "peer is another process" : nullptr},
-      {"cma", &cma_,
-       !same_host ? "peer is on another host"
-       : !cma_ok_ ? "cma is off here"
-       : !Offers(peer, "cma") ? "peer does not offer cma"
-                        : nullptr},
-      {"ucx", ucx_.get(),
-       !ucx_ ? ucx_off_.c_str() : peer.ucx_address.empty() ? "peer does not offer ucx" : nullptr},
-      {"tcp", tcp_.get(),
-       !tcp_ ? "tcp is off here" : peer.tcp_port == 0 ? "peer does not offer tcp" : nullptr},
-  };
-  std::string why;
-  for (const auto& c : candidates) {
-    if (!opts_.transport.empty() && opts_.transport != c.name) continue;
-    Status s;
-    if (c.unusable) {
-      s = {StatusCode::kUnsupported, std::string(c.name) + ": " + c.unusable};
-    } else if (c.t == ucx_.get()) {
-      // A ucx link finds each range's remote key in the peer's region table.
-      transport::UcxPeer up{peer.ucx_address,
-                            [state](uint64_t addr, uint64_t len, transport::UcxRemoteKey* key) {
-                              auto r = state->regions.Find(addr, len);
-                              if (!r || r->ucx_key.empty()) return false;
-                              *key = {r->id, r->ucx_key, r->info.addr, r->info.len};
-                              return true;
-                            },
-                            peer.name};
-      s = ucx_->ConnectUcx(up, &state->link);
-    } else {
-      s = c.t->Connect(ep, &state->link);
-    }
-    if (s.ok()) {
-      state->info.transport = std::string(c.name);
-      state->paths.link_limits = LimitsFor(*c.t);
-      state->paths.link_reaches_device = c.t->reaches_device_memory();
-      // A peer in another process whose link does not reach its GPU memory gets a tcp link
-      // beside (opened on first use), for the GPU regions cuda does not open. A forced
-      // transport stays alone. (In this process, cuda reaches every region as it is.)
-      if (opts_.transport.empty() && !c.t->reaches_device_memory() && c.t != &local_ &&
-          tcp_ && peer.tcp_port != 0 && !tcp_->Connect(ep, &state->gpu_link).ok()) {
-        state->gpu_link.reset();
-      }
-      return s;
-    }
-    why += (why.empty() ? "" : "; ") + s.message();
-  }
-  return {StatusCode::kUnsupported,
-          "no transport reaches peer " + peer.name + " (" + why +
-              (opts_.transport.empty() ? "" : "; transport forced to " + opts_.transport) + ")"};
-}
-
 std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, bool outbound,
                                                      const std::string& host,
                                                      std::string* transport_error) {
   auto st = std::make_shared<PeerState>();
-  st->info = PeerInfo{hello.name, hello.incarnation, hello.host_id, hello.pid, "", outbound};
-  const bool forced_shm = opts_.transport == "shm", forced_cuda = opts_.transport == "cuda";
-  const bool same_host = hello.host_id == host_id_;
-  st->same_process = same_host && hello.pid == ::getpid();
-  // Another process on this host: its AllocMem memory can be mapped (and it is cheaper to
-  // map than to reach through cma, so shm goes alongside whatever link is chosen). The
-  // descriptor-taking also serves cuda (GPU memory exported as a file descriptor).
-  if ((opts_.transport.empty() || forced_shm || forced_cuda) && shm_ok_ && Offers(hello, "shm") &&
-      same_host && !st->same_process) {
-    Status ms = transport::shm::PeerMapper::Open(hello.pid, &st->mapper);
-    if (!ms.ok()) XLOG(WARN) << "peer " << hello.name << ": " << ms.ToString();
-  }
-  st->info.shm = st->mapper != nullptr && !forced_cuda;
-  // Same host, GPUs on both sides: the copy engines move GPU memory directly.
-  st->cuda = (opts_.transport.empty() || forced_cuda) && cuda_ok_ && Offers(hello, "cuda") && same_host;
-  st->info.cuda = st->cuda;
-  Status s;
-  if (forced_shm || forced_cuda) {
-    const bool ok = forced_shm ? st->mapper != nullptr : st->cuda;
-    if (ok) {
-      st->info.transport = opts_.transport;
-    } else {
-      s = {StatusCode::kUnsupported,
-           opts_.transport + " cannot reach the peer (transport forced to " + opts_.transport + ")"};
+  st->info.name = hello.name;
+  st->info.incarnation = hello.incarnation;
+  st->info.host_id = hello.host_id;
+  st->info.pid = hello.pid;
+  st->info.transport = "none";
+  st->info.outbound = outbound;
+  transport::PeerContext peer;
+  peer.name = hello.name;
+  peer.incarnation = hello.incarnation;
+  peer.pid = hello.pid;
+  peer.host = host;
+  peer.same_host = hello.host_id == host_id_;
+  peer.same_process = peer.same_host && hello.pid == ::getpid();
+  // (The routes live in the peer's state, which outlives them.)
+  peer.find_region = [regions = &st->regions](uint64_t a, uint64_t l) { return regions->Find(a, l); };
+  st->routes.routes = backends_.Connect(peer, hello.backends, transport_error);
+  st->routes.staging = staging_ != nullptr;
+  st->routes.stage_all = stage_all_;
+  st->routes.staging_bytes = opts_.staging_buffer_bytes;
+  st->staging = staging_;
+  for (const auto& r : st->routes.routes) st->info.routes.emplace_back(r->backend());
+  // The transport: the best route that is a link (one that staging may use), else the best.
+  for (const auto& r : st->routes.routes) {
+    if (r->Stageable()) {
+      st->info.transport = std::string(r->backend());
+      break;
     }
-  } else {
-    s = ChooseTransport(hello, host, st.get());
   }
-  if (!s.ok()) {
-    *transport_error = s.message();
-    st->info.transport = "none";
+  if (st->info.transport == "none" && st->Reachable()) {
+    st->info.transport = std::string(st->routes.routes[0]->backend());
   }
-  SetPaths(st.get());
+  if (!st->Reachable()) {
+    *transport_error = "no transport reaches peer " + hello.name + " (" + *transport_error + ")";
+  }
   st->regions.Reset(hello.regions);
   return st;
 }
@@ -187,9 +87,8 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
 std::vector<std::shared_ptr<RemoteRegion>> EngineImpl::DropPeerState(PeerState& state) {
   state.alive.store(false);
   auto gone = state.regions.RevokeAll();
-  if (state.link) state.link->Shutdown();
-  if (state.gpu_link) state.gpu_link->Shutdown();
-  if (tcp_) tcp_->DropPeer(state.info.incarnation);
+  for (const auto& r : state.routes.routes) r->link().Shutdown();
+  backends_.DropPeer(state.info.incarnation);
   return gone;
 }
 
@@ -324,7 +223,7 @@ Status EngineImpl::Disconnect(const std::string& remote) {
   }
   auto gone = DropPeerState(*peer.state);
   pool_->Fence();  // our batches to the peer have finished
-  for (auto& r : gone) r->CloseGpu();
+  for (auto& r : gone) r->CloseAll();
   SayGoodbye({peer.session}, "disconnected by " + name_);
   return Status::Ok();
 }
@@ -339,10 +238,10 @@ Status EngineImpl::GetPeerInfo(const std::string& remote, PeerInfo* info) {
   }
   const PeerState& st = *peer.state;
   *info = st.info;
-  info->shm_bytes = st.shm_bytes.load(std::memory_order_relaxed);
-  info->cuda_bytes = st.cuda_bytes.load(std::memory_order_relaxed);
-  info->staged_bytes = st.staged_bytes.load(std::memory_order_relaxed);
-  info->transport_bytes = st.link_bytes.load(std::memory_order_relaxed);
+  for (const auto& r : st.routes.routes) {
+    info->moved.push_back({std::string(r->backend()), r->bytes().load(std::memory_order_relaxed)});
+  }
+  info->moved.push_back({"staged", st.staged_bytes.load(std::memory_order_relaxed)});
   return Status::Ok();
 }
 
@@ -440,7 +339,7 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
         } else if constexpr (std::is_same_v<T, wire::RegionRemove>) {
           auto gone = peer.regions.Revoke(m.id);
           FenceBatches(&peer);  // batches into the region that already started have finished
-          if (gone) gone->CloseGpu();
+          if (gone) gone->CloseAll();
           Status st = s->Send(wire::RegionRemoveAck{m.id, m.seq}, opts_.heartbeat_timeout);
           if (!st.ok()) s->Shutdown("cannot acknowledge a deregistration");
         } else if constexpr (std::is_same_v<T, wire::RegionRemoveAck> ||
@@ -452,7 +351,7 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
           // Stop using the peer's memory, then say so: it may free that memory next.
           auto gone = DropPeerState(peer);
           pool_->Fence();
-          for (auto& r : gone) r->CloseGpu();
+          for (auto& r : gone) r->CloseAll();
           if (m.seq != 0) (void)s->Send(wire::SyncAck{m.seq}, opts_.heartbeat_timeout);
           s->Shutdown("peer said goodbye: " + m.reason);
         } else if constexpr (std::is_same_v<T, wire::Hello>) {

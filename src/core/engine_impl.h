@@ -15,17 +15,12 @@
 
 #include "control/control_loop.h"
 #include "control/session.h"
+#include "core/backend_set.h"
 #include "core/buffer_pool.h"
 #include "core/peer_state.h"
 #include "core/registry.h"
 #include "core/request.h"
 #include "core/stream_pool.h"
-#include "transport/cma/cma_transport.h"
-#include "transport/cuda/cuda_api.h"
-#include "transport/local/local_transport.h"
-#include "transport/shm/shm_memory.h"
-#include "transport/tcp/tcp_transport.h"
-#include "transport/ucx/ucx_transport.h"
 #include "util/net.h"
 #include "xfer/engine.h"
 
@@ -73,15 +68,8 @@ class EngineImpl final : public control::ControlHandler {
   };
 
   Status CheckRunning(const char* what) const;
-  // What a region holds besides its registry entry, released when the region goes.
-  struct RegionResources {
-    std::unique_ptr<transport::shm::Segment> segment;     // AllocMem host memory
-    void* device_memory = nullptr;                        // AllocMem GPU memory
-    std::unique_ptr<transport::cuda::Export> cuda_export;  // what same-host peers open
-    void* pinned = nullptr;                               // host memory page-locked here
-    std::unique_ptr<transport::UcxMemory> ucx;            // the UCX mapping and its key
-    ~RegionResources();
-  };
+  // Starts the backends (Initialize); listen_host: where they listen, if they do.
+  Status StartBackends(const std::string& listen_host);
   // Adds a region to the registry (with what peers need to reach it) and tells the peers.
   // allocated: memory from AllocMem (released only by FreeMem).
   Status AddRegion(wire::WireRegion region, bool allocated, std::unique_ptr<RegionResources> res,
@@ -91,13 +79,6 @@ class EngineImpl final : public control::ControlHandler {
   bool LookupPeer(const std::string& remote, Peer* peer);
   // LookupPeer, or auto-connect when the options say so.
   Status FindPeer(const std::string& remote, Peer* peer);
-  // Where the peer's shared region is mapped here (mapping it on first use), or null.
-  static uint8_t* MapRegion(PeerState& peer, RemoteRegion& region);
-  // Where the copy engines reach the peer's region here: its GPU memory opened through CUDA
-  // IPC (on first use), its AllocMem host memory mapped; or null.
-  static uint8_t* OpenForCuda(PeerState& peer, RemoteRegion& region);
-  // Fills peer.paths from what MakePeerState found (link, mapper, cuda).
-  void SetPaths(PeerState* peer) const;
   // track: keep the request in requests_ under its handle (async requests; a sync one is
   // only ever seen by its caller).
   Status Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
@@ -110,9 +91,10 @@ class EngineImpl final : public control::ControlHandler {
   // Returns once every batch to `peer` (all peers: null) that started before the call has
   // ended: those that streams and callers run, and those in flight on pipelined links.
   void FenceBatches(PeerState* peer);
-  // Moves one descriptor into or out of a peer's mapped segment on this thread, when every
-  // check passes at once; false leaves it to the planned path (which explains refusals).
-  bool TryInlineShm(const std::string& remote, Op op, const TransferDesc& d,
+  // Moves one descriptor into or out of a peer's mapped memory on this thread, when its route
+  // copies inline (Route::CopiesInline) and every check passes at once; false leaves it to the
+  // planned path (which explains refusals).
+  bool TryInlineCopy(const std::string& remote, Op op, const TransferDesc& d,
                     std::chrono::milliseconds timeout);
   std::shared_ptr<Request> TakeIfDone(RequestHandle h, const RequestStatus& st);
   // --- control plane (engine_control.cc)
@@ -120,20 +102,17 @@ class EngineImpl final : public control::ControlHandler {
   // Sends our hello on s and adds s to the sessions that hear of region changes.
   Status SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s);
   void Unsubscribe(const std::shared_ptr<control::Session>& s);
-  // state: the peer's (its region table gives ucx links their remote keys).
-  Status ChooseTransport(const wire::Hello& peer, const std::string& host, PeerState* state);
-  // Batch sizes for a peer reached through t: the options, or t's own defaults.
-  PlanLimits LimitsFor(const transport::Transport& t) const;
-  PlanLimits ShmLimits() const;  // the same for memcpy into a peer's mapped memory (reads sysfs)
   // host: the peer's address as we reach it (the control connection's other end).
   std::shared_ptr<PeerState> MakePeerState(const wire::Hello& hello, bool outbound,
                                            const std::string& host, std::string* transport_error);
+  // What the target-side backends may do with a range of our memory (EngineContext).
+  transport::TargetAccess RegionAccess(uint64_t addr, uint64_t len) const;
   bool IsPeer(uint64_t incarnation);
   void OnHello(const std::shared_ptr<control::Session>& s, wire::Hello&& hello);
   // One round trip on the session: when it returns true, the peer's earlier frames (region
   // updates) have been applied here.
   bool SyncWith(const std::shared_ptr<control::Session>& s, Clock::time_point deadline);
-  // Marks the peer gone and revokes its regions; returns them, for CloseGpu after a fence.
+  // Marks the peer gone and revokes its regions; returns them, for CloseAll after a fence.
   std::vector<std::shared_ptr<RemoteRegion>> DropPeerState(PeerState& state);
   // Tells each peer we are leaving and waits (up to heartbeat_timeout) until each has stopped
   // using our regions, then closes the sessions.
@@ -146,24 +125,14 @@ class EngineImpl final : public control::ControlHandler {
   std::string name_;
   uint64_t incarnation_ = 0;
   std::string host_id_;
-  uint64_t cma_cookie_ = 0;  // holds incarnation_; peers read it to prove cma works
-  bool cma_ok_ = false;
-  bool shm_ok_ = false;  // pidfd_getfd works: same-host peers' AllocMem memory can be mapped
-  PlanLimits shm_limits_;  // ShmLimits(), once
-  bool cuda_ok_ = false;   // a GPU and CUDA: GPU memory may be registered, the cuda path used
-  std::string cuda_off_;   // why not
   std::shared_ptr<BufferPool> staging_;  // null when EngineOptions::staging is off
+  bool stage_all_ = false;               // EngineOptions::staging == "always"
+  BackendSet backends_;
 
   Registry registry_;
   std::unique_ptr<StreamPool> pool_;
   std::unique_ptr<control::ControlLoop> loop_;
-  transport::LocalTransport local_;
-  transport::CmaTransport cma_;
-  std::unique_ptr<transport::TcpTransport> tcp_;  // null when its listener could not start
-  std::unique_ptr<transport::UcxTransport> ucx_;  // null when off, not built, or UCX failed
-  std::string ucx_off_;                           // why ucx_ is null
   std::shared_ptr<PeerState> self_;  // transfers to our own name
-  std::atomic<uint64_t> next_segment_key_{1};
 
   // Orders region changes with hello snapshots, so a peer never misses an update.
   std::mutex subscribers_mu_;
@@ -180,11 +149,6 @@ class EngineImpl final : public control::ControlHandler {
   std::unordered_map<RequestHandle, std::shared_ptr<Request>> requests_;
   std::atomic<RequestHandle> next_request_{1};
 };
-
-// The transports of this build, best first (EngineImpl::ChooseTransport tries them in order).
-// "shm" and "cuda" are paths beside the link: shm for AllocMem memory of same-host peers, cuda
-// for GPU memory on this host; forcing either leaves no link.
-inline constexpr std::string_view kTransportNames[] = {"local", "shm", "cuda", "cma", "ucx", "tcp"};
 
 // Adds a timeout to now without overflowing on huge values.
 inline std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds t) {

@@ -57,87 +57,67 @@ bool LocalMemoryCheck::Allows(uint64_t addr, uint64_t len, bool need_write, MemT
 
 namespace {
 
-// A descriptor's path, where its remote region is mapped here (shm, cuda) or null, and which
-// link carries it.
-struct Route {
-  Path path = Path::kLink;
+// The route a descriptor takes, where its remote region is mapped here (mapping routes) or
+// null, and whether it passes through a staging buffer.
+struct Choice {
+  uint8_t route = 0;
   uint8_t* base = nullptr;
-  bool gpu_link = false;
+  bool staged = false;
 };
 
-Status ChooseRoute(const PeerPaths& paths, RemoteRegion& r, bool local_device, Route* route) {
-  const bool remote_device = r.info.type == MemType::kCuda;
-  if (!paths.stage_all) {
-    if (local_device || remote_device) {
-      if (paths.cuda_base) {
-        if (uint8_t* b = paths.cuda_base(r)) {
-          *route = {Path::kCuda, b};
-          return Status::Ok();
-        }
-      }
-    } else if (paths.shm_base && r.shm_key != 0) {
-      if (uint8_t* b = paths.shm_base(r)) {
-        *route = {Path::kShm, b};
-        return Status::Ok();
-      }
-    }
-  }
-  if (!paths.link) {
-    return {StatusCode::kUnsupported,
-            "the transport is forced to shm or cuda, which do not reach this pair (shm: the "
-            "peer's AllocMem host memory; cuda: GPU memory on either side, same host)"};
-  }
-  const bool gpu_link = remote_device && !paths.link_reaches_device;
-  if (gpu_link && !paths.gpu_link) {
-    return {StatusCode::kUnsupported,
-            std::string("the remote region is GPU memory, which only cuda (same host, CUDA on "
-                        "both sides) or tcp (the peer stages it) reach, and ") +
-                (paths.cuda_base ? "opening it through CUDA IPC failed (the log says why)"
-                 : paths.stage_all ? "staging = always keeps cuda out"
-                                   : "this peer is reached by neither")};
-  }
-  if (local_device || paths.stage_all) {
-    if (!paths.staging) {
-      return {StatusCode::kUnsupported,
-              "local GPU memory to this peer needs the buffer pool, and EngineOptions::staging "
-              "is off"};
-    }
-    *route = {Path::kStaged, nullptr, gpu_link};
-    return Status::Ok();
-  }
-  *route = {Path::kLink, nullptr, gpu_link};
-  return Status::Ok();
+std::string PairName(bool local_device, const RemoteRegion& r) {
+  return std::string(local_device ? "local GPU memory" : "local host memory") + " to the peer's " +
+         (r.info.type == MemType::kCuda ? "GPU memory" : "host memory");
 }
 
-PlanLimits LimitsOf(const PeerPaths& paths, Path p, bool gpu_link) {
-  switch (p) {
-    case Path::kShm: return paths.shm_limits;
-    case Path::kCuda: return paths.cuda_limits;
-    case Path::kStaged: {
-      PlanLimits l = gpu_link ? paths.gpu_link_limits : paths.link_limits;
-      l.slice_bytes = std::min(l.slice_bytes, paths.staging_bytes);
-      l.batch_bytes = std::min(l.batch_bytes, paths.staging_bytes);
-      return l;
+Status ChooseRoute(const PeerRoutes& peer, RemoteRegion& r, bool local_device, Choice* out) {
+  const auto& routes = peer.routes;
+  std::string why;
+  auto note = [&](const Status& s) { why += (why.empty() ? "" : "; ") + s.message(); };
+  const MemType local = local_device ? MemType::kCuda : MemType::kHost;
+  if (!peer.stage_all) {
+    for (size_t i = 0; i < routes.size(); ++i) {
+      uint8_t* base = nullptr;
+      Status s = routes[i]->Reach(local, r, &base);
+      if (s.ok()) {
+        *out = {static_cast<uint8_t>(i), base, false};
+        return s;
+      }
+      note(s);
     }
-    case Path::kLink: break;
   }
-  return gpu_link ? paths.gpu_link_limits : paths.link_limits;
+  // Through a staging buffer our side is host memory.
+  if (local_device || peer.stage_all) {
+    for (size_t i = 0; i < routes.size(); ++i) {
+      uint8_t* base = nullptr;
+      if (!routes[i]->Stageable() || !routes[i]->Reach(MemType::kHost, r, &base).ok()) continue;
+      if (!peer.staging) {
+        return {StatusCode::kUnsupported,
+                PairName(local_device, r) + " needs the buffer pool (staging through " +
+                    std::string(routes[i]->backend()) + "), and EngineOptions::staging is off"};
+      }
+      *out = {static_cast<uint8_t>(i), nullptr, true};
+      return Status::Ok();
+    }
+  }
+  return {StatusCode::kUnsupported, "no route to this peer moves " + PairName(local_device, r) +
+                                        (why.empty() ? "" : " (" + why + ")")};
+}
+
+PlanLimits LimitsOf(const PeerRoutes& peer, const Choice& c) {
+  PlanLimits l = peer.routes[c.route]->limits();
+  if (c.staged) {
+    l.slice_bytes = std::min(l.slice_bytes, peer.staging_bytes);
+    l.batch_bytes = std::min(l.batch_bytes, peer.staging_bytes);
+    l.streaming_bytes = UINT64_MAX;
+  }
+  return l;
 }
 
 }  // namespace
 
-std::string_view PathName(Path p) {
-  switch (p) {
-    case Path::kShm: return "shm";
-    case Path::kCuda: return "cuda";
-    case Path::kStaged: return "staged";
-    case Path::kLink: break;
-  }
-  return "link";
-}
-
 Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions& remote,
-                LocalMemoryCheck& local, const PeerPaths& paths, Plan* plan) {
+                LocalMemoryCheck& local, const PeerRoutes& routes, Plan* plan) {
   if (descs.empty()) return {StatusCode::kInvalidArgument, "no descriptors"};
   plan->slices.clear();
   plan->batches.clear();
@@ -148,15 +128,14 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
   // Validate each descriptor, route it, and coalesce runs adjacent on both sides.
   struct Run {
     transport::Slice slice;
-    Path path;
+    Choice choice;
     bool device;
-    bool gpu_link;
   };
   std::vector<Run> runs;
   runs.reserve(descs.size());
   RemoteRegion* last_region = nullptr;  // region of the previous descriptor
   bool last_device = false;             // ...whether its local side was GPU memory
-  Route route;                          // ...and its route
+  Choice route;                         // ...and its route
   RemoteRegion* run_region = nullptr;   // region of runs.back()
   for (size_t i = 0; i < descs.size(); ++i) {
     const TransferDesc& d = descs[i];
@@ -193,7 +172,7 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
     }
     const bool device = local_type == MemType::kCuda;
     if (last_region != region.get() || last_device != device) {
-      if (Status s = ChooseRoute(paths, *region, device, &route); !s.ok()) {
+      if (Status s = ChooseRoute(routes, *region, device, &route); !s.ok()) {
         return {s.code(), DescName(i, d) + ": " + s.message()};
       }
       last_region = region.get();
@@ -207,17 +186,17 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
     if (!runs.empty()) {
       Run& r = runs.back();
       if (r.slice.local + r.slice.len == d.local_addr && r.slice.remote + r.slice.len == remote_addr &&
-          region.get() == run_region && r.path == route.path && r.device == device &&
-          r.gpu_link == route.gpu_link) {
+          region.get() == run_region && r.choice.route == route.route &&
+          r.choice.staged == route.staged && r.device == device) {
         r.slice.len += d.len;
         continue;
       }
     }
-    runs.push_back({{d.local_addr, remote_addr, d.len}, route.path, device, route.gpu_link});
+    runs.push_back({{d.local_addr, remote_addr, d.len}, route, device});
     run_region = region.get();
   }
 
-  // Cut runs into slices and pack the slices into batches, each batch of one path.
+  // Cut runs into slices and pack the slices into batches, each of one route and kind.
   Plan::Batch current;
   auto close_batch = [&] {
     if (current.end > current.begin) plan->batches.push_back(current);
@@ -226,21 +205,22 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
   };
   for (const Run& run : runs) {
     const transport::Slice& r = run.slice;
-    const PlanLimits lim = LimitsOf(paths, run.path, run.gpu_link);
+    const PlanLimits lim = LimitsOf(routes, run.choice);
     plan->batches_in_flight = std::min(plan->batches_in_flight, lim.batches_in_flight);
     const uint64_t slice = std::max<uint64_t>(lim.slice_bytes, 1);
     const uint64_t batch_cap = std::max<uint64_t>(lim.batch_bytes, 1);
     const size_t max_slices = std::max<size_t>(lim.max_slices_per_batch, 1);
-    const bool streaming = run.path == Path::kShm && r.len >= lim.streaming_bytes;
-    const bool device = run.path == Path::kStaged && run.device;
-    if (current.end > current.begin && (current.path != run.path || current.streaming != streaming ||
-                                        current.device != device || current.gpu_link != run.gpu_link)) {
+    const bool streaming = r.len >= lim.streaming_bytes;
+    const bool device = run.choice.staged && run.device;
+    if (current.end > current.begin &&
+        (current.route != run.choice.route || current.staged != run.choice.staged ||
+         current.streaming != streaming || current.device != device)) {
       close_batch();
     }
-    current.path = run.path;
+    current.route = run.choice.route;
+    current.staged = run.choice.staged;
     current.streaming = streaming;
     current.device = device;
-    current.gpu_link = run.gpu_link;
     for (uint64_t off = 0; off < r.len; off += slice) {
       uint64_t n = std::min(slice, r.len - off);
       if (current.end > current.begin &&

@@ -29,7 +29,6 @@ Status Registry::Add(const wire::WireRegion& region, bool allocated, MemHandle* 
   Entry e;
   e.region = region;
   e.region.id = h;
-  e.region.info.shared = region.shm_key != 0;
   e.allocated = allocated;
   by_handle_.emplace(h, std::move(e));
   by_addr_.emplace(addr, h);
@@ -87,12 +86,6 @@ std::vector<wire::WireRegion> Registry::Snapshot() const {
   out.reserve(by_handle_.size());
   for (const auto& [h, e] : by_handle_) out.push_back(e.region);
   return out;
-}
-
-void Registry::SetUcxKey(MemHandle handle, const std::string& key) {
-  std::lock_guard lock(mu_);
-  auto it = by_handle_.find(handle);
-  if (it != by_handle_.end()) it->second.region.ucx_key = key;
 }
 
 bool Registry::Lookup(MemHandle handle, wire::WireRegion* out) const {

@@ -28,8 +28,6 @@ class Registry {
   std::optional<MemType> TypeOf(uint64_t addr, uint64_t len) const;
   std::vector<wire::WireRegion> Snapshot() const;
   bool Lookup(MemHandle handle, wire::WireRegion* out) const;
-  // Records the region's packed UCX remote key (advertised to peers from then on).
-  void SetUcxKey(MemHandle handle, const std::string& key);
 
  private:
   struct Entry {

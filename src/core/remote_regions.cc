@@ -9,10 +9,7 @@ std::shared_ptr<RemoteRegion> Make(const wire::WireRegion& w) {
   auto r = std::make_shared<RemoteRegion>();
   r->id = w.id;
   r->info = w.info;
-  r->shm_fd = w.shm_fd;
-  r->shm_key = w.shm_key;
-  r->ucx_key = w.ucx_key;
-  r->cuda_handle = w.cuda_handle;
+  r->blobs = w.blobs;
   return r;
 }
 

@@ -8,36 +8,11 @@
 #include <vector>
 
 #include "control/wire.h"
-#include "transport/cuda/cuda_api.h"
-#include "transport/shm/shm_memory.h"
+#include "transport/remote_region.h"
 
 namespace xfer {
 
-struct RemoteRegion {
-  uint64_t id = 0;
-  RegionInfo info;
-  // Set when the owner deregisters it: batches check this before they move a byte.
-  std::atomic<bool> revoked{false};
-  // Memory from the owner's AllocMem (shm_key != 0): its segment, mapped here on first use.
-  int32_t shm_fd = -1;
-  uint64_t shm_key = 0;
-  std::string ucx_key;      // packed UCX remote key (the ucx transport), or empty
-  std::string cuda_handle;  // GPU memory: what cuda::Open takes, or empty
-  std::mutex map_mu;
-  bool map_tried = false;                          // map_mu
-  std::shared_ptr<transport::shm::Mapping> map;    // map_mu; null: not mapped (use the link)
-  bool cuda_tried = false;                         // map_mu
-  std::shared_ptr<transport::cuda::Mapping> cuda_map;  // map_mu; the GPU region opened here
-
-  // Closes the GPU region opened here, for good. Called once the region is revoked and no
-  // batch uses it any more, before the owner is told: CUDA forbids the owner to free memory
-  // that another process still has open.
-  void CloseGpu() {
-    std::lock_guard lock(map_mu);
-    cuda_tried = true;
-    cuda_map.reset();
-  }
-};
+using transport::RemoteRegion;
 
 class RemoteRegions {
  public:

@@ -1,7 +1,5 @@
 #include "core/request.h"
 
-#include "transport/cuda/cuda_api.h"
-#include "transport/local/local_transport.h"
 #include "util/spin.h"
 
 namespace xfer {
@@ -13,7 +11,7 @@ Request::Request(RequestHandle id, Op op, Clock::time_point deadline,
       deadline_(deadline),
       peer_(std::move(peer)),
       plan_(std::move(plan)),
-      pipelined_(Pipelined(peer_, plan_)),
+      pipelined_(PipelinedRoute(peer_, plan_)),
       outstanding_(plan_.batches.size()) {}
 
 std::shared_ptr<Request> Request::Completed(RequestHandle id, Op op) {
@@ -69,39 +67,41 @@ bool Request::RunNext() {
 
 void Request::RunBatch(size_t i) {
   Status s = Admit();
-  std::atomic<uint64_t>* counter = &peer_->link_bytes;
+  const Plan::Batch& b = plan_.batches[i];
+  transport::Route& route = *peer_->routes.routes[b.route];
+  std::atomic<uint64_t>* counter = b.staged ? &peer_->staged_bytes : &route.bytes();
   if (s.ok()) {
-    const Plan::Batch& b = plan_.batches[i];
     const auto slices = std::span(plan_.slices).subspan(b.begin, b.end - b.begin);
-    // (The plan holds the regions, and a region its mapping, for shm and cuda.)
-    switch (b.path) {
-      case Path::kShm:
-        transport::CopyInProcess(op_, slices, b.streaming);
-        counter = &peer_->shm_bytes;
-        break;
-      case Path::kCuda:
-        s = transport::cuda::Copy(op_, slices, deadline_);
-        counter = &peer_->cuda_bytes;
-        break;
-      case Path::kStaged:
-        s = peer_->staging->Run(op_, slices, b.device, b.gpu_link ? *peer_->gpu_link : *peer_->link,
-                                deadline_);
-        counter = &peer_->staged_bytes;
-        break;
-      case Path::kLink:
-        s = (b.gpu_link ? peer_->gpu_link : peer_->link)->Execute(op_, slices, deadline_);
-        break;
+    // (The plan holds the regions, and a region what was opened of it, for mapping routes.)
+    if (b.staged) {
+      s = peer_->staging->Run(op_, slices, b.device, route.link(), deadline_);
+    } else {
+      s = (b.streaming ? route.streaming_link() : route.link()).Execute(op_, slices, deadline_);
     }
   }
   EndBatch(i, std::move(s), counter);
 }
 
-bool Request::Pipelined(const std::shared_ptr<PeerState>& peer, const Plan& plan) {
-  if (!peer || !peer->link || !peer->link->pipelined()) return false;
-  for (const auto& b : plan.batches) {
-    if (b.path != Path::kLink || b.gpu_link) return false;
+bool Request::IsSmallCopy(uint64_t max_bytes) const {
+  if (plan_.batches.size() != 1 || plan_.bytes > max_bytes) return false;
+  const Plan::Batch& b = plan_.batches[0];
+  if (b.staged || b.streaming) return false;
+  const transport::Route& route = *peer_->routes.routes[b.route];
+  for (uint32_t k = b.begin; k < b.end; ++k) {
+    if (!route.CopiesInline(plan_.slices[k].len)) return false;
   }
   return true;
+}
+
+transport::Route* Request::PipelinedRoute(const std::shared_ptr<PeerState>& peer, const Plan& plan) {
+  if (!peer || plan.batches.empty()) return nullptr;
+  const uint8_t first = plan.batches[0].route;
+  transport::Route* route = peer->routes.routes[first].get();
+  if (!route->link().pipelined()) return nullptr;
+  for (const auto& b : plan.batches) {
+    if (b.staged || b.route != first) return nullptr;
+  }
+  return route;
 }
 
 Status Request::Admit() {
@@ -120,16 +120,17 @@ bool Request::StartNext() {
   const Plan::Batch& b = plan_.batches[i];
   // The callbacks hold the request, and so the plan that the slices live in. A batch still
   // waiting for its turn is admitted again just before it goes out.
-  peer_->link->Start(op_, std::span(plan_.slices).subspan(b.begin, b.end - b.begin), deadline_,
-                     [self = shared_from_this(), i](Status st) {
-                       self->EndBatch(i, std::move(st), &self->peer_->link_bytes);
-                     },
-                     [self = shared_from_this()] { return self->Admit(); });
+  pipelined_->link().Start(op_, std::span(plan_.slices).subspan(b.begin, b.end - b.begin),
+                           deadline_,
+                           [self = shared_from_this(), i](Status st) {
+                             self->EndBatch(i, std::move(st), &self->pipelined_->bytes());
+                           },
+                           [self = shared_from_this()] { return self->Admit(); });
   return true;
 }
 
 void Request::Drive(Clock::time_point until) {
-  peer_->link->Drive(until, [this] { return done(); });
+  pipelined_->link().Drive(until, [this] { return done(); });
 }
 
 void Request::EndBatch(size_t i, Status result, std::atomic<uint64_t>* counter) {

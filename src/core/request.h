@@ -26,11 +26,8 @@ class Request : public std::enable_shared_from_this<Request> {
   bool done() const { return done_.load(std::memory_order_acquire); }
   size_t batch_count() const { return plan_.batches.size(); }
   size_t batches_in_flight() const { return plan_.batches_in_flight; }
-  // One memcpy batch (shm) of at most max_bytes.
-  bool IsSmallCopy(uint64_t max_bytes) const {
-    return plan_.batches.size() == 1 && plan_.batches[0].path == Path::kShm &&
-           plan_.bytes <= max_bytes;
-  }
+  // One batch of at most max_bytes whose route would copy it inline (Route::CopiesInline).
+  bool IsSmallCopy(uint64_t max_bytes) const;
 
   // Claims the next batch nobody has started and executes it on the calling thread (or
   // drops it when the request is stopping). False when every batch has been claimed. Streams
@@ -38,10 +35,10 @@ class Request : public std::enable_shared_from_this<Request> {
   // caller holds an execution slot of the StreamPool.
   bool RunNext();
 
-  // Whether every batch goes over the peer's pipelined link (ucx): then the caller starts them
+  // Whether every batch goes directly over one route whose link is pipelined (ucx): then the caller starts them
   // all (StartNext, each under an execution slot) and whoever waits drives the link (Drive),
   // so that one thread keeps many requests in flight; no stream runs them.
-  bool pipelined() const { return pipelined_; }
+  bool pipelined() const { return pipelined_ != nullptr; }
   // Claims the next batch and starts it on the pipelined link (or ends it here, when the
   // request is stopping or the batch cannot start). False when every batch has been claimed.
   bool StartNext();
@@ -62,15 +59,16 @@ class Request : public std::enable_shared_from_this<Request> {
   void Stop(StopReason reason, Status why);
   bool Stopping();
   Status CheckBeforeExecute() const;
-  static bool Pipelined(const std::shared_ptr<PeerState>& peer, const Plan& plan);
+  // The route every batch takes directly when its link is pipelined, else null.
+  static transport::Route* PipelinedRoute(const std::shared_ptr<PeerState>& peer, const Plan& plan);
   // Takes the next batch nobody has started; false when every batch has been taken.
   bool Claim(size_t* i);
   // Whether a batch may go out now: kCanceled when the request is stopping (the batch is
   // dropped), else the peer's and the regions' state.
   Status Admit();
   void RunBatch(size_t i);
-  // A batch ended with `result`: ok counts its bytes on `counter`; kCanceled (from Admit) means
-  // it was dropped because the request was stopping.
+  // A batch ended with `result`: ok counts its bytes on `counter` (the route's, or the peer's
+  // staged bytes); kCanceled (from Admit) means it was dropped because the request was stopping.
   void EndBatch(size_t i, Status result, std::atomic<uint64_t>* counter);
   void Finish();
 
@@ -79,7 +77,7 @@ class Request : public std::enable_shared_from_this<Request> {
   const Clock::time_point deadline_;
   const std::shared_ptr<PeerState> peer_;
   const Plan plan_;
-  const bool pipelined_;
+  transport::Route* const pipelined_;  // null: batches run on streams and callers
 
   std::atomic<size_t> next_batch_{0};
   std::atomic<size_t> outstanding_;

@@ -116,7 +116,7 @@ class CudaFixture : public PeerFixture {
     xfer::PeerInfo info;
     const xfer::Status s = engine_.GetPeerInfo(peer_.name(), &info);
     EXPECT_TRUE(s.ok()) << s.ToString();
-    return {info.shm_bytes, info.cuda_bytes, info.staged_bytes, info.transport_bytes, info.cuda};
+    return {info.BytesVia("shm"), info.BytesVia("cuda"), info.BytesVia("staged"), info.BytesVia(info.transport), info.Reaches("cuda")};
   }
   // The peer's memory: GPU memory from its AllocMem(kCuda), or host memory. On one host the copy
   // engines reach the peer's host memory only when it comes from AllocMem (mapped here, as

@@ -24,7 +24,7 @@ class IntegrationShm : public PeerFixture {
 
 TEST_F(IntegrationShm, RandomDataOfEverySizeAndBatchShape) {
   const xfer::PeerInfo before = Info();
-  ASSERT_TRUE(before.shm) << "same-host peer without the shm path";
+  ASSERT_TRUE(before.Reaches("shm")) << "same-host peer without the shm path";
   EXPECT_EQ(before.transport, "cma");
   constexpr uint64_t kMax = 16 << 20;
   const PeerRegion r = peer_.ShmAlloc(kMax + 4096, "shm");
@@ -53,8 +53,8 @@ TEST_F(IntegrationShm, RandomDataOfEverySizeAndBatchShape) {
   EXPECT_EQ(Hash64(back.data(), kN * kB), Hash64(src.data(), kN * kB));
   moved += 2 * kN * kB;
   const xfer::PeerInfo after = Info();
-  EXPECT_EQ(after.shm_bytes - before.shm_bytes, moved);
-  EXPECT_EQ(after.transport_bytes, before.transport_bytes) << "shm memory went through cma";
+  EXPECT_EQ(after.BytesVia("shm") - before.BytesVia("shm"), moved);
+  EXPECT_EQ(after.BytesVia(after.transport), before.BytesVia(before.transport)) << "shm memory went through cma";
 }
 
 TEST_F(IntegrationShm, RegisteredMemoryOfTheSamePeerStillGoesThroughCma) {
@@ -67,8 +67,8 @@ TEST_F(IntegrationShm, RegisteredMemoryOfTheSamePeerStillGoesThroughCma) {
   EXPECT_EQ(peer_.Sum(shared), Hash64(src.data(), 1 << 20));
   EXPECT_EQ(peer_.Sum(plain), Hash64(src.data() + (1 << 20), 1 << 20));
   const xfer::PeerInfo info = Info();
-  EXPECT_EQ(info.shm_bytes, 1u << 20);
-  EXPECT_EQ(info.transport_bytes, 1u << 20);
+  EXPECT_EQ(info.BytesVia("shm"), 1u << 20);
+  EXPECT_EQ(info.BytesVia(info.transport), 1u << 20);
 }
 
 TEST_F(IntegrationShm, OwnerFreesTheRegionWhilePeerHasItMapped) {
@@ -107,7 +107,7 @@ TEST_F(IntegrationShm, SmallTransfersFromRegisteredMemoryRunInline) {
     ASSERT_EQ(Hash64(back.data(), len), Hash64(mine.data(), len)) << i;
     moved += 2 * len;
   }
-  EXPECT_EQ(Info().shm_bytes - before.shm_bytes, moved);
+  EXPECT_EQ(Info().BytesVia("shm") - before.BytesVia("shm"), moved);
   // Past the region's end: refused by the planned path, nothing written.
   EXPECT_EQ(Write({{mine.addr(), r.addr + (1 << 20) - 8, 16}}).code(), StatusCode::kRemoteAccessDenied);
   Reply f = peer_.Call("free " + std::to_string(r.handle));
@@ -284,9 +284,9 @@ TEST_F(IntegrationShmOff, ForcingCmaLeavesAllocMemToCma) {
   XT_ASSERT_OK(Write({{src.addr(), shared.addr, 1 << 20}}));
   EXPECT_EQ(peer_.Sum(shared), src.Hash());
   const xfer::PeerInfo info = Info();
-  EXPECT_FALSE(info.shm);
-  EXPECT_EQ(info.shm_bytes, 0u);
-  EXPECT_EQ(info.transport_bytes, 1u << 20);
+  EXPECT_FALSE(info.Reaches("shm"));
+  EXPECT_EQ(info.BytesVia("shm"), 0u);
+  EXPECT_EQ(info.BytesVia(info.transport), 1u << 20);
 }
 
 }  // namespace

@@ -39,8 +39,8 @@ TEST_P(IntegrationStaging, RandomDataOfEverySizeTakesThePool) {
   const uint64_t moved = RoundTripsOfEverySize();
   const xfer::PeerInfo info = Info();
   EXPECT_EQ(info.transport, GetParam());
-  EXPECT_EQ(info.staged_bytes, moved);
-  EXPECT_EQ(info.transport_bytes, 0u);
+  EXPECT_EQ(info.BytesVia("staged"), moved);
+  EXPECT_EQ(info.BytesVia(info.transport), 0u);
 }
 
 TEST_P(IntegrationStaging, LargeBatchesOfSmallDescriptors) { ScatteredRoundTrip(10000, 1024); }

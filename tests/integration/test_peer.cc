@@ -231,10 +231,10 @@ class Peer {
       if (!s.ok()) return Err(s);
       return "OK " + (info.transport.empty() ? std::string("-") : info.transport) + " " +
              std::to_string(info.incarnation) + " " + std::to_string(info.pid) + " " +
-             (info.outbound ? "1" : "0") + " " + info.name + " " + (info.shm ? "1" : "0") + " " +
-             std::to_string(info.shm_bytes) + " " + std::to_string(info.transport_bytes) + " " +
-             (info.cuda ? "1" : "0") + " " + std::to_string(info.cuda_bytes) + " " +
-             std::to_string(info.staged_bytes);
+             (info.outbound ? "1" : "0") + " " + info.name + " " + (info.Reaches("shm") ? "1" : "0") + " " +
+             std::to_string(info.BytesVia("shm")) + " " + std::to_string(info.BytesVia(info.transport)) + " " +
+             (info.Reaches("cuda") ? "1" : "0") + " " + std::to_string(info.BytesVia("cuda")) + " " +
+             std::to_string(info.BytesVia("staged"));
     }
     if (cmd == "regions") {
       std::string name;

@@ -43,7 +43,7 @@ TEST_F(IntegrationUcx, ForcedAndMovesRandomDataOfEverySize) {
     EXPECT_EQ(Hash64(back.data(), size), peer_.SumRange(r.addr, size));
   }
   XT_ASSERT_OK(engine_.GetPeerInfo(peer_.name(), &info));
-  EXPECT_GT(info.transport_bytes, 2 * kMax);
+  EXPECT_GT(info.BytesVia(info.transport), 2 * kMax);
 }
 
 TEST_F(IntegrationUcx, LargeBatchOfSmallDescriptors) { ScatteredRoundTrip(10000, 512); }

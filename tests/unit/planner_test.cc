@@ -16,19 +16,42 @@ wire::WireRegion HostRegion(uint64_t addr, uint64_t len, const std::string& tag)
   return r;
 }
 
+// A route that reaches the pairs `reaches` accepts, mapping remote regions to `base` (null: a
+// link over a wire, which staging may use).
+class TestRoute final : public transport::Route {
+ public:
+  using Reaches = std::function<bool(MemType local, const RemoteRegion& r)>;
+  TestRoute(std::string_view name, PlanLimits limits, Reaches reaches, uint8_t* base = nullptr)
+      : Route(name, nullptr, limits), reaches_(std::move(reaches)), base_(base) {}
+  Status Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
+    if (!reaches_(local, r)) return {StatusCode::kUnsupported, std::string(backend()) + ": not this pair"};
+    *mapped = base_;
+    return Status::Ok();
+  }
+  bool Stageable() const override { return base_ == nullptr; }
+
+ private:
+  const Reaches reaches_;
+  uint8_t* const base_;
+};
+
+bool HostPairs(MemType local, const RemoteRegion& r) {
+  return local == MemType::kHost && r.info.type == MemType::kHost;
+}
+
 class PlannerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     local_.resize(1 << 20);
-    remote_.Reset({{1, RegionInfo{kRemote, 1 << 20, MemType::kHost, -1, "", false}, -1, 0, "", ""},
-                   {2, RegionInfo{kRemote + (1 << 20), 1 << 20, MemType::kHost, -1, "", false}, -1, 0, "", ""}});
+    remote_.Reset({{1, RegionInfo{kRemote, 1 << 20, MemType::kHost, -1, "", false}, {}},
+                   {2, RegionInfo{kRemote + (1 << 20), 1 << 20, MemType::kHost, -1, "", false}, {}}});
   }
   uint64_t L(uint64_t off) { return reinterpret_cast<uint64_t>(local_.data()) + off; }
   Status Make(Op op, const std::vector<TransferDesc>& d, Plan* p, PlanLimits lim = {}) {
     LocalMemoryCheck check(registry_);
-    PeerPaths paths;
-    paths.link_limits = lim;
-    return MakePlan(op, d, remote_, check, paths, p);
+    PeerRoutes routes;
+    routes.routes.push_back(std::make_shared<TestRoute>("link", lim, HostPairs));
+    return MakePlan(op, d, remote_, check, routes, p);
   }
   static constexpr uint64_t kRemote = 0x7000'0000'0000ull;
   std::vector<char> local_;
@@ -104,7 +127,7 @@ TEST_F(PlannerTest, ChecksLocalMemory) {
   EXPECT_TRUE(Make(Op::kRead, {{L(0), kRemote, 4096}}, &p).ok());
 }
 
-// Routing: which path each descriptor takes, by the memory on both sides.
+// Routing: which route each descriptor takes, by the memory on both sides.
 class PlannerRouteTest : public PlannerTest {
  protected:
   void SetUp() override {
@@ -120,98 +143,119 @@ class PlannerRouteTest : public PlannerTest {
     MemHandle h;
     bool added;
     ASSERT_TRUE(registry_.Add(mine, false, &h, &added).ok());
-    paths_.link_limits = {64 << 10, 256 << 10, 1024};
-    paths_.staging_bytes = 128 << 10;
-    paths_.cuda_limits = {1 << 20, 4 << 20, 1024};
+    routes_.staging_bytes = 128 << 10;
   }
   uint64_t D(uint64_t off) { return reinterpret_cast<uint64_t>(device_.data()) + off; }
   Status Route(Op op, const std::vector<TransferDesc>& d, Plan* p) {
     LocalMemoryCheck check(registry_);
-    return MakePlan(op, d, remote_, check, paths_, p);
+    return MakePlan(op, d, remote_, check, routes_, p);
+  }
+  // A link like cma or ucx: host memory on both sides.
+  void AddHostLink(PlanLimits lim = {64 << 10, 256 << 10, 1024}) {
+    routes_.routes.push_back(std::make_shared<TestRoute>("host-link", lim, HostPairs));
+  }
+  // A link like tcp: from our host memory to any of the peer's memory (the target stages it).
+  void AddStagingTargetLink(PlanLimits lim = {512 << 10, 512 << 10, 1024}) {
+    routes_.routes.push_back(std::make_shared<TestRoute>(
+        "any-link", lim, [](MemType local, const RemoteRegion&) { return local == MemType::kHost; }));
+  }
+  // Like cuda: GPU memory on either side, at the opened address.
+  void AddCopyEngines(uint8_t* opened) {
+    routes_.routes.push_back(std::make_shared<TestRoute>(
+        "copy-engines", PlanLimits{1 << 20, 4 << 20, 1024},
+        [](MemType local, const RemoteRegion& r) {
+          return r.info.type == MemType::kCuda;  // (and our GPU memory to it)
+        },
+        opened));
   }
   static constexpr uint64_t kGpu = 0x6000'0000'0000ull;
   std::vector<char> device_;
-  PeerPaths paths_;
+  PeerRoutes routes_;
 };
 
-TEST_F(PlannerRouteTest, HostPairsTakeTheLink) {
+TEST_F(PlannerRouteTest, HostPairsTakeTheFirstRouteThatReachesThem) {
+  AddHostLink();
+  AddStagingTargetLink();
   Plan p;
   ASSERT_TRUE(Route(Op::kWrite, {{L(0), kRemote, 4096}}, &p).ok());
   ASSERT_EQ(p.batches.size(), 1u);
-  EXPECT_EQ(p.batches[0].path, Path::kLink);
+  EXPECT_EQ(p.batches[0].route, 0u);
+  EXPECT_FALSE(p.batches[0].staged);
 }
 
 TEST_F(PlannerRouteTest, LocalGpuMemoryIsStagedInBufferSizedBatches) {
-  paths_.staging = true;
+  AddHostLink();
+  routes_.staging = true;
   Plan p;
   ASSERT_TRUE(Route(Op::kWrite, {{D(0), kRemote, 1 << 20}}, &p).ok());
   ASSERT_EQ(p.batches.size(), 8u);  // 1 MiB in batches of one 128 KiB buffer
   for (const auto& b : p.batches) {
-    EXPECT_EQ(b.path, Path::kStaged);
+    EXPECT_TRUE(b.staged);
+    EXPECT_EQ(b.route, 0u);
     EXPECT_TRUE(b.device);
     EXPECT_LE(b.bytes, 128u << 10);
   }
-  paths_.staging = false;
+  routes_.staging = false;
   Status s = Route(Op::kWrite, {{D(0), kRemote, 4096}}, &p);
   EXPECT_EQ(s.code(), StatusCode::kUnsupported);
   EXPECT_NE(s.message().find("staging"), std::string::npos) << s.message();
 }
 
-TEST_F(PlannerRouteTest, RemoteGpuMemoryNeedsCudaOrALinkThatReachesIt) {
+TEST_F(PlannerRouteTest, RemoteGpuMemoryNeedsARouteThatReachesIt) {
+  AddHostLink();
   Plan p;
   Status s = Route(Op::kWrite, {{L(0), kGpu, 4096}}, &p);
   EXPECT_EQ(s.code(), StatusCode::kUnsupported);
   EXPECT_NE(s.message().find("GPU memory"), std::string::npos) << s.message();
-  paths_.link_reaches_device = true;  // tcp: the target stages it
+  EXPECT_NE(s.message().find("host-link: not this pair"), std::string::npos) << s.message();
+  AddStagingTargetLink();
   ASSERT_TRUE(Route(Op::kWrite, {{L(0), kGpu, 4096}}, &p).ok());
-  EXPECT_EQ(p.batches[0].path, Path::kLink);
+  EXPECT_EQ(p.batches[0].route, 1u);
 }
 
-TEST_F(PlannerRouteTest, RemoteGpuMemoryTakesTheGpuLinkBesideALinkThatCannotReachIt) {
-  paths_.gpu_link = true;  // tcp beside ucx or cma
-  paths_.gpu_link_limits = {512 << 10, 512 << 10, 1024};
-  paths_.staging = true;
+TEST_F(PlannerRouteTest, EachPairTakesItsOwnRouteWithItsLimits) {
+  AddHostLink();
+  AddStagingTargetLink();
+  routes_.staging = true;
   Plan p;
-  // Host memory to the peer's host memory keeps the link; to its GPU memory takes the gpu
-  // link, staged when our side is GPU memory too.
+  // Host memory to the peer's host memory keeps the first link; to its GPU memory takes the
+  // second, staged when our side is GPU memory too.
   ASSERT_TRUE(Route(Op::kWrite, {{L(0), kRemote, 4096}, {L(8192), kGpu, 1 << 20}, {D(0), kGpu + (1 << 19), 4096}}, &p).ok());
   ASSERT_EQ(p.batches.size(), 4u);
-  EXPECT_FALSE(p.batches[0].gpu_link);
-  EXPECT_EQ(p.batches[0].path, Path::kLink);
+  EXPECT_EQ(p.batches[0].route, 0u);
   for (int i : {1, 2}) {
-    EXPECT_TRUE(p.batches[i].gpu_link) << i;
-    EXPECT_EQ(p.batches[i].path, Path::kLink) << i;
-    EXPECT_EQ(p.batches[i].bytes, 512u << 10) << i;  // cut by the gpu link's own limits
+    EXPECT_EQ(p.batches[i].route, 1u) << i;
+    EXPECT_FALSE(p.batches[i].staged) << i;
+    EXPECT_EQ(p.batches[i].bytes, 512u << 10) << i;  // cut by that route's own limits
   }
-  EXPECT_TRUE(p.batches[3].gpu_link);
-  EXPECT_EQ(p.batches[3].path, Path::kStaged);
+  EXPECT_EQ(p.batches[3].route, 1u);
+  EXPECT_TRUE(p.batches[3].staged);
 }
 
-TEST_F(PlannerRouteTest, CudaTakesGpuPairsAtTheOpenedAddress) {
+TEST_F(PlannerRouteTest, MappingRoutesTakeTheirPairsAtTheOpenedAddress) {
   static uint8_t opened[1 << 20];
-  paths_.cuda_base = [](RemoteRegion& r) {
-    return r.info.type == MemType::kCuda ? opened : nullptr;
-  };
-  paths_.staging = true;
+  AddCopyEngines(opened);
+  AddHostLink();
+  routes_.staging = true;
   Plan p;
-  // H2D and D2D go to the opened region; D2H to unmapped host memory is staged.
+  // H2D and D2D go to the opened region; D2H to host memory no mapping reaches is staged
+  // through the link (never through a mapping route).
   ASSERT_TRUE(Route(Op::kWrite, {{L(0), kGpu + 100, 4096}, {D(0), kGpu + 8192, 4096}, {D(8192), kRemote, 4096}}, &p).ok());
   ASSERT_EQ(p.batches.size(), 2u);
-  EXPECT_EQ(p.batches[0].path, Path::kCuda);
+  EXPECT_EQ(p.batches[0].route, 0u);
   EXPECT_EQ(p.slices[0].remote, reinterpret_cast<uint64_t>(opened) + 100);
   EXPECT_EQ(p.slices[1].remote, reinterpret_cast<uint64_t>(opened) + 8192);
-  EXPECT_EQ(p.batches[1].path, Path::kStaged);
+  EXPECT_EQ(p.batches[1].route, 1u);
+  EXPECT_TRUE(p.batches[1].staged);
   EXPECT_EQ(p.slices[2].remote, kRemote);
 }
 
-TEST_F(PlannerRouteTest, BatchesInFlightIsTheLeastOfThePathsTaken) {
-  paths_.link_limits.batches_in_flight = 2;  // as tcp with one link
+TEST_F(PlannerRouteTest, BatchesInFlightIsTheLeastOfTheRoutesTaken) {
   static uint8_t opened[1 << 20];
-  paths_.cuda_base = [](RemoteRegion& r) {
-    return r.info.type == MemType::kCuda ? opened : nullptr;
-  };
+  AddCopyEngines(opened);
+  AddHostLink({64 << 10, 256 << 10, 1024, UINT64_MAX, 2});  // as tcp with one link
   Plan p;
-  ASSERT_TRUE(Route(Op::kWrite, {{D(0), kGpu, 1 << 20}}, &p).ok());  // cuda only: no limit
+  ASSERT_TRUE(Route(Op::kWrite, {{D(0), kGpu, 1 << 20}}, &p).ok());  // copy engines: no limit
   EXPECT_EQ(p.batches_in_flight, SIZE_MAX);
   ASSERT_TRUE(Route(Op::kWrite, {{L(0), kRemote, 1 << 20}}, &p).ok());  // over the link
   EXPECT_EQ(p.batches.size(), 4u);
@@ -220,17 +264,32 @@ TEST_F(PlannerRouteTest, BatchesInFlightIsTheLeastOfThePathsTaken) {
   EXPECT_EQ(p.batches_in_flight, 2u);
 }
 
+TEST_F(PlannerRouteTest, LongRunsTakeTheStreamingLink) {
+  AddHostLink({64 << 10, 256 << 10, 1024, 512 << 10});
+  Plan p;
+  ASSERT_TRUE(Route(Op::kWrite, {{L(0), kRemote, 4096}, {L(8192), kRemote + 8192, 512 << 10}}, &p).ok());
+  ASSERT_EQ(p.batches.size(), 3u);
+  EXPECT_FALSE(p.batches[0].streaming);
+  EXPECT_TRUE(p.batches[1].streaming);  // the long run's slices, in batches of their own
+  EXPECT_TRUE(p.batches[2].streaming);
+}
+
 TEST_F(PlannerRouteTest, StageAllStagesHostMemoryToo) {
-  paths_.staging = true;
-  paths_.stage_all = true;
+  static uint8_t opened[1 << 20];
+  AddCopyEngines(opened);
+  AddHostLink();
+  routes_.staging = true;
+  routes_.stage_all = true;
   Plan p;
   ASSERT_TRUE(Route(Op::kRead, {{L(0), kRemote, 4096}}, &p).ok());
-  EXPECT_EQ(p.batches[0].path, Path::kStaged);
+  EXPECT_TRUE(p.batches[0].staged);
+  EXPECT_EQ(p.batches[0].route, 1u);
   EXPECT_FALSE(p.batches[0].device);
 }
 
-TEST_F(PlannerRouteTest, ForcedTransportWithoutARouteIsRefused) {
-  paths_.link = false;
+TEST_F(PlannerRouteTest, NoRouteForAPairIsRefusedWithTheDescriptor) {
+  static uint8_t opened[1 << 20];
+  AddCopyEngines(opened);  // as with the transport forced to cuda
   Plan p;
   Status s = Route(Op::kWrite, {{L(0), kRemote, 4096}}, &p);
   EXPECT_EQ(s.code(), StatusCode::kUnsupported);

@@ -57,8 +57,8 @@ TEST(Registry, ContainsHandlesOverlaps) {
 
 TEST(RemoteRegions, FindRevokeAndStraddle) {
   RemoteRegions rr;
-  rr.Reset({{1, RegionInfo{0x1000, 0x1000, MemType::kHost, -1, "a", false}, -1, 0, "", ""},
-            {2, RegionInfo{0x2000, 0x1000, MemType::kHost, -1, "b", false}, -1, 0, "", ""}});
+  rr.Reset({{1, RegionInfo{0x1000, 0x1000, MemType::kHost, -1, "a", false}, {}},
+            {2, RegionInfo{0x2000, 0x1000, MemType::kHost, -1, "b", false}, {}}});
   ASSERT_TRUE(rr.Find(0x1000, 0x1000));
   EXPECT_EQ(rr.Find(0x2800, 0x10)->id, 2u);
   EXPECT_FALSE(rr.Find(0x1ff0, 0x20));  // straddles two adjacent regions
@@ -68,7 +68,7 @@ TEST(RemoteRegions, FindRevokeAndStraddle) {
   EXPECT_TRUE(held->revoked.load());
   EXPECT_FALSE(rr.Find(0x1000, 1));
   EXPECT_FALSE(rr.Revoke(1));
-  rr.Add({3, RegionInfo{0x500, 0x10000, MemType::kHost, -1, "", false}, -1, 0, "", ""});  // overlaps region 2
+  rr.Add({3, RegionInfo{0x500, 0x10000, MemType::kHost, -1, "", false}, {}});  // overlaps region 2
   EXPECT_EQ(rr.Find(0x1000, 0x10)->id, 3u);
   EXPECT_EQ(rr.List().size(), 2u);
   rr.RevokeAll();

@@ -25,18 +25,17 @@ Hello SampleHello() {
   h.incarnation = 0x1122334455667788ull;
   h.host_id = "boot-id";
   h.pid = 4242;
-  h.cma_cookie = 0x7fff0000;
-  h.tcp_port = 40000;
-  h.ucx_address = std::string("\0\x05worker", 8);
-  h.transports = {"local", "cma"};
-  h.regions.push_back({7, RegionInfo{0x1000, 4096, MemType::kHost, -1, "kv-cache", true}, 12, 5, "packed \x01 rkey", ""});
-  h.regions.push_back({9, RegionInfo{0x9000, 1, MemType::kCuda, 3, "", false}, -1, 0, "", "cuda \x02 handle"});
+  h.backends = {{"local", ""}, {"cma", std::string("\0\x7f\xff\0\0\0\0\0", 8)},
+                {"ucx", std::string("\0\x05worker", 8)}};
+  h.regions.push_back({7, RegionInfo{0x1000, 4096, MemType::kHost, -1, "kv-cache", true},
+                       {{"shm", "fd and key"}, {"ucx", "packed \x01 rkey"}}});
+  h.regions.push_back({9, RegionInfo{0x9000, 1, MemType::kCuda, 3, "", false}, {{"cuda", "cuda \x02 handle"}}});
   return h;
 }
 
 TEST(WireCodec, EveryMessageRoundTrips) {
   std::vector<Message> all = {SampleHello(),
-                              RegionAdd{{3, RegionInfo{0xabc, 10, MemType::kHost, -1, "t", false}, -1, 0, "", ""}},
+                              RegionAdd{{3, RegionInfo{0xabc, 10, MemType::kHost, -1, "t", false}, {}}},
                               RegionRemove{3, 17},
                               RegionRemoveAck{3, 17},
                               Sync{5},
@@ -102,6 +101,22 @@ TEST(WireCodec, HugeCountsAreRefusedBeforeAllocation) {
   uint32_t len = 1000;
   std::memcpy(gp.data(), &len, 4);
   EXPECT_FALSE(DecodePayload(MsgType::kGoodbye, gp, &out, &why));
+}
+
+TEST(WireCodec, RefusesUnknownRegionFlagsAndTooManyBackends) {
+  Hello h = SampleHello();
+  for (uint32_t i = 0; i <= kMaxBlobs; ++i) h.backends.push_back({"b" + std::to_string(i), ""});
+  std::vector<uint8_t> frame = Encode(h);
+  Message out;
+  std::string why;
+  EXPECT_FALSE(DecodePayload(MsgType::kHello, std::span(frame).subspan(kHeaderSize), &out, &why));
+  EXPECT_NE(why.find("cap"), std::string::npos) << why;
+  // A region record: id, addr, len (u64 each), type u8, device i32, tag "t", then flags u8.
+  frame = Encode(RegionAdd{{3, RegionInfo{0xabc, 10, MemType::kHost, -1, "t", false}, {}}});
+  std::vector<uint8_t> payload(frame.begin() + kHeaderSize, frame.end());
+  payload[8 + 8 + 8 + 1 + 4 + 4 + 1] = 2;
+  EXPECT_FALSE(DecodePayload(MsgType::kRegionAdd, payload, &out, &why));
+  EXPECT_NE(why.find("flags"), std::string::npos) << why;
 }
 
 TEST(WireCodec, RandomBytesNeverCrash) {

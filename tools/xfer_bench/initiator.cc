@@ -211,10 +211,18 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
   row->lat = ComputeLatStats(all);
   row->cpu = secs > 0 ? double(cpu1 - cpu0) / 1e9 / secs * 100 : -1;
   if (have_pi) {
-    row->shm_bytes = int64_t(pi1.shm_bytes - pi0.shm_bytes);
-    row->transport_bytes = int64_t(pi1.transport_bytes - pi0.transport_bytes);
-    row->cuda_bytes = int64_t(pi1.cuda_bytes - pi0.cuda_bytes);
-    row->staged_bytes = int64_t(pi1.staged_bytes - pi0.staged_bytes);
+    auto moved = [&](std::string_view path) {
+      return int64_t(pi1.BytesVia(path) - pi0.BytesVia(path));
+    };
+    row->shm_bytes = moved("shm");
+    row->cuda_bytes = moved("cuda");
+    row->staged_bytes = moved("staged");
+    // The transport's column: every other route (the transport, and e.g. tcp beside cma for
+    // the peer's GPU memory).
+    row->transport_bytes = 0;
+    for (const auto& m : pi1.moved) {
+      if (m.path != "shm" && m.path != "cuda" && m.path != "staged") row->transport_bytes += moved(m.path);
+    }
   }
   if (c_.verify) row->verify = Verify(block);
   return true;

@@ -29,7 +29,7 @@ std::string Bench::MemNote() const {
 // The peer line's word on the cuda path, when GPU memory is in play (or the path is up).
 std::string Bench::GpuNote() const {
   const bool device = MemOf(c_.local_mem).device || MemOf(c_.remote_mem).device;
-  if (peer_info_.cuda)
+  if (peer_info_.Reaches("cuda"))
     return "; cuda: yes (the peer's GPU memory is opened here: CUDA IPC, copy engines)";
   if (!device) return "";
   std::string why = GpuWhy();
@@ -71,7 +71,7 @@ void Bench::PrintHeader(const std::string& transport_note) {
   } else {
     std::string shm;
     if (peer_info_.transport != "shm")
-      shm = peer_info_.shm        ? "; shm: yes (the peer's AllocMem memory is mapped here)"
+      shm = peer_info_.Reaches("shm")        ? "; shm: yes (the peer's AllocMem memory is mapped here)"
             : !c_.transport.empty() ? "; shm: no (forcing a transport disables it)"
                                     : "; shm: no (no mapped path to this peer)";
     shm += GpuNote();
@@ -232,8 +232,8 @@ bool Bench::WriteJson(std::string* err) {
                {"pid", peer_info_.pid},
                {"host_id", peer_info_.host_id},
                {"local_target", c_.peer.empty()},
-               {"shm", peer_info_.shm},
-               {"cuda", peer_info_.cuda},
+               {"shm", peer_info_.Reaches("shm")},
+               {"cuda", peer_info_.Reaches("cuda")},
                {"region_shared", remote_shared_},
                {"reverse_transport", c_.bidir ? json(rev_transport_) : json(nullptr)},
                {"reverse_shm", c_.bidir ? json(rev_shm_) : json(nullptr)}};

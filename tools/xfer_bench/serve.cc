@@ -117,7 +117,7 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::st
         result = refuse(why);
         break;
       }
-      ctl.Send({{"type", "ok"}, {"transport", pi.transport}, {"shm", pi.shm}});
+      ctl.Send({{"type", "ok"}, {"transport", pi.transport}, {"shm", pi.Reaches("shm")}});
     } else if (type == "prepare") {
       if (!init) {
         ctl.Send({{"type", "prepared"}});

@@ -112,7 +112,7 @@ int Bench::RunTable() {
     target_host_id_ = c_.buffer_pool ? pool_target_id : "";
     const std::string label = g.t + (g.d == "H2H" && g.p == "direct" ? "" : " " + g.d + " " + g.p);
     std::string err = Setup(g.t);
-    if (err.empty() && g.t == "cuda" && peer_info_.transport != "cuda" && !peer_info_.cuda)
+    if (err.empty() && g.t == "cuda" && peer_info_.transport != "cuda" && !peer_info_.Reaches("cuda"))
       err = "no cuda path to the target (the engine chose " + peer_info_.transport + ")";
     else if (err.empty() && g.t != "cuda" && peer_info_.transport != g.t)
       err = "the engine chose " + peer_info_.transport + " instead";

@@ -26,6 +26,7 @@
 #include <string>
 #include <thread>
 
+#include "transport/backend.h"
 #include "transport/transport.h"
 #include "util/net.h"
 
@@ -38,12 +39,7 @@ struct TcpOptions {
   std::chrono::microseconds spin{50};  // receivers spin this long before they sleep
 };
 
-// How the target may touch a range a batch names.
-struct TcpTargetAccess {
-  bool allowed = false;  // inside one registered region of this engine
-  bool staged = false;   // through a staging buffer (GPU memory; or all memory, staging=always)
-  bool device = false;   // GPU memory: copied by the copy engines
-};
+using TcpTargetAccess = TargetAccess;  // how the target may touch a range a batch names
 
 // What the tcp target needs from the engine.
 struct TcpTargetHooks {

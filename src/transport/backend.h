@@ -1,0 +1,183 @@
+// The backend interface: everything transport-specific lives behind it, one folder per backend
+// under src/transport/, listed in priority order by src/transport/backends.cc (the only file
+// that names them). The engine core talks to backends only through this header.
+//
+// A backend's life: CheckOptions, then Start (probe: usable here, or why not), then for the
+// engine's lifetime: HelloBlob (what peers need to reach us), Allocate / PrepareRegion (what a
+// registered region needs peers to know: an opaque per-region blob), Connect (a Route to one
+// peer, built from the peer's blobs), Fence and DropPeer (target side); StopServing, then
+// destruction, at Finalize. docs/backends.md has the full contract.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "transport/remote_region.h"
+#include "transport/transport.h"
+#include "xfer/options.h"
+#include "xfer/status.h"
+#include "xfer/types.h"
+
+namespace xfer::transport {
+
+// How a route cuts a request: descriptors longer than slice_bytes are cut, a batch carries at
+// most batch_bytes in at most max_slices_per_batch slices.
+struct PlanLimits {
+  uint64_t slice_bytes = 1ull << 20;
+  uint64_t batch_bytes = 4ull << 20;
+  size_t max_slices_per_batch = 1024;
+  // Runs (coalesced descriptors) at least this long go over the route's streaming link: copies
+  // too large to stay in the caches (shm: non-temporal stores).
+  uint64_t streaming_bytes = UINT64_MAX;
+  size_t batches_in_flight = SIZE_MAX;  // worth running at once on this route
+};
+
+// The user's EngineOptions::slice_bytes and batch_bytes, where set, over a backend's defaults.
+inline PlanLimits WithOverrides(PlanLimits defaults, const EngineOptions& o) {
+  if (o.slice_bytes != 0) defaults.slice_bytes = o.slice_bytes;
+  if (o.batch_bytes != 0) defaults.batch_bytes = o.batch_bytes;
+  return defaults;
+}
+
+// A backend's way to one peer. The planner asks each route of a peer, best first, whether it
+// reaches a (local memory, remote region) pair; the batches of that pair then go over link().
+class Route {
+ public:
+  Route(std::string_view backend, std::shared_ptr<Link> link, PlanLimits limits)
+      : backend_(backend), link_(std::move(link)), streaming_(link_), limits_(limits) {}
+  virtual ~Route() = default;
+  Route(const Route&) = delete;
+  Route& operator=(const Route&) = delete;
+
+  // Ok when this route moves bytes between local memory of type `local` and region r. A route
+  // that copies through a mapping of the region in this process (shm, cuda) sets *mapped to
+  // where the region's first byte is addressable here (it maps it on first use); others leave
+  // it null and batches carry the peer's own addresses. Otherwise, a status whose message says
+  // why not (read by a person: "the peer's GPU memory is out of its reach").
+  virtual Status Reach(MemType local, RemoteRegion& r, uint8_t** mapped) = 0;
+  // A single copy of len bytes into a mapping (Reach set *mapped) that the caller may run on
+  // its own thread with memcpy, without planning a request: cheaper than a hand-off.
+  virtual bool CopiesInline(uint64_t len) const { return false; }
+  // Whether batches of local GPU memory may pass through a staging buffer to this route (and,
+  // under staging = always, host memory): true for a link over a wire, false for copies
+  // through a mapping, which reach GPU memory themselves or not at all.
+  virtual bool Stageable() const { return true; }
+
+  std::string_view backend() const { return backend_; }
+  Link& link() const { return *link_; }
+  const std::shared_ptr<Link>& shared_link() const { return link_; }
+  Link& streaming_link() const { return *streaming_; }
+  const PlanLimits& limits() const { return limits_; }
+  std::atomic<uint64_t>& bytes() { return bytes_; }  // moved directly over this route
+
+ protected:
+  void set_streaming_link(std::shared_ptr<Link> l) { streaming_ = std::move(l); }
+
+ private:
+  const std::string_view backend_;
+  const std::shared_ptr<Link> link_;
+  std::shared_ptr<Link> streaming_;
+  const PlanLimits limits_;
+  std::atomic<uint64_t> bytes_{0};
+};
+
+// How a target-side backend (tcp: its threads touch our memory for a peer) may touch a range.
+struct TargetAccess {
+  bool allowed = false;  // inside one registered region of this engine
+  bool staged = false;   // through a staging buffer (GPU memory; or all memory, staging=always)
+  bool device = false;   // GPU memory: copied by the copy engines
+};
+
+// This engine, as every backend sees it when it starts.
+struct EngineContext {
+  uint64_t incarnation = 0;
+  std::string listen_host;     // where the control plane listens; data listeners bind here too
+  const EngineOptions* options = nullptr;
+  std::string forced;          // EngineOptions::transport: empty, or the one backend allowed
+  // What a peer may do with a range of our memory; asked for every slice a peer names.
+  std::function<TargetAccess(uint64_t addr, uint64_t len)> region_access;
+  // True while an engine of that incarnation has a control session with us.
+  std::function<bool(uint64_t incarnation)> is_peer;
+  uint64_t staging_bytes = 0;  // a target stages through buffers of this size; 0: staging off
+};
+
+// A peer, as its hello describes it, for a backend deciding whether and how it reaches it.
+struct PeerContext {
+  std::string name;
+  uint64_t incarnation = 0;
+  int32_t pid = 0;
+  std::string host;          // the peer's address as this engine reaches it (control connection)
+  bool same_host = false;    // same host identity (EngineOptions::host_id or the boot id)
+  bool same_process = false;
+  std::string_view blob;     // this backend's entry in the peer's hello
+  // The peer's region holding [addr, addr+len), as last heard of, or null.
+  std::function<std::shared_ptr<RemoteRegion>(uint64_t addr, uint64_t len)> find_region;
+};
+
+// Something a backend holds for one local region (a mapping, an export, pinned pages, or the
+// memory itself when it allocated it); released when the region goes.
+class RegionResource {
+ public:
+  virtual ~RegionResource() = default;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // Refuses values of this backend's options (EngineOptions fields that belong to it) with a
+  // reason, before anything starts.
+  virtual Status CheckOptions(const EngineOptions&) const { return Status::Ok(); }
+  // Probes and starts: ok when the backend can be offered to peers here, else why not (the
+  // engine logs it; a forced backend that cannot start fails Initialize).
+  virtual Status Start(const EngineContext& ctx) = 0;
+  // What peers need to reach us (our entry in the hello), or nullopt when this backend serves
+  // this engine alone (shm without pidfd_getfd still allocates memory); called after Start.
+  virtual std::optional<std::string> HelloBlob() const { return std::string(); }
+
+  // Whether memory of this type is this backend's to classify and allocate (GPU memory: cuda).
+  virtual bool HandlesDeviceMemory() const { return false; }
+  // True when p is memory this backend handles (device memory), with its type and device.
+  virtual bool Classify(const void* p, MemType* type, int32_t* device) const { return false; }
+  // Allocates len zeroed bytes for Engine::AllocMem; kUnsupported with an empty message when
+  // this backend does not allocate memory of that type (the next one is asked). *addr and *device describe the memory, *res owns it.
+  virtual Status Allocate(uint64_t len, MemType type, const AllocOptions& options, uint64_t* addr,
+                          int32_t* device, std::unique_ptr<RegionResource>* res) {
+    return {StatusCode::kUnsupported, ""};
+  }
+  // Prepares a region being registered: *blob (when set) travels to peers in the region's
+  // record, *res is kept until the region goes. allocation: what Allocate returned, if the
+  // memory came from AllocMem (of any backend), else null. An error refuses the registration;
+  // a backend that merely cannot offer the region logs why and returns ok without a blob.
+  virtual Status PrepareRegion(const RegionInfo& info, const RegionResource* allocation,
+                               std::optional<std::string>* blob,
+                               std::unique_ptr<RegionResource>* res) {
+    return Status::Ok();
+  }
+
+  // A route to a peer that offered this backend (its hello blob is in peer.blob), or why not.
+  virtual Status Connect(const PeerContext& peer, std::shared_ptr<Route>* route) = 0;
+  // Target side: waits until work that peers started through this backend before the call has
+  // finished; checks made after it see the registry as it is now.
+  virtual void Fence() {}
+  // The peer of that incarnation is gone: drop what serves it (its data connections).
+  virtual void DropPeer(uint64_t incarnation) {}
+  // Finalize: stop serving peers (threads that touch our memory), before the regions'
+  // resources are released. The backend is destroyed after them.
+  virtual void StopServing() {}
+};
+
+using BackendFactory = std::unique_ptr<Backend> (*)();
+
+// The backends compiled into this build, best first (src/transport/backends.cc).
+std::vector<std::unique_ptr<Backend>> MakeBackends();
+// Their names, in the same order.
+const std::vector<std::string>& BackendNames();
+
+}  // namespace xfer::transport

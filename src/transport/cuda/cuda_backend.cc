@@ -1,0 +1,199 @@
+// Backend "cuda": GPU memory on this host, moved by the copy engines (cuda_api.h). A
+// same-host peer's device regions are opened here (CUDA IPC, or a VMM allocation's file
+// descriptor), its AllocMem host memory mapped (shm), and batches become cudaMemcpyAsync
+// calls. It also classifies and allocates GPU memory, and page-locks registered host memory.
+#include "transport/backend.h"
+#include "transport/cuda/cuda_api.h"
+#include "transport/shm/shm_backend.h"
+#include "util/log.h"
+#include "util/text.h"
+
+namespace xfer::transport::cuda {
+namespace {
+
+class DeviceAllocation final : public RegionResource {
+ public:
+  explicit DeviceAllocation(void* p) : p_(p) {}
+  ~DeviceAllocation() override { FreeDevice(p_); }
+
+ private:
+  void* const p_;
+};
+
+class Pinned final : public RegionResource {
+ public:
+  explicit Pinned(void* p) : p_(p) {}
+  ~Pinned() override { UnpinHost(p_); }
+
+ private:
+  void* const p_;
+};
+
+class Exported final : public RegionResource {
+ public:
+  explicit Exported(std::unique_ptr<Export> e) : e_(std::move(e)) {}
+
+ private:
+  const std::unique_ptr<Export> e_;
+};
+
+class CopyEngineLink final : public Link {
+ public:
+  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override {
+    return Copy(op, batch, deadline);
+  }
+};
+
+class CudaRoute final : public Route {
+ public:
+  CudaRoute(const PeerContext& peer, std::unique_ptr<shm::PeerMapper> mapper, PlanLimits limits)
+      : Route("cuda", std::make_shared<CopyEngineLink>(), limits),
+        mapper_(std::move(mapper)),
+        peer_name_(peer.name),
+        peer_incarnation_(peer.incarnation),
+        same_process_(peer.same_process) {}
+
+  Status Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
+    if (local != MemType::kCuda && r.info.type != MemType::kCuda) {
+      return {StatusCode::kUnsupported, "cuda: moves GPU memory only"};
+    }
+    if (same_process_) {
+      *mapped = reinterpret_cast<uint8_t*>(r.info.addr);
+    } else if (r.info.type == MemType::kHost) {
+      *mapped = mapper_ ? shm::MapRegion(*mapper_, peer_name_, peer_incarnation_, r) : nullptr;
+      if (*mapped == nullptr) {
+        return {StatusCode::kUnsupported,
+                "cuda: the peer's host memory is reached only when it is AllocMem memory"};
+      }
+    } else {
+      *mapped = OpenDevice(r);
+      if (*mapped == nullptr) {
+        return {StatusCode::kUnsupported,
+                "cuda: opening the peer's GPU memory through CUDA IPC failed (the log says why)"};
+      }
+    }
+    return Status::Ok();
+  }
+  bool Stageable() const override { return false; }
+
+ private:
+  uint8_t* OpenDevice(RemoteRegion& r) {
+    const std::string* blob = FindBlob(r.blobs, "cuda");
+    Status failure;
+    uint8_t* base = r.OpenOnce(
+        "cuda",
+        [&](std::shared_ptr<void>* handle, uint8_t** at) {
+          if (blob == nullptr) return Status{StatusCode::kUnsupported, "the peer could not export it"};
+          std::shared_ptr<Mapping> m;
+          Status s = Open(
+              *blob, r.info.len,
+              [this](int32_t remote_fd, int* fd) {
+                return mapper_ ? mapper_->TakeFd(remote_fd, fd)
+                               : Status{StatusCode::kUnsupported,
+                                        "cannot take descriptors from the peer"};
+              },
+              &m);
+          if (s.ok()) {
+            *at = m->base();
+            *handle = std::move(m);
+          }
+          return s;
+        },
+        &failure);
+    if (!failure.ok()) {
+      XLOG(WARN) << "cannot open GPU region " << r.id << " of peer " << peer_name_
+                 << " (its transfers take another route, where one reaches GPU memory): "
+                 << failure.ToString();
+    }
+    return base;
+  }
+
+  const std::unique_ptr<shm::PeerMapper> mapper_;  // null in this process, or when refused
+  const std::string peer_name_;
+  const uint64_t peer_incarnation_;
+  const bool same_process_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cuda"; }
+
+  Status Start(const EngineContext& ctx) override {
+    options_ = *ctx.options;
+    std::string why;
+    if (!Available(&why)) return {StatusCode::kUnsupported, why};
+    return Status::Ok();
+  }
+
+  bool HandlesDeviceMemory() const override { return true; }
+  bool Classify(const void* p, MemType* type, int32_t* device) const override {
+    cuda::Classify(p, type, device);
+    return *type == MemType::kCuda;
+  }
+
+  Status Allocate(uint64_t len, MemType type, const AllocOptions& options, uint64_t* addr,
+                  int32_t* device, std::unique_ptr<RegionResource>* res) override {
+    if (type != MemType::kCuda) return {StatusCode::kUnsupported, ""};
+    void* p = nullptr;
+    Status s = AllocDevice(len, options.device, &p);
+    if (!s.ok()) return s;
+    *res = std::make_unique<DeviceAllocation>(p);
+    *addr = reinterpret_cast<uint64_t>(p);
+    MemType t;
+    cuda::Classify(p, &t, device);
+    return Status::Ok();
+  }
+
+  Status PrepareRegion(const RegionInfo& info, const RegionResource*,
+                       std::optional<std::string>* blob,
+                       std::unique_ptr<RegionResource>* res) override {
+    if (info.type == MemType::kCuda) {  // same-host peers open it with CUDA IPC
+      std::unique_ptr<Export> e;
+      Status s = Export::Create(info.addr, info.len, &e);
+      if (s.ok()) {
+        *blob = e->blob();
+        *res = std::make_unique<Exported>(std::move(e));
+      } else if (s.code() == StatusCode::kInvalidArgument) {  // e.g. past the allocation's end
+        return s;
+      } else {
+        XLOG(WARN) << "GPU memory at " << text::Hex(info.addr)
+                   << " cannot be opened by peers on this host (only peers that reach it over "
+                      "a staging target can use it): " << s.ToString();
+      }
+    } else if (options_.pin_host_memory) {  // H2D and D2H copies at the link's speed
+      void* p = reinterpret_cast<void*>(info.addr);
+      if (Status s = PinHost(p, info.len); s.ok()) {
+        *res = std::make_unique<Pinned>(p);
+      } else {
+        XLOG(INFO) << "host memory at " << text::Hex(info.addr) << " stays pageable: " << s.ToString();
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status Connect(const PeerContext& peer, std::shared_ptr<Route>* route) override {
+    if (!peer.same_host) return {StatusCode::kUnsupported, "cuda: the peer is on another host"};
+    std::unique_ptr<shm::PeerMapper> mapper;  // takes VMM descriptors, maps AllocMem memory
+    if (!peer.same_process) {
+      if (Status s = shm::PeerMapper::Open(peer.pid, &mapper); !s.ok()) {
+        XLOG(WARN) << "peer " << peer.name << ": " << s.ToString();
+      }
+    }
+    // One stream's copies run one after another, so pieces only need to be large enough to
+    // hide a hand-off between streams, and batches of small ones amortize the wait for their
+    // completion.
+    PlanLimits limits = WithOverrides({4ull << 20, 16ull << 20, 4096}, options_);
+    *route = std::make_shared<CudaRoute>(peer, std::move(mapper), limits);
+    return Status::Ok();
+  }
+
+ private:
+  EngineOptions options_;
+};
+
+}  // namespace
+}  // namespace xfer::transport::cuda
+
+namespace xfer::transport {
+std::unique_ptr<Backend> MakeCudaBackend() { return std::make_unique<cuda::CudaBackend>(); }
+}  // namespace xfer::transport

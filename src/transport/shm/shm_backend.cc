@@ -1,0 +1,174 @@
+#include "transport/shm/shm_backend.h"
+
+#include <atomic>
+
+#include "transport/backend.h"
+#include "transport/local/local_transport.h"
+#include "util/bytes.h"
+#include "util/host.h"
+#include "util/log.h"
+
+namespace xfer::transport::shm {
+namespace {
+
+// A region's blob: the owner's memfd descriptor (i32) and the key in the memfd's name (u64).
+std::string RegionBlob(int32_t fd, uint64_t key) {
+  std::string b;
+  bytes::Put(&b, fd);
+  bytes::Put(&b, key);
+  return b;
+}
+bool ParseRegionBlob(std::string_view b, int32_t* fd, uint64_t* key) {
+  return bytes::Take(&b, fd) && bytes::Take(&b, key) && b.empty() && *key != 0;
+}
+
+// AllocMem host memory: the segment, and the key peers check its name against.
+class Allocation final : public RegionResource {
+ public:
+  Allocation(std::unique_ptr<Segment> segment, uint64_t key) : segment(std::move(segment)), key(key) {}
+  const std::unique_ptr<Segment> segment;
+  const uint64_t key;
+};
+
+class CopyLink final : public Link {
+ public:
+  explicit CopyLink(bool streaming) : streaming_(streaming) {}
+  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point) override {
+    CopyInProcess(op, batch, streaming_);
+    return Status::Ok();
+  }
+
+ private:
+  const bool streaming_;
+};
+
+class ShmRoute final : public Route {
+ public:
+  ShmRoute(std::unique_ptr<PeerMapper> mapper, const PeerContext& peer, PlanLimits limits)
+      : Route("shm", std::make_shared<CopyLink>(false), limits),
+        mapper_(std::move(mapper)),
+        peer_name_(peer.name),
+        peer_incarnation_(peer.incarnation) {
+    set_streaming_link(std::make_shared<CopyLink>(true));
+  }
+  Status Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
+    if (local != MemType::kHost || r.info.type != MemType::kHost) {
+      return {StatusCode::kUnsupported, "shm: moves host memory only"};
+    }
+    if (FindBlob(r.blobs, "shm") == nullptr) {
+      return {StatusCode::kUnsupported, "shm: the region is not the peer's AllocMem memory"};
+    }
+    *mapped = MapRegion(*mapper_, peer_name_, peer_incarnation_, r);
+    if (*mapped == nullptr) return {StatusCode::kUnsupported, "shm: the region could not be mapped"};
+    return Status::Ok();
+  }
+  bool CopiesInline(uint64_t len) const override {
+    return len <= limits().slice_bytes && len < limits().streaming_bytes;
+  }
+  bool Stageable() const override { return false; }
+
+ private:
+  const std::unique_ptr<PeerMapper> mapper_;
+  const std::string peer_name_;
+  const uint64_t peer_incarnation_;
+};
+
+class ShmBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "shm"; }
+
+  Status Start(const EngineContext& ctx) override {
+    incarnation_ = ctx.incarnation;
+    options_ = *ctx.options;
+    std::string why;
+    offered_ = Available(&why);
+    if (!offered_) {
+      XLOG(WARN) << "shm not offered (peers' AllocMem memory goes through cma): " << why;
+    }
+    return Status::Ok();  // AllocMem memory is a memfd either way
+  }
+  std::optional<std::string> HelloBlob() const override {
+    return offered_ ? std::optional<std::string>(std::string()) : std::nullopt;
+  }
+
+  Status Allocate(uint64_t len, MemType type, const AllocOptions& options, uint64_t* addr,
+                  int32_t* device, std::unique_ptr<RegionResource>* res) override {
+    if (type != MemType::kHost) return {StatusCode::kUnsupported, ""};
+    const uint64_t key = next_key_.fetch_add(1);
+    std::unique_ptr<Segment> segment;
+    Status s = Segment::Create(len, options.huge_pages, SegmentName(incarnation_, key), &segment);
+    if (!s.ok()) return s;
+    *addr = reinterpret_cast<uint64_t>(segment->data());
+    *device = -1;
+    *res = std::make_unique<Allocation>(std::move(segment), key);
+    return Status::Ok();
+  }
+
+  Status PrepareRegion(const RegionInfo&, const RegionResource* allocation,
+                       std::optional<std::string>* blob,
+                       std::unique_ptr<RegionResource>*) override {
+    if (auto* a = dynamic_cast<const Allocation*>(allocation)) {
+      *blob = RegionBlob(a->segment->fd(), a->key);
+    }
+    return Status::Ok();
+  }
+
+  Status Connect(const PeerContext& peer, std::shared_ptr<Route>* route) override {
+    if (!offered_) return {StatusCode::kUnsupported, "shm: off here (no pidfd_getfd)"};
+    if (!peer.same_host) return {StatusCode::kUnsupported, "shm: the peer is on another host"};
+    if (peer.same_process) return {StatusCode::kUnsupported, "shm: the peer is this process"};
+    std::unique_ptr<PeerMapper> mapper;
+    Status s = PeerMapper::Open(peer.pid, &mapper);
+    if (!s.ok()) {
+      XLOG(WARN) << "peer " << peer.name << ": " << s.ToString();
+      return s;
+    }
+    // memcpy has no per-call cost to amortize: pieces only need to be large enough that
+    // spreading them over the streams pays for the hand-off (bench/RESULTS.md, shm).
+    PlanLimits limits = WithOverrides({128 << 10, 128 << 10, 1024}, options_);
+    limits.streaming_bytes = options_.streaming_copy_bytes != 0 ? options_.streaming_copy_bytes
+                                                                : host::LastLevelCacheBytes();
+    *route = std::make_shared<ShmRoute>(std::move(mapper), peer, limits);
+    return Status::Ok();
+  }
+
+ private:
+  uint64_t incarnation_ = 0;
+  EngineOptions options_;
+  bool offered_ = false;
+  std::atomic<uint64_t> next_key_{1};
+};
+
+}  // namespace
+
+uint8_t* MapRegion(const PeerMapper& mapper, const std::string& peer_name,
+                   uint64_t peer_incarnation, RemoteRegion& r) {
+  int32_t fd = -1;
+  uint64_t key = 0;
+  const std::string* blob = FindBlob(r.blobs, "shm");
+  if (blob == nullptr || !ParseRegionBlob(*blob, &fd, &key)) return nullptr;
+  Status failure;
+  uint8_t* base = r.OpenOnce(
+      "shm",
+      [&](std::shared_ptr<void>* handle, uint8_t** at) {
+        std::shared_ptr<Mapping> m;
+        Status s = mapper.Map(fd, SegmentName(peer_incarnation, key), r.info.len, &m);
+        if (s.ok()) {
+          *at = m->base();
+          *handle = std::move(m);
+        }
+        return s;
+      },
+      &failure);
+  if (!failure.ok()) {
+    XLOG(WARN) << "cannot map region " << r.id << " of peer " << peer_name
+               << " (its transfers take another route): " << failure.ToString();
+  }
+  return base;
+}
+
+}  // namespace xfer::transport::shm
+
+namespace xfer::transport {
+std::unique_ptr<Backend> MakeShmBackend() { return std::make_unique<shm::ShmBackend>(); }
+}  // namespace xfer::transport

@@ -1,0 +1,79 @@
+// Backend "tcp": any host (tcp_transport.h). The hello carries our data port; the target's
+// threads check every range a peer names and stage GPU memory through buffers of their own.
+#include "transport/backend.h"
+#include "transport/tcp/tcp_transport.h"
+#include "util/bytes.h"
+#include "util/log.h"
+
+namespace xfer::transport {
+namespace {
+
+class TcpRoute final : public Route {
+ public:
+  TcpRoute(std::shared_ptr<Link> link, PlanLimits limits) : Route("tcp", std::move(link), limits) {}
+  Status Reach(MemType local, RemoteRegion&, uint8_t**) override {
+    // The target stages its own GPU memory; ours passes through our staging buffers.
+    if (local != MemType::kHost) return {StatusCode::kUnsupported, "tcp: sends host memory only"};
+    return Status::Ok();
+  }
+};
+
+class TcpBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "tcp"; }
+
+  Status Start(const EngineContext& ctx) override {
+    const EngineOptions& o = *ctx.options;
+    options_ = o;
+    TcpTargetHooks hooks;
+    hooks.incarnation = ctx.incarnation;
+    hooks.region_access = ctx.region_access;
+    hooks.staging_bytes = ctx.staging_bytes;
+    hooks.is_peer = ctx.is_peer;
+    transport_ = std::make_unique<TcpTransport>(
+        TcpOptions{o.links, o.least_loaded_links, o.heartbeat_timeout, o.spin}, hooks);
+    if (Status s = transport_->Start(ctx.listen_host); !s.ok()) {
+      XLOG(WARN) << "tcp transport not offered: cannot listen on " << ctx.listen_host << ": "
+                 << s.message();
+      transport_.reset();
+      return {s.code(), "tcp cannot listen here: " + s.message()};
+    }
+    return Status::Ok();
+  }
+  std::optional<std::string> HelloBlob() const override {
+    std::string b;
+    bytes::Put(&b, transport_->port());
+    return b;
+  }
+
+  Status Connect(const PeerContext& peer, std::shared_ptr<Route>* route) override {
+    std::string_view blob = peer.blob;
+    uint16_t port = 0;
+    if (!bytes::Take(&blob, &port) || !blob.empty() || port == 0) {
+      return {StatusCode::kUnsupported, "tcp: the peer's hello entry is malformed"};
+    }
+    std::shared_ptr<Link> link;
+    Status s = transport_->Connect(PeerEndpoint{peer.pid, peer.incarnation, 0, peer.host, port}, &link);
+    if (!s.ok()) return s;
+    PlanLimits limits = WithOverrides({transport_->default_batch_bytes(), transport_->default_batch_bytes(),
+                                       transport_->max_slices_per_batch()},
+                                      options_);
+    limits.batches_in_flight = transport_->useful_batches_in_flight();
+    *route = std::make_shared<TcpRoute>(std::move(link), limits);
+    return Status::Ok();
+  }
+
+  void Fence() override { transport_->Fence(); }
+  void DropPeer(uint64_t incarnation) override { transport_->DropPeer(incarnation); }
+  void StopServing() override { transport_->Stop(); }
+
+ private:
+  EngineOptions options_;
+  std::unique_ptr<TcpTransport> transport_;  // null until started
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeTcpBackend() { return std::make_unique<TcpBackend>(); }
+
+}  // namespace xfer::transport

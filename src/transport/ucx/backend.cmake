@@ -1,0 +1,22 @@
+# Backend "ucx": RDMA on clusters through UCX (Debian: libucx-dev). Without UCX the backend is
+# built as a stub that says how to get it; every other backend stays (e.g. the GPU machine,
+# which has no UCX).
+target_sources(xfer PRIVATE ${CMAKE_CURRENT_LIST_DIR}/ucx_backend.cc)
+set(XFER_UCX OFF)
+if(XFER_WITH_UCX)
+  find_package(PkgConfig QUIET)
+  if(PkgConfig_FOUND)
+    pkg_check_modules(UCX IMPORTED_TARGET ucx)
+  endif()
+  if(UCX_FOUND)
+    set(XFER_UCX ON)
+    target_sources(xfer PRIVATE ${CMAKE_CURRENT_LIST_DIR}/ucx_transport.cc ${CMAKE_CURRENT_LIST_DIR}/ucx_link.cc)
+    target_link_libraries(xfer PUBLIC PkgConfig::UCX)
+    target_compile_definitions(xfer PUBLIC XFER_HAVE_UCX=1)
+    message(STATUS "xfer: ucx transport on (UCX ${UCX_VERSION})")
+  endif()
+endif()
+if(NOT XFER_UCX)
+  target_sources(xfer PRIVATE ${CMAKE_CURRENT_LIST_DIR}/ucx_unavailable.cc)
+  message(STATUS "xfer: ucx transport off (UCX not found or XFER_WITH_UCX=OFF; Debian: apt-get install libucx-dev)")
+endif()

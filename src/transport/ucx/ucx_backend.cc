@@ -1,0 +1,121 @@
+// Backend "ucx": one-sided put/get through UCX (ucx_transport.h). The hello carries our
+// target worker's address, a host region's record its packed remote key.
+#include "transport/backend.h"
+#include "transport/ucx/ucx_transport.h"
+#include "util/host.h"
+#include "util/log.h"
+
+namespace xfer::transport {
+namespace {
+
+class UcxMapped final : public RegionResource {
+ public:
+  explicit UcxMapped(std::unique_ptr<UcxMemory> m) : m_(std::move(m)) {}
+
+ private:
+  const std::unique_ptr<UcxMemory> m_;
+};
+
+class UcxRoute final : public Route {
+ public:
+  UcxRoute(std::shared_ptr<Link> link, PlanLimits limits) : Route("ucx", std::move(link), limits) {}
+  Status Reach(MemType local, RemoteRegion& r, uint8_t**) override {
+    // (GPU memory is not offered to UCX: Debian's UCX has no CUDA support.)
+    if (local != MemType::kHost || r.info.type != MemType::kHost) {
+      return {StatusCode::kUnsupported, "ucx: moves host memory only"};
+    }
+    if (FindBlob(r.blobs, "ucx") == nullptr) {
+      return {StatusCode::kUnsupported, "ucx: the peer could not map the region for UCX"};
+    }
+    return Status::Ok();
+  }
+};
+
+class UcxBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "ucx"; }
+
+  Status CheckOptions(const EngineOptions& o) const override {
+    if (o.ucx != "auto" && o.ucx != "on" && o.ucx != "off") {
+      return {StatusCode::kInvalidArgument, "ucx must be auto, on or off (not '" + o.ucx + "')"};
+    }
+    if (o.transport == "ucx" && o.ucx == "off") {
+      return {StatusCode::kInvalidArgument, "transport 'ucx' forced but ucx is off"};
+    }
+    return Status::Ok();
+  }
+
+  Status Start(const EngineContext& ctx) override {
+    const EngineOptions& o = *ctx.options;
+    options_ = o;
+    const bool forced = ctx.forced == "ucx";
+    if (o.ucx == "off") return {StatusCode::kUnsupported, "ucx is off here (EngineOptions::ucx)"};
+    if (!forced && !ctx.forced.empty()) {
+      return {StatusCode::kUnsupported, "ucx is off here (transport forced to " + ctx.forced + ")"};
+    }
+    if (!forced && o.ucx == "auto" && host::RdmaDevices().empty()) {
+      return {StatusCode::kUnsupported,
+              "ucx is off here (no RDMA device; EngineOptions::ucx = on offers it)"};
+    }
+    transport_ = std::make_unique<UcxTransport>(UcxOptions{o.links});
+    if (Status s = transport_->Start(); !s.ok()) {
+      // Forced: the user asked for it. Otherwise tcp serves other hosts; say so quietly.
+      if (forced) {
+        XLOG(WARN) << "ucx transport not offered: " << s.message();
+      } else {
+        XLOG(INFO) << "ucx transport not offered: " << s.message();
+      }
+      transport_.reset();
+      return {s.code(), "ucx could not start here: " + s.message()};
+    }
+    return Status::Ok();
+  }
+  std::optional<std::string> HelloBlob() const override { return transport_->worker_address(); }
+
+  Status PrepareRegion(const RegionInfo& info, const RegionResource*,
+                       std::optional<std::string>* blob,
+                       std::unique_ptr<RegionResource>* res) override {
+    if (info.type != MemType::kHost) return Status::Ok();
+    std::unique_ptr<UcxMemory> m;
+    if (Status s = transport_->MapMemory(info.addr, info.len, &m); !s.ok()) {
+      XLOG(WARN) << "memory at " << info.addr << " (" << info.len
+                 << " bytes) is not reachable through ucx: " << s.ToString();
+      return Status::Ok();
+    }
+    *blob = m->packed_key();
+    *res = std::make_unique<UcxMapped>(std::move(m));
+    return Status::Ok();
+  }
+
+  Status Connect(const PeerContext& peer, std::shared_ptr<Route>* route) override {
+    // A ucx link finds each range's remote key in the peer's region table.
+    UcxPeer up{std::string(peer.blob),
+               [find = peer.find_region](uint64_t addr, uint64_t len, UcxRemoteKey* key) {
+                 auto r = find(addr, len);
+                 const std::string* packed = r ? FindBlob(r->blobs, "ucx") : nullptr;
+                 if (packed == nullptr) return false;
+                 *key = {r->id, *packed, r->info.addr, r->info.len};
+                 return true;
+               },
+               peer.name};
+    std::shared_ptr<Link> link;
+    Status s = transport_->ConnectUcx(up, &link);
+    if (!s.ok()) return s;
+    PlanLimits limits = WithOverrides({transport_->default_batch_bytes(), transport_->default_batch_bytes(),
+                                       transport_->max_slices_per_batch()},
+                                      options_);
+    limits.batches_in_flight = transport_->useful_batches_in_flight();
+    *route = std::make_shared<UcxRoute>(std::move(link), limits);
+    return Status::Ok();
+  }
+
+ private:
+  EngineOptions options_;
+  std::unique_ptr<UcxTransport> transport_;  // null until started
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeUcxBackend() { return std::make_unique<UcxBackend>(); }
+
+}  // namespace xfer::transport
