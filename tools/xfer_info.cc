@@ -339,23 +339,26 @@ int main(int argc, char** argv) {
       "4/16 MiB cuda, one staging buffer staged)";
   std::printf("  %-22s %s\n", "slice_bytes", per_transport);
   std::printf("  %-22s %s\n", "batch_bytes", per_transport);
-  if (d.streaming_copy_bytes == 0)
-    std::printf("  %-22s 0 (shm: non-temporal copies from the last-level cache's size, %llu bytes here)\n",
-                "streaming_copy_bytes", (unsigned long long)xfer::host::LastLevelCacheBytes());
-  else
-    std::printf("  %-22s %llu\n", "streaming_copy_bytes", (unsigned long long)d.streaming_copy_bytes);
   std::printf("  %-22s %lld us\n", "spin",
               (long long)std::chrono::duration_cast<std::chrono::microseconds>(d.spin).count());
-  std::printf("  %-22s %d (tcp connections / ucx endpoints per peer)\n", "links", d.links);
   std::printf("  %-22s %s\n", "transport", d.transport.empty() ? "(best available)" : d.transport.c_str());
-  std::printf("  %-22s %s\n", "ucx", (d.ucx + " (auto: offered when an RDMA device is present)").c_str());
   std::printf("  %-22s %s\n", "host_id", d.host_id.empty() ? "(kernel boot id)" : d.host_id.c_str());
   std::printf("  %-22s %s (auto: only pairs no transport reaches, e.g. GPU memory to another host)\n",
-              "staging", d.staging.c_str());
+              "staging", std::string(xfer::StagingName(d.staging)).c_str());
   std::printf("  %-22s %d x %llu bytes (buffer pool: page-locked host buffers, allocated on first use)\n",
               "staging_buffers", d.staging_buffers, (unsigned long long)d.staging_buffer_bytes);
-  std::printf("  %-22s %s (with a GPU: registered host memory is page-locked)\n", "pin_host_memory",
-              d.pin_host_memory ? "true" : "false");
+  std::printf("  %-22s %d (data connections per peer)\n", "tcp.links", d.tcp.links);
+  std::printf("  %-22s %s\n", "tcp.least_loaded", d.tcp.least_loaded ? "true" : "false");
+  std::printf("  %-22s %s (auto: offered when an RDMA device is present)\n", "ucx.mode",
+              std::string(xfer::UcxModeName(d.ucx.mode)).c_str());
+  std::printf("  %-22s %d (per peer, a worker each)\n", "ucx.endpoints", d.ucx.endpoints);
+  if (d.shm.streaming_copy_bytes == 0)
+    std::printf("  %-22s 0 (non-temporal copies from the last-level cache's size, %llu bytes here)\n",
+                "shm.streaming_copy_bytes", (unsigned long long)xfer::host::LastLevelCacheBytes());
+  else
+    std::printf("  %-22s %llu\n", "shm.streaming_copy_bytes", (unsigned long long)d.shm.streaming_copy_bytes);
+  std::printf("  %-22s %s (with a GPU: registered host memory is page-locked)\n", "cuda.pin_host_memory",
+              d.cuda.pin_host_memory ? "true" : "false");
 
   if (engine_check) {
     // Two engines in this process: what the engine itself reports about a peer.

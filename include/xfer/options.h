@@ -1,11 +1,36 @@
-// Engine options. Every field has a default that works; see README "Options".
+// Engine options. Every field has a default that works; docs/options.md has the details.
+// The engine's own options come first, then one group per backend (read by that backend
+// alone).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace xfer {
+
+// The buffer pool's mode (EngineOptions::staging).
+enum class Staging : uint8_t {
+  kAuto,    // staging only where it is needed (GPU memory to a peer no backend reaches it on)
+  kAlways,  // every transfer is staged, host memory too (it then stands in for GPU memory:
+            // for tests and diagnosis); keeps the mapping backends (shm, cuda) out
+  kOff,     // pairs that need staging fail with kUnsupported
+};
+
+// Whether the ucx backend is offered (EngineOptions::ucx.mode).
+enum class UcxMode : uint8_t {
+  kAuto,  // when this host has an RDMA device (/sys/class/infiniband): without one UCX would
+          // only emulate put/get over TCP, at a fraction of the tcp backend's speed
+  kOn,    // offered anyway (e.g. to test over UCX's tcp transport)
+  kOff,   // UCX is left alone (no UCX threads or memory maps)
+};
+
+// "auto", "always", "off" / "auto", "on", "off"; false for anything else.
+bool ParseStaging(std::string_view text, Staging* out);
+bool ParseUcxMode(std::string_view text, UcxMode* out);
+std::string_view StagingName(Staging s);
+std::string_view UcxModeName(UcxMode m);
 
 struct EngineOptions {
   // Control plane. A peer silent for heartbeat_timeout is declared dead: its requests fail
@@ -20,52 +45,55 @@ struct EngineOptions {
   int streams = 2;
   // Large descriptors are cut into slices of this many bytes, so streams can share them, and a
   // batch (one system call for cma, one frame for tcp) carries up to batch_bytes. 0 takes each
-  // transport's own measured default: 256 KiB for local and cma (amortizes a ~1.5 us call yet
-  // lets a 512 KiB request use two cores), 512 KiB for tcp (fewer round trips per byte).
+  // backend's own default (docs/options.md lists them).
   uint64_t slice_bytes = 0;
   uint64_t batch_bytes = 0;
-  // Copies into or out of a same-host peer's AllocMem memory (shm) use non-temporal stores,
-  // which bypass the caches, for descriptors at least this long; plain memcpy below. Streaming
-  // ran at 1.7x memcpy out of cache here but loses in cache, so the default, 0, means the size
-  // of the last-level cache: such a copy cannot stay in cache anyway. Set it lower when your
-  // transfers stream through far more memory than the caches hold (e.g. KV-cache blocks).
-  uint64_t streaming_copy_bytes = 0;
-  // Waiters and idle streams spin this long before they sleep (a wake-up costs ~20 us here).
+  // Waiters and idle streams spin this long before they sleep (a wake-up costs tens of us).
   std::chrono::microseconds spin{50};
 
-  // tcp: data connections per peer; a request's batches spread over them (round-robin, or
-  // the least busy connection first).
-  int links = 2;
-  bool least_loaded_links = false;
-
-  // Buffer pool: staging buffers of page-locked host memory for memory pairs that no
-  // transport reaches directly (GPU memory to or from a peer on another host, say): chunks are
-  // copied into a buffer, sent, and copied out, several buffers in flight at once. Allocated
-  // on first use. "auto": staging only where it is needed. "always": every transfer is staged,
-  // host memory too (host memory then stands in for GPU memory: for tests and diagnosis).
-  // "off": pairs that need staging fail with kUnsupported.
-  std::string staging = "auto";
+  // Buffer pool: staging buffers of page-locked host memory for memory pairs that no backend
+  // reaches directly (GPU memory to or from a peer on another host, say): chunks are copied
+  // into a buffer, sent, and copied out, several buffers in flight at once. Allocated on first
+  // use.
+  Staging staging = Staging::kAuto;
   // N buffers of S bytes stage this engine's outgoing batches; as a tcp target it stages
   // through one buffer of S bytes per data connection.
   int staging_buffers = 4;                    // N (1..64)
   uint64_t staging_buffer_bytes = 4ull << 20;  // S (64 KiB..1 GiB)
-  // With a GPU present, host memory registered with the engine (RegisterMem, AllocMem) is
-  // page-locked (cudaHostRegister), so copies between it and GPU memory run at the PCIe
-  // link's speed (about 3.5x faster than pageable memory on an H200). Off: left pageable.
-  bool pin_host_memory = true;
 
-  // Force one transport ("local", "shm", "cma", "ucx", "tcp"); empty picks the best both
-  // sides offer.
+  // Force one backend by name ("local", "shm", "cuda", "cma", "ucx", "tcp"): a peer then gets
+  // that route alone. Empty: every descriptor takes the best route both sides offer.
   std::string transport;
-  // The ucx transport (RDMA through UCX; builds with libucx-dev), preferred over tcp for peers
-  // on other hosts that offer it too. "auto": offered when this host has an RDMA device
-  // (/sys/class/infiniband); without one UCX would only emulate put/get over TCP, at a
-  // fraction of the tcp transport's speed. "on": offered anyway (e.g. to test over UCX's tcp).
-  // "off": UCX is left alone (no UCX threads or memory maps). Forcing transport "ucx" turns it on.
-  std::string ucx = "auto";
   // Overrides the host identity (default: the kernel's boot id). Engines with different host
-  // ids never use same-host transports with each other; tests use this to fake two hosts.
+  // ids never use same-host backends with each other; tests use this to fake two hosts.
   std::string host_id;
+
+  // --- one group per backend
+  struct Tcp {
+    // Data connections per peer (1..64); a request's batches spread over them (round-robin,
+    // or the least busy connection first).
+    int links = 2;
+    bool least_loaded = false;
+  } tcp;
+  struct Ucx {
+    // RDMA through UCX (builds with libucx-dev), preferred over tcp for peers on other hosts
+    // that offer it too. Forcing transport "ucx" turns it on.
+    UcxMode mode = UcxMode::kAuto;
+    int endpoints = 2;  // per peer (1..64), each on a worker of its own: a rail each
+  } ucx;
+  struct Shm {
+    // Copies into or out of a same-host peer's AllocMem memory use non-temporal stores, which
+    // bypass the caches, for descriptors at least this long; plain memcpy below. 0: the size
+    // of the last-level cache (such a copy cannot stay in cache anyway). Set it lower when
+    // transfers stream through far more memory than the caches hold (e.g. KV-cache blocks).
+    uint64_t streaming_copy_bytes = 0;
+  } shm;
+  struct Cuda {
+    // With a GPU present, host memory registered with the engine (RegisterMem, AllocMem) is
+    // page-locked (cudaHostRegister), so copies between it and GPU memory run at the PCIe
+    // link's speed. Off: left pageable.
+    bool pin_host_memory = true;
+  } cuda;
 };
 
 }  // namespace xfer

@@ -59,14 +59,11 @@ Status CheckOptions(const EngineOptions& o) {
     return bad("heartbeat_interval must be > 0 and below heartbeat_timeout");
   }
   if (o.spin.count() < 0) return bad("spin must be >= 0");
-  if (o.staging != "auto" && o.staging != "always" && o.staging != "off") {
-    return bad("staging must be auto, always or off (not '" + o.staging + "')");
-  }
+  if (StagingName(o.staging) == "unknown") return bad("staging must be auto, always or off");
   if (o.staging_buffers < 1 || o.staging_buffers > 64) return bad("staging_buffers must be 1..64");
   if (o.staging_buffer_bytes < (64 << 10) || o.staging_buffer_bytes > (1ull << 30)) {
     return bad("staging_buffer_bytes must be 64 KiB..1 GiB");
   }
-  if (o.links < 1 || o.links > 64) return bad("links must be 1..64");
   return BackendSet::CheckOptions(o);
 }
 
@@ -98,7 +95,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   name_ = addr.ToString();
   incarnation_ = host::RandomU64();
   host_id_ = options.host_id.empty() ? host::BootId() : options.host_id;
-  if (opts_.staging != "off") {
+  if (opts_.staging != Staging::kOff) {
     staging_ = std::make_shared<BufferPool>(opts_.staging_buffers, opts_.staging_buffer_bytes);
   }
   if (s = StartBackends(addr.host); !s.ok()) return {s.code(), "Initialize: " + s.message()};
@@ -116,7 +113,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   running_.store(true);
   XLOG(INFO) << "engine " << name_ << " up (incarnation " << std::hex << incarnation_ << std::dec
              << ", " << opts_.streams << " streams; " << backends_.Summary() << "; staging "
-             << opts_.staging << ")";
+             << StagingName(opts_.staging) << ")";
   return Status::Ok();
 }
 
@@ -129,7 +126,7 @@ Status EngineImpl::StartBackends(const std::string& listen_host) {
   ctx.region_access = [this](uint64_t a, uint64_t l) { return RegionAccess(a, l); };
   ctx.is_peer = [this](uint64_t inc) { return IsPeer(inc); };
   ctx.staging_bytes = staging_ ? opts_.staging_buffer_bytes : 0;
-  stage_all_ = opts_.staging == "always";
+  stage_all_ = opts_.staging == Staging::kAlways;
   return backends_.Start(ctx);
 }
 
@@ -433,7 +430,7 @@ bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferD
   if ((op != Op::kRead && op != Op::kWrite) || timeout.count() <= 0 || d.len == 0 ||
       d.local_addr == 0 || d.remote_addr == 0 || d.local_addr + d.len < d.local_addr ||
       d.remote_addr + d.len < d.remote_addr || !running_.load(std::memory_order_relaxed) ||
-      !LookupPeer(remote, &peer) || peer.state->routes.stage_all) {
+      !LookupPeer(remote, &peer) || !peer.state->copies_inline || peer.state->routes.stage_all) {
     return false;
   }
   std::shared_ptr<RemoteRegion> region = peer.state->regions.Find(d.remote_addr, d.len);

@@ -66,7 +66,10 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
   st->routes.stage_all = stage_all_;
   st->routes.staging_bytes = opts_.staging_buffer_bytes;
   st->staging = staging_;
-  for (const auto& r : st->routes.routes) st->info.routes.emplace_back(r->backend());
+  for (const auto& r : st->routes.routes) {
+    st->info.routes.emplace_back(r->backend());
+    st->copies_inline = st->copies_inline || r->CopiesInline(1);
+  }
   // The transport: the best route that is a link (one that staging may use), else the best.
   for (const auto& r : st->routes.routes) {
     if (r->Stageable()) {

@@ -126,7 +126,7 @@ class EngineImpl final : public control::ControlHandler {
   uint64_t incarnation_ = 0;
   std::string host_id_;
   std::shared_ptr<BufferPool> staging_;  // null when EngineOptions::staging is off
-  bool stage_all_ = false;               // EngineOptions::staging == "always"
+  bool stage_all_ = false;               // EngineOptions::staging == Staging::kAlways
   BackendSet backends_;
 
   Registry registry_;

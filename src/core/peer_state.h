@@ -15,6 +15,7 @@ struct PeerState {
   PeerInfo info;
   RemoteRegions regions;
   PeerRoutes routes;                    // best first; empty when no backend reaches the peer
+  bool copies_inline = false;           // some route copies small transfers on the caller
   std::shared_ptr<BufferPool> staging;  // the engine's buffer pool; null when staging is off
   std::atomic<bool> alive{true};        // cleared when the session ends; batches check it
   std::atomic<uint64_t> staged_bytes{0};  // moved through staging buffers (and then a route)

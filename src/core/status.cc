@@ -1,3 +1,5 @@
+#include "util/text.h"
+#include "xfer/options.h"
 #include "xfer/status.h"
 #include "xfer/types.h"
 
@@ -39,5 +41,12 @@ std::string_view RequestStateName(RequestState s) {
   }
   return "UNKNOWN";
 }
+
+namespace {
+constexpr std::string_view kStagingNames[] = {"auto", "always", "off"};
+}  // namespace
+
+bool ParseStaging(std::string_view text, Staging* out) { return text::ParseEnum(text, kStagingNames, out); }
+std::string_view StagingName(Staging s) { return text::EnumName(s, kStagingNames); }
 
 }  // namespace xfer

@@ -39,47 +39,64 @@ struct RemoteRegion {
   // Set when the owner deregisters it: batches check this before they move a byte.
   std::atomic<bool> revoked{false};
 
-  // What a backend opened of the region here (a mapping; may be shared by several backends
-  // under one key), and where its first byte is addressable.
-  struct Opened {
-    std::string key;
-    std::shared_ptr<void> handle;
-    uint8_t* base = nullptr;
-  };
+  // What backends opened of the region here (mappings), each under a key: the address of a
+  // tag object of the backend's (so that several backends may share one mapping), and where
+  // its first byte is addressable.
+  using OpenKey = const void*;
   using Opener = std::function<Status(std::shared_ptr<void>* handle, uint8_t** base)>;
-  // The base opened under key, opening it on first use (once: a failure is not retried, and
-  // is logged by the opener's caller from the returned status). Null once the region is closed.
-  uint8_t* OpenOnce(std::string_view key, const Opener& open, Status* failure = nullptr) {
+  // The base opened under key, opening it on first use (once: a failure is not retried; the
+  // opener's status comes back in *failure for the caller to log). Null once the region is
+  // closed. After the first call the answer costs a few loads: no lock, no allocation.
+  uint8_t* OpenOnce(OpenKey key, const Opener& open, Status* failure = nullptr) {
+    if (uint8_t* const* known = Known(key)) return *known;
     std::lock_guard lock(open_mu_);
-    for (const Opened& o : opened_) {
-      if (o.key == key) return o.base;
-    }
-    if (closed_ || revoked.load()) return nullptr;
-    Opened o{std::string(key), nullptr, nullptr};
+    if (uint8_t* const* known = Known(key)) return *known;
+    const size_t n = count_.load(std::memory_order_relaxed);
+    if (closed_.load() || revoked.load() || n == kMaxOpened) return nullptr;
+    Opened& o = opened_[n];
     Status s = open(&o.handle, &o.base);
     if (!s.ok()) {
-      o = Opened{std::string(key), nullptr, nullptr};
+      o.handle.reset();
+      o.base = nullptr;
       if (failure != nullptr) *failure = std::move(s);
     }
-    opened_.push_back(std::move(o));
-    return opened_.back().base;
+    o.key = key;
+    count_.store(n + 1, std::memory_order_release);  // publishes o
+    return o.base;
   }
   // Closes what was opened, for good. Called once the region is revoked and no batch uses it
   // any more, before the owner is told: CUDA forbids the owner to free memory that another
   // process still has open.
   void CloseAll() {
-    std::vector<Opened> gone;
-    {
-      std::lock_guard lock(open_mu_);
-      closed_ = true;
-      gone.swap(opened_);
-    }
+    std::lock_guard lock(open_mu_);
+    closed_.store(true);
+    for (size_t i = 0; i < count_.load(std::memory_order_relaxed); ++i) opened_[i].handle.reset();
   }
 
  private:
-  std::mutex open_mu_;
-  std::vector<Opened> opened_;  // open_mu_
-  bool closed_ = false;         // open_mu_
+  struct Opened {
+    OpenKey key = nullptr;
+    std::shared_ptr<void> handle;  // released by CloseAll; key and base stay for readers
+    uint8_t* base = nullptr;
+  };
+  static constexpr size_t kMaxOpened = 4;  // backends that open regions: shm, cuda
+  // The published entry for key, or null (then the caller takes the lock).
+  uint8_t* const* Known(OpenKey key) const {
+    if (closed_.load(std::memory_order_acquire)) {
+      static uint8_t* const kNone = nullptr;
+      return &kNone;
+    }
+    const size_t n = count_.load(std::memory_order_acquire);
+    for (size_t i = 0; i < n; ++i) {
+      if (opened_[i].key == key) return &opened_[i].base;
+    }
+    return nullptr;
+  }
+
+  std::mutex open_mu_;                   // serializes opening and closing
+  Opened opened_[kMaxOpened];            // [0, count_) published, then immutable but handle
+  std::atomic<size_t> count_{0};
+  std::atomic<bool> closed_{false};
 };
 
 }  // namespace xfer::transport

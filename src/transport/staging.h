@@ -1,6 +1,6 @@
 // Staging memory: host buffers that GPU memory passes through on its way to or from a
 // transport that cannot reach it (tcp's sockets, cma's system calls). Under
-// EngineOptions::staging = "always" host memory takes the same way, standing in for GPU memory.
+// EngineOptions::staging = Staging::kAlways host memory takes the same way, standing in for GPU memory.
 #pragma once
 
 #include <cstdint>

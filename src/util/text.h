@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 namespace xfer::text {
 
@@ -18,5 +19,23 @@ inline std::string Hex(uint64_t v) {
 
 // "what: <strerror(errno)>", for the call that just failed.
 inline std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// An enum whose values are 0..N-1, named by names[value]: the value named text, or false.
+template <class E, size_t N>
+bool ParseEnum(std::string_view text, const std::string_view (&names)[N], E* out) {
+  for (size_t i = 0; i < N; ++i) {
+    if (text == names[i]) {
+      *out = static_cast<E>(i);
+      return true;
+    }
+  }
+  return false;
+}
+// The name of e, or "unknown" for a value outside the names.
+template <class E, size_t N>
+std::string_view EnumName(E e, const std::string_view (&names)[N]) {
+  const size_t i = static_cast<size_t>(e);
+  return i < N ? names[i] : "unknown";
+}
 
 }  // namespace xfer::text

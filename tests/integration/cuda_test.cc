@@ -350,7 +350,7 @@ class IntegrationCudaStaged : public CudaFixture, public ::testing::WithParamInt
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
     o.host_id = "cuda-test-host-a";
-    o.ucx = "off";  // tcp between the two "hosts", whatever this machine has
+    o.ucx.mode = xfer::UcxMode::kOff;  // tcp between the two "hosts", whatever this machine has
     return o;
   }
   PeerOptions RemoteOptions() override {
@@ -398,7 +398,7 @@ class IntegrationCudaStagingOff : public IntegrationCudaStaged {
  protected:
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o = IntegrationCudaStaged::LocalOptions();
-    o.staging = "off";
+    o.staging = xfer::Staging::kOff;
     return o;
   }
 };

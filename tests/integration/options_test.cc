@@ -89,8 +89,10 @@ TEST(IntegrationOptions, NonsenseValuesAreRefusedAtInitialize) {
          o->heartbeat_timeout = 100ms;
        }},
       {"unknown transport", [](xfer::EngineOptions* o) { o->transport = "carrier-pigeon"; }},
-      {"links 0", [](xfer::EngineOptions* o) { o->links = 0; }},
-      {"staging sometimes", [](xfer::EngineOptions* o) { o->staging = "sometimes"; }},
+      {"tcp.links 0", [](xfer::EngineOptions* o) { o->tcp.links = 0; }},
+      {"ucx.endpoints 65", [](xfer::EngineOptions* o) { o->ucx.endpoints = 65; }},
+      {"ucx.mode 7", [](xfer::EngineOptions* o) { o->ucx.mode = static_cast<xfer::UcxMode>(7); }},
+      {"staging 7", [](xfer::EngineOptions* o) { o->staging = static_cast<xfer::Staging>(7); }},
       {"staging_buffers 0", [](xfer::EngineOptions* o) { o->staging_buffers = 0; }},
       {"staging_buffers 65", [](xfer::EngineOptions* o) { o->staging_buffers = 65; }},
       {"staging_buffer_bytes 4K", [](xfer::EngineOptions* o) { o->staging_buffer_bytes = 4096; }},

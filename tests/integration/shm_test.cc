@@ -227,7 +227,7 @@ class IntegrationShmStreaming : public IntegrationShm {
  protected:
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
-    o.streaming_copy_bytes = 4096;  // every descriptor of a page or more streams
+    o.shm.streaming_copy_bytes = 4096;  // every descriptor of a page or more streams
     o.slice_bytes = 64 << 10;       // and is cut into pieces several streams share
     return o;
   }

@@ -17,7 +17,7 @@ class IntegrationStaging : public PeerFixture, public ::testing::WithParamInterf
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
     o.transport = GetParam();
-    o.staging = "always";
+    o.staging = xfer::Staging::kAlways;
     o.staging_buffers = 2;
     o.staging_buffer_bytes = 256 << 10;
     o.streams = 3;  // more workers than buffers: some wait for one
@@ -91,7 +91,7 @@ class IntegrationStagingBothWays : public PeerFixture {
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
     o.transport = "tcp";
-    o.staging = "always";
+    o.staging = xfer::Staging::kAlways;
     o.staging_buffers = 1;
     o.staging_buffer_bytes = 256 << 10;
     return o;
@@ -145,7 +145,7 @@ class IntegrationStagingKill : public PeerFixture {
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
     o.transport = "tcp";
-    o.staging = "always";
+    o.staging = xfer::Staging::kAlways;
     o.heartbeat_interval = 100ms;
     o.heartbeat_timeout = 1000ms;
     return o;

@@ -17,9 +17,9 @@ class IntegrationTcp : public PeerFixture, public ::testing::WithParamInterface<
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
     o.transport = "tcp";
-    o.links = 3;
+    o.tcp.links = 3;
     o.streams = 3;
-    o.least_loaded_links = GetParam();
+    o.tcp.least_loaded = GetParam();
     return o;
   }
 };

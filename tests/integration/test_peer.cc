@@ -360,10 +360,8 @@ int main(int argc, char** argv) {
       options.streams = std::stoi(value);
     } else if (arg == "--transport") {
       options.transport = value;
-    } else if (arg == "--ucx") {
-      options.ucx = value;
-    } else if (arg == "--staging") {
-      options.staging = value;
+    } else if (arg == "--ucx" && xfer::ParseUcxMode(value, &options.ucx.mode)) {
+    } else if (arg == "--staging" && xfer::ParseStaging(value, &options.staging)) {
     } else if (arg == "--staging-buffers") {
       options.staging_buffers = std::stoi(value);
     } else {

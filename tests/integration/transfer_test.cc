@@ -587,7 +587,7 @@ TEST_F(IntegrationConnect, DifferentHostIdsPickTcpNeverCma) {
   ASSERT_TRUE(other.Start(po, &err)) << err;
   xfer::EngineOptions eo;
   eo.host_id = "fake-host-A";
-  eo.ucx = "off";  // (with ucx, it is preferred over tcp: tests/integration/ucx_test.cc)
+  eo.ucx.mode = xfer::UcxMode::kOff;  // (with ucx, it is preferred over tcp: tests/integration/ucx_test.cc)
   xfer::Engine e;
   XT_ASSERT_OK(e.Initialize("127.0.0.1:0", eo));
   XT_ASSERT_OK(e.Connect(other.name(), 10s));

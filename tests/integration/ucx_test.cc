@@ -15,7 +15,7 @@ class IntegrationUcx : public PeerFixture {
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
     o.transport = "ucx";
-    o.links = 3;
+    o.ucx.endpoints = 3;
     o.streams = 3;
     return o;
   }
@@ -167,7 +167,7 @@ TEST(IntegrationUcxChoice, PreferredOverTcpForAnotherHost) {
   ASSERT_TRUE(other.Start(po, &err)) << err;
   xfer::EngineOptions eo;
   eo.host_id = "fake-host-A";
-  eo.ucx = "on";
+  eo.ucx.mode = xfer::UcxMode::kOn;
   xfer::Engine e;
   XT_ASSERT_OK(e.Initialize("127.0.0.1:0", eo));
   XT_ASSERT_OK(e.Connect(other.name(), 10s));

@@ -24,7 +24,7 @@
 // target's region on the target's GPU N (the side concerned allocates it: Engine::AllocMem(kCuda),
 // or with --mem register cudaMalloc + RegisterMem(kCuda)). On one host the engine moves such
 // pairs with the copy engines (path cuda: CUDA IPC); across hosts through its buffer pool.
-// --buffer-pool sets EngineOptions::staging = "always" on both sides: every transfer is staged,
+// --buffer-pool sets EngineOptions::staging = Staging::kAlways on both sides: every transfer is staged,
 // host memory standing in for GPU memory. --verify fills and checks GPU buffers through
 // cuda::Copy. Without a usable GPU (or a build without CUDA), cuda:N is refused with the reason.
 //

@@ -42,7 +42,7 @@ std::string SelfExe() {
 }
 
 std::string LinksNote(const Config& c, const std::string& transport) {
-  const int def = EngineOptions{}.links;
+  const int def = EngineOptions{}.tcp.links;
   if (!transport.empty() && transport != "any" && !TransportHasLinks(transport))
     return c.links == 0 ? "n/a for transport " + transport
                         : std::to_string(c.links) + " requested: n/a for transport " + transport;
@@ -58,10 +58,10 @@ EngineOptions MakeEngineOptions(const Config& c) {
   if (c.slice_bytes > 0) o.slice_bytes = c.slice_bytes;
   if (c.batch_bytes > 0) o.batch_bytes = c.batch_bytes;
   if (c.spin_us >= 0) o.spin = std::chrono::microseconds(c.spin_us);
-  if (c.links > 0) o.links = c.links;
+  if (c.links > 0) o.tcp.links = o.ucx.endpoints = c.links;  // connections or endpoints per peer
   o.transport = c.transport;
   o.host_id = c.host_id;
-  o.staging = c.buffer_pool ? "always" : "auto";
+  o.staging = c.buffer_pool ? Staging::kAlways : Staging::kAuto;
   if (c.staging_buffers > 0) o.staging_buffers = c.staging_buffers;
   if (c.staging_bytes > 0) o.staging_buffer_bytes = c.staging_bytes;
   return o;

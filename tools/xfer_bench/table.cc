@@ -17,7 +17,7 @@ const std::vector<std::string> kPaths = {"direct", "bufferpool"};
 //   direct     the transport column forced between this side and the target (a local child:
 //              one host id). GPU memory is direct only under transport "cuda" (CUDA IPC and the
 //              copy engines: D2D, H2D, D2H); the other transports' D cells and cuda's H2H are n/a.
-//   bufferpool measured under transport "tcp" only: EngineOptions::staging = "always" on both
+//   bufferpool measured under transport "tcp" only: EngineOptions::staging = Staging::kAlways on both
 //              engines, and a local target child gets a host id of its own, so no same-host path
 //              is taken: every byte goes through a pinned staging buffer (GPU memory: a device
 //              copy first) and tcp; the target's tcp threads stage its GPU region. The other

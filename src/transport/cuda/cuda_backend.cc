@@ -78,11 +78,12 @@ class CudaRoute final : public Route {
 
  private:
   uint8_t* OpenDevice(RemoteRegion& r) {
-    const std::string* blob = FindBlob(r.blobs, "cuda");
+    static const char kOpened = 0;  // the key of the region opened here
     Status failure;
     uint8_t* base = r.OpenOnce(
-        "cuda",
+        &kOpened,
         [&](std::shared_ptr<void>* handle, uint8_t** at) {
+          const std::string* blob = FindBlob(r.blobs, "cuda");
           if (blob == nullptr) return Status{StatusCode::kUnsupported, "the peer could not export it"};
           std::shared_ptr<Mapping> m;
           Status s = Open(
@@ -160,7 +161,7 @@ class CudaBackend final : public Backend {
                    << " cannot be opened by peers on this host (only peers that reach it over "
                       "a staging target can use it): " << s.ToString();
       }
-    } else if (options_.pin_host_memory) {  // H2D and D2H copies at the link's speed
+    } else if (options_.cuda.pin_host_memory) {  // H2D and D2H copies at the link's speed
       void* p = reinterpret_cast<void*>(info.addr);
       if (Status s = PinHost(p, info.len); s.ok()) {
         *res = std::make_unique<Pinned>(p);

@@ -55,12 +55,11 @@ class ShmRoute final : public Route {
     if (local != MemType::kHost || r.info.type != MemType::kHost) {
       return {StatusCode::kUnsupported, "shm: moves host memory only"};
     }
-    if (FindBlob(r.blobs, "shm") == nullptr) {
-      return {StatusCode::kUnsupported, "shm: the region is not the peer's AllocMem memory"};
-    }
     *mapped = MapRegion(*mapper_, peer_name_, peer_incarnation_, r);
-    if (*mapped == nullptr) return {StatusCode::kUnsupported, "shm: the region could not be mapped"};
-    return Status::Ok();
+    if (*mapped != nullptr) return Status::Ok();
+    return {StatusCode::kUnsupported, FindBlob(r.blobs, "shm") == nullptr
+                                          ? "shm: the region is not the peer's AllocMem memory"
+                                          : "shm: the region could not be mapped (the log says why)"};
   }
   bool CopiesInline(uint64_t len) const override {
     return len <= limits().slice_bytes && len < limits().streaming_bytes;
@@ -126,7 +125,7 @@ class ShmBackend final : public Backend {
     // memcpy has no per-call cost to amortize: pieces only need to be large enough that
     // spreading them over the streams pays for the hand-off (bench/RESULTS.md, shm).
     PlanLimits limits = WithOverrides({128 << 10, 128 << 10, 1024}, options_);
-    limits.streaming_bytes = options_.streaming_copy_bytes != 0 ? options_.streaming_copy_bytes
+    limits.streaming_bytes = options_.shm.streaming_copy_bytes != 0 ? options_.shm.streaming_copy_bytes
                                                                 : host::LastLevelCacheBytes();
     *route = std::make_shared<ShmRoute>(std::move(mapper), peer, limits);
     return Status::Ok();
@@ -143,14 +142,17 @@ class ShmBackend final : public Backend {
 
 uint8_t* MapRegion(const PeerMapper& mapper, const std::string& peer_name,
                    uint64_t peer_incarnation, RemoteRegion& r) {
-  int32_t fd = -1;
-  uint64_t key = 0;
-  const std::string* blob = FindBlob(r.blobs, "shm");
-  if (blob == nullptr || !ParseRegionBlob(*blob, &fd, &key)) return nullptr;
+  static const char kMapping = 0;  // the key of the mapping, shared with cuda
   Status failure;
   uint8_t* base = r.OpenOnce(
-      "shm",
+      &kMapping,
       [&](std::shared_ptr<void>* handle, uint8_t** at) {
+        int32_t fd = -1;
+        uint64_t key = 0;
+        const std::string* blob = FindBlob(r.blobs, "shm");
+        if (blob == nullptr || !ParseRegionBlob(*blob, &fd, &key)) {
+          return Status{StatusCode::kUnsupported, "the region is not the peer's AllocMem memory"};
+        }
         std::shared_ptr<Mapping> m;
         Status s = mapper.Map(fd, SegmentName(peer_incarnation, key), r.info.len, &m);
         if (s.ok()) {
@@ -160,7 +162,7 @@ uint8_t* MapRegion(const PeerMapper& mapper, const std::string& peer_name,
         return s;
       },
       &failure);
-  if (!failure.ok()) {
+  if (!failure.ok() && failure.code() != StatusCode::kUnsupported) {
     XLOG(WARN) << "cannot map region " << r.id << " of peer " << peer_name
                << " (its transfers take another route): " << failure.ToString();
   }

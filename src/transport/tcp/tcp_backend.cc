@@ -22,6 +22,13 @@ class TcpBackend final : public Backend {
  public:
   std::string_view name() const override { return "tcp"; }
 
+  Status CheckOptions(const EngineOptions& o) const override {
+    if (o.tcp.links < 1 || o.tcp.links > 64) {
+      return {StatusCode::kInvalidArgument, "tcp.links must be 1..64"};
+    }
+    return Status::Ok();
+  }
+
   Status Start(const EngineContext& ctx) override {
     const EngineOptions& o = *ctx.options;
     options_ = o;
@@ -31,7 +38,7 @@ class TcpBackend final : public Backend {
     hooks.staging_bytes = ctx.staging_bytes;
     hooks.is_peer = ctx.is_peer;
     transport_ = std::make_unique<TcpTransport>(
-        TcpOptions{o.links, o.least_loaded_links, o.heartbeat_timeout, o.spin}, hooks);
+        TcpOptions{o.tcp.links, o.tcp.least_loaded, o.heartbeat_timeout, o.spin}, hooks);
     if (Status s = transport_->Start(ctx.listen_host); !s.ok()) {
       XLOG(WARN) << "tcp transport not offered: cannot listen on " << ctx.listen_host << ": "
                  << s.message();

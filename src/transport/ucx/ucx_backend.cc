@@ -4,6 +4,7 @@
 #include "transport/ucx/ucx_transport.h"
 #include "util/host.h"
 #include "util/log.h"
+#include "util/text.h"
 
 namespace xfer::transport {
 namespace {
@@ -36,11 +37,14 @@ class UcxBackend final : public Backend {
   std::string_view name() const override { return "ucx"; }
 
   Status CheckOptions(const EngineOptions& o) const override {
-    if (o.ucx != "auto" && o.ucx != "on" && o.ucx != "off") {
-      return {StatusCode::kInvalidArgument, "ucx must be auto, on or off (not '" + o.ucx + "')"};
+    if (UcxModeName(o.ucx.mode) == "unknown") {
+      return {StatusCode::kInvalidArgument, "ucx.mode must be auto, on or off"};
     }
-    if (o.transport == "ucx" && o.ucx == "off") {
-      return {StatusCode::kInvalidArgument, "transport 'ucx' forced but ucx is off"};
+    if (o.ucx.endpoints < 1 || o.ucx.endpoints > 64) {
+      return {StatusCode::kInvalidArgument, "ucx.endpoints must be 1..64"};
+    }
+    if (o.transport == "ucx" && o.ucx.mode == UcxMode::kOff) {
+      return {StatusCode::kInvalidArgument, "transport 'ucx' forced but ucx.mode is off"};
     }
     return Status::Ok();
   }
@@ -49,15 +53,17 @@ class UcxBackend final : public Backend {
     const EngineOptions& o = *ctx.options;
     options_ = o;
     const bool forced = ctx.forced == "ucx";
-    if (o.ucx == "off") return {StatusCode::kUnsupported, "ucx is off here (EngineOptions::ucx)"};
+    if (o.ucx.mode == UcxMode::kOff) {
+      return {StatusCode::kUnsupported, "ucx is off here (EngineOptions::ucx.mode)"};
+    }
     if (!forced && !ctx.forced.empty()) {
       return {StatusCode::kUnsupported, "ucx is off here (transport forced to " + ctx.forced + ")"};
     }
-    if (!forced && o.ucx == "auto" && host::RdmaDevices().empty()) {
+    if (!forced && o.ucx.mode == UcxMode::kAuto && host::RdmaDevices().empty()) {
       return {StatusCode::kUnsupported,
-              "ucx is off here (no RDMA device; EngineOptions::ucx = on offers it)"};
+              "ucx is off here (no RDMA device; EngineOptions::ucx.mode = on offers it)"};
     }
-    transport_ = std::make_unique<UcxTransport>(UcxOptions{o.links});
+    transport_ = std::make_unique<UcxTransport>(UcxOptions{o.ucx.endpoints});
     if (Status s = transport_->Start(); !s.ok()) {
       // Forced: the user asked for it. Otherwise tcp serves other hosts; say so quietly.
       if (forced) {
@@ -119,3 +125,13 @@ class UcxBackend final : public Backend {
 std::unique_ptr<Backend> MakeUcxBackend() { return std::make_unique<UcxBackend>(); }
 
 }  // namespace xfer::transport
+
+namespace xfer {
+namespace {
+constexpr std::string_view kUcxModeNames[] = {"auto", "on", "off"};
+}  // namespace
+
+bool ParseUcxMode(std::string_view text, UcxMode* out) { return text::ParseEnum(text, kUcxModeNames, out); }
+std::string_view UcxModeName(UcxMode m) { return text::EnumName(m, kUcxModeNames); }
+
+}  // namespace xfer
