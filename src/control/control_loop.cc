@@ -146,44 +146,13 @@ void ControlLoop::Run() {
     epoll_event events[64];
     int n = ::epoll_wait(epoll_.get(), events, 64, wait_ms);
     for (int i = 0; i < n; ++i) {
-      int fd = events[i].data.fd;
+      const int fd = events[i].data.fd;
       if (fd == wake_.get()) {
-        uint64_t v;
-        while (::read(wake_.get(), &v, sizeof v) > 0) {
-        }
-        std::vector<std::shared_ptr<Session>> add;
-        {
-          std::lock_guard lock(add_mu_);
-          add.swap(to_add_);
-        }
-        for (auto& s : add) {
-          epoll_event ev{};
-          ev.events = EPOLLIN | EPOLLRDHUP;
-          ev.data.fd = s->fd();
-          ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, s->fd(), &ev);
-          sessions_[s->fd()] = s;
-        }
-        continue;
-      }
-      if (fd == listener_.get()) {
+        AddQueued();
+      } else if (fd == listener_.get()) {
         Accept();
-        continue;
-      }
-      auto it = sessions_.find(fd);
-      if (it == sessions_.end()) continue;
-      std::shared_ptr<Session> s = it->second;
-      std::string why;
-      bool alive = s->ReadAvailable([&](wire::Message&& m) {
-        if (!std::holds_alternative<wire::Heartbeat>(m)) handler_->OnMessage(s, std::move(m));
-      }, &why);
-      if (!alive) {
-        if (why.rfind("connection closed", 0) != 0 && s->shutdown_reason().empty()) {
-          XLOG(WARN) << "control connection from " << s->remote_addr() << ": " << why
-                     << "; closing it";
-        }
-        CloseSession(s, why);
-      } else if (events[i].events & (EPOLLHUP | EPOLLERR)) {
-        CloseSession(s, "connection error");
+      } else {
+        Serve(fd, events[i].events);
       }
     }
     if (Clock::now() >= next_tick) {
@@ -201,6 +170,43 @@ void ControlLoop::Run() {
       handler_->OnClosed(s, "engine finalized");
     }
     to_add_.clear();
+  }
+}
+
+void ControlLoop::AddQueued() {
+  uint64_t v;
+  while (::read(wake_.get(), &v, sizeof v) > 0) {
+  }
+  std::vector<std::shared_ptr<Session>> add;
+  {
+    std::lock_guard lock(add_mu_);
+    add.swap(to_add_);
+  }
+  for (auto& s : add) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.fd = s->fd();
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, s->fd(), &ev);
+    sessions_[s->fd()] = s;
+  }
+}
+
+void ControlLoop::Serve(int fd, uint32_t events) {
+  auto it = sessions_.find(fd);
+  if (it == sessions_.end()) return;
+  std::shared_ptr<Session> s = it->second;
+  std::string why;
+  bool alive = s->ReadAvailable([&](wire::Message&& m) {
+    if (!std::holds_alternative<wire::Heartbeat>(m)) handler_->OnMessage(s, std::move(m));
+  }, &why);
+  if (!alive) {
+    if (why.rfind("connection closed", 0) != 0 && s->shutdown_reason().empty()) {
+      XLOG(WARN) << "control connection from " << s->remote_addr() << ": " << why
+                 << "; closing it";
+    }
+    CloseSession(s, why);
+  } else if (events & (EPOLLHUP | EPOLLERR)) {
+    CloseSession(s, "connection error");
   }
 }
 

@@ -43,6 +43,8 @@ class ControlLoop {
   void Run();
   void Wake();
   void Accept();
+  void AddQueued();                    // the sessions Add() queued, now watched
+  void Serve(int fd, uint32_t events);  // a session's frames, or its end
   void CloseSession(const std::shared_ptr<Session>& s, const std::string& reason);
   void Tick();
 

@@ -66,10 +66,7 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
   st->routes.stage_all = stage_all_;
   st->routes.staging_bytes = opts_.staging_buffer_bytes;
   st->staging = staging_;
-  for (const auto& r : st->routes.routes) {
-    st->info.routes.emplace_back(r->backend());
-    st->copies_inline = st->copies_inline || r->CopiesInline(1);
-  }
+  for (const auto& r : st->routes.routes) st->copies_inline = st->copies_inline || r->CopiesInline(1);
   // The transport: the best route that is a link (one that staging may use), else the best.
   for (const auto& r : st->routes.routes) {
     if (r->Stageable()) {
@@ -115,67 +112,95 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
     return s;
   }
   if (remote == name_) return Status::Ok();  // this engine is always reachable by itself
-  auto deadline = DeadlineAfter(timeout);
-  // The peer's own connection to us is being answered: that session will be the one.
-  const auto accepted_in_time = [&](std::unique_lock<std::mutex>& lock) {
-    return peers_cv_.wait_until(lock, deadline, [&] { return !accepting_.count(remote); });
-  };
-  const Status still_accepting{StatusCode::kTimeout, "Connect: the session '" + remote +
-                                                         "' opened to us is still being set up"};
-  {
-    std::unique_lock lock(peers_mu_);
-    if (!accepted_in_time(lock)) return still_accepting;
-    if (peers_.count(remote) || connecting_.count(remote)) {
-      return {StatusCode::kAlreadyConnected, "already connected to '" + remote + "'"};
-    }
-    connecting_.insert(remote);
-  }
+  const auto deadline = DeadlineAfter(timeout);
+  if (s = ClaimConnect(remote, deadline); !s.ok()) return s;
   std::shared_ptr<control::Session> session;
-  auto abandon = [&](const std::string& why) {
-    if (session) {
-      (void)session->Send(wire::Goodbye{why}, std::chrono::milliseconds(100));
-      Unsubscribe(session);
-      session->Close();
-    }
-    std::lock_guard lock(peers_mu_);
-    connecting_.erase(remote);
-  };
-  auto fail = [&](Status st) {
-    abandon(st.message());
-    XLOG(WARN) << "Connect to '" << remote << "' failed: " << st.ToString();
-    return st;
-  };
-
-  net::Fd fd;
-  s = net::ConnectTcp(addr, deadline, &fd);
-  if (!s.ok()) return fail(s);
-  session = std::make_shared<control::Session>(std::move(fd), true, addr.ToString());
-  s = SendHelloAndSubscribe(session);
-  if (!s.ok()) return fail(s);
   wire::Message reply;
-  s = session->ReadOne(deadline, &reply);
-  if (!s.ok()) {
-    return fail({s.code(), "no hello from '" + remote + "': " + s.message()});
-  }
-  if (auto* bye = std::get_if<wire::Goodbye>(&reply)) {
-    if (bye->reason.find("already connected") == std::string::npos) {
-      return fail({StatusCode::kConnectionLost, "'" + remote + "' refused the connection: " + bye->reason});
+  s = OpenSession(addr, remote, deadline, &session, &reply);
+  if (s.ok()) {
+    if (auto* bye = std::get_if<wire::Goodbye>(&reply)) {
+      if (bye->reason.find("already connected") != std::string::npos) {
+        AbandonConnect(session, remote, "already connected");
+        return AwaitCrossedSession(remote, deadline);
+      }
+      s = {StatusCode::kConnectionLost, "'" + remote + "' refused the connection: " + bye->reason};
+    } else if (auto* hello = std::get_if<wire::Hello>(&reply)) {
+      s = InstallOutbound(session, remote, *hello, addr.host);
+    } else {
+      s = {StatusCode::kConnectionLost, "'" + remote + "' did not answer with a hello"};
     }
-    abandon("already connected");
-    // Our connection crossed one from the peer, and the peer's won: we are connected once
-    // this engine has finished answering it.
-    std::unique_lock lock(peers_mu_);
-    if (!accepted_in_time(lock)) return still_accepting;
-    return peers_.count(remote) ? Status::Ok()
-                                : Status{StatusCode::kAlreadyConnected,
-                                         "'" + remote + "' already has a session with this engine"};
   }
-  auto* hello = std::get_if<wire::Hello>(&reply);
-  if (hello == nullptr) return fail({StatusCode::kConnectionLost, "'" + remote + "' did not answer with a hello"});
-  std::string transport_error;
-  auto state = MakePeerState(*hello, true, addr.host, &transport_error);
-  if (!state->Reachable()) return fail({StatusCode::kUnsupported, transport_error});
+  if (!s.ok()) {
+    AbandonConnect(session, remote, s.message());
+    XLOG(WARN) << "Connect to '" << remote << "' failed: " << s.ToString();
+  }
+  return s;
+}
 
+bool EngineImpl::AwaitAccepted(std::unique_lock<std::mutex>& lock, const std::string& remote,
+                               Clock::time_point deadline) {
+  return peers_cv_.wait_until(lock, deadline, [&] { return !accepting_.count(remote); });
+}
+
+namespace {
+Status StillAccepting(const std::string& remote) {
+  return {StatusCode::kTimeout,
+          "Connect: the session '" + remote + "' opened to us is still being set up"};
+}
+}  // namespace
+
+Status EngineImpl::ClaimConnect(const std::string& remote, Clock::time_point deadline) {
+  std::unique_lock lock(peers_mu_);
+  // The peer's own connection to us is being answered: that session will be the one.
+  if (!AwaitAccepted(lock, remote, deadline)) return StillAccepting(remote);
+  if (peers_.count(remote) || connecting_.count(remote)) {
+    return {StatusCode::kAlreadyConnected, "already connected to '" + remote + "'"};
+  }
+  connecting_.insert(remote);
+  return Status::Ok();
+}
+
+void EngineImpl::AbandonConnect(const std::shared_ptr<control::Session>& session,
+                                const std::string& remote, const std::string& why) {
+  if (session) {
+    (void)session->Send(wire::Goodbye{why}, std::chrono::milliseconds(100));
+    Unsubscribe(session);
+    session->Close();
+  }
+  std::lock_guard lock(peers_mu_);
+  connecting_.erase(remote);
+}
+
+Status EngineImpl::OpenSession(const net::Address& addr, const std::string& remote,
+                               Clock::time_point deadline,
+                               std::shared_ptr<control::Session>* session, wire::Message* reply) {
+  net::Fd fd;
+  Status s = net::ConnectTcp(addr, deadline, &fd);
+  if (!s.ok()) return s;
+  *session = std::make_shared<control::Session>(std::move(fd), true, addr.ToString());
+  s = SendHelloAndSubscribe(*session);
+  if (!s.ok()) return s;
+  s = (*session)->ReadOne(deadline, reply);
+  if (!s.ok()) return {s.code(), "no hello from '" + remote + "': " + s.message()};
+  return Status::Ok();
+}
+
+Status EngineImpl::AwaitCrossedSession(const std::string& remote, Clock::time_point deadline) {
+  // Our connection crossed one from the peer, and the peer's won: we are connected once this
+  // engine has finished answering it.
+  std::unique_lock lock(peers_mu_);
+  if (!AwaitAccepted(lock, remote, deadline)) return StillAccepting(remote);
+  return peers_.count(remote) ? Status::Ok()
+                              : Status{StatusCode::kAlreadyConnected,
+                                       "'" + remote + "' already has a session with this engine"};
+}
+
+Status EngineImpl::InstallOutbound(const std::shared_ptr<control::Session>& session,
+                                   const std::string& remote, const wire::Hello& hello,
+                                   const std::string& host) {
+  std::string transport_error;
+  auto state = MakePeerState(hello, true, host, &transport_error);
+  if (!state->Reachable()) return {StatusCode::kUnsupported, transport_error};
   session->peer = state;
   session->peer_key = remote;
   session->established.store(true);
@@ -190,8 +215,8 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
     peers_[remote] = Peer{session, state};
   }
   loop_->Add(session);
-  XLOG(INFO) << "connected to " << remote << " (pid " << hello->pid << ", transport "
-             << state->info.transport << ", " << hello->regions.size() << " regions)";
+  XLOG(INFO) << "connected to " << remote << " (pid " << hello.pid << ", transport "
+             << state->info.transport << ", " << hello.regions.size() << " regions)";
   return Status::Ok();
 }
 
@@ -241,7 +266,8 @@ Status EngineImpl::GetPeerInfo(const std::string& remote, PeerInfo* info) {
   }
   const PeerState& st = *peer.state;
   *info = st.info;
-  for (const auto& r : st.routes.routes) {
+  for (const auto& r : st.routes.routes) {  // (built here: the routes are the one record)
+    info->routes.emplace_back(r->backend());
     info->moved.push_back({std::string(r->backend()), r->bytes().load(std::memory_order_relaxed)});
   }
   info->moved.push_back({"staged", st.staged_bytes.load(std::memory_order_relaxed)});

@@ -20,6 +20,7 @@
 #include "core/peer_state.h"
 #include "core/registry.h"
 #include "core/request.h"
+#include "core/request_table.h"
 #include "core/stream_pool.h"
 #include "util/net.h"
 #include "xfer/engine.h"
@@ -83,7 +84,6 @@ class EngineImpl final : public control::ControlHandler {
   // only ever seen by its caller).
   Status Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                 std::chrono::milliseconds timeout, bool track, std::shared_ptr<Request>* out);
-  void Track(const std::shared_ptr<Request>& req);  // in requests_, under its handle
   void Dispatch(const std::shared_ptr<Request>& req, bool caller_helps);
   void HelpWith(Request& req, Clock::time_point until);
   // Starts every batch of a pipelined request on its link.
@@ -96,8 +96,22 @@ class EngineImpl final : public control::ControlHandler {
   // planned path (which explains refusals).
   bool TryInlineCopy(const std::string& remote, Op op, const TransferDesc& d,
                     std::chrono::milliseconds timeout);
-  std::shared_ptr<Request> TakeIfDone(RequestHandle h, const RequestStatus& st);
   // --- control plane (engine_control.cc)
+  // Connect's steps: claim the name (no session, none being set up), open the session and
+  // read the peer's answer, and install the peer (or, when our connection crossed the peer's
+  // and lost, wait for the peer's session to be installed). AbandonConnect undoes a claim.
+  Status ClaimConnect(const std::string& remote, Clock::time_point deadline);
+  bool AwaitAccepted(std::unique_lock<std::mutex>& lock, const std::string& remote,
+                     Clock::time_point deadline);
+  Status OpenSession(const net::Address& addr, const std::string& remote,
+                     Clock::time_point deadline, std::shared_ptr<control::Session>* session,
+                     wire::Message* reply);
+  Status InstallOutbound(const std::shared_ptr<control::Session>& session,
+                         const std::string& remote, const wire::Hello& hello,
+                         const std::string& host);
+  Status AwaitCrossedSession(const std::string& remote, Clock::time_point deadline);
+  void AbandonConnect(const std::shared_ptr<control::Session>& session, const std::string& remote,
+                      const std::string& why);
   wire::Hello MakeHello(const std::vector<wire::WireRegion>& regions) const;
   // Sends our hello on s and adds s to the sessions that hear of region changes.
   Status SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s);
@@ -145,9 +159,7 @@ class EngineImpl final : public control::ControlHandler {
   std::set<std::string> accepting_;     // inbound hellos being answered
   std::condition_variable peers_cv_;    // peers_ or accepting_ changed
 
-  std::mutex requests_mu_;
-  std::unordered_map<RequestHandle, std::shared_ptr<Request>> requests_;
-  std::atomic<RequestHandle> next_request_{1};
+  RequestTable requests_;
 };
 
 // Adds a timeout to now without overflowing on huge values.

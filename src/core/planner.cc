@@ -114,89 +114,109 @@ PlanLimits LimitsOf(const PeerRoutes& peer, const Choice& c) {
   return l;
 }
 
-}  // namespace
+Status CheckDescriptor(size_t i, const TransferDesc& d) {
+  const char* bad = d.len == 0             ? "zero length"
+                    : d.local_addr == 0    ? "null local address"
+                    : d.remote_addr == 0   ? "null remote address"
+                    : d.local_addr + d.len < d.local_addr || d.remote_addr + d.len < d.remote_addr
+                        ? "range wraps around"
+                        : nullptr;
+  if (bad == nullptr) return Status::Ok();
+  return {StatusCode::kInvalidArgument, DescName(i, d) + ": " + bad};
+}
 
-Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions& remote,
-                LocalMemoryCheck& local, const PeerRoutes& routes, Plan* plan) {
-  if (descs.empty()) return {StatusCode::kInvalidArgument, "no descriptors"};
-  plan->slices.clear();
-  plan->batches.clear();
-  plan->regions.clear();
-  plan->bytes = 0;
-  plan->batches_in_flight = SIZE_MAX;
+// A run: descriptors adjacent on both sides, in one region, on one route.
+struct Run {
+  transport::Slice slice;  // remote: the address mapped here, for a mapping route
+  Choice choice;
+  bool device;             // the local side is GPU memory
+  const RemoteRegion* region;
+};
 
-  // Validate each descriptor, route it, and coalesce runs adjacent on both sides.
-  struct Run {
-    transport::Slice slice;
-    Choice choice;
-    bool device;
-  };
-  std::vector<Run> runs;
-  runs.reserve(descs.size());
-  RemoteRegion* last_region = nullptr;  // region of the previous descriptor
-  bool last_device = false;             // ...whether its local side was GPU memory
-  Choice route;                         // ...and its route
-  RemoteRegion* run_region = nullptr;   // region of runs.back()
-  for (size_t i = 0; i < descs.size(); ++i) {
-    const TransferDesc& d = descs[i];
-    if (d.len == 0) return {StatusCode::kInvalidArgument, DescName(i, d) + ": zero length"};
-    if (d.local_addr == 0) return {StatusCode::kInvalidArgument, DescName(i, d) + ": null local address"};
-    if (d.remote_addr == 0) return {StatusCode::kInvalidArgument, DescName(i, d) + ": null remote address"};
-    if (d.local_addr + d.len < d.local_addr || d.remote_addr + d.len < d.remote_addr) {
-      return {StatusCode::kInvalidArgument, DescName(i, d) + ": range wraps around"};
-    }
+// Validates and routes descriptors one by one, and coalesces them into runs. Consecutive
+// descriptors in one region with the same kind of local memory share one routing decision.
+class RunBuilder {
+ public:
+  RunBuilder(Op op, const RemoteRegions& remote, LocalMemoryCheck& local, const PeerRoutes& routes,
+             Plan* plan, size_t descriptors)
+      : op_(op), remote_(remote), local_(local), routes_(routes), plan_(plan) {
+    runs_.reserve(descriptors);
+  }
+
+  Status Add(size_t i, const TransferDesc& d) {
+    if (Status s = CheckDescriptor(i, d); !s.ok()) return s;
     std::shared_ptr<RemoteRegion> region;
-    if (last_region != nullptr && d.remote_addr >= last_region->info.addr &&
-        d.remote_addr + d.len <= last_region->info.addr + last_region->info.len) {
-      region = plan->regions.back();
-    } else {
-      region = remote.Find(d.remote_addr, d.len);
-      if (!region) {
-        return {StatusCode::kRemoteAccessDenied,
-                DescName(i, d) + ": remote range is not inside one registered region of the peer"};
-      }
-      if (std::find(plan->regions.begin(), plan->regions.end(), region) == plan->regions.end()) {
-        plan->regions.push_back(region);
-      }
-      // Keep the last-used region at the back so the fast path above finds it.
-      auto pos = std::find(plan->regions.begin(), plan->regions.end(), region);
-      std::iter_swap(pos, plan->regions.end() - 1);
-      last_region = nullptr;  // routed below
-    }
+    if (Status s = Region(i, d, &region); !s.ok()) return s;
     MemType local_type = MemType::kHost;
-    if (!local.Allows(d.local_addr, d.len, op == Op::kRead, &local_type)) {
+    if (!local_.Allows(d.local_addr, d.len, op_ == Op::kRead, &local_type)) {
       return {StatusCode::kInvalidArgument,
               DescName(i, d) + ": local range is not registered and not " +
-                  (op == Op::kRead ? "writable" : "readable") +
+                  (op_ == Op::kRead ? "writable" : "readable") +
                   " memory of this process (GPU memory must be registered)"};
     }
     const bool device = local_type == MemType::kCuda;
-    if (last_region != region.get() || last_device != device) {
-      if (Status s = ChooseRoute(routes, *region, device, &route); !s.ok()) {
+    if (last_region_ != region.get() || last_device_ != device) {
+      if (Status s = ChooseRoute(routes_, *region, device, &route_); !s.ok()) {
         return {s.code(), DescName(i, d) + ": " + s.message()};
       }
-      last_region = region.get();
-      last_device = device;
+      last_region_ = region.get();
+      last_device_ = device;
     }
     // In mapped memory the remote address becomes the address of the mapping here.
     const uint64_t remote_addr =
-        route.base ? reinterpret_cast<uint64_t>(route.base) + (d.remote_addr - region->info.addr)
-                   : d.remote_addr;
-    plan->bytes += d.len;
-    if (!runs.empty()) {
-      Run& r = runs.back();
+        route_.base ? reinterpret_cast<uint64_t>(route_.base) + (d.remote_addr - region->info.addr)
+                    : d.remote_addr;
+    plan_->bytes += d.len;
+    if (!runs_.empty()) {
+      Run& r = runs_.back();
       if (r.slice.local + r.slice.len == d.local_addr && r.slice.remote + r.slice.len == remote_addr &&
-          region.get() == run_region && r.choice.route == route.route &&
-          r.choice.staged == route.staged && r.device == device) {
+          r.region == region.get() && r.choice.route == route_.route &&
+          r.choice.staged == route_.staged && r.device == device) {
         r.slice.len += d.len;
-        continue;
+        return Status::Ok();
       }
     }
-    runs.push_back({{d.local_addr, remote_addr, d.len}, route, device});
-    run_region = region.get();
+    runs_.push_back({{d.local_addr, remote_addr, d.len}, route_, device, region.get()});
+    return Status::Ok();
+  }
+  const std::vector<Run>& runs() const { return runs_; }
+
+ private:
+  // The region holding the descriptor's remote range (the previous descriptor's when it holds
+  // this one too), added to the plan's regions.
+  Status Region(size_t i, const TransferDesc& d, std::shared_ptr<RemoteRegion>* out) {
+    RemoteRegion* last = last_region_;
+    if (last != nullptr && d.remote_addr >= last->info.addr &&
+        d.remote_addr + d.len <= last->info.addr + last->info.len) {
+      *out = plan_->regions.back();
+      return Status::Ok();
+    }
+    *out = remote_.Find(d.remote_addr, d.len);
+    if (!*out) {
+      return {StatusCode::kRemoteAccessDenied,
+              DescName(i, d) + ": remote range is not inside one registered region of the peer"};
+    }
+    auto& regions = plan_->regions;
+    auto pos = std::find(regions.begin(), regions.end(), *out);
+    if (pos == regions.end()) pos = regions.insert(regions.end(), *out);
+    std::iter_swap(pos, regions.end() - 1);  // the last-used region at the back, for the above
+    last_region_ = nullptr;                   // routed by the caller
+    return Status::Ok();
   }
 
-  // Cut runs into slices and pack the slices into batches, each of one route and kind.
+  const Op op_;
+  const RemoteRegions& remote_;
+  LocalMemoryCheck& local_;
+  const PeerRoutes& routes_;
+  Plan* const plan_;
+  std::vector<Run> runs_;
+  RemoteRegion* last_region_ = nullptr;  // region of the previous descriptor
+  bool last_device_ = false;             // ...whether its local side was GPU memory
+  Choice route_;                         // ...and its route
+};
+
+// Cuts runs into slices and packs the slices into batches, each of one route and kind.
+void PackBatches(const std::vector<Run>& runs, const PeerRoutes& routes, Plan* plan) {
   Plan::Batch current;
   auto close_batch = [&] {
     if (current.end > current.begin) plan->batches.push_back(current);
@@ -233,6 +253,19 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
     }
   }
   close_batch();
+}
+
+}  // namespace
+
+Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions& remote,
+                LocalMemoryCheck& local, const PeerRoutes& routes, Plan* plan) {
+  if (descs.empty()) return {StatusCode::kInvalidArgument, "no descriptors"};
+  *plan = Plan{};
+  RunBuilder runs(op, remote, local, routes, plan, descs.size());
+  for (size_t i = 0; i < descs.size(); ++i) {
+    if (Status s = runs.Add(i, descs[i]); !s.ok()) return s;
+  }
+  PackBatches(runs.runs(), routes, plan);
   return Status::Ok();
 }
 

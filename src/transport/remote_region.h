@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,11 +42,12 @@ struct RemoteRegion {
   // tag object of the backend's (so that several backends may share one mapping), and where
   // its first byte is addressable.
   using OpenKey = const void*;
-  using Opener = std::function<Status(std::shared_ptr<void>* handle, uint8_t** base)>;
-  // The base opened under key, opening it on first use (once: a failure is not retried; the
-  // opener's status comes back in *failure for the caller to log). Null once the region is
-  // closed. After the first call the answer costs a few loads: no lock, no allocation.
-  uint8_t* OpenOnce(OpenKey key, const Opener& open, Status* failure = nullptr) {
+  // The base opened under key, opening it on first use with open(std::shared_ptr<void>* handle,
+  // uint8_t** base) -> Status (once: a failure is not retried; the opener's status comes back
+  // in *failure for the caller to log). Null once the region is closed. After the first call
+  // the answer costs a few loads: no lock, no allocation.
+  template <class Opener>
+  uint8_t* OpenOnce(OpenKey key, Opener&& open, Status* failure = nullptr) {
     if (uint8_t* const* known = Known(key)) return *known;
     std::lock_guard lock(open_mu_);
     if (uint8_t* const* known = Known(key)) return *known;

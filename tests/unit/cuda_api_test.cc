@@ -1,5 +1,5 @@
 // The cuda transport's CUDA layer (transport/cuda/cuda_api.h), in both builds: with the toolkit
-// (cuda_api.cc) and without (cuda_unavailable.cc). Tests that need a GPU skip themselves where
+// (cuda_memory.cc, cuda_ipc.cc, cuda_copy.cc) and without (cuda_unavailable.cc). Tests that need a GPU skip themselves where
 // there is none; opening a peer's region across processes is left to the integration tests
 // (CUDA IPC refuses a handle of its own process).
 #include "transport/cuda/cuda_api.h"
@@ -49,7 +49,7 @@ std::vector<uint8_t> Random(size_t n, uint32_t seed) {
   return v;
 }
 
-// A blob in the format cuda_api.cc writes (see its "Blob" comment): header fields only.
+// A blob in the format cuda_ipc.cc writes (see its "Blob" comment): header fields only.
 std::string Blob(uint8_t kind, int32_t device, int32_t fd, uint64_t offset, uint64_t alloc_size,
                  size_t total) {
   std::string b(total, '\0');
@@ -334,7 +334,7 @@ bool CurrentContext(CUcontext* ctx) {
   return reinterpret_cast<CUresult (*)(CUcontext*)>(fn)(ctx) == CUDA_SUCCESS;
 }
 
-// The calls that switch devices for a while (DeviceScope in cuda_api.cc) leave the calling
+// The calls that switch devices for a while (DeviceScope in cuda_common.h) leave the calling
 // thread's device and context as they found them: on a thread that has used CUDA, on a fresh
 // thread (which had no context: it may keep the primary context of its own device, as its own
 // first runtime call would), and with two GPUs, across devices (the very same context back).

@@ -4,8 +4,8 @@
 // thread and device. Everything else that touches GPU memory (staging through the buffer pool, the tcp
 // target's copies) goes through Copy() too.
 //
-// Built when CMake finds the CUDA toolkit (cuda_api.cc); otherwise cuda_unavailable.cc, whose
-// functions say why. A build with CUDA on a machine without a GPU behaves like the latter.
+// Built when CMake finds the CUDA toolkit (cuda_memory.cc, cuda_ipc.cc, cuda_copy.cc, over
+// cuda_common.h); otherwise cuda_unavailable.cc, whose functions say why. A build with CUDA on a machine without a GPU behaves like the latter.
 #pragma once
 
 #include <chrono>

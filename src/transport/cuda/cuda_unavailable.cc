@@ -40,7 +40,7 @@ Status AllocPinned(uint64_t, void** p) {
 void FreePinned(void*) {}
 Status AllocDevice(uint64_t len, int32_t device, void** p) {
   if (p != nullptr) *p = nullptr;
-  // The argument checks of cuda_api.cc, which come before any CUDA call there too.
+  // The argument checks of cuda_memory.cc, which come before any CUDA call there too.
   if (p == nullptr || len == 0)
     return {StatusCode::kInvalidArgument, "cuda: allocate device memory: null output or zero length"};
   if (device < -1) {

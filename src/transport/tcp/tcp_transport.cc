@@ -407,131 +407,171 @@ void TcpTransport::AcceptLoop() {
   }
 }
 
-void TcpTransport::Serve(std::shared_ptr<Service> svc) {
-  const int fd = svc->fd.get();
-  auto io_deadline = [&] { return Clock::now() + opts_.io_timeout; };
-  auto close = [&](const std::string& why) {
-    if (!why.empty()) XLOG(WARN) << "tcp: closing a data connection: " << why;
-    std::lock_guard l(svc->fd_mu);
-    svc->fd.Reset();
-    svc->done.store(true);
-  };
+// One batch frame as the target reads it, and what its check found (buffers reused).
+struct TcpTransport::Frame {
+  bool write = false;
+  uint32_t count = 0;
+  uint64_t total = 0, tail = 0;
+  std::vector<uint8_t> descs;  // count x {addr, len}, then padding (READ: to the frame's end)
+  std::vector<iovec> iov;      // the ranges, once checked
+  std::vector<TcpTargetAccess> access;
+  bool staged = false;         // some range goes through the staging buffer
+  std::string denied;          // why the batch is refused; empty: accepted
+  StatusCode deny = StatusCode::kRemoteAccessDenied;
+  uint64_t addr(uint32_t i) const { return Get<uint64_t>(&descs[i * kSliceBytes]); }
+  uint64_t len(uint32_t i) const { return Get<uint64_t>(&descs[i * kSliceBytes + 8]); }
+};
 
-  uint8_t hello[kHelloBytes];
-  if (!net::RecvAll(fd, hello, sizeof hello, io_deadline()).ok()) return close("no handshake");
-  uint8_t refuse[kAcceptBytes] = {};
-  if (Get<uint32_t>(hello) != kDataMagic || Get<uint16_t>(hello + 4) != kDataVersion) {
-    return close("not an xfer data connection");
+void TcpTransport::Serve(std::shared_ptr<Service> svc) {
+  std::string why;
+  Frame f;
+  uint64_t replied = 0;  // payload bytes of the READ reply just sent
+  if (Handshake(*svc, &why)) {
+    while (ReadFrame(*svc, replied, &f, &why) && ServeFrame(*svc, &f, &replied, &why)) {
+    }
   }
+  if (!why.empty()) XLOG(WARN) << "tcp: closing a data connection: " << why;
+  std::lock_guard l(svc->fd_mu);
+  svc->fd.Reset();
+  svc->done.store(true);
+}
+
+bool TcpTransport::Handshake(Service& svc, std::string* why) {
+  const int fd = svc.fd.get();
+  uint8_t hello[kHelloBytes];
+  if (!net::RecvAll(fd, hello, sizeof hello, Clock::now() + opts_.io_timeout).ok()) {
+    *why = "no handshake";
+    return false;
+  }
+  if (Get<uint32_t>(hello) != kDataMagic || Get<uint16_t>(hello + 4) != kDataVersion) {
+    *why = "not an xfer data connection";
+    return false;
+  }
+  uint8_t refuse[kAcceptBytes] = {};
   if (Get<uint64_t>(hello + 8) != hooks_.incarnation || !hooks_.is_peer(Get<uint64_t>(hello + 16))) {
     Put<uint32_t>(refuse, static_cast<uint32_t>(StatusCode::kConnectionLost));
   }
-  svc->peer_incarnation = Get<uint64_t>(hello + 16);
+  svc.peer_incarnation = Get<uint64_t>(hello + 16);
   const bool refused = Get<uint32_t>(refuse) != 0;
-  if (!net::SendAll(fd, refuse, sizeof refuse, io_deadline()).ok() || refused) {
-    return close(refused ? "" : "handshake reply failed");
+  if (!net::SendAll(fd, refuse, sizeof refuse, Clock::now() + opts_.io_timeout).ok()) {
+    *why = refused ? "" : "handshake reply failed";
+    return false;
   }
+  return !refused;  // (a refused stranger is closed without a warning)
+}
 
-  std::vector<uint8_t> descs;
-  std::vector<iovec> iov;
-  std::vector<TcpTargetAccess> access;
-  uint64_t replied = 0;  // payload bytes of the READ reply just sent
-  for (;;) {
-    uint8_t h[kBatchHeaderBytes];
-    // A READ reply sits in the socket buffers until the initiator has read it, and only then
-    // does its next batch come: spin through that drain too, or every such request would pay
-    // this thread's wake-up. (spin = 0 still turns spinning off.)
-    const auto drain = std::chrono::microseconds(
-        opts_.spin.count() > 0 ? std::min(replied / kDrainBytesPerUs, kMaxDrainSpinUs) : 0);
-    replied = 0;
-    // Idle until the next batch.
-    Status s = net::RecvAll(fd, h, sizeof h, kForever, opts_.spin + drain);
-    if (!s.ok()) return close("");
-    const uint8_t op = h[0], lead = h[1];
-    const uint32_t count = Get<uint32_t>(h + 4);
-    const uint64_t total = Get<uint64_t>(h + 8);
-    const bool write = op == static_cast<uint8_t>(Op::kWrite);
-    if (op > static_cast<uint8_t>(Op::kWrite) || count == 0 || count > kMaxSlices ||
-        total > kMaxBatchBytes || lead >= kAlign || (!write && lead != 0)) {
-      return close("malformed batch header");
-    }
-    const uint64_t prefix = kBatchHeaderBytes + count * kSliceBytes + lead;
-    const uint64_t tail = PadFor(prefix + (write ? total : 0), 0);
-    // Descriptors, padding, and for READ the end of the frame.
-    descs.resize(prefix - kBatchHeaderBytes + (write ? 0 : tail));
-    if (!net::RecvAll(fd, descs.data(), descs.size(), io_deadline(), opts_.spin).ok()) {
-      return close("batch descriptors did not arrive in time");
-    }
-    uint64_t sum = 0;
-    bool sane = true;
-    for (uint32_t i = 0; i < count; ++i) {
-      uint64_t addr = Get<uint64_t>(&descs[i * kSliceBytes]);
-      uint64_t len = Get<uint64_t>(&descs[i * kSliceBytes + 8]);
-      sane = sane && len > 0 && addr + len >= addr && sum + len >= sum;
-      sum += len;
-    }
-    if (!sane || sum != total) return close("batch descriptors do not add up");
-
-    std::unique_lock exec(svc->exec);
-    // Checked under the exec lock: a deregistration's fence either waits for this batch or
-    // this check already sees the region gone.
-    std::string denied;
-    StatusCode deny = StatusCode::kRemoteAccessDenied;
-    iov.clear();
-    access.clear();
-    bool staged = false;
-    for (uint32_t i = 0; i < count && denied.empty(); ++i) {
-      uint64_t addr = Get<uint64_t>(&descs[i * kSliceBytes]);
-      uint64_t len = Get<uint64_t>(&descs[i * kSliceBytes + 8]);
-      access.push_back(hooks_.region_access(addr, len));
-      if (!access.back().allowed) {
-        denied = " is not inside one registered region";
-      } else if (access.back().staged && hooks_.staging_bytes == 0) {
-        denied = " is GPU memory, which this engine reaches only through staging buffers, and "
-                 "its staging is off";
-        deny = StatusCode::kUnsupported;
-      }
-      if (!denied.empty()) {
-        denied = "slice " + std::to_string(i) + " (" + std::to_string(len) + " bytes at " +
-                 Hex(addr) + ")" + denied;
-      }
-      staged = staged || access.back().staged;
-      iov.push_back({reinterpret_cast<void*>(addr), len});
-    }
-    if (staged && denied.empty()) {
-      std::string why;
-      const bool ok = ServeStaged(*svc, write, iov, access, total, tail, &why);
-      exec.unlock();
-      if (!ok) return close(why);
-      if (write) s = SendReply(fd, StatusCode::kOk, "", io_deadline());
-    } else if (write) {
-      if (denied.empty()) {
-        iov.push_back({PadSink(), tail});
-        s = net::RecvVWaitAll(fd, iov.data(), iov.size(), io_deadline());
-      } else {  // refuse without touching memory: drain the payload to keep the stream framed
-        static thread_local std::vector<uint8_t> scratch(64 << 10);
-        for (uint64_t left = total + tail; left > 0 && s.ok();) {
-          size_t n = static_cast<size_t>(std::min<uint64_t>(left, scratch.size()));
-          s = net::RecvAll(fd, scratch.data(), n, io_deadline());
-          left -= n;
-        }
-      }
-      exec.unlock();
-      if (!s.ok()) return close("WRITE payload: " + s.message());
-      s = SendReply(fd, denied.empty() ? StatusCode::kOk : deny, denied, io_deadline());
-    } else if (denied.empty()) {
-      uint8_t ok[kReplyHeaderBytes + kAlign];
-      const uint64_t head = ReadReplyHeader(ok, iov[0].iov_base);
-      iov.insert(iov.begin(), iovec{ok, head});
-      iov.push_back({const_cast<uint8_t*>(kZeros), PadFor(head + total, 0)});
-      s = net::SendVWaitAll(fd, iov.data(), iov.size(), io_deadline());
-      replied = total;
-    } else {
-      exec.unlock();
-      s = SendReply(fd, deny, denied, io_deadline());
-    }
-    if (!s.ok()) return close("reply: " + s.message());
+bool TcpTransport::ReadFrame(Service& svc, uint64_t replied, Frame* f, std::string* why) {
+  const int fd = svc.fd.get();
+  uint8_t h[kBatchHeaderBytes];
+  // A READ reply sits in the socket buffers until the initiator has read it, and only then
+  // does its next batch come: spin through that drain too, or every such request would pay
+  // this thread's wake-up. (spin = 0 still turns spinning off.)
+  const auto drain = std::chrono::microseconds(
+      opts_.spin.count() > 0 ? std::min(replied / kDrainBytesPerUs, kMaxDrainSpinUs) : 0);
+  // Idle until the next batch; its end closes the connection without a word.
+  if (!net::RecvAll(fd, h, sizeof h, kForever, opts_.spin + drain).ok()) return false;
+  const uint8_t op = h[0], lead = h[1];
+  f->count = Get<uint32_t>(h + 4);
+  f->total = Get<uint64_t>(h + 8);
+  f->write = op == static_cast<uint8_t>(Op::kWrite);
+  if (op > static_cast<uint8_t>(Op::kWrite) || f->count == 0 || f->count > kMaxSlices ||
+      f->total > kMaxBatchBytes || lead >= kAlign || (!f->write && lead != 0)) {
+    *why = "malformed batch header";
+    return false;
   }
+  const uint64_t prefix = kBatchHeaderBytes + f->count * kSliceBytes + lead;
+  f->tail = PadFor(prefix + (f->write ? f->total : 0), 0);
+  // Descriptors, padding, and for READ the end of the frame.
+  f->descs.resize(prefix - kBatchHeaderBytes + (f->write ? 0 : f->tail));
+  if (!net::RecvAll(fd, f->descs.data(), f->descs.size(), Clock::now() + opts_.io_timeout, opts_.spin).ok()) {
+    *why = "batch descriptors did not arrive in time";
+    return false;
+  }
+  uint64_t sum = 0;
+  bool sane = true;
+  for (uint32_t i = 0; i < f->count; ++i) {
+    const uint64_t addr = f->addr(i), len = f->len(i);
+    sane = sane && len > 0 && addr + len >= addr && sum + len >= sum;
+    sum += len;
+  }
+  if (!sane || sum != f->total) {
+    *why = "batch descriptors do not add up";
+    return false;
+  }
+  return true;
+}
+
+void TcpTransport::CheckRanges(Frame* f) const {
+  f->denied.clear();
+  f->deny = StatusCode::kRemoteAccessDenied;
+  f->iov.clear();
+  f->access.clear();
+  f->staged = false;
+  for (uint32_t i = 0; i < f->count && f->denied.empty(); ++i) {
+    const uint64_t addr = f->addr(i), len = f->len(i);
+    f->access.push_back(hooks_.region_access(addr, len));
+    if (!f->access.back().allowed) {
+      f->denied = " is not inside one registered region";
+    } else if (f->access.back().staged && hooks_.staging_bytes == 0) {
+      f->denied = " is GPU memory, which this engine reaches only through staging buffers, and "
+                  "its staging is off";
+      f->deny = StatusCode::kUnsupported;
+    }
+    if (!f->denied.empty()) {
+      f->denied = "slice " + std::to_string(i) + " (" + std::to_string(len) + " bytes at " +
+                  Hex(addr) + ")" + f->denied;
+    }
+    f->staged = f->staged || f->access.back().staged;
+    f->iov.push_back({reinterpret_cast<void*>(addr), len});
+  }
+}
+
+bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::string* why) {
+  const int fd = svc.fd.get();
+  auto io_deadline = [&] { return Clock::now() + opts_.io_timeout; };
+  *replied = 0;
+  std::unique_lock exec(svc.exec);
+  // Checked under the exec lock: a deregistration's fence either waits for this batch or this
+  // check already sees the region gone.
+  CheckRanges(f);
+  const bool ok = f->denied.empty();
+  Status s;
+  if (f->staged && ok) {
+    const bool moved = ServeStaged(svc, f->write, f->iov, f->access, f->total, f->tail, why);
+    exec.unlock();
+    if (!moved) return false;
+    if (f->write) s = SendReply(fd, StatusCode::kOk, "", io_deadline());
+  } else if (f->write) {
+    if (ok) {
+      f->iov.push_back({PadSink(), f->tail});
+      s = net::RecvVWaitAll(fd, f->iov.data(), f->iov.size(), io_deadline());
+    } else {  // refuse without touching memory: drain the payload to keep the stream framed
+      static thread_local std::vector<uint8_t> scratch(64 << 10);
+      for (uint64_t left = f->total + f->tail; left > 0 && s.ok();) {
+        size_t n = static_cast<size_t>(std::min<uint64_t>(left, scratch.size()));
+        s = net::RecvAll(fd, scratch.data(), n, io_deadline());
+        left -= n;
+      }
+    }
+    exec.unlock();
+    if (!s.ok()) {
+      *why = "WRITE payload: " + s.message();
+      return false;
+    }
+    s = SendReply(fd, ok ? StatusCode::kOk : f->deny, f->denied, io_deadline());
+  } else if (ok) {
+    uint8_t head_bytes[kReplyHeaderBytes + kAlign];
+    const uint64_t head = ReadReplyHeader(head_bytes, f->iov[0].iov_base);
+    f->iov.insert(f->iov.begin(), iovec{head_bytes, head});
+    f->iov.push_back({const_cast<uint8_t*>(kZeros), PadFor(head + f->total, 0)});
+    s = net::SendVWaitAll(fd, f->iov.data(), f->iov.size(), io_deadline());
+    *replied = f->total;
+  } else {
+    exec.unlock();
+    s = SendReply(fd, f->deny, f->denied, io_deadline());
+  }
+  if (!s.ok()) *why = "reply: " + s.message();
+  return s.ok();
 }
 
 bool TcpTransport::ServeStaged(Service& svc, bool write, std::span<const iovec> ranges,

@@ -82,8 +82,16 @@ class TcpTransport final : public Transport {
 
  private:
   struct Service;
+  struct Frame;
   void AcceptLoop();
+  // One data connection's thread: the handshake, then batch after batch until the connection
+  // ends or must close (*why says why; empty: quietly).
   void Serve(std::shared_ptr<Service> svc);
+  bool Handshake(Service& svc, std::string* why);
+  bool ReadFrame(Service& svc, uint64_t replied, Frame* f, std::string* why);
+  // Checks every range of the frame against this engine's regions (f->denied says why not).
+  void CheckRanges(Frame* f) const;
+  bool ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::string* why);
   // A checked batch that names staged ranges, moved piece by piece through a staging buffer.
   // False when the connection must close (*why says why).
   bool ServeStaged(Service& svc, bool write, std::span<const iovec> ranges,

@@ -1,0 +1,33 @@
+// The asynchronous requests whose end has not been reported yet, by handle.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/request.h"
+#include "xfer/types.h"
+
+namespace xfer {
+
+class RequestTable {
+ public:
+  RequestHandle NextHandle() { return next_.fetch_add(1, std::memory_order_relaxed); }
+  void Track(const std::shared_ptr<Request>& req);
+  // The request under h, or null (never issued, or its end was reported already).
+  std::shared_ptr<Request> Find(RequestHandle h) const;
+  // When st is terminal: removes the request and returns it, or null when another thread took
+  // it first (its end is reported once). Null for a waiting st.
+  std::shared_ptr<Request> TakeIfDone(RequestHandle h, const RequestStatus& st);
+  // Cancels every request (Finalize); Clear then forgets them.
+  void CancelAll();
+  void Clear();
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<RequestHandle, std::shared_ptr<Request>> requests_;  // mu_
+  std::atomic<RequestHandle> next_{1};
+};
+
+}  // namespace xfer
