@@ -94,6 +94,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   }
   name_ = addr.ToString();
   incarnation_ = host::RandomU64();
+  peers_.set_incarnation(incarnation_);
   host_id_ = options.host_id.empty() ? host::BootId() : options.host_id;
   if (opts_.staging != Staging::kOff) {
     staging_ = std::make_shared<BufferPool>(opts_.staging_buffers, opts_.staging_buffer_bytes);
@@ -103,6 +104,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   std::string unreachable;
   self_ = MakePeerState(MakeHello({}), false, "", &unreachable);
   self_->info.name = name_;
+  regions_.Start(&backends_, &self_->regions, opts_.heartbeat_timeout);
 
   pool_ = std::make_unique<StreamPool>(opts_.streams, opts_.spin);
   loop_ = std::make_unique<control::ControlLoop>(
@@ -132,7 +134,7 @@ Status EngineImpl::StartBackends(const std::string& listen_host) {
 
 transport::TargetAccess EngineImpl::RegionAccess(uint64_t addr, uint64_t len) const {
   transport::TargetAccess access;
-  if (auto t = registry_.TypeOf(addr, len)) {
+  if (auto t = regions_.registry().TypeOf(addr, len)) {
     access.allowed = true;
     access.device = *t == MemType::kCuda;
     access.staged = access.device || stage_all_;
@@ -143,24 +145,14 @@ transport::TargetAccess EngineImpl::RegionAccess(uint64_t addr, uint64_t len) co
 void EngineImpl::Finalize() {
   if (!running_.exchange(false)) return;
   finalized_ = true;
-  std::vector<std::shared_ptr<control::Session>> sessions;
-  {
-    std::lock_guard lock(subscribers_mu_);
-    sessions.assign(subscribers_.begin(), subscribers_.end());
-  }
   // Peers stop using our memory before Finalize returns (the application may free it next).
-  SayGoodbye(sessions, "engine finalized");
+  SayGoodbye(regions_.Subscribers(), "engine finalized");
   loop_->Stop();  // closes every session; OnClosed drops their state
   requests_.CancelAll();
   pool_->Stop();  // runs what is queued: canceled batches end at once
   backends_.StopServing();
   requests_.Clear();
-  std::map<MemHandle, std::unique_ptr<RegionResources>> released;
-  {
-    std::lock_guard lock(subscribers_mu_);
-    released.swap(resources_);
-  }
-  released.clear();  // peers were told goodbye: none uses the memory any more
+  regions_.ReleaseAll();  // peers were told goodbye: none uses the memory any more
   self_.reset();
   backends_.Clear();
 }
@@ -190,35 +182,7 @@ Status EngineImpl::RegisterMem(void* addr, uint64_t len, MemType type, MemHandle
   }
   wire::WireRegion r;
   r.info = RegionInfo{reinterpret_cast<uint64_t>(addr), len, type, device, tag, false};
-  return AddRegion(std::move(r), false, std::make_unique<RegionResources>(), handle);
-}
-
-Status EngineImpl::AddRegion(wire::WireRegion region, bool allocated,
-                             std::unique_ptr<RegionResources> res, MemHandle* handle) {
-  // What peers need to reach the memory, prepared before the lock (pinning pages is slow
-  // for large regions) and dropped again if the range was registered already.
-  if (Status s = backends_.PrepareRegion(region.info, res.get(), &region.blobs); !s.ok()) {
-    XLOG(WARN) << "RegisterMem: " << s.ToString();
-    return {s.code(), "RegisterMem: " + s.message()};
-  }
-  std::lock_guard lock(subscribers_mu_);
-  bool added = false;
-  Status s = registry_.Add(region, allocated, handle, &added);
-  if (!s.ok()) {
-    XLOG(WARN) << s.ToString();
-    return s;
-  }
-  if (added) {
-    resources_[*handle] = std::move(res);
-    wire::WireRegion r;
-    registry_.Lookup(*handle, &r);
-    self_->regions.Add(r);
-    for (auto& sub : subscribers_) {
-      Status st = sub->Send(wire::RegionAdd{r}, opts_.heartbeat_timeout);
-      if (!st.ok()) sub->Shutdown("cannot send region update: " + st.ToString());
-    }
-  }
-  return Status::Ok();
+  return regions_.Add(std::move(r), false, std::make_unique<RegionResources>(), handle);
 }
 
 Status EngineImpl::AllocMem(uint64_t len, MemType type, void** addr, MemHandle* handle,
@@ -237,7 +201,7 @@ Status EngineImpl::AllocMem(uint64_t len, MemType type, void** addr, MemHandle* 
   }
   if (s.ok()) {
     const uint64_t at = r.info.addr;
-    s = AddRegion(std::move(r), true, std::move(res), handle);
+    s = regions_.Add(std::move(r), true, std::move(res), handle);
     if (s.ok()) *addr = reinterpret_cast<void*>(at);
   }
   if (!s.ok()) XLOG(WARN) << s.ToString();
@@ -249,42 +213,12 @@ Status EngineImpl::FreeMem(MemHandle handle) { return DeregisterMem(handle, true
 Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
   Status s = CheckRunning(free ? "FreeMem" : "DeregisterMem");
   if (!s.ok()) return s;
-  std::vector<std::pair<std::shared_ptr<control::Session>, uint64_t>> pending;
-  {
-    std::lock_guard lock(subscribers_mu_);
-    bool removed = false;
-    s = registry_.Remove(handle, &removed, free);
-    if (!s.ok()) {
-      XLOG(WARN) << s.ToString();
-      return s;
-    }
-    if (!removed) return Status::Ok();  // still referenced by another RegisterMem
-    self_->regions.Revoke(handle);
-    for (auto& sub : subscribers_) {
-      uint64_t seq = sub->NextSeq();
-      if (sub->Send(wire::RegionRemove{handle, seq}, opts_.heartbeat_timeout).ok()) {
-        pending.emplace_back(sub, seq);
-      }
-    }
-  }
+  RegionService::Removal removal;
+  s = regions_.BeginRemove(handle, free, &removal);
+  if (!s.ok() || !removal.removed) return s;
   FenceBatches(nullptr);  // our own transfers from or into the region have finished
   backends_.Fence();      // and so have peers' batches that our backends' threads execute
-  // Each peer acknowledges once its batches touching the region have finished. A peer that
-  // cannot say so in time is cut off: it must not keep writing into memory we give back.
-  auto deadline = DeadlineAfter(opts_.heartbeat_timeout);
-  for (auto& [sub, seq] : pending) {
-    if (!sub->WaitAcked(seq, deadline) && !sub->closed()) {
-      XLOG(WARN) << "peer " << sub->peer_key << " did not confirm deregistration of region "
-                 << handle << " in time; closing its session";
-      sub->Shutdown("did not confirm a deregistration in time");
-    }
-  }
-  std::unique_ptr<RegionResources> released;  // released after the lock: no peer uses them now
-  std::lock_guard lock(subscribers_mu_);
-  if (auto it = resources_.find(handle); it != resources_.end()) {
-    released = std::move(it->second);
-    resources_.erase(it);
-  }
+  regions_.FinishRemove(removal, DeadlineAfter(opts_.heartbeat_timeout));
   return Status::Ok();
 }
 
@@ -294,11 +228,7 @@ bool EngineImpl::LookupPeer(const std::string& remote, Peer* peer) {
     *peer = Peer{nullptr, self_};
     return true;
   }
-  std::lock_guard lock(peers_mu_);
-  auto it = peers_.find(remote);
-  if (it == peers_.end()) return false;
-  *peer = it->second;
-  return true;
+  return peers_.Find(remote, peer);
 }
 
 Status EngineImpl::FindPeer(const std::string& remote, Peer* peer) {
@@ -331,7 +261,7 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
   }
   Plan plan;
   if (s.ok()) {
-    LocalMemoryCheck local(registry_);
+    LocalMemoryCheck local(regions_.registry());
     s = MakePlan(op, descs, peer.state->regions, local, peer.state->routes, &plan);
     // The peer may have registered the region a moment ago: catch up with its updates once.
     if (s.code() == StatusCode::kRemoteAccessDenied && peer.session) {
@@ -399,8 +329,7 @@ void EngineImpl::FenceBatches(PeerState* peer) {
   pool_->Fence();
   std::vector<std::shared_ptr<PeerState>> peers;
   if (peer == nullptr) {
-    std::lock_guard lock(peers_mu_);
-    for (const auto& [name, p] : peers_) peers.push_back(p.state);
+    peers = peers_.States();
     if (self_) peers.push_back(self_);
   }
   auto quiesce = [](const PeerState& p) {
@@ -423,7 +352,7 @@ bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferD
     return false;
   }
   std::shared_ptr<RemoteRegion> region = peer.state->regions.Find(d.remote_addr, d.len);
-  if (!region || registry_.TypeOf(d.local_addr, d.len) != MemType::kHost) return false;
+  if (!region || regions_.registry().TypeOf(d.local_addr, d.len) != MemType::kHost) return false;
   // The route the planner would choose: the first that reaches the pair.
   transport::Route* route = nullptr;
   uint8_t* base = nullptr;

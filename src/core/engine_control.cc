@@ -31,15 +31,7 @@ wire::Hello EngineImpl::MakeHello(const std::vector<wire::WireRegion>& regions) 
 }
 
 Status EngineImpl::SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s) {
-  std::lock_guard lock(subscribers_mu_);
-  Status st = s->Send(MakeHello(registry_.Snapshot()), opts_.heartbeat_timeout);
-  if (st.ok()) subscribers_.insert(s);
-  return st;
-}
-
-void EngineImpl::Unsubscribe(const std::shared_ptr<control::Session>& s) {
-  std::lock_guard lock(subscribers_mu_);
-  subscribers_.erase(s);
+  return regions_.SendHelloAndSubscribe(s, [this](const auto& r) { return MakeHello(r); });
 }
 
 std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, bool outbound,
@@ -92,13 +84,7 @@ std::vector<std::shared_ptr<RemoteRegion>> EngineImpl::DropPeerState(PeerState& 
   return gone;
 }
 
-bool EngineImpl::IsPeer(uint64_t incarnation) {
-  std::lock_guard lock(peers_mu_);
-  for (const auto& [key, p] : peers_) {
-    if (p.state->info.incarnation == incarnation && p.state->alive.load()) return true;
-  }
-  return false;
-}
+bool EngineImpl::IsPeer(uint64_t incarnation) { return peers_.HasLive(incarnation); }
 
 Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds timeout) {
   Status s = CheckRunning("Connect");
@@ -113,7 +99,7 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
   }
   if (remote == name_) return Status::Ok();  // this engine is always reachable by itself
   const auto deadline = DeadlineAfter(timeout);
-  if (s = ClaimConnect(remote, deadline); !s.ok()) return s;
+  if (s = peers_.Claim(remote, deadline); !s.ok()) return s;
   std::shared_ptr<control::Session> session;
   wire::Message reply;
   s = OpenSession(addr, remote, deadline, &session, &reply);
@@ -121,7 +107,7 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
     if (auto* bye = std::get_if<wire::Goodbye>(&reply)) {
       if (bye->reason.find("already connected") != std::string::npos) {
         AbandonConnect(session, remote, "already connected");
-        return AwaitCrossedSession(remote, deadline);
+        return peers_.AwaitCrossed(remote, deadline);
       }
       s = {StatusCode::kConnectionLost, "'" + remote + "' refused the connection: " + bye->reason};
     } else if (auto* hello = std::get_if<wire::Hello>(&reply)) {
@@ -137,38 +123,14 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
   return s;
 }
 
-bool EngineImpl::AwaitAccepted(std::unique_lock<std::mutex>& lock, const std::string& remote,
-                               Clock::time_point deadline) {
-  return peers_cv_.wait_until(lock, deadline, [&] { return !accepting_.count(remote); });
-}
-
-namespace {
-Status StillAccepting(const std::string& remote) {
-  return {StatusCode::kTimeout,
-          "Connect: the session '" + remote + "' opened to us is still being set up"};
-}
-}  // namespace
-
-Status EngineImpl::ClaimConnect(const std::string& remote, Clock::time_point deadline) {
-  std::unique_lock lock(peers_mu_);
-  // The peer's own connection to us is being answered: that session will be the one.
-  if (!AwaitAccepted(lock, remote, deadline)) return StillAccepting(remote);
-  if (peers_.count(remote) || connecting_.count(remote)) {
-    return {StatusCode::kAlreadyConnected, "already connected to '" + remote + "'"};
-  }
-  connecting_.insert(remote);
-  return Status::Ok();
-}
-
 void EngineImpl::AbandonConnect(const std::shared_ptr<control::Session>& session,
                                 const std::string& remote, const std::string& why) {
   if (session) {
     (void)session->Send(wire::Goodbye{why}, std::chrono::milliseconds(100));
-    Unsubscribe(session);
+    regions_.Unsubscribe(session);
     session->Close();
   }
-  std::lock_guard lock(peers_mu_);
-  connecting_.erase(remote);
+  peers_.Unclaim(remote);
 }
 
 Status EngineImpl::OpenSession(const net::Address& addr, const std::string& remote,
@@ -185,16 +147,6 @@ Status EngineImpl::OpenSession(const net::Address& addr, const std::string& remo
   return Status::Ok();
 }
 
-Status EngineImpl::AwaitCrossedSession(const std::string& remote, Clock::time_point deadline) {
-  // Our connection crossed one from the peer, and the peer's won: we are connected once this
-  // engine has finished answering it.
-  std::unique_lock lock(peers_mu_);
-  if (!AwaitAccepted(lock, remote, deadline)) return StillAccepting(remote);
-  return peers_.count(remote) ? Status::Ok()
-                              : Status{StatusCode::kAlreadyConnected,
-                                       "'" + remote + "' already has a session with this engine"};
-}
-
 Status EngineImpl::InstallOutbound(const std::shared_ptr<control::Session>& session,
                                    const std::string& remote, const wire::Hello& hello,
                                    const std::string& host) {
@@ -204,15 +156,10 @@ Status EngineImpl::InstallOutbound(const std::shared_ptr<control::Session>& sess
   session->peer = state;
   session->peer_key = remote;
   session->established.store(true);
-  {
-    std::lock_guard lock(peers_mu_);
-    connecting_.erase(remote);
-    if (peers_.count(remote)) {  // a crossing connection from the peer got in first: keep it
-      session->Close();
-      Unsubscribe(session);
-      return Status::Ok();
-    }
-    peers_[remote] = Peer{session, state};
+  if (!peers_.InstallClaimed(remote, Peer{session, state})) {
+    session->Close();  // a crossing session from the peer got in first: it stays
+    regions_.Unsubscribe(session);
+    return Status::Ok();
   }
   loop_->Add(session);
   XLOG(INFO) << "connected to " << remote << " (pid " << hello.pid << ", transport "
@@ -242,12 +189,8 @@ Status EngineImpl::Disconnect(const std::string& remote) {
   Status s = CheckRunning("Disconnect");
   if (!s.ok()) return s;
   Peer peer;
-  {
-    std::lock_guard lock(peers_mu_);
-    auto it = peers_.find(remote);
-    if (it == peers_.end()) return {StatusCode::kNotConnected, "Disconnect: not connected to '" + remote + "'"};
-    peer = it->second;
-    peers_.erase(it);
+  if (!peers_.Take(remote, &peer)) {
+    return {StatusCode::kNotConnected, "Disconnect: not connected to '" + remote + "'"};
   }
   auto gone = DropPeerState(*peer.state);
   pool_->Fence();  // our batches to the peer have finished
@@ -302,32 +245,16 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
     return;
   }
   const std::string key = PeerKey(hello);
-  std::shared_ptr<control::Session> replaced;
-  {
-    std::lock_guard lock(peers_mu_);
-    // Both engines connecting to each other at once: one connection must win, and both
-    // sides must agree which. The one opened by the smaller incarnation does. (While this
-    // hello is answered, accepting_ keeps a Connect() of ours from starting a crossing one.)
-    const bool crossing = connecting_.count(key) && incarnation_ < hello.incarnation;
-    auto it = peers_.find(key);
-    if (crossing || accepting_.count(key) ||
-        (it != peers_.end() && (it->second.state->info.incarnation == hello.incarnation ||
-                                it->second.session->outbound()))) {
-      (void)s->Send(wire::Goodbye{"already connected to " + name_}, std::chrono::milliseconds(100));
-      s->Shutdown("duplicate connection from " + key);
-      return;
-    }
-    accepting_.insert(key);
-    if (it != peers_.end()) {
-      // Same name, new incarnation: the peer restarted. Forget everything about the old one.
-      replaced = it->second.session;
-      DropPeerState(*it->second.state);
-      peers_.erase(it);
-    }
+  Peer replaced;
+  if (!peers_.BeginAccept(key, hello.incarnation, &replaced)) {
+    (void)s->Send(wire::Goodbye{"already connected to " + name_}, std::chrono::milliseconds(100));
+    s->Shutdown("duplicate connection from " + key);
+    return;
   }
-  if (replaced) {
+  if (replaced.session) {  // the peer restarted: forget everything about the old one
+    DropPeerState(*replaced.state);
     XLOG(INFO) << "peer " << key << " restarted (new incarnation); dropping the old session";
-    replaced->Shutdown("peer restarted");
+    replaced.session->Shutdown("peer restarted");
   }
   std::string transport_error;
   auto state = MakePeerState(hello, false, net::HostOf(s->remote_addr()), &transport_error);
@@ -342,12 +269,7 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
   s->peer = state;
   s->peer_key = key;
   s->established.store(true);
-  {
-    std::lock_guard lock(peers_mu_);
-    peers_[key] = Peer{s, state};
-    accepting_.erase(key);
-  }
-  peers_cv_.notify_all();
+  peers_.FinishAccept(key, Peer{s, state});
   if (!SendHelloAndSubscribe(s).ok()) s->Shutdown("cannot send hello");
 }
 
@@ -392,17 +314,9 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
 }
 
 void EngineImpl::OnClosed(const std::shared_ptr<control::Session>& s, const std::string& reason) {
-  Unsubscribe(s);
+  regions_.Unsubscribe(s);
   if (s->peer) DropPeerState(*s->peer);
-  bool was_peer = false;
-  {
-    std::lock_guard lock(peers_mu_);
-    auto it = peers_.find(s->peer_key);
-    if (it != peers_.end() && it->second.session == s) {
-      peers_.erase(it);
-      was_peer = true;
-    }
-  }
+  const bool was_peer = peers_.RemoveSession(s->peer_key, s);
   if (was_peer || s->established.load()) {
     XLOG(INFO) << "session with " << (s->peer_key.empty() ? s->remote_addr() : s->peer_key)
                << " ended: " << reason;

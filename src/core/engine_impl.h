@@ -4,13 +4,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "control/control_loop.h"
@@ -18,6 +14,8 @@
 #include "core/backend_set.h"
 #include "core/buffer_pool.h"
 #include "core/peer_state.h"
+#include "core/peer_table.h"
+#include "core/region_service.h"
 #include "core/registry.h"
 #include "core/request.h"
 #include "core/request_table.h"
@@ -63,18 +61,11 @@ class EngineImpl final : public control::ControlHandler {
   void OnClosed(const std::shared_ptr<control::Session>& s, const std::string& reason) override;
 
  private:
-  struct Peer {
-    std::shared_ptr<control::Session> session;  // null for this engine itself
-    std::shared_ptr<PeerState> state;
-  };
+  using Peer = PeerTable::Peer;
 
   Status CheckRunning(const char* what) const;
   // Starts the backends (Initialize); listen_host: where they listen, if they do.
   Status StartBackends(const std::string& listen_host);
-  // Adds a region to the registry (with what peers need to reach it) and tells the peers.
-  // allocated: memory from AllocMem (released only by FreeMem).
-  Status AddRegion(wire::WireRegion region, bool allocated, std::unique_ptr<RegionResources> res,
-                   MemHandle* handle);
   // --- data path (engine.cc)
   // The session with remote (or this engine itself), without connecting.
   bool LookupPeer(const std::string& remote, Peer* peer);
@@ -97,25 +88,19 @@ class EngineImpl final : public control::ControlHandler {
   bool TryInlineCopy(const std::string& remote, Op op, const TransferDesc& d,
                     std::chrono::milliseconds timeout);
   // --- control plane (engine_control.cc)
-  // Connect's steps: claim the name (no session, none being set up), open the session and
-  // read the peer's answer, and install the peer (or, when our connection crossed the peer's
-  // and lost, wait for the peer's session to be installed). AbandonConnect undoes a claim.
-  Status ClaimConnect(const std::string& remote, Clock::time_point deadline);
-  bool AwaitAccepted(std::unique_lock<std::mutex>& lock, const std::string& remote,
-                     Clock::time_point deadline);
+  // Connect's steps, once the name is claimed (PeerTable::Claim): open the session and read
+  // the peer's answer, then install the peer; AbandonConnect undoes the claim.
   Status OpenSession(const net::Address& addr, const std::string& remote,
                      Clock::time_point deadline, std::shared_ptr<control::Session>* session,
                      wire::Message* reply);
   Status InstallOutbound(const std::shared_ptr<control::Session>& session,
                          const std::string& remote, const wire::Hello& hello,
                          const std::string& host);
-  Status AwaitCrossedSession(const std::string& remote, Clock::time_point deadline);
   void AbandonConnect(const std::shared_ptr<control::Session>& session, const std::string& remote,
                       const std::string& why);
   wire::Hello MakeHello(const std::vector<wire::WireRegion>& regions) const;
   // Sends our hello on s and adds s to the sessions that hear of region changes.
   Status SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s);
-  void Unsubscribe(const std::shared_ptr<control::Session>& s);
   // host: the peer's address as we reach it (the control connection's other end).
   std::shared_ptr<PeerState> MakePeerState(const wire::Hello& hello, bool outbound,
                                            const std::string& host, std::string* transport_error);
@@ -143,21 +128,13 @@ class EngineImpl final : public control::ControlHandler {
   bool stage_all_ = false;               // EngineOptions::staging == Staging::kAlways
   BackendSet backends_;
 
-  Registry registry_;
   std::unique_ptr<StreamPool> pool_;
   std::unique_ptr<control::ControlLoop> loop_;
   std::shared_ptr<PeerState> self_;  // transfers to our own name
 
-  // Orders region changes with hello snapshots, so a peer never misses an update.
-  std::mutex subscribers_mu_;
-  std::set<std::shared_ptr<control::Session>> subscribers_;
-  std::map<MemHandle, std::unique_ptr<RegionResources>> resources_;  // subscribers_mu_
+  RegionService regions_;  // our regions, and the sessions that hear of their changes
 
-  std::mutex peers_mu_;
-  std::map<std::string, Peer> peers_;   // by name (outbound: as the user wrote it)
-  std::set<std::string> connecting_;    // Connect() calls in progress
-  std::set<std::string> accepting_;     // inbound hellos being answered
-  std::condition_variable peers_cv_;    // peers_ or accepting_ changed
+  PeerTable peers_;
 
   RequestTable requests_;
 };

@@ -1,0 +1,115 @@
+#include "core/peer_table.h"
+
+namespace xfer {
+namespace {
+
+Status StillAccepting(const std::string& remote) {
+  return {StatusCode::kTimeout,
+          "Connect: the session '" + remote + "' opened to us is still being set up"};
+}
+
+}  // namespace
+
+bool PeerTable::Find(const std::string& key, Peer* out) const {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(key);
+  if (it == peers_.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+bool PeerTable::HasLive(uint64_t incarnation) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [key, p] : peers_) {
+    if (p.state->info.incarnation == incarnation && p.state->alive.load()) return true;
+  }
+  return false;
+}
+
+std::vector<std::shared_ptr<PeerState>> PeerTable::States() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<PeerState>> out;
+  for (const auto& [key, p] : peers_) out.push_back(p.state);
+  return out;
+}
+
+bool PeerTable::AwaitAccepted(std::unique_lock<std::mutex>& lock, const std::string& remote,
+                              Clock::time_point deadline) {
+  return changed_.wait_until(lock, deadline, [&] { return !accepting_.count(remote); });
+}
+
+Status PeerTable::Claim(const std::string& remote, Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  if (!AwaitAccepted(lock, remote, deadline)) return StillAccepting(remote);
+  if (peers_.count(remote) || connecting_.count(remote)) {
+    return {StatusCode::kAlreadyConnected, "already connected to '" + remote + "'"};
+  }
+  connecting_.insert(remote);
+  return Status::Ok();
+}
+
+void PeerTable::Unclaim(const std::string& remote) {
+  std::lock_guard lock(mu_);
+  connecting_.erase(remote);
+}
+
+bool PeerTable::InstallClaimed(const std::string& remote, const Peer& peer) {
+  std::lock_guard lock(mu_);
+  connecting_.erase(remote);
+  if (peers_.count(remote)) return false;
+  peers_[remote] = peer;
+  return true;
+}
+
+Status PeerTable::AwaitCrossed(const std::string& remote, Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  if (!AwaitAccepted(lock, remote, deadline)) return StillAccepting(remote);
+  return peers_.count(remote) ? Status::Ok()
+                              : Status{StatusCode::kAlreadyConnected,
+                                       "'" + remote + "' already has a session with this engine"};
+}
+
+bool PeerTable::BeginAccept(const std::string& key, uint64_t incarnation, Peer* replaced) {
+  std::lock_guard lock(mu_);
+  // While this hello is answered, accepting_ keeps a Connect() of ours from starting a
+  // crossing session.
+  const bool our_connect_wins = connecting_.count(key) && mine_ < incarnation;
+  auto it = peers_.find(key);
+  const bool duplicate = it != peers_.end() && (it->second.state->info.incarnation == incarnation ||
+                                                it->second.session->outbound());
+  if (our_connect_wins || accepting_.count(key) || duplicate) return false;
+  accepting_.insert(key);
+  if (it != peers_.end()) {  // same name, new incarnation: the peer restarted
+    *replaced = it->second;
+    peers_.erase(it);
+  }
+  return true;
+}
+
+void PeerTable::FinishAccept(const std::string& key, const Peer& peer) {
+  {
+    std::lock_guard lock(mu_);
+    peers_[key] = peer;
+    accepting_.erase(key);
+  }
+  changed_.notify_all();
+}
+
+bool PeerTable::RemoveSession(const std::string& key, const std::shared_ptr<control::Session>& s) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(key);
+  if (it == peers_.end() || it->second.session != s) return false;
+  peers_.erase(it);
+  return true;
+}
+
+bool PeerTable::Take(const std::string& key, Peer* out) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(key);
+  if (it == peers_.end()) return false;
+  *out = it->second;
+  peers_.erase(it);
+  return true;
+}
+
+}  // namespace xfer

@@ -1,0 +1,69 @@
+// The sessions with peers, by name, and the names being connected to or accepted right now.
+// Two engines connecting to each other at once open two sessions; the table decides which one
+// stays, the same way on both sides: the one opened by the smaller incarnation.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "control/session.h"
+#include "core/peer_state.h"
+#include "xfer/status.h"
+
+namespace xfer {
+
+class PeerTable {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Peer {
+    std::shared_ptr<control::Session> session;  // null for this engine itself
+    std::shared_ptr<PeerState> state;
+  };
+
+  void set_incarnation(uint64_t mine) { mine_ = mine; }
+  bool Find(const std::string& key, Peer* out) const;
+  // True while a live peer of that incarnation has a session with us.
+  bool HasLive(uint64_t incarnation) const;
+  std::vector<std::shared_ptr<PeerState>> States() const;
+
+  // Connect: claims the name for an outbound session. Waits (until deadline) while a session
+  // of that name opened to us is being accepted: that one will be the session (kTimeout if it
+  // is not done in time); kAlreadyConnected when there is a session, or another Connect.
+  Status Claim(const std::string& remote, Clock::time_point deadline);
+  void Unclaim(const std::string& remote);
+  // Installs the claimed outbound session; false when a crossing session from the peer got in
+  // first (it stays; the caller closes its own).
+  bool InstallClaimed(const std::string& remote, const Peer& peer);
+  // After our connection crossed the peer's and lost: ok once the peer's session is in.
+  Status AwaitCrossed(const std::string& remote, Clock::time_point deadline);
+
+  // The hello of a session opened to us: false when it duplicates a session, or crosses a
+  // Connect of ours that wins; else the name is being accepted (until FinishAccept), and
+  // *replaced is the session of the peer's previous incarnation, now removed (a restart).
+  bool BeginAccept(const std::string& key, uint64_t incarnation, Peer* replaced);
+  void FinishAccept(const std::string& key, const Peer& peer);
+
+  // Removes the peer when s is its session; true when it was.
+  bool RemoveSession(const std::string& key, const std::shared_ptr<control::Session>& s);
+  // Removes the peer (Disconnect); false when there is none of that name.
+  bool Take(const std::string& key, Peer* out);
+
+ private:
+  bool AwaitAccepted(std::unique_lock<std::mutex>& lock, const std::string& remote,
+                     Clock::time_point deadline);
+
+  uint64_t mine_ = 0;  // this engine's incarnation
+  mutable std::mutex mu_;
+  std::map<std::string, Peer> peers_;  // by name (outbound: as the user wrote it)
+  std::set<std::string> connecting_;   // Connect() calls in progress
+  std::set<std::string> accepting_;    // hellos of sessions opened to us, being answered
+  std::condition_variable changed_;    // accepting_ shrank
+};
+
+}  // namespace xfer
