@@ -139,6 +139,66 @@ std::string BatchText(size_t n, uint64_t bytes) {
   return std::to_string(n) + (n == 1 ? " slice, " : " slices, ") + std::to_string(bytes) + " bytes";
 }
 
+// Queues the batch's copies on the stream; on a failure, waits for those queued before it.
+Status Enqueue(Op op, std::span<const Slice> slices, cudaStream_t stream, uint64_t* bytes) {
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const Slice& sl = slices[i];
+    if (sl.len == 0) continue;
+    const uint64_t dst = op == Op::kWrite ? sl.remote : sl.local;
+    const uint64_t src = op == Op::kWrite ? sl.local : sl.remote;
+    const cudaError_t e = cudaMemcpyAsync(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src),
+                                          sl.len, cudaMemcpyDefault, stream);
+    if (e != cudaSuccess) {
+      const std::string msg = RtErr("cudaMemcpyAsync", e);
+      Drain(stream);  // the slices queued before this one
+      return {CodeOf(e), "cuda: copy " + std::string(OpName(op)) + ", slice " + std::to_string(i) + " of " +
+                             std::to_string(slices.size()) + " (" + Hex(src) + " -> " + Hex(dst) + ", " +
+                             std::to_string(sl.len) + " bytes): " + msg};
+    }
+    *bytes += sl.len;
+  }
+  return Status::Ok();
+}
+
+// Waits for the event that ends the batch: spins a little (small batches finish in
+// microseconds), then yields, then sleeps briefly. Past the deadline the copies still run on
+// this process's memory, so they are waited out (and the batch is a timeout).
+template <class What>
+Status AwaitCopies(cudaStream_t stream, cudaEvent_t done,
+                   std::chrono::steady_clock::time_point deadline, const What& what) {
+  const auto start = std::chrono::steady_clock::now();
+  cudaError_t e;
+  for (;;) {
+    e = cudaEventQuery(done);
+    if (e == cudaSuccess) return Status::Ok();
+    if (e != cudaErrorNotReady) {
+      const std::string msg = RtErr("cudaEventQuery", e);
+      Drain(stream);
+      return {CodeOf(e), "cuda: " + what() + ": " + msg};
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) break;
+    const auto waited = now - start;
+    if (waited < std::chrono::microseconds(50)) {
+      for (int i = 0; i < 32; ++i) CpuRelax();
+    } else if (waited < std::chrono::milliseconds(2)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  e = cudaEventSynchronize(done);
+  const auto late =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - deadline);
+  if (e != cudaSuccess) {
+    const std::string msg = RtErr("cudaEventSynchronize", e);
+    Drain(stream);
+    return {CodeOf(e), "cuda: " + what() + ": " + msg};
+  }
+  return {StatusCode::kTimeout, "cuda: " + what() + ": not done by the deadline (finished " +
+                                    std::to_string(late.count()) + " us after it)"};
+}
+
 }  // namespace
 
 Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::time_point deadline) {
@@ -163,65 +223,18 @@ Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::tim
   cudaEvent_t done = nullptr;
   Status s = copier.Get(issue, &stream, &done);
   if (!s.ok()) return s;
-
   uint64_t bytes = 0;
-  for (size_t i = 0; i < slices.size(); ++i) {
-    const Slice& sl = slices[i];
-    if (sl.len == 0) continue;
-    const uint64_t dst = op == Op::kWrite ? sl.remote : sl.local;
-    const uint64_t src = op == Op::kWrite ? sl.local : sl.remote;
-    const cudaError_t e = cudaMemcpyAsync(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src),
-                                          sl.len, cudaMemcpyDefault, stream);
-    if (e != cudaSuccess) {
-      const std::string msg = RtErr("cudaMemcpyAsync", e);
-      Drain(stream);  // the slices queued before this one
-      return {CodeOf(e), "cuda: copy " + std::string(OpName(op)) + ", slice " + std::to_string(i) + " of " +
-                             std::to_string(slices.size()) + " (" + Hex(src) + " -> " + Hex(dst) + ", " +
-                             std::to_string(sl.len) + " bytes): " + msg};
-    }
-    bytes += sl.len;
-  }
+  s = Enqueue(op, slices, stream, &bytes);
+  if (!s.ok()) return s;
   // (Only failures spell the batch out: no allocation on the way of a copy that works.)
   const auto what = [&] { return "copy " + std::string(OpName(op)) + " (" + BatchText(slices.size(), bytes) + ")"; };
-  cudaError_t e = cudaEventRecord(done, stream);
+  const cudaError_t e = cudaEventRecord(done, stream);
   if (e != cudaSuccess) {
     const std::string msg = RtErr("cudaEventRecord", e);
     Drain(stream);
     return {CodeOf(e), "cuda: " + what() + ": " + msg};
   }
-
-  // Spin a little (small batches finish in microseconds), then yield, then sleep briefly.
-  const auto start = std::chrono::steady_clock::now();
-  for (;;) {
-    e = cudaEventQuery(done);
-    if (e == cudaSuccess) return Status::Ok();
-    if (e != cudaErrorNotReady) {
-      const std::string msg = RtErr("cudaEventQuery", e);
-      Drain(stream);
-      return {CodeOf(e), "cuda: " + what() + ": " + msg};
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) break;
-    const auto waited = now - start;
-    if (waited < std::chrono::microseconds(50)) {
-      for (int i = 0; i < 32; ++i) CpuRelax();
-    } else if (waited < std::chrono::milliseconds(2)) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-  // Past the deadline: the copies still run on this process's memory, so wait them out.
-  e = cudaEventSynchronize(done);
-  const auto late =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - deadline);
-  if (e != cudaSuccess) {
-    const std::string msg = RtErr("cudaEventSynchronize", e);
-    Drain(stream);
-    return {CodeOf(e), "cuda: " + what() + ": " + msg};
-  }
-  return {StatusCode::kTimeout, "cuda: " + what() + ": not done by the deadline (finished " +
-                                    std::to_string(late.count()) + " us after it)"};
+  return AwaitCopies(stream, done, deadline, what);
 }
 
 }  // namespace xfer::transport::cuda

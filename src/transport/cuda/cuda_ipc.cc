@@ -195,6 +195,89 @@ Status OpenIpc(const Record& r, std::shared_ptr<Mapping>* out) {
   return Status::Ok();
 }
 
+// The peer's VMM allocation as a handle of ours: its descriptor taken and imported.
+Status ImportVmm(const Record& r, const TakeFd& take_fd, const std::string& what,
+                 CUmemGenericAllocationHandle* h) {
+  int fd = -1;
+  Status s = take_fd(r.fd, &fd);
+  if (!s.ok()) return {s.code(), "cuda: " + what + ": " + s.message()};
+  CUresult c = Driver().MemImportFromShareableHandle(
+      h, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  ::close(fd);  // the imported handle keeps the memory
+  if (c != CUDA_SUCCESS) {
+    return {c == CUDA_ERROR_INVALID_VALUE ? StatusCode::kRemoteAccessDenied : CodeOf(c),
+            "cuda: " + what + ": " + DrvErr("cuMemImportFromShareableHandle", c)};
+  }
+  return Status::Ok();
+}
+
+// Maps the imported allocation h at an address range reserved here (*va, *reserved bytes) with
+// read/write access for the memory's own device; on failure nothing stays reserved or mapped
+// (h is the caller's to release).
+Status MapVmm(const Record& r, CUmemGenericAllocationHandle h, const CUmemAllocationProp& prop,
+              const std::string& what, CUdeviceptr* va, uint64_t* reserved) {
+  const DriverApi& d = Driver();
+  size_t granularity = 0;
+  CUresult c = d.MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (c != CUDA_SUCCESS) {
+    return {CodeOf(c), "cuda: " + what + ": " + DrvErr("cuMemGetAllocationGranularity", c)};
+  }
+  *reserved = RoundUp(r.alloc_size, granularity);
+  c = d.MemAddressReserve(va, *reserved, 0, 0, 0);
+  if (c != CUDA_SUCCESS) {
+    return {CodeOf(c), "cuda: " + what + ": " + DrvErr("cuMemAddressReserve", c) + " (" +
+                           std::to_string(*reserved) + " bytes)"};
+  }
+  c = d.MemMap(*va, r.alloc_size, 0, h, 0);
+  if (c != CUDA_SUCCESS) {
+    d.MemAddressFree(*va, *reserved);
+    return {CodeOf(c),
+            "cuda: " + what + ": " + DrvErr("cuMemMap", c) + " (" + std::to_string(r.alloc_size) + " bytes)"};
+  }
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  c = d.MemSetAccess(*va, r.alloc_size, &access, 1);
+  if (c != CUDA_SUCCESS) {
+    d.MemUnmap(*va, r.alloc_size);
+    d.MemAddressFree(*va, *reserved);
+    return {CodeOf(c), "cuda: " + what + ": " + DrvErr("cuMemSetAccess", c)};
+  }
+  return Status::Ok();
+}
+
+// Read/write access for every other device of this process that reaches the memory directly,
+// so that a copy issued from any of their streams cannot fault: the device the import landed
+// on and the peers of the memory's device. Best effort, each on its own: without one, copies
+// from that device's streams fail on this region (cudaMemcpy reports it) rather than the whole
+// import.
+void GrantPeerAccess(CUdeviceptr va, uint64_t size, const CUmemAllocationProp& prop, int device) {
+  if (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE) return;
+  const int owner = prop.location.id;
+  int landed = device;
+  if (landed < 0 && cudaGetDevice(&landed) != cudaSuccess) {
+    cudaGetLastError();
+    landed = -1;
+  }
+  for (int dev = 0; dev < GetProbe().devices; ++dev) {
+    if (dev == owner) continue;
+    int peer = 0;
+    if (dev != landed) {
+      const cudaError_t pe = cudaDeviceCanAccessPeer(&peer, dev, owner);
+      if (pe != cudaSuccess) {
+        cudaGetLastError();
+        peer = 0;
+      }
+      if (peer == 0) continue;
+    }
+    CUmemAccessDesc more{};
+    more.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    more.location.id = dev;
+    more.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    (void)Driver().MemSetAccess(va, size, &more, 1);  // best effort (see above)
+  }
+}
+
 Status OpenVmm(const Record& r, const TakeFd& take_fd, std::shared_ptr<Mapping>* out) {
   const std::string what =
       "open vmm region (descriptor " + std::to_string(r.fd) + ", device " + std::to_string(r.device) + ")";
@@ -208,94 +291,71 @@ Status OpenVmm(const Record& r, const TakeFd& take_fd, std::shared_ptr<Mapping>*
   XFER_NEED_DRIVER(MemSetAccess, what);
   XFER_NEED_DRIVER(MemRelease, what);
   if (!take_fd) return {StatusCode::kUnsupported, "cuda: " + what + ": no way to take the peer's descriptor"};
-  const DriverApi& d = Driver();
   const int device = r.device < GetProbe().devices ? r.device : -1;
   DeviceScope scope(device);
   if (scope.error() != cudaSuccess) return RtFail(what, "cudaSetDevice", scope.error());
-
-  int fd = -1;
-  Status s = take_fd(r.fd, &fd);
-  if (!s.ok()) return {s.code(), "cuda: " + what + ": " + s.message()};
   CUmemGenericAllocationHandle h = 0;
-  CUresult c = d.MemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
-                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-  ::close(fd);  // the imported handle keeps the memory
-  if (c != CUDA_SUCCESS) {
-    return {c == CUDA_ERROR_INVALID_VALUE ? StatusCode::kRemoteAccessDenied : CodeOf(c),
-            "cuda: " + what + ": " + DrvErr("cuMemImportFromShareableHandle", c)};
-  }
+  if (Status s = ImportVmm(r, take_fd, what, &h); !s.ok()) return s;
   // Where the memory lives, as this process numbers devices; the blob's ordinal if the driver
   // cannot say.
   CUmemAllocationProp prop{};
-  c = d.MemGetAllocationPropertiesFromHandle(&prop, h);
-  if (c != CUDA_SUCCESS) {
+  if (Driver().MemGetAllocationPropertiesFromHandle(&prop, h) != CUDA_SUCCESS) {
     prop = CUmemAllocationProp{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = r.device;
   }
-  size_t granularity = 0;
-  c = d.MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-  if (c != CUDA_SUCCESS) {
-    d.MemRelease(h);
-    return {CodeOf(c), "cuda: " + what + ": " + DrvErr("cuMemGetAllocationGranularity", c)};
-  }
-  const uint64_t reserved = RoundUp(r.alloc_size, granularity);
   CUdeviceptr va = 0;
-  c = d.MemAddressReserve(&va, reserved, 0, 0, 0);
-  if (c != CUDA_SUCCESS) {
-    d.MemRelease(h);
-    return {CodeOf(c), "cuda: " + what + ": " + DrvErr("cuMemAddressReserve", c) + " (" +
-                           std::to_string(reserved) + " bytes)"};
+  uint64_t reserved = 0;
+  if (Status s = MapVmm(r, h, prop, what, &va, &reserved); !s.ok()) {
+    Driver().MemRelease(h);
+    return s;
   }
-  c = d.MemMap(va, r.alloc_size, 0, h, 0);
-  if (c != CUDA_SUCCESS) {
-    d.MemAddressFree(va, reserved);
-    d.MemRelease(h);
-    return {CodeOf(c),
-            "cuda: " + what + ": " + DrvErr("cuMemMap", c) + " (" + std::to_string(r.alloc_size) + " bytes)"};
-  }
-  // Read/write access: for the memory's own device (required), then for every other device of
-  // this process that reaches it directly, so that a copy issued from any of their streams
-  // cannot fault: the device the import landed on and the peers of the memory's device. Those
-  // grants are best effort, each on its own: without one, copies from that device's streams
-  // fail on this region (cudaMemcpy reports it) rather than the whole import.
-  CUmemAccessDesc access{};
-  access.location = prop.location;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  c = d.MemSetAccess(va, r.alloc_size, &access, 1);
-  if (c != CUDA_SUCCESS) {
-    d.MemUnmap(va, r.alloc_size);
-    d.MemAddressFree(va, reserved);
-    d.MemRelease(h);
-    return {CodeOf(c), "cuda: " + what + ": " + DrvErr("cuMemSetAccess", c)};
-  }
-  if (prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-    const int owner = prop.location.id;
-    int landed = device;
-    if (landed < 0 && cudaGetDevice(&landed) != cudaSuccess) {
-      cudaGetLastError();
-      landed = -1;
-    }
-    for (int dev = 0; dev < GetProbe().devices; ++dev) {
-      if (dev == owner) continue;
-      int peer = 0;
-      if (dev != landed) {
-        const cudaError_t pe = cudaDeviceCanAccessPeer(&peer, dev, owner);
-        if (pe != cudaSuccess) {
-          cudaGetLastError();
-          peer = 0;
-        }
-        if (peer == 0) continue;
-      }
-      CUmemAccessDesc more{};
-      more.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-      more.location.id = dev;
-      more.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-      (void)d.MemSetAccess(va, r.alloc_size, &more, 1);  // best effort (see above)
-    }
-  }
+  GrantPeerAccess(va, r.alloc_size, prop, device);
   *out = std::make_shared<VmmMapping>(h, va, reserved, r.alloc_size, r.offset);
+  return Status::Ok();
+}
+
+// VMM memory (cuMemCreate + cuMemMap), once CUDA IPC refused it (ipc_why): a POSIX file
+// descriptor of the allocation, if it allows one; r->device is the memory's own device.
+Status ExportVmm(uint64_t addr, const std::string& what, const std::string& ipc_why, Record* r,
+                 int* fd_out) {
+  const DriverApi& d = Driver();
+  if (d.MemRetainAllocationHandle == nullptr || d.MemGetAllocationPropertiesFromHandle == nullptr ||
+      d.MemExportToShareableHandle == nullptr || d.MemRelease == nullptr) {
+    return {StatusCode::kUnsupported,
+            "cuda: " + what + ": " + ipc_why + ", and the driver has no VMM export entry points"};
+  }
+  CUmemGenericAllocationHandle h = 0;
+  CUresult c = d.MemRetainAllocationHandle(&h, reinterpret_cast<void*>(addr));
+  if (c != CUDA_SUCCESS) {
+    return {StatusCode::kUnsupported, "cuda: " + what +
+                                          ": neither cudaMalloc nor VMM memory that can be shared (" +
+                                          ipc_why + "; " + DrvErr("cuMemRetainAllocationHandle", c) + ")"};
+  }
+  CUmemAllocationProp prop{};
+  c = d.MemGetAllocationPropertiesFromHandle(&prop, h);
+  Status s;
+  if (c != CUDA_SUCCESS) {
+    s = {CodeOf(c), "cuda: " + what + ": " + DrvErr("cuMemGetAllocationPropertiesFromHandle", c)};
+  } else if ((prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
+    s = {StatusCode::kUnsupported,
+         "cuda: " + what +
+             ": VMM allocation not created with a POSIX-fd shareable handle type "
+             "(cuMemCreate's requestedHandleTypes lacks CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)"};
+  }
+  int fd = -1;
+  if (s.ok()) {
+    c = d.MemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (c != CUDA_SUCCESS) {
+      fd = -1;
+      s = {CodeOf(c), "cuda: " + what + ": " + DrvErr("cuMemExportToShareableHandle", c)};
+    }
+  }
+  d.MemRelease(h);  // balances the retain; the mapping keeps the memory
+  if (!s.ok()) return s;
+  if (prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) r->device = prop.location.id;
+  *fd_out = fd;
   return Status::Ok();
 }
 
@@ -339,40 +399,8 @@ Status Export::Create(uint64_t addr, uint64_t len, std::unique_ptr<Export>* out)
   const std::string ipc_why = RtErr("cudaIpcGetMemHandle", ipc_err);
 
   // VMM memory (cuMemCreate + cuMemMap): a POSIX file descriptor, if the allocation allows one.
-  if (d.MemRetainAllocationHandle == nullptr || d.MemGetAllocationPropertiesFromHandle == nullptr ||
-      d.MemExportToShareableHandle == nullptr || d.MemRelease == nullptr) {
-    return {StatusCode::kUnsupported,
-            "cuda: " + what + ": " + ipc_why + ", and the driver has no VMM export entry points"};
-  }
-  CUmemGenericAllocationHandle h = 0;
-  c = d.MemRetainAllocationHandle(&h, reinterpret_cast<void*>(addr));
-  if (c != CUDA_SUCCESS) {
-    return {StatusCode::kUnsupported, "cuda: " + what +
-                                          ": neither cudaMalloc nor VMM memory that can be shared (" +
-                                          ipc_why + "; " + DrvErr("cuMemRetainAllocationHandle", c) + ")"};
-  }
-  CUmemAllocationProp prop{};
-  c = d.MemGetAllocationPropertiesFromHandle(&prop, h);
-  Status s;
-  if (c != CUDA_SUCCESS) {
-    s = {CodeOf(c), "cuda: " + what + ": " + DrvErr("cuMemGetAllocationPropertiesFromHandle", c)};
-  } else if ((prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
-    s = {StatusCode::kUnsupported,
-         "cuda: " + what +
-             ": VMM allocation not created with a POSIX-fd shareable handle type "
-             "(cuMemCreate's requestedHandleTypes lacks CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)"};
-  }
   int fd = -1;
-  if (s.ok()) {
-    c = d.MemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    if (c != CUDA_SUCCESS) {
-      fd = -1;
-      s = {CodeOf(c), "cuda: " + what + ": " + DrvErr("cuMemExportToShareableHandle", c)};
-    }
-  }
-  d.MemRelease(h);  // balances the retain; the mapping keeps the memory
-  if (!s.ok()) return s;
-  if (prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) r.device = prop.location.id;
+  if (Status s = ExportVmm(addr, what, ipc_why, &r, &fd); !s.ok()) return s;
   r.kind = kKindVmm;
   r.fd = fd;
   *out = std::make_unique<ExportImpl>(Encode(r), fd);

@@ -358,6 +358,64 @@ void UcxLink::Count() {
   oldest_commit_.store(oldest);
 }
 
+// (mu_) Drops from `mine` the endpoints without batches and those past this driver's share,
+// then adopts undriven ones up to it; false when none is left.
+bool UcxLink::KeepShare(std::vector<Conn*>* mine) {
+  const size_t share = Share();
+  const size_t before = mine->size();
+  std::erase_if(*mine, [](Conn* c) {
+    if (!c->flights.empty()) return false;
+    c->led = false;  // nothing to drive there
+    return true;
+  });
+  while (mine->size() > share) {
+    mine->back()->led = false;
+    mine->pop_back();
+  }
+  if (mine->size() < before) cv_.notify_all();
+  Adopt(mine, share);
+  return !mine->empty();
+}
+
+// (mu_) One endpoint's flights in one round: those not posted yet are ended (shut down, or
+// past their deadline) or taken to be posted, in order while they fit (`fresh`); those over
+// move to `over`; an endpoint with a failed or late flight is `expired` (it closes).
+void UcxLink::SweepFlights(Conn& c, const Sweep& sweep, std::vector<std::pair<Conn*, Flight*>>* fresh,
+                           std::vector<Conn*>* expired, std::vector<std::unique_ptr<Flight>>* over) {
+  size_t posting = c.posted;
+  uint64_t posting_bytes = c.posted_bytes;
+  bool full = false;  // in order: none may overtake one that does not fit (see Count)
+  bool late = false;
+  for (auto& f : c.flights) {
+    if (f->result) continue;
+    const bool due = sweep.clock && (sweep.shut || sweep.now >= f->deadline);
+    if (!f->posted) {
+      if (due) {
+        End(c, *f, sweep.shut ? Gone() : NotStarted());
+      } else if (!full && Conn::Room(posting, posting_bytes, f->bytes)) {
+        ++posting;
+        posting_bytes += f->bytes;
+        if (f->commit == 0) f->commit = ++commits_;
+        fresh->emplace_back(&c, f.get());
+      } else {
+        full = true;
+      }
+    } else if (f->error != UCS_OK) {
+      late = true;
+    } else if (f->left == 0) {
+      End(c, *f, Status::Ok());  // it moved its bytes, late or not
+    } else if (due) {
+      // Others close (without waiting) for batches nobody waited for since.
+      late = late || sweep.may_drain || sweep.now >= f->deadline + kDrainGrace;
+    }
+  }
+  if (late || c.failure.load() != UCS_OK) expired->push_back(&c);
+  auto keep = std::stable_partition(c.flights.begin(), c.flights.end(),
+                                    [](const auto& f) { return !f->result; });
+  std::move(keep, c.flights.end(), std::back_inserter(*over));
+  c.flights.erase(keep, c.flights.end());
+}
+
 // Leads the endpoints in `mine` (and any that become free with batches) until `finished()` or
 // `until` (`finished` null: one round). A round: flights that are over leave and get their
 // `done` call, new ones are posted, the workers progress. UCX having nothing new, the leader
@@ -381,56 +439,13 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until,
     expired.clear();
     {
       std::lock_guard l(mu_);
-      if (mode == LeadMode::kDrive) {  // its share of the endpoints with batches, no more
-        const size_t share = Share();
-        const size_t before = mine.size();
-        std::erase_if(mine, [](Conn* c) {
-          if (!c->flights.empty()) return false;
-          c->led = false;  // nothing to drive there
-          return true;
-        });
-        while (mine.size() > share) {
-          mine.back()->led = false;
-          mine.pop_back();
-        }
-        if (mine.size() < before) cv_.notify_all();
-        Adopt(&mine, share);
-        if (mine.empty()) return;  // others drive every endpoint with batches: Drive waits
-      }
-      const bool shut = shut_.load();
+      // A driver keeps its share of the endpoints with batches, no more; none left: others
+      // drive every endpoint with batches, and Drive waits.
+      if (mode == LeadMode::kDrive && !KeepShare(&mine)) return;
+      const Sweep sweep{clock, now, shut_.load(), may_drain};
       for (Conn* c : mine) {
         if (mode != LeadMode::kRound) ++c->rounds;  // (rounds show the rescue that someone drives)
-        size_t posting = c->posted;
-        uint64_t posting_bytes = c->posted_bytes;
-        bool full = false;  // in order: none may overtake one that does not fit (see Count)
-        bool late = false;
-        for (auto& f : c->flights) {
-          if (f->result) continue;
-          if (!f->posted) {
-            if (clock && (shut || now >= f->deadline)) {
-              End(*c, *f, shut ? Gone() : NotStarted());
-            } else if (!full && Conn::Room(posting, posting_bytes, f->bytes)) {
-              ++posting;
-              posting_bytes += f->bytes;
-              if (f->commit == 0) f->commit = ++commits_;
-              fresh.emplace_back(c, f.get());
-            } else {
-              full = true;
-            }
-          } else if (f->error != UCS_OK) {
-            late = true;
-          } else if (f->left == 0) {
-            End(*c, *f, Status::Ok());  // it moved its bytes, late or not
-          } else if (clock && (shut || now >= f->deadline)) {
-            // Others close (without waiting) for batches nobody waited for since.
-            late = late || may_drain || now >= f->deadline + kDrainGrace;
-          }
-        }
-        if (late || c->failure.load() != UCS_OK) expired.push_back(c);
-        auto keep = std::stable_partition(c->flights.begin(), c->flights.end(),
-                                          [](const auto& f) { return !f->result; });
-        std::move(keep, c->flights.end(), std::back_inserter(over));
-        c->flights.erase(keep, c->flights.end());
+        SweepFlights(*c, sweep, &fresh, &expired, &over);
       }
       Count();
     }

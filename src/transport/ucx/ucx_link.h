@@ -59,6 +59,16 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
             LeadMode mode);
   void Adopt(std::vector<Conn*>* mine, size_t limit);
   size_t Share() const;
+  bool KeepShare(std::vector<Conn*>* mine);
+  // What one round of Lead knows when it looks at an endpoint's flights.
+  struct Sweep {
+    bool clock;               // this round read the clock: deadlines are checked
+    Clock::time_point now;
+    bool shut;                // the link is shut down
+    bool may_drain;           // a late endpoint waits for what was posted before it closes
+  };
+  void SweepFlights(Conn& c, const Sweep& sweep, std::vector<std::pair<Conn*, Flight*>>* fresh,
+                    std::vector<Conn*>* expired, std::vector<std::unique_ptr<Flight>>* over);
   void LeaveLead(std::vector<Conn*>& mine, bool driver);
   void Sleep(const std::vector<Conn*>& mine);
   void Count();
