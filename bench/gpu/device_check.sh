@@ -9,9 +9,10 @@
 #
 #    copies the header-only / source dependencies into .deps/ in the repository (git-ignored):
 #    GoogleTest's sources (/usr/src/googletest), CLI11 (/usr/include/CLI) and nlohmann-json
-#    (/usr/include/nlohmann), and prints the run call that carries them to the device:
+#    (/usr/include/nlohmann), and prints what to run on the GPU machine, with .deps/ copied
+#    along with the working tree:
 #
-#      run(command="bash bench/gpu/device_check.sh", carry=[".deps"], timeout_s=420)
+#      bash bench/gpu/device_check.sh      (from the repository root; about 7 minutes at most)
 #
 # 2. On the device (repository root, $OUT set by the run tool), the same script without
 #    arguments: configures build-device/ with -DXFER_WITH_UCX=OFF -DXFER_DEPS_DIR=$PWD/.deps
@@ -63,7 +64,7 @@
 #     -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON" bash bench/gpu/device_check.sh
 #
 # (on 2 cores the build takes about two minutes of the 360 s; with fewer, raise
-# XFER_CHECK_BUDGET_S). The reference figures to read the results against: ../shared/reference/
+# XFER_CHECK_BUDGET_S). The reference figures to read the results against: bench/reference/
 # h200_copy_ceilings.tsv (cudaMemcpy ceilings on this GPU) and hixl_a3_bandwidth.tsv.
 set -u
 
@@ -94,12 +95,12 @@ if [ "${1:-}" = "--prepare" ]; then
     echo "device_check.sh --prepare: warning: .deps/ is not git-ignored (add /.deps/ to .gitignore)" >&2
   fi
   echo "prepared .deps/ ($(du -sh .deps | cut -f1)): googletest sources, CLI11 and nlohmann-json headers"
-  echo "now run, from this session (device time counts from the machine's start):"
+  echo "now, on the GPU machine, from the repository root with .deps/ copied along:"
   echo
-  echo '  run(command="bash bench/gpu/device_check.sh", carry=[".deps"], timeout_s=420)'
+  echo '  bash bench/gpu/device_check.sh      (about 7 minutes at most; results under $OUT, or build-device/out/)'
   echo
   echo "results: summary.txt (stages, environment, headline rows), build.log, gpu_tests.log,"
-  echo "suite.log, table.txt/.json, runs.txt/.json under the run's files_at folder"
+  echo 'suite.log, table.txt/.json, runs.txt/.json under $OUT (without it: build-device/out/)'
   exit 0
 fi
 

@@ -36,10 +36,11 @@ class Engine {
                      const std::string& tag = "");
   // Waits until connected peers have stopped using the region, then forgets it.
   Status DeregisterMem(MemHandle handle);
-  // Allocates len bytes of host memory, zeroed, and registers it (as RegisterMem). The memory
-  // is a memfd that peers on this host map into their own address space once, then READ and
-  // WRITE with memcpy: no system call per transfer ("shm"). Peers elsewhere see an ordinary
-  // region. Release it with FreeMem (DeregisterMem refuses it).
+  // Allocates len bytes, zeroed, and registers them (as RegisterMem). kHost: a memfd that
+  // peers on this host map into their own address space once, then READ and WRITE with memcpy:
+  // no system call per transfer ("shm"); peers elsewhere see an ordinary region. kCuda: GPU
+  // memory on options.device (-1: the calling thread's current device). Release it with
+  // FreeMem (DeregisterMem refuses it).
   Status AllocMem(uint64_t len, MemType type, void** addr, MemHandle* handle,
                   const std::string& tag = "", const AllocOptions& options = {});
   // Deregisters the memory (waiting for peers, as DeregisterMem does), then unmaps it here.

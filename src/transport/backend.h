@@ -44,6 +44,13 @@ inline PlanLimits WithOverrides(PlanLimits defaults, const EngineOptions& o) {
   return defaults;
 }
 
+// A link's limits from its transport's defaults (and the user's overrides).
+inline PlanLimits LimitsOf(const Transport& t, const EngineOptions& o) {
+  PlanLimits l = WithOverrides({t.default_batch_bytes(), t.default_batch_bytes(), t.max_slices_per_batch()}, o);
+  l.batches_in_flight = t.useful_batches_in_flight();
+  return l;
+}
+
 // A backend's way to one peer. The planner asks each route of a peer, best first, whether it
 // reaches a (local memory, remote region) pair; the batches of that pair then go over link().
 class Route {
@@ -86,6 +93,18 @@ class Route {
   std::atomic<uint64_t> bytes_{0};
 };
 
+// A route over a link that moves host memory on both sides (local, cma, ucx).
+class HostRoute : public Route {
+ public:
+  using Route::Route;
+  Status Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
+    if (local != MemType::kHost || r.info.type != MemType::kHost) {
+      return {StatusCode::kUnsupported, std::string(backend()) + ": moves host memory only"};
+    }
+    return Status::Ok();
+  }
+};
+
 // How a target-side backend (tcp: its threads touch our memory for a peer) may touch a range.
 struct TargetAccess {
   bool allowed = false;  // inside one registered region of this engine
@@ -124,6 +143,26 @@ struct PeerContext {
 class RegionResource {
  public:
   virtual ~RegionResource() = default;
+};
+
+// A RegionResource that owns an object (a mapping, an export) until the region goes.
+template <class T>
+class Owned final : public RegionResource {
+ public:
+  explicit Owned(std::unique_ptr<T> v) : v_(std::move(v)) {}
+
+ private:
+  const std::unique_ptr<T> v_;
+};
+
+// A RegionResource that calls release() when the region goes (unpin pages, free memory).
+class OnRelease final : public RegionResource {
+ public:
+  explicit OnRelease(std::function<void()> release) : release_(std::move(release)) {}
+  ~OnRelease() override { release_(); }
+
+ private:
+  const std::function<void()> release_;
 };
 
 class Backend {

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include <cstdio>
 #include <cstring>
 
 namespace xfer::bench {
@@ -88,8 +89,10 @@ int ConnectRetry(const std::string& hostport, double timeout_s, std::string* err
       freeaddrinfo(res);
     }
     if (NowNs() >= deadline) {
-      *err = "cannot reach xfer-bench serve at " + hostport + " within " +
-             std::to_string(int(timeout_s)) + " s (--connect-timeout): " + last;
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", timeout_s);
+      *err = "cannot reach xfer-bench serve at " + hostport + " within " + secs +
+             " s (--connect-timeout): " + last;
       return -1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));

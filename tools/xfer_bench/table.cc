@@ -41,7 +41,7 @@ int Bench::RunTable() {
   const std::string dev_remote = "cuda:" + std::to_string(rm.device ? rm.gpu : 0);
   const std::string pool_target_id = "xfer-bench-table-target";  // bufferpool: the child's host id
 
-  std::printf("# xfer-bench %s: table (shape of ../shared/reference/hixl_a3_bandwidth.tsv)\n",
+  std::printf("# xfer-bench %s: table (shape of bench/reference/hixl_a3_bandwidth.tsv)\n",
               XFER_TOOLS_VERSION);
   std::printf("# %s; sizes %s; ", c_.peer.empty() ? "target: a local child process (local: a "
               "target engine in this process)" : ("target: xfer-bench serve at " + c_.peer).c_str(),

@@ -11,17 +11,6 @@
 namespace xfer::transport {
 namespace {
 
-class CmaRoute final : public Route {
- public:
-  CmaRoute(std::shared_ptr<Link> link, PlanLimits limits) : Route("cma", std::move(link), limits) {}
-  Status Reach(MemType local, RemoteRegion& r, uint8_t**) override {
-    if (local != MemType::kHost || r.info.type != MemType::kHost) {
-      return {StatusCode::kUnsupported, "cma: moves host memory only"};
-    }
-    return Status::Ok();
-  }
-};
-
 class CmaBackend final : public Backend {
  public:
   std::string_view name() const override { return "cma"; }
@@ -55,10 +44,7 @@ class CmaBackend final : public Backend {
     std::shared_ptr<Link> link;
     Status s = transport_.Connect(PeerEndpoint{peer.pid, peer.incarnation, cookie, "", 0}, &link);
     if (!s.ok()) return s;
-    PlanLimits limits = WithOverrides({transport_.default_batch_bytes(), transport_.default_batch_bytes(),
-                                       transport_.max_slices_per_batch()},
-                                      options_);
-    *route = std::make_shared<CmaRoute>(std::move(link), limits);
+    *route = std::make_shared<HostRoute>("cma", std::move(link), LimitsOf(transport_, options_));
     return Status::Ok();
   }
 

@@ -11,32 +11,6 @@
 namespace xfer::transport::cuda {
 namespace {
 
-class DeviceAllocation final : public RegionResource {
- public:
-  explicit DeviceAllocation(void* p) : p_(p) {}
-  ~DeviceAllocation() override { FreeDevice(p_); }
-
- private:
-  void* const p_;
-};
-
-class Pinned final : public RegionResource {
- public:
-  explicit Pinned(void* p) : p_(p) {}
-  ~Pinned() override { UnpinHost(p_); }
-
- private:
-  void* const p_;
-};
-
-class Exported final : public RegionResource {
- public:
-  explicit Exported(std::unique_ptr<Export> e) : e_(std::move(e)) {}
-
- private:
-  const std::unique_ptr<Export> e_;
-};
-
 class CopyEngineLink final : public Link {
  public:
   Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override {
@@ -138,7 +112,7 @@ class CudaBackend final : public Backend {
     void* p = nullptr;
     Status s = AllocDevice(len, options.device, &p);
     if (!s.ok()) return s;
-    *res = std::make_unique<DeviceAllocation>(p);
+    *res = std::make_unique<OnRelease>([p] { FreeDevice(p); });
     *addr = reinterpret_cast<uint64_t>(p);
     MemType t;
     cuda::Classify(p, &t, device);
@@ -153,7 +127,7 @@ class CudaBackend final : public Backend {
       Status s = Export::Create(info.addr, info.len, &e);
       if (s.ok()) {
         *blob = e->blob();
-        *res = std::make_unique<Exported>(std::move(e));
+        *res = std::make_unique<Owned<Export>>(std::move(e));
       } else if (s.code() == StatusCode::kInvalidArgument) {  // e.g. past the allocation's end
         return s;
       } else {
@@ -164,7 +138,7 @@ class CudaBackend final : public Backend {
     } else if (options_.cuda.pin_host_memory) {  // H2D and D2H copies at the link's speed
       void* p = reinterpret_cast<void*>(info.addr);
       if (Status s = PinHost(p, info.len); s.ok()) {
-        *res = std::make_unique<Pinned>(p);
+        *res = std::make_unique<OnRelease>([p] { UnpinHost(p); });
       } else {
         XLOG(INFO) << "host memory at " << text::Hex(info.addr) << " stays pageable: " << s.ToString();
       }

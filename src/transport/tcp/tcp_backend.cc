@@ -62,11 +62,7 @@ class TcpBackend final : public Backend {
     std::shared_ptr<Link> link;
     Status s = transport_->Connect(PeerEndpoint{peer.pid, peer.incarnation, 0, peer.host, port}, &link);
     if (!s.ok()) return s;
-    PlanLimits limits = WithOverrides({transport_->default_batch_bytes(), transport_->default_batch_bytes(),
-                                       transport_->max_slices_per_batch()},
-                                      options_);
-    limits.batches_in_flight = transport_->useful_batches_in_flight();
-    *route = std::make_shared<TcpRoute>(std::move(link), limits);
+    *route = std::make_shared<TcpRoute>(std::move(link), LimitsOf(*transport_, options_));
     return Status::Ok();
   }
 

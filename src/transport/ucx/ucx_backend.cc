@@ -9,22 +9,12 @@
 namespace xfer::transport {
 namespace {
 
-class UcxMapped final : public RegionResource {
+// Host memory only: GPU memory is not offered to UCX (Debian's UCX has no CUDA support).
+class UcxRoute final : public HostRoute {
  public:
-  explicit UcxMapped(std::unique_ptr<UcxMemory> m) : m_(std::move(m)) {}
-
- private:
-  const std::unique_ptr<UcxMemory> m_;
-};
-
-class UcxRoute final : public Route {
- public:
-  UcxRoute(std::shared_ptr<Link> link, PlanLimits limits) : Route("ucx", std::move(link), limits) {}
-  Status Reach(MemType local, RemoteRegion& r, uint8_t**) override {
-    // (GPU memory is not offered to UCX: Debian's UCX has no CUDA support.)
-    if (local != MemType::kHost || r.info.type != MemType::kHost) {
-      return {StatusCode::kUnsupported, "ucx: moves host memory only"};
-    }
+  UcxRoute(std::shared_ptr<Link> link, PlanLimits limits) : HostRoute("ucx", std::move(link), limits) {}
+  Status Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
+    if (Status s = HostRoute::Reach(local, r, mapped); !s.ok()) return s;
     if (FindBlob(r.blobs, "ucx") == nullptr) {
       return {StatusCode::kUnsupported, "ucx: the peer could not map the region for UCX"};
     }
@@ -89,7 +79,7 @@ class UcxBackend final : public Backend {
       return Status::Ok();
     }
     *blob = m->packed_key();
-    *res = std::make_unique<UcxMapped>(std::move(m));
+    *res = std::make_unique<Owned<UcxMemory>>(std::move(m));
     return Status::Ok();
   }
 
@@ -107,11 +97,7 @@ class UcxBackend final : public Backend {
     std::shared_ptr<Link> link;
     Status s = transport_->ConnectUcx(up, &link);
     if (!s.ok()) return s;
-    PlanLimits limits = WithOverrides({transport_->default_batch_bytes(), transport_->default_batch_bytes(),
-                                       transport_->max_slices_per_batch()},
-                                      options_);
-    limits.batches_in_flight = transport_->useful_batches_in_flight();
-    *route = std::make_shared<UcxRoute>(std::move(link), limits);
+    *route = std::make_shared<UcxRoute>(std::move(link), LimitsOf(*transport_, options_));
     return Status::Ok();
   }
 
