@@ -305,9 +305,9 @@ int main(int argc, char** argv) {
   std::printf("  %-6s %-12s ucx: %s\n", "ucx", "available",
               xfer::transport::UcxTransport::Describe().c_str());
   std::printf("  %-6s %-12s %s\n", "", "",
-              rdma ? "offered by default (an RDMA device is present; EngineOptions::ucx = \"auto\")"
+              rdma ? "offered by default (an RDMA device is present; EngineOptions::ucx.mode = kAuto)"
                    : "not offered by default: no RDMA device, and UCX would only emulate put/get "
-                     "over TCP (EngineOptions::ucx = \"on\" or transport \"ucx\" to use it anyway)");
+                     "over TCP (EngineOptions::ucx.mode = kOn or transport \"ucx\" to use it anyway)");
 #else
   std::string ucx_v = UcxVersion();
   std::printf("  %-6s %-12s ucx: not built in this version (%s; apt-get install libucx-dev and "

@@ -88,7 +88,7 @@ struct AllocOptions {
   int32_t device = -1;
 };
 
-std::string_view MemTypeName(MemType t);
+inline std::string_view MemTypeName(MemType t) { return t == MemType::kHost ? "host" : "cuda"; }
 std::string_view OpName(Op op);
 std::string_view RequestStateName(RequestState s);
 

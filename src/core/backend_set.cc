@@ -27,6 +27,7 @@ Status BackendSet::CheckOptions(const EngineOptions& options) {
 }
 
 Status BackendSet::Start(const transport::EngineContext& ctx) {
+  all_.clear();  // (an Initialize that failed may have started some)
   forced_ = ctx.forced;
   for (auto& b : transport::MakeBackends()) {
     Entry e{std::move(b), false, ""};
@@ -98,8 +99,8 @@ Status BackendSet::Allocate(uint64_t len, MemType type, const AllocOptions& opti
     if (s.code() != StatusCode::kUnsupported || !s.message().empty()) return s;
   }
   return {StatusCode::kUnsupported,
-          std::string("no backend of this build allocates ") + std::string(MemTypeName(type)) +
-              " memory"};
+          std::string("no backend of this build allocates ") +
+              (type == MemType::kHost ? "host" : "GPU") + " memory"};
 }
 
 Status BackendSet::PrepareRegion(const RegionInfo& info, RegionResources* res,
@@ -118,12 +119,13 @@ Status BackendSet::PrepareRegion(const RegionInfo& info, RegionResources* res,
 }
 
 std::vector<std::shared_ptr<transport::Route>> BackendSet::Connect(
-    const transport::PeerContext& peer, const transport::Blobs& offered, std::string* why) {
+    const transport::PeerContext& peer, const transport::Blobs& offered, bool itself,
+    std::string* why) {
   std::vector<std::shared_ptr<transport::Route>> routes;
   auto note = [&](const std::string& reason) { *why += (why->empty() ? "" : "; ") + reason; };
   for (auto& e : all_) {
     const std::string_view name = e.backend->name();
-    if (!forced_.empty() && forced_ != name) continue;
+    if (!itself && !forced_.empty() && forced_ != name) continue;
     if (!e.started) {
       note(std::string(name) + ": off here (" + e.off + ")");
       continue;
@@ -142,7 +144,7 @@ std::vector<std::shared_ptr<transport::Route>> BackendSet::Connect(
       note(s.message());
     }
   }
-  if (routes.empty() && !forced_.empty()) *why += "; transport forced to " + forced_;
+  if (routes.empty() && !itself && !forced_.empty()) *why += "; transport forced to " + forced_;
   return routes;
 }
 

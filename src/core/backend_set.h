@@ -47,10 +47,11 @@ class BackendSet {
   Status PrepareRegion(const RegionInfo& info, RegionResources* res, transport::Blobs* blobs);
 
   // The routes to a peer, best first: every started backend (only the forced one, when one
-  // is) that the peer offers and that reaches it. *why, when there are none, says why.
+  // is, except for this engine itself: a forced backend says how to reach peers) that the
+  // peer offers and that reaches it. *why, when there are none, says why.
   std::vector<std::shared_ptr<transport::Route>> Connect(const transport::PeerContext& peer,
                                                          const transport::Blobs& offered,
-                                                         std::string* why);
+                                                         bool itself, std::string* why);
   // Target side: see Backend::Fence and Backend::DropPeer.
   void Fence();
   void DropPeer(uint64_t incarnation);

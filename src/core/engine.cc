@@ -153,8 +153,7 @@ void EngineImpl::Finalize() {
   backends_.StopServing();
   requests_.Clear();
   regions_.ReleaseAll();  // peers were told goodbye: none uses the memory any more
-  self_.reset();
-  backends_.Clear();
+  backends_.Clear();      // (UCX goes after the mappings of our regions)
 }
 
 // ---------------------------------------------------------------- memory
@@ -357,7 +356,7 @@ bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferD
   transport::Route* route = nullptr;
   uint8_t* base = nullptr;
   for (const auto& r : peer.state->routes.routes) {
-    if (r->Reach(MemType::kHost, *region, &base).ok()) {
+    if (r->Reach(MemType::kHost, *region, &base)) {
       route = r.get();
       break;
     }

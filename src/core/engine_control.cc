@@ -53,7 +53,8 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
   peer.same_process = peer.same_host && hello.pid == ::getpid();
   // (The routes live in the peer's state, which outlives them.)
   peer.find_region = [regions = &st->regions](uint64_t a, uint64_t l) { return regions->Find(a, l); };
-  st->routes.routes = backends_.Connect(peer, hello.backends, transport_error);
+  const bool itself = hello.incarnation == incarnation_;
+  st->routes.routes = backends_.Connect(peer, hello.backends, itself, transport_error);
   st->routes.staging = staging_ != nullptr;
   st->routes.stage_all = stage_all_;
   st->routes.staging_bytes = opts_.staging_buffer_bytes;

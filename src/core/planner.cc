@@ -72,25 +72,21 @@ std::string PairName(bool local_device, const RemoteRegion& r) {
 
 Status ChooseRoute(const PeerRoutes& peer, RemoteRegion& r, bool local_device, Choice* out) {
   const auto& routes = peer.routes;
-  std::string why;
-  auto note = [&](const Status& s) { why += (why.empty() ? "" : "; ") + s.message(); };
   const MemType local = local_device ? MemType::kCuda : MemType::kHost;
   if (!peer.stage_all) {
     for (size_t i = 0; i < routes.size(); ++i) {
       uint8_t* base = nullptr;
-      Status s = routes[i]->Reach(local, r, &base);
-      if (s.ok()) {
+      if (routes[i]->Reach(local, r, &base)) {
         *out = {static_cast<uint8_t>(i), base, false};
-        return s;
+        return Status::Ok();
       }
-      note(s);
     }
   }
   // Through a staging buffer our side is host memory.
   if (local_device || peer.stage_all) {
     for (size_t i = 0; i < routes.size(); ++i) {
       uint8_t* base = nullptr;
-      if (!routes[i]->Stageable() || !routes[i]->Reach(MemType::kHost, r, &base).ok()) continue;
+      if (!routes[i]->Stageable() || !routes[i]->Reach(MemType::kHost, r, &base)) continue;
       if (!peer.staging) {
         return {StatusCode::kUnsupported,
                 PairName(local_device, r) + " needs the buffer pool (staging through " +
@@ -100,6 +96,8 @@ Status ChooseRoute(const PeerRoutes& peer, RemoteRegion& r, bool local_device, C
       return Status::Ok();
     }
   }
+  std::string why;  // (only now: refusals are rare, and their text costs allocations)
+  for (const auto& route : routes) why += (why.empty() ? "" : "; ") + route->WhyNot(local, r);
   return {StatusCode::kUnsupported, "no route to this peer moves " + PairName(local_device, r) +
                                         (why.empty() ? "" : " (" + why + ")")};
 }

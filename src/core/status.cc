@@ -29,7 +29,6 @@ std::string Status::ToString() const {
   return s;
 }
 
-std::string_view MemTypeName(MemType t) { return t == MemType::kHost ? "host" : "gpu"; }
 std::string_view OpName(Op op) { return op == Op::kRead ? "READ" : "WRITE"; }
 std::string_view RequestStateName(RequestState s) {
   switch (s) {

@@ -61,12 +61,14 @@ class Route {
   Route(const Route&) = delete;
   Route& operator=(const Route&) = delete;
 
-  // Ok when this route moves bytes between local memory of type `local` and region r. A route
-  // that copies through a mapping of the region in this process (shm, cuda) sets *mapped to
-  // where the region's first byte is addressable here (it maps it on first use); others leave
-  // it null and batches carry the peer's own addresses. Otherwise, a status whose message says
-  // why not (read by a person: "the peer's GPU memory is out of its reach").
-  virtual Status Reach(MemType local, RemoteRegion& r, uint8_t** mapped) = 0;
+  // True when this route moves bytes between local memory of type `local` and region r. A
+  // route that copies through a mapping of the region in this process (shm, cuda) sets *mapped
+  // to where the region's first byte is addressable here (it maps it on first use); others
+  // leave it null and batches carry the peer's own addresses. Cheap: asked per request.
+  virtual bool Reach(MemType local, RemoteRegion& r, uint8_t** mapped) = 0;
+  // Why Reach refused that pair, for a person ("cma: moves host memory only"); asked only
+  // when no route reaches it.
+  virtual std::string WhyNot(MemType local, const RemoteRegion& r) const = 0;
   // A single copy of len bytes into a mapping (Reach set *mapped) that the caller may run on
   // its own thread with memcpy, without planning a request: cheaper than a hand-off.
   virtual bool CopiesInline(uint64_t len) const { return false; }
@@ -97,11 +99,11 @@ class Route {
 class HostRoute : public Route {
  public:
   using Route::Route;
-  Status Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
-    if (local != MemType::kHost || r.info.type != MemType::kHost) {
-      return {StatusCode::kUnsupported, std::string(backend()) + ": moves host memory only"};
-    }
-    return Status::Ok();
+  bool Reach(MemType local, RemoteRegion& r, uint8_t**) override {
+    return local == MemType::kHost && r.info.type == MemType::kHost;
+  }
+  std::string WhyNot(MemType, const RemoteRegion&) const override {
+    return std::string(backend()) + ": moves host memory only";
   }
 };
 

@@ -23,10 +23,13 @@ class TestRoute final : public transport::Route {
   using Reaches = std::function<bool(MemType local, const RemoteRegion& r)>;
   TestRoute(std::string_view name, PlanLimits limits, Reaches reaches, uint8_t* base = nullptr)
       : Route(name, nullptr, limits), reaches_(std::move(reaches)), base_(base) {}
-  Status Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
-    if (!reaches_(local, r)) return {StatusCode::kUnsupported, std::string(backend()) + ": not this pair"};
+  bool Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
+    if (!reaches_(local, r)) return false;
     *mapped = base_;
-    return Status::Ok();
+    return true;
+  }
+  std::string WhyNot(MemType, const RemoteRegion&) const override {
+    return std::string(backend()) + ": not this pair";
   }
   bool Stageable() const override { return base_ == nullptr; }
 

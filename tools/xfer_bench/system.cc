@@ -19,7 +19,7 @@ std::string CpuModel() {
   return "unknown CPU";
 }
 
-// Transports that use EngineOptions::links (connections / endpoints per peer).
+// Transports with links per peer (EngineOptions::tcp.links, ucx.endpoints).
 bool TransportHasLinks(const std::string& t) { return t == "tcp" || t == "ucx"; }
 
 }  // namespace

@@ -27,26 +27,23 @@ class CudaRoute final : public Route {
         peer_incarnation_(peer.incarnation),
         same_process_(peer.same_process) {}
 
-  Status Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
-    if (local != MemType::kCuda && r.info.type != MemType::kCuda) {
-      return {StatusCode::kUnsupported, "cuda: moves GPU memory only"};
-    }
+  bool Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
+    if (local != MemType::kCuda && r.info.type != MemType::kCuda) return false;
     if (same_process_) {
       *mapped = reinterpret_cast<uint8_t*>(r.info.addr);
     } else if (r.info.type == MemType::kHost) {
       *mapped = mapper_ ? shm::MapRegion(*mapper_, peer_name_, peer_incarnation_, r) : nullptr;
-      if (*mapped == nullptr) {
-        return {StatusCode::kUnsupported,
-                "cuda: the peer's host memory is reached only when it is AllocMem memory"};
-      }
     } else {
       *mapped = OpenDevice(r);
-      if (*mapped == nullptr) {
-        return {StatusCode::kUnsupported,
-                "cuda: opening the peer's GPU memory through CUDA IPC failed (the log says why)"};
-      }
     }
-    return Status::Ok();
+    return *mapped != nullptr;
+  }
+  std::string WhyNot(MemType local, const RemoteRegion& r) const override {
+    if (local != MemType::kCuda && r.info.type != MemType::kCuda) return "cuda: moves GPU memory only";
+    if (r.info.type == MemType::kHost) {
+      return "cuda: the peer's host memory is reached only when it is AllocMem memory";
+    }
+    return "cuda: opening the peer's GPU memory through CUDA IPC failed (the log says why)";
   }
   bool Stageable() const override { return false; }
 
@@ -151,7 +148,8 @@ class CudaBackend final : public Backend {
     std::unique_ptr<shm::PeerMapper> mapper;  // takes VMM descriptors, maps AllocMem memory
     if (!peer.same_process) {
       if (Status s = shm::PeerMapper::Open(peer.pid, &mapper); !s.ok()) {
-        XLOG(WARN) << "peer " << peer.name << ": " << s.ToString();
+        XLOG(INFO) << "peer " << peer.name << ": its VMM GPU memory and AllocMem memory are out "
+                   << "of cuda's reach: " << s.ToString();
       }
     }
     // One stream's copies run one after another, so pieces only need to be large enough to

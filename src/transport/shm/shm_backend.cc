@@ -51,15 +51,15 @@ class ShmRoute final : public Route {
         peer_incarnation_(peer.incarnation) {
     set_streaming_link(std::make_shared<CopyLink>(true));
   }
-  Status Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
-    if (local != MemType::kHost || r.info.type != MemType::kHost) {
-      return {StatusCode::kUnsupported, "shm: moves host memory only"};
-    }
+  bool Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
+    if (local != MemType::kHost || r.info.type != MemType::kHost) return false;
     *mapped = MapRegion(*mapper_, peer_name_, peer_incarnation_, r);
-    if (*mapped != nullptr) return Status::Ok();
-    return {StatusCode::kUnsupported, FindBlob(r.blobs, "shm") == nullptr
-                                          ? "shm: the region is not the peer's AllocMem memory"
-                                          : "shm: the region could not be mapped (the log says why)"};
+    return *mapped != nullptr;
+  }
+  std::string WhyNot(MemType local, const RemoteRegion& r) const override {
+    if (local != MemType::kHost || r.info.type != MemType::kHost) return "shm: moves host memory only";
+    return FindBlob(r.blobs, "shm") == nullptr ? "shm: the region is not the peer's AllocMem memory"
+                                               : "shm: the region could not be mapped (the log says why)";
   }
   bool CopiesInline(uint64_t len) const override {
     return len <= limits().slice_bytes && len < limits().streaming_bytes;
@@ -81,6 +81,7 @@ class ShmBackend final : public Backend {
     options_ = *ctx.options;
     std::string why;
     offered_ = Available(&why);
+    if (!offered_ && ctx.forced == "shm") return {StatusCode::kUnsupported, why};
     if (!offered_) {
       XLOG(WARN) << "shm not offered (peers' AllocMem memory goes through cma): " << why;
     }

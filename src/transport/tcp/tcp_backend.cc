@@ -11,10 +11,10 @@ namespace {
 class TcpRoute final : public Route {
  public:
   TcpRoute(std::shared_ptr<Link> link, PlanLimits limits) : Route("tcp", std::move(link), limits) {}
-  Status Reach(MemType local, RemoteRegion&, uint8_t**) override {
-    // The target stages its own GPU memory; ours passes through our staging buffers.
-    if (local != MemType::kHost) return {StatusCode::kUnsupported, "tcp: sends host memory only"};
-    return Status::Ok();
+  // The target stages its own GPU memory; ours passes through our staging buffers.
+  bool Reach(MemType local, RemoteRegion&, uint8_t**) override { return local == MemType::kHost; }
+  std::string WhyNot(MemType, const RemoteRegion&) const override {
+    return "tcp: sends host memory only (local GPU memory goes through the buffer pool)";
   }
 };
 

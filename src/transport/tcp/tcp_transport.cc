@@ -221,11 +221,8 @@ class TcpLink final : public Link {
         st = c.stream;
       }
       if (!st || st->IsBroken()) {
-        Status s = Open(deadline, &st);
+        Status s = Open(c, deadline, &st);
         if (!s.ok()) return s;
-        std::lock_guard l(c.stream_mu);
-        if (shut_.load()) return Gone();
-        c.stream = st;
       }
       ticket = st->sent++;
       Status s = SendFrame(st->fd.get(), op, batch, deadline);
@@ -262,25 +259,41 @@ class TcpLink final : public Link {
             "tcp: " + what + s.message()};
   }
 
-  Status Open(Clock::time_point deadline, std::shared_ptr<Stream>* out) {
+  // Opens c's next stream (c.send_mu held). It is c's stream from the connect on, before the
+  // handshake, so that Shutdown breaks a handshake that a hung peer never answers.
+  Status Open(Conn& c, Clock::time_point deadline, std::shared_ptr<Stream>* out) {
     auto st = std::make_shared<Stream>();
     Status s = net::ConnectTcp(net::Address{peer_.host, peer_.tcp_port, true}, deadline, &st->fd);
     if (!s.ok()) return OpenFailed("", s);
-    const int fd = st->fd.get();
+    {
+      std::lock_guard l(c.stream_mu);
+      if (shut_.load()) return Gone();
+      c.stream = st;
+    }
+    s = Handshake(*st, deadline);
+    if (!s.ok()) {
+      st->Break("the data connection's handshake failed");
+      return s;
+    }
+    *out = std::move(st);
+    return Status::Ok();
+  }
+
+  Status Handshake(Stream& st, Clock::time_point deadline) const {
+    const int fd = st.fd.get();
     TuneSocket(fd);
     uint8_t hello[kHelloBytes] = {};
     Put<uint32_t>(hello, kDataMagic);
     Put<uint16_t>(hello + 4, kDataVersion);
     Put<uint64_t>(hello + 8, peer_.incarnation);
     Put<uint64_t>(hello + 16, me_);
-    s = net::SendAll(fd, hello, sizeof hello, deadline);
+    Status s = net::SendAll(fd, hello, sizeof hello, deadline);
     uint8_t code[kAcceptBytes];
     if (s.ok()) s = net::RecvAll(fd, code, sizeof code, deadline);
     if (!s.ok()) return OpenFailed("data connection handshake: ", s);
     if (Get<uint32_t>(code) != 0) {
       return {StatusCode::kConnectionLost, "tcp: the target refused the data connection (restarted?)"};
     }
-    *out = std::move(st);
     return Status::Ok();
   }
 

@@ -13,12 +13,12 @@ namespace {
 class UcxRoute final : public HostRoute {
  public:
   UcxRoute(std::shared_ptr<Link> link, PlanLimits limits) : HostRoute("ucx", std::move(link), limits) {}
-  Status Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
-    if (Status s = HostRoute::Reach(local, r, mapped); !s.ok()) return s;
-    if (FindBlob(r.blobs, "ucx") == nullptr) {
-      return {StatusCode::kUnsupported, "ucx: the peer could not map the region for UCX"};
-    }
-    return Status::Ok();
+  bool Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
+    return HostRoute::Reach(local, r, mapped) && FindBlob(r.blobs, "ucx") != nullptr;
+  }
+  std::string WhyNot(MemType local, const RemoteRegion& r) const override {
+    if (local != MemType::kHost || r.info.type != MemType::kHost) return HostRoute::WhyNot(local, r);
+    return "ucx: the peer could not map the region for UCX";
   }
 };
 
@@ -51,7 +51,7 @@ class UcxBackend final : public Backend {
     }
     if (!forced && o.ucx.mode == UcxMode::kAuto && host::RdmaDevices().empty()) {
       return {StatusCode::kUnsupported,
-              "ucx is off here (no RDMA device; EngineOptions::ucx.mode = on offers it)"};
+              "ucx is off here (no RDMA device; EngineOptions::ucx.mode = kOn offers it)"};
     }
     transport_ = std::make_unique<UcxTransport>(UcxOptions{o.ucx.endpoints});
     if (Status s = transport_->Start(); !s.ok()) {
