@@ -3,11 +3,12 @@
 # alternating within each round, so each cell's after/before ratio is paired (bench/lib.sh) and
 # the median over the rounds says whether the change cost anything. Cells: shm (AllocMem memory,
 # one host), cma (registered memory, one host), tcp (forced, one and two links), each WRITE and
-# READ at a few sizes, plus tcp's 16 KiB x 1000-descriptor batches and 8-byte shm messages.
+# READ at a few sizes, plus 16 KiB x 1000-descriptor batches over tcp and cma, and 8-byte shm
+# messages.
 # Writes the section "## builds" of bench/RESULTS.md and prints it.
 #
 #   bench/compare_builds.sh BEFORE_BUILD_DIR [AFTER_BUILD_DIR]   (after: default build)
-#   env: DURATION=0.3 (s per size)  ROUNDS=11  CELLS="shm cma tcp tcp2 batch msg"
+#   env: DURATION=0.3 (s per size)  ROUNDS=11  CELLS="shm cma tcp tcp2 batch cbatch msg"
 #        QUICK=1 (1 round, 0.1 s per size)
 # BEFORE_BUILD_DIR is a build of the other revision (e.g. a git worktree's build/), with
 # xfer-bench built.
@@ -19,7 +20,7 @@ BEFORE=${1:?usage: bench/compare_builds.sh BEFORE_BUILD_DIR [AFTER_BUILD_DIR]}
 AFTER=${2:-build}
 DURATION=${DURATION:-0.3}
 ROUNDS=${ROUNDS:-11}
-CELLS=${CELLS:-shm cma tcp tcp2 batch msg}
+CELLS=${CELLS:-shm cma tcp tcp2 batch cbatch msg}
 for b in "$BEFORE" "$AFTER"; do
   [ -x "$b/tools/xfer-bench" ] || { echo "compare_builds: no $b/tools/xfer-bench (build it first)" >&2; exit 1; }
 done
@@ -36,6 +37,7 @@ cell_args() {
     tcp) echo "-s 1M,4M --transport tcp --mem register --links 1" ;;
     tcp2) echo "-s 1M,4M --transport tcp --mem register --links 2" ;;
     batch) echo "-s 16K --batch 1000 --transport tcp --mem register" ;;
+    cbatch) echo "-s 16K --batch 1000 --transport cma --mem register" ;;
     msg) echo "-s 8 --transport shm --mem alloc --reuse" ;;
     *) echo "compare_builds: unknown cell $1" >&2; exit 1 ;;
   esac

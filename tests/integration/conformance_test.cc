@@ -1,7 +1,8 @@
 // The backend conformance suite: every backend of the registry (transport::BackendNames), forced
 // between an initiator and a target, must move data of every size both ways, refuse ranges
 // outside the target's regions without touching them, keep a deregistration's promise (nothing
-// lands after DeregisterMem returns) and end every request when the target dies. A new backend
+// lands after DeregisterMem returns), end every request when the target dies or hangs, and
+// leave the engine able to reach itself. A new backend
 // is instantiated here by its registry line alone (docs/backends.md); one this machine cannot
 // run skips itself with the reason.
 //
