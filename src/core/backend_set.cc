@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "util/log.h"
+#include "util/text.h"
 
 namespace xfer {
 
@@ -16,7 +17,7 @@ Status BackendSet::CheckOptions(const EngineOptions& options) {
   if (!options.transport.empty() &&
       std::find(names.begin(), names.end(), options.transport) == names.end()) {
     std::string list;
-    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    for (const auto& n : names) text::Append(&list, n, ", ");
     return {StatusCode::kInvalidArgument,
             "unknown transport '" + options.transport + "' (this build has: " + list + ")"};
   }
@@ -61,7 +62,7 @@ transport::Blobs BackendSet::HelloBlobs() const {
 std::string BackendSet::Summary() const {
   std::string out;
   for (const auto& e : all_) {
-    out += (out.empty() ? "" : ", ") + std::string(e.backend->name()) + (e.started ? " on" : " off");
+    text::Append(&out, std::string(e.backend->name()) + (e.started ? " on" : " off"), ", ");
   }
   return out;
 }
@@ -82,7 +83,7 @@ Status BackendSet::CheckMemoryType(MemType type) const {
   for (const auto& e : all_) {
     if (!e.backend->HandlesDeviceMemory()) continue;
     if (e.started) return Status::Ok();
-    why += (why.empty() ? "" : "; ") + std::string(e.backend->name()) + ": " + e.off;
+    text::Append(&why, std::string(e.backend->name()) + ": " + e.off);
   }
   return {StatusCode::kUnsupported,
           "GPU memory needs a GPU backend, and none is usable here" +
@@ -94,9 +95,9 @@ Status BackendSet::Allocate(uint64_t len, MemType type, const AllocOptions& opti
                             std::unique_ptr<transport::RegionResource>* res) {
   if (Status s = CheckMemoryType(type); !s.ok()) return s;
   for (auto& e : all_) {
-    if (!e.started) continue;
-    Status s = e.backend->Allocate(len, type, options, addr, device, res);
-    if (s.code() != StatusCode::kUnsupported || !s.message().empty()) return s;
+    if (e.started && e.backend->Allocates(type)) {
+      return e.backend->Allocate(len, type, options, addr, device, res);
+    }
   }
   return {StatusCode::kUnsupported,
           std::string("no backend of this build allocates ") +
@@ -122,7 +123,7 @@ std::vector<std::shared_ptr<transport::Route>> BackendSet::Connect(
     const transport::PeerContext& peer, const transport::Blobs& offered, bool itself,
     std::string* why) {
   std::vector<std::shared_ptr<transport::Route>> routes;
-  auto note = [&](const std::string& reason) { *why += (why->empty() ? "" : "; ") + reason; };
+  auto note = [why](const std::string& reason) { text::Append(why, reason); };
   for (auto& e : all_) {
     const std::string_view name = e.backend->name();
     if (!itself && !forced_.empty() && forced_ != name) continue;

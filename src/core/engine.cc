@@ -126,9 +126,8 @@ Status EngineImpl::StartBackends(const std::string& listen_host) {
   ctx.options = &opts_;
   ctx.forced = opts_.transport;
   ctx.region_access = [this](uint64_t a, uint64_t l) { return RegionAccess(a, l); };
-  ctx.is_peer = [this](uint64_t inc) { return IsPeer(inc); };
+  ctx.is_peer = [this](uint64_t inc) { return peers_.HasLive(inc); };
   ctx.staging_bytes = staging_ ? opts_.staging_buffer_bytes : 0;
-  stage_all_ = opts_.staging == Staging::kAlways;
   return backends_.Start(ctx);
 }
 
@@ -137,7 +136,7 @@ transport::TargetAccess EngineImpl::RegionAccess(uint64_t addr, uint64_t len) co
   if (auto t = regions_.registry().TypeOf(addr, len)) {
     access.allowed = true;
     access.device = *t == MemType::kCuda;
-    access.staged = access.device || stage_all_;
+    access.staged = access.device || opts_.staging == Staging::kAlways;
   }
   return access;
 }

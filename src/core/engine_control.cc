@@ -56,7 +56,7 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
   const bool itself = hello.incarnation == incarnation_;
   st->routes.routes = backends_.Connect(peer, hello.backends, itself, transport_error);
   st->routes.staging = staging_ != nullptr;
-  st->routes.stage_all = stage_all_;
+  st->routes.stage_all = opts_.staging == Staging::kAlways;
   st->routes.staging_bytes = opts_.staging_buffer_bytes;
   st->staging = staging_;
   for (const auto& r : st->routes.routes) st->copies_inline = st->copies_inline || r->CopiesInline(1);
@@ -84,8 +84,6 @@ std::vector<std::shared_ptr<RemoteRegion>> EngineImpl::DropPeerState(PeerState& 
   backends_.DropPeer(state.info.incarnation);
   return gone;
 }
-
-bool EngineImpl::IsPeer(uint64_t incarnation) { return peers_.HasLive(incarnation); }
 
 Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds timeout) {
   Status s = CheckRunning("Connect");

@@ -106,7 +106,6 @@ class EngineImpl final : public control::ControlHandler {
                                            const std::string& host, std::string* transport_error);
   // What the target-side backends may do with a range of our memory (EngineContext).
   transport::TargetAccess RegionAccess(uint64_t addr, uint64_t len) const;
-  bool IsPeer(uint64_t incarnation);
   void OnHello(const std::shared_ptr<control::Session>& s, wire::Hello&& hello);
   // One round trip on the session: when it returns true, the peer's earlier frames (region
   // updates) have been applied here.
@@ -125,7 +124,6 @@ class EngineImpl final : public control::ControlHandler {
   uint64_t incarnation_ = 0;
   std::string host_id_;
   std::shared_ptr<BufferPool> staging_;  // null when EngineOptions::staging is off
-  bool stage_all_ = false;               // EngineOptions::staging == Staging::kAlways
   BackendSet backends_;
 
   std::unique_ptr<StreamPool> pool_;

@@ -97,7 +97,7 @@ Status ChooseRoute(const PeerRoutes& peer, RemoteRegion& r, bool local_device, C
     }
   }
   std::string why;  // (only now: refusals are rare, and their text costs allocations)
-  for (const auto& route : routes) why += (why.empty() ? "" : "; ") + route->WhyNot(local, r);
+  for (const auto& route : routes) text::Append(&why, route->WhyNot(local, r));
   return {StatusCode::kUnsupported, "no route to this peer moves " + PairName(local_device, r) +
                                         (why.empty() ? "" : " (" + why + ")")};
 }

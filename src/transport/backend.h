@@ -186,11 +186,13 @@ class Backend {
   virtual bool HandlesDeviceMemory() const { return false; }
   // True when p is memory this backend handles (device memory), with its type and device.
   virtual bool Classify(const void* p, MemType* type, int32_t* device) const { return false; }
-  // Allocates len zeroed bytes for Engine::AllocMem; kUnsupported with an empty message when
-  // this backend does not allocate memory of that type (the next one is asked). *addr and *device describe the memory, *res owns it.
+  // Whether Allocate serves memory of this type (Engine::AllocMem asks the first that does).
+  virtual bool Allocates(MemType type) const { return false; }
+  // Allocates len zeroed bytes of a type it Allocates; *addr and *device describe the memory,
+  // *res owns it.
   virtual Status Allocate(uint64_t len, MemType type, const AllocOptions& options, uint64_t* addr,
                           int32_t* device, std::unique_ptr<RegionResource>* res) {
-    return {StatusCode::kUnsupported, ""};
+    return {StatusCode::kUnsupported, std::string(name()) + " allocates no memory"};
   }
   // Prepares a region being registered: *blob (when set) travels to peers in the region's
   // record, *res is kept until the region goes. allocation: what Allocate returned, if the

@@ -20,6 +20,12 @@ inline std::string Hex(uint64_t v) {
 // "what: <strerror(errno)>", for the call that just failed.
 inline std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
+// Appends item to a separated list ("a; b"): the reasons in a message, the names in a line.
+inline void Append(std::string* list, const std::string& item, std::string_view sep = "; ") {
+  if (!list->empty()) list->append(sep);
+  list->append(item);
+}
+
 // An enum whose values are 0..N-1, named by names[value]: the value named text, or false.
 template <class E, size_t N>
 bool ParseEnum(std::string_view text, const std::string_view (&names)[N], E* out) {

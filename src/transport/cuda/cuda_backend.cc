@@ -103,9 +103,9 @@ class CudaBackend final : public Backend {
     return *type == MemType::kCuda;
   }
 
+  bool Allocates(MemType type) const override { return type == MemType::kCuda; }
   Status Allocate(uint64_t len, MemType type, const AllocOptions& options, uint64_t* addr,
                   int32_t* device, std::unique_ptr<RegionResource>* res) override {
-    if (type != MemType::kCuda) return {StatusCode::kUnsupported, ""};
     void* p = nullptr;
     Status s = AllocDevice(len, options.device, &p);
     if (!s.ok()) return s;

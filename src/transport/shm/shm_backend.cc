@@ -91,9 +91,9 @@ class ShmBackend final : public Backend {
     return offered_ ? std::optional<std::string>(std::string()) : std::nullopt;
   }
 
+  bool Allocates(MemType type) const override { return type == MemType::kHost; }
   Status Allocate(uint64_t len, MemType type, const AllocOptions& options, uint64_t* addr,
                   int32_t* device, std::unique_ptr<RegionResource>* res) override {
-    if (type != MemType::kHost) return {StatusCode::kUnsupported, ""};
     const uint64_t key = next_key_.fetch_add(1);
     std::unique_ptr<Segment> segment;
     Status s = Segment::Create(len, options.huge_pages, SegmentName(incarnation_, key), &segment);
