@@ -61,11 +61,19 @@ class Engine {
   // Moves every descriptor, or none is reported done: returns ok only when all data landed.
   Status TransferSync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                       std::chrono::milliseconds timeout);
+  // The same, with a notification (options.notify) and, when result is given, the request's
+  // end: which descriptors landed when it failed (RequestStatus::landed).
+  Status TransferSync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
+                      std::chrono::milliseconds timeout, const TransferOptions& options,
+                      RequestStatus* result = nullptr);
   // Starts a request whose deadline is now + timeout. Validation errors return at once. A copy
   // of up to 64 KiB into or out of a same-host peer's AllocMem memory runs before it returns
   // (cheaper than handing it off): that request is already complete.
   Status TransferAsync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                        std::chrono::milliseconds timeout, RequestHandle* request);
+  Status TransferAsync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
+                       std::chrono::milliseconds timeout, const TransferOptions& options,
+                       RequestHandle* request);
   // A terminal status (anything but kWaiting) is reported once; the handle is then released.
   Status GetTransferStatus(RequestHandle request, RequestStatus* status);
   // Waits up to timeout for the request to end. When it ended, returns its final status (ok
@@ -77,6 +85,15 @@ class Engine {
   // those in flight finish (kCompleted if none was dropped and all of them succeeded: every
   // byte moved). Canceling a request that already ended is ok and changes nothing.
   Status Cancel(RequestHandle request);
+
+  // Notifications (docs/notifications.md). SendNotify returns ok once the peer has queued the
+  // message; kTimeout when it did not confirm in time (the message may still arrive).
+  Status SendNotify(const std::string& remote, const std::string& message,
+                    std::chrono::milliseconds timeout);
+  // Moves every queued notification to the end of *out, oldest first (none: ok, nothing added).
+  Status GetNotifies(std::vector<Notification>* out);
+  // GetNotifies, once at least one is queued; kTimeout when none came within timeout.
+  Status WaitNotifies(std::vector<Notification>* out, std::chrono::milliseconds timeout);
 
  private:
   std::unique_ptr<EngineImpl> impl_;

@@ -68,6 +68,15 @@ struct EngineOptions {
   // ids never use same-host backends with each other; tests use this to fake two hosts.
   std::string host_id;
 
+  // Notifications (Engine::SendNotify, TransferOptions::notify). The queue of those received
+  // and not yet taken (GetNotifies) is bounded: a notification that would pass either bound is
+  // refused (its sender's request ends with kResourceExhausted), never dropped.
+  struct Notify {
+    uint32_t max_message_bytes = 4096;   // sent and accepted (1..1 MiB)
+    uint32_t queue_messages = 65536;     // (1..16 M)
+    uint64_t queue_bytes = 64ull << 20;  // messages' bytes (4 KiB..16 GiB)
+  } notify;
+
   // --- one group per backend
   struct Tcp {
     // Data connections per peer (1..64); a request's batches spread over them (round-robin,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,25 @@ enum class RequestState : uint8_t { kWaiting, kCompleted, kFailed, kTimeout, kCa
 struct RequestStatus {
   RequestState state = RequestState::kWaiting;
   Status status;  // ok for kWaiting / kCompleted; the reason otherwise
+  // When the request ended other than kCompleted: the indices (ascending) of the descriptors
+  // whose bytes all landed (WRITE: in the peer's memory; READ: in local memory). Empty for
+  // kWaiting, and for kCompleted (then every descriptor landed).
+  std::vector<uint64_t> landed;
+};
+
+// What a transfer may carry besides its descriptors (Engine::TransferSync/TransferAsync).
+struct TransferOptions {
+  // A message for the peer, delivered (Engine::GetNotifies there) after every byte of the
+  // request has landed; the request completes once the peer has queued it. At most
+  // EngineOptions::notify.max_message_bytes. docs/notifications.md has the guarantees.
+  std::optional<std::string> notify;
+};
+
+// A notification as its target receives it.
+struct Notification {
+  std::string sender;               // the sender's name (PeerInfo::name)
+  uint64_t sender_incarnation = 0;  // tells a restarted sender apart
+  std::string message;
 };
 
 // What the engine knows about a connected peer.

@@ -94,8 +94,41 @@ void Session::Close() {
     closed_.store(true);
     fd_.Reset();
   }
-  std::lock_guard lock(mu_);
-  cv_.notify_all();
+  std::map<uint64_t, Reply> unanswered;
+  {
+    std::lock_guard lock(mu_);
+    unanswered.swap(expected_);
+    cv_.notify_all();
+  }
+  for (auto& [seq, reply] : unanswered) {
+    reply({StatusCode::kConnectionLost,
+           "the session with " + (peer_key.empty() ? remote_addr_ : peer_key) +
+               " ended before the peer answered"});
+  }
+}
+
+void Session::Expect(uint64_t seq, Reply reply) {
+  {
+    std::lock_guard lock(mu_);
+    if (!closed_.load()) {
+      expected_.emplace(seq, std::move(reply));
+      return;
+    }
+  }
+  reply({StatusCode::kConnectionLost, "the session with " + peer_key + " has ended"});
+}
+
+bool Session::Answer(uint64_t seq, Status status) {
+  Reply reply;
+  {
+    std::lock_guard lock(mu_);
+    auto it = expected_.find(seq);
+    if (it == expected_.end()) return false;
+    reply = std::move(it->second);
+    expected_.erase(it);
+  }
+  reply(std::move(status));
+  return true;
 }
 
 void Session::Acked(uint64_t seq) {

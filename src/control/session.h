@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -54,6 +55,14 @@ class Session {
   // False when the deadline passed or the session closed first.
   bool WaitAcked(uint64_t seq, Clock::time_point deadline);
 
+  // Frames whose answer carries a status (Notify): reply is called once, with the peer's
+  // answer to frame seq (Answer, on the control thread), or with kConnectionLost when the
+  // session closes first (at once when it is closed already). It must not block.
+  using Reply = std::function<void(Status)>;
+  void Expect(uint64_t seq, Reply reply);
+  // The peer answered frame seq; false when nothing expected that answer.
+  bool Answer(uint64_t seq, Status status);
+
   // Set by the engine once the hello exchange is done, with the peer's data-path state.
   std::atomic<bool> established{false};
   std::shared_ptr<PeerState> peer;
@@ -75,6 +84,7 @@ class Session {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   uint64_t acked_ = 0;        // mu_
+  std::map<uint64_t, Reply> expected_;  // mu_
   std::string shutdown_why_;  // mu_
 };
 

@@ -57,10 +57,10 @@ class Reader {
   bool U32(uint32_t* v) { return Raw(v); }
   bool U64(uint64_t* v) { return Raw(v); }
   bool I32(int32_t* v) { return Raw(v); }
-  bool Str(std::string* s) {
+  bool Str(std::string* s, uint32_t cap = kMaxString) {
     uint32_t n = 0;
     if (!U32(&n)) return false;
-    if (n > kMaxString) return Fail("string of " + std::to_string(n) + " bytes exceeds the cap");
+    if (n > cap) return Fail("string of " + std::to_string(n) + " bytes exceeds the cap");
     if (n > left()) return Fail("string length " + std::to_string(n) + " past end of frame");
     s->assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
     pos_ += n;
@@ -102,14 +102,14 @@ class Reader {
     return true;
   }
   const std::string& error() const { return error_; }
-
- private:
-  size_t left() const { return b_.size() - pos_; }
   bool Fail(std::string why) {
     if (!failed_) error_ = std::move(why);
     failed_ = true;
     return false;
   }
+
+ private:
+  size_t left() const { return b_.size() - pos_; }
   template <class T>
   bool Raw(T* v) {
     if (failed_) return false;
@@ -142,6 +142,12 @@ void EncodeBody(Writer& w, const Sync& m) { w.U64(m.seq); }
 void EncodeBody(Writer& w, const SyncAck& m) { w.U64(m.seq); }
 void EncodeBody(Writer&, const Heartbeat&) {}
 void EncodeBody(Writer& w, const Goodbye& m) { w.Str(m.reason); w.U64(m.seq); }
+void EncodeBody(Writer& w, const Notify& m) { w.U64(m.seq); w.Str(m.message); }
+void EncodeBody(Writer& w, const NotifyAck& m) {
+  w.U64(m.seq);
+  w.U32(static_cast<uint32_t>(m.code));
+  w.Str(m.why);
+}
 
 bool DecodeBody(Reader& r, Hello* m) {
   uint32_t n = 0;
@@ -162,6 +168,14 @@ bool DecodeBody(Reader& r, Sync* m) { return r.U64(&m->seq); }
 bool DecodeBody(Reader& r, SyncAck* m) { return r.U64(&m->seq); }
 bool DecodeBody(Reader&, Heartbeat*) { return true; }
 bool DecodeBody(Reader& r, Goodbye* m) { return r.Str(&m->reason) && r.U64(&m->seq); }
+bool DecodeBody(Reader& r, Notify* m) { return r.U64(&m->seq) && r.Str(&m->message, kMaxNotify); }
+bool DecodeBody(Reader& r, NotifyAck* m) {
+  uint32_t code = 0;
+  if (!r.U64(&m->seq) || !r.U32(&code) || !r.Str(&m->why)) return false;
+  if (code > static_cast<uint32_t>(StatusCode::kInternal)) return r.Fail("unknown status code");
+  m->code = static_cast<StatusCode>(code);
+  return true;
+}
 
 template <class T>
 MsgType TypeOf();
@@ -173,6 +187,8 @@ template <> MsgType TypeOf<Sync>() { return MsgType::kSync; }
 template <> MsgType TypeOf<SyncAck>() { return MsgType::kSyncAck; }
 template <> MsgType TypeOf<Heartbeat>() { return MsgType::kHeartbeat; }
 template <> MsgType TypeOf<Goodbye>() { return MsgType::kGoodbye; }
+template <> MsgType TypeOf<Notify>() { return MsgType::kNotify; }
+template <> MsgType TypeOf<NotifyAck>() { return MsgType::kNotifyAck; }
 
 template <class T>
 bool DecodeAs(std::span<const uint8_t> payload, Message* out, std::string* error) {
@@ -226,7 +242,7 @@ bool DecodeHeader(std::span<const uint8_t> bytes, Header* out, std::string* erro
     return false;
   }
   if (type < static_cast<uint16_t>(MsgType::kHello) ||
-      type > static_cast<uint16_t>(MsgType::kGoodbye)) {
+      type > static_cast<uint16_t>(MsgType::kNotifyAck)) {
     *error = "unknown message type " + std::to_string(type);
     return false;
   }
@@ -250,6 +266,8 @@ bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out,
     case MsgType::kSyncAck: return DecodeAs<SyncAck>(payload, out, error);
     case MsgType::kHeartbeat: return DecodeAs<Heartbeat>(payload, out, error);
     case MsgType::kGoodbye: return DecodeAs<Goodbye>(payload, out, error);
+    case MsgType::kNotify: return DecodeAs<Notify>(payload, out, error);
+    case MsgType::kNotifyAck: return DecodeAs<NotifyAck>(payload, out, error);
   }
   *error = "unknown message type";
   return false;
@@ -265,6 +283,8 @@ const char* MsgTypeName(MsgType type) {
     case MsgType::kSyncAck: return "SyncAck";
     case MsgType::kHeartbeat: return "Heartbeat";
     case MsgType::kGoodbye: return "Goodbye";
+    case MsgType::kNotify: return "Notify";
+    case MsgType::kNotifyAck: return "NotifyAck";
   }
   return "Unknown";
 }

@@ -20,12 +20,13 @@
 namespace xfer::wire {
 
 inline constexpr uint32_t kMagic = 0x31524658;  // "XFR1" as little-endian bytes
-inline constexpr uint16_t kVersion = 4;
+inline constexpr uint16_t kVersion = 5;
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 inline constexpr uint32_t kMaxString = 64 << 10;  // UCX worker addresses can run to kilobytes
 inline constexpr uint32_t kMaxTag = 4096;
 inline constexpr uint32_t kMaxBlobs = 64;  // backends per hello or region record
+inline constexpr uint32_t kMaxNotify = 1u << 20;  // a notification's message
 
 enum class MsgType : uint16_t {
   kHello = 1,            // first frame each way; the reply is the acceptor's own Hello
@@ -36,6 +37,8 @@ enum class MsgType : uint16_t {
   kSyncAck = 6,
   kHeartbeat = 7,
   kGoodbye = 8,
+  kNotify = 9,     // a notification for the peer's queue
+  kNotifyAck = 10, // the peer queued it (code ok) or why not
 };
 
 // A registered region as its owner advertises it: what it is, and per backend what peers need
@@ -69,8 +72,16 @@ struct Heartbeat { bool operator==(const Heartbeat&) const = default; };
 // seq != 0 asks the peer to stop using our regions and answer SyncAck{seq} before it closes.
 struct Goodbye { std::string reason; uint64_t seq = 0; bool operator==(const Goodbye&) const = default; };
 
+struct Notify { uint64_t seq = 0; std::string message; bool operator==(const Notify&) const = default; };
+struct NotifyAck {
+  uint64_t seq = 0;
+  StatusCode code = StatusCode::kOk;
+  std::string why;  // empty when ok
+  bool operator==(const NotifyAck&) const = default;
+};
+
 using Message = std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck,
-                             Heartbeat, Goodbye>;
+                             Heartbeat, Goodbye, Notify, NotifyAck>;
 
 struct Header {
   MsgType type{};

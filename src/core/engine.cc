@@ -33,15 +33,32 @@ Status Engine::GetRemoteRegions(const std::string& r, std::vector<RegionInfo>* v
 }
 Status Engine::TransferSync(const std::string& r, Op op, const std::vector<TransferDesc>& d,
                             std::chrono::milliseconds t) {
-  return impl_->TransferSync(r, op, d, t);
+  return impl_->TransferSync(r, op, d, t, {}, nullptr);
+}
+Status Engine::TransferSync(const std::string& r, Op op, const std::vector<TransferDesc>& d,
+                            std::chrono::milliseconds t, const TransferOptions& o,
+                            RequestStatus* result) {
+  return impl_->TransferSync(r, op, d, t, o, result);
 }
 Status Engine::TransferAsync(const std::string& r, Op op, const std::vector<TransferDesc>& d,
                              std::chrono::milliseconds t, RequestHandle* h) {
-  return impl_->TransferAsync(r, op, d, t, h);
+  return impl_->TransferAsync(r, op, d, t, {}, h);
+}
+Status Engine::TransferAsync(const std::string& r, Op op, const std::vector<TransferDesc>& d,
+                             std::chrono::milliseconds t, const TransferOptions& o,
+                             RequestHandle* h) {
+  return impl_->TransferAsync(r, op, d, t, o, h);
 }
 Status Engine::GetTransferStatus(RequestHandle h, RequestStatus* s) { return impl_->GetTransferStatus(h, s); }
 Status Engine::Wait(RequestHandle h, std::chrono::milliseconds t, RequestStatus* s) { return impl_->Wait(h, t, s); }
 Status Engine::Cancel(RequestHandle h) { return impl_->Cancel(h); }
+Status Engine::SendNotify(const std::string& r, const std::string& m, std::chrono::milliseconds t) {
+  return impl_->SendNotify(r, m, t);
+}
+Status Engine::GetNotifies(std::vector<Notification>* out) { return impl_->GetNotifies(out); }
+Status Engine::WaitNotifies(std::vector<Notification>* out, std::chrono::milliseconds t) {
+  return impl_->WaitNotifies(out, t);
+}
 
 // ---------------------------------------------------------------- lifetime
 Status EngineImpl::CheckRunning(const char* what) const {
@@ -63,6 +80,14 @@ Status CheckOptions(const EngineOptions& o) {
   if (o.staging_buffers < 1 || o.staging_buffers > 64) return bad("staging_buffers must be 1..64");
   if (o.staging_buffer_bytes < (64 << 10) || o.staging_buffer_bytes > (1ull << 30)) {
     return bad("staging_buffer_bytes must be 64 KiB..1 GiB");
+  }
+  const auto& n = o.notify;
+  if (n.max_message_bytes < 1 || n.max_message_bytes > wire::kMaxNotify) {
+    return bad("notify.max_message_bytes must be 1..1 MiB");
+  }
+  if (n.queue_messages < 1 || n.queue_messages > (16u << 20)) return bad("notify.queue_messages must be 1..16 M");
+  if (n.queue_bytes < (4 << 10) || n.queue_bytes > (16ull << 30)) {
+    return bad("notify.queue_bytes must be 4 KiB..16 GiB");
   }
   return BackendSet::CheckOptions(o);
 }
@@ -96,6 +121,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   incarnation_ = host::RandomU64();
   peers_.set_incarnation(incarnation_);
   host_id_ = options.host_id.empty() ? host::BootId() : options.host_id;
+  notifies_ = std::make_unique<NotifyQueue>(opts_.notify.queue_messages, opts_.notify.queue_bytes);
   if (opts_.staging != Staging::kOff) {
     staging_ = std::make_shared<BufferPool>(opts_.staging_buffers, opts_.staging_buffer_bytes);
   }
@@ -146,7 +172,8 @@ void EngineImpl::Finalize() {
   finalized_ = true;
   // Peers stop using our memory before Finalize returns (the application may free it next).
   SayGoodbye(regions_.Subscribers(), "engine finalized");
-  loop_->Stop();  // closes every session; OnClosed drops their state
+  loop_->Stop();  // closes every session (notifications still unanswered fail); OnClosed drops their state
+  notifies_->Close();  // (what is queued stays readable)
   requests_.CancelAll();
   pool_->Stop();  // runs what is queued: canceled batches end at once
   backends_.StopServing();
@@ -244,9 +271,10 @@ Status EngineImpl::FindPeer(const std::string& remote, Peer* peer) {
 }
 
 Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
-                          std::chrono::milliseconds timeout, bool track,
-                          std::shared_ptr<Request>* out) {
+                          std::chrono::milliseconds timeout, const TransferOptions& options,
+                          bool track, std::shared_ptr<Request>* out) {
   Status s = CheckRunning("Transfer");
+  if (s.ok() && options.notify) s = CheckNotifyMessage("Transfer", *options.notify);
   Peer peer;
   if (s.ok() && descs.empty()) s = {StatusCode::kInvalidArgument, "no descriptors"};
   if (s.ok() && op != Op::kRead && op != Op::kWrite) s = {StatusCode::kInvalidArgument, "unknown op"};
@@ -278,8 +306,15 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
     XLOG(WARN) << OpName(op) << " to '" << remote << "' refused: " << s.ToString();
     return s;
   }
+  Request::Deliver deliver;
+  if (options.notify) {
+    deliver = [this, peer, message = *options.notify](Request::Done done) {
+      Notify(peer, message, std::move(done));
+    };
+  }
   RequestHandle id = requests_.NextHandle();
-  *out = std::make_shared<Request>(id, op, DeadlineAfter(timeout), peer.state, std::move(plan));
+  *out = std::make_shared<Request>(id, op, DeadlineAfter(timeout), peer.state, std::move(plan),
+                                   std::move(deliver));
   if (track) requests_.Track(*out);
   return Status::Ok();
 }
@@ -378,13 +413,20 @@ bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferD
 
 Status EngineImpl::TransferSync(const std::string& remote, Op op,
                                 const std::vector<TransferDesc>& descs,
-                                std::chrono::milliseconds timeout) {
+                                std::chrono::milliseconds timeout, const TransferOptions& options,
+                                RequestStatus* result) {
   // One small descriptor into a same-host peer's AllocMem memory: a memcpy on this thread,
   // without a request object (the 8-byte WRITE costs ~0.3 us instead of ~0.5).
-  if (descs.size() == 1 && TryInlineCopy(remote, op, descs[0], timeout)) return Status::Ok();
+  if (descs.size() == 1 && !options.notify && TryInlineCopy(remote, op, descs[0], timeout)) {
+    if (result != nullptr) *result = {RequestState::kCompleted, {}, {}};
+    return Status::Ok();
+  }
   std::shared_ptr<Request> req;
-  Status s = Submit(remote, op, descs, timeout, false, &req);
-  if (!s.ok()) return s;
+  Status s = Submit(remote, op, descs, timeout, options, false, &req);
+  if (!s.ok()) {
+    if (result != nullptr) *result = {RequestState::kFailed, s, {}};
+    return s;
+  }
   // The request's own deadline ends it; the extra second only bounds the drain of batches
   // already in flight when the deadline passed.
   const auto until = DeadlineAfter(timeout + std::chrono::seconds(1));
@@ -400,18 +442,20 @@ Status EngineImpl::TransferSync(const std::string& remote, Op op,
     st = req->WaitUntil(DeadlineAfter(std::chrono::seconds(60)), opts_.spin);
     if (st.state == RequestState::kWaiting) st.status = {StatusCode::kTimeout, "transfer timed out"};
   }
+  if (result != nullptr) *result = st;
   return st.status;
 }
 
 Status EngineImpl::TransferAsync(const std::string& remote, Op op,
                                  const std::vector<TransferDesc>& descs,
-                                 std::chrono::milliseconds timeout, RequestHandle* request) {
+                                 std::chrono::milliseconds timeout,
+                                 const TransferOptions& options, RequestHandle* request) {
   if (request == nullptr) return {StatusCode::kInvalidArgument, "TransferAsync: null request pointer"};
   // One small descriptor into a same-host peer's AllocMem memory: copied here, as a sync one
   // is, and the request is over when its handle comes back (4 KiB, 8 in flight: ~2 M/s, from
   // 0.95 M/s through the streams). Larger copies go to the streams: the caller is not held.
   constexpr uint64_t kAsyncInlineBytes = 64 << 10;
-  if (descs.size() == 1 && descs[0].len <= kAsyncInlineBytes &&
+  if (descs.size() == 1 && descs[0].len <= kAsyncInlineBytes && !options.notify &&
       TryInlineCopy(remote, op, descs[0], timeout)) {
     auto done = Request::Completed(requests_.NextHandle(), op);
     *request = done->id();
@@ -419,7 +463,7 @@ Status EngineImpl::TransferAsync(const std::string& remote, Op op,
     return Status::Ok();
   }
   std::shared_ptr<Request> req;
-  Status s = Submit(remote, op, descs, timeout, true, &req);
+  Status s = Submit(remote, op, descs, timeout, options, true, &req);
   if (!s.ok()) return s;
   *request = req->id();
   // Likewise a planned request that is one small memcpy (several descriptors, say): the copy

@@ -295,6 +295,16 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
         } else if constexpr (std::is_same_v<T, wire::RegionRemoveAck> ||
                              std::is_same_v<T, wire::SyncAck>) {
           s->Acked(m.seq);
+        } else if constexpr (std::is_same_v<T, wire::Notify>) {
+          OnNotify(s, std::move(m));
+        } else if constexpr (std::is_same_v<T, wire::NotifyAck>) {
+          s->Acked(m.seq);
+          Status queued;
+          if (m.code != StatusCode::kOk) queued = {m.code, "peer " + s->peer_key + ": " + m.why};
+          if (!s->Answer(m.seq, std::move(queued))) {
+            XLOG(WARN) << "peer " << s->peer_key << " answered a notification never sent; closing";
+            s->Shutdown("protocol error: unexpected notification answer");
+          }
         } else if constexpr (std::is_same_v<T, wire::Sync>) {
           (void)s->Send(wire::SyncAck{m.seq}, opts_.heartbeat_timeout);
         } else if constexpr (std::is_same_v<T, wire::Goodbye>) {

@@ -13,6 +13,7 @@
 #include "control/session.h"
 #include "core/backend_set.h"
 #include "core/buffer_pool.h"
+#include "core/notify_queue.h"
 #include "core/peer_state.h"
 #include "core/peer_table.h"
 #include "core/region_service.h"
@@ -49,12 +50,19 @@ class EngineImpl final : public control::ControlHandler {
   Status GetRemoteRegions(const std::string& remote, std::vector<RegionInfo>* regions);
 
   Status TransferSync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
-                      std::chrono::milliseconds timeout);
+                      std::chrono::milliseconds timeout, const TransferOptions& options,
+                      RequestStatus* result);
   Status TransferAsync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
-                       std::chrono::milliseconds timeout, RequestHandle* request);
+                       std::chrono::milliseconds timeout, const TransferOptions& options,
+                       RequestHandle* request);
   Status GetTransferStatus(RequestHandle request, RequestStatus* status);
   Status Wait(RequestHandle request, std::chrono::milliseconds timeout, RequestStatus* status);
   Status Cancel(RequestHandle request);
+
+  Status SendNotify(const std::string& remote, const std::string& message,
+                    std::chrono::milliseconds timeout);
+  Status GetNotifies(std::vector<Notification>* out);
+  Status WaitNotifies(std::vector<Notification>* out, std::chrono::milliseconds timeout);
 
   // control::ControlHandler (control thread)
   void OnMessage(const std::shared_ptr<control::Session>& s, wire::Message&& msg) override;
@@ -74,7 +82,8 @@ class EngineImpl final : public control::ControlHandler {
   // track: keep the request in requests_ under its handle (async requests; a sync one is
   // only ever seen by its caller).
   Status Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
-                std::chrono::milliseconds timeout, bool track, std::shared_ptr<Request>* out);
+                std::chrono::milliseconds timeout, const TransferOptions& options, bool track,
+                std::shared_ptr<Request>* out);
   void Dispatch(const std::shared_ptr<Request>& req, bool caller_helps);
   void HelpWith(Request& req, Clock::time_point until);
   // Starts every batch of a pipelined request on its link.
@@ -87,6 +96,14 @@ class EngineImpl final : public control::ControlHandler {
   // planned path (which explains refusals).
   bool TryInlineCopy(const std::string& remote, Op op, const TransferDesc& d,
                     std::chrono::milliseconds timeout);
+  // --- notifications (engine_notify.cc)
+  // kInvalidArgument when message is longer than the options allow.
+  Status CheckNotifyMessage(const char* what, const std::string& message) const;
+  // Sends message to the peer (this engine itself when peer.session is null) and calls done
+  // with the outcome: ok once the peer has queued it.
+  void Notify(const Peer& peer, std::string message, Request::Done done);
+  // A notification from the peer of session s (control thread): queue it, answer.
+  void OnNotify(const std::shared_ptr<control::Session>& s, wire::Notify&& m);
   // --- control plane (engine_control.cc)
   // Connect's steps, once the name is claimed (PeerTable::Claim): open the session and read
   // the peer's answer, then install the peer; AbandonConnect undoes the claim.
@@ -135,6 +152,8 @@ class EngineImpl final : public control::ControlHandler {
   PeerTable peers_;
 
   RequestTable requests_;
+
+  std::unique_ptr<NotifyQueue> notifies_;  // received, not yet taken; from Initialize on
 };
 
 // Adds a timeout to now without overflowing on huge values.

@@ -260,8 +260,11 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
   if (descs.empty()) return {StatusCode::kInvalidArgument, "no descriptors"};
   *plan = Plan{};
   RunBuilder runs(op, remote, local, routes, plan, descs.size());
+  const bool many = descs.size() > 1;
+  if (many) plan->desc_ends.reserve(descs.size());
   for (size_t i = 0; i < descs.size(); ++i) {
     if (Status s = runs.Add(i, descs[i]); !s.ok()) return s;
+    if (many) plan->desc_ends.push_back(plan->bytes);
   }
   PackBatches(runs.runs(), routes, plan);
   return Status::Ok();

@@ -44,6 +44,9 @@ struct Plan {
   std::vector<std::shared_ptr<RemoteRegion>> regions;
   uint64_t bytes = 0;
   size_t batches_in_flight = SIZE_MAX;  // worth running at once: the least of its routes'
+  // With two or more descriptors: where each ends in the request's bytes, as the slices
+  // carry them in order (so a batch's bytes tell which descriptors it holds part of).
+  std::vector<uint64_t> desc_ends;
 };
 
 // Answers whether this process may read (WRITE requests) or write (READ requests) a local

@@ -5,13 +5,14 @@
 namespace xfer {
 
 Request::Request(RequestHandle id, Op op, Clock::time_point deadline,
-                 std::shared_ptr<PeerState> peer, Plan plan)
+                 std::shared_ptr<PeerState> peer, Plan plan, Deliver deliver)
     : id_(id),
       op_(op),
       deadline_(deadline),
       peer_(std::move(peer)),
       plan_(std::move(plan)),
       pipelined_(PipelinedRoute(peer_, plan_)),
+      deliver_(std::move(deliver)),
       outstanding_(plan_.batches.size()) {}
 
 std::shared_ptr<Request> Request::Completed(RequestHandle id, Op op) {
@@ -130,18 +131,25 @@ bool Request::StartNext() {
 }
 
 void Request::Drive(Clock::time_point until) {
-  pipelined_->link().Drive(until, [this] { return done(); });
+  // Until every batch ended: a notification's answer comes on the control thread, not the link.
+  pipelined_->link().Drive(until, [this] { return outstanding_.load(std::memory_order_acquire) == 0; });
 }
 
 void Request::EndBatch(size_t i, Status result, std::atomic<uint64_t>* counter) {
   if (result.ok()) {
     counter->fetch_add(plan_.batches[i].bytes, std::memory_order_relaxed);
     succeeded_.fetch_add(1, std::memory_order_relaxed);
-  } else if (result.code() != StatusCode::kCanceled) {  // (kCanceled: dropped, see Admit)
-    if (Clock::now() >= deadline_) {
-      Stop(StopReason::kTimeout, {});  // the transport gave up at the request's deadline
-    } else {
-      Fail(std::move(result));
+  } else {
+    {
+      std::lock_guard lock(mu_);
+      unmoved_.push_back(static_cast<uint32_t>(i));
+    }
+    if (result.code() != StatusCode::kCanceled) {  // (kCanceled: dropped, see Admit)
+      if (Clock::now() >= deadline_) {
+        Stop(StopReason::kTimeout, {});  // the transport gave up at the request's deadline
+      } else {
+        Fail(std::move(result));
+      }
     }
   }
   if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) Finish();
@@ -156,18 +164,66 @@ void Request::Finish() {
     const bool all_moved = succeeded_.load(std::memory_order_relaxed) == plan_.batches.size();
     switch (all_moved ? StopReason::kNone : stop_.load()) {
       case StopReason::kNone: st.state = RequestState::kCompleted; break;
-      case StopReason::kFailed: st = {RequestState::kFailed, error_}; break;
+      case StopReason::kFailed: st = {RequestState::kFailed, error_, {}}; break;
       case StopReason::kCanceled:
-        st = {RequestState::kCanceled, {StatusCode::kCanceled, "request canceled"}};
+        st = {RequestState::kCanceled, {StatusCode::kCanceled, "request canceled"}, {}};
         break;
       case StopReason::kTimeout:
-        st = {RequestState::kTimeout, {StatusCode::kTimeout, "request deadline passed"}};
+        st = {RequestState::kTimeout, {StatusCode::kTimeout, "request deadline passed"}, {}};
         break;
     }
-    final_ = st;
+    if (st.state != RequestState::kCompleted) st.landed = Landed();
+  }
+  if (st.state != RequestState::kCompleted || !deliver_) return Conclude(std::move(st));
+  // The data landed; the request ends when the target has queued the notification (a stop
+  // asked for now changes nothing: the notification is on its way).
+  deliver_([self = shared_from_this()](Status queued) {
+    if (queued.ok()) return self->Conclude({RequestState::kCompleted, {}, {}});
+    RequestStatus failed{RequestState::kFailed, std::move(queued), {}};
+    {
+      std::lock_guard lock(self->mu_);
+      failed.landed = self->Landed();  // all of them
+    }
+    self->Conclude(std::move(failed));
+  });
+}
+
+void Request::Conclude(RequestStatus st) {
+  {
+    std::lock_guard lock(mu_);
+    final_ = std::move(st);
     done_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
+}
+
+std::vector<uint64_t> Request::Landed() const {
+  std::vector<uint64_t> landed;
+  if (unmoved_.empty()) {  // (every batch moved: a failure in the notification)
+    const size_t n = plan_.desc_ends.empty() ? 1 : plan_.desc_ends.size();
+    for (size_t k = 0; k < n; ++k) landed.push_back(k);
+    return landed;
+  }
+  // The byte ranges of the batches that did not move, in request order.
+  std::vector<bool> moved(plan_.batches.size(), true);
+  for (uint32_t b : unmoved_) moved[b] = false;
+  std::vector<std::pair<uint64_t, uint64_t>> holes;
+  uint64_t at = 0;
+  for (size_t b = 0; b < plan_.batches.size(); ++b) {
+    if (!moved[b]) holes.emplace_back(at, at + plan_.batches[b].bytes);
+    at += plan_.batches[b].bytes;
+  }
+  if (plan_.desc_ends.empty()) return landed;  // one descriptor, and a batch of it failed
+  // A descriptor landed when no hole overlaps its bytes.
+  size_t h = 0;
+  uint64_t begin = 0;
+  for (size_t k = 0; k < plan_.desc_ends.size(); ++k) {
+    const uint64_t end = plan_.desc_ends[k];
+    while (h < holes.size() && holes[h].second <= begin) ++h;
+    if (h == holes.size() || holes[h].first >= end) landed.push_back(k);
+    begin = end;
+  }
+  return landed;
 }
 
 RequestStatus Request::Poll() {

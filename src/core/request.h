@@ -4,8 +4,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "core/peer_state.h"
 #include "core/planner.h"
@@ -17,8 +19,14 @@ class Request : public std::enable_shared_from_this<Request> {
  public:
   using Clock = std::chrono::steady_clock;
 
+  // Sends a request's notification once all its data landed, and calls done with the
+  // target's answer (ok: queued). done must be called exactly once; it may be called at once.
+  using Done = std::function<void(Status)>;
+  using Deliver = std::function<void(Done done)>;
+
+  // deliver: the request's notification (empty: it has none).
   Request(RequestHandle id, Op op, Clock::time_point deadline, std::shared_ptr<PeerState> peer,
-          Plan plan);
+          Plan plan, Deliver deliver = {});
   // A request that was over before its handle was given out (its one copy ran on the caller).
   static std::shared_ptr<Request> Completed(RequestHandle id, Op op);
 
@@ -42,7 +50,7 @@ class Request : public std::enable_shared_from_this<Request> {
   // Claims the next batch and starts it on the pipelined link (or ends it here, when the
   // request is stopping or the batch cannot start). False when every batch has been claimed.
   bool StartNext();
-  // Drives the link until the request is done or `until` (at least one round).
+  // Drives the link until every batch ended or `until` (at least one round).
   void Drive(Clock::time_point until);
 
   // Ask the request to stop; batches not yet started are dropped. First reason wins.
@@ -70,7 +78,12 @@ class Request : public std::enable_shared_from_this<Request> {
   // A batch ended with `result`: ok counts its bytes on `counter` (the route's, or the peer's
   // staged bytes); kCanceled (from Admit) means it was dropped because the request was stopping.
   void EndBatch(size_t i, Status result, std::atomic<uint64_t>* counter);
+  // Every batch has ended: the request ends, or (all data moved, with a notification) waits
+  // for the target to queue the notification.
   void Finish();
+  void Conclude(RequestStatus st);
+  // The descriptors whose batches all moved their bytes; mu_ held, every batch ended.
+  std::vector<uint64_t> Landed() const;
 
   const RequestHandle id_;
   const Op op_;
@@ -78,6 +91,7 @@ class Request : public std::enable_shared_from_this<Request> {
   const std::shared_ptr<PeerState> peer_;
   const Plan plan_;
   transport::Route* const pipelined_;  // null: batches run on streams and callers
+  const Deliver deliver_;
 
   std::atomic<size_t> next_batch_{0};
   std::atomic<size_t> outstanding_;
@@ -88,6 +102,7 @@ class Request : public std::enable_shared_from_this<Request> {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   Status error_;         // why it failed; mu_
+  std::vector<uint32_t> unmoved_;  // batches that failed or were dropped; mu_
   RequestStatus final_;  // valid once done_; mu_
 };
 

@@ -113,6 +113,32 @@ TEST_F(FaultTwoHosts, TcpIsChosenAndMovesDataBothWays) {
   EXPECT_EQ(b_.SumRange(region.addr, 1024), a_.SumRange(local, 1024));
 }
 
+// 10,000 notified WRITEs, then 10,000 notified READs, from one host to the other: each
+// notification finds its data in place (WRITE) or finds the READ done (the target overwrites
+// the block at once).
+TEST_F(FaultTwoHosts, EveryNotificationComesAfterItsData) {
+  constexpr uint64_t kN = 10000, kB = 4096;
+  const PeerRegion r = b_.Alloc(kN * kB);
+  const uint64_t local = a_.Buf(kN * kB);
+  ASSERT_TRUE(b_.Call("watch").ok);
+  const std::string tail = " " + std::to_string(local) + " " + std::to_string(r.addr) + " " +
+                           std::to_string(kB) + " " + std::to_string(kN) + " 8";
+  Reply w = a_.Call("nstream write " + b_.name() + tail, 120s);
+  ASSERT_TRUE(w.ok) << w.line;
+  EXPECT_EQ(w.u64(0), kN) << w.line;
+  Reply seen = b_.Call("watched " + std::to_string(kN) + " 60000", 90s);
+  EXPECT_EQ(seen.u64(0), kN) << seen.line;
+  EXPECT_EQ(seen.u64(1), 0u) << "data missing at notification time: " << seen.line;
+  EXPECT_EQ(seen.u64(2), 0u) << "out of order: " << seen.line;
+  b_.Fill(r, 7);
+  Reply rd = a_.Call("nstream read " + b_.name() + tail + " 7", 120s);
+  ASSERT_TRUE(rd.ok) << rd.line;
+  EXPECT_EQ(rd.u64(0), kN) << rd.line;
+  EXPECT_EQ(rd.u64(2), 0u) << "a block was overwritten before its READ finished: " << rd.line;
+  seen = b_.Call("watched " + std::to_string(2 * kN) + " 60000", 90s);
+  EXPECT_EQ(seen.u64(0), 2 * kN) << seen.line;
+}
+
 // One host, two network namespaces: same-host paths still apply. The descriptor of the
 // peer's AllocMem memory crosses the namespaces (pidfd_getfd needs no network).
 class FaultOneHostTwoNamespaces : public FaultTwoHosts {

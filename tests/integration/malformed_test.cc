@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "control/wire.h"
 #include "test_common.h"
 
 namespace xfer_test {
@@ -22,7 +23,7 @@ using namespace std::chrono_literals;
 // The frame header as src/control/wire.h documents it (little-endian):
 //   magic u32 "XFR1" | version u16 | type u16 | payload length u32
 constexpr uint32_t kMagic = 0x31524658;
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = xfer::wire::kVersion;
 constexpr uint16_t kTypeHello = 1;
 constexpr uint16_t kTypeHeartbeat = 7;
 
@@ -265,6 +266,65 @@ TEST_F(IntegrationMalformed, ManyShortConnectionsLeaveThePeerServing) {
   src.Fill(66);
   XT_EXPECT_OK(Write({{src.addr(), r.addr, 4096}}, 10s));
   EXPECT_EQ(peer_.Sum(r), src.Hash());
+}
+
+}  // namespace
+}  // namespace xfer_test
+
+namespace xfer_test {
+namespace {
+
+// A session that said a proper hello, then sends a malformed notification frame: only that
+// session is closed; the peer keeps serving others, notifications included.
+TEST_F(IntegrationMalformed, BadNotificationFramesCloseOnlyTheirSession) {
+  namespace wire = xfer::wire;
+  auto payload_of = [](const wire::Message& m) {
+    std::vector<uint8_t> f = wire::Encode(m);
+    return std::vector<uint8_t>(f.begin() + wire::kHeaderSize, f.end());
+  };
+  auto frame = [](uint16_t type, const std::vector<uint8_t>& payload) {
+    std::vector<uint8_t> b = Header(kMagic, kVersion, type, static_cast<uint32_t>(payload.size()));
+    b.insert(b.end(), payload.begin(), payload.end());
+    return b;
+  };
+  const uint16_t kNotify = static_cast<uint16_t>(wire::MsgType::kNotify);
+  const uint16_t kAck = static_cast<uint16_t>(wire::MsgType::kNotifyAck);
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> bad;
+  {
+    std::vector<uint8_t> p;
+    PutU64(&p, 1);
+    PutU32(&p, wire::kMaxNotify + 1);  // a message past the cap (and past the frame)
+    bad.push_back({"oversize message", frame(kNotify, p)});
+  }
+  {
+    std::vector<uint8_t> p = payload_of(wire::Notify{2, "abc"});
+    p.pop_back();
+    bad.push_back({"truncated message", frame(kNotify, p)});
+  }
+  {
+    std::vector<uint8_t> p = payload_of(wire::NotifyAck{3, xfer::StatusCode::kOk, ""});
+    p[8] = 200;
+    bad.push_back({"unknown status code", frame(kAck, p)});
+  }
+  bad.push_back({"answer to nothing", wire::Encode(wire::NotifyAck{77, xfer::StatusCode::kOk, ""})});
+  uint64_t incarnation = 0xbad0;
+  for (const auto& [name, bytes] : bad) {
+    SCOPED_TRACE(name);
+    RawConn c(peer_.port());
+    ASSERT_TRUE(c.connected());
+    wire::Hello hello;
+    hello.name = "127.0.0.1:" + std::to_string(UnusedPort());
+    hello.incarnation = ++incarnation;
+    hello.host_id = "another-host";
+    hello.pid = 1;
+    ASSERT_TRUE(c.Send(wire::Encode(hello)));
+    ASSERT_TRUE(c.Send(bytes));
+    EXPECT_TRUE(c.WaitClosed(5s)) << "the peer kept the session open";
+  }
+  ASSERT_TRUE(peer_.Call("ping", 10s).ok) << "the peer died from a malformed notification";
+  XT_EXPECT_OK(engine_.SendNotify(peer_.name(), "still-here", 10s));
+  const Reply got = peer_.Call("notifies");
+  EXPECT_EQ(got.u64(0), 1u) << got.line;
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 //
 //   xfer_test_peer --name 127.0.0.1:0 [--host-id X] [--heartbeat-ms N]
 //                  [--heartbeat-timeout-ms N] [--streams N] [--transport T] [--ucx auto|on|off]
-//                  [--staging auto|always|off] [--staging-buffers N]
+//                  [--staging auto|always|off] [--staging-buffers N] [--notify-queue N]
 //
 // After Initialize it prints "READY <bound name> <pid>" (or "FAIL <status>" and exits 2).
 // Then each stdin line is one command, answered by exactly one line: "OK [...]" or
@@ -32,7 +32,16 @@
 //   xfer <read|write> <remote> <timeout_ms> <local> <remote_addr> <len> [count]
 //                                TransferSync with count copies of one descriptor -> OK
 //   axfer (same arguments)       TransferAsync                            -> OK <request>
+//   (xfer and axfer take a notification message as a last word, after count)
 //   wait <request> <timeout_ms>  -> OK <REQUEST_STATE> <STATUS_CODE>
+//   notify <remote> <timeout_ms> <message>   SendNotify                  -> OK
+//   notifies                     take what is queued -> OK <n> <sender>#<incarnation>:<message> ...
+//   watch | unwatch              start / stop checking each notification as it arrives
+//                                (NotificationWatcher, notified_stream.h)
+//   watched <count> <timeout_ms> wait for count -> OK <seen> <bad_data> <out_of_order>
+//                                   <reordered> <other> [first problem]
+//   nstream <read|write> <remote> <local> <remote_base> <size,size,...> <count> <depth> [seed]
+//                                RunNotifiedStream -> OK <completed> <failed> <bad_reads> [error]
 //   unmap <addr> <len>           munmap a range (to fake a region whose memory went away)
 //   finalize [addr len seed]     engine.Finalize() but keep running (memory stays mapped); with
 //                                arguments, pattern-fill that range the moment Finalize returns
@@ -54,6 +63,7 @@
 #include <thread>
 #include <vector>
 
+#include "notified_stream.h"
 #include "pattern.h"
 #include "transport/cuda/cuda_api.h"
 #include "xfer/engine.h"
@@ -257,15 +267,18 @@ class Peer {
                    " <read|write> <remote> <timeout_ms> <local> <remote_addr> <len> [count]");
       }
       in >> count;
+      xfer::TransferOptions options;
+      if (std::string message; in >> message) options.notify = message;
       const xfer::Op op = op_name == "read" ? xfer::Op::kRead : xfer::Op::kWrite;
       std::vector<xfer::TransferDesc> descs(count, xfer::TransferDesc{local, raddr, len});
       if (cmd == "xfer") {
-        xfer::Status s = engine_.TransferSync(remote, op, descs, std::chrono::milliseconds(ms));
+        xfer::Status s =
+            engine_.TransferSync(remote, op, descs, std::chrono::milliseconds(ms), options);
         return s.ok() ? "OK" : Err(s);
       }
       xfer::RequestHandle req = 0;
       xfer::Status s =
-          engine_.TransferAsync(remote, op, descs, std::chrono::milliseconds(ms), &req);
+          engine_.TransferAsync(remote, op, descs, std::chrono::milliseconds(ms), options, &req);
       return s.ok() ? "OK " + std::to_string(req) : Err(s);
     }
     if (cmd == "wait") {
@@ -276,6 +289,10 @@ class Peer {
       xfer::Status s = engine_.Wait(req, std::chrono::milliseconds(ms), &st);
       return "OK " + std::string(xfer::RequestStateName(st.state)) + " " +
              std::string(xfer::StatusCodeName(s.code()));
+    }
+    if (cmd == "notify" || cmd == "notifies" || cmd == "watch" || cmd == "unwatch" ||
+        cmd == "watched" || cmd == "nstream") {
+      return HandleNotify(cmd, in);
     }
     return Bad("unknown command '" + cmd + "'");
   }
@@ -314,6 +331,71 @@ class Peer {
     return "OK " + std::to_string(xfer_test::Hash64(host.data(), r.len));
   }
 
+  std::string HandleNotify(const std::string& cmd, std::istringstream& in) {
+    if (cmd == "notify") {
+      std::string remote, message;
+      uint64_t ms = 0;
+      if (!(in >> remote >> ms >> message)) return Bad("usage: notify <remote> <timeout_ms> <message>");
+      xfer::Status s = engine_.SendNotify(remote, message, std::chrono::milliseconds(ms));
+      return s.ok() ? "OK" : Err(s);
+    }
+    if (cmd == "notifies") {
+      std::vector<xfer::Notification> got;
+      xfer::Status s = engine_.GetNotifies(&got);
+      if (!s.ok()) return Err(s);
+      std::string out = "OK " + std::to_string(got.size());
+      for (const auto& n : got) {
+        out += " " + n.sender + "#" + std::to_string(n.sender_incarnation) + ":" + n.message;
+      }
+      return out;
+    }
+    if (cmd == "watch") {
+      watcher_ = std::make_unique<xfer_test::NotificationWatcher>(engine_, DeviceAwareAccess());
+      return "OK";
+    }
+    if (cmd == "unwatch") {
+      watcher_.reset();
+      return "OK";
+    }
+    if (cmd == "watched") {
+      uint64_t count = 0, ms = 0;
+      if (!(in >> count >> ms)) return Bad("usage: watched <count> <timeout_ms>");
+      if (!watcher_) return Bad("not watching");
+      const auto st = watcher_->WaitFor(count, std::chrono::milliseconds(ms));
+      return "OK " + std::to_string(st.seen) + " " + std::to_string(st.bad_data) + " " +
+             std::to_string(st.out_of_order) + " " + std::to_string(st.reordered) + " " +
+             std::to_string(st.other) + " " + st.first_problem;
+    }
+    // nstream
+    std::string op_name, remote, size_list;
+    uint64_t local = 0, base = 0, count = 0, depth = 0, seed = 7;
+    if (!(in >> op_name >> remote >> local >> base >> size_list >> count >> depth)) {
+      return Bad("usage: nstream <read|write> <remote> <local> <remote_base> <sizes> <count> <depth> [seed]");
+    }
+    in >> seed;
+    std::vector<uint64_t> sizes;
+    std::istringstream list(size_list);
+    for (std::string item; std::getline(list, item, ',');) sizes.push_back(std::stoull(item));
+    const auto r = xfer_test::RunNotifiedStream(
+        engine_, remote, op_name == "read" ? xfer::Op::kRead : xfer::Op::kWrite, local, base,
+        sizes, count, depth, seed);
+    return "OK " + std::to_string(r.completed) + " " + std::to_string(r.failed) + " " +
+           std::to_string(r.bad_reads) + " " + r.first_error;
+  }
+
+  // Host memory directly; GPU memory through host copies (as fill and sum do).
+  static xfer_test::MemoryAccess DeviceAwareAccess() {
+    return {[](uint64_t a, uint64_t l) {
+              std::istringstream none;
+              const std::string r = FillOrSum(false, Range{a, l}, none);
+              return r.rfind("OK ", 0) == 0 ? std::stoull(r.substr(3)) : 0;
+            },
+            [](uint64_t a, uint64_t l, uint64_t seed) {
+              std::istringstream in(std::to_string(seed));
+              (void)FillOrSum(true, Range{a, l}, in);
+            }};
+  }
+
   void* Map(uint64_t bytes) {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     const size_t len = (bytes + page - 1) / page * page;
@@ -327,6 +409,7 @@ class Peer {
   std::vector<Mapping> maps_;
   std::map<xfer::MemHandle, Range> handles_;
   std::vector<void*> device_;  // dreg: cudaMalloc'd memory, freed after the engine finalized
+  std::unique_ptr<xfer_test::NotificationWatcher> watcher_;
 };
 
 std::string OneLine(std::string s) {
@@ -364,6 +447,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--staging" && xfer::ParseStaging(value, &options.staging)) {
     } else if (arg == "--staging-buffers") {
       options.staging_buffers = std::stoi(value);
+    } else if (arg == "--notify-queue") {
+      options.notify.queue_messages = static_cast<uint32_t>(std::stoul(value));
     } else {
       std::fprintf(stderr, "xfer_test_peer: unknown argument %s\n", arg.c_str());
       return 2;

@@ -41,8 +41,31 @@ TEST(WireCodec, EveryMessageRoundTrips) {
                               Sync{5},
                               SyncAck{5},
                               Heartbeat{},
-                              Goodbye{"bye", 3}};
+                              Goodbye{"bye", 3},
+                              Notify{8, std::string("blocks 17-42\0free", 17)},
+                              NotifyAck{8, StatusCode::kOk, ""},
+                              NotifyAck{9, StatusCode::kResourceExhausted, "queue full"}};
   for (const auto& m : all) EXPECT_EQ(RoundTrip(m), m);
+}
+
+TEST(WireCodec, NotificationsUpToTheCapDecodeAndBadOnesAreRefused) {
+  EXPECT_EQ(RoundTrip(Notify{1, std::string(kMaxNotify, 'n')}), (Message{Notify{1, std::string(kMaxNotify, 'n')}}));
+  std::string why;
+  Message out;
+  auto payload = [](const Message& m) {
+    std::vector<uint8_t> f = Encode(m);
+    return std::vector<uint8_t>(f.begin() + kHeaderSize, f.end());
+  };
+  std::vector<uint8_t> big = payload(Notify{1, std::string(kMaxNotify + 1, 'n')});
+  EXPECT_FALSE(DecodePayload(MsgType::kNotify, big, &out, &why));
+  EXPECT_NE(why.find("cap"), std::string::npos) << why;
+  std::vector<uint8_t> ack = payload(NotifyAck{2, StatusCode::kOk, ""});
+  ack[8] = 99;  // an unknown status code
+  EXPECT_FALSE(DecodePayload(MsgType::kNotifyAck, ack, &out, &why));
+  EXPECT_NE(why.find("status code"), std::string::npos) << why;
+  std::vector<uint8_t> cut = payload(Notify{3, "abc"});
+  cut.pop_back();
+  EXPECT_FALSE(DecodePayload(MsgType::kNotify, cut, &out, &why));
 }
 
 TEST(WireCodec, RejectsBadHeaders) {

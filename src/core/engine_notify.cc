@@ -1,0 +1,90 @@
+// Notifications: a message to a peer's queue, alone (SendNotify) or after a request's data
+// (TransferOptions::notify, delivered by Request::Finish through Notify). Each goes over the
+// peer's control session, whose frames the peer reads in order on one thread: notifications
+// from one engine to another are queued in the order they were sent.
+#include <future>
+
+#include "core/engine_impl.h"
+#include "util/log.h"
+
+namespace xfer {
+
+Status EngineImpl::CheckNotifyMessage(const char* what, const std::string& message) const {
+  if (message.size() <= opts_.notify.max_message_bytes) return Status::Ok();
+  return {StatusCode::kInvalidArgument,
+          std::string(what) + ": a notification of " + std::to_string(message.size()) +
+              " bytes exceeds EngineOptions::notify.max_message_bytes (" +
+              std::to_string(opts_.notify.max_message_bytes) + ")"};
+}
+
+void EngineImpl::Notify(const Peer& peer, std::string message, Request::Done done) {
+  if (!peer.session) return done(notifies_->Push({name_, incarnation_, std::move(message)}));
+  const std::shared_ptr<control::Session>& s = peer.session;
+  const uint64_t seq = s->NextSeq();
+  s->Expect(seq, std::move(done));  // before the frame leaves: the answer may come at once
+  Status sent = s->Send(wire::Notify{seq, std::move(message)}, opts_.heartbeat_timeout);
+  if (!sent.ok()) {
+    s->Shutdown("a notification could not be sent: " + sent.message());  // (maybe half a frame)
+    s->Answer(seq, {StatusCode::kConnectionLost,
+                    "the notification could not be sent to " + s->peer_key + ": " + sent.message()});
+  }
+}
+
+void EngineImpl::OnNotify(const std::shared_ptr<control::Session>& s, wire::Notify&& m) {
+  const PeerState& peer = *s->peer;
+  Status queued;
+  if (m.message.size() > opts_.notify.max_message_bytes) {
+    queued = {StatusCode::kInvalidArgument,
+              "a notification of " + std::to_string(m.message.size()) + " bytes exceeds the "
+              "target's EngineOptions::notify.max_message_bytes (" +
+                  std::to_string(opts_.notify.max_message_bytes) + ")"};
+    XLOG(WARN) << "refused a notification from " << s->peer_key << ": " << queued.message();
+  } else {
+    queued = notifies_->Push({peer.info.name, peer.info.incarnation, std::move(m.message)});
+  }
+  if (!s->Send(wire::NotifyAck{m.seq, queued.code(), queued.message()}, opts_.heartbeat_timeout).ok()) {
+    s->Shutdown("cannot answer a notification");
+  }
+}
+
+Status EngineImpl::SendNotify(const std::string& remote, const std::string& message,
+                              std::chrono::milliseconds timeout) {
+  Status s = CheckRunning("SendNotify");
+  if (s.ok()) s = CheckNotifyMessage("SendNotify", message);
+  Peer peer;
+  if (s.ok()) s = FindPeer(remote, &peer);
+  if (s.ok() && !peer.state->alive.load()) {
+    s = {StatusCode::kConnectionLost, "peer '" + remote + "' is gone"};
+  }
+  if (!s.ok()) {
+    XLOG(WARN) << "SendNotify to '" << remote << "' refused: " << s.ToString();
+    return s;
+  }
+  auto answer = std::make_shared<std::promise<Status>>();
+  std::future<Status> queued = answer->get_future();
+  Notify(peer, message, [answer](Status st) { answer->set_value(std::move(st)); });
+  if (queued.wait_until(DeadlineAfter(timeout)) != std::future_status::ready) {
+    return {StatusCode::kTimeout, "SendNotify: '" + remote + "' did not confirm the notification "
+                                  "in time (it may still be queued there)"};
+  }
+  return queued.get();
+}
+
+Status EngineImpl::GetNotifies(std::vector<Notification>* out) {
+  if (!notifies_) return {StatusCode::kInvalidArgument, "GetNotifies: engine is not initialized"};
+  if (out == nullptr) return {StatusCode::kInvalidArgument, "GetNotifies: null output"};
+  notifies_->TakeAll(out);
+  return Status::Ok();
+}
+
+Status EngineImpl::WaitNotifies(std::vector<Notification>* out, std::chrono::milliseconds timeout) {
+  if (!notifies_) return {StatusCode::kInvalidArgument, "WaitNotifies: engine is not initialized"};
+  if (out == nullptr) return {StatusCode::kInvalidArgument, "WaitNotifies: null output"};
+  if (notifies_->WaitTakeAll(out, DeadlineAfter(timeout))) return Status::Ok();
+  if (!running_.load()) {
+    return {StatusCode::kCanceled, "WaitNotifies: the engine was finalized (nothing is queued)"};
+  }
+  return {StatusCode::kTimeout, "WaitNotifies: no notification within the timeout"};
+}
+
+}  // namespace xfer

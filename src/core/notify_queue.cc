@@ -1,0 +1,59 @@
+#include "core/notify_queue.h"
+
+#include "util/log.h"
+
+namespace xfer {
+
+Status NotifyQueue::Push(Notification n) {
+  std::unique_lock lock(mu_);
+  const uint64_t size = n.message.size();
+  if (queue_.size() >= max_messages_ || bytes_ + size > max_bytes_) {
+    const bool first = refused_++ == 0;
+    const std::string why = "the target's notification queue is full (" +
+                            std::to_string(queue_.size()) + " messages, " +
+                            std::to_string(bytes_) + " bytes queued; EngineOptions::notify "
+                            "bounds " + std::to_string(max_messages_) + " / " +
+                            std::to_string(max_bytes_) + "): the application is not taking them";
+    lock.unlock();
+    if (first) XLOG(WARN) << "refused a notification from " << n.sender << ": " << why;
+    return {StatusCode::kResourceExhausted, why};
+  }
+  bytes_ += size;
+  queue_.push_back(std::move(n));
+  lock.unlock();
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+bool NotifyQueue::TakeAll(std::vector<Notification>* out) {
+  uint64_t refused = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (queue_.empty()) return false;
+    for (auto& n : queue_) out->push_back(std::move(n));
+    queue_.clear();
+    bytes_ = 0;
+    refused = refused_;
+    refused_ = 0;
+  }
+  if (refused > 0) XLOG(WARN) << "the notification queue had refused " << refused << " notifications";
+  return true;
+}
+
+bool NotifyQueue::WaitTakeAll(std::vector<Notification>* out, Clock::time_point until) {
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait_until(lock, until, [&] { return !queue_.empty() || closed_; });
+  }
+  return TakeAll(out);
+}
+
+void NotifyQueue::Close() {
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace xfer

@@ -1,0 +1,47 @@
+// The notifications this engine received and the application has not taken yet: bounded by
+// count and bytes, in arrival order. A notification that does not fit is refused (its sender
+// is told why), never dropped.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "xfer/status.h"
+#include "xfer/types.h"
+
+namespace xfer {
+
+class NotifyQueue {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  NotifyQueue(uint32_t max_messages, uint64_t max_bytes)
+      : max_messages_(max_messages), max_bytes_(max_bytes) {}
+
+  // Queues n, or refuses it with kResourceExhausted when either bound would be passed (logged
+  // once per stretch of refusals: until the application next takes what is queued).
+  Status Push(Notification n);
+  // Moves everything queued to the end of *out; false when there was nothing.
+  bool TakeAll(std::vector<Notification>* out);
+  // TakeAll once something is queued, or false when `until` passes (or Close is called) first.
+  bool WaitTakeAll(std::vector<Notification>* out, Clock::time_point until);
+  // Wakes every waiter for good (Finalize); what is queued stays readable.
+  void Close();
+
+ private:
+  const uint32_t max_messages_;
+  const uint64_t max_bytes_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Notification> queue_;  // mu_
+  uint64_t bytes_ = 0;              // mu_: the queued messages' bytes
+  uint64_t refused_ = 0;            // mu_: refusals since the queue was last drained
+  bool closed_ = false;             // mu_
+};
+
+}  // namespace xfer

@@ -1,0 +1,352 @@
+// Notifications between real processes: each arrives after its request's data, on every
+// transport, in the order the requests completed; none for a request that did not complete; a
+// full queue refuses (never drops); and the per-descriptor results of requests that failed.
+#include <csignal>
+#include <cstdlib>
+#include <thread>
+
+#include "notified_stream.h"
+#include "test_common.h"
+#include "transport/cuda/cuda_api.h"
+
+namespace xfer_test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The watcher's counts, from the peer's "watched" reply.
+struct Watched {
+  uint64_t seen = 0, bad_data = 0, out_of_order = 0, reordered = 0, other = 0;
+  std::string line;
+};
+Watched WatchedBy(PeerProcess& peer, uint64_t count) {
+  const Reply r = peer.Call("watched " + std::to_string(count) + " 60000", 90s);
+  EXPECT_TRUE(r.ok) << r.line;
+  return {r.u64(0), r.u64(1), r.u64(2), r.u64(3), r.u64(4), r.line};
+}
+
+// ---------------------------------------------------------------- every transport
+// How one transport is set up: the initiator's options, the target's, its memory, and the
+// route (PeerInfo::moved) the bytes must have taken.
+struct Setup {
+  std::string name;
+  std::string forced;         // EngineOptions::transport of the initiator
+  bool staged = false;        // staging = always
+  std::string region = "host";  // "host" (alloc), "shm" (AllocMem), "gpu" (cudaMalloc'd)
+  std::string route;          // where the bytes must show in PeerInfo::moved
+};
+
+void PrintTo(const Setup& s, std::ostream* os) { *os << s.name; }
+
+class NotifyOver : public PeerFixture, public ::testing::WithParamInterface<Setup> {
+ protected:
+  void SetUp() override {
+    if (GetParam().region == "gpu") {
+      std::string why;
+      if (!xfer::transport::cuda::Available(&why)) GTEST_SKIP() << "no GPU: " << why;
+    }
+    if (GetParam().forced == "ucx") ::setenv("UCX_TLS", "tcp", 1);  // (the peer inherits it)
+    PeerFixture::SetUp();
+  }
+  void TearDown() override { ::unsetenv("UCX_TLS"); }
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = GetParam().forced;
+    o.streams = 4;
+    o.tcp.links = 3;
+    if (GetParam().staged) o.staging = xfer::Staging::kAlways;
+    return o;
+  }
+  PeerOptions RemoteOptions() override {
+    PeerOptions o;
+    if (GetParam().forced == "ucx") o.extra_args = {"--ucx", "on"};
+    return o;
+  }
+  PeerRegion Region(uint64_t len) {
+    if (GetParam().region == "shm") return peer_.ShmAlloc(len);
+    if (GetParam().region == "gpu") return peer_.DeviceAlloc(len, -1, "", true);
+    return peer_.Alloc(len);
+  }
+  void ExpectRoute() {
+    xfer::PeerInfo info;
+    XT_ASSERT_OK(engine_.GetPeerInfo(peer_.name(), &info));
+    EXPECT_GT(info.BytesVia(GetParam().route), 0u) << "the bytes did not go via " << GetParam().route;
+  }
+};
+
+constexpr uint64_t kRequests = 10000, kBlock = 4096;
+
+TEST_P(NotifyOver, EveryWriteNotificationFindsItsDataInPlace) {
+  const PeerRegion r = Region(kRequests * kBlock);
+  LocalBuffer src(kRequests * kBlock);
+  ASSERT_TRUE(peer_.Call("watch").ok);
+  const StreamResult res =
+      RunNotifiedStream(engine_, peer_.name(), Op::kWrite, src.addr(), r.addr, {kBlock}, kRequests, 8);
+  EXPECT_EQ(res.completed, kRequests) << res.first_error;
+  const Watched w = WatchedBy(peer_, kRequests);
+  EXPECT_EQ(w.seen, kRequests) << w.line;
+  EXPECT_EQ(w.bad_data, 0u) << w.line;
+  EXPECT_EQ(w.out_of_order, 0u) << w.line;
+  ExpectRoute();
+}
+
+TEST_P(NotifyOver, EveryReadNotificationComesAfterTheDataLeft) {
+  const PeerRegion r = Region(kRequests * kBlock);
+  peer_.Fill(r, 7);
+  LocalBuffer dst(kRequests * kBlock);
+  ASSERT_TRUE(peer_.Call("watch").ok);  // overwrites each block as its notification arrives
+  const StreamResult res =
+      RunNotifiedStream(engine_, peer_.name(), Op::kRead, dst.addr(), r.addr, {kBlock}, kRequests, 8, 7);
+  EXPECT_EQ(res.completed, kRequests) << res.first_error;
+  EXPECT_EQ(res.bad_reads, 0u) << "a block was overwritten before its READ had finished";
+  const Watched w = WatchedBy(peer_, kRequests);
+  EXPECT_EQ(w.seen, kRequests) << w.line;
+  EXPECT_EQ(w.out_of_order, 0u) << w.line;
+  ExpectRoute();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Transports, NotifyOver,
+    ::testing::Values(Setup{"shm", "", false, "shm", "shm"}, Setup{"cma", "cma", false, "host", "cma"},
+                      Setup{"tcp", "tcp", false, "host", "tcp"},
+#ifdef XFER_TEST_UCX
+                      Setup{"ucx", "ucx", false, "host", "ucx"},
+#endif
+                      Setup{"staged", "", true, "host", "staged"},
+                      Setup{"gpu", "", false, "gpu", "cuda"}),
+    [](const auto& info) { return info.param.name; });
+
+// ---------------------------------------------------------------- order
+class NotifyOrder : public PeerFixture {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = "tcp";
+    o.streams = 4;
+    o.tcp.links = 4;
+    return o;
+  }
+};
+
+// Large and small requests in flight together over four links and four streams: the small
+// ones overtake the large, and each notification is queued in the order its request completed
+// (never before one the initiator had already seen complete).
+TEST_F(NotifyOrder, NotificationsArriveInCompletionOrder) {
+  const std::vector<uint64_t> sizes = {4 << 20, 4096, 4096, 4096, 4096, 4096, 4096, 4096};
+  constexpr uint64_t kCount = 400;
+  const PeerRegion r = peer_.Alloc(StreamBytes(sizes, kCount));
+  LocalBuffer src(StreamBytes(sizes, kCount));
+  ASSERT_TRUE(peer_.Call("watch").ok);
+  const StreamResult res =
+      RunNotifiedStream(engine_, peer_.name(), Op::kWrite, src.addr(), r.addr, sizes, kCount, 16);
+  EXPECT_EQ(res.completed, kCount) << res.first_error;
+  const Watched w = WatchedBy(peer_, kCount);
+  EXPECT_EQ(w.seen, kCount) << w.line;
+  EXPECT_EQ(w.bad_data, 0u) << w.line;
+  EXPECT_EQ(w.out_of_order, 0u) << w.line;
+  // Completion order, not submission order: the 4 MiB requests finish after later small ones.
+  EXPECT_GT(w.reordered, 0u) << "every notification came in submission order: " << w.line;
+}
+
+// ---------------------------------------------------------------- refusals and endings
+class Notify : public PeerFixture {
+ protected:
+  PeerOptions RemoteOptions() override {
+    PeerOptions o;
+    o.extra_args = {"--notify-queue", "4"};
+    o.heartbeat_timeout_ms = 10000;  // a target stopped for a while is not declared dead
+    return o;
+  }
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = "tcp";  // the target's own threads move the data: SIGSTOP holds it
+    o.heartbeat_timeout = 10s;
+    o.streams = 1;
+    o.tcp.links = 1;
+    o.batch_bytes = 256 << 10;
+    return o;
+  }
+  uint64_t Queued() { return peer_.Call("notifies").u64(0); }
+};
+
+TEST_F(Notify, AFullQueueRefusesUntilDrainedAndTheDataStillLands) {
+  for (int i = 0; i < 4; ++i) XT_ASSERT_OK(engine_.SendNotify(peer_.name(), "n" + std::to_string(i), 5s));
+  XT_EXPECT_CODE(engine_.SendNotify(peer_.name(), "n4", 5s), StatusCode::kResourceExhausted);
+  const PeerRegion r = peer_.Alloc(4 << 20);
+  LocalBuffer src(4 << 20);
+  src.Fill(3);
+  std::vector<TransferDesc> d;
+  for (uint64_t k = 0; k < 4; ++k) d.push_back({src.addr() + k * (1 << 20), r.addr + k * (1 << 20), 1 << 20});
+  xfer::RequestStatus st;
+  xfer::TransferOptions o;
+  o.notify = "ready";
+  XT_EXPECT_CODE(engine_.TransferSync(peer_.name(), Op::kWrite, d, 30s, o, &st), StatusCode::kResourceExhausted);
+  EXPECT_EQ(st.state, RequestState::kFailed);
+  EXPECT_EQ(st.landed, (std::vector<uint64_t>{0, 1, 2, 3})) << "the data landed; only the notification was refused";
+  EXPECT_EQ(peer_.Sum(r), src.Hash());
+  const Reply got = peer_.Call("notifies");
+  ASSERT_TRUE(got.ok) << got.line;
+  ASSERT_EQ(got.u64(0), 4u) << got.line;
+  EXPECT_NE(got.line.find(":n0 "), std::string::npos) << got.line;
+  EXPECT_NE(got.line.find(":n3"), std::string::npos) << got.line;
+  XT_EXPECT_OK(engine_.SendNotify(peer_.name(), "again", 5s));
+  XT_EXPECT_OK(engine_.TransferSync(peer_.name(), Op::kWrite, d, 30s, o));
+  EXPECT_EQ(Queued(), 2u);
+}
+
+// A request that times out or is canceled before its data moved delivers nothing, even once
+// the target can take notifications again.
+TEST_F(Notify, NoNotificationForARequestThatTimedOutOrWasCanceled) {
+  const PeerRegion r = peer_.Alloc(64 << 20);
+  LocalBuffer src(64 << 20);
+  xfer::TransferOptions o;
+  o.notify = "must-not-arrive";
+  for (const bool cancel : {false, true}) {
+    SCOPED_TRACE(cancel ? "cancel" : "deadline");
+    peer_.Signal(SIGSTOP);
+    xfer::RequestHandle h = 0;
+    XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, {{src.addr(), r.addr, 64 << 20}},
+                                       cancel ? 30s : 300ms, o, &h));
+    std::this_thread::sleep_for(100ms);
+    if (cancel) XT_ASSERT_OK(engine_.Cancel(h));
+    std::this_thread::sleep_for(300ms);
+    peer_.Signal(SIGCONT);
+    const Outcome out = WaitFor(engine_, h);
+    EXPECT_EQ(out.status.state, cancel ? RequestState::kCanceled : RequestState::kTimeout)
+        << out.status.status.ToString();
+    EXPECT_LT(out.status.landed.size(), 1u) << "one descriptor, not all of it moved";
+    XT_ASSERT_OK(engine_.SendNotify(peer_.name(), "marker", 10s));  // ordered after anything sent before
+    const Reply got = peer_.Call("notifies");
+    EXPECT_EQ(got.u64(0), 1u) << got.line;
+    EXPECT_EQ(got.line.find("must-not-arrive"), std::string::npos) << got.line;
+  }
+}
+
+// The descriptors reported landed after a deadline hold their data at the target.
+TEST_F(Notify, AfterADeadlineTheLandedDescriptorsAreThoseThatMoved) {
+  constexpr uint64_t kN = 2000, kB = 256 << 10;  // 500 MiB in batches of one descriptor each
+  const PeerRegion r = peer_.Alloc(kN * kB);
+  LocalBuffer src(kN * kB);
+  src.Fill(11);
+  std::vector<TransferDesc> d;
+  for (uint64_t k = 0; k < kN; ++k) d.push_back({src.addr() + k * kB, r.addr + k * kB, kB});
+  xfer::RequestHandle h = 0;
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, d, 2s, &h));
+  // Stop the target once a few batches are in: the rest cannot move before the deadline.
+  xfer::PeerInfo info;
+  ASSERT_TRUE(PollUntil([&] {
+    return engine_.GetPeerInfo(peer_.name(), &info).ok() && info.BytesVia("tcp") >= 4 * kB;
+  }, 10s));
+  peer_.Signal(SIGSTOP);
+  const Outcome out = WaitFor(engine_, h);
+  peer_.Signal(SIGCONT);
+  ASSERT_EQ(out.status.state, RequestState::kTimeout) << out.status.status.ToString();
+  const auto& landed = out.status.landed;
+  ASSERT_GE(landed.size(), 4u);
+  ASSERT_LT(landed.size(), kN);
+  EXPECT_TRUE(std::is_sorted(landed.begin(), landed.end()));
+  for (uint64_t k : landed) {
+    ASSERT_EQ(peer_.SumRange(r.addr + k * kB, kB), Hash64(src.data() + k * kB, kB)) << "descriptor " << k;
+  }
+}
+
+TEST_F(Notify, AfterThePeerDiedTheLandedDescriptorsAreThoseThatMoved) {
+  constexpr uint64_t kN = 2000, kB = 256 << 10;
+  const PeerRegion r = peer_.Alloc(kN * kB);
+  LocalBuffer src(kN * kB);
+  std::vector<TransferDesc> d;
+  for (uint64_t k = 0; k < kN; ++k) d.push_back({src.addr() + k * kB, r.addr + k * kB, kB});
+  xfer::RequestHandle h = 0;
+  xfer::TransferOptions o;
+  o.notify = "never";
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, d, 60s, o, &h));
+  xfer::PeerInfo info;
+  ASSERT_TRUE(PollUntil([&] {
+    return engine_.GetPeerInfo(peer_.name(), &info).ok() && info.BytesVia("tcp") >= 4 * kB;
+  }, 10s));
+  const uint64_t moved_before = info.BytesVia("tcp") / kB;
+  peer_.KillNow();
+  const Outcome out = WaitFor(engine_, h);
+  ASSERT_EQ(out.status.state, RequestState::kFailed) << out.status.status.ToString();
+  EXPECT_EQ(out.status.status.code(), StatusCode::kConnectionLost);
+  const auto& landed = out.status.landed;
+  EXPECT_GE(landed.size(), moved_before);
+  EXPECT_LT(landed.size(), kN);
+  for (size_t k = 0; k < landed.size(); ++k) ASSERT_EQ(landed[k], k) << "one link, one stream: in order";
+}
+
+TEST_F(Notify, BadInputIsRefusedAndNothingIsSent) {
+  XT_EXPECT_CODE(engine_.SendNotify(peer_.name(), std::string(4097, 'x'), 5s), StatusCode::kInvalidArgument);
+  const PeerRegion r = peer_.Alloc(4096);
+  LocalBuffer src(4096);
+  xfer::TransferOptions big;
+  big.notify = std::string(5000, 'y');
+  XT_EXPECT_CODE(engine_.TransferSync(peer_.name(), Op::kWrite, {{src.addr(), r.addr, 4096}}, 5s, big),
+                 StatusCode::kInvalidArgument);
+  XT_EXPECT_CODE(engine_.SendNotify("127.0.0.1:1", "hi", 1s), StatusCode::kNotConnected);
+  XT_EXPECT_CODE(engine_.GetNotifies(nullptr), StatusCode::kInvalidArgument);
+  std::vector<xfer::Notification> none;
+  const auto t0 = Clock::now();
+  XT_EXPECT_CODE(engine_.WaitNotifies(&none, 50ms), StatusCode::kTimeout);
+  EXPECT_LT(SecondsSince(t0), 5.0);
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(Queued(), 0u);
+  XT_EXPECT_OK(engine_.SendNotify(peer_.name(), std::string(4096, 'z'), 5s));  // the limit itself is fine
+  engine_.Finalize();
+  XT_EXPECT_CODE(engine_.SendNotify(peer_.name(), "late", 1s), StatusCode::kInvalidArgument);
+  XT_EXPECT_OK(engine_.GetNotifies(&none));  // what was queued stays readable
+  XT_EXPECT_CODE(engine_.WaitNotifies(&none, 10s), StatusCode::kCanceled);
+}
+
+// ---------------------------------------------------------------- this process as the target
+TEST(NotifyTarget, ANotificationToItselfIsQueuedAtOnce) {
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0"));
+  XT_ASSERT_OK(e.SendNotify(e.LocalName(), "me", 1s));
+  std::vector<xfer::Notification> got;
+  XT_ASSERT_OK(e.WaitNotifies(&got, 1s));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].sender, e.LocalName());
+  EXPECT_EQ(got[0].message, "me");
+}
+
+// What a dead sender queued stays readable, its request that was cut short sends nothing, and
+// its successor on the same address is told apart by its incarnation.
+TEST(NotifyTarget, ADeadSendersNotificationsStayAndARestartedOneIsToldApart) {
+  xfer::Engine target;
+  XT_ASSERT_OK(target.Initialize("127.0.0.1:0"));
+  LocalBuffer mem(64 << 20);
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(target.RegisterMem(mem.data(), mem.len(), xfer::MemType::kHost, &h));
+  const std::string name = "127.0.0.1:" + std::to_string(UnusedPort());
+  std::vector<xfer::Notification> got;
+  for (int life = 0; life < 2; ++life) {
+    PeerProcess sender;
+    std::string err;
+    PeerOptions po;
+    po.name = name;
+    po.extra_args = {"--transport", "tcp"};
+    ASSERT_TRUE(sender.Start(po, &err)) << err;
+    ASSERT_TRUE(sender.Call("connect " + target.LocalName()).ok);
+    const uint64_t src = sender.Alloc(64 << 20).addr;
+    ASSERT_TRUE(sender.Call("xfer write " + target.LocalName() + " 30000 " + std::to_string(src) + " " +
+                            std::to_string(mem.addr()) + " 4096 1 before" + std::to_string(life)).ok);
+    // 4 GiB, then death a moment in: that request's notification must never come.
+    ASSERT_TRUE(sender.Call("axfer write " + target.LocalName() + " 60000 " + std::to_string(src) +
+                            " " + std::to_string(mem.addr()) + " " + std::to_string(64 << 20) +
+                            " 64 cut-short").ok);
+    std::this_thread::sleep_for(50ms);
+    sender.KillNow();
+  }
+  std::this_thread::sleep_for(500ms);
+  XT_ASSERT_OK(target.GetNotifies(&got));
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].message, "before0");
+  EXPECT_EQ(got[1].message, "before1");
+  EXPECT_EQ(got[0].sender, name);
+  EXPECT_EQ(got[1].sender, name);
+  EXPECT_NE(got[0].sender_incarnation, got[1].sender_incarnation);
+}
+
+}  // namespace
+}  // namespace xfer_test
