@@ -199,6 +199,10 @@ void ControlLoop::Serve(int fd, uint32_t events) {
   bool alive = s->ReadAvailable([&](wire::Message&& m) {
     if (!std::holds_alternative<wire::Heartbeat>(m)) handler_->OnMessage(s, std::move(m));
   }, &why);
+  if (alive && s->shutdown_reason().empty() && !s->Flush(opts_.heartbeat_timeout).ok()) {  // answers to what was read
+    alive = false;
+    why = "cannot send to the peer";
+  }
   if (!alive) {
     if (why.rfind("connection closed", 0) != 0 && s->shutdown_reason().empty()) {
       XLOG(WARN) << "control connection from " << s->remote_addr() << ": " << why

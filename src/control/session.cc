@@ -15,7 +15,26 @@ Status Session::Send(const wire::Message& msg, std::chrono::milliseconds timeout
   std::vector<uint8_t> frame = wire::Encode(msg);
   std::lock_guard lock(send_mu_);
   if (closed_.load() || !fd_.valid()) return {StatusCode::kConnectionLost, "session closed"};
+  if (!soon_.empty()) {  // (those queued first go first)
+    frame.insert(frame.begin(), soon_.begin(), soon_.end());
+    soon_.clear();
+  }
   return net::SendAll(fd_.get(), frame.data(), frame.size(), Clock::now() + timeout);
+}
+
+void Session::SendSoon(const wire::Message& msg) {
+  std::vector<uint8_t> frame = wire::Encode(msg);
+  std::lock_guard lock(send_mu_);
+  soon_.insert(soon_.end(), frame.begin(), frame.end());
+}
+
+Status Session::Flush(std::chrono::milliseconds timeout) {
+  std::lock_guard lock(send_mu_);
+  if (soon_.empty()) return Status::Ok();
+  if (closed_.load() || !fd_.valid()) return {StatusCode::kConnectionLost, "session closed"};
+  Status s = net::SendAll(fd_.get(), soon_.data(), soon_.size(), Clock::now() + timeout);
+  soon_.clear();
+  return s;
 }
 
 bool Session::ParseFrames(const std::function<void(wire::Message&&)>& on_msg, std::string* why) {

@@ -34,6 +34,10 @@ class Session {
 
   // Sends one frame; frames from several threads never interleave.
   Status Send(const wire::Message& msg, std::chrono::milliseconds timeout);
+  // Queues one frame to leave with the next Send or Flush, in order: the control loop flushes
+  // after each read, so the answers to a burst of frames leave in one write.
+  void SendSoon(const wire::Message& msg);
+  Status Flush(std::chrono::milliseconds timeout);
   // Reads what the socket has (non-blocking) and hands each whole frame to on_msg. False on
   // end of stream, a socket error or a malformed frame, with *why set.
   bool ReadAvailable(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
@@ -78,6 +82,7 @@ class Session {
   const bool outbound_;
   const std::string remote_addr_;
   std::mutex send_mu_;
+  std::vector<uint8_t> soon_;  // send_mu_: frames SendSoon queued
   std::vector<uint8_t> rx_;  // control loop only
   std::atomic<bool> closed_{false};
   std::atomic<uint64_t> next_seq_{0};

@@ -42,9 +42,8 @@ void EngineImpl::OnNotify(const std::shared_ptr<control::Session>& s, wire::Noti
   } else {
     queued = notifies_->Push({peer.info.name, peer.info.incarnation, std::move(m.message)});
   }
-  if (!s->Send(wire::NotifyAck{m.seq, queued.code(), queued.message()}, opts_.heartbeat_timeout).ok()) {
-    s->Shutdown("cannot answer a notification");
-  }
+  // (Leaves once the control loop has read what came with it: one write for a burst.)
+  s->SendSoon(wire::NotifyAck{m.seq, queued.code(), queued.message()});
 }
 
 Status EngineImpl::SendNotify(const std::string& remote, const std::string& message,

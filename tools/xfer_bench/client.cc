@@ -36,6 +36,7 @@ std::string Bench::Setup(const std::string& transport) {
   engine_ = std::make_unique<Engine>();
   Status st = engine_->Initialize(name, MakeEngineOptions(c));
   if (!st.ok()) return "Initialize(" + name + "): " + st.ToString();
+  if (c.bidir) drain_ = std::make_unique<NotifyDrain>(*engine_);  // the peer's --notify requests
   // The buffers belong to this engine (AllocMem), or are registered with it.
   err = local_.Allocate(engine_.get(), c, c.span, kLocalTag, MemOf(c.local_mem));
   if (!err.empty()) return "local buffers: " + err;
@@ -79,6 +80,7 @@ void Bench::Teardown() {
     }
     ctl_.Close();
   }
+  drain_.reset();
   if (engine_) engine_->Finalize();
   engine_.reset();
   local_.Reset();

@@ -123,6 +123,7 @@ class Bench {
   // Before engine_, so that they outlive it (Teardown releases them in order anyway).
   BenchMem local_, region_;  // region_: this side's target region (bidirectional)
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<NotifyDrain> drain_;  // destroyed first: it uses engine_
   std::unique_ptr<Initiator> init_;
   std::string peer_;
   xfer::PeerInfo peer_info_;

@@ -33,6 +33,7 @@ struct Config {
   // maps: path shm), "register" = mmap'd memory + RegisterMem (same host: cma).
   std::string mem = "alloc";
   bool huge_pages = false;  // AllocOptions::huge_pages (alloc only)
+  bool notify = false;       // every request carries a notification (TransferOptions::notify)
   bool buffer_pool = false;  // EngineOptions::staging = Staging::kAlways on both sides
   int staging_buffers = 0;   // EngineOptions::staging_buffers; 0 = the engine's default
   std::string staging_bytes_arg;  // EngineOptions::staging_buffer_bytes as typed

@@ -44,7 +44,7 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
       for (uint64_t i = 0; i < n && !stop; ++i) {
         if (c_.warmup < 0 && NowNs() - t0 > 1000000000ull) break;
         BuildDescs(part, req++, &descs);
-        Status st = engine_->TransferSync(peer_, op, descs, timeout);
+        Status st = engine_->TransferSync(peer_, op, descs, timeout, transfer_);
         if (!st.ok()) {
           fail(st);
           break;
@@ -80,7 +80,7 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
       while (more(now)) {
         BuildDescs(part, req++, &descs);
         const uint64_t t0 = time_call ? NowNs() : now;
-        Status st = engine_->TransferSync(peer_, op, descs, timeout);
+        Status st = engine_->TransferSync(peer_, op, descs, timeout, transfer_);
         now = NowNs();
         ++submitted;
         if (!st.ok()) {
@@ -100,7 +100,7 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
         BuildDescs(part, req++, &descs);
         s.t0 = NowNs();
         ++submitted;
-        return engine_->TransferAsync(peer_, op, descs, timeout, &s.h);
+        return engine_->TransferAsync(peer_, op, descs, timeout, transfer_, &s.h);
       };
       bool failed = false;
       for (size_t i = 0; i < depth && more(NowNs()); ++i) {

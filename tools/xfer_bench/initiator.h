@@ -3,6 +3,9 @@
 // Also: finding the peer's region and connecting to it.
 #pragma once
 
+#include <atomic>
+#include <thread>
+
 #include "bench_mem.h"
 #include "row.h"
 #include "system.h"
@@ -69,6 +72,7 @@ class Initiator {
   }
 
   const Config& c_;
+  const TransferOptions transfer_ = c_.notify ? TransferOptions{"xfer-bench done"} : TransferOptions{};
   Engine* engine_;
   std::string peer_;
   const BenchMem* local_;
@@ -79,6 +83,28 @@ class Initiator {
 // largest such.
 Status FindRegion(Engine& e, const std::string& peer, const char* tag, const MemSpec& mem,
                   uint64_t* addr, uint64_t* len, bool* shared = nullptr);
+// Takes every notification the engine receives, on a thread of its own, so that a peer's
+// --notify requests never find the queue full.
+class NotifyDrain {
+ public:
+  explicit NotifyDrain(Engine& e)
+      : thread_([&e, this] {
+          std::vector<Notification> got;
+          while (!stop_.load()) {
+            (void)e.WaitNotifies(&got, std::chrono::milliseconds(100));
+            got.clear();
+          }
+        }) {}
+  ~NotifyDrain() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // Connect, retrying until the deadline.
 Status ConnectEngine(Engine& e, const std::string& peer, double timeout_s);
 

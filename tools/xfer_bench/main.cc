@@ -107,6 +107,9 @@ void AddTestOptions(CLI::App* app, Config& c) {
                   "--local-mem and this side's region --remote-mem, as the forward direction's")
       ->type_name("MEM")
       ->capture_default_str();
+  app->add_flag("--notify", c.notify,
+                "Every request carries a notification (TransferOptions::notify, 16 bytes): it "
+                "completes once the target has queued it; the target drains its queue");
   app->add_flag("--buffer-pool", c.buffer_pool,
                 "Stage every transfer through the engines' buffer pools: EngineOptions::staging "
                 "= always on both sides (host memory stands in for GPU memory; '# path:' shows "

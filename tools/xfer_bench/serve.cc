@@ -46,6 +46,7 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::st
   Engine engine;
   Status st = engine.Initialize(engine_host + ":0", MakeEngineOptions(c));
   if (!st.ok()) return refuse("Initialize(" + engine_host + ":0): " + st.ToString());
+  auto drain = std::make_unique<NotifyDrain>(engine);  // the client's --notify requests
   e = region.Allocate(&engine, c, c.span, kRegionTag, region_mem);
   if (e.empty() && c.bidir) e = local.Allocate(&engine, c, c.span, kLocalTag, local_mem);
   if (!e.empty()) return refuse(e);
@@ -189,6 +190,7 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::st
   std::string e2 = local.Free();
   if (free_err.empty()) free_err = e2;
   if (bye) ctl.Send({{"type", "bye"}, {"free_error", free_err}});
+  drain.reset();
   engine.Finalize();
   if (result.empty() && !free_err.empty()) result = free_err;
   return result;
