@@ -7,7 +7,7 @@ port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 timeout 60 "$prog" "$target" "127.0.0.1:$port" &
 pid=$!
 for _ in $(seq 100); do  # until it listens
-  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+  [ -n "$(ss -Hltn "sport = :$port")" ] && break
   sleep 0.1
 done
 timeout 60 "$prog" "$initiator" "127.0.0.1:$port"

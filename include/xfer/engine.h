@@ -59,12 +59,11 @@ class Engine {
   // that moment, not for whole requests).
   //
   // Moves every descriptor, or none is reported done: returns ok only when all data landed.
+  // options.notify: a notification for the peer, delivered after the data
+  // (docs/notifications.md). result, when given: how the request ended, with the descriptors
+  // that landed when it failed (RequestStatus::landed).
   Status TransferSync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
-                      std::chrono::milliseconds timeout);
-  // The same, with a notification (options.notify) and, when result is given, the request's
-  // end: which descriptors landed when it failed (RequestStatus::landed).
-  Status TransferSync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
-                      std::chrono::milliseconds timeout, const TransferOptions& options,
+                      std::chrono::milliseconds timeout, const TransferOptions& options = {},
                       RequestStatus* result = nullptr);
   // Starts a request whose deadline is now + timeout. Validation errors return at once. A copy
   // of up to 64 KiB into or out of a same-host peer's AllocMem memory runs before it returns

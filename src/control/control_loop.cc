@@ -191,6 +191,23 @@ void ControlLoop::AddQueued() {
   }
 }
 
+bool ControlLoop::FlushAnswers(Session& s, std::string* why) {
+  const Session::Flushed f = s.Flush();
+  if (f == Session::Flushed::kFailed) {
+    *why = "cannot send to the peer (it does not read its control connection)";
+    return false;
+  }
+  const bool want = f == Session::Flushed::kPending;  // the rest leaves once the socket drains
+  if (want != s.watching_writable) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0u);
+    ev.data.fd = s.fd();
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, s.fd(), &ev);
+    s.watching_writable = want;
+  }
+  return true;
+}
+
 void ControlLoop::Serve(int fd, uint32_t events) {
   auto it = sessions_.find(fd);
   if (it == sessions_.end()) return;
@@ -199,10 +216,7 @@ void ControlLoop::Serve(int fd, uint32_t events) {
   bool alive = s->ReadAvailable([&](wire::Message&& m) {
     if (!std::holds_alternative<wire::Heartbeat>(m)) handler_->OnMessage(s, std::move(m));
   }, &why);
-  if (alive && s->shutdown_reason().empty() && !s->Flush(opts_.heartbeat_timeout).ok()) {  // answers to what was read
-    alive = false;
-    why = "cannot send to the peer";
-  }
+  if (alive && s->shutdown_reason().empty()) alive = FlushAnswers(*s, &why);
   if (!alive) {
     if (why.rfind("connection closed", 0) != 0 && s->shutdown_reason().empty()) {
       XLOG(WARN) << "control connection from " << s->remote_addr() << ": " << why

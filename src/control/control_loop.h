@@ -45,6 +45,9 @@ class ControlLoop {
   void Accept();
   void AddQueued();                    // the sessions Add() queued, now watched
   void Serve(int fd, uint32_t events);  // a session's frames, or its end
+  // Sends the answers queued while serving s (Session::SendSoon) without blocking, and watches
+  // the socket for room when some are left; false (with *why) when the session must close.
+  bool FlushAnswers(Session& s, std::string* why);
   void CloseSession(const std::shared_ptr<Session>& s, const std::string& reason);
   void Tick();
 

@@ -22,19 +22,64 @@ Status Session::Send(const wire::Message& msg, std::chrono::milliseconds timeout
   return net::SendAll(fd_.get(), frame.data(), frame.size(), Clock::now() + timeout);
 }
 
+Status Session::SendNumbered(const std::function<wire::Message(uint64_t)>& make,
+                             std::chrono::milliseconds timeout, uint64_t* seq, Reply reply) {
+  Status st;
+  bool expected = false;
+  {
+    std::lock_guard lock(send_mu_);
+    *seq = ++next_seq_;
+    std::vector<uint8_t> frame = wire::Encode(make(*seq));
+    if (closed_.load() || !fd_.valid()) {
+      st = {StatusCode::kConnectionLost, "session closed"};
+    } else {
+      if (reply) {  // before the frame leaves: the answer may come at once
+        std::lock_guard expect(mu_);
+        expected_.emplace(*seq, std::move(reply));
+        expected = true;
+      }
+      frame.insert(frame.begin(), soon_.begin(), soon_.end());
+      soon_.clear();
+      st = net::SendAll(fd_.get(), frame.data(), frame.size(), Clock::now() + timeout);
+    }
+  }
+  if (!st.ok()) {
+    Status lost{StatusCode::kConnectionLost,
+                "could not send to " + (peer_key.empty() ? remote_addr_ : peer_key) + ": " + st.message()};
+    if (expected) {
+      Answer(*seq, std::move(lost));  // (unless Close answered it first)
+    } else if (reply) {
+      reply(std::move(lost));
+    }
+  }
+  return st;
+}
+
 void Session::SendSoon(const wire::Message& msg) {
   std::vector<uint8_t> frame = wire::Encode(msg);
   std::lock_guard lock(send_mu_);
   soon_.insert(soon_.end(), frame.begin(), frame.end());
 }
 
-Status Session::Flush(std::chrono::milliseconds timeout) {
+Session::Flushed Session::Flush() {
+  constexpr size_t kMaxPending = 64u << 20;  // a peer that reads none of its answers
   std::lock_guard lock(send_mu_);
-  if (soon_.empty()) return Status::Ok();
-  if (closed_.load() || !fd_.valid()) return {StatusCode::kConnectionLost, "session closed"};
-  Status s = net::SendAll(fd_.get(), soon_.data(), soon_.size(), Clock::now() + timeout);
-  soon_.clear();
-  return s;
+  size_t sent = 0;
+  while (sent < soon_.size() && fd_.valid()) {
+    const ssize_t n = ::send(fd_.get(), soon_.data() + sent, soon_.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      break;
+    } else {
+      return Flushed::kFailed;
+    }
+  }
+  soon_.erase(soon_.begin(), soon_.begin() + static_cast<long>(sent));
+  if (soon_.empty()) return Flushed::kAll;
+  return soon_.size() > kMaxPending || !fd_.valid() ? Flushed::kFailed : Flushed::kPending;
 }
 
 bool Session::ParseFrames(const std::function<void(wire::Message&&)>& on_msg, std::string* why) {
@@ -124,17 +169,6 @@ void Session::Close() {
            "the session with " + (peer_key.empty() ? remote_addr_ : peer_key) +
                " ended before the peer answered"});
   }
-}
-
-void Session::Expect(uint64_t seq, Reply reply) {
-  {
-    std::lock_guard lock(mu_);
-    if (!closed_.load()) {
-      expected_.emplace(seq, std::move(reply));
-      return;
-    }
-  }
-  reply({StatusCode::kConnectionLost, "the session with " + peer_key + " has ended"});
 }
 
 bool Session::Answer(uint64_t seq, Status status) {

@@ -34,10 +34,22 @@ class Session {
 
   // Sends one frame; frames from several threads never interleave.
   Status Send(const wire::Message& msg, std::chrono::milliseconds timeout);
-  // Queues one frame to leave with the next Send or Flush, in order: the control loop flushes
-  // after each read, so the answers to a burst of frames leave in one write.
+  // Frames the peer answers (Sync, RegionRemove, Goodbye, Notify): `make` builds the frame for
+  // its number, which is taken under the same lock that sends it, so numbers leave in order and
+  // the peer, answering in order, acknowledges them in order (Acked). reply, when set, is
+  // called once with the peer's answer (Answer), or with kConnectionLost when the session
+  // closes first (at once when it is closed already, or the frame could not be sent); it must
+  // not block.
+  using Reply = std::function<void(Status)>;
+  Status SendNumbered(const std::function<wire::Message(uint64_t seq)>& make,
+                      std::chrono::milliseconds timeout, uint64_t* seq, Reply reply = {});
+  // The control thread's answers: queued to leave with the next Send or Flush, in order. The
+  // control loop flushes after each read (one write for the answers to a burst of frames),
+  // without blocking: what the socket does not take waits for it to drain, so the control
+  // thread keeps reading however slowly the peer reads.
   void SendSoon(const wire::Message& msg);
-  Status Flush(std::chrono::milliseconds timeout);
+  enum class Flushed { kAll, kPending, kFailed };  // kFailed: a socket error, or too much pending
+  Flushed Flush();
   // Reads what the socket has (non-blocking) and hands each whole frame to on_msg. False on
   // end of stream, a socket error or a malformed frame, with *why set.
   bool ReadAvailable(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
@@ -52,19 +64,13 @@ class Session {
   void Close();
   bool closed() const { return closed_.load(); }
 
-  // Acknowledged round trips (Sync, RegionRemove). The peer answers in order, so one
-  // counter covers both.
-  uint64_t NextSeq() { return next_seq_.fetch_add(1) + 1; }
+  // Acknowledged round trips (SendNumbered). The peer answers in order, so one counter covers
+  // them all.
   void Acked(uint64_t seq);
   // False when the deadline passed or the session closed first.
   bool WaitAcked(uint64_t seq, Clock::time_point deadline);
 
-  // Frames whose answer carries a status (Notify): reply is called once, with the peer's
-  // answer to frame seq (Answer, on the control thread), or with kConnectionLost when the
-  // session closes first (at once when it is closed already). It must not block.
-  using Reply = std::function<void(Status)>;
-  void Expect(uint64_t seq, Reply reply);
-  // The peer answered frame seq; false when nothing expected that answer.
+  // The peer answered frame seq with a status (NotifyAck); false when nothing expected it.
   bool Answer(uint64_t seq, Status status);
 
   // Set by the engine once the hello exchange is done, with the peer's data-path state.
@@ -74,6 +80,7 @@ class Session {
   const Clock::time_point created = Clock::now();
   std::atomic<Clock::time_point> last_rx{Clock::now()};
   Clock::time_point last_tx = Clock::now();  // control loop only
+  bool watching_writable = false;             // control loop only: EPOLLOUT is asked for
 
  private:
   bool ParseFrames(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
@@ -85,7 +92,7 @@ class Session {
   std::vector<uint8_t> soon_;  // send_mu_: frames SendSoon queued
   std::vector<uint8_t> rx_;  // control loop only
   std::atomic<bool> closed_{false};
-  std::atomic<uint64_t> next_seq_{0};
+  uint64_t next_seq_ = 0;      // send_mu_
   mutable std::mutex mu_;
   std::condition_variable cv_;
   uint64_t acked_ = 0;        // mu_

@@ -32,10 +32,6 @@ Status Engine::GetRemoteRegions(const std::string& r, std::vector<RegionInfo>* v
   return impl_->GetRemoteRegions(r, v);
 }
 Status Engine::TransferSync(const std::string& r, Op op, const std::vector<TransferDesc>& d,
-                            std::chrono::milliseconds t) {
-  return impl_->TransferSync(r, op, d, t, {}, nullptr);
-}
-Status Engine::TransferSync(const std::string& r, Op op, const std::vector<TransferDesc>& d,
                             std::chrono::milliseconds t, const TransferOptions& o,
                             RequestStatus* result) {
   return impl_->TransferSync(r, op, d, t, o, result);
@@ -86,8 +82,8 @@ Status CheckOptions(const EngineOptions& o) {
     return bad("notify.max_message_bytes must be 1..1 MiB");
   }
   if (n.queue_messages < 1 || n.queue_messages > (16u << 20)) return bad("notify.queue_messages must be 1..16 M");
-  if (n.queue_bytes < (4 << 10) || n.queue_bytes > (16ull << 30)) {
-    return bad("notify.queue_bytes must be 4 KiB..16 GiB");
+  if (n.queue_bytes < (4 << 10) || n.queue_bytes > (16ull << 30) || n.queue_bytes < n.max_message_bytes) {
+    return bad("notify.queue_bytes must be 4 KiB..16 GiB, and at least notify.max_message_bytes");
   }
   return BackendSet::CheckOptions(o);
 }
@@ -121,7 +117,9 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   incarnation_ = host::RandomU64();
   peers_.set_incarnation(incarnation_);
   host_id_ = options.host_id.empty() ? host::BootId() : options.host_id;
-  notifies_ = std::make_unique<NotifyQueue>(opts_.notify.queue_messages, opts_.notify.queue_bytes);
+  notifies_ = std::make_shared<NotifyQueue>(opts_.notify.queue_messages, opts_.notify.queue_bytes);
+  notifier_ = std::make_shared<NotifySender>(
+      NotifySender{notifies_, name_, incarnation_, opts_.heartbeat_timeout});
   if (opts_.staging != Staging::kOff) {
     staging_ = std::make_shared<BufferPool>(opts_.staging_buffers, opts_.staging_buffer_bytes);
   }
@@ -308,8 +306,8 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
   }
   Request::Deliver deliver;
   if (options.notify) {
-    deliver = [this, peer, message = *options.notify](Request::Done done) {
-      Notify(peer, message, std::move(done));
+    deliver = [notifier = notifier_, peer, message = *options.notify](Request::Done done) {
+      notifier->Send(peer, message, std::move(done));
     };
   }
   RequestHandle id = requests_.NextHandle();
@@ -438,9 +436,14 @@ Status EngineImpl::TransferSync(const std::string& remote, Op op,
   }
   RequestStatus st = req->WaitUntil(until, opts_.spin);
   if (st.state == RequestState::kWaiting) {
+    // A batch still running, or a notification the peer has not answered yet (the session's
+    // heartbeat bounds that wait).
     req->Cancel();
-    st = req->WaitUntil(DeadlineAfter(std::chrono::seconds(60)), opts_.spin);
-    if (st.state == RequestState::kWaiting) st.status = {StatusCode::kTimeout, "transfer timed out"};
+    const auto drain = std::max<std::chrono::milliseconds>(std::chrono::seconds(60), 2 * opts_.heartbeat_timeout);
+    st = req->WaitUntil(DeadlineAfter(drain), opts_.spin);
+    if (st.state == RequestState::kWaiting) {
+      st = {RequestState::kTimeout, {StatusCode::kTimeout, "transfer timed out: a batch did not end"}, {}};
+    }
   }
   if (result != nullptr) *result = st;
   return st.status;

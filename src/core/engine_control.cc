@@ -170,8 +170,9 @@ void EngineImpl::SayGoodbye(const std::vector<std::shared_ptr<control::Session>>
                             const std::string& reason) {
   std::vector<std::pair<std::shared_ptr<control::Session>, uint64_t>> pending;
   for (auto& s : sessions) {
-    uint64_t seq = s->NextSeq();
-    if (s->Send(wire::Goodbye{reason, seq}, std::chrono::milliseconds(200)).ok()) {
+    uint64_t seq = 0;
+    auto bye = [&](uint64_t n) { return wire::Goodbye{reason, n}; };
+    if (s->SendNumbered(bye, std::chrono::milliseconds(200), &seq).ok()) {
       pending.emplace_back(s, seq);
     }
   }
@@ -217,8 +218,10 @@ Status EngineImpl::GetPeerInfo(const std::string& remote, PeerInfo* info) {
 }
 
 bool EngineImpl::SyncWith(const std::shared_ptr<control::Session>& s, Clock::time_point deadline) {
-  uint64_t seq = s->NextSeq();
-  if (!s->Send(wire::Sync{seq}, opts_.heartbeat_timeout).ok()) return false;
+  uint64_t seq = 0;
+  if (!s->SendNumbered([](uint64_t n) { return wire::Sync{n}; }, opts_.heartbeat_timeout, &seq).ok()) {
+    return false;
+  }
   return s->WaitAcked(seq, deadline);
 }
 
@@ -290,8 +293,7 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
           auto gone = peer.regions.Revoke(m.id);
           FenceBatches(&peer);  // batches into the region that already started have finished
           if (gone) gone->CloseAll();
-          Status st = s->Send(wire::RegionRemoveAck{m.id, m.seq}, opts_.heartbeat_timeout);
-          if (!st.ok()) s->Shutdown("cannot acknowledge a deregistration");
+          s->SendSoon(wire::RegionRemoveAck{m.id, m.seq});
         } else if constexpr (std::is_same_v<T, wire::RegionRemoveAck> ||
                              std::is_same_v<T, wire::SyncAck>) {
           s->Acked(m.seq);
@@ -306,7 +308,7 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
             s->Shutdown("protocol error: unexpected notification answer");
           }
         } else if constexpr (std::is_same_v<T, wire::Sync>) {
-          (void)s->Send(wire::SyncAck{m.seq}, opts_.heartbeat_timeout);
+          s->SendSoon(wire::SyncAck{m.seq});
         } else if constexpr (std::is_same_v<T, wire::Goodbye>) {
           // Stop using the peer's memory, then say so: it may free that memory next.
           auto gone = DropPeerState(peer);

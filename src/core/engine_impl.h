@@ -26,6 +26,18 @@
 
 namespace xfer {
 
+// Sends notifications: over a peer's control session, or into this engine's own queue (the
+// peer with no session: this engine itself). Requests that carry a notification share it, so
+// that none depends on the engine's lifetime.
+struct NotifySender {
+  std::shared_ptr<NotifyQueue> own;
+  std::string name;  // this engine's, as the sender of its own notifications
+  uint64_t incarnation = 0;
+  std::chrono::milliseconds send_timeout{};
+  // Calls done with the outcome: ok once the peer has queued the message.
+  void Send(const PeerTable::Peer& peer, std::string message, Request::Done done) const;
+};
+
 class EngineImpl final : public control::ControlHandler {
  public:
   using Clock = std::chrono::steady_clock;
@@ -99,9 +111,6 @@ class EngineImpl final : public control::ControlHandler {
   // --- notifications (engine_notify.cc)
   // kInvalidArgument when message is longer than the options allow.
   Status CheckNotifyMessage(const char* what, const std::string& message) const;
-  // Sends message to the peer (this engine itself when peer.session is null) and calls done
-  // with the outcome: ok once the peer has queued it.
-  void Notify(const Peer& peer, std::string message, Request::Done done);
   // A notification from the peer of session s (control thread): queue it, answer.
   void OnNotify(const std::shared_ptr<control::Session>& s, wire::Notify&& m);
   // --- control plane (engine_control.cc)
@@ -153,7 +162,9 @@ class EngineImpl final : public control::ControlHandler {
 
   RequestTable requests_;
 
-  std::unique_ptr<NotifyQueue> notifies_;  // received, not yet taken; from Initialize on
+  std::shared_ptr<NotifyQueue> notifies_;  // received, not yet taken; from Initialize on
+  std::shared_ptr<const NotifySender> notifier_;
+  Clock::time_point last_refusal_log_{};  // control thread: oversize notifications from peers
 };
 
 // Adds a timeout to now without overflowing on huge values.

@@ -17,28 +17,24 @@ Status EngineImpl::CheckNotifyMessage(const char* what, const std::string& messa
               std::to_string(opts_.notify.max_message_bytes) + ")"};
 }
 
-void EngineImpl::Notify(const Peer& peer, std::string message, Request::Done done) {
-  if (!peer.session) return done(notifies_->Push({name_, incarnation_, std::move(message)}));
-  const std::shared_ptr<control::Session>& s = peer.session;
-  const uint64_t seq = s->NextSeq();
-  s->Expect(seq, std::move(done));  // before the frame leaves: the answer may come at once
-  Status sent = s->Send(wire::Notify{seq, std::move(message)}, opts_.heartbeat_timeout);
-  if (!sent.ok()) {
-    s->Shutdown("a notification could not be sent: " + sent.message());  // (maybe half a frame)
-    s->Answer(seq, {StatusCode::kConnectionLost,
-                    "the notification could not be sent to " + s->peer_key + ": " + sent.message()});
-  }
+void NotifySender::Send(const PeerTable::Peer& peer, std::string message, Request::Done done) const {
+  if (!peer.session) return done(own->Push({name, incarnation, std::move(message)}));
+  control::Session& s = *peer.session;
+  uint64_t seq = 0;
+  auto frame = [&](uint64_t n) { return wire::Notify{n, std::move(message)}; };
+  Status sent = s.SendNumbered(frame, send_timeout, &seq, std::move(done));  // (done: the answer)
+  if (!sent.ok()) s.Shutdown("a notification could not be sent: " + sent.message());  // (half a frame?)
 }
 
 void EngineImpl::OnNotify(const std::shared_ptr<control::Session>& s, wire::Notify&& m) {
   const PeerState& peer = *s->peer;
-  Status queued;
-  if (m.message.size() > opts_.notify.max_message_bytes) {
-    queued = {StatusCode::kInvalidArgument,
-              "a notification of " + std::to_string(m.message.size()) + " bytes exceeds the "
-              "target's EngineOptions::notify.max_message_bytes (" +
-                  std::to_string(opts_.notify.max_message_bytes) + ")"};
-    XLOG(WARN) << "refused a notification from " << s->peer_key << ": " << queued.message();
+  Status queued = CheckNotifyMessage("a peer's notification", m.message);
+  if (!queued.ok()) {
+    // (A peer whose own limit is higher: logged at most once a second.)
+    if (Clock::now() - last_refusal_log_ > std::chrono::seconds(1)) {
+      last_refusal_log_ = Clock::now();
+      XLOG(WARN) << "refused a notification from " << s->peer_key << ": " << queued.message();
+    }
   } else {
     queued = notifies_->Push({peer.info.name, peer.info.incarnation, std::move(m.message)});
   }
@@ -61,7 +57,7 @@ Status EngineImpl::SendNotify(const std::string& remote, const std::string& mess
   }
   auto answer = std::make_shared<std::promise<Status>>();
   std::future<Status> queued = answer->get_future();
-  Notify(peer, message, [answer](Status st) { answer->set_value(std::move(st)); });
+  notifier_->Send(peer, message, [answer](Status st) { answer->set_value(std::move(st)); });
   if (queued.wait_until(DeadlineAfter(timeout)) != std::future_status::ready) {
     return {StatusCode::kTimeout, "SendNotify: '" + remote + "' did not confirm the notification "
                                   "in time (it may still be queued there)"};

@@ -29,14 +29,14 @@ bool NotifyQueue::TakeAll(std::vector<Notification>* out) {
   uint64_t refused = 0;
   {
     std::lock_guard lock(mu_);
+    refused = refused_;
+    refused_ = 0;  // (a new stretch of refusals starts: its first is logged)
     if (queue_.empty()) return false;
     for (auto& n : queue_) out->push_back(std::move(n));
     queue_.clear();
     bytes_ = 0;
-    refused = refused_;
-    refused_ = 0;
   }
-  if (refused > 0) XLOG(WARN) << "the notification queue had refused " << refused << " notifications";
+  if (refused > 1) XLOG(WARN) << "the notification queue had refused " << refused << " notifications";
   return true;
 }
 

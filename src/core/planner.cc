@@ -270,4 +270,28 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
   return Status::Ok();
 }
 
+std::vector<uint64_t> LandedDescriptors(const Plan& plan, const std::vector<uint32_t>& unmoved) {
+  const size_t descriptors = plan.desc_ends.empty() ? 1 : plan.desc_ends.size();
+  std::vector<bool> moved(plan.batches.size(), true);
+  for (uint32_t b : unmoved) moved[b] = false;
+  // The byte ranges of the batches that did not move, in request order.
+  std::vector<std::pair<uint64_t, uint64_t>> holes;
+  uint64_t at = 0;
+  for (size_t b = 0; b < plan.batches.size(); ++b) {
+    if (!moved[b]) holes.emplace_back(at, at + plan.batches[b].bytes);
+    at += plan.batches[b].bytes;
+  }
+  // A descriptor landed when no hole overlaps its bytes.
+  std::vector<uint64_t> landed;
+  size_t h = 0;
+  uint64_t begin = 0;
+  for (size_t k = 0; k < descriptors; ++k) {
+    const uint64_t end = plan.desc_ends.empty() ? plan.bytes : plan.desc_ends[k];
+    while (h < holes.size() && holes[h].second <= begin) ++h;
+    if (h == holes.size() || holes[h].first >= end) landed.push_back(k);
+    begin = end;
+  }
+  return landed;
+}
+
 }  // namespace xfer

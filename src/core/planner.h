@@ -67,4 +67,8 @@ class LocalMemoryCheck {
 Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions& remote,
                 LocalMemoryCheck& local, const PeerRoutes& routes, Plan* plan);
 
+// The descriptors (ascending indices) none of whose bytes is in a batch of `unmoved` (the
+// batches that failed or were dropped, in any order): those that landed whole.
+std::vector<uint64_t> LandedDescriptors(const Plan& plan, const std::vector<uint32_t>& unmoved);
+
 }  // namespace xfer

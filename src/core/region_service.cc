@@ -49,8 +49,9 @@ Status RegionService::BeginRemove(MemHandle handle, bool free, Removal* out) {
   if (!out->removed) return Status::Ok();  // still referenced by another RegisterMem
   mirror_->Revoke(handle);
   for (auto& sub : subscribers_) {
-    uint64_t seq = sub->NextSeq();
-    if (sub->Send(wire::RegionRemove{handle, seq}, send_timeout_).ok()) {
+    uint64_t seq = 0;
+    auto remove = [&](uint64_t n) { return wire::RegionRemove{handle, n}; };
+    if (sub->SendNumbered(remove, send_timeout_, &seq).ok()) {
       out->pending.emplace_back(sub, seq);
     }
   }

@@ -197,34 +197,7 @@ void Request::Conclude(RequestStatus st) {
   cv_.notify_all();
 }
 
-std::vector<uint64_t> Request::Landed() const {
-  std::vector<uint64_t> landed;
-  if (unmoved_.empty()) {  // (every batch moved: a failure in the notification)
-    const size_t n = plan_.desc_ends.empty() ? 1 : plan_.desc_ends.size();
-    for (size_t k = 0; k < n; ++k) landed.push_back(k);
-    return landed;
-  }
-  // The byte ranges of the batches that did not move, in request order.
-  std::vector<bool> moved(plan_.batches.size(), true);
-  for (uint32_t b : unmoved_) moved[b] = false;
-  std::vector<std::pair<uint64_t, uint64_t>> holes;
-  uint64_t at = 0;
-  for (size_t b = 0; b < plan_.batches.size(); ++b) {
-    if (!moved[b]) holes.emplace_back(at, at + plan_.batches[b].bytes);
-    at += plan_.batches[b].bytes;
-  }
-  if (plan_.desc_ends.empty()) return landed;  // one descriptor, and a batch of it failed
-  // A descriptor landed when no hole overlaps its bytes.
-  size_t h = 0;
-  uint64_t begin = 0;
-  for (size_t k = 0; k < plan_.desc_ends.size(); ++k) {
-    const uint64_t end = plan_.desc_ends[k];
-    while (h < holes.size() && holes[h].second <= begin) ++h;
-    if (h == holes.size() || holes[h].first >= end) landed.push_back(k);
-    begin = end;
-  }
-  return landed;
-}
+std::vector<uint64_t> Request::Landed() const { return LandedDescriptors(plan_, unmoved_); }
 
 RequestStatus Request::Poll() {
   if (done_.load(std::memory_order_acquire)) {

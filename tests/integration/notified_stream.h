@@ -10,6 +10,7 @@
 //      none). Its notification must have arrived before this one (they are ordered).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -46,7 +47,6 @@ class NotificationWatcher {
     uint64_t reordered = 0;     // arrived after a later-started request's (completion order)
     uint64_t other = 0;         // notifications of any other format
     std::string first_problem;
-    std::vector<std::string> senders;  // "name#incarnation" of each notification, in order
   };
 
   NotificationWatcher(xfer::Engine& engine, MemoryAccess memory)
@@ -70,9 +70,12 @@ class NotificationWatcher {
 
  private:
   void Run() {
-    while (!stop_) {
+    while (!stop_.load()) {
       std::vector<xfer::Notification> got;
-      if (!engine_.WaitNotifies(&got, std::chrono::milliseconds(50)).ok()) continue;
+      const xfer::Status s = engine_.WaitNotifies(&got, std::chrono::milliseconds(50));
+      if (s.code() == xfer::StatusCode::kCanceled) {  // finalized: nothing more will come
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
       for (const auto& n : got) Check(n);
     }
   }
@@ -86,7 +89,6 @@ class NotificationWatcher {
     if (ours && kind == 'w' && memory_.hash(addr, len) != x) problem = "data missing: " + n.message;
     if (ours && kind == 'r') memory_.fill(addr, len, x);
     std::lock_guard lock(mu_);
-    stats_.senders.push_back(n.sender + "#" + std::to_string(n.sender_incarnation));
     if (!ours) {
       ++stats_.other;
       return;
@@ -109,7 +111,7 @@ class NotificationWatcher {
   Stats stats_;                          // mu_
   std::unordered_set<long long> arrived_;  // mu_
   long long max_index_ = -1;             // mu_
-  volatile bool stop_ = false;
+  std::atomic<bool> stop_{false};
   std::thread thread_;
 };
 

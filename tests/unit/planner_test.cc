@@ -100,6 +100,28 @@ TEST_F(PlannerTest, SlicesAndBatchesRespectLimits) {
   EXPECT_EQ(total, 3000u * 64);
 }
 
+// Which descriptors landed when some batches did not move: a descriptor cut into slices of
+// several batches counts only when all of them moved; coalesced neighbours are told apart.
+TEST_F(PlannerTest, LandedDescriptorsAreThoseWhoseBatchesAllMoved) {
+  // d0: 96 KiB, d1 and d2: 16 KiB each and adjacent to d0 (one run), d3 elsewhere: 48 KiB.
+  std::vector<TransferDesc> d = {{L(0), kRemote, 96 << 10},
+                                 {L(96 << 10), kRemote + (96 << 10), 16 << 10},
+                                 {L(112 << 10), kRemote + (112 << 10), 16 << 10},
+                                 {L(512 << 10), kRemote + (512 << 10), 48 << 10}};
+  Plan p;
+  ASSERT_TRUE(Make(Op::kWrite, d, &p, PlanLimits{32 << 10, 32 << 10, 1024}).ok());
+  ASSERT_EQ(p.batches.size(), 6u);  // 32 KiB each: d0 = 0..2, d1+d2 = 3, d3 = 4 (32) and 5 (16)
+  EXPECT_EQ(LandedDescriptors(p, {}), (std::vector<uint64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(LandedDescriptors(p, {1}), (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(LandedDescriptors(p, {3}), (std::vector<uint64_t>{0, 3}));
+  EXPECT_EQ(LandedDescriptors(p, {5, 0}), (std::vector<uint64_t>{1, 2}));
+  EXPECT_TRUE(LandedDescriptors(p, {0, 3, 4}).empty());
+  // One descriptor: all or nothing.
+  ASSERT_TRUE(Make(Op::kRead, {{L(0), kRemote, 96 << 10}}, &p, PlanLimits{32 << 10, 32 << 10, 1024}).ok());
+  EXPECT_EQ(LandedDescriptors(p, {}), (std::vector<uint64_t>{0}));
+  EXPECT_TRUE(LandedDescriptors(p, {2}).empty());
+}
+
 TEST_F(PlannerTest, RejectsBadDescriptorsWithReasons) {
   Plan p;
   EXPECT_EQ(Make(Op::kWrite, {}, &p).code(), StatusCode::kInvalidArgument);
