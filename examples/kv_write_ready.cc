@@ -9,19 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "example_util.h"
 #include "xfer/engine.h"
 
 using namespace std::chrono_literals;
 
 namespace {
 
+using example::Fail;
+
 constexpr uint64_t kBlock = 64 * 1024;
 constexpr uint64_t kBlocks = 32;
-
-int Fail(const char* what, const xfer::Status& s) {
-  std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
-  return 1;
-}
 
 int Decode(const std::string& name) {
   xfer::Engine engine;
@@ -56,11 +54,10 @@ int Prefill(const std::string& remote) {
   xfer::Engine engine;
   if (auto s = engine.Initialize("127.0.0.1"); !s.ok()) return Fail("Initialize", s);  // client only
   if (auto s = engine.Connect(remote, 5s); !s.ok()) return Fail("Connect", s);
-  std::vector<xfer::RegionInfo> regions;
-  if (auto s = engine.GetRemoteRegions(remote, &regions); !s.ok()) return Fail("GetRemoteRegions", s);
-  const xfer::RegionInfo* pool = nullptr;
-  for (const auto& r : regions) if (r.tag == "kv-pool") pool = &r;
-  if (pool == nullptr) return Fail("find kv-pool", {xfer::StatusCode::kNotConnected, "no region tagged kv-pool"});
+  // Find the peer's pool by its tag: no side channel needed for addresses.
+  xfer::RegionInfo found;
+  if (auto s = example::FindRegion(engine, remote, "kv-pool", &found); !s.ok()) return Fail("find kv-pool", s);
+  const xfer::RegionInfo* pool = &found;
 
   constexpr uint64_t kRequest = 7, kUsed = 24;
   std::vector<char> kv(kUsed * kBlock);
