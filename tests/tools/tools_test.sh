@@ -119,6 +119,15 @@ expect)
   expect_exit 3 "expect-p99" "$XB" write_lat -s 4K -n 20 --expect-p99 0 "${SMALL[@]}"
   "$XB" write_bw -s 64K -n 20 --expect-bw 0.000001 "${SMALL[@]}" >/dev/null 2>&1 || fail "a met --expect-bw must exit 0"
   ;;
+notify)
+  # Every request notified, both ways at once (each side drains its queue), over tcp and cma.
+  for t in tcp cma; do
+    "$XB" write_bw -s 4K -n 2000 --depth 8 -b --notify --transport $t --mem register "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" \
+      || { cat "$tmp/out" "$tmp/err"; fail "--notify over $t exited"; }
+    grep -qE "^sum +4096 " "$tmp/out" || { cat "$tmp/out"; fail "--notify over $t: no sum row"; }
+    grep -q "^# rerun: .* --notify" "$tmp/out" || fail "the rerun line lacks --notify"
+  done
+  ;;
 bidir)
   "$XB" write_bw -s 64K -n 60 -b --threads 2 --depth 2 --verify "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" \
     || { cat "$tmp/out" "$tmp/err"; fail "bidirectional run exited"; }
