@@ -63,6 +63,7 @@ void ControlLoop::Wake() {
 }
 
 void ControlLoop::Add(std::shared_ptr<Session> s) {
+  s->set_on_pending([this] { Wake(); });
   {
     std::lock_guard lock(add_mu_);
     to_add_.push_back(std::move(s));
@@ -92,6 +93,7 @@ void ControlLoop::Accept() {
     }
     net::SetNoDelay(fd);
     auto s = std::make_shared<Session>(net::Fd(fd), false, PeerAddr(ss));
+    s->set_on_pending([this] { Wake(); });
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd;
@@ -129,7 +131,7 @@ void ControlLoop::Tick() {
     }
     if (now - s->last_tx >= opts_.heartbeat_interval) {
       s->last_tx = now;
-      Status st = s->Send(wire::Heartbeat{}, opts_.heartbeat_interval);
+      Status st = s->Send(wire::Heartbeat{});
       if (!st.ok()) dead.emplace_back(s, "heartbeat send failed: " + st.ToString());
     }
   }
@@ -149,6 +151,7 @@ void ControlLoop::Run() {
       const int fd = events[i].data.fd;
       if (fd == wake_.get()) {
         AddQueued();
+        FlushAll();  // (a thread left bytes its socket did not take)
       } else if (fd == listener_.get()) {
         Accept();
       } else {
@@ -191,10 +194,18 @@ void ControlLoop::AddQueued() {
   }
 }
 
+void ControlLoop::FlushAll() {
+  std::vector<std::pair<std::shared_ptr<Session>, std::string>> broken;
+  for (auto& [fd, s] : sessions_) {
+    if (std::string why; !FlushAnswers(*s, &why)) broken.emplace_back(s, why);
+  }
+  for (auto& [s, why] : broken) CloseSession(s, why);
+}
+
 bool ControlLoop::FlushAnswers(Session& s, std::string* why) {
   const Session::Flushed f = s.Flush();
   if (f == Session::Flushed::kFailed) {
-    *why = "cannot send to the peer (it does not read its control connection)";
+    *why = "cannot send to the peer (it reads nothing of its control connection, or it broke)";
     return false;
   }
   const bool want = f == Session::Flushed::kPending;  // the rest leaves once the socket drains

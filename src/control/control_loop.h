@@ -45,9 +45,11 @@ class ControlLoop {
   void Accept();
   void AddQueued();                    // the sessions Add() queued, now watched
   void Serve(int fd, uint32_t events);  // a session's frames, or its end
-  // Sends the answers queued while serving s (Session::SendSoon) without blocking, and watches
-  // the socket for room when some are left; false (with *why) when the session must close.
+  // Writes what s has queued (its answers, Session::SendSoon, and what other threads' sends
+  // left) without blocking, and watches the socket for room while some is left; false (with
+  // *why) when the session must close.
   bool FlushAnswers(Session& s, std::string* why);
+  void FlushAll();  // FlushAnswers for every session
   void CloseSession(const std::shared_ptr<Session>& s, const std::string& reason);
   void Tick();
 

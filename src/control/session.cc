@@ -1,5 +1,6 @@
 #include "control/session.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,64 +12,70 @@ namespace xfer::control {
 Session::Session(net::Fd fd, bool outbound, std::string remote_addr)
     : fd_(std::move(fd)), outbound_(outbound), remote_addr_(std::move(remote_addr)) {}
 
-Status Session::Send(const wire::Message& msg, std::chrono::milliseconds timeout) {
-  std::vector<uint8_t> frame = wire::Encode(msg);
-  std::lock_guard lock(send_mu_);
-  if (closed_.load() || !fd_.valid()) return {StatusCode::kConnectionLost, "session closed"};
-  if (!soon_.empty()) {  // (those queued first go first)
-    frame.insert(frame.begin(), soon_.begin(), soon_.end());
-    soon_.clear();
-  }
-  return net::SendAll(fd_.get(), frame.data(), frame.size(), Clock::now() + timeout);
-}
+namespace {
+constexpr size_t kMaxQueued = 64u << 20;  // a peer that reads nothing of what we send
+}  // namespace
 
-Status Session::SendNumbered(const std::function<wire::Message(uint64_t)>& make,
-                             std::chrono::milliseconds timeout, uint64_t* seq, Reply reply) {
-  Status st;
-  bool expected = false;
-  {
-    std::lock_guard lock(send_mu_);
-    *seq = ++next_seq_;
-    std::vector<uint8_t> frame = wire::Encode(make(*seq));
-    if (closed_.load() || !fd_.valid()) {
-      st = {StatusCode::kConnectionLost, "session closed"};
-    } else {
-      if (reply) {  // before the frame leaves: the answer may come at once
-        std::lock_guard expect(mu_);
-        expected_.emplace(*seq, std::move(reply));
-        expected = true;
-      }
-      frame.insert(frame.begin(), soon_.begin(), soon_.end());
-      soon_.clear();
-      st = net::SendAll(fd_.get(), frame.data(), frame.size(), Clock::now() + timeout);
-    }
-  }
-  if (!st.ok()) {
-    Status lost{StatusCode::kConnectionLost,
-                "could not send to " + (peer_key.empty() ? remote_addr_ : peer_key) + ": " + st.message()};
-    if (expected) {
-      Answer(*seq, std::move(lost));  // (unless Close answered it first)
-    } else if (reply) {
-      reply(std::move(lost));
-    }
-  }
-  return st;
+Status Session::Send(const wire::Message& msg) {
+  std::vector<uint8_t> frame = wire::Encode(msg);
+  std::unique_lock lock(send_mu_);
+  if (closed_.load() || !fd_.valid()) return {StatusCode::kConnectionLost, "session closed"};
+  out_.insert(out_.end(), frame.begin(), frame.end());
+  return AfterQueued(lock, true);
 }
 
 void Session::SendSoon(const wire::Message& msg) {
   std::vector<uint8_t> frame = wire::Encode(msg);
-  std::lock_guard lock(send_mu_);
-  soon_.insert(soon_.end(), frame.begin(), frame.end());
+  std::unique_lock lock(send_mu_);
+  if (closed_.load() || !fd_.valid()) return;
+  out_.insert(out_.end(), frame.begin(), frame.end());
+  (void)AfterQueued(lock, false);
 }
 
-Session::Flushed Session::Flush() {
-  constexpr size_t kMaxPending = 64u << 20;  // a peer that reads none of its answers
-  std::lock_guard lock(send_mu_);
-  size_t sent = 0;
-  while (sent < soon_.size() && fd_.valid()) {
-    const ssize_t n = ::send(fd_.get(), soon_.data() + sent, soon_.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+Status Session::SendNumbered(const std::function<wire::Message(uint64_t)>& make, uint64_t* seq,
+                             Reply reply) {
+  std::unique_lock lock(send_mu_);
+  *seq = ++next_seq_;
+  if (closed_.load() || !fd_.valid()) {
+    lock.unlock();
+    if (reply) reply({StatusCode::kConnectionLost, "the session with " + peer_key + " has ended"});
+    return {StatusCode::kConnectionLost, "session closed"};
+  }
+  std::vector<uint8_t> frame = wire::Encode(make(*seq));
+  if (reply) {  // before the frame leaves: the answer may come at once
+    std::lock_guard expect(mu_);
+    expected_.emplace(*seq, std::move(reply));
+  }
+  out_.insert(out_.end(), frame.begin(), frame.end());
+  return AfterQueued(lock, true);  // (a failure closes the session: Close answers the reply)
+}
+
+Status Session::AfterQueued(std::unique_lock<std::mutex>& lock, bool write_now) {
+  // While the control loop waits for room (bytes it was told of are left), it writes this too.
+  write_now = write_now && !loop_owes_;
+  const Flushed f = write_now ? WriteQueued()
+                              : out_.size() - out_off_ > kMaxQueued ? Flushed::kFailed : Flushed::kPending;
+  std::function<void()> pending;
+  if (f == Flushed::kPending && write_now && on_pending_) {
+    pending = on_pending_;
+    loop_owes_ = true;
+  }
+  lock.unlock();
+  if (f == Flushed::kFailed) {
+    Shutdown("the peer does not read its control connection, or it broke");
+    return {StatusCode::kConnectionLost, "cannot send to " + (peer_key.empty() ? remote_addr_ : peer_key)};
+  }
+  if (pending) pending();
+  return Status::Ok();
+}
+
+Session::Flushed Session::WriteQueued() {
+  while (out_off_ < out_.size()) {
+    if (!fd_.valid()) return Flushed::kFailed;
+    const ssize_t n = ::send(fd_.get(), out_.data() + out_off_, out_.size() - out_off_,
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) {
-      sent += static_cast<size_t>(n);
+      out_off_ += static_cast<size_t>(n);
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -77,9 +84,45 @@ Session::Flushed Session::Flush() {
       return Flushed::kFailed;
     }
   }
-  soon_.erase(soon_.begin(), soon_.begin() + static_cast<long>(sent));
-  if (soon_.empty()) return Flushed::kAll;
-  return soon_.size() > kMaxPending || !fd_.valid() ? Flushed::kFailed : Flushed::kPending;
+  if (out_off_ == out_.size()) {
+    out_.clear();
+    out_off_ = 0;
+    loop_owes_ = false;
+    return Flushed::kAll;
+  }
+  if (out_off_ >= (1u << 20)) {  // drop what was written, now and then
+    out_.erase(out_.begin(), out_.begin() + static_cast<long>(out_off_));
+    out_off_ = 0;
+  }
+  return out_.size() - out_off_ > kMaxQueued ? Flushed::kFailed : Flushed::kPending;
+}
+
+Session::Flushed Session::Flush() {
+  std::lock_guard lock(send_mu_);
+  return WriteQueued();
+}
+
+Status Session::FlushUntil(Clock::time_point deadline) {
+  for (;;) {
+    Flushed f;
+    int fd;
+    {
+      std::lock_guard lock(send_mu_);
+      f = WriteQueued();
+      fd = fd_.get();
+    }
+    if (f == Flushed::kAll) return Status::Ok();
+    if (f == Flushed::kFailed) return {StatusCode::kConnectionLost, "cannot send the handshake"};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return {StatusCode::kTimeout, "the peer did not read the handshake in time"};
+    pollfd p{fd, POLLOUT, 0};
+    (void)::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
+  }
+}
+
+void Session::set_on_pending(std::function<void()> f) {
+  std::lock_guard lock(send_mu_);
+  on_pending_ = std::move(f);
 }
 
 bool Session::ParseFrames(const std::function<void(wire::Message&&)>& on_msg, std::string* why) {
@@ -101,7 +144,8 @@ bool Session::ParseFrames(const std::function<void(wire::Message&&)>& on_msg, st
 }
 
 bool Session::ReadAvailable(const std::function<void(wire::Message&&)>& on_msg, std::string* why) {
-  for (;;) {
+  // At most 1 MiB per call: the loop comes back for the rest, after the other sessions.
+  for (int chunk = 0; chunk < 16; ++chunk) {
     uint8_t buf[64 * 1024];
     ssize_t n = ::recv(fd_.get(), buf, sizeof buf, 0);
     if (n > 0) {
@@ -119,6 +163,7 @@ bool Session::ReadAvailable(const std::function<void(wire::Message&&)>& on_msg, 
     *why = std::string("receive failed: ") + std::strerror(errno);
     return false;
   }
+  return true;
 }
 
 Status Session::ReadOne(Clock::time_point deadline, wire::Message* msg) {

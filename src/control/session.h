@@ -32,25 +32,34 @@ class Session {
   const std::string& remote_addr() const { return remote_addr_; }  // ip:port of the socket
   int fd() const { return fd_.get(); }
 
-  // Sends one frame; frames from several threads never interleave.
-  Status Send(const wire::Message& msg, std::chrono::milliseconds timeout);
+  // Output never blocks: frames queue in order (frames from several threads never
+  // interleave), what the socket takes leaves at once, and the control loop writes the rest as
+  // the socket drains (Flush, when on_pending asks it to). ok: queued; kConnectionLost when the
+  // session is closed, or its peer has stopped reading (too much queued: the session is shut
+  // down).
+  Status Send(const wire::Message& msg);
   // Frames the peer answers (Sync, RegionRemove, Goodbye, Notify): `make` builds the frame for
-  // its number, which is taken under the same lock that sends it, so numbers leave in order and
+  // its number, which is taken under the lock that queues it, so numbers leave in order and
   // the peer, answering in order, acknowledges them in order (Acked). reply, when set, is
   // called once with the peer's answer (Answer), or with kConnectionLost when the session
-  // closes first (at once when it is closed already, or the frame could not be sent); it must
-  // not block.
+  // closes first (at once when it is closed already); it must not block.
   using Reply = std::function<void(Status)>;
-  Status SendNumbered(const std::function<wire::Message(uint64_t seq)>& make,
-                      std::chrono::milliseconds timeout, uint64_t* seq, Reply reply = {});
-  // The control thread's answers: queued to leave with the next Send or Flush, in order. The
-  // control loop flushes after each read (one write for the answers to a burst of frames),
-  // without blocking: what the socket does not take waits for it to drain, so the control
-  // thread keeps reading however slowly the peer reads.
+  Status SendNumbered(const std::function<wire::Message(uint64_t seq)>& make, uint64_t* seq,
+                      Reply reply = {});
+  // The control thread's answers: queued without a write; its Flush after each read sends
+  // them (one write for the answers to a burst of frames).
   void SendSoon(const wire::Message& msg);
-  enum class Flushed { kAll, kPending, kFailed };  // kFailed: a socket error, or too much pending
+  enum class Flushed { kAll, kPending, kFailed };  // kFailed: a socket error, or too much queued
+  // Writes what is queued, without blocking.
   Flushed Flush();
-  // Reads what the socket has (non-blocking) and hands each whole frame to on_msg. False on
+  // Writes everything queued, blocking up to deadline: the handshake, before the control loop
+  // watches the session.
+  Status FlushUntil(Clock::time_point deadline);
+  // Called, on the thread that queued them, when bytes are left that the socket did not take
+  // (the control loop then writes them as the socket drains).
+  void set_on_pending(std::function<void()> f);
+
+  // Reads what the socket has (non-blocking; up to 1 MiB a call) and hands each whole frame to on_msg. False on
   // end of stream, a socket error or a malformed frame, with *why set.
   bool ReadAvailable(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
   // Reads exactly one frame, blocking up to deadline (used during the handshake only).
@@ -88,8 +97,17 @@ class Session {
   net::Fd fd_;
   const bool outbound_;
   const std::string remote_addr_;
+  // After a frame was queued (lock: send_mu_, released here): writes what the socket takes
+  // when write_now, shuts the session down when that fails or too much is queued, and calls
+  // on_pending when bytes are left.
+  Status AfterQueued(std::unique_lock<std::mutex>& lock, bool write_now);
+  Flushed WriteQueued();  // send_mu_ held
+
   std::mutex send_mu_;
-  std::vector<uint8_t> soon_;  // send_mu_: frames SendSoon queued
+  std::vector<uint8_t> out_;  // send_mu_: bytes queued; out_[out_off_..] not yet written
+  size_t out_off_ = 0;        // send_mu_
+  std::function<void()> on_pending_;  // send_mu_
+  bool loop_owes_ = false;  // send_mu_: on_pending was called, and bytes are still left
   std::vector<uint8_t> rx_;  // control loop only
   std::atomic<bool> closed_{false};
   uint64_t next_seq_ = 0;      // send_mu_

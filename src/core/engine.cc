@@ -119,7 +119,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   host_id_ = options.host_id.empty() ? host::BootId() : options.host_id;
   notifies_ = std::make_shared<NotifyQueue>(opts_.notify.queue_messages, opts_.notify.queue_bytes);
   notifier_ = std::make_shared<NotifySender>(
-      NotifySender{notifies_, name_, incarnation_, opts_.heartbeat_timeout});
+      NotifySender{notifies_, name_, incarnation_});
   if (opts_.staging != Staging::kOff) {
     staging_ = std::make_shared<BufferPool>(opts_.staging_buffers, opts_.staging_buffer_bytes);
   }
@@ -128,7 +128,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   std::string unreachable;
   self_ = MakePeerState(MakeHello({}), false, "", &unreachable);
   self_->info.name = name_;
-  regions_.Start(&backends_, &self_->regions, opts_.heartbeat_timeout);
+  regions_.Start(&backends_, &self_->regions);
 
   pool_ = std::make_unique<StreamPool>(opts_.streams, opts_.spin);
   loop_ = std::make_unique<control::ControlLoop>(

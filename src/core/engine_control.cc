@@ -125,7 +125,7 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
 void EngineImpl::AbandonConnect(const std::shared_ptr<control::Session>& session,
                                 const std::string& remote, const std::string& why) {
   if (session) {
-    (void)session->Send(wire::Goodbye{why}, std::chrono::milliseconds(100));
+    (void)session->Send(wire::Goodbye{why});  // (what the socket takes at once: it closes next)
     regions_.Unsubscribe(session);
     session->Close();
   }
@@ -140,6 +140,7 @@ Status EngineImpl::OpenSession(const net::Address& addr, const std::string& remo
   if (!s.ok()) return s;
   *session = std::make_shared<control::Session>(std::move(fd), true, addr.ToString());
   s = SendHelloAndSubscribe(*session);
+  if (s.ok()) s = (*session)->FlushUntil(deadline);  // (the control loop does not watch it yet)
   if (!s.ok()) return s;
   s = (*session)->ReadOne(deadline, reply);
   if (!s.ok()) return {s.code(), "no hello from '" + remote + "': " + s.message()};
@@ -172,7 +173,7 @@ void EngineImpl::SayGoodbye(const std::vector<std::shared_ptr<control::Session>>
   for (auto& s : sessions) {
     uint64_t seq = 0;
     auto bye = [&](uint64_t n) { return wire::Goodbye{reason, n}; };
-    if (s->SendNumbered(bye, std::chrono::milliseconds(200), &seq).ok()) {
+    if (s->SendNumbered(bye, &seq).ok()) {
       pending.emplace_back(s, seq);
     }
   }
@@ -219,9 +220,7 @@ Status EngineImpl::GetPeerInfo(const std::string& remote, PeerInfo* info) {
 
 bool EngineImpl::SyncWith(const std::shared_ptr<control::Session>& s, Clock::time_point deadline) {
   uint64_t seq = 0;
-  if (!s->SendNumbered([](uint64_t n) { return wire::Sync{n}; }, opts_.heartbeat_timeout, &seq).ok()) {
-    return false;
-  }
+  if (!s->SendNumbered([](uint64_t n) { return wire::Sync{n}; }, &seq).ok()) return false;
   return s->WaitAcked(seq, deadline);
 }
 
@@ -249,7 +248,7 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
   const std::string key = PeerKey(hello);
   Peer replaced;
   if (!peers_.BeginAccept(key, hello.incarnation, &replaced)) {
-    (void)s->Send(wire::Goodbye{"already connected to " + name_}, std::chrono::milliseconds(100));
+    (void)s->Send(wire::Goodbye{"already connected to " + name_});
     s->Shutdown("duplicate connection from " + key);
     return;
   }
@@ -314,7 +313,10 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
           auto gone = DropPeerState(peer);
           pool_->Fence();
           for (auto& r : gone) r->CloseAll();
-          if (m.seq != 0) (void)s->Send(wire::SyncAck{m.seq}, opts_.heartbeat_timeout);
+          if (m.seq != 0) {  // (the answer must leave before the session closes)
+            s->SendSoon(wire::SyncAck{m.seq});
+            (void)s->FlushUntil(DeadlineAfter(opts_.heartbeat_timeout));
+          }
           s->Shutdown("peer said goodbye: " + m.reason);
         } else if constexpr (std::is_same_v<T, wire::Hello>) {
           XLOG(WARN) << "peer " << s->peer_key << " sent a second hello; closing";

@@ -33,7 +33,6 @@ struct NotifySender {
   std::shared_ptr<NotifyQueue> own;
   std::string name;  // this engine's, as the sender of its own notifications
   uint64_t incarnation = 0;
-  std::chrono::milliseconds send_timeout{};
   // Calls done with the outcome: ok once the peer has queued the message.
   void Send(const PeerTable::Peer& peer, std::string message, Request::Done done) const;
 };

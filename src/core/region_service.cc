@@ -4,11 +4,9 @@
 
 namespace xfer {
 
-void RegionService::Start(BackendSet* backends, RemoteRegions* mirror,
-                          std::chrono::milliseconds send_timeout) {
+void RegionService::Start(BackendSet* backends, RemoteRegions* mirror) {
   backends_ = backends;
   mirror_ = mirror;
-  send_timeout_ = send_timeout;
 }
 
 Status RegionService::Add(wire::WireRegion region, bool allocated,
@@ -32,7 +30,7 @@ Status RegionService::Add(wire::WireRegion region, bool allocated,
   registry_.Lookup(*handle, &r);
   mirror_->Add(r);
   for (auto& sub : subscribers_) {
-    Status st = sub->Send(wire::RegionAdd{r}, send_timeout_);
+    Status st = sub->Send(wire::RegionAdd{r});
     if (!st.ok()) sub->Shutdown("cannot send region update: " + st.ToString());
   }
   return Status::Ok();
@@ -51,7 +49,7 @@ Status RegionService::BeginRemove(MemHandle handle, bool free, Removal* out) {
   for (auto& sub : subscribers_) {
     uint64_t seq = 0;
     auto remove = [&](uint64_t n) { return wire::RegionRemove{handle, n}; };
-    if (sub->SendNumbered(remove, send_timeout_, &seq).ok()) {
+    if (sub->SendNumbered(remove, &seq).ok()) {
       out->pending.emplace_back(sub, seq);
     }
   }
@@ -79,7 +77,7 @@ void RegionService::FinishRemove(Removal& removal, Clock::time_point deadline) {
 Status RegionService::SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s,
                                             const MakeHello& hello) {
   std::lock_guard lock(mu_);
-  Status st = s->Send(hello(registry_.Snapshot()), send_timeout_);
+  Status st = s->Send(hello(registry_.Snapshot()));
   if (st.ok()) subscribers_.insert(s);
   return st;
 }

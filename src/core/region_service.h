@@ -29,9 +29,8 @@ class RegionService {
   using Clock = std::chrono::steady_clock;
   using MakeHello = std::function<wire::Hello(const std::vector<wire::WireRegion>& regions)>;
 
-  // mirror: this engine's own view of its regions (transfers to itself); send_timeout bounds
-  // each update sent to a subscriber.
-  void Start(BackendSet* backends, RemoteRegions* mirror, std::chrono::milliseconds send_timeout);
+  // mirror: this engine's own view of its regions (transfers to itself).
+  void Start(BackendSet* backends, RemoteRegions* mirror);
   const Registry& registry() const { return registry_; }
 
   // Prepares the region with every backend (their blobs), adds it (or finds the same range
@@ -58,7 +57,6 @@ class RegionService {
  private:
   BackendSet* backends_ = nullptr;
   RemoteRegions* mirror_ = nullptr;
-  std::chrono::milliseconds send_timeout_{0};
   Registry registry_;
   mutable std::mutex mu_;  // orders changes with hello snapshots
   std::set<std::shared_ptr<control::Session>> subscribers_;           // mu_
