@@ -1,4 +1,5 @@
-// What the examples share: failing with a status, and finding a peer's region by its tag.
+// What the examples share: failing with a status, the target's pool, and the initiator's way
+// to it (connect, then find the pool by its tag).
 #pragma once
 
 #include <chrono>
@@ -36,6 +37,22 @@ inline xfer::Status FindRegion(xfer::Engine& engine, const std::string& remote, 
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+// The target side: an engine listening at `name` with a pool of `bytes` from AllocMem, tagged
+// "kv-pool" (peers on this host then copy into it directly: shm).
+inline xfer::Status ServePool(xfer::Engine& engine, const std::string& name, uint64_t bytes, void** pool) {
+  if (xfer::Status s = engine.Initialize(name); !s.ok()) return s;
+  xfer::MemHandle h;
+  return engine.AllocMem(bytes, xfer::MemType::kHost, pool, &h, "kv-pool");
+}
+
+// The initiator side: a client-only engine connected to `remote`, and the peer's pool.
+inline xfer::Status OpenPool(xfer::Engine& engine, const std::string& remote, xfer::RegionInfo* pool) {
+  if (xfer::Status s = engine.Initialize("127.0.0.1"); !s.ok()) return s;
+  if (xfer::Status s = engine.Connect(remote, std::chrono::seconds(5)); !s.ok()) return s;
+  // Found by its tag: no side channel needed for addresses.
+  return FindRegion(engine, remote, "kv-pool", pool);
 }
 
 }  // namespace example

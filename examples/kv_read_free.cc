@@ -25,12 +25,8 @@ constexpr uint64_t kFirst = 17, kLast = 42;  // the request's blocks
 
 int Prefill(const std::string& name) {
   xfer::Engine engine;
-  if (auto s = engine.Initialize(name); !s.ok()) return Fail("Initialize", s);
   void* pool = nullptr;
-  xfer::MemHandle h;
-  if (auto s = engine.AllocMem(kBlock * kBlocks, xfer::MemType::kHost, &pool, &h, "kv-pool"); !s.ok()) {
-    return Fail("AllocMem", s);
-  }
+  if (auto s = example::ServePool(engine, name, kBlock * kBlocks, &pool); !s.ok()) return Fail("serve", s);
   for (uint64_t b = 0; b < kBlocks; ++b) std::memset(static_cast<char*>(pool) + b * kBlock, int(b), kBlock);
   std::printf("prefill: %llu blocks at %s; waiting for the decode side to free some\n",
               static_cast<unsigned long long>(kBlocks), engine.LocalName().c_str());
@@ -49,11 +45,8 @@ int Prefill(const std::string& name) {
 
 int Decode(const std::string& remote) {
   xfer::Engine engine;
-  if (auto s = engine.Initialize("127.0.0.1"); !s.ok()) return Fail("Initialize", s);  // client only
-  if (auto s = engine.Connect(remote, 5s); !s.ok()) return Fail("Connect", s);
-  // Find the peer's pool by its tag: no side channel needed for addresses.
   xfer::RegionInfo found;
-  if (auto s = example::FindRegion(engine, remote, "kv-pool", &found); !s.ok()) return Fail("find kv-pool", s);
+  if (auto s = example::OpenPool(engine, remote, &found); !s.ok()) return Fail("the peer's pool", s);
   const xfer::RegionInfo* pool = &found;
 
   std::vector<char> cache((kLast - kFirst + 1) * kBlock);

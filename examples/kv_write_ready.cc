@@ -23,12 +23,8 @@ constexpr uint64_t kBlocks = 32;
 
 int Decode(const std::string& name) {
   xfer::Engine engine;
-  if (auto s = engine.Initialize(name); !s.ok()) return Fail("Initialize", s);
   void* pool = nullptr;
-  xfer::MemHandle h;
-  if (auto s = engine.AllocMem(kBlock * kBlocks, xfer::MemType::kHost, &pool, &h, "kv-pool"); !s.ok()) {
-    return Fail("AllocMem", s);
-  }
+  if (auto s = example::ServePool(engine, name, kBlock * kBlocks, &pool); !s.ok()) return Fail("serve", s);
   std::printf("decode: %llu free blocks at %s; waiting for a request's blocks\n",
               static_cast<unsigned long long>(kBlocks), engine.LocalName().c_str());
   std::vector<xfer::Notification> got;
@@ -52,11 +48,8 @@ int Decode(const std::string& name) {
 
 int Prefill(const std::string& remote) {
   xfer::Engine engine;
-  if (auto s = engine.Initialize("127.0.0.1"); !s.ok()) return Fail("Initialize", s);  // client only
-  if (auto s = engine.Connect(remote, 5s); !s.ok()) return Fail("Connect", s);
-  // Find the peer's pool by its tag: no side channel needed for addresses.
   xfer::RegionInfo found;
-  if (auto s = example::FindRegion(engine, remote, "kv-pool", &found); !s.ok()) return Fail("find kv-pool", s);
+  if (auto s = example::OpenPool(engine, remote, &found); !s.ok()) return Fail("the peer's pool", s);
   const xfer::RegionInfo* pool = &found;
 
   constexpr uint64_t kRequest = 7, kUsed = 24;

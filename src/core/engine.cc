@@ -306,8 +306,8 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
   }
   Request::Deliver deliver;
   if (options.notify) {
-    deliver = [notifier = notifier_, peer, message = *options.notify](Request::Done done) {
-      notifier->Send(peer, message, std::move(done));
+    deliver = [notifier = notifier_, peer, message = *options.notify](Request::Done done) mutable {
+      notifier->Send(peer, std::move(message), std::move(done));  // (called once)
     };
   }
   RequestHandle id = requests_.NextHandle();

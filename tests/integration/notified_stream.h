@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -141,11 +142,11 @@ inline StreamResult RunNotifiedStream(xfer::Engine& engine, const std::string& r
     FillPattern(expected.data(), expected.size(), seed);
   }
   struct InFlight { uint64_t i; xfer::RequestHandle h; };
-  std::vector<InFlight> flight;  // oldest first
+  std::deque<InFlight> flight;  // oldest first
   long long last_done = -1;
   auto finish_oldest = [&] {
     const InFlight f = flight.front();
-    flight.erase(flight.begin());
+    flight.pop_front();
     xfer::RequestStatus st;
     (void)engine.Wait(f.h, timeout + std::chrono::seconds(10), &st);
     if (st.state != xfer::RequestState::kCompleted) {

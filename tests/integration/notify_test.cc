@@ -225,7 +225,9 @@ TEST_F(Notifications, NoNotificationForARequestThatTimedOutOrWasCanceled) {
     // the target woke; past the deadline, their connection was given up.
     const auto& landed = out.status.landed;
     EXPECT_LT(landed.size(), kN);
-    if (cancel) EXPECT_TRUE(!landed.empty() && landed[0] == 0) << landed.size();
+    if (cancel) {
+      EXPECT_TRUE(!landed.empty() && landed[0] == 0) << landed.size();
+    }
     for (uint64_t k : landed) {
       EXPECT_EQ(peer_.SumRange(r.addr + k * kB, kB), Hash64(src.data() + k * kB, kB)) << k;
     }
