@@ -30,6 +30,7 @@ int Prefill(const std::string& name) {
   for (uint64_t b = 0; b < kBlocks; ++b) std::memset(static_cast<char*>(pool) + b * kBlock, int(b), kBlock);
   std::printf("prefill: %llu blocks at %s; waiting for the decode side to free some\n",
               static_cast<unsigned long long>(kBlocks), engine.LocalName().c_str());
+  std::fflush(stdout);  // (the address, for whoever starts the other side)
   std::vector<xfer::Notification> got;
   if (auto s = engine.WaitNotifies(&got, 60s); !s.ok()) return Fail("WaitNotifies", s);
   unsigned long long first = 0, last = 0;

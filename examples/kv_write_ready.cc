@@ -27,6 +27,7 @@ int Decode(const std::string& name) {
   if (auto s = example::ServePool(engine, name, kBlock * kBlocks, &pool); !s.ok()) return Fail("serve", s);
   std::printf("decode: %llu free blocks at %s; waiting for a request's blocks\n",
               static_cast<unsigned long long>(kBlocks), engine.LocalName().c_str());
+  std::fflush(stdout);  // (the address, for whoever starts the other side)
   std::vector<xfer::Notification> got;
   if (auto s = engine.WaitNotifies(&got, 60s); !s.ok()) return Fail("WaitNotifies", s);
   unsigned long long request = 0, blocks = 0;
