@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs every Debian package that xfer's build, tests and benchmarks need.
-# Safe to run twice: apt-get skips what is already installed.
+# Installs every Debian package that xfer's build, tests and benchmarks need, then makes the
+# Python virtual environment .venv/ (Debian's python3, seeing Debian's numpy, pytest and a CPU
+# build of torch; PyPI's scikit-build-core and pybind11 to build the package).
+# Safe to run twice: apt-get and pip skip what is already installed.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config git
   clang libclang-rt-dev          # libFuzzer target for the wire decoder
@@ -11,6 +14,8 @@ packages=(
   ucx-utils                       # ucx_perftest: a baseline in bench/compare.sh
   libucx-dev                      # the ucx transport (UCP headers and libraries; found by pkg-config)
   jq                              # tests/tools: checks xfer-bench --json
+  python3 python3-dev python3-venv  # the Python package (python/)
+  python3-numpy python3-pytest python3-torch  # its tests (torch: Debian's CPU build)
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -20,9 +25,17 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages already installed"
-  exit 0
+else
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# Debian's interpreter by its path: a python3 earlier on PATH may not see Debian's packages.
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: making .venv (/usr/bin/python3, with Debian's packages visible)"
+  /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "pybind11>=2.10"
+echo "setup: .venv ready ($(.venv/bin/python --version))"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: a normal build, the same suite under ASan+UBSan, and a short
-# libFuzzer run of the wire decoder. Exits non-zero when anything fails.
+# The whole test suite: a normal build (C++ and the Python package) and its tests, the Python
+# tests, the C++ suite under ASan+UBSan, and a short libFuzzer run of the wire decoder. Exits
+# non-zero when anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -10,6 +11,9 @@ echo "== build (RelWithDebInfo) =="
 ./scripts/build.sh build
 echo "== tests =="
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 300
+
+echo "== Python tests =="
+.venv/bin/python -m pytest -q python/tests
 
 echo "== build (ASan+UBSan) =="
 ./scripts/build.sh build-asan -DXFER_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug

@@ -1,0 +1,335 @@
+#include "py_engine.h"
+
+#include <pybind11/stl.h>
+
+#include "py_descs.h"
+#include "py_errors.h"
+#include "py_memory.h"
+#include "py_options.h"
+
+namespace xfer::py {
+namespace pyb = pybind11;
+using std::chrono::milliseconds;
+
+void Core::ReapOrphans() {
+  std::lock_guard lock(orphans_mu);
+  if (orphans.size() < reap_at) return;
+  std::erase_if(orphans, [&](RequestHandle h) {
+    RequestStatus st;
+    return !engine.GetTransferStatus(h, &st).ok() || st.state != RequestState::kWaiting;
+  });
+  reap_at = std::max<size_t>(64, 2 * orphans.size());  // amortized: O(1) per request
+}
+
+// ---- Request
+
+PyRequest::~PyRequest() {
+  if (ended_ || core_->closed) return;
+  // Nobody will ask for its end: the engine keeps its handle until someone does.
+  std::lock_guard lock(core_->orphans_mu);
+  core_->orphans.push_back(handle_);
+}
+
+bool PyRequest::Ask(milliseconds ms) {
+  if (ended_) return true;
+  std::shared_lock alive(core_->lifetime);
+  RequestStatus st;
+  Status s;
+  if (core_->closed) {
+    st.state = RequestState::kCanceled;
+    st.status = Status(StatusCode::kCanceled, "the engine was closed");
+  } else {
+    s = ms.count() == 0 ? core_->engine.GetTransferStatus(handle_, &st)
+                        : core_->engine.Wait(handle_, ms, &st);
+    if (st.state == RequestState::kWaiting) {
+      if (s.ok() || s.code() == StatusCode::kTimeout) return false;
+      st.state = RequestState::kFailed;  // (a handle the engine does not know: a bug)
+      st.status = s;
+    }
+  }
+  final_ = std::move(st);
+  ended_ = true;
+  return true;
+}
+
+bool PyRequest::WaitFor(milliseconds ms) {
+  if (ended_) return true;
+  pybind11::gil_scoped_release nogil;
+  std::unique_lock lock(mu_, std::defer_lock);
+  if (!lock.try_lock_for(ms)) return false;  // another thread is waiting for it
+  return Ask(ms);
+}
+
+bool PyRequest::Wait(pyb::handle timeout) {
+  // None: until it ends (its own deadline bounds that), in steps that let Ctrl-C through.
+  const bool forever = timeout.is_none();
+  const milliseconds ms = forever ? milliseconds(200) : ToTimeout(timeout, milliseconds(0));
+  bool ended;
+  while (!(ended = WaitFor(ms)) && forever) {
+    if (PyErr_CheckSignals() != 0) throw pyb::error_already_set();
+  }
+  if (!ended) return false;
+  if (final_.state == RequestState::kCompleted) return true;
+  Raise(final_.status, &final_.landed);
+}
+
+RequestState PyRequest::State() {
+  if (!ended_) {
+    std::unique_lock lock(mu_, std::try_to_lock);  // busy: another thread is waiting for it
+    if (!lock || !Ask(milliseconds(0))) return RequestState::kWaiting;
+  }
+  return final_.state;
+}
+
+void PyRequest::Cancel() {
+  std::shared_lock alive(core_->lifetime);
+  if (ended_ || core_->closed) return;
+  (void)core_->engine.Cancel(handle_);  // (a request that just ended: ok, nothing changes)
+}
+
+std::vector<uint64_t> PyRequest::Landed() const {
+  return ended_ ? final_.landed : std::vector<uint64_t>{};
+}
+
+// ---- Engine
+
+PyEngine::PyEngine(const std::string& name, const pyb::kwargs& options)
+    : core_(std::make_shared<Core>()) {
+  const EngineOptions o = ParseOptions(options, &core_->timeout);
+  Check(core_->Call([&](Engine& e) { return e.Initialize(name, o); }));
+  core_->name = core_->engine.LocalName();
+}
+
+PyEngine::~PyEngine() {
+  try {
+    core_->buffer_views = 0;  // collected: nothing here can hold a view any more
+    Close();
+  } catch (...) {
+  }
+}
+
+void PyEngine::Close() {
+  if (core_->closed) return;
+  if (core_->buffer_views > 0) {
+    throw pyb::buffer_error("cannot close the engine while " +
+                            std::to_string(core_->buffer_views.load()) +
+                            " view(s) of its alloc() buffers are alive (del them first)");
+  }
+  pyb::gil_scoped_release nogil;
+  std::unique_lock lock(core_->lifetime);  // waits for calls in other threads to return
+  if (core_->closed) return;
+  core_->engine.Finalize();
+  core_->closed = true;
+  std::lock_guard orphans(core_->orphans_mu);
+  core_->orphans.clear();
+}
+
+bool PyEngine::Closed() { return core_->closed; }
+
+namespace {
+
+std::optional<std::string> NotifyMessage(pyb::handle notify) {
+  if (notify.is_none()) return std::nullopt;
+  if (PyBytes_Check(notify.ptr())) return notify.cast<std::string>();
+  if (PyUnicode_Check(notify.ptr())) return notify.cast<std::string>();  // UTF-8
+  if (PyByteArray_Check(notify.ptr()) || PyMemoryView_Check(notify.ptr())) {
+    return pyb::bytes(pyb::reinterpret_borrow<pyb::object>(notify)).cast<std::string>();
+  }
+  RaiseInvalid("notify must be bytes or str");
+}
+
+void Transfer(PyEngine& self, Op op, const std::string& peer, pyb::handle descs, pyb::handle local,
+              pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
+  const std::vector<TransferDesc> d = ToDescs(descs, local, remote, length);
+  const milliseconds t = ToTimeout(timeout, self.core()->timeout);
+  TransferOptions options;
+  options.notify = NotifyMessage(notify);
+  RequestStatus result;
+  const Status st = self.core()->Call(
+      [&](Engine& e) { return e.TransferSync(peer, op, d, t, options, &result); });
+  if (!st.ok()) Raise(st, &result.landed);
+}
+
+std::unique_ptr<PyRequest> TransferAsync(PyEngine& self, Op op, const std::string& peer,
+                                         pyb::handle descs, pyb::handle local, pyb::handle remote,
+                                         pyb::handle length, pyb::handle timeout,
+                                         pyb::handle notify) {
+  const std::shared_ptr<Core>& core = self.core();
+  const std::vector<TransferDesc> d = ToDescs(descs, local, remote, length);
+  const milliseconds t = ToTimeout(timeout, core->timeout);
+  TransferOptions options;
+  options.notify = NotifyMessage(notify);
+  RequestHandle handle = 0;
+  Check(core->Call([&](Engine& e) {
+    core->ReapOrphans();
+    return e.TransferAsync(peer, op, d, t, options, &handle);
+  }));
+  return std::make_unique<PyRequest>(core, handle);
+}
+
+pyb::list Notifications(const std::vector<Notification>& v) {
+  pyb::list out;
+  for (const auto& n : v) out.append(pyb::cast(n));
+  return out;
+}
+
+constexpr const char* kTransferDoc = R"(Moves the descriptors' bytes; returns once every byte landed.
+
+descs: a list of (local_addr, remote_addr, len) triples or an (N, 3) integer array; or give
+local=, remote= and length= as three integer arrays (length may be one int for all).
+timeout: seconds (None: the engine's default). notify: bytes or str delivered to the peer after
+the data (its get_notifies()); the call returns once the peer queued it.
+Raises an XferError subclass on failure; its .landed lists the descriptors that landed whole.)";
+
+}  // namespace
+
+void BindEngine(pyb::module_& m) {
+  pyb::enum_<RequestState>(m, "State", "How a request stands (Request.status()).")
+      .value("WAITING", RequestState::kWaiting)
+      .value("COMPLETED", RequestState::kCompleted)
+      .value("FAILED", RequestState::kFailed)
+      .value("TIMEOUT", RequestState::kTimeout)
+      .value("CANCELED", RequestState::kCanceled);
+
+  pyb::class_<Notification>(m, "Notification", "A notification as its target receives it.")
+      .def_readonly("sender", &Notification::sender, "the sender's name (PeerInfo.name)")
+      .def_readonly("sender_incarnation", &Notification::sender_incarnation,
+                    "random per sender start: tells a restarted sender apart")
+      .def_property_readonly("message", [](const Notification& n) { return pyb::bytes(n.message); })
+      .def("__repr__", [](const Notification& n) {
+        return "<xfer.Notification from " + n.sender + ": " + std::to_string(n.message.size()) + " bytes>";
+      });
+
+  pyb::class_<RegionInfo>(m, "RegionInfo", "A region as a peer advertises it.")
+      .def_readonly("addr", &RegionInfo::addr)
+      .def_readonly("len", &RegionInfo::len)
+      .def_property_readonly("kind", [](const RegionInfo& r) { return std::string(MemTypeName(r.type)); })
+      .def_readonly("device", &RegionInfo::device)
+      .def_readonly("tag", &RegionInfo::tag)
+      .def_readonly("shared", &RegionInfo::shared, "allocated by the peer's alloc(): same-host peers map it")
+      .def("__repr__", [](const RegionInfo& r) {
+        return "<xfer.RegionInfo " + std::string(MemTypeName(r.type)) + " addr=0x" +
+               pyb::str("{:x}").format(r.addr).cast<std::string>() + " len=" + std::to_string(r.len) +
+               (r.tag.empty() ? "" : " tag=" + r.tag) + ">";
+      });
+
+  pyb::class_<PeerInfo>(m, "PeerInfo", "What the engine knows about a connected peer.")
+      .def_readonly("name", &PeerInfo::name)
+      .def_readonly("incarnation", &PeerInfo::incarnation)
+      .def_readonly("host_id", &PeerInfo::host_id)
+      .def_readonly("pid", &PeerInfo::pid)
+      .def_readonly("transport", &PeerInfo::transport, "the link chosen for this peer")
+      .def_readonly("outbound", &PeerInfo::outbound)
+      .def_readonly("routes", &PeerInfo::routes, "the backends that reach the peer, best first")
+      .def_property_readonly("moved", [](const PeerInfo& p) {
+        pyb::dict d;
+        for (const auto& mv : p.moved) d[pyb::str(mv.path)] = mv.bytes;
+        return d;
+      }, "bytes moved to or from the peer, by route (and \"staged\")")
+      .def("__repr__", [](const PeerInfo& p) {
+        return "<xfer.PeerInfo " + p.name + " via " + p.transport + ">";
+      });
+
+  pyb::class_<PyRequest>(m, "Request", R"(An asynchronous transfer (Engine.read_async, write_async).
+
+wait(timeout=None) returns True once it completed, raises its error when it failed, and returns
+False when it is still running after timeout seconds. `await request` waits in asyncio.)")
+      .def("wait", &PyRequest::Wait, pyb::arg("timeout") = pyb::none())
+      .def("status", &PyRequest::State, "WAITING until it ends; never raises for its failure")
+      .def("done", &PyRequest::Done)
+      .def("cancel", &PyRequest::Cancel,
+           "Drops its batches not yet started; it then ends CANCELED (COMPLETED if every byte had moved).")
+      .def_property_readonly("landed", &PyRequest::Landed,
+                             "after it ended other than COMPLETED: the descriptors that landed whole");
+
+  pyb::class_<PyEngine>(m, "Engine", "The engine (see xfer.Engine).")
+      .def(pyb::init<const std::string&, const pyb::kwargs&>(), pyb::arg("name"))
+      .def("close", &PyEngine::Close)
+      .def_property_readonly("closed", &PyEngine::Closed)
+      .def_property_readonly("name", [](PyEngine& self) { return self.core()->name; },
+                             "the bound name, e.g. \"127.0.0.1:41234\": peers connect to it")
+      .def_property_readonly("timeout", [](PyEngine& self) {
+        return std::chrono::duration<double>(self.core()->timeout).count();
+      }, "seconds: the timeout of calls given none")
+      .def("connect", [](PyEngine& self, const std::string& peer, pyb::handle timeout) {
+        const milliseconds t = ToTimeout(timeout, self.core()->timeout);
+        Check(self.core()->Call([&](Engine& e) { return e.Connect(peer, t); }));
+      }, pyb::arg("peer"), pyb::arg("timeout") = pyb::none())
+      .def("disconnect", [](PyEngine& self, const std::string& peer) {
+        Check(self.core()->Call([&](Engine& e) { return e.Disconnect(peer); }));
+      }, pyb::arg("peer"))
+      .def("peer_info", [](PyEngine& self, const std::string& peer) {
+        PeerInfo info;
+        Check(self.core()->Call([&](Engine& e) { return e.GetPeerInfo(peer, &info); }));
+        return info;
+      }, pyb::arg("peer"))
+      .def("remote_regions", [](PyEngine& self, const std::string& peer) {
+        std::vector<RegionInfo> regions;
+        Check(self.core()->Call([&](Engine& e) { return e.GetRemoteRegions(peer, &regions); }));
+        return regions;
+      }, pyb::arg("peer"), "The peer's registered regions, as of now (one control round trip).")
+      .def("_register_range", [](PyEngine& self, uint64_t addr, uint64_t len, const std::string& kind,
+                                 const std::string& tag, pyb::object keep) {
+        return RegisterRange(self.core(), addr, len, ParseKind(kind), tag, std::move(keep));
+      })
+      .def("_register_buffer", [](PyEngine& self, pyb::handle obj, const std::string& tag) {
+        return RegisterBuffer(self.core(), obj, tag);
+      })
+      .def("_alloc", [](PyEngine& self, uint64_t len, const std::string& kind, const std::string& tag,
+                        bool huge_pages, int32_t device) {
+        AllocOptions o;
+        o.huge_pages = huge_pages;
+        o.device = device;
+        return Allocate(self.core(), len, ParseKind(kind), tag, o);
+      })
+      .def("read", [](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local,
+                      pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
+        Transfer(self, Op::kRead, peer, descs, local, remote, length, timeout, notify);
+      }, pyb::arg("peer"), pyb::arg("descs") = pyb::none(), pyb::kw_only(), pyb::arg("local") = pyb::none(),
+         pyb::arg("remote") = pyb::none(), pyb::arg("length") = pyb::none(),
+         pyb::arg("timeout") = pyb::none(), pyb::arg("notify") = pyb::none(),
+         (std::string("READ: peer's memory → local memory. ") + kTransferDoc).c_str())
+      .def("write", [](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local,
+                       pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
+        Transfer(self, Op::kWrite, peer, descs, local, remote, length, timeout, notify);
+      }, pyb::arg("peer"), pyb::arg("descs") = pyb::none(), pyb::kw_only(), pyb::arg("local") = pyb::none(),
+         pyb::arg("remote") = pyb::none(), pyb::arg("length") = pyb::none(),
+         pyb::arg("timeout") = pyb::none(), pyb::arg("notify") = pyb::none(),
+         (std::string("WRITE: local memory → peer's memory. ") + kTransferDoc).c_str())
+      .def("read_async", [](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local,
+                            pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
+        return TransferAsync(self, Op::kRead, peer, descs, local, remote, length, timeout, notify);
+      }, pyb::arg("peer"), pyb::arg("descs") = pyb::none(), pyb::kw_only(), pyb::arg("local") = pyb::none(),
+         pyb::arg("remote") = pyb::none(), pyb::arg("length") = pyb::none(),
+         pyb::arg("timeout") = pyb::none(), pyb::arg("notify") = pyb::none(),
+         "Starts a READ (arguments as read()) whose deadline is now + timeout; returns a Request. "
+         "Bad input raises at once. The local memory must stay valid until the request ends.")
+      .def("write_async", [](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local,
+                             pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
+        return TransferAsync(self, Op::kWrite, peer, descs, local, remote, length, timeout, notify);
+      }, pyb::arg("peer"), pyb::arg("descs") = pyb::none(), pyb::kw_only(), pyb::arg("local") = pyb::none(),
+         pyb::arg("remote") = pyb::none(), pyb::arg("length") = pyb::none(),
+         pyb::arg("timeout") = pyb::none(), pyb::arg("notify") = pyb::none(),
+         "Starts a WRITE (arguments as write()); returns a Request.")
+      .def("send_notify", [](PyEngine& self, const std::string& peer, pyb::handle message, pyb::handle timeout) {
+        const std::string msg = *NotifyMessage(message.is_none() ? pyb::str("") : message);
+        const milliseconds t = ToTimeout(timeout, self.core()->timeout);
+        Check(self.core()->Call([&](Engine& e) { return e.SendNotify(peer, msg, t); }));
+      }, pyb::arg("peer"), pyb::arg("message"), pyb::arg("timeout") = pyb::none(),
+         "Sends a notification not tied to a transfer; returns once the peer queued it.")
+      .def("get_notifies", [](PyEngine& self) {
+        std::vector<Notification> v;
+        Check(self.core()->Call([&](Engine& e) { return e.GetNotifies(&v); }));
+        return Notifications(v);
+      }, "Takes every notification queued here, oldest first (a list, maybe empty).")
+      .def("wait_notifies", [](PyEngine& self, pyb::handle timeout) {
+        std::vector<Notification> v;
+        const milliseconds t = ToTimeout(timeout, self.core()->timeout);
+        const Status st = self.core()->Call([&](Engine& e) { return e.WaitNotifies(&v, t); });
+        if (!st.ok() && st.code() != StatusCode::kTimeout) Raise(st);
+        return Notifications(v);
+      }, pyb::arg("timeout") = pyb::none(),
+         "get_notifies(), once at least one is queued; an empty list when none came within timeout.");
+}
+
+}  // namespace xfer::py

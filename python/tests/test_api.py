@@ -1,0 +1,158 @@
+"""The package's own behaviour in one process: options, memory, descriptors, lifetime."""
+
+import array
+import asyncio
+
+import numpy as np
+import pytest
+
+import xfer
+
+
+@pytest.fixture
+def engine():
+    with xfer.Engine("127.0.0.1:0") as e:
+        yield e
+
+
+def test_options_are_checked_by_name_and_type():
+    with pytest.raises(xfer.InvalidArgumentError, match="unknown engine option \"tcp_linx\""):
+        xfer.Engine("127.0.0.1", tcp_linx=4)
+    with pytest.raises(xfer.InvalidArgumentError, match="tcp_links must be an integer"):
+        xfer.Engine("127.0.0.1", tcp_links="4")
+    with pytest.raises(xfer.InvalidArgumentError, match="staging must be"):
+        xfer.Engine("127.0.0.1", staging="sometimes")
+    with pytest.raises(xfer.InvalidArgumentError):  # out of the engine's range (1..64)
+        xfer.Engine("127.0.0.1", tcp_links=0)
+    with pytest.raises(xfer.InvalidArgumentError):
+        xfer.Engine("not a host name:99999")
+    with xfer.Engine("127.0.0.1", timeout=2.5, heartbeat_timeout=5, tcp_links=3) as e:
+        assert e.timeout == 2.5
+    assert "tcp_links" in xfer.option_names() and "timeout" in xfer.option_names()
+
+
+def test_an_engine_closes_once_and_refuses_calls_after(engine):
+    name = engine.name
+    assert name.startswith("127.0.0.1:") and not engine.closed
+    engine.close()
+    engine.close()
+    assert engine.closed and "closed" in repr(engine)
+    with pytest.raises(xfer.InvalidArgumentError, match="closed"):
+        engine.connect(name)
+
+
+def test_register_accepts_what_users_have(engine):
+    a = np.zeros(4096, np.float32)
+    r = engine.register(a, tag="np")
+    assert (r.addr, r.len, r.kind, r.tag) == (a.ctypes.data, a.nbytes, "host", "np") and r.registered
+    b = bytearray(100)
+    assert engine.register(b).len == 100
+    with pytest.raises(BufferError):
+        b.extend(b"x")  # registered memory cannot move
+    assert engine.register(array.array("d", [0.0] * 8)).len == 64
+    raw = np.zeros(64, np.uint8)
+    assert engine.register((raw.ctypes.data, 64, "host")).len == 64
+
+    class Interface:  # only __array_interface__
+        def __init__(self, arr):
+            self.arr = arr
+            self.__array_interface__ = arr.__array_interface__
+
+    assert engine.register(Interface(np.zeros((4, 4), np.int64))).len == 128
+    engine.deregister(r)
+    assert not r.registered
+    engine.deregister(r)  # twice: nothing
+
+
+def test_register_refuses_what_peers_could_not_safely_use(engine):
+    with pytest.raises(xfer.InvalidArgumentError, match="writable"):
+        engine.register(b"immutable bytes")
+    with pytest.raises((xfer.InvalidArgumentError, ValueError), match="contiguous"):
+        engine.register(np.zeros((8, 8))[:, ::2])
+    with pytest.raises(TypeError, match="cannot register a int"):
+        engine.register(5)
+    with pytest.raises(ValueError, match="memory kind"):
+        engine.register((1, 2, "disk"))
+    with pytest.raises(xfer.InvalidArgumentError):
+        engine.register(bytearray())  # zero length
+
+
+def test_alloc_gives_memory_numpy_reads_without_a_copy(engine):
+    buf = engine.alloc(1 << 16, tag="pool")
+    assert (buf.len, buf.kind, buf.tag) == (1 << 16, "host", "pool")
+    view = np.frombuffer(buf, np.uint32)
+    assert view.size == 1 << 14 and not view.any()  # zeroed
+    view[:] = 7
+    assert np.asarray(buf)[:4].tolist() == [7, 0, 0, 0]
+    with pytest.raises(BufferError, match="view"):
+        buf.free()
+    with pytest.raises(BufferError, match="view"):
+        engine.close()
+    del view
+    buf.free()
+    assert buf.freed
+    with pytest.raises(BufferError, match="freed"):
+        memoryview(buf)
+
+
+def test_transfers_within_one_engine_and_descriptor_forms(engine):
+    buf = engine.alloc(1 << 20)
+    dst = np.frombuffer(buf, np.uint8)
+    src = np.arange(1 << 20, dtype=np.uint64).astype(np.uint8)
+    me = engine.name
+    engine.write(me, [(src.ctypes.data, buf.addr, 1000)])
+    engine.write(me, [[src.ctypes.data + 1000, buf.addr + 1000, 1000]])
+    triples = np.array([[src.ctypes.data + 2000, buf.addr + 2000, 1000]], np.uint64)
+    engine.write(me, triples)
+    engine.write(me, local=[src.ctypes.data + 3000], remote=np.array([buf.addr + 3000], np.int64),
+                 length=np.int64(1000))
+    assert np.array_equal(dst[:4000], src[:4000])
+    with pytest.raises(xfer.InvalidArgumentError, match="shape"):
+        engine.write(me, np.zeros((2, 2), np.uint64))
+    with pytest.raises(xfer.InvalidArgumentError, match="not both"):
+        engine.write(me, [(src.ctypes.data, buf.addr, 1)], local=[1], remote=[1], length=1)
+    with pytest.raises(xfer.InvalidArgumentError, match="all three"):
+        engine.write(me, local=[1])
+    with pytest.raises(xfer.InvalidArgumentError, match="notify must be"):
+        engine.write(me, [(src.ctypes.data, buf.addr, 1)], notify=5)
+    del dst
+
+
+def test_notifications_to_self_and_wait_timeout(engine):
+    assert engine.get_notifies() == [] and engine.wait_notifies(timeout=0.01) == []
+    engine.send_notify(engine.name, "hello")
+    (n,) = engine.wait_notifies(timeout=5)
+    assert (n.sender, n.message) == (engine.name, b"hello") and n.sender_incarnation != 0
+
+
+def test_requests_end_canceled_when_the_engine_closes():
+    e = xfer.Engine("127.0.0.1:0")
+    buf = e.alloc(1 << 20)
+    src = np.zeros(1 << 20, np.uint8)
+    r = e.write_async(e.name, [(src.ctypes.data, buf.addr, 1 << 20)])
+    e.close()
+    try:
+        r.wait(5)  # it may have completed first
+    except xfer.CanceledError:
+        pass
+    assert r.done()
+
+
+def test_asyncio_await_of_a_failed_request_raises(engine):
+    buf = engine.alloc(4096)
+    src = np.zeros(8192, np.uint8)
+
+    async def run():
+        return await engine.write_async(engine.name, [(src.ctypes.data, buf.addr, 8192)])
+
+    with pytest.raises(xfer.RemoteAccessDeniedError):
+        asyncio.run(run())
+
+
+def test_help_reads_well():
+    text = xfer.Engine.__doc__ + xfer.Engine.write.__doc__ + xfer.Engine.register.__doc__
+    for words in ("context manager", "local_addr", "notify", "buffer protocol", "GIL"):
+        assert words in text
+    for cls in (xfer.TimeoutError, xfer.ConnectionLostError, xfer.RemoteAccessDeniedError):
+        assert issubclass(cls, xfer.XferError) and cls.__doc__
+    assert issubclass(xfer.TimeoutError, TimeoutError) and issubclass(xfer.ConnectionLostError, ConnectionError)

@@ -1,0 +1,203 @@
+"""Transfers between this process and a peer process, over shm, cma, tcp and ucx."""
+
+import asyncio
+import hashlib
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import xfer
+
+SIZES = [1, 7, 4096, 65537, 1 << 20, 64 << 20]
+
+
+def sha(a):
+    return hashlib.sha1(a.tobytes()).hexdigest()
+
+
+def random_bytes(n, seed):
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+
+
+def test_round_trips_of_random_data(pair):
+    engine, peer, route = pair
+    for i, n in enumerate(SIZES):
+        src, back = random_bytes(n, i), np.zeros(n, np.uint8)
+        engine.write(peer.name, [(src.ctypes.data, peer.addr, n)])
+        assert peer.sha(0, n) == sha(src), f"{n} bytes written"
+        engine.read(peer.name, [(back.ctypes.data, peer.addr, n)])
+        assert np.array_equal(back, src), f"{n} bytes read back"
+    moved = engine.peer_info(peer.name).moved
+    assert moved.get(route, 0) >= 2 * sum(SIZES), moved
+
+
+def test_a_hundred_thousand_descriptors_from_numpy_arrays(pair):
+    engine, peer, _ = pair
+    n, block = 100_000, 512  # 100,000 descriptors over 48.8 MiB, in a shuffled order
+    src = random_bytes(n * block, 1)
+    order = np.random.default_rng(2).permutation(n).astype(np.uint64)
+    local = src.ctypes.data + order * block
+    remote = peer.addr + np.arange(n, dtype=np.uint64) * block
+    engine.write(peer.name, local=local, remote=remote, length=block)
+    expected = src.reshape(n, block)[order].reshape(-1)
+    assert peer.sha(0, n * block) == sha(expected)
+    back = np.zeros_like(src)
+    engine.read(peer.name, local=back.ctypes.data + order * block, remote=remote,
+                length=np.full(n, block, np.int64))
+    assert np.array_equal(back, src)
+
+
+def test_async_requests_and_asyncio(pair):
+    engine, peer, _ = pair
+    src = random_bytes(8 << 20, 3)
+    requests = [engine.write_async(peer.name, [(src.ctypes.data + k * (1 << 20), peer.addr + k * (1 << 20), 1 << 20)])
+                for k in range(8)]
+    assert all(r.wait(30) for r in requests)
+    assert all(r.done() and r.status() == xfer.State.COMPLETED for r in requests)
+    assert peer.sha(0, 8 << 20) == sha(src)
+
+    async def read_back():
+        back = np.zeros_like(src)
+        done = await asyncio.gather(*[engine.read_async(peer.name, [(back.ctypes.data + k * (1 << 20), peer.addr + k * (1 << 20), 1 << 20)])
+                                      for k in range(8)])
+        return done, back
+
+    done, back = asyncio.run(read_back())
+    assert done == [True] * 8 and np.array_equal(back, src)
+
+
+def long_write(engine, peer, timeout, notify=None):
+    """A request of 8 GiB (one 256 KiB descriptor per batch, over the peer's 64 MiB, 128 times)."""
+    block, blocks = 256 << 10, 256
+    src = random_bytes(block * blocks, 4)
+    k = np.arange(128 * blocks, dtype=np.uint64) % blocks
+    request = engine.write_async(peer.name, local=src.ctypes.data + k * block, remote=peer.addr + k * block,
+                                 length=block, timeout=timeout, notify=notify)
+    return request, src
+
+
+def wait_until_moving(engine, peer, route, nbytes=1 << 20):
+    until = time.monotonic() + 20
+    while engine.peer_info(peer.name).moved.get(route, 0) < nbytes:
+        assert time.monotonic() < until, "the request did not start moving"
+        time.sleep(0.0005)
+
+
+def test_cancel_and_deadline(pair):
+    engine, peer, route = pair
+    request, _ = long_write(engine, peer, timeout=60)
+    wait_until_moving(engine, peer, route)
+    request.cancel()
+    with pytest.raises(xfer.CanceledError) as e:
+        request.wait(30)
+    assert request.status() == xfer.State.CANCELED
+    assert 0 < len(e.value.landed) < 128 * 256 and e.value.landed == request.landed
+
+    request, _ = long_write(engine, peer, timeout=0.05)
+    with pytest.raises(xfer.TimeoutError) as e:
+        request.wait(30)
+    assert isinstance(e.value, TimeoutError) and e.value.code == "TIMEOUT"
+    assert request.status() == xfer.State.TIMEOUT
+    with pytest.raises(xfer.TimeoutError):  # asked again: the same answer, at once
+        request.wait(0)
+
+
+def test_a_short_wait_is_not_a_failure(pair):
+    engine, peer, route = pair
+    request, _ = long_write(engine, peer, timeout=60)
+    assert request.wait(0.001) is False and not request.done()
+    request.cancel()
+    with pytest.raises(xfer.CanceledError):
+        request.wait()
+
+
+def test_errors_map_to_exceptions(pair):
+    engine, peer, _ = pair
+    a = np.zeros(4096, np.uint8)
+    with pytest.raises(xfer.RemoteAccessDeniedError) as e:
+        engine.write(peer.name, [(a.ctypes.data, peer.addr + peer.len - 100, 4096)])
+    assert isinstance(e.value, PermissionError) and "registered region" in str(e.value)
+    with pytest.raises(xfer.NotConnectedError) as e:
+        engine.read("127.0.0.1:1", [(a.ctypes.data, 0, 1)])
+    assert isinstance(e.value, ConnectionError)
+    with pytest.raises(xfer.InvalidArgumentError):
+        engine.write(peer.name, [(a.ctypes.data, peer.addr, 0)])
+    with pytest.raises(xfer.InvalidArgumentError):
+        engine.write(peer.name, [(a.ctypes.data, peer.addr)])
+    with pytest.raises(xfer.InvalidArgumentError):
+        engine.write(peer.name, local=[a.ctypes.data], remote=[peer.addr, peer.addr], length=1)
+    with pytest.raises(xfer.InvalidArgumentError):
+        engine.write(peer.name, local=np.array([1.5]), remote=[peer.addr], length=1)
+    with pytest.raises(xfer.InvalidArgumentError):
+        engine.write(peer.name, local=np.array([-1]), remote=[peer.addr], length=1)
+    with pytest.raises(xfer.AlreadyConnectedError):
+        engine.connect(peer.name)
+
+
+@pytest.mark.parametrize("transport", ["cma", "tcp", "ucx"], indirect=True)
+def test_a_peer_killed_mid_transfer(pair):
+    engine, peer, route = pair
+    request, _ = long_write(engine, peer, timeout=60, notify="never")
+    wait_until_moving(engine, peer, route)
+    peer.kill()
+    with pytest.raises(xfer.ConnectionLostError) as e:
+        request.wait(30)
+    assert isinstance(e.value, ConnectionError)
+    assert request.status() == xfer.State.FAILED and 0 < len(request.landed) < 128 * 256
+    with pytest.raises((xfer.ConnectionLostError, xfer.NotConnectedError)):
+        engine.write(peer.name, [(0, peer.addr, 1)])
+
+
+def test_notifications_come_after_the_data_in_order(pair):
+    engine, peer, _ = pair
+    src = random_bytes(1 << 20, 5)
+    for k in range(100):
+        engine.write(peer.name, [(src.ctypes.data, peer.addr, 1 << 20)], notify=f"block {k}")
+    engine.send_notify(peer.name, b"\x00binary\xff")
+    got = peer.call("notifies", 101, 30)["notifies"]
+    assert [bytes.fromhex(m) for _, _, m in got] == [f"block {k}".encode() for k in range(100)] + [b"\x00binary\xff"]
+    assert {s for s, _, _ in got} == {engine.name}
+    async_ = [engine.write_async(peer.name, [(src.ctypes.data, peer.addr, 4096)], notify=b"a") for _ in range(10)]
+    assert all(r.wait(30) for r in async_)
+    assert len(peer.call("notifies", 10, 30)["notifies"]) == 10
+    with pytest.raises(xfer.InvalidArgumentError):
+        engine.send_notify(peer.name, "x" * 4097)
+
+
+def test_many_python_threads_transfer_at_once(pair):
+    engine, peer, _ = pair
+    threads, rounds, chunk = 8, 50, 64 << 10
+    errors = []
+
+    def work(t):
+        src, back = random_bytes(chunk, 10 + t), np.zeros(chunk, np.uint8)
+        mine = peer.addr + t * chunk
+        try:
+            for _ in range(rounds):
+                engine.write(peer.name, [(src.ctypes.data, mine, chunk)])
+                engine.read(peer.name, [(back.ctypes.data, mine, chunk)])
+                assert np.array_equal(back, src)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join(120)
+    assert not errors, errors
+
+
+def test_torch_tensors_as_users_pass_them(pair):
+    torch = pytest.importorskip("torch")
+    engine, peer, _ = pair
+    src = torch.arange(1 << 18, dtype=torch.float32)  # 1 MiB
+    engine.register(src)
+    engine.write(peer.name, [(src.data_ptr(), peer.addr, src.numel() * src.element_size())])
+    back = torch.zeros_like(src)
+    region = engine.register(back, tag="kv")
+    assert region.len == 1 << 20 and region.kind == "host"
+    engine.read(peer.name, [(back.data_ptr(), peer.addr, region.len)])
+    assert torch.equal(back, src)

@@ -1,0 +1,108 @@
+"""xfer: one-sided transfers between registered memories, on shm, cma, tcp, UCX and CUDA.
+
+A process registers memory, connects to peer engines, and READs or WRITEs the peers' registered
+memory while their application does nothing::
+
+    import numpy as np, xfer
+    with xfer.Engine("127.0.0.1:0") as engine:
+        engine.connect("10.0.0.2:5555")
+        region = engine.remote_regions("10.0.0.2:5555")[0]
+        a = np.zeros(1 << 20, np.uint8)
+        engine.register(a)
+        engine.read("10.0.0.2:5555", [(a.ctypes.data, region.addr, a.nbytes)])
+
+docs/python.md has the whole API; errors are XferError subclasses (xfer.TimeoutError...).
+"""
+
+import asyncio as _asyncio
+
+from . import _errors, _memory
+from ._errors import (AlreadyConnectedError, CanceledError, ConnectionLostError, InternalError,
+                      InvalidArgumentError, NotConnectedError, RemoteAccessDeniedError,
+                      ResourceExhaustedError, TimeoutError, UnsupportedError, XferError)
+from ._xfer import (Buffer, Notification, PeerInfo, Region, RegionInfo, Request, State,
+                    option_names)
+from . import _xfer
+
+__version__ = "0.1.0"
+__all__ = [
+    "Engine", "Buffer", "Region", "Request", "State", "Notification", "PeerInfo", "RegionInfo",
+    "XferError", "InvalidArgumentError", "TimeoutError", "NotConnectedError",
+    "AlreadyConnectedError", "UnsupportedError", "ResourceExhaustedError",
+    "RemoteAccessDeniedError", "ConnectionLostError", "CanceledError", "InternalError",
+    "option_names",
+]
+
+_xfer._set_error_classes(_errors.BY_CODE)
+
+
+def _await_request(self):
+    """Waits for the request in asyncio (on the loop's default executor); returns True once it
+    completed, raises its error otherwise."""
+    return _asyncio.get_running_loop().run_in_executor(None, self.wait).__await__()
+
+
+Request.__await__ = _await_request
+
+
+class Engine(_xfer.Engine):
+    """A transfer engine.
+
+    Engine(name, **options): name is "host:port" to listen ("127.0.0.1:0" picks a free port;
+    see .name), or a host alone for an engine that only initiates. options: timeout (seconds,
+    for calls given none; default 30) and the engine options of docs/options.md by flat name,
+    e.g. transport="tcp", tcp_links=4, ucx_mode="on", heartbeat_timeout=3.0 (xfer.option_names()
+    lists them). A context manager: leaving the block closes the engine.
+
+    Every call that can block releases the GIL: many Python threads may transfer at once.
+    """
+
+    def __init__(self, name, **options):
+        super().__init__(name, **options)
+        self._regions = {}  # handle -> Region: registered memory stays owned until deregistered
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"<xfer.Engine {self.name}{' closed' if self.closed else ''}>"
+
+    def close(self):
+        """Says goodbye to peers, fails requests still running (CANCELED) and frees what alloc()
+        gave. Waits for calls in other threads to return. Refused (BufferError) while views of
+        alloc() buffers are alive. Closing twice is fine."""
+        super().close()
+        self._regions.clear()
+
+    def register(self, memory, tag=""):
+        """Registers memory so that peers may READ and WRITE it; returns a Region.
+
+        memory: a numpy array or anything with the buffer protocol (writable, contiguous), an
+        object with __cuda_array_interface__ or __array_interface__, a torch tensor (CPU or
+        CUDA; torch is not imported), or an (addr, len, kind) tuple with kind "host" or "cuda".
+        The engine keeps the object alive until deregister(region)."""
+        addr, length, kind, via_buffer = _memory.resolve(memory)
+        if via_buffer:
+            region = self._register_buffer(memory, tag)
+        else:
+            region = self._register_range(addr, length, kind, tag, memory)
+        self._regions[region.handle] = region
+        return region
+
+    def deregister(self, region):
+        """Waits until connected peers stopped using the region, then forgets it."""
+        handle = region.handle
+        region.deregister()
+        self._regions.pop(handle, None)
+
+    def alloc(self, size, kind="host", tag="", huge_pages=False, device=-1):
+        """Allocates size bytes (zeroed) and registers them; returns a Buffer.
+
+        Host memory is shared with same-host peers, which then move it with memcpy (no system
+        call per transfer); numpy.asarray(buf) or numpy.frombuffer(buf, dtype) view it without
+        a copy. kind="cuda": GPU memory on device (-1: the current one). huge_pages: back it
+        with huge pages where the kernel has them."""
+        return self._alloc(size, _memory._kind(kind), tag, huge_pages, device)

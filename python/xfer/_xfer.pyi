@@ -1,0 +1,97 @@
+"""Type stubs of xfer._xfer, the extension module behind the package xfer."""
+
+import enum
+from typing import Any, Optional, Sequence, Tuple, Union
+
+_Seconds = Optional[float]
+_Message = Union[bytes, str]
+_Descs = Union[Sequence[Tuple[int, int, int]], Any]  # triples, or an (N, 3) integer array
+_Column = Union[Sequence[int], Any]                   # a 1-D integer array or a list of ints
+
+class State(enum.Enum):
+    WAITING: int
+    COMPLETED: int
+    FAILED: int
+    TIMEOUT: int
+    CANCELED: int
+
+class Notification:
+    sender: str
+    sender_incarnation: int
+    message: bytes
+
+class RegionInfo:
+    addr: int
+    len: int
+    kind: str
+    device: int
+    tag: str
+    shared: bool
+
+class PeerInfo:
+    name: str
+    incarnation: int
+    host_id: str
+    pid: int
+    transport: str
+    outbound: bool
+    routes: list[str]
+    moved: dict[str, int]
+
+class Region:
+    addr: int
+    len: int
+    kind: str
+    tag: str
+    handle: int
+    registered: bool
+    def deregister(self) -> None: ...
+    def __len__(self) -> int: ...
+
+class Buffer:
+    addr: int
+    len: int
+    kind: str
+    tag: str
+    handle: int
+    freed: bool
+    __cuda_array_interface__: dict[str, Any]
+    def free(self) -> None: ...
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int) -> memoryview: ...
+
+class Request:
+    landed: list[int]
+    def wait(self, timeout: _Seconds = None) -> bool: ...
+    def status(self) -> State: ...
+    def done(self) -> bool: ...
+    def cancel(self) -> None: ...
+    def __await__(self) -> Any: ...
+
+class Engine:
+    name: str
+    closed: bool
+    timeout: float
+    def __init__(self, name: str, **options: Any) -> None: ...
+    def close(self) -> None: ...
+    def connect(self, peer: str, timeout: _Seconds = None) -> None: ...
+    def disconnect(self, peer: str) -> None: ...
+    def peer_info(self, peer: str) -> PeerInfo: ...
+    def remote_regions(self, peer: str) -> list[RegionInfo]: ...
+    def read(self, peer: str, descs: Optional[_Descs] = None, *, local: Optional[_Column] = None,
+             remote: Optional[_Column] = None, length: Union[int, _Column, None] = None,
+             timeout: _Seconds = None, notify: Optional[_Message] = None) -> None: ...
+    def write(self, peer: str, descs: Optional[_Descs] = None, *, local: Optional[_Column] = None,
+              remote: Optional[_Column] = None, length: Union[int, _Column, None] = None,
+              timeout: _Seconds = None, notify: Optional[_Message] = None) -> None: ...
+    def read_async(self, peer: str, descs: Optional[_Descs] = None, *, local: Optional[_Column] = None,
+                   remote: Optional[_Column] = None, length: Union[int, _Column, None] = None,
+                   timeout: _Seconds = None, notify: Optional[_Message] = None) -> Request: ...
+    def write_async(self, peer: str, descs: Optional[_Descs] = None, *, local: Optional[_Column] = None,
+                    remote: Optional[_Column] = None, length: Union[int, _Column, None] = None,
+                    timeout: _Seconds = None, notify: Optional[_Message] = None) -> Request: ...
+    def send_notify(self, peer: str, message: _Message, timeout: _Seconds = None) -> None: ...
+    def get_notifies(self) -> list[Notification]: ...
+    def wait_notifies(self, timeout: _Seconds = None) -> list[Notification]: ...
+
+def option_names() -> str: ...
