@@ -41,7 +41,8 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 
-.venv/bin/python - "$tmp" "$ROUNDS" >"$tmp/table.md" <<'PY'
+status=0
+.venv/bin/python - "$tmp" "$ROUNDS" >"$tmp/table.md" <<'PY' || status=$?
 import json, statistics, sys
 tmp, rounds = sys.argv[1], int(sys.argv[2])
 names = ["mooncake", "xfer_tcp", "xfer_best"]
@@ -67,7 +68,6 @@ for step, o, agree, g in rows:
     print(f"| {step['step']} | {block} | {result} | {'yes' if agree else 'NO'} | {cell(g['mooncake'])} | {cell(g['xfer_tcp'])} | {ratio} | {cell(g['xfer_best'])} |")
 sys.exit(0 if same else 1)
 PY
-status=$?
 {
   echo "## mooncake: xfer.mooncake against Mooncake's own engine"
   echo

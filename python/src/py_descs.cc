@@ -12,7 +12,7 @@ namespace {
 
 // A Python int (or anything with __index__, such as numpy.int64) as an unsigned 64-bit value.
 uint64_t ToU64(PyObject* o, const char* what, size_t i) {
-  PyObject* index = PyLong_Check(o) ? (Py_INCREF(o), o) : PyNumber_Index(o);
+  PyObject* index = PyBool_Check(o) ? nullptr : PyLong_Check(o) ? (Py_INCREF(o), o) : PyNumber_Index(o);
   if (index == nullptr) {
     PyErr_Clear();
     RaiseInvalid(std::string(what) + "[" + std::to_string(i) + "] is not an integer");
@@ -93,7 +93,7 @@ class IntArray {
 class Column {
  public:
   Column(pyb::handle obj, const char* what, bool scalar_ok) : what_(what) {
-    if (scalar_ok && (PyLong_Check(obj.ptr()) || PyIndex_Check(obj.ptr())) &&
+    if (scalar_ok && (PyLong_Check(obj.ptr()) || PyIndex_Check(obj.ptr()) || PyBool_Check(obj.ptr())) &&
         !PyObject_CheckBuffer(obj.ptr())) {
       scalar_ = ToU64(obj.ptr(), what, 0);
       return;

@@ -61,11 +61,15 @@ bool PyRequest::WaitFor(milliseconds ms) {
 }
 
 bool PyRequest::Wait(pyb::handle timeout) {
-  // None: until it ends (its own deadline bounds that), in steps that let Ctrl-C through.
+  // In slices, so that Ctrl-C gets through and close() need not wait for the whole timeout.
+  // None: until it ends (its own deadline bounds that).
   const bool forever = timeout.is_none();
-  const milliseconds ms = forever ? milliseconds(200) : ToTimeout(timeout, milliseconds(0));
+  const auto deadline = std::chrono::steady_clock::now() + ToTimeout(timeout, milliseconds(0));
   bool ended;
-  while (!(ended = WaitFor(ms)) && forever) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    const milliseconds slice = forever ? Core::kSlice : std::clamp(left, milliseconds(0), Core::kSlice);
+    if ((ended = WaitFor(slice)) || (!forever && left <= slice)) break;  // (the last slice)
     if (PyErr_CheckSignals() != 0) throw pyb::error_already_set();
   }
   if (!ended) return false;
@@ -75,6 +79,7 @@ bool PyRequest::Wait(pyb::handle timeout) {
 
 RequestState PyRequest::State() {
   if (!ended_) {
+    pybind11::gil_scoped_release nogil;
     std::unique_lock lock(mu_, std::try_to_lock);  // busy: another thread is waiting for it
     if (!lock || !Ask(milliseconds(0))) return RequestState::kWaiting;
   }
@@ -82,6 +87,7 @@ RequestState PyRequest::State() {
 }
 
 void PyRequest::Cancel() {
+  pybind11::gil_scoped_release nogil;
   std::shared_lock alive(core_->lifetime);
   if (ended_ || core_->closed) return;
   (void)core_->engine.Cancel(handle_);  // (a request that just ended: ok, nothing changes)
@@ -101,19 +107,23 @@ PyEngine::PyEngine(const std::string& name, const pyb::kwargs& options)
 }
 
 PyEngine::~PyEngine() {
+  // (Buffers keep the Engine object alive, so no view should be left; if one is, the memory
+  // stays mapped: leaving the engine running beats unmapping memory under a view.)
+  if (core_->buffer_views > 0) return;
   try {
-    core_->buffer_views = 0;  // collected: nothing here can hold a view any more
     Close();
   } catch (...) {
   }
 }
 
 void PyEngine::Close() {
-  if (core_->closed) return;
-  if (core_->buffer_views > 0) {
-    throw pyb::buffer_error("cannot close the engine while " +
-                            std::to_string(core_->buffer_views.load()) +
-                            " view(s) of its alloc() buffers are alive (del them first)");
+  if (!core_->closing) {  // (with the GIL: no view can be taken between the check and the flag)
+    if (core_->buffer_views > 0) {
+      throw pyb::buffer_error("cannot close the engine while " +
+                              std::to_string(core_->buffer_views.load()) +
+                              " view(s) of its alloc() buffers are alive (del them first)");
+    }
+    core_->closing = true;
   }
   pyb::gil_scoped_release nogil;
   std::unique_lock lock(core_->lifetime);  // waits for calls in other threads to return
@@ -132,10 +142,12 @@ std::optional<std::string> NotifyMessage(pyb::handle notify) {
   if (notify.is_none()) return std::nullopt;
   if (PyBytes_Check(notify.ptr())) return notify.cast<std::string>();
   if (PyUnicode_Check(notify.ptr())) return notify.cast<std::string>();  // UTF-8
-  if (PyByteArray_Check(notify.ptr()) || PyMemoryView_Check(notify.ptr())) {
-    return pyb::bytes(pyb::reinterpret_borrow<pyb::object>(notify)).cast<std::string>();
+  if (PyObject_CheckBuffer(notify.ptr())) {  // bytearray, memoryview, a numpy array...
+    auto bytes = pyb::reinterpret_steal<pyb::object>(PyBytes_FromObject(notify.ptr()));
+    if (!bytes) throw pyb::error_already_set();
+    return bytes.cast<std::string>();
   }
-  RaiseInvalid("notify must be bytes or str");
+  RaiseInvalid("a notification must be bytes, str or a bytes-like object");
 }
 
 void Transfer(PyEngine& self, Op op, const std::string& peer, pyb::handle descs, pyb::handle local,
@@ -254,15 +266,16 @@ False when it is still running after timeout seconds. `await request` waits in a
       .def("connect", [](PyEngine& self, const std::string& peer, pyb::handle timeout) {
         const milliseconds t = ToTimeout(timeout, self.core()->timeout);
         Check(self.core()->Call([&](Engine& e) { return e.Connect(peer, t); }));
-      }, pyb::arg("peer"), pyb::arg("timeout") = pyb::none())
+      }, pyb::arg("peer"), pyb::arg("timeout") = pyb::none(),
+         "Opens a session to peer (\"host:port\"); AlreadyConnectedError if there is one.")
       .def("disconnect", [](PyEngine& self, const std::string& peer) {
         Check(self.core()->Call([&](Engine& e) { return e.Disconnect(peer); }));
-      }, pyb::arg("peer"))
+      }, pyb::arg("peer"), "Says goodbye to peer; its requests still running end CONNECTION_LOST.")
       .def("peer_info", [](PyEngine& self, const std::string& peer) {
         PeerInfo info;
         Check(self.core()->Call([&](Engine& e) { return e.GetPeerInfo(peer, &info); }));
         return info;
-      }, pyb::arg("peer"))
+      }, pyb::arg("peer"), "What the engine knows about a connected peer (PeerInfo).")
       .def("remote_regions", [](PyEngine& self, const std::string& peer) {
         std::vector<RegionInfo> regions;
         Check(self.core()->Call([&](Engine& e) { return e.GetRemoteRegions(peer, &regions); }));
@@ -281,7 +294,7 @@ False when it is still running after timeout seconds. `await request` waits in a
         o.huge_pages = huge_pages;
         o.device = device;
         return Allocate(self.core(), len, ParseKind(kind), tag, o);
-      })
+      }, pyb::keep_alive<0, 1>())  // a Buffer keeps its Engine: its memory lives as long
       .def("read", [](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local,
                       pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
         Transfer(self, Op::kRead, peer, descs, local, remote, length, timeout, notify);
@@ -325,7 +338,8 @@ False when it is still running after timeout seconds. `await request` waits in a
       .def("wait_notifies", [](PyEngine& self, pyb::handle timeout) {
         std::vector<Notification> v;
         const milliseconds t = ToTimeout(timeout, self.core()->timeout);
-        const Status st = self.core()->Call([&](Engine& e) { return e.WaitNotifies(&v, t); });
+        const Status st = self.core()->WaitInSlices(
+            t, [&](Engine& e, milliseconds slice) { return e.WaitNotifies(&v, slice); });
         if (!st.ok() && st.code() != StatusCode::kTimeout) Raise(st);
         return Notifications(v);
       }, pyb::arg("timeout") = pyb::none(),

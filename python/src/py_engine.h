@@ -3,10 +3,13 @@
 #pragma once
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <pthread.h>
+
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -15,12 +18,41 @@
 
 namespace xfer::py {
 
+// A readers-writer lock that lets a waiting writer in before new readers. glibc's default
+// prefers readers: waits in several threads, each holding it for a slice, could overlap and
+// keep close() out forever. Readers must not nest (a second shared lock with a writer waiting
+// deadlocks).
+class WriterFirstMutex {
+ public:
+  WriterFirstMutex() {
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&lock_, &a);
+    pthread_rwlockattr_destroy(&a);
+  }
+  ~WriterFirstMutex() { pthread_rwlock_destroy(&lock_); }
+  WriterFirstMutex(const WriterFirstMutex&) = delete;
+  WriterFirstMutex& operator=(const WriterFirstMutex&) = delete;
+  void lock() { pthread_rwlock_wrlock(&lock_); }
+  void unlock() { pthread_rwlock_unlock(&lock_); }
+  void lock_shared() { pthread_rwlock_rdlock(&lock_); }
+  void unlock_shared() { pthread_rwlock_unlock(&lock_); }
+
+ private:
+  pthread_rwlock_t lock_;
+};
+
 // What an Engine, its Requests and its Buffers share. Finalize must not race other calls
-// (engine.h): every call holds `lifetime` shared, Close holds it alone.
+// (engine.h): every call holds `lifetime` shared, Close holds it alone. Waits hold it for 200 ms
+// at a time (WaitInSlices), so close() waits for them that long at most.
 struct Core {
+  static constexpr std::chrono::milliseconds kSlice{200};
   Engine engine;
-  std::shared_mutex lifetime;
-  std::atomic<bool> closed{false};  // set under lifetime held alone
+  WriterFirstMutex lifetime;
+  std::atomic<bool> closing{false};  // set with the GIL held when close() begins: no new call
+                                     // or view of alloc() memory is allowed from then on
+  std::atomic<bool> closed{false};   // set under lifetime held alone, after Finalize
   std::chrono::milliseconds timeout{30000};  // for calls given none
   std::string name;                          // LocalName(), kept for after close
   std::atomic<int64_t> buffer_views{0};      // live views of this engine's alloc() buffers
@@ -28,13 +60,28 @@ struct Core {
   std::vector<RequestHandle> orphans;  // requests whose Python object died before they ended
   size_t reap_at = 64;                 // orphans.size() at which the next reap looks at them
 
-  // Runs f(engine) without the GIL; InvalidArgument when the engine is closed.
+  // Runs f(engine) without the GIL; InvalidArgument when the engine is closed or closing.
   template <class F>
   Status Call(F&& f) {
     pybind11::gil_scoped_release nogil;
     std::shared_lock lock(lifetime);
-    if (closed) return Status(StatusCode::kInvalidArgument, "the engine is closed");
+    if (closing) return Status(StatusCode::kInvalidArgument, "the engine is closed");
     return f(engine);
+  }
+  // A wait of up to `total`: f(engine, slice) waits at most slice (<= kSlice) and returns
+  // kTimeout when nothing came; between slices, Ctrl-C (a pending signal) raises and a close()
+  // ends the wait (InvalidArgument, as any call on a closed engine).
+  template <class F>
+  Status WaitInSlices(std::chrono::milliseconds total, F&& f) {
+    const auto deadline = std::chrono::steady_clock::now() + total;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      const auto slice = std::clamp(left, std::chrono::milliseconds(0), kSlice);
+      const Status st = Call([&](Engine& e) { return f(e, slice); });
+      if (st.code() != StatusCode::kTimeout || left <= slice) return st;  // (the last slice)
+      if (PyErr_CheckSignals() != 0) throw pybind11::error_already_set();
+    }
   }
   // Releases the handles of orphans that have ended (Engine::GetTransferStatus does), once
   // there are reap_at of them.
@@ -71,7 +118,8 @@ class PyEngine {
  public:
   PyEngine(const std::string& name, const pybind11::kwargs& options);
   ~PyEngine();
-  // Finalize. Refused (BufferError) while views of alloc() memory are alive.
+  // Finalize. Refused (BufferError) while views of alloc() memory are alive. Calls in other
+  // threads are refused from the start of it; it waits for those running to return.
   void Close();
   bool Closed();
   const std::shared_ptr<Core>& core() const { return core_; }

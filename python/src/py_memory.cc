@@ -39,10 +39,12 @@ void PyRegion::Drop() {
 void PyRegion::Deregister() {
   if (handle_ == 0) return;
   const MemHandle h = handle_;
+  handle_ = 0;  // (with the GIL: another thread's deregister() now does nothing)
   const Status st = core_->Call([&](Engine& e) { return e.DeregisterMem(h); });
-  // A closed engine has forgotten the region already.
-  if (!st.ok() && !(st.code() == StatusCode::kInvalidArgument && core_->closed)) Raise(st);
-  handle_ = 0;
+  if (!st.ok() && !core_->closing) {  // (a closed engine has forgotten the region already)
+    handle_ = h;
+    Raise(st);
+  }
   Drop();
 }
 
@@ -87,9 +89,9 @@ void PyBuffer::Free() {
                             " view(s) of it are alive (del them first)");
   }
   const MemHandle h = handle_;
+  handle_ = 0;  // (with the GIL: from here on no view can be taken)
   const Status st = core_->Call([&](Engine& e) { return e.FreeMem(h); });
-  handle_ = 0;
-  if (!st.ok() && !core_->closed) Raise(st);
+  if (!st.ok() && !core_->closing) Raise(st);  // (closed: Finalize freed it)
 }
 
 int PyBuffer::GetBuffer(PyObject* self, Py_buffer* view, int flags) {
@@ -100,8 +102,8 @@ int PyBuffer::GetBuffer(PyObject* self, Py_buffer* view, int flags) {
     PyErr_SetString(PyExc_BufferError, "not an xfer.Buffer");
     return -1;
   }
-  if (b->handle_ == 0) {
-    PyErr_SetString(PyExc_BufferError, "this xfer.Buffer was freed");
+  if (b->handle_ == 0 || b->core_->closing) {
+    PyErr_SetString(PyExc_BufferError, "this xfer.Buffer was freed (or its engine closed)");
     return -1;
   }
   if (b->type_ != MemType::kHost) {

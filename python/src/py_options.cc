@@ -15,19 +15,27 @@ namespace {
 using Setter = std::function<void(EngineOptions&, pyb::handle)>;
 
 double Seconds(pyb::handle v, const std::string& name) {
-  if (!PyFloat_Check(v.ptr()) && !PyLong_Check(v.ptr())) {
+  // Any real number (int, float, numpy scalars), not a bool.
+  if (PyBool_Check(v.ptr())) RaiseInvalid(name + " must be a number of seconds, not a bool");
+  const double s = PyFloat_AsDouble(v.ptr());
+  if (s == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
     RaiseInvalid(name + " must be a number of seconds");
   }
-  const double s = v.cast<double>();
   if (!(s >= 0) || !std::isfinite(s)) RaiseInvalid(name + " must be a finite number of seconds >= 0");
   return s;
 }
 
 template <class Int>
 Int Integer(pyb::handle v, const std::string& name) {
-  if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr())) RaiseInvalid(name + " must be an integer");
+  // An int or anything with __index__ (numpy integers), not a bool.
+  auto index = PyBool_Check(v.ptr()) ? pyb::object() : pyb::reinterpret_steal<pyb::object>(PyNumber_Index(v.ptr()));
+  if (!index) {
+    PyErr_Clear();
+    RaiseInvalid(name + " must be an integer");
+  }
   try {
-    return v.cast<Int>();
+    return index.cast<Int>();
   } catch (const pyb::cast_error&) {
     RaiseInvalid(name + " is out of range");
   }

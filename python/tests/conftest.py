@@ -5,6 +5,7 @@ import os
 import select
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -22,33 +23,40 @@ TRANSPORTS = {
 }
 
 
-class Peer:
-    """A peer.py process: .name, .addr, .len of its registered memory; .call(cmd...)."""
+class Child:
+    """A child process spoken to in JSON lines: send(obj), recv(timeout); every read is bounded
+    (it reads the pipe itself: a buffered reader's lines are invisible to select), and close()
+    always ends the process."""
 
-    def __init__(self, memory="alloc", nbytes=1 << 20, options=None, env=None):
-        args = [sys.executable, os.path.join(HERE, "peer.py"), "--memory", memory, "--bytes", str(nbytes)]
-        for k, v in (options or {}).items():
-            args += ["--option", f"{k}={v}"]
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    def __init__(self, args, env=None):
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      env={**os.environ, **(env or {})})
-        hello = self._read(30)
-        self.name, self.addr, self.len = hello["name"], hello["addr"], hello["len"]
+        self._fd, self._buf = self.proc.stdout.fileno(), b""
 
-    def _read(self, timeout):
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            self.kill()
-            raise RuntimeError(f"peer.py gave no answer in {timeout} s (exit code {self.proc.poll()})")
-        return json.loads(line)
+    def line(self, timeout):
+        """The next line of its output, or raises when none came within timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            chunk = os.read(self._fd, 65536) if left > 0 and select.select([self._fd], [], [], left)[0] else b""
+            if not chunk:
+                self.kill()
+                raise RuntimeError(f"{os.path.basename(self.proc.args[1])} gave no line in {timeout} s "
+                                   f"(exit code {self.proc.poll()})")
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode()
+
+    def recv(self, timeout=60):
+        return json.loads(self.line(timeout))
+
+    def send(self, obj):
+        self.proc.stdin.write((json.dumps(obj) + "\n").encode())
+        self.proc.stdin.flush()
 
     def call(self, *cmd, timeout=60):
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        return self._read(timeout)
-
-    def sha(self, offset, length):
-        return self.call("sha", offset, length)["sha"]
+        self.send(list(cmd))
+        return self.recv(timeout)
 
     def kill(self):
         if self.proc.poll() is None:
@@ -56,14 +64,30 @@ class Peer:
         self.proc.wait(10)
 
     def close(self):
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write('["exit"]\n')
-                self.proc.stdin.flush()
+        """Asks it to exit; kills it when it does not within 20 s."""
+        try:
+            if self.proc.poll() is None:
+                self.send(["exit"])
                 self.proc.wait(20)
-            except (BrokenPipeError, subprocess.TimeoutExpired):
-                pass
-        self.kill()
+        except (BrokenPipeError, subprocess.TimeoutExpired):
+            pass
+        finally:
+            self.kill()
+
+
+class Peer(Child):
+    """A peer.py process: .name, .addr, .len of its registered memory."""
+
+    def __init__(self, memory="alloc", nbytes=1 << 20, options=None, env=None):
+        args = [sys.executable, os.path.join(HERE, "peer.py"), "--memory", memory, "--bytes", str(nbytes)]
+        for k, v in (options or {}).items():
+            args += ["--option", f"{k}={v}"]
+        super().__init__(args, env)
+        hello = self.recv(30)
+        self.name, self.addr, self.len = hello["name"], hello["addr"], hello["len"]
+
+    def sha(self, offset, length):
+        return self.call("sha", offset, length)["sha"]
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 import array
 import asyncio
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -113,8 +115,15 @@ def test_transfers_within_one_engine_and_descriptor_forms(engine):
         engine.write(me, [(src.ctypes.data, buf.addr, 1)], local=[1], remote=[1], length=1)
     with pytest.raises(xfer.InvalidArgumentError, match="all three"):
         engine.write(me, local=[1])
-    with pytest.raises(xfer.InvalidArgumentError, match="notify must be"):
+    with pytest.raises(xfer.InvalidArgumentError, match="a notification must be"):
         engine.write(me, [(src.ctypes.data, buf.addr, 1)], notify=5)
+    with pytest.raises(xfer.InvalidArgumentError, match="not an integer"):
+        engine.write(me, [(src.ctypes.data, buf.addr, True)])
+    engine.write(me, [(src.ctypes.data, buf.addr, 1)], timeout=np.float32(2.5), notify=bytearray(b"ba"))
+    engine.send_notify(me, memoryview(b"mv"), timeout=np.int64(5))
+    assert [n.message for n in engine.wait_notifies(timeout=5)] == [b"ba", b"mv"]
+    with pytest.raises(xfer.InvalidArgumentError, match="not a bool"):
+        engine.write(me, [(src.ctypes.data, buf.addr, 1)], timeout=True)
     del dst
 
 
@@ -125,17 +134,53 @@ def test_notifications_to_self_and_wait_timeout(engine):
     assert (n.sender, n.message) == (engine.name, b"hello") and n.sender_incarnation != 0
 
 
-def test_requests_end_canceled_when_the_engine_closes():
-    e = xfer.Engine("127.0.0.1:0")
-    buf = e.alloc(1 << 20)
-    src = np.zeros(1 << 20, np.uint8)
-    r = e.write_async(e.name, [(src.ctypes.data, buf.addr, 1 << 20)])
-    e.close()
-    try:
-        r.wait(5)  # it may have completed first
-    except xfer.CanceledError:
-        pass
-    assert r.done()
+def test_a_buffer_keeps_its_engine_and_refuses_views_after_close():
+    buf = xfer.Engine("127.0.0.1:0").alloc(1 << 16)  # the Engine object itself is dropped
+    view = np.frombuffer(buf, np.uint8)
+    view[:] = 5  # its memory is still mapped (the engine was not closed under it)
+    assert view.sum() == 5 << 16
+    del view
+    engine = xfer.Engine("127.0.0.1:0")
+    other = engine.alloc(4096)
+    engine.close()
+    with pytest.raises(BufferError, match="closed"):
+        memoryview(other)
+    other.free()  # after close: nothing to do, no error
+    with pytest.raises(xfer.InvalidArgumentError, match="closed"):
+        engine.alloc(4096)
+
+
+def test_memory_registered_twice_stays_until_both_are_deregistered(engine):
+    a = np.zeros(1 << 16, np.uint8)
+    first, second = engine.register(a), engine.register(a)
+    assert first.handle == second.handle
+
+    def listed():
+        return any(r.addr == a.ctypes.data for r in engine.remote_regions(engine.name))
+
+    engine.deregister(second)
+    assert listed() and first.registered
+    engine.deregister(first)
+    assert not listed()
+
+
+def test_close_ends_other_threads_waits_soon(engine):
+    outcome = []
+
+    def wait():
+        try:
+            outcome.append(engine.wait_notifies(timeout=60))
+        except xfer.XferError as e:
+            outcome.append(e)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    engine.close()
+    waiter.join(30)
+    assert time.monotonic() - t0 < 10, "close() waited for the other thread's whole timeout"
+    assert len(outcome) == 1 and isinstance(outcome[0], xfer.InvalidArgumentError)
 
 
 def test_asyncio_await_of_a_failed_request_raises(engine):
@@ -156,3 +201,15 @@ def test_help_reads_well():
     for cls in (xfer.TimeoutError, xfer.ConnectionLostError, xfer.RemoteAccessDeniedError):
         assert issubclass(cls, xfer.XferError) and cls.__doc__
     assert issubclass(xfer.TimeoutError, TimeoutError) and issubclass(xfer.ConnectionLostError, ConnectionError)
+
+
+def test_a_blocking_call_releases_the_gil(engine):
+    # The thread blocks in wait_notifies; only if it let go of the GIL can this thread run on
+    # and send the notification it waits for (else it would time out, empty-handed).
+    got = []
+    waiter = threading.Thread(target=lambda: got.extend(engine.wait_notifies(timeout=20)))
+    waiter.start()
+    time.sleep(0.2)  # (it is blocked by now, or soon: either way the message reaches it)
+    engine.send_notify(engine.name, "from the main thread")
+    waiter.join(30)
+    assert [n.message for n in got] == [b"from the main thread"]

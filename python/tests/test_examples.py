@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from conftest import Child
+
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python")
 
 
@@ -17,17 +19,16 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", 
 ])
 def test_example_pair(program, target, initiator):
     path = os.path.join(EXAMPLES, program)
-    server = subprocess.Popen([sys.executable, path, target, "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
+    server = Child([sys.executable, path, target, "127.0.0.1:0"])
     try:
-        first = server.stdout.readline()
+        first = server.line(30)
         address = re.search(r"127\.0\.0\.1:\d+", first)
         assert address, f"the {target} side printed no address: {first!r}"
         client = subprocess.run([sys.executable, path, initiator, address.group(0)], capture_output=True,
                                 text=True, timeout=60)
         assert client.returncode == 0, client.stderr
-        rest = server.communicate(timeout=60)[0]
-        assert server.returncode == 0, rest
-        assert "blocks reused" in rest or "hold the request" in rest, rest
+        last = server.line(60)
+        assert server.proc.wait(30) == 0, last
+        assert "blocks reused" in last or "hold the request" in last, last
     finally:
-        if server.poll() is None:
-            server.kill()
+        server.kill()

@@ -1,15 +1,14 @@
 """xfer.mooncake driven the way a Mooncake user drives mooncake.engine.TransferEngine: a target
 process that only initializes, an initiator that writes, clears, reads back and compares."""
 
-import json
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
 
+from conftest import Child
 from xfer.mooncake import TransferEngine, TransferNotify, TransferOpcode
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -17,21 +16,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 @pytest.fixture
 def target():
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "mooncake_target.py")],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    hello = json.loads(proc.stdout.readline())
-    assert hello["rc"] == 0
-    yield proc, hello["segment"]
-    if proc.poll() is None:
-        proc.stdin.write('["exit"]\n')
-        proc.stdin.flush()
-        proc.wait(20)
+    child = Child([sys.executable, os.path.join(HERE, "mooncake_target.py")])
+    try:
+        hello = child.recv(30)
+        assert hello["rc"] == 0
+        yield child, hello["segment"]
+    finally:
+        child.close()
 
 
-def target_notifies(proc):
-    proc.stdin.write('["notifies"]\n')
-    proc.stdin.flush()
-    return json.loads(proc.stdout.readline())
+def target_notifies(child):
+    return child.call("notifies")
 
 
 @pytest.fixture

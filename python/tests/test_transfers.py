@@ -104,6 +104,50 @@ def test_cancel_and_deadline(pair):
         request.wait(0)
 
 
+@pytest.mark.parametrize("transport", ["tcp"], indirect=True)
+def test_requests_end_canceled_when_the_engine_closes(pair):
+    engine, peer, route = pair
+    request, _ = long_write(engine, peer, timeout=60)
+    wait_until_moving(engine, peer, route)
+    engine.close()
+    with pytest.raises(xfer.CanceledError):
+        request.wait(30)
+    assert request.status() == xfer.State.CANCELED
+
+
+@pytest.mark.parametrize("transport", ["tcp"], indirect=True)
+def test_a_transfer_in_one_thread_lets_the_others_run(pair):
+    engine, peer, _ = pair
+    block = 32 << 20
+    src = random_bytes(block, 6)
+    k = np.arange(64, dtype=np.uint64) % 2  # 2 GiB over 64 MiB of the peer
+    writer = threading.Thread(target=lambda: engine.write(peer.name, local=src.ctypes.data + 0 * k,
+                                                          remote=peer.addr + k * block, length=block, timeout=120))
+    spins = 0
+    writer.start()
+    while writer.is_alive():  # runs only while the writer's call has let go of the GIL
+        spins += 1
+    writer.join()
+    assert spins > 10_000, f"this thread ran {spins} times during a 2 GiB write: the GIL was held"
+
+
+def test_canceling_an_asyncio_task_cancels_its_request(pair):
+    engine, peer, route = pair
+
+    async def run():
+        request, src = long_write(engine, peer, timeout=60)
+        task = asyncio.ensure_future(request)
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return request, src  # (src: the request reads it until it ended)
+
+    request, src = asyncio.run(run())
+    with pytest.raises(xfer.CanceledError):
+        request.wait(30)
+
+
 def test_a_short_wait_is_not_a_failure(pair):
     engine, peer, route = pair
     request, _ = long_write(engine, peer, timeout=60)

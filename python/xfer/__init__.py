@@ -27,7 +27,7 @@ from . import _xfer
 __version__ = "0.1.0"
 __all__ = [
     "Engine", "Buffer", "Region", "Request", "State", "Notification", "PeerInfo", "RegionInfo",
-    "XferError", "InvalidArgumentError", "TimeoutError", "NotConnectedError",
+    "XferError", "InvalidArgumentError", "NotConnectedError",
     "AlreadyConnectedError", "UnsupportedError", "ResourceExhaustedError",
     "RemoteAccessDeniedError", "ConnectionLostError", "CanceledError", "InternalError",
     "option_names",
@@ -36,10 +36,18 @@ __all__ = [
 _xfer._set_error_classes(_errors.BY_CODE)
 
 
+async def _wait_in_asyncio(request):
+    try:
+        return await _asyncio.get_running_loop().run_in_executor(None, request.wait)
+    except _asyncio.CancelledError:
+        request.cancel()  # the task was canceled: so is the request (and the executor's wait ends)
+        raise
+
+
 def _await_request(self):
     """Waits for the request in asyncio (on the loop's default executor); returns True once it
-    completed, raises its error otherwise."""
-    return _asyncio.get_running_loop().run_in_executor(None, self.wait).__await__()
+    completed, raises its error otherwise. Canceling the awaiting task cancels the request."""
+    return _wait_in_asyncio(self).__await__()
 
 
 Request.__await__ = _await_request
@@ -55,17 +63,26 @@ class Engine(_xfer.Engine):
     lists them). A context manager: leaving the block closes the engine.
 
     Every call that can block releases the GIL: many Python threads may transfer at once.
+    (xfer.TimeoutError is left out of `from xfer import *`: it would hide the builtin.)
     """
 
     def __init__(self, name, **options):
         super().__init__(name, **options)
-        self._regions = {}  # handle -> Region: registered memory stays owned until deregistered
+        # handle -> the Regions registered under it (the same range registered twice has one
+        # handle, and stays registered until each Region is deregistered).
+        self._regions = {}
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+            return
+        try:  # an exception is on its way: do not replace it with close()'s refusal
+            self.close()
+        except BufferError:
+            pass  # views of alloc() memory are alive: the engine closes once they are gone
 
     def __repr__(self):
         return f"<xfer.Engine {self.name}{' closed' if self.closed else ''}>"
@@ -89,14 +106,19 @@ class Engine(_xfer.Engine):
             region = self._register_buffer(memory, tag)
         else:
             region = self._register_range(addr, length, kind, tag, memory)
-        self._regions[region.handle] = region
+        self._regions.setdefault(region.handle, []).append(region)
         return region
 
     def deregister(self, region):
-        """Waits until connected peers stopped using the region, then forgets it."""
+        """Waits until connected peers stopped using the region, then forgets it. Memory
+        registered twice stays registered until both Regions are deregistered."""
         handle = region.handle
         region.deregister()
-        self._regions.pop(handle, None)
+        same = self._regions.get(handle, [])
+        if region in same:
+            same.remove(region)
+        if not same:
+            self._regions.pop(handle, None)
 
     def alloc(self, size, kind="host", tag="", huge_pages=False, device=-1):
         """Allocates size bytes (zeroed) and registers them; returns a Buffer.

@@ -14,8 +14,10 @@ covered and where xfer is stricter.
 import bisect
 import ctypes
 import enum
+import itertools
 import logging
 import os
+import threading
 
 from . import Engine, XferError
 
@@ -59,31 +61,39 @@ class _Arena:
         self.addr, self.size = addr, size
         self._free = [(addr, size)]  # sorted by address
         self._used = {}              # addr -> size
+        self._lock = threading.Lock()
 
     def allocate(self, n):
+        """An address of n bytes (64-byte aligned), or 0 when no free block is that long."""
         n = (max(n, 1) + _ALIGN - 1) // _ALIGN * _ALIGN
-        for i, (a, s) in enumerate(self._free):
-            if s >= n:
-                if s == n:
-                    del self._free[i]
-                else:
-                    self._free[i] = (a + n, s - n)
-                self._used[a] = n
-                return a
+        with self._lock:
+            for i, (a, s) in enumerate(self._free):
+                if s >= n:
+                    if s == n:
+                        del self._free[i]
+                    else:
+                        self._free[i] = (a + n, s - n)
+                    self._used[a] = n
+                    return a
         return 0
 
-    def owns(self, addr):
-        return addr in self._used
-
     def free(self, addr):
-        n = self._used.pop(addr)
-        i = bisect.bisect(self._free, (addr, 0))
-        self._free.insert(i, (addr, n))
-        for j in (i, i - 1):  # merge with the next block, then with the previous one
-            if 0 <= j < len(self._free) - 1:
-                (a, s), (b, t) = self._free[j], self._free[j + 1]
-                if a + s == b:
-                    self._free[j:j + 2] = [(a, s + t)]
+        """True when addr was allocated here (and is now free)."""
+        with self._lock:
+            n = self._used.pop(addr, None)
+            if n is None:
+                return False
+            i = bisect.bisect(self._free, (addr, 0))
+            self._free.insert(i, (addr, n))
+            for j in (i, i - 1):  # merge with the next block, then with the previous one
+                if 0 <= j < len(self._free) - 1:
+                    (a, s), (b, t) = self._free[j], self._free[j + 1]
+                    if a + s == b:
+                        self._free[j:j + 2] = [(a, s + t)]
+            return True
+
+
+_FAILURES = (XferError, ValueError, TypeError, OverflowError, BufferError)
 
 
 def _ok(what, fn, *args, **kwargs):
@@ -91,9 +101,21 @@ def _ok(what, fn, *args, **kwargs):
     try:
         fn(*args, **kwargs)
         return 0
-    except (XferError, ValueError, TypeError) as e:
+    except _FAILURES as e:
         log.warning("%s failed: %s", what, e)
         return -1
+
+
+def _split_host_port(name):
+    """("host", "port" or "") of "host", "host:port", "[v6]", "[v6]:port" or a bare v6 address;
+    the host of a v6 address comes back in brackets."""
+    if name.startswith("["):
+        host, _, rest = name.partition("]")
+        return host + "]", rest[1:] if rest.startswith(":") else ""
+    if name.count(":") > 1:
+        return f"[{name}]", ""
+    host, _, port = name.partition(":")
+    return host, port
 
 
 class TransferEngine:
@@ -106,7 +128,8 @@ class TransferEngine:
         self._large = {}       # addr -> Buffer: managed buffers larger than the pool had free
         self._regions = {}     # addr -> Region: register_memory
         self._batches = {}     # batch id -> xfer.Request
-        self._next_batch = 1
+        self._batch_ids = itertools.count(1)
+        self._timeout = None   # seconds (MC_TRANSFER_TIMEOUT), before the per-byte allowance
 
     # ---- set-up
 
@@ -136,17 +159,15 @@ class TransferEngine:
             return -1
         if os.environ.get(TRANSPORT_ENV):
             options["transport"] = os.environ[TRANSPORT_ENV]
-        timeout = os.environ.get("MC_TRANSFER_TIMEOUT")
-        if timeout:
-            options["timeout"] = float(timeout)
-        host, _, port = local_hostname.rpartition(":") if ":" in local_hostname else (local_hostname, "", "")
+        host, port = _split_host_port(local_hostname)
         if not os.environ.get("MC_LEGACY_RPC_PORT_BINDING") or not port:
             port = "0"
         try:
+            self._timeout = float(os.environ.get("MC_TRANSFER_TIMEOUT") or 30)
             pool_bytes = int(os.environ.get(POOL_ENV, DEFAULT_POOL_BYTES))
             self._engine = Engine(f"{host}:{port}", **options)
             self._pool = self._engine.alloc(pool_bytes, tag=_MANAGED_TAG)
-        except (XferError, ValueError) as e:
+        except _FAILURES as e:
             log.warning("initialize(%r) failed: %s", local_hostname, e)
             self.close()
             return -1
@@ -183,22 +204,20 @@ class TransferEngine:
             return addr
         try:  # more than the pool has free: a registered buffer of its own
             buf = self._engine.alloc(length, tag=_MANAGED_TAG)
-        except XferError as e:
+        except _FAILURES as e:
             log.warning("allocate_managed_buffer(%d) failed: %s", length, e)
             return 0
         self._large[buf.addr] = buf
         return buf.addr
 
     def free_managed_buffer(self, buffer_addr, length):
-        if self._arena is not None and self._arena.owns(buffer_addr):
-            self._arena.free(buffer_addr)
+        if self._arena is not None and self._arena.free(buffer_addr):
             return 0
         buf = self._large.pop(buffer_addr, None)
         if buf is None:
             log.warning("free_managed_buffer: 0x%x is not a managed buffer", buffer_addr)
             return -1
-        buf.free()
-        return 0
+        return _ok("free_managed_buffer", buf.free)
 
     def get_first_buffer_address(self, segment_name):
         """The address of the segment's managed pool (its first registered buffer), or 0."""
@@ -228,7 +247,7 @@ class TransferEngine:
         try:
             self._regions[buffer_addr] = self._engine.register((buffer_addr, capacity, kind))
             return 0
-        except XferError as e:
+        except _FAILURES as e:
             log.warning("register_memory(0x%x, %d) failed: %s", buffer_addr, capacity, e)
             return -1
 
@@ -290,7 +309,11 @@ class TransferEngine:
             return -1
         move = self._engine.write if TransferOpcode(opcode) == TransferOpcode.WRITE else self._engine.read
         return _ok(f"{what} to {target!r}", move, target, local=buffers, remote=peers,
-                   length=lengths, notify=_encode_notify(notify))
+                   length=lengths, notify=_encode_notify(notify), timeout=self._timeout_for(lengths))
+
+    def _timeout_for(self, lengths):
+        # As Mooncake: MC_TRANSFER_TIMEOUT (default 30 s) plus 1 ns per byte.
+        return self._timeout + sum(lengths) * 1e-9
 
     def transfer_sync_write(self, target_hostname, buffer, peer_buffer_address, length,
                             transport_hint=""):
@@ -322,18 +345,19 @@ class TransferEngine:
         return self._move("batch_transfer_sync", opcode, target_hostname, buffers,
                           peer_buffer_addresses, lengths, notify)
 
-    def _submit(self, what, opcode, target, buffers, peers, lengths):
-        """A batch id (> 0), or 0 when the request could not start."""
+    def _submit(self, what, opcode, target, buffers, peers, lengths, failed=0):
+        """A batch id (> 0), or `failed` when the request could not start."""
         if not self._ready(what):
-            return 0
+            return failed
         start = (self._engine.write_async if TransferOpcode(opcode) == TransferOpcode.WRITE
                  else self._engine.read_async)
         try:
-            request = start(target, local=buffers, remote=peers, length=lengths)
-        except (XferError, ValueError, TypeError) as e:
+            request = start(target, local=buffers, remote=peers, length=lengths,
+                            timeout=self._timeout_for(lengths))
+        except _FAILURES as e:
             log.warning("%s to %r failed: %s", what, target, e)
-            return 0
-        batch, self._next_batch = self._next_batch, self._next_batch + 1
+            return failed
+        batch = next(self._batch_ids)
         self._batches[batch] = request
         return batch
 
@@ -354,8 +378,9 @@ class TransferEngine:
 
     def transfer_submit_write(self, target_hostname, buffer, peer_buffer_address, length,
                               transport_hint=""):
+        """A batch id (> 0) for transfer_check_status, or -1."""
         return self._submit("transfer_submit_write", TransferOpcode.WRITE, target_hostname,
-                            [buffer], [peer_buffer_address], [length])
+                            [buffer], [peer_buffer_address], [length], failed=-1)
 
     def get_batch_transfer_status(self, batch_ids):
         """Waits for the batches to end and releases them: 0 when all completed, -1 if any
