@@ -73,7 +73,7 @@ PY
   echo
   written_by bench/compare_mooncake.sh "; mooncake-transfer-engine-non-cuda $mc_version"
   echo
-  echo "Command: \`bench/compare_mooncake.sh\` (ROUNDS=$ROUNDS BYTES=$BYTES): bench/mooncake_style.py against each engine, a target process each, both on loopback with protocol \"tcp\"; xfer.mooncake once forced to its tcp transport (XFER_MOONCAKE_TRANSPORT=tcp) and once choosing its route (shm: one host). GB/s = 1e9 B/s, the median of the rounds; about $BYTES bytes per step and block size (single-block steps: a sixteenth)."
+  echo "Command: \`bench/compare_mooncake.sh\` (ROUNDS=$ROUNDS BYTES=$BYTES): bench/mooncake_style.py against each engine, a target process each, both on loopback with protocol \"tcp\"; xfer.mooncake once forced to its tcp transport (XFER_MOONCAKE_TRANSPORT=tcp) and once choosing its route (shm: one host). GB/s = 1e9 B/s, the median of the rounds; about $BYTES bytes per step and block size (single-block steps: a quarter, at most 4096 calls), after a few untimed calls."
   echo
   cat "$tmp/table.md"
 } >"$tmp/section.md"
