@@ -24,10 +24,13 @@ void Core::ReapOrphans() {
 // ---- Request
 
 PyRequest::~PyRequest() {
-  if (ended_ || core_->closed) return;
-  // Nobody will ask for its end: the engine keeps its handle until someone does.
-  std::lock_guard lock(core_->orphans_mu);
-  core_->orphans.push_back(handle_);
+  if (!ended_ && !core_->closed) {
+    // Nobody will ask for its end: the engine keeps its handle until someone does.
+    std::lock_guard lock(core_->orphans_mu);
+    core_->orphans.push_back(handle_);
+  }
+  pyb::gil_scoped_release nogil;  // (the last holder of the Core finalizes the engine)
+  core_.reset();
 }
 
 bool PyRequest::Ask(milliseconds ms) {
@@ -67,12 +70,12 @@ bool PyRequest::Wait(pyb::handle timeout) {
   const auto deadline = std::chrono::steady_clock::now() + ToTimeout(timeout, milliseconds(0));
   bool ended;
   for (;;) {
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::ceil<milliseconds>(deadline - std::chrono::steady_clock::now());
     const milliseconds slice = forever ? Core::kSlice : std::clamp(left, milliseconds(0), Core::kSlice);
     if ((ended = WaitFor(slice)) || (!forever && left <= slice)) break;  // (the last slice)
     if (PyErr_CheckSignals() != 0) throw pyb::error_already_set();
   }
-  if (!ended) return false;
+  if (!ended && !(ended = ended_)) return false;  // (another thread may have seen the end)
   if (final_.state == RequestState::kCompleted) return true;
   Raise(final_.status, &final_.landed);
 }
@@ -107,9 +110,13 @@ PyEngine::PyEngine(const std::string& name, const pyb::kwargs& options)
 }
 
 PyEngine::~PyEngine() {
-  // (Buffers keep the Engine object alive, so no view should be left; if one is, the memory
-  // stays mapped: leaving the engine running beats unmapping memory under a view.)
-  if (core_->buffer_views > 0) return;
+  // Buffers, Requests or Regions the program still holds keep the engine (and their memory)
+  // until the last of them goes: ~Core then finalizes it.
+  if (core_.use_count() > 1) {
+    pyb::gil_scoped_release nogil;
+    core_.reset();
+    return;
+  }
   try {
     Close();
   } catch (...) {
@@ -294,7 +301,7 @@ False when it is still running after timeout seconds. `await request` waits in a
         o.huge_pages = huge_pages;
         o.device = device;
         return Allocate(self.core(), len, ParseKind(kind), tag, o);
-      }, pyb::keep_alive<0, 1>())  // a Buffer keeps its Engine: its memory lives as long
+      })
       .def("read", [](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local,
                       pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
         Transfer(self, Op::kRead, peer, descs, local, remote, length, timeout, notify);

@@ -63,9 +63,11 @@ struct Core {
   // Runs f(engine) without the GIL; InvalidArgument when the engine is closed or closing.
   template <class F>
   Status Call(F&& f) {
+    const Status closed_status(StatusCode::kInvalidArgument, "the engine is closed");
+    if (closing) return closed_status;  // (before the lock: a waiting close() goes first)
     pybind11::gil_scoped_release nogil;
     std::shared_lock lock(lifetime);
-    if (closing) return Status(StatusCode::kInvalidArgument, "the engine is closed");
+    if (closing) return closed_status;
     return f(engine);
   }
   // A wait of up to `total`: f(engine, slice) waits at most slice (<= kSlice) and returns
@@ -75,7 +77,7 @@ struct Core {
   Status WaitInSlices(std::chrono::milliseconds total, F&& f) {
     const auto deadline = std::chrono::steady_clock::now() + total;
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       const auto slice = std::clamp(left, std::chrono::milliseconds(0), kSlice);
       const Status st = Call([&](Engine& e) { return f(e, slice); });
@@ -107,7 +109,7 @@ class PyRequest {
   // Waits up to ms for mu_ and then for the end (GIL released); true when it ended.
   bool WaitFor(std::chrono::milliseconds ms);
 
-  std::shared_ptr<Core> core_;
+  std::shared_ptr<Core> core_;  // (reset, without the GIL, by the destructor)
   const RequestHandle handle_;
   std::timed_mutex mu_;         // one thread at a time asks the engine (the handle ends once)
   RequestStatus final_;         // written once, under mu_, before ended_ is set
@@ -117,6 +119,8 @@ class PyRequest {
 class PyEngine {
  public:
   PyEngine(const std::string& name, const pybind11::kwargs& options);
+  // Closes the engine, unless the program still holds its Buffers, Requests or Regions: then
+  // the engine runs on until the last of them is gone.
   ~PyEngine();
   // Finalize. Refused (BufferError) while views of alloc() memory are alive. Calls in other
   // threads are refused from the start of it; it waits for those running to return.

@@ -28,7 +28,16 @@ PyRegion::PyRegion(std::shared_ptr<Core> core, uint64_t addr, uint64_t len, MemT
   }
 }
 
-PyRegion::~PyRegion() { Drop(); }  // still registered: the engine's close deregisters it
+PyRegion::~PyRegion() {
+  if (handle_ != 0 && !core_->closing) {
+    const MemHandle h = handle_;
+    (void)core_->Call([&](Engine& e) { return e.DeregisterMem(h); });
+  }
+  handle_ = 0;
+  Drop();
+  pyb::gil_scoped_release nogil;  // (the last holder of the Core finalizes the engine)
+  core_.reset();
+}
 
 void PyRegion::Drop() {
   if (has_view_) PyBuffer_Release(&view_);
@@ -41,9 +50,12 @@ void PyRegion::Deregister() {
   const MemHandle h = handle_;
   handle_ = 0;  // (with the GIL: another thread's deregister() now does nothing)
   const Status st = core_->Call([&](Engine& e) { return e.DeregisterMem(h); });
-  if (!st.ok() && !core_->closing) {  // (a closed engine has forgotten the region already)
-    handle_ = h;
-    Raise(st);
+  if (!st.ok()) {
+    if (!core_->closing) {
+      handle_ = h;
+      Raise(st);
+    }
+    if (!core_->closed) return;  // closing: Finalize releases the region; keep its memory till then
   }
   Drop();
 }
@@ -76,10 +88,13 @@ std::unique_ptr<PyBuffer> Allocate(const std::shared_ptr<Core>& core, uint64_t l
 }
 
 PyBuffer::~PyBuffer() {
-  if (handle_ == 0) return;
-  const MemHandle h = handle_;
-  handle_ = 0;
-  (void)core_->Call([&](Engine& e) { return e.FreeMem(h); });  // closed: Finalize freed it
+  if (handle_ != 0) {
+    const MemHandle h = handle_;
+    handle_ = 0;
+    (void)core_->Call([&](Engine& e) { return e.FreeMem(h); });  // closed: Finalize freed it
+  }
+  pyb::gil_scoped_release nogil;  // (the last holder of the Core finalizes the engine)
+  core_.reset();
 }
 
 void PyBuffer::Free() {

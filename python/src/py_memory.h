@@ -19,6 +19,8 @@ class PyRegion {
  public:
   PyRegion(std::shared_ptr<Core> core, uint64_t addr, uint64_t len, MemType type,
            std::string tag, pybind11::object keep, Py_buffer* view);
+  // Still registered (its engine's object is being collected): deregisters first, so that the
+  // memory's owner is let go only once peers can no longer use it.
   ~PyRegion();
   void Deregister();
   bool registered() const { return handle_ != 0; }
@@ -46,6 +48,7 @@ class PyRegion {
 // or when the object is collected; free() is refused while views of it are alive.
 class PyBuffer {
  public:
+  // Holds the Core: an engine whose Python object is gone runs on while its Buffers live.
   PyBuffer(std::shared_ptr<Core> core, void* addr, uint64_t len, MemType type, MemHandle handle,
            std::string tag)
       : core_(std::move(core)), addr_(addr), len_(len), type_(type), handle_(handle), tag_(std::move(tag)) {}

@@ -2,6 +2,7 @@
 
 import array
 import asyncio
+import gc
 import threading
 import time
 
@@ -148,6 +149,17 @@ def test_a_buffer_keeps_its_engine_and_refuses_views_after_close():
     other.free()  # after close: nothing to do, no error
     with pytest.raises(xfer.InvalidArgumentError, match="closed"):
         engine.alloc(4096)
+
+
+def test_an_engine_dropped_without_close_closes_even_holding_its_buffers():
+    engine = xfer.Engine("127.0.0.1:0")
+    engine.pool = engine.alloc(1 << 16)  # the engine holds its Buffer: no cycle keeps it up
+    engine.register(engine.pool)         # (an alloc() buffer registers by range: no view)
+    name = engine.name
+    del engine
+    gc.collect()
+    with xfer.Engine("127.0.0.1") as probe, pytest.raises(xfer.XferError):
+        probe.connect(name, timeout=2)  # nobody listens there any more
 
 
 def test_memory_registered_twice_stays_until_both_are_deregistered(engine):

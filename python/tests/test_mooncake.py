@@ -119,6 +119,9 @@ def test_failures_are_negative_codes_not_exceptions(target, engine):
     batch = engine.batch_transfer_async_write(segment, [buf], [remote + pool], [4096])
     assert batch == 0 or engine.get_batch_transfer_status([batch]) < 0
     assert engine.write_bytes_to_buffer(12345, b"xx", 2) < 0
+    assert engine.write_bytes_to_buffer(buf, b"abc", -1) < 0
+    with pytest.raises(ValueError):
+        engine.read_bytes_from_buffer(buf, -1)
     with pytest.raises(ValueError):
         engine.read_bytes_from_buffer(12345, 2)
     assert engine.free_managed_buffer(12345, 1) < 0

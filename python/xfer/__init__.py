@@ -101,7 +101,10 @@ class Engine(_xfer.Engine):
         object with __cuda_array_interface__ or __array_interface__, a torch tensor (CPU or
         CUDA; torch is not imported), or an (addr, len, kind) tuple with kind "host" or "cuda".
         The engine keeps the object alive until deregister(region)."""
-        addr, length, kind, via_buffer = _memory.resolve(memory)
+        if isinstance(memory, Buffer):  # registered already: by range, so that no view is held
+            addr, length, kind, via_buffer = memory.addr, memory.len, memory.kind, False
+        else:
+            addr, length, kind, via_buffer = _memory.resolve(memory)
         if via_buffer:
             region = self._register_buffer(memory, tag)
         else:

@@ -275,6 +275,9 @@ class TransferEngine:
         return rc
 
     def _local_range_ok(self, addr, length):
+        if not isinstance(length, int) or length < 0:
+            return False
+
         def inside(base, size):
             return base <= addr and addr + length <= base + size
         return ((self._pool is not None and inside(self._pool.addr, self._pool.len))
