@@ -25,6 +25,7 @@
 
 #include "transport/cuda/cuda_api.h"
 #include "transport/ucx/ucx_transport.h"
+#include "util/crypto.h"
 #include "util/host.h"
 #include "xfer/engine.h"
 
@@ -329,6 +330,15 @@ int main(int argc, char** argv) {
   }
 
   xfer::EngineOptions d;
+  const char* xfer_secret = std::getenv("XFER_SECRET_FILE");
+  std::printf("authentication: %s\n",
+              !xfer::crypto::Available()
+                  ? "unavailable: built without libsodium (apt-get install libsodium-dev and rebuild); "
+                    "a secret is refused"
+                  : xfer_secret != nullptr
+                        ? (std::string("available; tools read the secret from $XFER_SECRET_FILE = ") + xfer_secret).c_str()
+                        : "available (EngineOptions::secret or secret_file; tools: --secret-file or "
+                          "$XFER_SECRET_FILE), off until a secret is set");
   std::printf("defaults (EngineOptions):\n");
   std::printf("  %-22s %lld ms\n", "heartbeat_interval", Ms(d.heartbeat_interval));
   std::printf("  %-22s %lld ms\n", "heartbeat_timeout", Ms(d.heartbeat_timeout));

@@ -68,6 +68,15 @@ struct EngineOptions {
   // ids never use same-host backends with each other; tests use this to fake two hosts.
   std::string host_id;
 
+  // Peer authentication (docs/security.md). With a secret, every control connection starts
+  // with a mutual challenge-response (HMAC-SHA-256 over fresh nonces of both sides, their names
+  // and incarnations): a peer that does not prove it knows the same secret is refused before
+  // anything about this engine (regions, ports, process) is sent to it. Both engines of a pair
+  // need the same secret. At least 16 bytes, taken as they are; secret_file: a file holding it
+  // (its bytes as they are, a final newline included). Give one or neither. Needs a build with
+  // libsodium (Initialize says UNSUPPORTED otherwise).
+  std::string secret;
+  std::string secret_file;
   // Notifications (Engine::SendNotify, TransferOptions::notify). The queue of those received
   // and not yet taken (GetNotifies) is bounded: a notification that would pass either bound is
   // refused (its sender's request ends with kResourceExhausted), never dropped.

@@ -84,6 +84,12 @@ const std::map<std::string, Setter>& Setters() {
       XFER_INT("staging_buffer_bytes", staging_buffer_bytes),
       XFER_TEXT("transport", transport),
       XFER_TEXT("host_id", host_id),
+      {"secret",
+       [](EngineOptions& o, pyb::handle v) {
+         if (!PyBytes_Check(v.ptr()) && !PyUnicode_Check(v.ptr())) RaiseInvalid("secret must be bytes or str");
+         o.secret = v.cast<std::string>();
+       }},
+      XFER_TEXT("secret_file", secret_file),
       XFER_INT("notify_max_message_bytes", notify.max_message_bytes),
       XFER_INT("notify_queue_messages", notify.queue_messages),
       XFER_INT("notify_queue_bytes", notify.queue_bytes),

@@ -245,3 +245,24 @@ def test_torch_tensors_as_users_pass_them(pair):
     assert region.len == 1 << 20 and region.kind == "host"
     engine.read(peer.name, [(back.data_ptr(), peer.addr, region.len)])
     assert torch.equal(back, src)
+
+
+def test_peers_authenticate_with_a_shared_secret(make_peer, tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_bytes(np.random.default_rng(8).bytes(32))
+    peer = make_peer(memory="alloc", options={"secret_file": str(secret)})
+    src = random_bytes(1 << 20, 9)
+    with xfer.Engine("127.0.0.1", secret_file=str(secret), transport="tcp") as engine:
+        engine.connect(peer.name)
+        engine.register(src)
+        engine.write(peer.name, [(src.ctypes.data, peer.addr, src.nbytes)])
+        assert engine.peer_info(peer.name).moved["tcp"] == src.nbytes
+    assert peer.sha(0, src.nbytes) == sha(src)
+    with xfer.Engine("127.0.0.1", secret=b"another secret of 32 bytes......") as wrong:
+        with pytest.raises(xfer.RemoteAccessDeniedError, match="secret"):
+            wrong.connect(peer.name)
+    with xfer.Engine("127.0.0.1") as none:
+        with pytest.raises(xfer.RemoteAccessDeniedError, match="authentication required"):
+            none.connect(peer.name)
+    with pytest.raises(xfer.InvalidArgumentError, match="16 bytes"):
+        xfer.Engine("127.0.0.1", secret="short")

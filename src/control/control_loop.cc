@@ -17,20 +17,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string PeerAddr(const sockaddr_storage& ss) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  uint16_t port = 0;
-  if (ss.ss_family == AF_INET) {
-    auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-    port = ntohs(a->sin_port);
-    return std::string(host) + ":" + std::to_string(port);
-  }
-  auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-  ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-  return "[" + std::string(host) + "]:" + std::to_string(ntohs(a->sin6_port));
-}
-
 }  // namespace
 
 ControlLoop::ControlLoop(net::Fd listener, ControlHandler* handler, LoopOptions opts)
@@ -92,7 +78,7 @@ void ControlLoop::Accept() {
       return;
     }
     net::SetNoDelay(fd);
-    auto s = std::make_shared<Session>(net::Fd(fd), false, PeerAddr(ss));
+    auto s = std::make_shared<Session>(net::Fd(fd), false, net::AddressText(ss));
     s->set_on_pending([this] { Wake(); });
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;

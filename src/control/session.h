@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "control/auth.h"
 #include "control/wire.h"
 #include "util/net.h"
 
@@ -86,6 +87,12 @@ class Session {
   std::atomic<bool> established{false};
   std::shared_ptr<PeerState> peer;
   std::string peer_key;  // key in the engine's peer table
+  // An accepted session's authentication (engine with a secret; control thread only): the
+  // handshake under way, and whether the peer has proved it knows the secret.
+  std::shared_ptr<Handshake> auth;
+  bool authenticated = false;
+  // Once authenticated (either side): the key both derived (Handshake::SessionKey).
+  std::string auth_key;
   const Clock::time_point created = Clock::now();
   std::atomic<Clock::time_point> last_rx{Clock::now()};
   Clock::time_point last_tx = Clock::now();  // control loop only

@@ -148,6 +148,8 @@ void EncodeBody(Writer& w, const NotifyAck& m) {
   w.U32(static_cast<uint32_t>(m.code));
   w.Str(m.why);
 }
+void EncodeBody(Writer& w, const AuthChallenge& m) { w.Str(m.nonce); w.Str(m.name); w.U64(m.incarnation); }
+void EncodeBody(Writer& w, const AuthProof& m) { w.Str(m.mac); }
 
 bool DecodeBody(Reader& r, Hello* m) {
   uint32_t n = 0;
@@ -178,6 +180,15 @@ bool DecodeBody(Reader& r, NotifyAck* m) {
   return true;
 }
 
+bool DecodeBody(Reader& r, AuthChallenge* m) {
+  if (!r.Str(&m->nonce, kAuthNonceBytes) || !r.Str(&m->name) || !r.U64(&m->incarnation)) return false;
+  return m->nonce.size() == kAuthNonceBytes || r.Fail("nonce of the wrong length");
+}
+bool DecodeBody(Reader& r, AuthProof* m) {
+  if (!r.Str(&m->mac, kAuthMacBytes)) return false;
+  return m->mac.size() == kAuthMacBytes || r.Fail("MAC of the wrong length");
+}
+
 template <class T>
 MsgType TypeOf();
 template <> MsgType TypeOf<Hello>() { return MsgType::kHello; }
@@ -190,6 +201,8 @@ template <> MsgType TypeOf<Heartbeat>() { return MsgType::kHeartbeat; }
 template <> MsgType TypeOf<Goodbye>() { return MsgType::kGoodbye; }
 template <> MsgType TypeOf<Notify>() { return MsgType::kNotify; }
 template <> MsgType TypeOf<NotifyAck>() { return MsgType::kNotifyAck; }
+template <> MsgType TypeOf<AuthChallenge>() { return MsgType::kAuthChallenge; }
+template <> MsgType TypeOf<AuthProof>() { return MsgType::kAuthProof; }
 
 template <class T>
 bool DecodeAs(std::span<const uint8_t> payload, Message* out, std::string* error) {
@@ -243,7 +256,7 @@ bool DecodeHeader(std::span<const uint8_t> bytes, Header* out, std::string* erro
     return false;
   }
   if (type < static_cast<uint16_t>(MsgType::kHello) ||
-      type > static_cast<uint16_t>(MsgType::kNotifyAck)) {
+      type > static_cast<uint16_t>(MsgType::kAuthProof)) {
     *error = "unknown message type " + std::to_string(type);
     return false;
   }
@@ -269,6 +282,8 @@ bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out,
     case MsgType::kGoodbye: return DecodeAs<Goodbye>(payload, out, error);
     case MsgType::kNotify: return DecodeAs<Notify>(payload, out, error);
     case MsgType::kNotifyAck: return DecodeAs<NotifyAck>(payload, out, error);
+    case MsgType::kAuthChallenge: return DecodeAs<AuthChallenge>(payload, out, error);
+    case MsgType::kAuthProof: return DecodeAs<AuthProof>(payload, out, error);
   }
   *error = "unknown message type";
   return false;
@@ -286,6 +301,8 @@ const char* MsgTypeName(MsgType type) {
     case MsgType::kGoodbye: return "Goodbye";
     case MsgType::kNotify: return "Notify";
     case MsgType::kNotifyAck: return "NotifyAck";
+    case MsgType::kAuthChallenge: return "AuthChallenge";
+    case MsgType::kAuthProof: return "AuthProof";
   }
   return "Unknown";
 }

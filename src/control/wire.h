@@ -20,7 +20,7 @@
 namespace xfer::wire {
 
 inline constexpr uint32_t kMagic = 0x31524658;  // "XFR1" as little-endian bytes
-inline constexpr uint16_t kVersion = 5;
+inline constexpr uint16_t kVersion = 6;
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 inline constexpr uint32_t kMaxString = 64 << 10;  // UCX worker addresses can run to kilobytes
@@ -39,6 +39,8 @@ enum class MsgType : uint16_t {
   kGoodbye = 8,
   kNotify = 9,     // a notification for the peer's queue
   kNotifyAck = 10, // the peer queued it (code ok) or why not
+  kAuthChallenge = 11,  // authentication (a secret set): each side's nonce and identity
+  kAuthProof = 12,      // the HMAC that proves the sender knows the secret
 };
 
 // A registered region as its owner advertises it: what it is, and per backend what peers need
@@ -80,8 +82,24 @@ struct NotifyAck {
   bool operator==(const NotifyAck&) const = default;
 };
 
+// Authentication (docs/security.md): the connecting side sends its challenge first; the
+// accepting side answers with its own challenge and its proof; the connecting side then sends
+// its proof and its Hello.
+struct AuthChallenge {
+  std::string nonce;  // kAuthNonceBytes fresh random bytes
+  std::string name;
+  uint64_t incarnation = 0;
+  bool operator==(const AuthChallenge&) const = default;
+};
+struct AuthProof {
+  std::string mac;  // kAuthMacBytes
+  bool operator==(const AuthProof&) const = default;
+};
+inline constexpr uint32_t kAuthNonceBytes = 32;
+inline constexpr uint32_t kAuthMacBytes = 32;
+
 using Message = std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck,
-                             Heartbeat, Goodbye, Notify, NotifyAck>;
+                             Heartbeat, Goodbye, Notify, NotifyAck, AuthChallenge, AuthProof>;
 
 struct Header {
   MsgType type{};

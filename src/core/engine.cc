@@ -103,6 +103,10 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
     return s;
   }
   opts_ = options;
+  if (s = LoadSecret(options); !s.ok()) {
+    XLOG(WARN) << "Initialize: " << s.ToString();
+    return {s.code(), "Initialize: " + s.message()};
+  }
   net::Fd listener;
   if (addr.has_port) {
     net::Address bound;
@@ -126,7 +130,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   if (s = StartBackends(addr.host); !s.ok()) return {s.code(), "Initialize: " + s.message()};
 
   std::string unreachable;
-  self_ = MakePeerState(MakeHello({}), false, "", &unreachable);
+  self_ = MakePeerState(MakeHello({}), false, "", "", &unreachable);
   self_->info.name = name_;
   regions_.Start(&backends_, &self_->regions);
 
@@ -137,8 +141,13 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   s = loop_->Start();
   if (!s.ok()) return s;
   running_.store(true);
+  if (secret_.empty() && addr.has_port && !net::IsLoopback(addr.host)) {
+    XLOG(WARN) << "engine " << name_ << " listens beyond loopback without a secret: any process "
+               << "that reaches the port can read and write its registered memory (set "
+               << "EngineOptions::secret or secret_file; docs/security.md)";
+  }
   XLOG(INFO) << "engine " << name_ << " up (incarnation " << std::hex << incarnation_ << std::dec
-             << ", " << opts_.streams << " streams; " << backends_.Summary() << "; staging "
+             << ", " << opts_.streams << " streams; " << (secret_.empty() ? "" : "peers authenticated; ") << backends_.Summary() << "; staging "
              << StagingName(opts_.staging) << ")";
   return Status::Ok();
 }
@@ -151,6 +160,8 @@ Status EngineImpl::StartBackends(const std::string& listen_host) {
   ctx.forced = opts_.transport;
   ctx.region_access = [this](uint64_t a, uint64_t l) { return RegionAccess(a, l); };
   ctx.is_peer = [this](uint64_t inc) { return peers_.HasLive(inc); };
+  ctx.authenticate = !secret_.empty();
+  ctx.peer_auth_key = [this](uint64_t inc) { return peers_.AuthKeyOf(inc); };
   ctx.staging_bytes = staging_ ? opts_.staging_buffer_bytes : 0;
   return backends_.Start(ctx);
 }

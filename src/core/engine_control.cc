@@ -36,8 +36,10 @@ Status EngineImpl::SendHelloAndSubscribe(const std::shared_ptr<control::Session>
 
 std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, bool outbound,
                                                      const std::string& host,
+                                                     const std::string& auth_key,
                                                      std::string* transport_error) {
   auto st = std::make_shared<PeerState>();
+  st->auth_key = auth_key;
   st->info.name = hello.name;
   st->info.incarnation = hello.incarnation;
   st->info.host_id = hello.host_id;
@@ -49,6 +51,7 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
   peer.incarnation = hello.incarnation;
   peer.pid = hello.pid;
   peer.host = host;
+  peer.auth_key = auth_key;
   peer.same_host = hello.host_id == host_id_;
   peer.same_process = peer.same_host && hello.pid == ::getpid();
   // (The routes live in the peer's state, which outlives them.)
@@ -108,7 +111,9 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
         AbandonConnect(session, remote, "already connected");
         return peers_.AwaitCrossed(remote, deadline);
       }
-      s = {StatusCode::kConnectionLost, "'" + remote + "' refused the connection: " + bye->reason};
+      const bool auth = bye->reason.starts_with("authentication");  // (Refuse's reasons)
+      s = {auth ? StatusCode::kRemoteAccessDenied : StatusCode::kConnectionLost,
+           "'" + remote + "' refused the connection: " + bye->reason};
     } else if (auto* hello = std::get_if<wire::Hello>(&reply)) {
       s = InstallOutbound(session, remote, *hello, addr.host);
     } else {
@@ -139,6 +144,9 @@ Status EngineImpl::OpenSession(const net::Address& addr, const std::string& remo
   Status s = net::ConnectTcp(addr, deadline, &fd);
   if (!s.ok()) return s;
   *session = std::make_shared<control::Session>(std::move(fd), true, addr.ToString());
+  if (!secret_.empty()) {  // nothing about this engine leaves before the peer proved itself
+    if (s = AuthenticateOutbound(**session, remote, deadline); !s.ok()) return s;
+  }
   s = SendHelloAndSubscribe(*session);
   if (s.ok()) s = (*session)->FlushUntil(deadline);  // (the control loop does not watch it yet)
   if (!s.ok()) return s;
@@ -151,7 +159,7 @@ Status EngineImpl::InstallOutbound(const std::shared_ptr<control::Session>& sess
                                    const std::string& remote, const wire::Hello& hello,
                                    const std::string& host) {
   std::string transport_error;
-  auto state = MakePeerState(hello, true, host, &transport_error);
+  auto state = MakePeerState(hello, true, host, session->auth_key, &transport_error);
   if (!state->Reachable()) return {StatusCode::kUnsupported, transport_error};
   session->peer = state;
   session->peer_key = remote;
@@ -245,6 +253,10 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
     s->Shutdown("invalid hello");
     return;
   }
+  if (s->auth && (hello.name != s->auth->theirs().name || hello.incarnation != s->auth->theirs().incarnation)) {
+    Refuse(s, "authentication failed", "its hello names another engine than it authenticated as");
+    return;
+  }
   const std::string key = PeerKey(hello);
   Peer replaced;
   if (!peers_.BeginAccept(key, hello.incarnation, &replaced)) {
@@ -258,7 +270,7 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
     replaced.session->Shutdown("peer restarted");
   }
   std::string transport_error;
-  auto state = MakePeerState(hello, false, net::HostOf(s->remote_addr()), &transport_error);
+  auto state = MakePeerState(hello, false, net::HostOf(s->remote_addr()), s->auth_key, &transport_error);
   if (!state->Reachable()) {
     XLOG(INFO) << "peer " << key << " connected; this engine cannot initiate transfers to it: "
                << transport_error;
@@ -276,6 +288,7 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
 
 void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {
   if (!s->established.load()) {
+    if (OnUnauthenticated(s, msg)) return;
     if (auto* hello = std::get_if<wire::Hello>(&msg)) return OnHello(s, std::move(*hello));
     XLOG(WARN) << "control connection from " << s->remote_addr() << " sent "
                << "a frame before its hello; closing it";

@@ -127,11 +127,26 @@ class EngineImpl final : public control::ControlHandler {
   // Sends our hello on s and adds s to the sessions that hear of region changes.
   Status SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s);
   // host: the peer's address as we reach it (the control connection's other end).
+  // auth_key: the authenticated session's key (PeerState::auth_key), or "".
   std::shared_ptr<PeerState> MakePeerState(const wire::Hello& hello, bool outbound,
-                                           const std::string& host, std::string* transport_error);
+                                           const std::string& host, const std::string& auth_key,
+                                           std::string* transport_error);
   // What the target-side backends may do with a range of our memory (EngineContext).
   transport::TargetAccess RegionAccess(uint64_t addr, uint64_t len) const;
   void OnHello(const std::shared_ptr<control::Session>& s, wire::Hello&& hello);
+  // --- authentication (engine_auth.cc; docs/security.md)
+  // The secret from the options (secret or secret_file) into secret_; checks its length.
+  Status LoadSecret(const EngineOptions& o);
+  // Connect's side of the handshake, before our hello: our challenge, the peer's challenge and
+  // proof, ours. kRemoteAccessDenied when the peer is not who it must be.
+  Status AuthenticateOutbound(control::Session& s, const std::string& remote,
+                              Clock::time_point deadline);
+  // The accepting side (control thread), for frames before the hello. True when msg was
+  // handled here (answered, or the session refused).
+  bool OnUnauthenticated(const std::shared_ptr<control::Session>& s, wire::Message& msg);
+  // Refuses an accepted session: one log line naming its address, a Goodbye, and the close.
+  void Refuse(const std::shared_ptr<control::Session>& s, const std::string& reason,
+              const std::string& detail);
   // One round trip on the session: when it returns true, the peer's earlier frames (region
   // updates) have been applied here.
   bool SyncWith(const std::shared_ptr<control::Session>& s, Clock::time_point deadline);
@@ -148,6 +163,7 @@ class EngineImpl final : public control::ControlHandler {
   std::string name_;
   uint64_t incarnation_ = 0;
   std::string host_id_;
+  std::string secret_;  // empty: peers are not authenticated
   std::shared_ptr<BufferPool> staging_;  // null when EngineOptions::staging is off
   BackendSet backends_;
 

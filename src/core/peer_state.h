@@ -19,6 +19,9 @@ struct PeerState {
   std::shared_ptr<BufferPool> staging;  // the engine's buffer pool; null when staging is off
   std::atomic<bool> alive{true};        // cleared when the session ends; batches check it
   std::atomic<uint64_t> staged_bytes{0};  // moved through staging buffers (and then a route)
+  // The key both sides derived when the control session authenticated (control/auth.h); its
+  // tcp data connections prove they know it. Empty without a secret.
+  std::string auth_key;
 
   // Some route reaches the peer, so transfers can be tried.
   bool Reachable() const { return !routes.routes.empty(); }

@@ -26,6 +26,14 @@ bool PeerTable::HasLive(uint64_t incarnation) const {
   return false;
 }
 
+std::string PeerTable::AuthKeyOf(uint64_t incarnation) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [key, p] : peers_) {
+    if (p.state->info.incarnation == incarnation && p.state->alive.load()) return p.state->auth_key;
+  }
+  return "";
+}
+
 std::vector<std::shared_ptr<PeerState>> PeerTable::States() const {
   std::lock_guard lock(mu_);
   std::vector<std::shared_ptr<PeerState>> out;

@@ -30,6 +30,8 @@ class PeerTable {
   bool Find(const std::string& key, Peer* out) const;
   // True while a live peer of that incarnation has a session with us.
   bool HasLive(uint64_t incarnation) const;
+  // The auth_key of the live peer of that incarnation ("" when none).
+  std::string AuthKeyOf(uint64_t incarnation) const;
   std::vector<std::shared_ptr<PeerState>> States() const;
 
   // Connect: claims the name for an outbound session. Waits (until deadline) while a session

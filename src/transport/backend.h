@@ -124,6 +124,10 @@ struct EngineContext {
   std::function<TargetAccess(uint64_t addr, uint64_t len)> region_access;
   // True while an engine of that incarnation has a control session with us.
   std::function<bool(uint64_t incarnation)> is_peer;
+  // With a secret: data connections must prove they know their peer's session key, which
+  // peer_auth_key gives for the live peer of an incarnation ("" when none).
+  bool authenticate = false;
+  std::function<std::string(uint64_t incarnation)> peer_auth_key;
   uint64_t staging_bytes = 0;  // a target stages through buffers of this size; 0: staging off
 };
 
@@ -133,6 +137,7 @@ struct PeerContext {
   uint64_t incarnation = 0;
   int32_t pid = 0;
   std::string host;          // the peer's address as this engine reaches it (control connection)
+  std::string auth_key;      // the authenticated control session's key; "" without a secret
   bool same_host = false;    // same host identity (EngineOptions::host_id or the boot id)
   bool same_process = false;
   std::string_view blob;     // this backend's entry in the peer's hello

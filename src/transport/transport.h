@@ -29,6 +29,7 @@ struct PeerEndpoint {
   uint64_t cma_cookie = 0;  // address in the peer of a u64 holding its incarnation
   std::string host;         // the peer's address as this engine reaches it (control connection)
   uint16_t tcp_port = 0;    // the peer's tcp data port; 0 = none
+  std::string auth_key;     // the authenticated control session's key; "" without a secret
 };
 
 using Clock = std::chrono::steady_clock;

@@ -302,4 +302,31 @@ std::string HostOf(const std::string& host_port) {
   return host_port.substr(0, host_port.rfind(':'));
 }
 
+std::string AddressText(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (ss.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(a->sin_port));
+  }
+  auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+  ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+  return "[" + std::string(host) + "]:" + std::to_string(ntohs(a->sin6_port));
+}
+
+std::string PeerOf(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  return AddressText(ss);
+}
+
+bool IsLoopback(const std::string& host) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return host == "localhost";
+}
+
 }  // namespace xfer::net

@@ -2,6 +2,8 @@
 // deadline so nothing here can hang past it.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -63,6 +65,11 @@ Status SendVWaitAll(int fd, struct iovec* iov, size_t n, Clock::time_point deadl
 void SetBlocking(int fd);
 // The host part of "host:port" / "[v6]:port" (as in Session::remote_addr()).
 std::string HostOf(const std::string& host_port);
+// "ip:port" / "[v6]:port" of a socket address; the peer of a connected socket ("?" on error).
+std::string AddressText(const sockaddr_storage& ss);
+std::string PeerOf(int fd);
+// True for a numeric loopback address (127.0.0.0/8, ::1) or "localhost".
+bool IsLoopback(const std::string& host);
 void SetNoDelay(int fd);
 
 }  // namespace xfer::net

@@ -4,6 +4,7 @@
 //   xfer_test_peer --name 127.0.0.1:0 [--host-id X] [--heartbeat-ms N]
 //                  [--heartbeat-timeout-ms N] [--streams N] [--transport T] [--ucx auto|on|off]
 //                  [--staging auto|always|off] [--staging-buffers N] [--notify-queue N]
+//                  [--secret-file FILE]
 //
 // After Initialize it prints "READY <bound name> <pid>" (or "FAIL <status>" and exits 2).
 // Then each stdin line is one command, answered by exactly one line: "OK [...]" or
@@ -449,6 +450,8 @@ int main(int argc, char** argv) {
       options.staging_buffers = std::stoi(value);
     } else if (arg == "--notify-queue") {
       options.notify.queue_messages = static_cast<uint32_t>(std::stoul(value));
+    } else if (arg == "--secret-file") {
+      options.secret_file = value;
     } else {
       std::fprintf(stderr, "xfer_test_peer: unknown argument %s\n", arg.c_str());
       return 2;

@@ -128,6 +128,19 @@ notify)
     grep -q "^# rerun: .* --notify" "$tmp/out" || fail "the rerun line lacks --notify"
   done
   ;;
+secret)
+  # --secret-file on both sides (the local target child gets it) over tcp; XFER_SECRET_FILE
+  # alike; a secret too short is refused with the reason.
+  head -c 32 /dev/urandom >"$tmp/secret"
+  "$XB" write_bw -s 64K -n 50 --transport tcp --secret-file "$tmp/secret" "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" \
+    || { cat "$tmp/out" "$tmp/err"; fail "--secret-file over tcp exited"; }
+  grep -qE "^65536 " "$tmp/out" || { cat "$tmp/out"; fail "--secret-file: no row"; }
+  XFER_SECRET_FILE="$tmp/secret" "$XB" read_bw -s 64K -n 50 --transport tcp "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" \
+    || { cat "$tmp/out" "$tmp/err"; fail "XFER_SECRET_FILE over tcp exited"; }
+  printf short >"$tmp/short"
+  "$XB" write_bw -s 64K -n 5 --secret-file "$tmp/short" "${SMALL[@]}" >"$tmp/out" 2>&1 && fail "a short secret was taken"
+  grep -q "at least 16 bytes" "$tmp/out" || { cat "$tmp/out"; fail "no reason given for the short secret"; }
+  ;;
 bidir)
   "$XB" write_bw -s 64K -n 60 -b --threads 2 --depth 2 --verify "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" \
     || { cat "$tmp/out" "$tmp/err"; fail "bidirectional run exited"; }

@@ -135,7 +135,7 @@ net::Fd Handshake(uint16_t port) {
   EXPECT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", port, true}, deadline, &fd).ok());
   uint8_t hello[64] = {};
   const uint32_t magic = 0x31444658;  // "XFD1"
-  const uint16_t version = 2;
+  const uint16_t version = 3;
   const uint64_t incarnation = 42;    // the target's and ours
   std::memcpy(hello, &magic, 4);
   std::memcpy(hello + 4, &version, 2);

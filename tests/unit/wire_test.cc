@@ -44,8 +44,23 @@ TEST(WireCodec, EveryMessageRoundTrips) {
                               Goodbye{"bye", 3},
                               Notify{8, std::string("blocks 17-42\0free", 17)},
                               NotifyAck{8, StatusCode::kOk, ""},
-                              NotifyAck{9, StatusCode::kResourceExhausted, "queue full"}};
+                              NotifyAck{9, StatusCode::kResourceExhausted, "queue full"},
+                              AuthChallenge{std::string(kAuthNonceBytes, '\x07'), "10.0.0.1:5555", 42},
+                              AuthProof{std::string(kAuthMacBytes, '\xaa')}};
   for (const auto& m : all) EXPECT_EQ(RoundTrip(m), m);
+}
+
+TEST(WireCodec, AuthFramesOfTheWrongLengthAreRefused) {
+  for (const Message& m : {Message{AuthChallenge{std::string(31, 'n'), "a:1", 1}},
+                           Message{AuthChallenge{std::string(33, 'n'), "a:1", 1}},
+                           Message{AuthProof{std::string(31, 'm')}}, Message{AuthProof{""}}}) {
+    const std::vector<uint8_t> f = Encode(m);
+    Header h;
+    std::string why;
+    ASSERT_TRUE(DecodeHeader(f, &h, &why)) << why;
+    Message out;
+    EXPECT_FALSE(DecodePayload(h.type, std::span(f).subspan(kHeaderSize), &out, &why));
+  }
 }
 
 TEST(WireCodec, NotificationsUpToTheCapDecodeAndBadOnesAreRefused) {

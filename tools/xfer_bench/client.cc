@@ -8,7 +8,8 @@ std::string Bench::Setup(const std::string& transport) {
   int fd = -1;
   std::string err;
   if (c.peer.empty()) {
-    err = target_.Start(transport == "local", target_host_id_.empty() ? c.host_id : target_host_id_, &fd);
+    err = target_.Start(transport == "local", target_host_id_.empty() ? c.host_id : target_host_id_,
+                        c.secret_file, &fd);
     if (!err.empty()) return err;
   } else {
     fd = ConnectRetry(c.peer, c.connect_timeout, &err);

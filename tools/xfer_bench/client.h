@@ -21,15 +21,16 @@ class LocalTarget {
   ~LocalTarget() { Stop(); }
 
   // Returns an error message, empty on success; *fd is this side's end of the control channel.
-  std::string Start(bool in_process, const std::string& host_id, int* fd) {
+  std::string Start(bool in_process, const std::string& host_id, const std::string& secret_file,
+                    int* fd) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
       return std::string("socketpair: ") + std::strerror(errno);
     if (in_process) {
       int theirs = sv[1];
-      thread_ = std::thread([theirs, host_id] {
+      thread_ = std::thread([theirs, host_id, secret_file] {
         Ctl ctl(theirs);
-        ServeSession(ctl, "127.0.0.1", host_id, true, false);
+        ServeSession(ctl, "127.0.0.1", host_id, secret_file, true, false);
       });
       *fd = sv[0];
       return "";
@@ -38,6 +39,7 @@ class LocalTarget {
     if (exe.empty()) return "cannot read /proc/self/exe";
     std::vector<std::string> args = {exe, "serve", "--ctl-fd", std::to_string(sv[1])};
     if (!host_id.empty()) args.insert(args.end(), {"--host-id", host_id});
+    if (!secret_file.empty()) args.insert(args.end(), {"--secret-file", secret_file});
     std::vector<char*> cargv;
     for (auto& a : args) cargv.push_back(a.data());
     cargv.push_back(nullptr);

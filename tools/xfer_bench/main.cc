@@ -30,6 +30,7 @@
 //
 // Buffer pattern, block layout and statistics come from bench_util.h, shared with the raw
 // baselines in bench/, so that both measure the same thing.
+#include <cstdlib>
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -142,6 +143,11 @@ void AddTestOptions(CLI::App* app, Config& c) {
   app->add_option("--host-id", c.host_id,
                   "EngineOptions::host_id of this side (and of a local target child): engines "
                   "with different ids never use same-host transports");
+  app->add_option("--secret-file", c.secret_file,
+                  "EngineOptions::secret_file: authenticate peers with the secret in FILE (the "
+                  "peer needs the same; a local target child gets it too); default: "
+                  "$XFER_SECRET_FILE")
+      ->type_name("FILE");
   app->add_option("--connect-timeout", c.connect_timeout,
                   "Seconds to keep retrying the connection to the peer")
       ->check(CLI::Range(0.1, 3600.0))
@@ -156,6 +162,7 @@ using namespace xfer::bench;
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   Config c;
+  if (const char* f = std::getenv("XFER_SECRET_FILE")) c.secret_file = f;  // (--secret-file wins)
   CLI::App app{
       "xfer-bench: bandwidth and latency of xfer transfers.\n"
       "With no test it runs the main job: a local target child, WRITE then READ, 16K..8M,\n"
@@ -201,6 +208,10 @@ int main(int argc, char** argv) {
   serve->add_option("--listen", c.listen, "host:port to listen on for clients (port 0: any free port)")
       ->capture_default_str();
   serve->add_option("--host-id", c.host_id, "EngineOptions::host_id of this side");
+  serve->add_option("--secret-file", c.secret_file,
+                    "EngineOptions::secret_file of this side (clients need the same secret); "
+                    "default: $XFER_SECRET_FILE")
+      ->type_name("FILE");
   serve->add_flag("--once", c.once, "Serve one client, then exit");
   serve->add_option("--ctl-fd", c.ctl_fd, "")->group("");  // hidden: local child mode
 

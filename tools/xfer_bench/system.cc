@@ -61,6 +61,7 @@ EngineOptions MakeEngineOptions(const Config& c) {
   if (c.links > 0) o.tcp.links = o.ucx.endpoints = c.links;  // connections or endpoints per peer
   o.transport = c.transport;
   o.host_id = c.host_id;
+  o.secret_file = c.secret_file;
   o.staging = c.buffer_pool ? Staging::kAlways : Staging::kAuto;
   if (c.staging_buffers > 0) o.staging_buffers = c.staging_buffers;
   if (c.staging_bytes > 0) o.staging_buffer_bytes = c.staging_bytes;

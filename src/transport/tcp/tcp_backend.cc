@@ -37,6 +37,8 @@ class TcpBackend final : public Backend {
     hooks.region_access = ctx.region_access;
     hooks.staging_bytes = ctx.staging_bytes;
     hooks.is_peer = ctx.is_peer;
+    hooks.authenticate = ctx.authenticate;
+    hooks.peer_auth_key = ctx.peer_auth_key;
     transport_ = std::make_unique<TcpTransport>(
         TcpOptions{o.tcp.links, o.tcp.least_loaded, o.heartbeat_timeout, o.spin}, hooks);
     if (Status s = transport_->Start(ctx.listen_host); !s.ok()) {
@@ -60,7 +62,7 @@ class TcpBackend final : public Backend {
       return {StatusCode::kUnsupported, "tcp: the peer's hello entry is malformed"};
     }
     std::shared_ptr<Link> link;
-    Status s = transport_->Connect(PeerEndpoint{peer.pid, peer.incarnation, 0, peer.host, port}, &link);
+    Status s = transport_->Connect(PeerEndpoint{peer.pid, peer.incarnation, 0, peer.host, port, peer.auth_key}, &link);
     if (!s.ok()) return s;
     *route = std::make_shared<TcpRoute>(std::move(link), LimitsOf(*transport_, options_));
     return Status::Ok();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "transport/staging.h"
+#include "util/crypto.h"
 #include "util/log.h"
 #include "util/text.h"
 
@@ -20,8 +21,19 @@ using text::Hex;
 namespace {
 
 constexpr uint32_t kDataMagic = 0x31444658;  // "XFD1"
-constexpr uint16_t kDataVersion = 2;
+constexpr uint16_t kDataVersion = 3;  // 3: the challenge of an authenticated engine
 constexpr size_t kHelloBytes = 64;  // 24 used
+
+// With a secret, the target answers the hello with a fresh nonce and the initiator proves it
+// knows the session key its control session derived (control/auth.h): the incarnations in the
+// hello are then no credential. The proof covers the nonce and both incarnations.
+crypto::Mac DataProof(const std::string& key, const uint8_t* nonce, uint64_t target, uint64_t initiator) {
+  std::string m = "xfer-data-v1";
+  m.append(reinterpret_cast<const char*>(nonce), crypto::kNonceBytes);
+  m.append(reinterpret_cast<const char*>(&target), sizeof target);
+  m.append(reinterpret_cast<const char*>(&initiator), sizeof initiator);
+  return crypto::Hmac(crypto::Bytes(key), crypto::Bytes(m));
+}
 constexpr size_t kAcceptBytes = 64;  // 4 used
 constexpr size_t kBatchHeaderBytes = 16;
 constexpr size_t kSliceBytes = 16;
@@ -288,6 +300,12 @@ class TcpLink final : public Link {
     Put<uint64_t>(hello + 8, peer_.incarnation);
     Put<uint64_t>(hello + 16, me_);
     Status s = net::SendAll(fd, hello, sizeof hello, deadline);
+    if (s.ok() && !peer_.auth_key.empty()) {
+      uint8_t nonce[crypto::kNonceBytes];
+      s = net::RecvAll(fd, nonce, sizeof nonce, deadline);
+      const crypto::Mac proof = DataProof(peer_.auth_key, nonce, peer_.incarnation, me_);
+      if (s.ok()) s = net::SendAll(fd, proof.data(), proof.size(), deadline);
+    }
     uint8_t code[kAcceptBytes];
     if (s.ok()) s = net::RecvAll(fd, code, sizeof code, deadline);
     if (!s.ok()) return OpenFailed("data connection handshake: ", s);
@@ -464,6 +482,12 @@ bool TcpTransport::Handshake(Service& svc, std::string* why) {
   if (Get<uint64_t>(hello + 8) != hooks_.incarnation || !hooks_.is_peer(Get<uint64_t>(hello + 16))) {
     Put<uint32_t>(refuse, static_cast<uint32_t>(StatusCode::kConnectionLost));
   }
+  if (hooks_.authenticate && !Authenticate(fd, Get<uint64_t>(hello + 16))) {
+    XLOG(WARN) << "tcp: refused the data connection from " << net::PeerOf(fd)
+               << ": it did not prove it knows its control session's key";
+    *why = "";
+    return false;
+  }
   svc.peer_incarnation = Get<uint64_t>(hello + 16);
   const bool refused = Get<uint32_t>(refuse) != 0;
   if (!net::SendAll(fd, refuse, sizeof refuse, Clock::now() + opts_.io_timeout).ok()) {
@@ -471,6 +495,19 @@ bool TcpTransport::Handshake(Service& svc, std::string* why) {
     return false;
   }
   return !refused;  // (a refused stranger is closed without a warning)
+}
+
+bool TcpTransport::Authenticate(int fd, uint64_t initiator) {
+  const crypto::Nonce nonce = crypto::RandomNonce();
+  uint8_t proof[crypto::kMacBytes];
+  const auto deadline = Clock::now() + opts_.io_timeout;
+  if (!net::SendAll(fd, nonce.data(), nonce.size(), deadline).ok() ||
+      !net::RecvAll(fd, proof, sizeof proof, deadline).ok()) {
+    return false;
+  }
+  const std::string key = hooks_.peer_auth_key(initiator);
+  return !key.empty() &&
+         crypto::Equal(proof, DataProof(key, nonce.data(), hooks_.incarnation, initiator));
 }
 
 bool TcpTransport::ReadFrame(Service& svc, uint64_t replied, Frame* f, std::string* why) {

@@ -51,6 +51,10 @@ struct TcpTargetHooks {
   uint64_t staging_bytes = 0;
   // True when an engine of that incarnation has a control session with us.
   std::function<bool(uint64_t incarnation)> is_peer;
+  // With a secret (EngineContext::authenticate): each data connection answers a challenge with
+  // its peer's session key (peer_auth_key), or is refused.
+  bool authenticate = false;
+  std::function<std::string(uint64_t incarnation)> peer_auth_key;
 };
 
 class TcpTransport final : public Transport {
@@ -88,6 +92,8 @@ class TcpTransport final : public Transport {
   // ends or must close (*why says why; empty: quietly).
   void Serve(std::shared_ptr<Service> svc);
   bool Handshake(Service& svc, std::string* why);
+  // With a secret: the challenge and the check of the initiator's proof (DataProof).
+  bool Authenticate(int fd, uint64_t initiator);
   bool ReadFrame(Service& svc, uint64_t replied, Frame* f, std::string* why);
   // Checks every range of the frame against this engine's regions (f->denied says why not).
   void CheckRanges(Frame* f) const;

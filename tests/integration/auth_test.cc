@@ -1,0 +1,314 @@
+// Peer authentication (EngineOptions::secret): engines that share a secret connect and move
+// data; a peer without it, with another one, replaying a recorded handshake, or naming another
+// engine in its hello is refused before it learns anything, and the engine keeps serving the
+// others. The attacker is a raw control connection that speaks the wire format itself.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "control/auth.h"
+#include "control/session.h"
+#include "test_common.h"
+#include "util/crypto.h"
+#include "util/net.h"
+
+namespace xfer_test {
+namespace {
+
+using namespace std::chrono_literals;
+using xfer::Op;
+using xfer::StatusCode;
+namespace wire = xfer::wire;
+using Clock = std::chrono::steady_clock;
+
+const std::string kSecret = "correct horse battery staple, 32";
+const std::string kOther = "another secret of thirty-two b..";
+
+class Auth : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!xfer::crypto::Available()) GTEST_SKIP() << "this build has no libsodium";
+    char dir[] = "/tmp/xfer-auth-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    std::ofstream(dir_ + "/secret", std::ios::binary) << kSecret;
+    std::string error;
+    PeerOptions o;
+    o.extra_args = {"--secret-file", dir_ + "/secret"};
+    ASSERT_TRUE(peer_.Start(o, &error)) << error;
+    region_ = peer_.Alloc(1 << 20, "kv");
+  }
+  void TearDown() override {
+    if (!dir_.empty()) {
+      unlink((dir_ + "/secret").c_str());
+      rmdir(dir_.c_str());
+    }
+  }
+  static xfer::EngineOptions With(const std::string& secret) {
+    xfer::EngineOptions o;
+    o.secret = secret;
+    return o;
+  }
+  // A legitimate engine can still connect and move bytes.
+  void ExpectServed() {
+    xfer::Engine good;
+    XT_ASSERT_OK(good.Initialize("127.0.0.1", With(kSecret)));
+    XT_ASSERT_OK(good.Connect(peer_.name(), 10s));
+    LocalBuffer src(4096);
+    src.Fill(3);
+    XT_EXPECT_OK(good.TransferSync(peer_.name(), Op::kWrite, {{src.addr(), region_.addr, 4096}}, 10s));
+    EXPECT_EQ(peer_.SumRange(region_.addr, 4096), Hash64(src.data(), 4096));
+  }
+
+  std::string dir_;
+  PeerProcess peer_;
+  PeerRegion region_;
+};
+
+// A raw control connection to the peer.
+struct Raw {
+  explicit Raw(const std::string& name) {
+    xfer::net::Address a;
+    EXPECT_TRUE(xfer::net::ParseAddress(name, &a).ok());
+    xfer::net::Fd fd;
+    EXPECT_TRUE(xfer::net::ConnectTcp(a, Clock::now() + 5s, &fd).ok());
+    s = std::make_shared<xfer::control::Session>(std::move(fd), true, name);
+  }
+  void Send(const wire::Message& m) {
+    ASSERT_TRUE(s->Send(m).ok());
+    ASSERT_TRUE(s->FlushUntil(Clock::now() + 5s).ok());
+  }
+  // Our side of the handshake (hs: its secret, name, incarnation); returns the proof sent, and
+  // whether the peer's proof checked out.
+  wire::AuthProof Authenticate(xfer::control::Handshake& hs, bool* verified = nullptr) {
+    Send(hs.Mine());
+    wire::Message theirs, their_proof;
+    EXPECT_TRUE(s->ReadOne(Clock::now() + 5s, &theirs).ok());
+    EXPECT_TRUE(s->ReadOne(Clock::now() + 5s, &their_proof).ok());
+    const auto* challenge = std::get_if<wire::AuthChallenge>(&theirs);
+    const auto* proof = std::get_if<wire::AuthProof>(&their_proof);
+    EXPECT_TRUE(challenge != nullptr && proof != nullptr) << "no challenge and proof from the peer";
+    if (challenge == nullptr || proof == nullptr) return {};
+    const wire::AuthProof mine = hs.Answer(*challenge);
+    if (verified != nullptr) *verified = hs.Verify(*proof);
+    Send(mine);
+    return mine;
+  }
+  // Every frame until the peer closes (or 10 s pass).
+  std::vector<wire::Message> ReadAll() {
+    std::vector<wire::Message> got;
+    wire::Message m;
+    while (s->ReadOne(Clock::now() + 10s, &m).ok()) got.push_back(m);
+    return got;
+  }
+  std::shared_ptr<xfer::control::Session> s;
+};
+
+wire::Hello HelloOf(const std::string& name, uint64_t incarnation) {
+  wire::Hello h;
+  h.name = name;
+  h.incarnation = incarnation;
+  h.host_id = "attacker";
+  h.pid = 1;
+  return h;
+}
+
+bool AnyHello(const std::vector<wire::Message>& frames) {
+  for (const auto& f : frames) {
+    if (std::holds_alternative<wire::Hello>(f)) return true;
+  }
+  return false;
+}
+
+std::string GoodbyeReason(const std::vector<wire::Message>& frames) {
+  for (const auto& f : frames) {
+    if (auto* b = std::get_if<wire::Goodbye>(&f)) return b->reason;
+  }
+  return "(no goodbye)";
+}
+
+// Sends hello on raw, then expects the peer to close with a Goodbye of that reason and without
+// having sent its own hello.
+void ExpectRefused(Raw& raw, const wire::Hello& hello, const std::string& reason) {
+  raw.Send(hello);
+  const auto frames = raw.ReadAll();
+  EXPECT_FALSE(AnyHello(frames)) << "the engine sent its hello (regions, ports) to a stranger";
+  EXPECT_EQ(GoodbyeReason(frames), reason);
+}
+
+TEST_F(Auth, EnginesThatShareTheSecretConnectAndTransfer) {
+  ExpectServed();
+  xfer::Engine from_file;
+  xfer::EngineOptions o;
+  o.secret_file = dir_ + "/secret";
+  XT_ASSERT_OK(from_file.Initialize("127.0.0.1", o));
+  XT_EXPECT_OK(from_file.Connect(peer_.name(), 10s));
+}
+
+TEST_F(Auth, AuthenticatedPeersMoveDataOverTcp) {
+  xfer::EngineOptions o = With(kSecret);
+  o.transport = "tcp";  // the data connections authenticate too
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1", o));
+  XT_ASSERT_OK(e.Connect(peer_.name(), 10s));
+  LocalBuffer src(1 << 20), back(1 << 20);
+  src.Fill(5);
+  XT_ASSERT_OK(e.TransferSync(peer_.name(), Op::kWrite, {{src.addr(), region_.addr, 1 << 20}}, 10s));
+  XT_ASSERT_OK(e.TransferSync(peer_.name(), Op::kRead, {{back.addr(), region_.addr, 1 << 20}}, 10s));
+  EXPECT_EQ(std::memcmp(src.data(), back.data(), 1 << 20), 0);
+  xfer::PeerInfo info;
+  XT_ASSERT_OK(e.GetPeerInfo(peer_.name(), &info));
+  EXPECT_EQ(info.BytesVia("tcp"), 2u << 20);
+}
+
+TEST_F(Auth, AnotherSecretIsRefusedAndTheOthersAreStillServed) {
+  xfer::Engine wrong;
+  XT_ASSERT_OK(wrong.Initialize("127.0.0.1", With(kOther)));
+  const xfer::Status s = wrong.Connect(peer_.name(), 10s);
+  EXPECT_EQ(s.code(), StatusCode::kRemoteAccessDenied) << s.ToString();
+  EXPECT_NE(s.message().find("secret"), std::string::npos) << s.message();
+  ExpectServed();
+}
+
+TEST_F(Auth, AnEngineWithoutTheSecretIsRefused) {
+  xfer::Engine open;
+  XT_ASSERT_OK(open.Initialize("127.0.0.1"));
+  const xfer::Status s = open.Connect(peer_.name(), 10s);
+  EXPECT_EQ(s.code(), StatusCode::kRemoteAccessDenied) << s.ToString();
+  EXPECT_NE(s.message().find("authentication required"), std::string::npos) << s.message();
+  ExpectServed();
+}
+
+TEST_F(Auth, AnEngineWithASecretRefusesAPeerWithout) {
+  PeerProcess open_peer;
+  std::string error;
+  ASSERT_TRUE(open_peer.Start(PeerOptions{}, &error)) << error;
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1", With(kSecret)));
+  const xfer::Status s = e.Connect(open_peer.name(), 10s);
+  EXPECT_EQ(s.code(), StatusCode::kRemoteAccessDenied) << s.ToString();
+  EXPECT_NE(s.message().find("no secret"), std::string::npos) << s.message();
+}
+
+TEST_F(Auth, AHelloWithoutAuthenticationLearnsNothing) {
+  Raw raw(peer_.name());
+  ExpectRefused(raw, HelloOf("127.0.0.1:1", 77), "authentication required");
+  ExpectServed();
+}
+
+TEST_F(Auth, AWrongProofIsRefused) {
+  Raw raw(peer_.name());
+  xfer::control::Handshake hs(kOther, true, "127.0.0.1:1", 78);  // another secret
+  raw.Authenticate(hs);
+  ExpectRefused(raw, HelloOf("127.0.0.1:1", 78), "authentication failed");
+  ExpectServed();
+}
+
+TEST_F(Auth, AReplayedHandshakeIsRefused) {
+  // A legitimate handshake (this test knows the secret), recorded...
+  xfer::control::Handshake hs(kSecret, true, "127.0.0.1:1", 79);
+  const wire::AuthChallenge challenge = hs.Mine();
+  wire::AuthProof proof;
+  {
+    Raw raw(peer_.name());
+    bool verified = false;
+    proof = raw.Authenticate(hs, &verified);
+    ASSERT_TRUE(verified);
+    raw.Send(HelloOf("127.0.0.1:1", 79));
+    wire::Message hello;
+    ASSERT_TRUE(raw.s->ReadOne(Clock::now() + 5s, &hello).ok());
+    EXPECT_TRUE(std::holds_alternative<wire::Hello>(hello)) << "the legitimate handshake failed";
+    raw.Send(wire::Goodbye{"done", 0});
+  }
+  // ... and replayed on a new connection: the peer's fresh nonce makes the old proof wrong.
+  Raw replay(peer_.name());
+  replay.Send(challenge);
+  replay.Send(proof);
+  ExpectRefused(replay, HelloOf("127.0.0.1:1", 79), "authentication failed");
+  ExpectServed();
+}
+
+TEST_F(Auth, AHelloNamingAnotherEngineThanItAuthenticatedAsIsRefused) {
+  Raw raw(peer_.name());
+  xfer::control::Handshake hs(kSecret, true, "127.0.0.1:1", 80);
+  raw.Authenticate(hs);
+  raw.Send(HelloOf("127.0.0.1:2", 81));  // another name and incarnation
+  const auto frames = raw.ReadAll();
+  EXPECT_FALSE(AnyHello(frames));
+  EXPECT_EQ(GoodbyeReason(frames), "authentication failed");
+}
+
+// The tcp data port: the hello's incarnations are no credential; the connection must answer
+// the target's nonce with its control session's key. (The data format, tcp_transport.cc: a
+// 64-byte hello: magic "XFD1" u32, version u16 (3), pad, target incarnation u64, initiator
+// incarnation u64; with a secret the target sends a 32-byte nonce and reads a 32-byte proof,
+// HMAC(session key, "xfer-data-v1" | nonce | target incarnation | initiator incarnation); then
+// a 64-byte reply whose first u32 is 0 when accepted.)
+TEST_F(Auth, ADataConnectionMustProveItsSessionKey) {
+  // A control session of our own (this test knows the secret), for incarnations and a key.
+  Raw raw(peer_.name());
+  xfer::control::Handshake hs(kSecret, true, "127.0.0.1:1", 90);
+  raw.Authenticate(hs);
+  raw.Send(HelloOf("127.0.0.1:1", 90));
+  wire::Message reply;
+  ASSERT_TRUE(raw.s->ReadOne(Clock::now() + 5s, &reply).ok());
+  const auto& hello = std::get<wire::Hello>(reply);
+  uint16_t port = 0;
+  for (const auto& b : hello.backends) {
+    if (b.backend == "tcp" && b.bytes.size() == 2) std::memcpy(&port, b.bytes.data(), 2);
+  }
+  ASSERT_NE(port, 0) << "the peer offers no tcp data port";
+  const xfer::crypto::Mac key = hs.SessionKey();
+  const std::string session_key(reinterpret_cast<const char*>(key.data()), key.size());
+
+  auto attempt = [&](const std::string& with_key) {
+    xfer::net::Fd fd;
+    EXPECT_TRUE(xfer::net::ConnectTcp(xfer::net::Address{"127.0.0.1", port, true}, Clock::now() + 5s, &fd).ok());
+    uint8_t h[64] = {};
+    const uint32_t magic = 0x31444658;
+    const uint16_t version = 3;
+    std::memcpy(h, &magic, 4);
+    std::memcpy(h + 4, &version, 2);
+    std::memcpy(h + 8, &hello.incarnation, 8);
+    const uint64_t mine = 90;
+    std::memcpy(h + 16, &mine, 8);
+    const auto deadline = Clock::now() + 5s;
+    EXPECT_TRUE(xfer::net::SendAll(fd.get(), h, sizeof h, deadline).ok());
+    uint8_t nonce[32];
+    EXPECT_TRUE(xfer::net::RecvAll(fd.get(), nonce, sizeof nonce, deadline).ok()) << "no challenge";
+    std::string m = "xfer-data-v1";
+    m.append(reinterpret_cast<const char*>(nonce), 32);
+    m.append(reinterpret_cast<const char*>(&hello.incarnation), 8);
+    m.append(reinterpret_cast<const char*>(&mine), 8);
+    const xfer::crypto::Mac proof = xfer::crypto::Hmac(xfer::crypto::Bytes(with_key), xfer::crypto::Bytes(m));
+    EXPECT_TRUE(xfer::net::SendAll(fd.get(), proof.data(), proof.size(), deadline).ok());
+    uint8_t code[64];
+    if (!xfer::net::RecvAll(fd.get(), code, sizeof code, deadline).ok()) return false;  // closed
+    uint32_t c = 1;
+    std::memcpy(&c, code, 4);
+    return c == 0;
+  };
+  EXPECT_FALSE(attempt(std::string(32, 'k'))) << "a data connection without the key was accepted";
+  EXPECT_FALSE(attempt(kSecret)) << "the secret itself is not the session's key";
+  EXPECT_TRUE(attempt(session_key)) << "the session's own key was refused";
+  ExpectServed();
+}
+
+TEST(AuthOptions, SecretsAreChecked) {
+  if (!xfer::crypto::Available()) GTEST_SKIP() << "this build has no libsodium";
+  xfer::Engine a, b, c;
+  xfer::EngineOptions o;
+  o.secret = "too short";
+  XT_EXPECT_CODE(a.Initialize("127.0.0.1", o), StatusCode::kInvalidArgument);
+  o.secret = kSecret;
+  o.secret_file = "/etc/hostname";
+  XT_EXPECT_CODE(b.Initialize("127.0.0.1", o), StatusCode::kInvalidArgument);
+  o.secret.clear();
+  o.secret_file = "/nonexistent/secret";
+  XT_EXPECT_CODE(c.Initialize("127.0.0.1", o), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace xfer_test
