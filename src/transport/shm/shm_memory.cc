@@ -23,10 +23,13 @@ int PidfdGetfd(int pidfd, int fd) { return static_cast<int>(::syscall(SYS_pidfd_
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
+// What a segment is sealed against: changing its size, and the seals themselves.
+constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+
 // One attempt at a memfd of len bytes, mapped shared; false with *why on failure.
 bool MakeMapped(const std::string& name, uint64_t len, bool huge, int* fd, void** base,
                 uint64_t* mapped, std::string* why) {
-  const unsigned flags = MFD_CLOEXEC | (huge ? MFD_HUGETLB : 0u);
+  const unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0u);
   int f = ::memfd_create(name.c_str(), flags);
   if (f < 0) {
     *why = Errno("memfd_create");
@@ -37,6 +40,9 @@ bool MakeMapped(const std::string& name, uint64_t len, bool huge, int* fd, void*
   void* p = MAP_FAILED;
   if (::ftruncate(f, static_cast<off_t>(n)) != 0) {
     *why = Errno("ftruncate");
+  } else if (::fcntl(f, F_ADD_SEALS, kSeals) != 0) {
+    // Sealed at its size: a peer that mapped it can rely on every page (a shrink would SIGBUS it).
+    *why = Errno("fcntl(F_ADD_SEALS)");
   } else {
     // MAP_POPULATE: fault every page in now, so the kernel refuses huge pages it lacks here
     // rather than with SIGBUS on first touch, and the first transfer pays no fault.
@@ -141,6 +147,9 @@ Status PeerMapper::Map(int32_t remote_fd, const std::string& name, uint64_t len,
                                               " is not that segment (found '" + link + "')"};
   } else if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < len) {
     s = {StatusCode::kRemoteAccessDenied, who + ": segment is smaller than the region"};
+  } else if ((::fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) == 0) {
+    // Its owner could shrink it under our mapping, and a copy would then die of SIGBUS.
+    s = {StatusCode::kRemoteAccessDenied, who + ": segment is not sealed against shrinking"};
   }
   void* p = MAP_FAILED;
   const uint64_t whole = static_cast<uint64_t>(st.st_size);  // huge pages: whole pages only
