@@ -70,8 +70,9 @@ struct EngineOptions {
 
   // Peer authentication (docs/security.md). With a secret, every control connection starts
   // with a mutual challenge-response (HMAC-SHA-256 over fresh nonces of both sides, their names
-  // and incarnations): a peer that does not prove it knows the same secret is refused before
-  // anything about this engine (regions, ports, process) is sent to it. Both engines of a pair
+  // and incarnations): an engine tells a connecting peer nothing but a nonce before the peer
+  // proved it knows the same secret, and nothing of its regions, ports or process before both
+  // sides did; tcp data connections prove the key their control session derived. Both engines of a pair
   // need the same secret. At least 16 bytes, taken as they are; secret_file: a file holding it
   // (its bytes as they are, a final newline included). Give one or neither. Needs a build with
   // libsodium (Initialize says UNSUPPORTED otherwise).

@@ -1,5 +1,9 @@
 #include "control/auth.h"
 
+#ifdef XFER_HAVE_SODIUM
+#include <sodium.h>
+#endif
+
 namespace xfer::control {
 namespace {
 
@@ -9,44 +13,52 @@ void Append(std::string* t, const std::string& field) {
   t->append(field);
 }
 
-void Append(std::string* t, const wire::AuthChallenge& c) {
-  Append(t, c.nonce);
-  Append(t, c.name);
-  t->append(reinterpret_cast<const char*>(&c.incarnation), sizeof c.incarnation);
+void Append(std::string* t, const std::string& name, uint64_t incarnation) {
+  Append(t, name);
+  t->append(reinterpret_cast<const char*>(&incarnation), sizeof incarnation);
 }
 
 }  // namespace
 
-Handshake::Handshake(const std::string& secret, bool initiator, std::string my_name,
-                     uint64_t my_incarnation)
-    : secret_(secret), initiator_(initiator) {
+Handshake::Handshake(std::string secret, bool initiator, std::string my_name, uint64_t my_incarnation)
+    : secret_(std::move(secret)), initiator_(initiator), my_name_(std::move(my_name)),
+      my_incarnation_(my_incarnation) {
   const crypto::Nonce n = crypto::RandomNonce();
   mine_.nonce.assign(reinterpret_cast<const char*>(n.data()), n.size());
-  mine_.name = std::move(my_name);
-  mine_.incarnation = my_incarnation;
 }
 
-wire::AuthProof Handshake::Answer(const wire::AuthChallenge& theirs) {
-  theirs_ = theirs;
-  transcript_.clear();
-  Append(&transcript_, initiator_ ? mine_ : theirs_);
-  Append(&transcript_, initiator_ ? theirs_ : mine_);
-  const crypto::Mac mac = Tag(initiator_ ? "xfer-auth-v1 initiator" : "xfer-auth-v1 acceptor");
-  return wire::AuthProof{std::string(reinterpret_cast<const char*>(mac.data()), mac.size())};
+Handshake::~Handshake() {
+#ifdef XFER_HAVE_SODIUM
+  sodium_memzero(secret_.data(), secret_.size());
+#endif
 }
 
-bool Handshake::Verify(const wire::AuthProof& theirs) const {
-  if (transcript_.empty()) return false;
-  const crypto::Mac expected = Tag(initiator_ ? "xfer-auth-v1 acceptor" : "xfer-auth-v1 initiator");
+wire::AuthProof Handshake::Proof() const {
+  const crypto::Mac mac = Tag(initiator_ ? "xfer-auth-v2 initiator" : "xfer-auth-v2 acceptor", !initiator_);
+  return wire::AuthProof{my_name_, my_incarnation_, std::string(reinterpret_cast<const char*>(mac.data()), mac.size())};
+}
+
+bool Handshake::Verify(const wire::AuthProof& theirs) {
+  if (their_nonce_.empty()) return false;
+  their_ = theirs;
+  const crypto::Mac expected = Tag(initiator_ ? "xfer-auth-v2 acceptor" : "xfer-auth-v2 initiator", initiator_);
   return crypto::Equal(crypto::Bytes(theirs.mac), expected);
 }
 
-crypto::Mac Handshake::SessionKey() const { return Tag("xfer-auth-v1 session"); }
+crypto::Mac Handshake::SessionKey() const { return Tag("xfer-auth-v2 session", true); }
 
-crypto::Mac Handshake::Tag(const char* label) const {
-  std::string message(label);
-  message += transcript_;
-  return crypto::Hmac(crypto::Bytes(secret_), crypto::Bytes(message));
+crypto::Mac Handshake::Tag(const char* label, bool with_acceptor) const {
+  std::string t(label);
+  Append(&t, initiator_ ? mine_.nonce : their_nonce_);
+  Append(&t, initiator_ ? their_nonce_ : mine_.nonce);
+  if (initiator_) {
+    Append(&t, my_name_, my_incarnation_);
+    if (with_acceptor) Append(&t, their_.name, their_.incarnation);
+  } else {
+    Append(&t, their_.name, their_.incarnation);
+    if (with_acceptor) Append(&t, my_name_, my_incarnation_);
+  }
+  return crypto::Hmac(crypto::Bytes(secret_), crypto::Bytes(t));
 }
 
 }  // namespace xfer::control

@@ -1,13 +1,17 @@
 // Mutual authentication of a control connection with a shared secret (docs/security.md).
 //
-//   initiator -> acceptor: AuthChallenge{nonce_i, name_i, incarnation_i}
-//   acceptor -> initiator: AuthChallenge{nonce_a, name_a, incarnation_a}, AuthProof{mac_a}
-//   initiator -> acceptor: AuthProof{mac_i}, then its Hello
+//   initiator -> acceptor: AuthChallenge{nonce_i}
+//   acceptor -> initiator: AuthChallenge{nonce_a}
+//   initiator -> acceptor: AuthProof{name_i, incarnation_i, mac_i}
+//   acceptor -> initiator: AuthProof{name_a, incarnation_a, mac_a}   (once mac_i checked out)
+//   then the initiator's Hello, and the acceptor's
 //
-// T = both challenges (the initiator's first), each field length-prefixed;
-// mac_a = HMAC(secret, "xfer-auth-v1 acceptor" | T), mac_i = HMAC(secret, "xfer-auth-v1
-// initiator" | T), and the session key both sides derive = HMAC(secret, "xfer-auth-v1 session" |
-// T). Fresh nonces on both sides make a recorded handshake worthless on a new connection.
+// mac_i = HMAC(secret, "xfer-auth-v2 initiator" | nonce_i | nonce_a | id_i),
+// mac_a = HMAC(secret, "xfer-auth-v2 acceptor" | nonce_i | nonce_a | id_i | id_a), and the
+// session key both derive = HMAC(secret, "xfer-auth-v2 session" | the same), each field
+// length-prefixed. Nonces are fresh on both sides, so a recorded handshake is worthless on a
+// new connection; the acceptor says nothing but a nonce before the initiator has proved itself;
+// each side checks who the other claims to be (Engine: not itself, and the name it dialled).
 #pragma once
 
 #include <cstdint>
@@ -20,25 +24,36 @@ namespace xfer::control {
 
 class Handshake {
  public:
-  // me: this engine's name and incarnation; the secret must outlive the Handshake.
-  Handshake(const std::string& secret, bool initiator, std::string my_name, uint64_t my_incarnation);
+  Handshake(std::string secret, bool initiator, std::string my_name, uint64_t my_incarnation);
+  ~Handshake();
+  Handshake(const Handshake&) = delete;
+  Handshake& operator=(const Handshake&) = delete;
+
   // This side's challenge (the same every call).
   const wire::AuthChallenge& Mine() const { return mine_; }
-  // Takes the peer's challenge; returns this side's proof.
-  wire::AuthProof Answer(const wire::AuthChallenge& theirs);
-  // The peer's proof, checked in constant time (after Answer).
-  bool Verify(const wire::AuthProof& theirs) const;
-  const wire::AuthChallenge& theirs() const { return theirs_; }
-  // The key both sides derive (after Answer).
+  // The other side's challenge.
+  void TheirChallenge(const wire::AuthChallenge& theirs) { their_nonce_ = theirs.nonce; }
+  // This side's proof. The acceptor's covers the initiator's identity: call it after Verify.
+  wire::AuthProof Proof() const;
+  // Checks the other side's proof (constant time) and keeps the identity it claims.
+  bool Verify(const wire::AuthProof& theirs);
+  // The identity the other side proved (after Verify returned true).
+  const std::string& their_name() const { return their_.name; }
+  uint64_t their_incarnation() const { return their_.incarnation; }
+  // The key both sides derive (after both proofs).
   crypto::Mac SessionKey() const;
 
  private:
-  crypto::Mac Tag(const char* label) const;
+  // label | nonce_i | nonce_a | id_i [| id_a], under the secret.
+  crypto::Mac Tag(const char* label, bool with_acceptor) const;
 
-  const std::string& secret_;
+  std::string secret_;
   const bool initiator_;
-  wire::AuthChallenge mine_, theirs_;
-  std::string transcript_;
+  const std::string my_name_;
+  const uint64_t my_incarnation_;
+  wire::AuthChallenge mine_;
+  std::string their_nonce_;
+  wire::AuthProof their_;  // name and incarnation, once Verify saw them
 };
 
 }  // namespace xfer::control

@@ -72,13 +72,27 @@ void ControlLoop::Accept() {
                        SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      if (accept_pause_.Shortage(errno)) {  // out of fds: stop watching the listener for now
+        ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
+        listener_paused_ = true;
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
         XLOG(WARN) << "accept failed: " << std::strerror(errno);
       }
       return;
     }
+    if (PendingSessions() >= kMaxPendingSessions) {  // a flood of handshakes: refuse the excess
+      if (Clock::now() - last_pending_log_ > std::chrono::seconds(10)) {
+        XLOG(WARN) << "control listener: " << kMaxPendingSessions << " connections have not said "
+                   << "hello yet; closing new ones until they do or time out (last from "
+                   << net::AddressText(ss) << ")";
+        last_pending_log_ = Clock::now();
+      }
+      ::close(fd);
+      continue;
+    }
     net::SetNoDelay(fd);
     auto s = std::make_shared<Session>(net::Fd(fd), false, net::AddressText(ss));
+    if (opts_.authenticate) s->set_max_payload(wire::kMaxPayloadBeforeAuth);
     s->set_on_pending([this] { Wake(); });
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
@@ -86,6 +100,12 @@ void ControlLoop::Accept() {
     ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
     sessions_[fd] = std::move(s);
   }
+}
+
+size_t ControlLoop::PendingSessions() const {
+  size_t n = 0;
+  for (const auto& [fd, s] : sessions_) n += s->established.load() ? 0 : 1;
+  return n;
 }
 
 void ControlLoop::CloseSession(const std::shared_ptr<Session>& s, const std::string& reason) {
@@ -100,6 +120,13 @@ void ControlLoop::CloseSession(const std::shared_ptr<Session>& s, const std::str
 
 void ControlLoop::Tick() {
   const auto now = Clock::now();
+  if (listener_paused_ && accept_pause_.Over()) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = listener_.get();
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev);
+    listener_paused_ = false;
+  }
   std::vector<std::pair<std::shared_ptr<Session>, std::string>> dead;
   for (auto& [fd, s] : sessions_) {
     if (!s->established.load()) {

@@ -26,7 +26,13 @@ class ControlHandler {
 struct LoopOptions {
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds heartbeat_timeout{3000};
+  // Peers must authenticate (the engine has a secret): accepted sessions may send only small
+  // frames until the engine lifts the cap (Session::set_max_payload).
+  bool authenticate = false;
 };
+
+// Accepted connections that have not finished their hello, at most; more are closed at once.
+inline constexpr size_t kMaxPendingSessions = 256;
 
 class ControlLoop {
  public:
@@ -52,8 +58,13 @@ class ControlLoop {
   void FlushAll();  // FlushAnswers for every session
   void CloseSession(const std::shared_ptr<Session>& s, const std::string& reason);
   void Tick();
+  size_t PendingSessions() const;  // accepted, not established
+  std::chrono::steady_clock::time_point last_pending_log_{};
 
   net::Fd listener_;
+  // Out of descriptors, the listener leaves the epoll set until a tick after the pause.
+  net::AcceptPause accept_pause_{"control listener"};
+  bool listener_paused_ = false;
   net::Fd epoll_;
   net::Fd wake_;  // eventfd
   ControlHandler* handler_;

@@ -131,6 +131,11 @@ bool Session::ParseFrames(const std::function<void(wire::Message&&)>& on_msg, st
     wire::Header h;
     std::span<const uint8_t> rest(rx_.data() + pos, rx_.size() - pos);
     if (!wire::DecodeHeader(rest, &h, why)) return false;
+    if (h.length > max_payload_.load()) {
+      *why = "a frame of " + std::to_string(h.length) + " bytes before authenticating (at most " +
+             std::to_string(max_payload_.load()) + ")";
+      return false;
+    }
     if (rest.size() < wire::kHeaderSize + h.length) break;  // wait for the rest
     wire::Message msg;
     if (!wire::DecodePayload(h.type, rest.subspan(wire::kHeaderSize, h.length), &msg, why)) {

@@ -63,6 +63,8 @@ class Session {
   // Reads what the socket has (non-blocking; up to 1 MiB a call) and hands each whole frame to on_msg. False on
   // end of stream, a socket error or a malformed frame, with *why set.
   bool ReadAvailable(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
+  // Frames longer than this close the session (an unauthenticated one gets few bytes).
+  void set_max_payload(uint32_t bytes) { max_payload_.store(bytes); }
   // Reads exactly one frame, blocking up to deadline (used during the handshake only).
   Status ReadOne(Clock::time_point deadline, wire::Message* msg);
 
@@ -100,6 +102,7 @@ class Session {
 
  private:
   bool ParseFrames(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
+  std::atomic<uint32_t> max_payload_{wire::kMaxPayload};
 
   net::Fd fd_;
   const bool outbound_;

@@ -148,8 +148,8 @@ void EncodeBody(Writer& w, const NotifyAck& m) {
   w.U32(static_cast<uint32_t>(m.code));
   w.Str(m.why);
 }
-void EncodeBody(Writer& w, const AuthChallenge& m) { w.Str(m.nonce); w.Str(m.name); w.U64(m.incarnation); }
-void EncodeBody(Writer& w, const AuthProof& m) { w.Str(m.mac); }
+void EncodeBody(Writer& w, const AuthChallenge& m) { w.Str(m.nonce); }
+void EncodeBody(Writer& w, const AuthProof& m) { w.Str(m.name); w.U64(m.incarnation); w.Str(m.mac); }
 
 bool DecodeBody(Reader& r, Hello* m) {
   uint32_t n = 0;
@@ -181,11 +181,11 @@ bool DecodeBody(Reader& r, NotifyAck* m) {
 }
 
 bool DecodeBody(Reader& r, AuthChallenge* m) {
-  if (!r.Str(&m->nonce, kAuthNonceBytes) || !r.Str(&m->name) || !r.U64(&m->incarnation)) return false;
+  if (!r.Str(&m->nonce, kAuthNonceBytes)) return false;
   return m->nonce.size() == kAuthNonceBytes || r.Fail("nonce of the wrong length");
 }
 bool DecodeBody(Reader& r, AuthProof* m) {
-  if (!r.Str(&m->mac, kAuthMacBytes)) return false;
+  if (!r.Str(&m->name, kMaxAuthName) || !r.U64(&m->incarnation) || !r.Str(&m->mac, kAuthMacBytes)) return false;
   return m->mac.size() == kAuthMacBytes || r.Fail("MAC of the wrong length");
 }
 

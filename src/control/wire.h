@@ -82,21 +82,23 @@ struct NotifyAck {
   bool operator==(const NotifyAck&) const = default;
 };
 
-// Authentication (docs/security.md): the connecting side sends its challenge first; the
-// accepting side answers with its own challenge and its proof; the connecting side then sends
-// its proof and its Hello.
+// Authentication (control/auth.h has the exchange): each side's fresh nonce, then each side's
+// identity with the HMAC that proves it knows the secret.
 struct AuthChallenge {
   std::string nonce;  // kAuthNonceBytes fresh random bytes
-  std::string name;
-  uint64_t incarnation = 0;
   bool operator==(const AuthChallenge&) const = default;
 };
 struct AuthProof {
+  std::string name;
+  uint64_t incarnation = 0;
   std::string mac;  // kAuthMacBytes
   bool operator==(const AuthProof&) const = default;
 };
 inline constexpr uint32_t kAuthNonceBytes = 32;
 inline constexpr uint32_t kAuthMacBytes = 32;
+inline constexpr uint32_t kMaxAuthName = 1024;
+// What an unauthenticated session may send in one frame (the auth frames are far smaller).
+inline constexpr uint32_t kMaxPayloadBeforeAuth = 4096;
 
 using Message = std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck,
                              Heartbeat, Goodbye, Notify, NotifyAck, AuthChallenge, AuthProof>;

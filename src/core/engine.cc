@@ -103,7 +103,8 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
     return s;
   }
   opts_ = options;
-  if (s = LoadSecret(options); !s.ok()) {
+  s = LoadSecret(options);
+  if (!s.ok()) {
     XLOG(WARN) << "Initialize: " << s.ToString();
     return {s.code(), "Initialize: " + s.message()};
   }
@@ -137,7 +138,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   pool_ = std::make_unique<StreamPool>(opts_.streams, opts_.spin);
   loop_ = std::make_unique<control::ControlLoop>(
       std::move(listener), this,
-      control::LoopOptions{opts_.heartbeat_interval, opts_.heartbeat_timeout});
+      control::LoopOptions{opts_.heartbeat_interval, opts_.heartbeat_timeout, !secret_.empty()});
   s = loop_->Start();
   if (!s.ok()) return s;
   running_.store(true);
@@ -179,6 +180,7 @@ transport::TargetAccess EngineImpl::RegionAccess(uint64_t addr, uint64_t len) co
 void EngineImpl::Finalize() {
   if (!running_.exchange(false)) return;
   finalized_ = true;
+  ForgetSecret();
   // Peers stop using our memory before Finalize returns (the application may free it next).
   SayGoodbye(regions_.Subscribers(), "engine finalized");
   loop_->Stop();  // closes every session (notifications still unanswered fail); OnClosed drops their state

@@ -1,13 +1,46 @@
-// Peer authentication with a shared secret (control/auth.h has the protocol; docs/security.md
+// Peer authentication with a shared secret (control/auth.h has the exchange; docs/security.md
 // the threat model).
+#include <sys/stat.h>
+
 #include <fstream>
 #include <iterator>
+
+#ifdef XFER_HAVE_SODIUM
+#include <sodium.h>
+#endif
 
 #include "core/engine_impl.h"
 #include "util/crypto.h"
 #include "util/log.h"
 
 namespace xfer {
+namespace {
+
+constexpr size_t kMaxSecretBytes = 4096;
+
+// The name an acceptor proved is the one we dialled: the same, or the same port on a wildcard
+// address (an engine listening on 0.0.0.0 or [::] calls itself that). Relaying our handshake
+// to another engine would show that engine's name.
+bool IsTheEngineDialled(const std::string& dialled, const std::string& proved) {
+  if (dialled == proved) return true;
+  net::Address d, p;
+  if (!net::ParseAddress(dialled, &d).ok() || !net::ParseAddress(proved, &p).ok()) return false;
+  return d.port == p.port && (p.host == "0.0.0.0" || p.host == "::" || p.host == d.host);
+}
+
+void Wipe(std::string* s) {
+#ifdef XFER_HAVE_SODIUM
+  sodium_memzero(s->data(), s->size());
+#endif
+  s->clear();
+}
+
+std::string KeyOf(const control::Handshake& hs) {
+  const crypto::Mac key = hs.SessionKey();
+  return std::string(reinterpret_cast<const char*>(key.data()), key.size());
+}
+
+}  // namespace
 
 Status EngineImpl::LoadSecret(const EngineOptions& o) {
   auto bad = [](const std::string& why) { return Status{StatusCode::kInvalidArgument, why}; };
@@ -16,45 +49,70 @@ Status EngineImpl::LoadSecret(const EngineOptions& o) {
   if (!o.secret_file.empty()) {
     std::ifstream in(o.secret_file, std::ios::binary);
     if (!in) return bad("cannot read secret_file '" + o.secret_file + "'");
-    secret_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    secret_.resize(kMaxSecretBytes + 1);  // (one byte more tells a file too long; /dev/zero ends)
+    in.read(secret_.data(), static_cast<std::streamsize>(secret_.size()));
+    secret_.resize(static_cast<size_t>(in.gcount()));
+    struct stat st {};
+    if (::stat(o.secret_file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      XLOG(WARN) << "secret_file '" << o.secret_file << "' is readable by other users than its owner "
+                 << "(chmod 600 it)";
+    }
   }
   if (secret_.empty()) return Status::Ok();
-  if (secret_.size() < 16) {
-    secret_.clear();
-    return bad("the secret must be at least 16 bytes");
+  Status s;
+  if (secret_.size() < 16) s = bad("the secret must be at least 16 bytes");
+  if (secret_.size() > kMaxSecretBytes) s = bad("the secret must be at most 4096 bytes");
+  if (s.ok() && !crypto::Available()) {
+    s = {StatusCode::kUnsupported, "a secret needs libsodium, which this build lacks (libsodium-dev)"};
   }
-  if (!crypto::Available()) {
-    secret_.clear();
-    return {StatusCode::kUnsupported, "a secret needs libsodium, which this build lacks (libsodium-dev)"};
-  }
-  return Status::Ok();
+  if (!s.ok()) Wipe(&secret_);
+  Wipe(&opts_.secret);  // (secret_ holds it from here on)
+  return s;
+}
+
+void EngineImpl::ForgetSecret() {
+  Wipe(&secret_);
+  Wipe(&opts_.secret);
 }
 
 Status EngineImpl::AuthenticateOutbound(control::Session& s, const std::string& remote,
                                         Clock::time_point deadline) {
-  control::Handshake hs(secret_, true, name_, incarnation_);
-  Status st = s.Send(hs.Mine());
-  if (st.ok()) st = s.FlushUntil(deadline);
-  wire::Message m;
-  if (st.ok()) st = s.ReadOne(deadline, &m);
-  if (!st.ok()) return {st.code(), "authenticating with '" + remote + "': " + st.message()};
+  auto hs = std::make_shared<control::Handshake>(secret_, true, name_, incarnation_);
   auto denied = [&](const std::string& why) {
     return Status{StatusCode::kRemoteAccessDenied, "'" + remote + "' " + why};
   };
+  auto failed = [&](const Status& st) {
+    return Status{st.code(), "authenticating with '" + remote + "': " + st.message()};
+  };
+  wire::Message m;
+  Status st = s.Send(hs->Mine());
+  if (st.ok()) st = s.FlushUntil(deadline);
+  if (st.ok()) st = s.ReadOne(deadline, &m);
+  if (!st.ok()) return failed(st);
   if (auto* bye = std::get_if<wire::Goodbye>(&m)) return denied("refused us: " + bye->reason);
-  auto* theirs = std::get_if<wire::AuthChallenge>(&m);
-  if (theirs == nullptr) {
+  auto* challenge = std::get_if<wire::AuthChallenge>(&m);
+  if (challenge == nullptr) {
     return denied("answered without authenticating: it has no secret (both engines need the same one)");
   }
-  const wire::AuthProof mine = hs.Answer(*theirs);
-  if (st = s.ReadOne(deadline, &m); !st.ok()) return {st.code(), "authenticating with '" + remote + "': " + st.message()};
+  hs->TheirChallenge(*challenge);
+  st = s.Send(hs->Proof());
+  if (st.ok()) st = s.FlushUntil(deadline);
+  if (st.ok()) st = s.ReadOne(deadline, &m);
+  if (!st.ok()) return failed(st);
+  if (auto* bye = std::get_if<wire::Goodbye>(&m)) {
+    return denied("refused our proof: " + bye->reason + " (is the secret the same on both engines?)");
+  }
   auto* proof = std::get_if<wire::AuthProof>(&m);
-  if (proof == nullptr || !hs.Verify(*proof)) {
+  if (proof == nullptr || !hs->Verify(*proof)) {
     return denied("failed to prove it knows our secret (a different secret?)");
   }
-  const crypto::Mac key = hs.SessionKey();
-  s.auth_key.assign(reinterpret_cast<const char*>(key.data()), key.size());
-  return s.Send(mine);  // (our hello follows, and the acceptor checks this first)
+  if (hs->their_incarnation() == incarnation_ || !IsTheEngineDialled(remote, hs->their_name())) {
+    return denied("proved to be '" + hs->their_name() + "', not the engine dialled (a relay?)");
+  }
+  s.auth = hs;
+  s.auth_key = KeyOf(*hs);
+  s.authenticated = true;
+  return Status::Ok();
 }
 
 bool EngineImpl::OnUnauthenticated(const std::shared_ptr<control::Session>& s, wire::Message& msg) {
@@ -69,20 +127,22 @@ bool EngineImpl::OnUnauthenticated(const std::shared_ptr<control::Session>& s, w
   if (s->authenticated) return false;
   if (challenge != nullptr && !s->auth) {
     s->auth = std::make_shared<control::Handshake>(secret_, false, name_, incarnation_);
-    const wire::AuthProof proof = s->auth->Answer(*challenge);
-    s->SendSoon(s->auth->Mine());
-    s->SendSoon(proof);
+    s->auth->TheirChallenge(*challenge);
+    s->SendSoon(s->auth->Mine());  // a nonce: nothing about this engine yet
     return true;
   }
   auto* proof = std::get_if<wire::AuthProof>(&msg);
   if (proof != nullptr && s->auth) {
     if (!s->auth->Verify(*proof)) {
       Refuse(s, "authentication failed", "wrong secret, or a replayed handshake");
-      return true;
+    } else if (proof->incarnation == incarnation_) {
+      Refuse(s, "authentication failed", "it claims to be this engine (our own handshake reflected?)");
+    } else {
+      s->authenticated = true;
+      s->auth_key = KeyOf(*s->auth);
+      s->set_max_payload(wire::kMaxPayload);
+      s->SendSoon(s->auth->Proof());
     }
-    s->authenticated = true;
-    const crypto::Mac key = s->auth->SessionKey();
-    s->auth_key.assign(reinterpret_cast<const char*>(key.data()), key.size());
     return true;
   }
   if (std::holds_alternative<wire::Goodbye>(msg) && s->auth) {
@@ -97,7 +157,15 @@ bool EngineImpl::OnUnauthenticated(const std::shared_ptr<control::Session>& s, w
 
 void EngineImpl::Refuse(const std::shared_ptr<control::Session>& s, const std::string& reason,
                         const std::string& detail) {
-  XLOG(WARN) << "refused the control connection from " << s->remote_addr() << ": " << detail;
+  const auto now = Clock::now();  // (control thread only)
+  if (now - last_auth_refusal_log_ > std::chrono::seconds(1)) {
+    XLOG(WARN) << "refused the control connection from " << s->remote_addr() << ": " << detail
+               << (auth_refusals_ > 0 ? " (and " + std::to_string(auth_refusals_) + " more since the last such line)" : "");
+    last_auth_refusal_log_ = now;
+    auth_refusals_ = 0;
+  } else {
+    ++auth_refusals_;  // (told on the next line)
+  }
   (void)s->Send(wire::Goodbye{reason});
   s->Shutdown(reason);
 }

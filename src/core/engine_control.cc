@@ -158,6 +158,11 @@ Status EngineImpl::OpenSession(const net::Address& addr, const std::string& remo
 Status EngineImpl::InstallOutbound(const std::shared_ptr<control::Session>& session,
                                    const std::string& remote, const wire::Hello& hello,
                                    const std::string& host) {
+  if (session->auth && (hello.name != session->auth->their_name() ||
+                        hello.incarnation != session->auth->their_incarnation())) {
+    return {StatusCode::kRemoteAccessDenied,
+            "'" + remote + "' sent a hello for another engine than it authenticated as"};
+  }
   std::string transport_error;
   auto state = MakePeerState(hello, true, host, session->auth_key, &transport_error);
   if (!state->Reachable()) return {StatusCode::kUnsupported, transport_error};
@@ -253,7 +258,7 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
     s->Shutdown("invalid hello");
     return;
   }
-  if (s->auth && (hello.name != s->auth->theirs().name || hello.incarnation != s->auth->theirs().incarnation)) {
+  if (s->auth && (hello.name != s->auth->their_name() || hello.incarnation != s->auth->their_incarnation())) {
     Refuse(s, "authentication failed", "its hello names another engine than it authenticated as");
     return;
   }

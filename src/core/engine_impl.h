@@ -135,8 +135,11 @@ class EngineImpl final : public control::ControlHandler {
   transport::TargetAccess RegionAccess(uint64_t addr, uint64_t len) const;
   void OnHello(const std::shared_ptr<control::Session>& s, wire::Hello&& hello);
   // --- authentication (engine_auth.cc; docs/security.md)
-  // The secret from the options (secret or secret_file) into secret_; checks its length.
+  // The secret from the options (secret or secret_file) into secret_, wiped from opts_;
+  // checks its length.
   Status LoadSecret(const EngineOptions& o);
+  // Wipes the secret from memory (Finalize; opts_ never keeps it past Initialize).
+  void ForgetSecret();
   // Connect's side of the handshake, before our hello: our challenge, the peer's challenge and
   // proof, ours. kRemoteAccessDenied when the peer is not who it must be.
   Status AuthenticateOutbound(control::Session& s, const std::string& remote,
@@ -180,6 +183,8 @@ class EngineImpl final : public control::ControlHandler {
   std::shared_ptr<NotifyQueue> notifies_;  // received, not yet taken; from Initialize on
   std::shared_ptr<const NotifySender> notifier_;
   Clock::time_point last_refusal_log_{};  // control thread: oversize notifications from peers
+  Clock::time_point last_auth_refusal_log_{};  // control thread: refused connections (Refuse)
+  uint64_t auth_refusals_ = 0;                 // not logged since then
 };
 
 // Adds a timeout to now without overflowing on huge values.

@@ -1,5 +1,6 @@
 #include "util/net.h"
 
+#include "util/log.h"
 #include "util/spin.h"
 #include "util/text.h"
 
@@ -319,6 +320,18 @@ std::string PeerOf(int fd) {
   socklen_t len = sizeof ss;
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
   return AddressText(ss);
+}
+
+bool AcceptPause::Shortage(int err) {
+  if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM) return false;
+  const auto now = Clock::now();
+  if (now - logged_ > std::chrono::seconds(10)) {
+    XLOG(WARN) << what_ << ": cannot accept connections (" << std::strerror(err)
+               << "); pausing, and refusing them while it lasts";
+    logged_ = now;
+  }
+  until_ = now + kPause;
+  return true;
 }
 
 bool IsLoopback(const std::string& host) {

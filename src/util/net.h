@@ -68,6 +68,24 @@ std::string HostOf(const std::string& host_port);
 // "ip:port" / "[v6]:port" of a socket address; the peer of a connected socket ("?" on error).
 std::string AddressText(const sockaddr_storage& ss);
 std::string PeerOf(int fd);
+// An accept loop's answer to a shortage (EMFILE, ENFILE, ENOBUFS, ENOMEM): the listener stays
+// readable, so accepting again at once would spin; it pauses instead, with one log line per
+// stretch of shortage (what: the listener, for the log).
+class AcceptPause {
+ public:
+  explicit AcceptPause(std::string what) : what_(std::move(what)) {}
+  // After accept4 failed with err: true when that is a shortage (the caller stops accepting
+  // until Over()).
+  bool Shortage(int err);
+  bool Over() const { return Clock::now() >= until_; }
+
+ private:
+  static constexpr std::chrono::milliseconds kPause{100};
+  std::string what_;
+  Clock::time_point until_{};
+  Clock::time_point logged_{};
+};
+
 // True for a numeric loopback address (127.0.0.0/8, ::1) or "localhost".
 bool IsLoopback(const std::string& host);
 void SetNoDelay(int fd);

@@ -5,7 +5,12 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <fstream>
 
 #include "control/auth.h"
@@ -26,6 +31,12 @@ using Clock = std::chrono::steady_clock;
 const std::string kSecret = "correct horse battery staple, 32";
 const std::string kOther = "another secret of thirty-two b..";
 
+xfer::EngineOptions With(const std::string& secret) {
+  xfer::EngineOptions o;
+  o.secret = secret;
+  return o;
+}
+
 class Auth : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -45,11 +56,6 @@ class Auth : public ::testing::Test {
       unlink((dir_ + "/secret").c_str());
       rmdir(dir_.c_str());
     }
-  }
-  static xfer::EngineOptions With(const std::string& secret) {
-    xfer::EngineOptions o;
-    o.secret = secret;
-    return o;
   }
   // A legitimate engine can still connect and move bytes.
   void ExpectServed() {
@@ -80,30 +86,78 @@ struct Raw {
     ASSERT_TRUE(s->Send(m).ok());
     ASSERT_TRUE(s->FlushUntil(Clock::now() + 5s).ok());
   }
-  // Our side of the handshake (hs: its secret, name, incarnation); returns the proof sent, and
-  // whether the peer's proof checked out.
+  // Our side of the handshake (hs: its secret, name, incarnation): challenges, then our proof;
+  // returns the proof sent, and whether the peer answered with a proof that checks out (when
+  // it answers otherwise, ReadAll() gets that frame first).
   wire::AuthProof Authenticate(xfer::control::Handshake& hs, bool* verified = nullptr) {
     Send(hs.Mine());
-    wire::Message theirs, their_proof;
+    wire::Message theirs, answer;
     EXPECT_TRUE(s->ReadOne(Clock::now() + 5s, &theirs).ok());
-    EXPECT_TRUE(s->ReadOne(Clock::now() + 5s, &their_proof).ok());
     const auto* challenge = std::get_if<wire::AuthChallenge>(&theirs);
-    const auto* proof = std::get_if<wire::AuthProof>(&their_proof);
-    EXPECT_TRUE(challenge != nullptr && proof != nullptr) << "no challenge and proof from the peer";
-    if (challenge == nullptr || proof == nullptr) return {};
-    const wire::AuthProof mine = hs.Answer(*challenge);
-    if (verified != nullptr) *verified = hs.Verify(*proof);
+    EXPECT_TRUE(challenge != nullptr) << "no challenge from the peer";
+    if (challenge == nullptr) return {};
+    hs.TheirChallenge(*challenge);
+    const wire::AuthProof mine = hs.Proof();
     Send(mine);
+    bool ok = false;
+    if (s->ReadOne(Clock::now() + 5s, &answer).ok()) {
+      const auto* proof = std::get_if<wire::AuthProof>(&answer);
+      ok = proof != nullptr && hs.Verify(*proof);
+      if (proof == nullptr) early.push_back(answer);
+    }
+    if (verified != nullptr) *verified = ok;
     return mine;
   }
   // Every frame until the peer closes (or 10 s pass).
   std::vector<wire::Message> ReadAll() {
-    std::vector<wire::Message> got;
+    std::vector<wire::Message> got = early;
     wire::Message m;
     while (s->ReadOne(Clock::now() + 10s, &m).ok()) got.push_back(m);
     return got;
   }
   std::shared_ptr<xfer::control::Session> s;
+  std::vector<wire::Message> early;  // read by Authenticate, not a proof
+};
+
+// A relay that knows no secret: the first connection to its port is joined, byte for byte, to
+// a connection to `to` (an attacker at the address an engine dials).
+class Relay {
+ public:
+  explicit Relay(const std::string& to) {
+    xfer::net::Address bound;
+    EXPECT_TRUE(xfer::net::Listen(xfer::net::Address{"127.0.0.1", 0, true}, &listener_, &bound).ok());
+    name_ = bound.ToString();
+    EXPECT_TRUE(xfer::net::ParseAddress(to, &to_).ok());
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Relay() {
+    stop_ = true;
+    thread_.join();
+  }
+  const std::string& name() const { return name_; }
+
+ private:
+  void Run() {
+    pollfd l{listener_.get(), POLLIN, 0};
+    if (poll(&l, 1, 10000) != 1) return;
+    xfer::net::Fd a(accept(listener_.get(), nullptr, nullptr)), b;
+    if (!a.valid() || !xfer::net::ConnectTcp(to_, Clock::now() + 5s, &b).ok()) return;
+    while (!stop_) {
+      pollfd p[2] = {{a.get(), POLLIN, 0}, {b.get(), POLLIN, 0}};
+      if (poll(p, 2, 100) <= 0) continue;
+      for (int i = 0; i < 2; ++i) {
+        if ((p[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        char buf[65536];
+        const ssize_t n = read(p[i].fd, buf, sizeof buf);
+        if (n <= 0 || !xfer::net::SendAll(p[1 - i].fd, buf, static_cast<size_t>(n), Clock::now() + 5s).ok()) return;
+      }
+    }
+  }
+  xfer::net::Fd listener_;
+  xfer::net::Address to_;
+  std::string name_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 wire::Hello HelloOf(const std::string& name, uint64_t incarnation) {
@@ -132,7 +186,7 @@ std::string GoodbyeReason(const std::vector<wire::Message>& frames) {
 // Sends hello on raw, then expects the peer to close with a Goodbye of that reason and without
 // having sent its own hello.
 void ExpectRefused(Raw& raw, const wire::Hello& hello, const std::string& reason) {
-  raw.Send(hello);
+  if (raw.s->Send(hello).ok()) (void)raw.s->FlushUntil(Clock::now() + 5s);  // (it may have closed)
   const auto frames = raw.ReadAll();
   EXPECT_FALSE(AnyHello(frames)) << "the engine sent its hello (regions, ports) to a stranger";
   EXPECT_EQ(GoodbyeReason(frames), reason);
@@ -198,6 +252,13 @@ TEST_F(Auth, AHelloWithoutAuthenticationLearnsNothing) {
   ExpectServed();
 }
 
+TEST_F(Auth, ALargeFrameBeforeAuthenticatingClosesTheConnection) {
+  Raw raw(peer_.name());
+  raw.Send(wire::Notify{1, std::string(60 << 10, 'x')});  // (an unauthenticated peer gets 4 KiB)
+  EXPECT_TRUE(raw.ReadAll().empty()) << "the engine answered a large frame from a stranger";
+  ExpectServed();
+}
+
 TEST_F(Auth, AWrongProofIsRefused) {
   Raw raw(peer_.name());
   xfer::control::Handshake hs(kOther, true, "127.0.0.1:1", 78);  // another secret
@@ -209,7 +270,7 @@ TEST_F(Auth, AWrongProofIsRefused) {
 TEST_F(Auth, AReplayedHandshakeIsRefused) {
   // A legitimate handshake (this test knows the secret), recorded...
   xfer::control::Handshake hs(kSecret, true, "127.0.0.1:1", 79);
-  const wire::AuthChallenge challenge = hs.Mine();
+  const wire::AuthChallenge challenge = hs.Mine();  // (the proof is recorded below)
   wire::AuthProof proof;
   {
     Raw raw(peer_.name());
@@ -225,6 +286,8 @@ TEST_F(Auth, AReplayedHandshakeIsRefused) {
   // ... and replayed on a new connection: the peer's fresh nonce makes the old proof wrong.
   Raw replay(peer_.name());
   replay.Send(challenge);
+  wire::Message new_challenge;
+  ASSERT_TRUE(replay.s->ReadOne(Clock::now() + 5s, &new_challenge).ok());
   replay.Send(proof);
   ExpectRefused(replay, HelloOf("127.0.0.1:1", 79), "authentication failed");
   ExpectServed();
@@ -296,6 +359,30 @@ TEST_F(Auth, ADataConnectionMustProveItsSessionKey) {
   ExpectServed();
 }
 
+// Our own handshake reflected back to us: the relay joins our connection to our own listener,
+// so each half of the handshake would see valid proofs. The acceptor refuses a peer that claims
+// to be itself.
+// Connect of an engine with the secret through a relay to `to` (its own name when empty).
+xfer::Status ConnectThroughRelay(const std::string& to) {
+  xfer::Engine a;
+  xfer::Status s = a.Initialize("127.0.0.1:0", With(kSecret));
+  if (!s.ok()) return s;
+  Relay relay(to.empty() ? a.LocalName() : to);
+  s = a.Connect(relay.name(), 10s);
+  EXPECT_EQ(s.code(), StatusCode::kRemoteAccessDenied) << s.ToString();
+  return s;
+}
+
+TEST_F(Auth, AHandshakeReflectedToItsOwnEngineIsRefused) { (void)ConnectThroughRelay(""); }
+
+// A relay between us and another engine that has the secret: both proofs check out, but the
+// engine that proved itself is not the one we dialled.
+TEST_F(Auth, AHandshakeRelayedToAnotherEngineIsRefused) {
+  const xfer::Status s = ConnectThroughRelay(peer_.name());
+  EXPECT_NE(s.message().find("not the engine dialled"), std::string::npos) << s.message();
+  ExpectServed();
+}
+
 TEST(AuthOptions, SecretsAreChecked) {
   if (!xfer::crypto::Available()) GTEST_SKIP() << "this build has no libsodium";
   xfer::Engine a, b, c;
@@ -308,6 +395,9 @@ TEST(AuthOptions, SecretsAreChecked) {
   o.secret.clear();
   o.secret_file = "/nonexistent/secret";
   XT_EXPECT_CODE(c.Initialize("127.0.0.1", o), StatusCode::kInvalidArgument);
+  xfer::Engine d;
+  o.secret_file = "/dev/zero";  // never ends: refused as too long, not read forever
+  XT_EXPECT_CODE(d.Initialize("127.0.0.1", o), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

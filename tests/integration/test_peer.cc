@@ -4,7 +4,7 @@
 //   xfer_test_peer --name 127.0.0.1:0 [--host-id X] [--heartbeat-ms N]
 //                  [--heartbeat-timeout-ms N] [--streams N] [--transport T] [--ucx auto|on|off]
 //                  [--staging auto|always|off] [--staging-buffers N] [--notify-queue N]
-//                  [--secret-file FILE]
+//                  [--secret-file FILE] [--fd-headroom N]
 //
 // After Initialize it prints "READY <bound name> <pid>" (or "FAIL <status>" and exits 2).
 // Then each stdin line is one command, answered by exactly one line: "OK [...]" or
@@ -51,6 +51,8 @@
 // Protocol output goes to a private copy of stdout; fd 1 itself is pointed at stderr so that
 // nothing the engine might print can corrupt the protocol.
 #include <sys/mman.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -425,6 +427,7 @@ std::string OneLine(std::string s) {
 int main(int argc, char** argv) {
   std::string name = "127.0.0.1:0";
   xfer::EngineOptions options;
+  int fd_headroom = -1;  // >= 0: after Initialize, allow only that many more open descriptors
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (i + 1 >= argc) {
@@ -452,6 +455,8 @@ int main(int argc, char** argv) {
       options.notify.queue_messages = static_cast<uint32_t>(std::stoul(value));
     } else if (arg == "--secret-file") {
       options.secret_file = value;
+    } else if (arg == "--fd-headroom") {
+      fd_headroom = std::stoi(value);
     } else {
       std::fprintf(stderr, "xfer_test_peer: unknown argument %s\n", arg.c_str());
       return 2;
@@ -473,6 +478,15 @@ int main(int argc, char** argv) {
   if (!s.ok()) {
     reply("FAIL " + s.ToString());
     return 2;
+  }
+  if (fd_headroom >= 0) {
+    int open_fds = 0;
+    for (int fd = 0; fd < 65536; ++fd) open_fds += fcntl(fd, F_GETFD) >= 0 ? 1 : 0;
+    const rlimit r{static_cast<rlim_t>(open_fds + fd_headroom), static_cast<rlim_t>(open_fds + fd_headroom)};
+    if (setrlimit(RLIMIT_NOFILE, &r) != 0) {
+      reply("FAIL setrlimit");
+      return 2;
+    }
   }
   reply("READY " + engine.LocalName() + " " + std::to_string(getpid()));
 

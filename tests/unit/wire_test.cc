@@ -45,15 +45,16 @@ TEST(WireCodec, EveryMessageRoundTrips) {
                               Notify{8, std::string("blocks 17-42\0free", 17)},
                               NotifyAck{8, StatusCode::kOk, ""},
                               NotifyAck{9, StatusCode::kResourceExhausted, "queue full"},
-                              AuthChallenge{std::string(kAuthNonceBytes, '\x07'), "10.0.0.1:5555", 42},
-                              AuthProof{std::string(kAuthMacBytes, '\xaa')}};
+                              AuthChallenge{std::string(kAuthNonceBytes, '\x07')},
+                              AuthProof{"10.0.0.1:5555", 42, std::string(kAuthMacBytes, '\xaa')}};
   for (const auto& m : all) EXPECT_EQ(RoundTrip(m), m);
 }
 
 TEST(WireCodec, AuthFramesOfTheWrongLengthAreRefused) {
-  for (const Message& m : {Message{AuthChallenge{std::string(31, 'n'), "a:1", 1}},
-                           Message{AuthChallenge{std::string(33, 'n'), "a:1", 1}},
-                           Message{AuthProof{std::string(31, 'm')}}, Message{AuthProof{""}}}) {
+  for (const Message& m : {Message{AuthChallenge{std::string(31, 'n')}},
+                           Message{AuthChallenge{std::string(33, 'n')}},
+                           Message{AuthProof{"a:1", 1, std::string(31, 'm')}}, Message{AuthProof{"a:1", 1, ""}},
+                           Message{AuthProof{std::string(kMaxAuthName + 1, 'a'), 1, std::string(32, 'm')}}}) {
     const std::vector<uint8_t> f = Encode(m);
     Header h;
     std::string why;

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <system_error>
+#include <thread>
 #include <cstring>
 #include <vector>
 
@@ -428,13 +430,24 @@ void TcpTransport::AcceptLoop() {
       }
     }
     int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      if (accept_pause_.Shortage(errno)) {  // out of fds: accepting again now would spin
+        while (!accept_pause_.Over() && !stop_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      continue;
+    }
     TuneSocket(fd);
     auto svc = std::make_shared<Service>();
     svc->fd = net::Fd(fd);
     std::lock_guard l(services_mu_);
+    try {
+      svc->thread = std::thread([this, svc] { Serve(svc); });
+    } catch (const std::system_error& e) {  // no thread to be had: refuse this one connection
+      XLOG(WARN) << "tcp: refused a data connection from " << net::PeerOf(fd)
+                 << ": cannot start its thread (" << e.what() << ")";
+      continue;  // (svc, and with it the connection, goes here)
+    }
     services_.push_back(svc);
-    svc->thread = std::thread([this, svc] { Serve(svc); });
   }
 }
 
@@ -482,11 +495,24 @@ bool TcpTransport::Handshake(Service& svc, std::string* why) {
   if (Get<uint64_t>(hello + 8) != hooks_.incarnation || !hooks_.is_peer(Get<uint64_t>(hello + 16))) {
     Put<uint32_t>(refuse, static_cast<uint32_t>(StatusCode::kConnectionLost));
   }
-  if (hooks_.authenticate && !Authenticate(fd, Get<uint64_t>(hello + 16))) {
-    XLOG(WARN) << "tcp: refused the data connection from " << net::PeerOf(fd)
-               << ": it did not prove it knows its control session's key";
-    *why = "";
-    return false;
+  if (hooks_.authenticate) {
+    const std::string key = Get<uint32_t>(refuse) != 0 ? "" : hooks_.peer_auth_key(Get<uint64_t>(hello + 16));
+    *why = "";  // (refusals are logged here, at most once a second)
+    if (key.empty()) return false;  // a stranger: closed without a challenge
+    if (!Authenticate(fd, key, Get<uint64_t>(hello + 16))) {
+      const auto now = Clock::now();
+      std::lock_guard l(refusal_log_mu_);
+      if (now - last_refusal_log_ > std::chrono::seconds(1)) {
+        XLOG(WARN) << "tcp: refused the data connection from " << net::PeerOf(fd)
+                   << ": it did not prove it knows its control session's key"
+                   << (refusals_ > 0 ? " (and " + std::to_string(refusals_) + " more since the last such line)" : "");
+        last_refusal_log_ = now;
+        refusals_ = 0;
+      } else {
+        ++refusals_;  // (told on the next line)
+      }
+      return false;
+    }
   }
   svc.peer_incarnation = Get<uint64_t>(hello + 16);
   const bool refused = Get<uint32_t>(refuse) != 0;
@@ -497,7 +523,7 @@ bool TcpTransport::Handshake(Service& svc, std::string* why) {
   return !refused;  // (a refused stranger is closed without a warning)
 }
 
-bool TcpTransport::Authenticate(int fd, uint64_t initiator) {
+bool TcpTransport::Authenticate(int fd, const std::string& key, uint64_t initiator) {
   const crypto::Nonce nonce = crypto::RandomNonce();
   uint8_t proof[crypto::kMacBytes];
   const auto deadline = Clock::now() + opts_.io_timeout;
@@ -505,9 +531,7 @@ bool TcpTransport::Authenticate(int fd, uint64_t initiator) {
       !net::RecvAll(fd, proof, sizeof proof, deadline).ok()) {
     return false;
   }
-  const std::string key = hooks_.peer_auth_key(initiator);
-  return !key.empty() &&
-         crypto::Equal(proof, DataProof(key, nonce.data(), hooks_.incarnation, initiator));
+  return crypto::Equal(proof, DataProof(key, nonce.data(), hooks_.incarnation, initiator));
 }
 
 bool TcpTransport::ReadFrame(Service& svc, uint64_t replied, Frame* f, std::string* why) {

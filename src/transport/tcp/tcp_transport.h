@@ -92,8 +92,11 @@ class TcpTransport final : public Transport {
   // ends or must close (*why says why; empty: quietly).
   void Serve(std::shared_ptr<Service> svc);
   bool Handshake(Service& svc, std::string* why);
-  // With a secret: the challenge and the check of the initiator's proof (DataProof).
-  bool Authenticate(int fd, uint64_t initiator);
+  // With a secret: the challenge, and the check of the initiator's proof under key (DataProof).
+  bool Authenticate(int fd, const std::string& key, uint64_t initiator);
+  std::mutex refusal_log_mu_;
+  Clock::time_point last_refusal_log_{};
+  uint64_t refusals_ = 0;
   bool ReadFrame(Service& svc, uint64_t replied, Frame* f, std::string* why);
   // Checks every range of the frame against this engine's regions (f->denied says why not).
   void CheckRanges(Frame* f) const;
@@ -107,6 +110,7 @@ class TcpTransport final : public Transport {
   const TcpOptions opts_;
   const TcpTargetHooks hooks_;
   net::Fd listener_;
+  net::AcceptPause accept_pause_{"tcp data listener"};  // (AcceptLoop only)
   uint16_t port_ = 0;
   std::thread acceptor_;
   std::atomic<bool> stop_{false};

@@ -1,0 +1,89 @@
+// Peers that misbehave, and what the engine does about it while it keeps serving the others.
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "control/session.h"
+#include "test_common.h"
+#include "util/net.h"
+
+namespace xfer_test {
+namespace {
+
+using namespace std::chrono_literals;
+namespace net = xfer::net;
+namespace wire = xfer::wire;
+using Clock = std::chrono::steady_clock;
+
+// CPU seconds (user + system) the process has used.
+double CpuSeconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));  // after "pid (comm) "
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+std::vector<net::Fd> Connections(const std::string& host, uint16_t port, int n) {
+  std::vector<net::Fd> held;
+  for (int i = 0; i < n; ++i) {
+    net::Fd fd;
+    // (The kernel completes the connect from its backlog, whether the engine accepts or not.)
+    if (net::ConnectTcp(net::Address{host, port, true}, Clock::now() + 2s, &fd).ok()) held.push_back(std::move(fd));
+  }
+  return held;
+}
+
+// Out of file descriptors, both listeners (control and tcp data) stay readable while accept
+// fails with EMFILE: the engine must pause accepting, not spin on it, and serve again once
+// descriptors are free.
+TEST(Hostile, OutOfDescriptorsAnEnginePausesAcceptingInsteadOfSpinning) {
+  PeerProcess peer;
+  std::string error;
+  PeerOptions few_fds;
+  few_fds.extra_args = {"--fd-headroom", "6"};  // (then it runs out of descriptors soon)
+  ASSERT_TRUE(peer.Start(few_fds, &error)) << error;
+  // A control session of our own, for the peer's data port (no secret: its hello says it).
+  net::Address a;
+  ASSERT_TRUE(net::ParseAddress(peer.name(), &a).ok());
+  net::Fd fd;
+  ASSERT_TRUE(net::ConnectTcp(a, Clock::now() + 5s, &fd).ok());
+  auto s = std::make_shared<xfer::control::Session>(std::move(fd), true, peer.name());
+  wire::Hello h;
+  h.name = "127.0.0.1:1";
+  h.incarnation = 91;
+  h.host_id = "elsewhere";
+  ASSERT_TRUE(s->Send(h).ok());
+  ASSERT_TRUE(s->FlushUntil(Clock::now() + 5s).ok());
+  wire::Message reply;
+  ASSERT_TRUE(s->ReadOne(Clock::now() + 5s, &reply).ok());
+  uint16_t data_port = 0;
+  for (const auto& b : std::get<wire::Hello>(reply).backends) {
+    if (b.backend == "tcp" && b.bytes.size() == 2) std::memcpy(&data_port, b.bytes.data(), 2);
+  }
+  ASSERT_NE(data_port, 0);
+
+  auto control = Connections("127.0.0.1", static_cast<uint16_t>(peer.port()), 40);
+  auto data = Connections("127.0.0.1", data_port, 40);
+  std::this_thread::sleep_for(500ms);  // its descriptors run out
+  const double before = CpuSeconds(peer.pid());
+  std::this_thread::sleep_for(1s);
+  const double used = CpuSeconds(peer.pid()) - before;
+  EXPECT_LT(used, 0.3) << "the engine used " << used << " s of CPU in 1 s with its descriptors gone: it spins";
+
+  control.clear();  // descriptors free again: a legitimate peer is served
+  data.clear();
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1"));
+  XT_EXPECT_OK(e.Connect(peer.name(), 10s));
+}
+
+}  // namespace
+}  // namespace xfer_test
