@@ -247,6 +247,21 @@ serve)
   "$XB" read_lat -s 4K -n 30 "${SMALL[@]}" 127.0.0.1:$port >"$tmp/cli2" 2>&1 || { cat "$tmp/cli2" "$tmp/srv"; fail "second client"; }
   has_row 4096 "$tmp/cli2" || fail "second client: no row"
   ;;
+serve_idle)
+  # Ten idle connections and one of garbage sit on the server's port first; a real client
+  # behind them is served at once (before, it waited until each idle one timed out: 60 s).
+  port=$((20000 + ($$ + 5000) % 10000))
+  "$XB" serve --listen 127.0.0.1:$port >"$tmp/srv" 2>&1 &
+  pids+=("$!")
+  for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+  for i in $(seq 10); do exec {fd}<>/dev/tcp/127.0.0.1/$port; idle+=("$fd"); done
+  exec {junk}<>/dev/tcp/127.0.0.1/$port
+  printf 'GET / HTTP/1.0\r\n\r\n' >&"$junk"
+  timeout 20 "$XB" write_bw -s 64K -n 20 "${SMALL[@]}" 127.0.0.1:$port >"$tmp/cli" 2>&1 \
+    || { cat "$tmp/cli" "$tmp/srv"; fail "a client behind idle connections was not served within 20 s"; }
+  has_row 65536 "$tmp/cli" || { cat "$tmp/cli"; fail "no row"; }
+  for fd in "${idle[@]}" "$junk"; do exec {fd}>&-; done
+  ;;
 netns)
   [ "$(id -u)" = 0 ] || skip "netns test needs root (ip netns add)"
   command -v ip >/dev/null || skip "ip (iproute2) not installed"

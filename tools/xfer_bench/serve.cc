@@ -2,6 +2,10 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+
+#include <thread>
+#include <vector>
 
 #include "initiator.h"
 
@@ -219,14 +223,50 @@ int RunServe(const Config& c) {
               "apply to its run; Ctrl-C to stop\n",
               c.listen.c_str(), port);
   std::fflush(stdout);
+  // Clients one after another. A connection waits among the pending ones until it sends
+  // something, so idle or garbage connections never hold up a real client behind them; one
+  // that stays silent for kIdle is closed, and past kMaxPending the oldest goes.
+  constexpr size_t kMaxPending = 64;
+  constexpr auto kIdle = std::chrono::seconds(30);
+  struct Pending {
+    int fd;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::vector<Pending> pending;
   for (;;) {
-    int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      std::fprintf(stderr, "xfer-bench serve: accept: %s\n", std::strerror(errno));
-      close(lfd);
-      return 1;
+    std::vector<pollfd> p{{lfd, POLLIN, 0}};
+    for (const auto& w : pending) p.push_back({w.fd, POLLIN, 0});
+    if (poll(p.data(), p.size(), 1000) < 0 && errno != EINTR) {
+      std::fprintf(stderr, "xfer-bench serve: poll: %s\n", std::strerror(errno));
+      break;
     }
+    const auto now = std::chrono::steady_clock::now();
+    int ready = -1;  // a pending connection that sent something (or hung up)
+    for (size_t i = 1; i < p.size() && ready < 0; ++i) {
+      if (p[i].revents != 0) ready = p[i].fd;
+    }
+    std::erase_if(pending, [&](const Pending& w) {
+      if (w.fd == ready || now - w.since < kIdle) return false;
+      close(w.fd);
+      return true;
+    });
+    if (p[0].revents & POLLIN) {
+      int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0 && errno != EINTR && errno != ECONNABORTED && errno != EAGAIN) {
+        std::fprintf(stderr, "xfer-bench serve: accept: %s\n", std::strerror(errno));
+        if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      if (fd >= 0) {
+        if (pending.size() >= kMaxPending) {
+          close(pending.front().fd);
+          pending.erase(pending.begin());
+        }
+        pending.push_back({fd, now});
+      }
+    }
+    if (ready < 0) continue;
+    std::erase_if(pending, [&](const Pending& w) { return w.fd == ready; });
+    const int fd = ready;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     // The engine listens on the address the client reached us at, so the name it advertises
@@ -239,6 +279,7 @@ int RunServe(const Config& c) {
     std::fflush(stdout);
     if (c.once) break;
   }
+  for (const auto& w : pending) close(w.fd);
   close(lfd);
   return 0;
 }
