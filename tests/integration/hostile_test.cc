@@ -45,6 +45,11 @@ std::vector<net::Fd> Connections(const std::string& host, uint16_t port, int n) 
 // fails with EMFILE: the engine must pause accepting, not spin on it, and serve again once
 // descriptors are free.
 TEST(Hostile, OutOfDescriptorsAnEnginePausesAcceptingInsteadOfSpinning) {
+#if defined(__SANITIZE_ADDRESS__)
+  // UBSan's vptr check opens a pipe to probe memory; with no descriptor left it reports every
+  // virtual call as bad and stops the peer. The normal build runs this test.
+  GTEST_SKIP() << "under the sanitizers: their runtime needs file descriptors of its own";
+#endif
   PeerProcess peer;
   std::string error;
   PeerOptions few_fds;
