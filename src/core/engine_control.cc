@@ -158,6 +158,9 @@ Status EngineImpl::OpenSession(const net::Address& addr, const std::string& remo
 Status EngineImpl::InstallOutbound(const std::shared_ptr<control::Session>& session,
                                    const std::string& remote, const wire::Hello& hello,
                                    const std::string& host) {
+  if (std::string why = WhyBadTable(hello.regions); !why.empty()) {
+    return {StatusCode::kConnectionLost, "'" + remote + "' sent a bad region table: " + why};
+  }
   if (session->auth && (hello.name != session->auth->their_name() ||
                         hello.incarnation != session->auth->their_incarnation())) {
     return {StatusCode::kRemoteAccessDenied,
@@ -258,6 +261,12 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
     s->Shutdown("invalid hello");
     return;
   }
+  if (std::string why = WhyBadTable(hello.regions); !why.empty()) {
+    XLOG(WARN) << "hello from " << s->remote_addr() << " has a bad region table (" << why << "); closing";
+    (void)s->Send(wire::Goodbye{"bad region table: " + why});
+    s->Shutdown("bad region table");
+    return;
+  }
   if (s->auth && (hello.name != s->auth->their_name() || hello.incarnation != s->auth->their_incarnation())) {
     Refuse(s, "authentication failed", "its hello names another engine than it authenticated as");
     return;
@@ -305,7 +314,10 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
       [&](auto& m) {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, wire::RegionAdd>) {
-          peer.regions.Add(m.region);
+          if (std::string why; !peer.regions.Add(m.region, &why)) {
+            XLOG(WARN) << "peer " << s->peer_key << " sent a bad region (" << why << "); closing its session";
+            s->Shutdown("bad region: " + why);
+          }
         } else if constexpr (std::is_same_v<T, wire::RegionRemove>) {
           auto gone = peer.regions.Revoke(m.id);
           FenceBatches(&peer);  // batches into the region that already started have finished

@@ -28,7 +28,8 @@ Status RegionService::Add(wire::WireRegion region, bool allocated,
   resources_[*handle] = std::move(res);
   wire::WireRegion r;
   registry_.Lookup(*handle, &r);
-  mirror_->Add(r);
+  std::string unused;
+  (void)mirror_->Add(r, &unused);  // (our own registry's ids are unique, lengths nonzero)
   for (auto& sub : subscribers_) {
     Status st = sub->Send(wire::RegionAdd{r});
     if (!st.ok()) sub->Shutdown("cannot send region update: " + st.ToString());

@@ -1,6 +1,7 @@
 #include "core/remote_regions.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace xfer {
 namespace {
@@ -13,7 +14,24 @@ std::shared_ptr<RemoteRegion> Make(const wire::WireRegion& w) {
   return r;
 }
 
+std::string WhyBad(const wire::WireRegion& r) {
+  if (r.info.len == 0) return "region " + std::to_string(r.id) + " has zero length";
+  if (r.info.addr + r.info.len < r.info.addr) {
+    return "region " + std::to_string(r.id) + " wraps past the end of the address space";
+  }
+  return "";
+}
+
 }  // namespace
+
+std::string WhyBadTable(const std::vector<wire::WireRegion>& regions) {
+  std::unordered_set<uint64_t> ids;
+  for (const auto& r : regions) {
+    if (std::string why = WhyBad(r); !why.empty()) return why;
+    if (!ids.insert(r.id).second) return "two regions have id " + std::to_string(r.id);
+  }
+  return "";
+}
 
 void RemoteRegions::Rebuild() {
   std::sort(by_addr_.begin(), by_addr_.end(),
@@ -34,10 +52,18 @@ void RemoteRegions::Reset(const std::vector<wire::WireRegion>& regions) {
   Rebuild();
 }
 
-void RemoteRegions::Add(const wire::WireRegion& region) {
+bool RemoteRegions::Add(const wire::WireRegion& region, std::string* why) {
+  if (*why = WhyBad(region); !why->empty()) return false;
   std::lock_guard lock(mu_);
+  for (const auto& r : by_addr_) {
+    if (r->id == region.id) {
+      *why = "region " + std::to_string(region.id) + " was added twice";
+      return false;
+    }
+  }
   by_addr_.push_back(Make(region));
   Rebuild();
+  return true;
 }
 
 std::shared_ptr<RemoteRegion> RemoteRegions::Revoke(uint64_t id) {

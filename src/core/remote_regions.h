@@ -14,10 +14,15 @@ namespace xfer {
 
 using transport::RemoteRegion;
 
+// Why a peer's region table is not one to use ("" when it is): a region of zero length, one
+// that wraps past the end of the address space, or two with one id.
+std::string WhyBadTable(const std::vector<wire::WireRegion>& regions);
+
 class RemoteRegions {
  public:
-  void Reset(const std::vector<wire::WireRegion>& regions);
-  void Add(const wire::WireRegion& region);
+  void Reset(const std::vector<wire::WireRegion>& regions);  // (a table WhyBadTable passed)
+  // Adds the region; false (nothing added, *why set) when it is bad or its id is taken.
+  bool Add(const wire::WireRegion& region, std::string* why);
   // Marks the region revoked and forgets it; returns it (null when the id is unknown).
   std::shared_ptr<RemoteRegion> Revoke(uint64_t id);
   // Revokes every region (the peer is gone) and returns them.

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "control/session.h"
@@ -85,6 +86,63 @@ TEST(Hostile, OutOfDescriptorsAnEnginePausesAcceptingInsteadOfSpinning) {
 
   control.clear();  // descriptors free again: a legitimate peer is served
   data.clear();
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1"));
+  XT_EXPECT_OK(e.Connect(peer.name(), 10s));
+}
+
+// A raw control session to peer: sends hello, returns what came back until the peer closed
+// (after `then`, when given, is sent once the peer's hello came).
+std::vector<wire::Message> Session(const std::string& peer, const wire::Hello& hello,
+                                   const std::optional<wire::Message>& then = std::nullopt) {
+  net::Address a;
+  EXPECT_TRUE(net::ParseAddress(peer, &a).ok());
+  net::Fd fd;
+  EXPECT_TRUE(net::ConnectTcp(a, Clock::now() + 5s, &fd).ok());
+  auto s = std::make_shared<xfer::control::Session>(std::move(fd), true, peer);
+  EXPECT_TRUE(s->Send(hello).ok());
+  EXPECT_TRUE(s->FlushUntil(Clock::now() + 5s).ok());
+  std::vector<wire::Message> got;
+  wire::Message m;
+  while (s->ReadOne(Clock::now() + 10s, &m).ok()) {
+    got.push_back(m);
+    if (then && std::holds_alternative<wire::Hello>(m)) {
+      EXPECT_TRUE(s->Send(*then).ok());
+      EXPECT_TRUE(s->FlushUntil(Clock::now() + 5s).ok());
+    }
+  }
+  return got;
+}
+
+wire::WireRegion Region(uint64_t id, uint64_t addr, uint64_t len) {
+  return {id, xfer::RegionInfo{addr, len, xfer::MemType::kHost, -1, "", false}, {}};
+}
+
+// A peer's region table is checked: a hello with a region of zero length, one that wraps, or
+// two regions of one id, and a RegionAdd of an id already taken, close that session (before
+// anything of ours is sent, for the hello), and the engine serves the others.
+TEST(Hostile, ABadRegionTableClosesOnlyItsSession) {
+  PeerProcess peer;
+  std::string error;
+  ASSERT_TRUE(peer.Start(PeerOptions{}, &error)) << error;
+  auto hello = [](std::vector<wire::WireRegion> regions) {
+    wire::Hello h;
+    h.name = "127.0.0.1:1";
+    h.incarnation = 92;
+    h.host_id = "elsewhere";
+    h.regions = std::move(regions);
+    return h;
+  };
+  for (const auto& bad : {std::vector{Region(1, 0x1000, 0)}, std::vector{Region(1, ~0ull - 8, 16)},
+                          std::vector{Region(1, 0x1000, 16), Region(1, 0x2000, 16)}}) {
+    const auto got = Session(peer.name(), hello(bad));
+    ASSERT_EQ(got.size(), 1u) << "only a goodbye may come back";
+    ASSERT_TRUE(std::holds_alternative<wire::Goodbye>(got[0]));
+    EXPECT_EQ(std::get<wire::Goodbye>(got[0]).reason.rfind("bad region table", 0), 0u);
+  }
+  const auto got = Session(peer.name(), hello({Region(1, 0x1000, 16)}), wire::Message{wire::RegionAdd{Region(1, 0x5000, 16)}});
+  ASSERT_FALSE(got.empty());
+  EXPECT_TRUE(std::holds_alternative<wire::Hello>(got[0]));  // then it closed, after the duplicate id
   xfer::Engine e;
   XT_ASSERT_OK(e.Initialize("127.0.0.1"));
   XT_EXPECT_OK(e.Connect(peer.name(), 10s));

@@ -160,7 +160,8 @@ class PlannerRouteTest : public PlannerTest {
     wire::WireRegion gpu;
     gpu.id = 3;
     gpu.info = RegionInfo{kGpu, 1 << 20, MemType::kCuda, 0, "", false};
-    remote_.Add(gpu);
+    std::string why;
+    ASSERT_TRUE(remote_.Add(gpu, &why)) << why;
     // Our own "GPU memory": the planner only reads the registered type.
     device_.resize(1 << 20);
     wire::WireRegion mine;

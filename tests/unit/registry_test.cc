@@ -68,9 +68,22 @@ TEST(RemoteRegions, FindRevokeAndStraddle) {
   EXPECT_TRUE(held->revoked.load());
   EXPECT_FALSE(rr.Find(0x1000, 1));
   EXPECT_FALSE(rr.Revoke(1));
-  rr.Add({3, RegionInfo{0x500, 0x10000, MemType::kHost, -1, "", false}, {}});  // overlaps region 2
+  std::string why;
+  EXPECT_TRUE(rr.Add({3, RegionInfo{0x500, 0x10000, MemType::kHost, -1, "", false}, {}}, &why));  // overlaps region 2
   EXPECT_EQ(rr.Find(0x1000, 0x10)->id, 3u);
   EXPECT_EQ(rr.List().size(), 2u);
+  // A bad region is refused with the reason, and nothing is added.
+  EXPECT_FALSE(rr.Add({3, RegionInfo{0x90000, 16, MemType::kHost, -1, "", false}, {}}, &why));
+  EXPECT_NE(why.find("twice"), std::string::npos) << why;
+  EXPECT_FALSE(rr.Add({4, RegionInfo{0x90000, 0, MemType::kHost, -1, "", false}, {}}, &why));
+  EXPECT_NE(why.find("zero length"), std::string::npos) << why;
+  EXPECT_FALSE(rr.Add({5, RegionInfo{~0ull - 8, 16, MemType::kHost, -1, "", false}, {}}, &why));
+  EXPECT_NE(why.find("wraps"), std::string::npos) << why;
+  EXPECT_EQ(rr.List().size(), 2u);
+  EXPECT_NE(WhyBadTable({{1, RegionInfo{0x1000, 16, MemType::kHost, -1, "", false}, {}},
+                         {1, RegionInfo{0x2000, 16, MemType::kHost, -1, "", false}, {}}}).find("id 1"),
+            std::string::npos);
+  EXPECT_EQ(WhyBadTable({{1, RegionInfo{0x1000, 16, MemType::kHost, -1, "", false}, {}}}), "");
   rr.RevokeAll();
   EXPECT_TRUE(rr.List().empty());
 }
