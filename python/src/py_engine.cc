@@ -200,6 +200,29 @@ timeout: seconds (None: the engine's default). notify: bytes or str delivered to
 the data (its get_notifies()); the call returns once the peer queued it.
 Raises an XferError subclass on failure; its .landed lists the descriptors that landed whole.)";
 
+// Adds one of read, write, read_async, write_async (the *_async ones return a Request): the
+// same arguments for all four.
+void DefTransfer(pyb::class_<PyEngine>& cls, const char* name, Op op, const std::string& doc) {
+  const bool async = std::string_view(name).ends_with("_async");
+  auto args = [&](auto f) {
+    cls.def(name, f, pyb::arg("peer"), pyb::arg("descs") = pyb::none(), pyb::kw_only(),
+            pyb::arg("local") = pyb::none(), pyb::arg("remote") = pyb::none(),
+            pyb::arg("length") = pyb::none(), pyb::arg("timeout") = pyb::none(),
+            pyb::arg("notify") = pyb::none(), doc.c_str());
+  };
+  if (async) {
+    args([op](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local, pyb::handle remote,
+              pyb::handle length, pyb::handle timeout, pyb::handle notify) {
+      return TransferAsync(self, op, peer, descs, local, remote, length, timeout, notify);
+    });
+  } else {
+    args([op](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local, pyb::handle remote,
+              pyb::handle length, pyb::handle timeout, pyb::handle notify) {
+      Transfer(self, op, peer, descs, local, remote, length, timeout, notify);
+    });
+  }
+}
+
 }  // namespace
 
 void BindEngine(pyb::module_& m) {
@@ -226,11 +249,7 @@ void BindEngine(pyb::module_& m) {
       .def_readonly("device", &RegionInfo::device)
       .def_readonly("tag", &RegionInfo::tag)
       .def_readonly("shared", &RegionInfo::shared, "allocated by the peer's alloc(): same-host peers map it")
-      .def("__repr__", [](const RegionInfo& r) {
-        return "<xfer.RegionInfo " + std::string(MemTypeName(r.type)) + " addr=0x" +
-               pyb::str("{:x}").format(r.addr).cast<std::string>() + " len=" + std::to_string(r.len) +
-               (r.tag.empty() ? "" : " tag=" + r.tag) + ">";
-      });
+      .def("__repr__", [](const RegionInfo& r) { return MemoryRepr("RegionInfo", r.type, r.addr, r.len, r.tag, ""); });
 
   pyb::class_<PeerInfo>(m, "PeerInfo", "What the engine knows about a connected peer.")
       .def_readonly("name", &PeerInfo::name)
@@ -261,7 +280,14 @@ False when it is still running after timeout seconds. `await request` waits in a
       .def_property_readonly("landed", &PyRequest::Landed,
                              "after it ended other than COMPLETED: the descriptors that landed whole");
 
-  pyb::class_<PyEngine>(m, "Engine", "The engine (see xfer.Engine).")
+  pyb::class_<PyEngine> engine(m, "Engine", "The engine (see xfer.Engine).");
+  DefTransfer(engine, "read", Op::kRead, std::string("READ: peer's memory → local memory. ") + kTransferDoc);
+  DefTransfer(engine, "write", Op::kWrite, std::string("WRITE: local memory → peer's memory. ") + kTransferDoc);
+  DefTransfer(engine, "read_async", Op::kRead,
+              "Starts a READ (arguments as read()) whose deadline is now + timeout; returns a Request. "
+              "Bad input raises at once. The local memory must stay valid until the request ends.");
+  DefTransfer(engine, "write_async", Op::kWrite, "Starts a WRITE (arguments as write()); returns a Request.");
+  engine
       .def(pyb::init<const std::string&, const pyb::kwargs&>(), pyb::arg("name"))
       .def("close", &PyEngine::Close)
       .def_property_readonly("closed", &PyEngine::Closed)
@@ -302,35 +328,6 @@ False when it is still running after timeout seconds. `await request` waits in a
         o.device = device;
         return Allocate(self.core(), len, ParseKind(kind), tag, o);
       })
-      .def("read", [](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local,
-                      pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
-        Transfer(self, Op::kRead, peer, descs, local, remote, length, timeout, notify);
-      }, pyb::arg("peer"), pyb::arg("descs") = pyb::none(), pyb::kw_only(), pyb::arg("local") = pyb::none(),
-         pyb::arg("remote") = pyb::none(), pyb::arg("length") = pyb::none(),
-         pyb::arg("timeout") = pyb::none(), pyb::arg("notify") = pyb::none(),
-         (std::string("READ: peer's memory → local memory. ") + kTransferDoc).c_str())
-      .def("write", [](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local,
-                       pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
-        Transfer(self, Op::kWrite, peer, descs, local, remote, length, timeout, notify);
-      }, pyb::arg("peer"), pyb::arg("descs") = pyb::none(), pyb::kw_only(), pyb::arg("local") = pyb::none(),
-         pyb::arg("remote") = pyb::none(), pyb::arg("length") = pyb::none(),
-         pyb::arg("timeout") = pyb::none(), pyb::arg("notify") = pyb::none(),
-         (std::string("WRITE: local memory → peer's memory. ") + kTransferDoc).c_str())
-      .def("read_async", [](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local,
-                            pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
-        return TransferAsync(self, Op::kRead, peer, descs, local, remote, length, timeout, notify);
-      }, pyb::arg("peer"), pyb::arg("descs") = pyb::none(), pyb::kw_only(), pyb::arg("local") = pyb::none(),
-         pyb::arg("remote") = pyb::none(), pyb::arg("length") = pyb::none(),
-         pyb::arg("timeout") = pyb::none(), pyb::arg("notify") = pyb::none(),
-         "Starts a READ (arguments as read()) whose deadline is now + timeout; returns a Request. "
-         "Bad input raises at once. The local memory must stay valid until the request ends.")
-      .def("write_async", [](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local,
-                             pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
-        return TransferAsync(self, Op::kWrite, peer, descs, local, remote, length, timeout, notify);
-      }, pyb::arg("peer"), pyb::arg("descs") = pyb::none(), pyb::kw_only(), pyb::arg("local") = pyb::none(),
-         pyb::arg("remote") = pyb::none(), pyb::arg("length") = pyb::none(),
-         pyb::arg("timeout") = pyb::none(), pyb::arg("notify") = pyb::none(),
-         "Starts a WRITE (arguments as write()); returns a Request.")
       .def("send_notify", [](PyEngine& self, const std::string& peer, pyb::handle message, pyb::handle timeout) {
         const std::string msg = *NotifyMessage(message.is_none() ? pyb::str("") : message);
         const milliseconds t = ToTimeout(timeout, self.core()->timeout);

@@ -1,5 +1,7 @@
 #include "py_memory.h"
 
+#include <cstdio>
+
 #include "py_errors.h"
 
 namespace xfer::py {
@@ -141,43 +143,49 @@ void PyBuffer::ReleaseBuffer(PyObject* self, Py_buffer*) {
   --b->core_->buffer_views;
 }
 
+std::string MemoryRepr(std::string_view cls, MemType type, uint64_t addr, uint64_t len,
+                       const std::string& tag, std::string_view state) {
+  char a[24];
+  std::snprintf(a, sizeof a, "%llx", static_cast<unsigned long long>(addr));
+  return "<xfer." + std::string(cls) + " " + std::string(MemTypeName(type)) + " addr=0x" + a +
+         " len=" + std::to_string(len) + (tag.empty() ? "" : " tag=" + tag) +
+         (state.empty() ? "" : " " + std::string(state)) + ">";
+}
+
 namespace {
 
-const char* KindName(MemType t) { return t == MemType::kHost ? "host" : "cuda"; }
+// What a Region and a Buffer both show: addr, len, kind, tag, handle, len().
+template <class T>
+void DefMemoryFields(pyb::class_<T>& cls) {
+  cls.def_property_readonly("addr", &T::addr)
+      .def_property_readonly("len", &T::len)
+      .def_property_readonly("kind", [](const T& t) { return std::string(MemTypeName(t.type())); })
+      .def_property_readonly("tag", &T::tag)
+      .def_property_readonly("handle", &T::handle)
+      .def("__len__", &T::len);
+}
 
 }  // namespace
 
 void BindMemory(pyb::module_& m) {
-  pyb::class_<PyRegion>(m, "Region", R"(Memory the caller owns, registered with Engine.register.
+  pyb::class_<PyRegion> region(m, "Region", R"(Memory the caller owns, registered with Engine.register.
 
 Peers may READ and WRITE [addr, addr + len) until deregister(). The Region keeps the object that
-owns the memory alive until then.)")
-      .def_property_readonly("addr", &PyRegion::addr)
-      .def_property_readonly("len", &PyRegion::len)
-      .def_property_readonly("kind", [](const PyRegion& r) { return KindName(r.type()); })
-      .def_property_readonly("tag", &PyRegion::tag)
-      .def_property_readonly("handle", &PyRegion::handle)
-      .def_property_readonly("registered", &PyRegion::registered)
-      .def("__len__", &PyRegion::len)
+owns the memory alive until then.)");
+  DefMemoryFields(region);
+  region.def_property_readonly("registered", &PyRegion::registered)
       .def("deregister", &PyRegion::Deregister,
            "Waits until connected peers stopped using it, then forgets it (twice: nothing).")
       .def("__repr__", [](const PyRegion& r) {
-        return "<xfer.Region " + std::string(KindName(r.type())) + " addr=0x" +
-               pyb::str("{:x}").format(r.addr()).cast<std::string>() + " len=" + std::to_string(r.len()) +
-               (r.tag().empty() ? "" : " tag=" + r.tag()) + (r.registered() ? "" : " deregistered") + ">";
+        return MemoryRepr("Region", r.type(), r.addr(), r.len(), r.tag(), r.registered() ? "" : "deregistered");
       });
 
   pyb::class_<PyBuffer> buffer(m, "Buffer", pyb::buffer_protocol(), R"(Memory allocated by Engine.alloc.
 
 Host memory reads and writes as a numpy array without a copy: numpy.asarray(buf) (bytes) or
 numpy.frombuffer(buf, dtype). Freed by free() or when the Buffer is collected.)");
-  buffer.def_property_readonly("addr", &PyBuffer::addr)
-      .def_property_readonly("len", &PyBuffer::len)
-      .def_property_readonly("kind", [](const PyBuffer& b) { return KindName(b.type()); })
-      .def_property_readonly("tag", &PyBuffer::tag)
-      .def_property_readonly("handle", &PyBuffer::handle)
-      .def_property_readonly("freed", &PyBuffer::freed)
-      .def("__len__", &PyBuffer::len)
+  DefMemoryFields(buffer);
+  buffer.def_property_readonly("freed", &PyBuffer::freed)
       .def("free", &PyBuffer::Free,
            "Deregisters and frees the memory (peers' transfers to it then fail). Refused "
            "(BufferError) while views of it are alive.")
@@ -192,9 +200,7 @@ numpy.frombuffer(buf, dtype). Freed by free() or when the Buffer is collected.)"
         return std::move(d);
       })
       .def("__repr__", [](const PyBuffer& b) {
-        return "<xfer.Buffer " + std::string(KindName(b.type())) + " addr=0x" +
-               pyb::str("{:x}").format(b.addr()).cast<std::string>() + " len=" + std::to_string(b.len()) +
-               (b.freed() ? " freed" : "") + ">";
+        return MemoryRepr("Buffer", b.type(), b.addr(), b.len(), b.tag(), b.freed() ? "freed" : "");
       });
   auto* type = reinterpret_cast<PyTypeObject*>(buffer.ptr());
   type->tp_as_buffer->bf_getbuffer = &PyBuffer::GetBuffer;

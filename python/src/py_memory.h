@@ -12,6 +12,9 @@ namespace xfer::py {
 
 // "host"/"cpu" or "cuda"/"gpu".
 MemType ParseKind(const std::string& kind);
+// "<xfer.CLS kind addr=0x... len=N [tag=T] [state]>": the repr of Region, Buffer, RegionInfo.
+std::string MemoryRepr(std::string_view cls, MemType type, uint64_t addr, uint64_t len,
+                       const std::string& tag, std::string_view state);
 
 // A registered range of memory the caller owns. Holds what owns the memory (keep) until it is
 // deregistered, so Python cannot free the memory while peers may use it.

@@ -157,14 +157,9 @@ bool EngineImpl::OnUnauthenticated(const std::shared_ptr<control::Session>& s, w
 
 void EngineImpl::Refuse(const std::shared_ptr<control::Session>& s, const std::string& reason,
                         const std::string& detail) {
-  const auto now = Clock::now();  // (control thread only)
-  if (now - last_auth_refusal_log_ > std::chrono::seconds(1)) {
+  if (uint64_t more = 0; refusal_log_.Due(&more)) {  // (control thread only)
     XLOG(WARN) << "refused the control connection from " << s->remote_addr() << ": " << detail
-               << (auth_refusals_ > 0 ? " (and " + std::to_string(auth_refusals_) + " more since the last such line)" : "");
-    last_auth_refusal_log_ = now;
-    auth_refusals_ = 0;
-  } else {
-    ++auth_refusals_;  // (told on the next line)
+               << log::Limit::More(more);
   }
   (void)s->Send(wire::Goodbye{reason});
   s->Shutdown(reason);

@@ -21,6 +21,7 @@
 #include "core/request.h"
 #include "core/request_table.h"
 #include "core/stream_pool.h"
+#include "util/log.h"
 #include "util/net.h"
 #include "xfer/engine.h"
 
@@ -182,9 +183,8 @@ class EngineImpl final : public control::ControlHandler {
 
   std::shared_ptr<NotifyQueue> notifies_;  // received, not yet taken; from Initialize on
   std::shared_ptr<const NotifySender> notifier_;
-  Clock::time_point last_refusal_log_{};  // control thread: oversize notifications from peers
-  Clock::time_point last_auth_refusal_log_{};  // control thread: refused connections (Refuse)
-  uint64_t auth_refusals_ = 0;                 // not logged since then
+  log::Limit notify_refusal_log_;  // control thread: oversize notifications from peers
+  log::Limit refusal_log_;         // control thread: refused connections (Refuse)
 };
 
 // Adds a timeout to now without overflowing on huge values.

@@ -29,9 +29,9 @@ void EngineImpl::OnNotify(const std::shared_ptr<control::Session>& s, wire::Noti
   Status queued = CheckNotifyMessage("a peer's notification", m.message);
   if (!queued.ok()) {
     // (A peer whose own limit is higher: logged at most once a second.)
-    if (Clock::now() - last_refusal_log_ > std::chrono::seconds(1)) {
-      last_refusal_log_ = Clock::now();
-      XLOG(WARN) << "refused a notification from " << s->peer_key << ": " << queued.message();
+    if (uint64_t more = 0; notify_refusal_log_.Due(&more)) {
+      XLOG(WARN) << "refused a notification from " << s->peer_key << ": " << queued.message()
+                 << log::Limit::More(more);
     }
   } else {
     queued = notifies_->Push({peer.info.name, peer.info.incarnation, std::move(m.message)});

@@ -2,7 +2,10 @@
 // The level comes from XFER_LOG (error|warn|info|debug; default warn).
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <sstream>
+#include <string>
 
 namespace xfer::log {
 
@@ -28,6 +31,34 @@ class Line {
 // Turns `Line << ...` into a void expression, so XLOG works as a single statement anywhere.
 struct Voidify {
   void operator&(Line&) {}
+};
+
+// A log line that may come often (a peer's refusals): at most one per interval. Due() says
+// whether to log now; *held_back: how many were not logged since the last line. Not
+// thread-safe: the caller's thread, or a lock of the caller's.
+class Limit {
+ public:
+  explicit Limit(std::chrono::milliseconds every = std::chrono::seconds(1)) : every_(every) {}
+  bool Due(uint64_t* held_back) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < every_) {
+      ++held_back_;
+      return false;
+    }
+    last_ = now;
+    *held_back = held_back_;
+    held_back_ = 0;
+    return true;
+  }
+  // " (and N more since the last such line)", or "" when none was held back.
+  static std::string More(uint64_t held_back) {
+    return held_back == 0 ? "" : " (and " + std::to_string(held_back) + " more since the last such line)";
+  }
+
+ private:
+  const std::chrono::milliseconds every_;
+  std::chrono::steady_clock::time_point last_{};
+  uint64_t held_back_ = 0;
 };
 
 }  // namespace xfer::log

@@ -42,7 +42,7 @@ class CmaBackend final : public Backend {
       return {StatusCode::kUnsupported, "cma: the peer's hello entry is malformed"};
     }
     std::shared_ptr<Link> link;
-    Status s = transport_.Connect(PeerEndpoint{peer.pid, peer.incarnation, cookie, "", 0}, &link);
+    Status s = transport_.Connect(PeerEndpoint{peer.pid, peer.incarnation, cookie, "", 0, ""}, &link);
     if (!s.ok()) return s;
     *route = std::make_shared<HostRoute>("cma", std::move(link), LimitsOf(transport_, options_));
     return Status::Ok();

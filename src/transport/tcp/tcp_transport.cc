@@ -500,16 +500,10 @@ bool TcpTransport::Handshake(Service& svc, std::string* why) {
     *why = "";  // (refusals are logged here, at most once a second)
     if (key.empty()) return false;  // a stranger: closed without a challenge
     if (!Authenticate(fd, key, Get<uint64_t>(hello + 16))) {
-      const auto now = Clock::now();
       std::lock_guard l(refusal_log_mu_);
-      if (now - last_refusal_log_ > std::chrono::seconds(1)) {
+      if (uint64_t more = 0; refusal_log_.Due(&more)) {
         XLOG(WARN) << "tcp: refused the data connection from " << net::PeerOf(fd)
-                   << ": it did not prove it knows its control session's key"
-                   << (refusals_ > 0 ? " (and " + std::to_string(refusals_) + " more since the last such line)" : "");
-        last_refusal_log_ = now;
-        refusals_ = 0;
-      } else {
-        ++refusals_;  // (told on the next line)
+                   << ": it did not prove it knows its control session's key" << log::Limit::More(more);
       }
       return false;
     }

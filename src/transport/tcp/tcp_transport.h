@@ -28,6 +28,7 @@
 
 #include "transport/backend.h"
 #include "transport/transport.h"
+#include "util/log.h"
 #include "util/net.h"
 
 namespace xfer::transport {
@@ -95,8 +96,7 @@ class TcpTransport final : public Transport {
   // With a secret: the challenge, and the check of the initiator's proof under key (DataProof).
   bool Authenticate(int fd, const std::string& key, uint64_t initiator);
   std::mutex refusal_log_mu_;
-  Clock::time_point last_refusal_log_{};
-  uint64_t refusals_ = 0;
+  log::Limit refusal_log_;  // (refusal_log_mu_)
   bool ReadFrame(Service& svc, uint64_t replied, Frame* f, std::string* why);
   // Checks every range of the frame against this engine's regions (f->denied says why not).
   void CheckRanges(Frame* f) const;
