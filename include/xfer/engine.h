@@ -30,10 +30,12 @@ class Engine {
   // The bound name, e.g. "127.0.0.1:41234" after Initialize("127.0.0.1:0").
   std::string LocalName() const;
 
-  // Registers [addr, addr+len) so peers may READ/WRITE it. The same range again returns the
-  // same handle (and needs one more DeregisterMem). Peers see new regions without reconnecting.
+  // Registers [addr, addr+len) so peers may READ it, and WRITE it unless access is
+  // kReadOnly (their WRITEs then fail with kRemoteAccessDenied, nothing written). The same
+  // range with the same access again returns the same handle (and needs one more
+  // DeregisterMem). Peers see new regions without reconnecting.
   Status RegisterMem(void* addr, uint64_t len, MemType type, MemHandle* handle,
-                     const std::string& tag = "");
+                     const std::string& tag = "", PeerAccess access = PeerAccess::kReadWrite);
   // Waits until connected peers have stopped using the region, then forgets it.
   Status DeregisterMem(MemHandle handle);
   // Allocates len bytes, zeroed, and registers them (as RegisterMem). kHost: a memfd that

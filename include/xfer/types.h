@@ -27,6 +27,11 @@ struct TransferDesc {
   uint64_t len = 0;
 };
 
+// What a region's peers may do with it (Engine::RegisterMem, AllocOptions::access). Each
+// registration grants its own access: where a read-only region and a read-write one overlap,
+// peers may WRITE the bytes the read-write one covers.
+enum class PeerAccess : uint8_t { kReadWrite = 0, kReadOnly = 1 };
+
 // A region as a peer advertises it (see Engine::GetRemoteRegions).
 struct RegionInfo {
   uint64_t addr = 0;
@@ -35,6 +40,7 @@ struct RegionInfo {
   int32_t device = -1;  // device ordinal for kCuda, -1 for host memory
   std::string tag;      // free-form label given at registration
   bool shared = false;  // allocated by Engine::AllocMem: same-host peers map it (path "shm")
+  PeerAccess access = PeerAccess::kReadWrite;  // kReadOnly: peers' WRITEs are refused
 };
 
 enum class RequestState : uint8_t { kWaiting, kCompleted, kFailed, kTimeout, kCanceled };
@@ -106,9 +112,14 @@ struct AllocOptions {
   bool huge_pages = false;
   // MemType::kCuda: the device to allocate on; -1 = the calling thread's current device.
   int32_t device = -1;
+  // What peers may do with the memory (this engine itself reads and writes it as it likes).
+  PeerAccess access = PeerAccess::kReadWrite;
 };
 
 inline std::string_view MemTypeName(MemType t) { return t == MemType::kHost ? "host" : "cuda"; }
+inline std::string_view PeerAccessName(PeerAccess a) {
+  return a == PeerAccess::kReadOnly ? "read-only" : "read-write";
+}
 std::string_view OpName(Op op);
 std::string_view RequestStateName(RequestState s);
 

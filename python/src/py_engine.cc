@@ -145,6 +145,8 @@ bool PyEngine::Closed() { return core_->closed; }
 
 namespace {
 
+PeerAccess AccessOf(bool read_only) { return read_only ? PeerAccess::kReadOnly : PeerAccess::kReadWrite; }
+
 std::optional<std::string> NotifyMessage(pyb::handle notify) {
   if (notify.is_none()) return std::nullopt;
   if (PyBytes_Check(notify.ptr())) return notify.cast<std::string>();
@@ -249,7 +251,12 @@ void BindEngine(pyb::module_& m) {
       .def_readonly("device", &RegionInfo::device)
       .def_readonly("tag", &RegionInfo::tag)
       .def_readonly("shared", &RegionInfo::shared, "allocated by the peer's alloc(): same-host peers map it")
-      .def("__repr__", [](const RegionInfo& r) { return MemoryRepr("RegionInfo", r.type, r.addr, r.len, r.tag, ""); });
+      .def_property_readonly("read_only", [](const RegionInfo& r) { return r.access == PeerAccess::kReadOnly; },
+                             "the peer refuses WRITEs into it")
+      .def("__repr__", [](const RegionInfo& r) {
+        return MemoryRepr("RegionInfo", r.type, r.addr, r.len, r.tag,
+                          r.access == PeerAccess::kReadOnly ? "read-only" : "");
+      });
 
   pyb::class_<PeerInfo>(m, "PeerInfo", "What the engine knows about a connected peer.")
       .def_readonly("name", &PeerInfo::name)
@@ -315,17 +322,18 @@ False when it is still running after timeout seconds. `await request` waits in a
         return regions;
       }, pyb::arg("peer"), "The peer's registered regions, as of now (one control round trip).")
       .def("_register_range", [](PyEngine& self, uint64_t addr, uint64_t len, const std::string& kind,
-                                 const std::string& tag, pyb::object keep) {
-        return RegisterRange(self.core(), addr, len, ParseKind(kind), tag, std::move(keep));
+                                 const std::string& tag, bool read_only, pyb::object keep) {
+        return RegisterRange(self.core(), addr, len, ParseKind(kind), tag, AccessOf(read_only), std::move(keep));
       })
-      .def("_register_buffer", [](PyEngine& self, pyb::handle obj, const std::string& tag) {
-        return RegisterBuffer(self.core(), obj, tag);
+      .def("_register_buffer", [](PyEngine& self, pyb::handle obj, const std::string& tag, bool read_only) {
+        return RegisterBuffer(self.core(), obj, tag, AccessOf(read_only));
       })
       .def("_alloc", [](PyEngine& self, uint64_t len, const std::string& kind, const std::string& tag,
-                        bool huge_pages, int32_t device) {
+                        bool huge_pages, int32_t device, bool read_only) {
         AllocOptions o;
         o.huge_pages = huge_pages;
         o.device = device;
+        o.access = AccessOf(read_only);
         return Allocate(self.core(), len, ParseKind(kind), tag, o);
       })
       .def("send_notify", [](PyEngine& self, const std::string& peer, pyb::handle message, pyb::handle timeout) {

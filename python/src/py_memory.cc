@@ -14,15 +14,15 @@ MemType ParseKind(const std::string& kind) {
 }
 
 PyRegion::PyRegion(std::shared_ptr<Core> core, uint64_t addr, uint64_t len, MemType type,
-                   std::string tag, pyb::object keep, Py_buffer* view)
+                   std::string tag, PeerAccess access, pyb::object keep, Py_buffer* view)
     : core_(std::move(core)), addr_(addr), len_(len), type_(type), tag_(std::move(tag)),
-      keep_(std::move(keep)) {
+      access_(access), keep_(std::move(keep)) {
   if (view != nullptr) {
     view_ = *view;
     has_view_ = true;
   }
   const Status st = core_->Call([&](Engine& e) {
-    return e.RegisterMem(reinterpret_cast<void*>(addr_), len_, type_, &handle_, tag_);
+    return e.RegisterMem(reinterpret_cast<void*>(addr_), len_, type_, &handle_, tag_, access_);
   });
   if (!st.ok()) {
     Drop();
@@ -64,12 +64,12 @@ void PyRegion::Deregister() {
 
 std::unique_ptr<PyRegion> RegisterRange(const std::shared_ptr<Core>& core, uint64_t addr,
                                         uint64_t len, MemType type, const std::string& tag,
-                                        pyb::object keep) {
-  return std::make_unique<PyRegion>(core, addr, len, type, tag, std::move(keep), nullptr);
+                                        PeerAccess access, pyb::object keep) {
+  return std::make_unique<PyRegion>(core, addr, len, type, tag, access, std::move(keep), nullptr);
 }
 
 std::unique_ptr<PyRegion> RegisterBuffer(const std::shared_ptr<Core>& core, pyb::handle obj,
-                                         const std::string& tag) {
+                                         const std::string& tag, PeerAccess access) {
   Py_buffer view;
   if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) {
     pyb::error_already_set why;  // e.g. "buffer is not writable", "not C-contiguous"
@@ -77,7 +77,7 @@ std::unique_ptr<PyRegion> RegisterBuffer(const std::shared_ptr<Core>& core, pyb:
                  " (registered memory must be writable and contiguous)");
   }
   return std::make_unique<PyRegion>(core, reinterpret_cast<uint64_t>(view.buf),
-                                    static_cast<uint64_t>(view.len), MemType::kHost, tag,
+                                    static_cast<uint64_t>(view.len), MemType::kHost, tag, access,
                                     pyb::reinterpret_borrow<pyb::object>(obj), &view);
 }
 
@@ -86,7 +86,7 @@ std::unique_ptr<PyBuffer> Allocate(const std::shared_ptr<Core>& core, uint64_t l
   void* addr = nullptr;
   MemHandle handle = 0;
   Check(core->Call([&](Engine& e) { return e.AllocMem(len, type, &addr, &handle, tag, options); }));
-  return std::make_unique<PyBuffer>(core, addr, len, type, handle, tag);
+  return std::make_unique<PyBuffer>(core, addr, len, type, handle, tag, options.access);
 }
 
 PyBuffer::~PyBuffer() {
@@ -154,13 +154,14 @@ std::string MemoryRepr(std::string_view cls, MemType type, uint64_t addr, uint64
 
 namespace {
 
-// What a Region and a Buffer both show: addr, len, kind, tag, handle, len().
+// What a Region and a Buffer both show: addr, len, kind, tag, read_only, handle, len().
 template <class T>
 void DefMemoryFields(pyb::class_<T>& cls) {
   cls.def_property_readonly("addr", &T::addr)
       .def_property_readonly("len", &T::len)
       .def_property_readonly("kind", [](const T& t) { return std::string(MemTypeName(t.type())); })
       .def_property_readonly("tag", &T::tag)
+      .def_property_readonly("read_only", &T::read_only, "peers may READ it but not WRITE it")
       .def_property_readonly("handle", &T::handle)
       .def("__len__", &T::len);
 }
@@ -170,14 +171,15 @@ void DefMemoryFields(pyb::class_<T>& cls) {
 void BindMemory(pyb::module_& m) {
   pyb::class_<PyRegion> region(m, "Region", R"(Memory the caller owns, registered with Engine.register.
 
-Peers may READ and WRITE [addr, addr + len) until deregister(). The Region keeps the object that
-owns the memory alive until then.)");
+Peers may READ [addr, addr + len), and WRITE it unless read_only, until deregister(). The Region
+keeps the object that owns the memory alive until then.)");
   DefMemoryFields(region);
   region.def_property_readonly("registered", &PyRegion::registered)
       .def("deregister", &PyRegion::Deregister,
            "Waits until connected peers stopped using it, then forgets it (twice: nothing).")
       .def("__repr__", [](const PyRegion& r) {
-        return MemoryRepr("Region", r.type(), r.addr(), r.len(), r.tag(), r.registered() ? "" : "deregistered");
+        return MemoryRepr("Region", r.type(), r.addr(), r.len(), r.tag(),
+                          !r.registered() ? "deregistered" : r.read_only() ? "read-only" : "");
       });
 
   pyb::class_<PyBuffer> buffer(m, "Buffer", pyb::buffer_protocol(), R"(Memory allocated by Engine.alloc.
@@ -200,7 +202,8 @@ numpy.frombuffer(buf, dtype). Freed by free() or when the Buffer is collected.)"
         return std::move(d);
       })
       .def("__repr__", [](const PyBuffer& b) {
-        return MemoryRepr("Buffer", b.type(), b.addr(), b.len(), b.tag(), b.freed() ? "freed" : "");
+        return MemoryRepr("Buffer", b.type(), b.addr(), b.len(), b.tag(),
+                          b.freed() ? "freed" : b.read_only() ? "read-only" : "");
       });
   auto* type = reinterpret_cast<PyTypeObject*>(buffer.ptr());
   type->tp_as_buffer->bf_getbuffer = &PyBuffer::GetBuffer;

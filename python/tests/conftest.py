@@ -78,8 +78,10 @@ class Child:
 class Peer(Child):
     """A peer.py process: .name, .addr, .len of its registered memory."""
 
-    def __init__(self, memory="alloc", nbytes=1 << 20, options=None, env=None):
+    def __init__(self, memory="alloc", nbytes=1 << 20, options=None, env=None, read_only=False):
         args = [sys.executable, os.path.join(HERE, "peer.py"), "--memory", memory, "--bytes", str(nbytes)]
+        if read_only:
+            args.append("--read-only")
         for k, v in (options or {}).items():
             args += ["--option", f"{k}={v}"]
         super().__init__(args, env)

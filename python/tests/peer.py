@@ -1,10 +1,11 @@
 """A target process for the Python tests: an engine that serves memory and does what the test
 asks on stdin, one JSON command per line, one JSON answer per line.
 
-    peer.py --memory alloc|register --bytes N [--option key=value ...]
+    peer.py --memory alloc|register --bytes N [--read-only] [--option key=value ...]
 
 It prints {"name", "addr", "len"} once its memory is registered. alloc: Engine.alloc (same-host
-peers map it: shm); register: a numpy array of its own (same-host peers reach it through cma).
+peers map it: shm); register: a numpy array of its own (same-host peers reach it through cma);
+--read-only: peers may READ it but not WRITE it.
 Commands: ["sha", offset, len] -> {"sha"}; ["fill", offset, len, byte] -> {}; ["notifies", n,
 timeout] -> {"notifies": [[sender, incarnation, message hex]...]} once n came or timeout passed.
 """
@@ -34,15 +35,16 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--memory", choices=["alloc", "register"], default="alloc")
     p.add_argument("--bytes", type=int, default=1 << 20)
+    p.add_argument("--read-only", action="store_true")
     p.add_argument("--option", type=option, action="append", default=[])
     a = p.parse_args()
     engine = xfer.Engine("127.0.0.1:0", **dict(a.option))
     if a.memory == "alloc":
-        memory = engine.alloc(a.bytes, tag="pool")
+        memory = engine.alloc(a.bytes, tag="pool", read_only=a.read_only)
         addr = memory.addr
     else:
         memory = np.zeros(a.bytes, np.uint8)
-        addr = engine.register(memory, tag="pool").addr
+        addr = engine.register(memory, tag="pool", read_only=a.read_only).addr
     print(json.dumps({"name": engine.name, "addr": addr, "len": a.bytes}), flush=True)
     received = []
     for line in sys.stdin:

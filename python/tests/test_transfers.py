@@ -180,6 +180,40 @@ def test_errors_map_to_exceptions(pair):
         engine.connect(peer.name)
 
 
+def test_a_read_only_region_serves_reads_and_refuses_writes(transport, make_peer):
+    name, t = transport
+    peer = make_peer(memory=t["memory"], nbytes=1 << 20, options=t["options"], read_only=True)
+    peer.call("fill", 0, 1 << 20, 7)
+    with xfer.Engine("127.0.0.1", **t["options"]) as engine:
+        engine.connect(peer.name)
+        [info] = engine.remote_regions(peer.name)
+        assert info.read_only and "read-only" in repr(info)
+        mine = engine.alloc(1 << 20)  # registered: small copies to shm run inline
+        local = np.asarray(mine)
+        local[:] = 9
+        for size in (8, 4096, 1 << 20):
+            with pytest.raises(xfer.RemoteAccessDeniedError, match="read-only"):
+                engine.write(peer.name, [(mine.addr, peer.addr, size)])
+        assert peer.sha(0, 1 << 20) == sha(np.full(1 << 20, 7, np.uint8))
+        engine.read(peer.name, [(mine.addr, peer.addr, 1 << 20)])
+        assert (local == 7).all()
+        del local
+        mine.free()
+
+
+def test_read_only_is_shown_on_regions_and_buffers():
+    with xfer.Engine("127.0.0.1") as engine:
+        a = np.zeros(4096, np.uint8)
+        ro, rw = engine.register(a, read_only=True), engine.register(a)
+        assert ro.read_only and not rw.read_only and ro.handle != rw.handle
+        assert "read-only" in repr(ro)
+        buf = engine.alloc(4096, read_only=True)
+        assert buf.read_only and "read-only" in repr(buf)
+        np.asarray(buf)[:] = 1  # this process still writes it
+        ro.deregister()
+        rw.deregister()
+
+
 @pytest.mark.parametrize("transport", ["cma", "tcp", "ucx"], indirect=True)
 def test_a_peer_killed_mid_transfer(pair):
     engine, peer, route = pair

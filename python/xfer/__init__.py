@@ -94,21 +94,22 @@ class Engine(_xfer.Engine):
         super().close()
         self._regions.clear()
 
-    def register(self, memory, tag=""):
+    def register(self, memory, tag="", read_only=False):
         """Registers memory so that peers may READ and WRITE it; returns a Region.
 
         memory: a numpy array or anything with the buffer protocol (writable, contiguous), an
         object with __cuda_array_interface__ or __array_interface__, a torch tensor (CPU or
         CUDA; torch is not imported), or an (addr, len, kind) tuple with kind "host" or "cuda".
+        read_only: peers may READ it but their WRITEs fail (xfer.RemoteAccessDeniedError).
         The engine keeps the object alive until deregister(region)."""
         if isinstance(memory, Buffer):  # registered already: by range, so that no view is held
             addr, length, kind, via_buffer = memory.addr, memory.len, memory.kind, False
         else:
             addr, length, kind, via_buffer = _memory.resolve(memory)
         if via_buffer:
-            region = self._register_buffer(memory, tag)
+            region = self._register_buffer(memory, tag, read_only)
         else:
-            region = self._register_range(addr, length, kind, tag, memory)
+            region = self._register_range(addr, length, kind, tag, read_only, memory)
         self._regions.setdefault(region.handle, []).append(region)
         return region
 
@@ -123,11 +124,12 @@ class Engine(_xfer.Engine):
         if not same:
             self._regions.pop(handle, None)
 
-    def alloc(self, size, kind="host", tag="", huge_pages=False, device=-1):
+    def alloc(self, size, kind="host", tag="", huge_pages=False, device=-1, read_only=False):
         """Allocates size bytes (zeroed) and registers them; returns a Buffer.
 
         Host memory is shared with same-host peers, which then move it with memcpy (no system
         call per transfer); numpy.asarray(buf) or numpy.frombuffer(buf, dtype) view it without
         a copy. kind="cuda": GPU memory on device (-1: the current one). huge_pages: back it
-        with huge pages where the kernel has them."""
-        return self._alloc(size, _memory._kind(kind), tag, huge_pages, device)
+        with huge pages where the kernel has them. read_only: peers may READ it but not WRITE
+        it (this process still writes it)."""
+        return self._alloc(size, _memory._kind(kind), tag, huge_pages, device, read_only)

@@ -27,6 +27,7 @@ class RegionInfo:
     device: int
     tag: str
     shared: bool
+    read_only: bool
 
 class PeerInfo:
     name: str
@@ -43,6 +44,7 @@ class Region:
     len: int
     kind: str
     tag: str
+    read_only: bool
     handle: int
     registered: bool
     def deregister(self) -> None: ...
@@ -53,6 +55,7 @@ class Buffer:
     len: int
     kind: str
     tag: str
+    read_only: bool
     handle: int
     freed: bool
     __cuda_array_interface__: dict[str, Any]

@@ -6,7 +6,9 @@
 namespace xfer::wire {
 namespace {
 
-constexpr uint8_t kShared = 1;  // region flag: memory from AllocMem (RegionInfo::shared)
+// Region flags.
+constexpr uint8_t kShared = 1;    // memory from AllocMem (RegionInfo::shared)
+constexpr uint8_t kReadOnly = 2;  // peers may not WRITE it (PeerAccess::kReadOnly)
 
 class Writer {
  public:
@@ -33,7 +35,7 @@ class Writer {
     U8(static_cast<uint8_t>(r.info.type));
     I32(r.info.device);
     Str(r.info.tag);
-    U8(r.info.shared ? kShared : 0);
+    U8((r.info.shared ? kShared : 0) | (r.info.access == PeerAccess::kReadOnly ? kReadOnly : 0));
     Blobs(r.blobs);
   }
   std::vector<uint8_t>& bytes() { return buf_; }
@@ -91,9 +93,10 @@ class Reader {
       return false;
     }
     if (type > static_cast<uint8_t>(MemType::kCuda)) return Fail("unknown memory type");
-    if (flags & ~kShared) return Fail("unknown region flags");
+    if (flags & ~(kShared | kReadOnly)) return Fail("unknown region flags");
     r->info.type = static_cast<MemType>(type);
     r->info.shared = flags & kShared;
+    r->info.access = flags & kReadOnly ? PeerAccess::kReadOnly : PeerAccess::kReadWrite;
     return true;
   }
   bool Done() {

@@ -20,7 +20,7 @@
 namespace xfer::wire {
 
 inline constexpr uint32_t kMagic = 0x31524658;  // "XFR1" as little-endian bytes
-inline constexpr uint16_t kVersion = 6;
+inline constexpr uint16_t kVersion = 7;
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 inline constexpr uint32_t kMaxString = 64 << 10;  // UCX worker addresses can run to kilobytes
@@ -52,7 +52,7 @@ struct WireRegion {
   bool operator==(const WireRegion& o) const {
     return id == o.id && info.addr == o.info.addr && info.len == o.info.len &&
            info.type == o.info.type && info.device == o.info.device && info.tag == o.info.tag &&
-           info.shared == o.info.shared && blobs == o.blobs;
+           info.shared == o.info.shared && info.access == o.info.access && blobs == o.blobs;
   }
 };
 

@@ -16,8 +16,9 @@ Engine::~Engine() = default;
 Status Engine::Initialize(const std::string& n, const EngineOptions& o) { return impl_->Initialize(n, o); }
 void Engine::Finalize() { impl_->Finalize(); }
 std::string Engine::LocalName() const { return impl_->LocalName(); }
-Status Engine::RegisterMem(void* a, uint64_t l, MemType t, MemHandle* h, const std::string& tag) {
-  return impl_->RegisterMem(a, l, t, h, tag);
+Status Engine::RegisterMem(void* a, uint64_t l, MemType t, MemHandle* h, const std::string& tag,
+                           PeerAccess access) {
+  return impl_->RegisterMem(a, l, t, h, tag, access);
 }
 Status Engine::DeregisterMem(MemHandle h) { return impl_->DeregisterMem(h); }
 Status Engine::AllocMem(uint64_t l, MemType t, void** a, MemHandle* h, const std::string& tag,
@@ -169,9 +170,10 @@ Status EngineImpl::StartBackends(const std::string& listen_host) {
 
 transport::TargetAccess EngineImpl::RegionAccess(uint64_t addr, uint64_t len) const {
   transport::TargetAccess access;
-  if (auto t = regions_.registry().TypeOf(addr, len)) {
+  if (auto r = regions_.registry().Access(addr, len)) {
     access.allowed = true;
-    access.device = *t == MemType::kCuda;
+    access.writable = r->writable;
+    access.device = r->type == MemType::kCuda;
     access.staged = access.device || opts_.staging == Staging::kAlways;
   }
   return access;
@@ -195,9 +197,12 @@ void EngineImpl::Finalize() {
 
 // ---------------------------------------------------------------- memory
 Status EngineImpl::RegisterMem(void* addr, uint64_t len, MemType type, MemHandle* handle,
-                               const std::string& tag) {
+                               const std::string& tag, PeerAccess access) {
   Status s = CheckRunning("RegisterMem");
   if (s.ok() && handle == nullptr) s = {StatusCode::kInvalidArgument, "RegisterMem: null handle pointer"};
+  if (s.ok() && access != PeerAccess::kReadWrite && access != PeerAccess::kReadOnly) {
+    s = {StatusCode::kInvalidArgument, "RegisterMem: unknown PeerAccess value"};
+  }
   MemType actual = MemType::kHost;
   int32_t device = -1;
   if (s.ok()) backends_.Classify(addr, &actual, &device);
@@ -217,7 +222,7 @@ Status EngineImpl::RegisterMem(void* addr, uint64_t len, MemType type, MemHandle
     return s;
   }
   wire::WireRegion r;
-  r.info = RegionInfo{reinterpret_cast<uint64_t>(addr), len, type, device, tag, false};
+  r.info = RegionInfo{reinterpret_cast<uint64_t>(addr), len, type, device, tag, false, access};
   return regions_.Add(std::move(r), false, std::make_unique<RegionResources>(), handle);
 }
 
@@ -228,9 +233,12 @@ Status EngineImpl::AllocMem(uint64_t len, MemType type, void** addr, MemHandle* 
     s = {StatusCode::kInvalidArgument, "AllocMem: null address or handle pointer"};
   }
   if (s.ok() && len == 0) s = {StatusCode::kInvalidArgument, "AllocMem: zero length"};
+  if (s.ok() && options.access != PeerAccess::kReadWrite && options.access != PeerAccess::kReadOnly) {
+    s = {StatusCode::kInvalidArgument, "AllocMem: unknown PeerAccess value"};
+  }
   auto res = std::make_unique<RegionResources>();
   wire::WireRegion r;
-  r.info = RegionInfo{0, len, type, -1, tag, type == MemType::kHost};
+  r.info = RegionInfo{0, len, type, -1, tag, type == MemType::kHost, options.access};
   if (s.ok()) {
     s = backends_.Allocate(len, type, options, &r.info.addr, &r.info.device, &res->allocation);
     if (!s.ok() && s.message().rfind("AllocMem", 0) != 0) s = {s.code(), "AllocMem: " + s.message()};
@@ -396,7 +404,10 @@ bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferD
     return false;
   }
   std::shared_ptr<RemoteRegion> region = peer.state->regions.Find(d.remote_addr, d.len);
-  if (!region || regions_.registry().TypeOf(d.local_addr, d.len) != MemType::kHost) return false;
+  if (!region || (op == Op::kWrite && region->info.access == PeerAccess::kReadOnly) ||
+      regions_.registry().TypeOf(d.local_addr, d.len) != MemType::kHost) {
+    return false;  // (the planned path refuses a WRITE into a read-only region)
+  }
   // The route the planner would choose: the first that reaches the pair.
   transport::Route* route = nullptr;
   uint8_t* base = nullptr;

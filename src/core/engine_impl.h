@@ -50,7 +50,7 @@ class EngineImpl final : public control::ControlHandler {
   std::string LocalName() const { return name_; }
 
   Status RegisterMem(void* addr, uint64_t len, MemType type, MemHandle* handle,
-                     const std::string& tag);
+                     const std::string& tag, PeerAccess access);
   Status DeregisterMem(MemHandle handle, bool free = false);
   Status AllocMem(uint64_t len, MemType type, void** addr, MemHandle* handle,
                   const std::string& tag, const AllocOptions& options);

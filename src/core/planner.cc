@@ -194,6 +194,11 @@ class RunBuilder {
       return {StatusCode::kRemoteAccessDenied,
               DescName(i, d) + ": remote range is not inside one registered region of the peer"};
     }
+    if (op_ == Op::kWrite && (*out)->info.access == PeerAccess::kReadOnly) {
+      return {StatusCode::kRemoteAccessDenied,
+              DescName(i, d) + ": the peer's region '" + (*out)->info.tag + "' at " +
+                  text::Hex((*out)->info.addr) + " is read-only for peers"};
+    }
     auto& regions = plan_->regions;
     auto pos = std::find(regions.begin(), regions.end(), *out);
     if (pos == regions.end()) pos = regions.insert(regions.end(), *out);

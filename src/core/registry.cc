@@ -17,8 +17,8 @@ Status Registry::Add(const wire::WireRegion& region, bool allocated, MemHandle* 
   auto [lo, hi] = by_addr_.equal_range(addr);
   for (auto it = lo; it != hi; ++it) {
     Entry& e = by_handle_.at(it->second);
-    if (e.region.info.len == len && e.region.info.type == region.info.type && !allocated &&
-        !e.allocated) {
+    if (e.region.info.len == len && e.region.info.type == region.info.type &&
+        e.region.info.access == region.info.access && !allocated && !e.allocated) {
       ++e.refs;
       *handle = e.region.id;
       *added = false;
@@ -69,15 +69,20 @@ Status Registry::Remove(MemHandle handle, bool* removed, bool free) {
   return Status::Ok();
 }
 
-std::optional<MemType> Registry::TypeOf(uint64_t addr, uint64_t len) const {
+std::optional<Registry::RangeAccess> Registry::Access(uint64_t addr, uint64_t len) const {
   std::lock_guard lock(mu_);
-  // Regions may overlap, so every region starting at or below addr is a candidate.
+  std::optional<RangeAccess> found;
+  // Regions may overlap, so every region starting at or below addr is a candidate; a
+  // read-only one that holds the range does not end the search for one that grants WRITE.
   for (auto it = by_addr_.upper_bound(addr); it != by_addr_.begin();) {
     --it;
     const RegionInfo& r = by_handle_.at(it->second).region.info;
-    if (addr + len <= r.addr + r.len) return r.type;
+    if (addr + len > r.addr + r.len) continue;
+    const bool writable = r.access == PeerAccess::kReadWrite;
+    if (writable) return RangeAccess{r.type, true};
+    if (!found) found = RangeAccess{r.type, false};
   }
-  return std::nullopt;
+  return found;
 }
 
 std::vector<wire::WireRegion> Registry::Snapshot() const {

@@ -16,16 +16,26 @@ namespace xfer {
 class Registry {
  public:
   // Adds region (its id is assigned here), or returns the handle of the identical range
-  // registered before (its reference count goes up). *added says whether it is new, so peers
+  // registered before with the same type and access (its reference count goes up). *added says whether it is new, so peers
   // must hear of it. allocated: memory from AllocMem, released only by FreeMem.
   Status Add(const wire::WireRegion& region, bool allocated, MemHandle* handle, bool* added);
   // Drops one reference; *removed is set when the region is gone (peers must hear of it).
   // The last reference of AllocMem memory goes only with free (FreeMem), and free drops all.
   Status Remove(MemHandle handle, bool* removed, bool free = false);
   // True when [addr, addr+len) lies inside one registered region.
-  bool Contains(uint64_t addr, uint64_t len) const { return TypeOf(addr, len).has_value(); }
+  bool Contains(uint64_t addr, uint64_t len) const { return Access(addr, len).has_value(); }
   // The memory type of the registered region holding all of [addr, addr+len), if any.
-  std::optional<MemType> TypeOf(uint64_t addr, uint64_t len) const;
+  std::optional<MemType> TypeOf(uint64_t addr, uint64_t len) const {
+    auto a = Access(addr, len);
+    return a ? std::optional<MemType>(a->type) : std::nullopt;
+  }
+  // What peers may do with [addr, addr+len): its memory type, and whether some region that
+  // holds all of it grants WRITE. Nullopt when no registered region holds it all.
+  struct RangeAccess {
+    MemType type = MemType::kHost;
+    bool writable = false;
+  };
+  std::optional<RangeAccess> Access(uint64_t addr, uint64_t len) const;
   std::vector<wire::WireRegion> Snapshot() const;
   bool Lookup(MemHandle handle, wire::WireRegion* out) const;
 

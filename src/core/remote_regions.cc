@@ -92,12 +92,17 @@ std::shared_ptr<RemoteRegion> RemoteRegions::Find(uint64_t addr, uint64_t len) c
   // Candidates start at or below addr; walk down while some region could still reach addr.
   auto it = std::upper_bound(by_addr_.begin(), by_addr_.end(), addr,
                              [](uint64_t a, const auto& r) { return a < r->info.addr; });
+  // A read-only region that holds the range does not end the search for one that grants
+  // WRITE (each registration grants its own access).
+  std::shared_ptr<RemoteRegion> read_only;
   for (size_t i = static_cast<size_t>(it - by_addr_.begin()); i-- > 0;) {
     if (max_end_[i] <= addr) break;
     const RegionInfo& r = by_addr_[i]->info;
-    if (addr + len <= r.addr + r.len) return by_addr_[i];
+    if (addr + len > r.addr + r.len) continue;
+    if (r.access == PeerAccess::kReadWrite) return by_addr_[i];
+    if (!read_only) read_only = by_addr_[i];
   }
-  return nullptr;
+  return read_only;
 }
 
 std::vector<RegionInfo> RemoteRegions::List() const {

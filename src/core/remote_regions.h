@@ -27,7 +27,8 @@ class RemoteRegions {
   std::shared_ptr<RemoteRegion> Revoke(uint64_t id);
   // Revokes every region (the peer is gone) and returns them.
   std::vector<std::shared_ptr<RemoteRegion>> RevokeAll();
-  // The region that holds all of [addr, addr+len), or null.
+  // The region that holds all of [addr, addr+len), one that peers may WRITE where there is
+  // one, or null.
   std::shared_ptr<RemoteRegion> Find(uint64_t addr, uint64_t len) const;
   std::vector<RegionInfo> List() const;
 

@@ -110,6 +110,7 @@ class HostRoute : public Route {
 // How a target-side backend (tcp: its threads touch our memory for a peer) may touch a range.
 struct TargetAccess {
   bool allowed = false;  // inside one registered region of this engine
+  bool writable = false;  // ...inside one that peers may WRITE (not PeerAccess::kReadOnly)
   bool staged = false;   // through a staging buffer (GPU memory; or all memory, staging=always)
   bool device = false;   // GPU memory: copied by the copy engines
 };

@@ -28,7 +28,7 @@ class Target {
  public:
   virtual ~Target() = default;
   virtual std::string name() const = 0;
-  virtual PeerRegion Alloc(uint64_t len) = 0;
+  virtual PeerRegion Alloc(uint64_t len, PeerAccess access = PeerAccess::kReadWrite) = 0;
   virtual void Fill(const PeerRegion& r, uint64_t seed) = 0;
   virtual uint64_t Sum(const PeerRegion& r) = 0;
   // Starts DeregisterMem(r) and, once it returned, fills r with seed's pattern; Finish waits.
@@ -52,10 +52,10 @@ class ProcessTarget final : public Target {
     return peer_.Start(o, err);
   }
   std::string name() const override { return peer_.name(); }
-  PeerRegion Alloc(uint64_t len) override {
-    if (backend_ == "shm") return peer_.ShmAlloc(len);  // shm reaches AllocMem memory only
-    if (backend_ == "cuda") return peer_.DeviceAlloc(len, -1, "", true);  // cudaMalloc, registered
-    return peer_.Alloc(len);
+  PeerRegion Alloc(uint64_t len, PeerAccess access) override {
+    if (backend_ == "shm") return peer_.ShmAlloc(len, "", false, access);  // AllocMem memory only
+    if (backend_ == "cuda") return peer_.DeviceAlloc(len, -1, "", true, access);  // cudaMalloc'd
+    return peer_.Alloc(len, "", access);
   }
   void Fill(const PeerRegion& r, uint64_t seed) override { peer_.Fill(r, seed); }
   uint64_t Sum(const PeerRegion& r) override { return peer_.Sum(r); }
@@ -94,10 +94,11 @@ class InProcessTarget final : public Target {
     engine_.Finalize();
   }
   std::string name() const override { return engine_.LocalName(); }
-  PeerRegion Alloc(uint64_t len) override {
+  PeerRegion Alloc(uint64_t len, PeerAccess access) override {
     buffers_.push_back(std::make_unique<LocalBuffer>(len));
     PeerRegion r{0, buffers_.back()->addr(), len};
-    const xfer::Status s = engine_.RegisterMem(buffers_.back()->data(), len, xfer::MemType::kHost, &r.handle);
+    const xfer::Status s =
+        engine_.RegisterMem(buffers_.back()->data(), len, xfer::MemType::kHost, &r.handle, "", access);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return r;
   }
@@ -208,6 +209,40 @@ TEST_P(Conformance, RefusesRangesOutsideTheRegionsAndMovesNothing) {
   EXPECT_EQ(buf.Hash(), mine) << "a refused READ touched our memory";
   XT_EXPECT_OK(Move(Op::kWrite, {{buf.addr(), r.addr, 8192}}));  // and the backend goes on
   EXPECT_EQ(target_->Sum(r), Hash64(buf.data(), 8192));
+}
+
+TEST_P(Conformance, ReadOnlyRegionsServeReadsAndRefuseWrites) {
+  constexpr uint64_t kLen = 1 << 20;
+  const PeerRegion r = target_->Alloc(kLen, PeerAccess::kReadOnly);
+  ASSERT_NE(r.addr, 0u);
+  target_->Fill(r, 8);
+  const uint64_t before = target_->Sum(r);
+  std::vector<xfer::RegionInfo> regions;
+  XT_ASSERT_OK(engine_.GetRemoteRegions(target_->name(), &regions));
+  const auto it = std::find_if(regions.begin(), regions.end(), [&](const auto& i) { return i.addr == r.addr; });
+  ASSERT_NE(it, regions.end());
+  EXPECT_EQ(it->access, PeerAccess::kReadOnly);
+  LocalBuffer buf(kLen);
+  buf.Fill(9);
+  const uint64_t mine = buf.Hash();
+  xfer::MemHandle local = 0;  // registered: small copies to shm then run inline
+  XT_ASSERT_OK(engine_.RegisterMem(buf.data(), kLen, xfer::MemType::kHost, &local));
+  // 8 bytes and 4 KiB: shm's inline copies; 1 MiB: planned batches.
+  for (uint64_t size : std::initializer_list<uint64_t>{8, 4096, kLen}) {
+    SCOPED_TRACE(size);
+    const xfer::Status s = Move(Op::kWrite, {{buf.addr(), r.addr, size}});
+    XT_EXPECT_CODE(s, StatusCode::kRemoteAccessDenied);
+    EXPECT_NE(s.message().find("read-only"), std::string::npos) << s.message();
+    xfer::RequestHandle req = 0;
+    XT_EXPECT_CODE(engine_.TransferAsync(target_->name(), Op::kWrite, {{buf.addr(), r.addr, size}}, 10s, &req),
+                   StatusCode::kRemoteAccessDenied);
+  }
+  EXPECT_EQ(target_->Sum(r), before) << "a WRITE landed in a read-only region";
+  EXPECT_EQ(buf.Hash(), mine);
+  XT_ASSERT_OK(Move(Op::kRead, {{buf.addr(), r.addr, kLen}}));
+  EXPECT_EQ(buf.Hash(), before);
+  XT_ASSERT_OK(Move(Op::kRead, {{buf.addr(), r.addr + 3, 5}}));  // small READs too
+  XT_EXPECT_OK(engine_.DeregisterMem(local));
 }
 
 TEST_P(Conformance, NothingLandsAfterADeregistrationReturns) {

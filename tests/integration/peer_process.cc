@@ -220,8 +220,16 @@ bool PeerProcess::ReadLine(std::string* line, Clock::time_point deadline) {
   }
 }
 
-PeerRegion PeerProcess::Alloc(uint64_t bytes, const std::string& tag) {
-  Reply r = Call("alloc " + std::to_string(bytes) + (tag.empty() ? "" : " " + tag));
+namespace {
+// The last words of alloc, shmalloc and reg: the tag ("-" for none) and "ro" for read-only.
+std::string TagAndAccess(const std::string& tag, xfer::PeerAccess access) {
+  return " " + (tag.empty() ? std::string("-") : tag) +
+         (access == xfer::PeerAccess::kReadOnly ? " ro" : "");
+}
+}  // namespace
+
+PeerRegion PeerProcess::Alloc(uint64_t bytes, const std::string& tag, xfer::PeerAccess access) {
+  Reply r = Call("alloc " + std::to_string(bytes) + TagAndAccess(tag, access));
   if (!r.ok || r.words.size() < 2) {
     ADD_FAILURE() << "peer alloc " << bytes << " failed: " << r.line;
     return {};
@@ -236,8 +244,9 @@ Reply PeerProcess::Xfer(const char* op, const std::string& to, int timeout_ms, u
               (count ? " " + std::to_string(count) : std::string()));
 }
 
-PeerRegion PeerProcess::ShmAlloc(uint64_t bytes, const std::string& tag, bool huge_pages) {
-  Reply r = Call("shmalloc " + std::to_string(bytes) + " " + (tag.empty() ? "-" : tag) +
+PeerRegion PeerProcess::ShmAlloc(uint64_t bytes, const std::string& tag, bool huge_pages,
+                                 xfer::PeerAccess access) {
+  Reply r = Call("shmalloc " + std::to_string(bytes) + TagAndAccess(tag, access) +
                  (huge_pages ? " huge" : ""));
   if (!r.ok || r.words.size() < 2) {
     ADD_FAILURE() << "peer shmalloc " << bytes << " failed: " << r.line;
@@ -246,10 +255,20 @@ PeerRegion PeerProcess::ShmAlloc(uint64_t bytes, const std::string& tag, bool hu
   return PeerRegion{r.u64(0), r.u64(1), bytes};
 }
 
+PeerRegion PeerProcess::Reg(uint64_t addr, uint64_t len, const std::string& tag,
+                            xfer::PeerAccess access) {
+  Reply r = Call("reg " + std::to_string(addr) + " " + std::to_string(len) + TagAndAccess(tag, access));
+  if (!r.ok || r.words.empty()) {
+    ADD_FAILURE() << "peer reg " << len << " bytes failed: " << r.line;
+    return {};
+  }
+  return PeerRegion{r.u64(0), addr, len};
+}
+
 PeerRegion PeerProcess::DeviceAlloc(uint64_t bytes, int device, const std::string& tag,
-                                    bool registered) {
+                                    bool registered, xfer::PeerAccess access) {
   Reply r = Call(std::string(registered ? "dreg " : "dalloc ") + std::to_string(bytes) + " " +
-                 std::to_string(device) + (tag.empty() ? "" : " " + tag));
+                 std::to_string(device) + TagAndAccess(tag, access));
   if (!r.ok || r.words.size() < 2) {
     ADD_FAILURE() << "peer " << (registered ? "dreg " : "dalloc ") << bytes << " failed: " << r.line;
     return {};

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "xfer/types.h"
+
 namespace xfer_test {
 
 using namespace std::chrono_literals;
@@ -68,15 +70,21 @@ class PeerProcess {
              uint64_t remote, uint64_t len, uint64_t count = 0);
 
   // Convenience wrappers; on an ERR reply they add a gtest failure and return zeros.
-  PeerRegion Alloc(uint64_t bytes, const std::string& tag = "");
+  PeerRegion Alloc(uint64_t bytes, const std::string& tag = "",
+                   xfer::PeerAccess access = xfer::PeerAccess::kReadWrite);
   // Memory from Engine::AllocMem (shared: same-host engines map it).
-  PeerRegion ShmAlloc(uint64_t bytes, const std::string& tag = "", bool huge_pages = false);
+  PeerRegion ShmAlloc(uint64_t bytes, const std::string& tag = "", bool huge_pages = false,
+                      xfer::PeerAccess access = xfer::PeerAccess::kReadWrite);
+  // Registers a range of the peer's memory (again), e.g. one that Alloc mapped.
+  PeerRegion Reg(uint64_t addr, uint64_t len, const std::string& tag = "",
+                 xfer::PeerAccess access = xfer::PeerAccess::kReadWrite);
   uint64_t Buf(uint64_t bytes);  // unregistered memory, returns its address
   // GPU memory in the peer: Engine::AllocMem(kCuda) on `device` (-1: the peer's current
   // device), or cudaMalloc + RegisterMem(kCuda) (registered: true). Fill/Sum work on it (the
   // peer copies through host memory).
   PeerRegion DeviceAlloc(uint64_t bytes, int device = -1, const std::string& tag = "",
-                         bool registered = false);
+                         bool registered = false,
+                         xfer::PeerAccess access = xfer::PeerAccess::kReadWrite);
   void Fill(const PeerRegion& r, uint64_t seed) { FillRange(r.addr, r.len, seed); }
   void FillRange(uint64_t addr, uint64_t len, uint64_t seed);
   uint64_t Sum(const PeerRegion& r) { return SumRange(r.addr, r.len); }

@@ -46,6 +46,7 @@ inline void PrintTo(Op op, std::ostream* os) { *os << OpName(op); }
 namespace xfer_test {
 
 using Clock = std::chrono::steady_clock;
+using xfer::PeerAccess;
 using xfer::Op;
 using xfer::RequestState;
 using xfer::StatusCode;

@@ -10,13 +10,14 @@
 // Then each stdin line is one command, answered by exactly one line: "OK [...]" or
 // "ERR <STATUS_CODE_NAME or BAD_COMMAND> <message>". Numbers are decimal.
 //
-//   alloc <bytes> [tag]          map fresh zeroed memory, register it     -> OK <handle> <addr>
-//   dalloc <bytes> [device] [tag]  GPU memory from Engine::AllocMem(kCuda) on `device` (default
+//   alloc <bytes> [tag] [ro]     map fresh zeroed memory, register it     -> OK <handle> <addr>
+//                                (tag "-": none; ro: PeerAccess::kReadOnly, also for shmalloc, reg)
+//   dalloc <bytes> [device] [tag] [ro]  GPU memory from Engine::AllocMem(kCuda) on `device` (default
 //                                -1: the current one), registered          -> OK <handle> <addr>
-//   dreg <bytes> [device] [tag]  cudaMalloc'd memory (cuda::AllocDevice) registered with
+//   dreg <bytes> [device] [tag] [ro]  cudaMalloc'd memory (cuda::AllocDevice) registered with
 //                                RegisterMem(kCuda); freed at exit         -> OK <handle> <addr>
 //   buf <bytes>                  map fresh zeroed memory, do not register -> OK <addr>
-//   reg <addr> <len> [tag]       register a range                         -> OK <handle>
+//   reg <addr> <len> [tag] [ro]  register a range                         -> OK <handle>
 //   dereg <handle> [seed]        deregister (blocks until peers let go); with a seed, pattern-fill
 //                                the region the moment DeregisterMem returns -> OK
 //   fill <handle> <seed>         pattern-fill a registered region         -> OK
@@ -29,7 +30,7 @@
 //   info <name>                  -> OK <transport> <incarnation> <pid> <outbound 0|1> <name>
 //                                   <shm 0|1> <shm_bytes> <transport_bytes>
 //                                   <cuda 0|1> <cuda_bytes> <staged_bytes>
-//   regions <name>               -> OK <n> <addr>:<len>:<tag> ...
+//   regions <name>               -> OK <n> <addr>:<len>:<tag>[:ro] ...
 //   xfer <read|write> <remote> <timeout_ms> <local> <remote_addr> <len> [count]
 //                                TransferSync with count copies of one descriptor -> OK
 //   axfer (same arguments)       TransferAsync                            -> OK <request>
@@ -83,6 +84,24 @@ struct Range {
   uint64_t len;
 };
 
+// The last words of alloc, shmalloc and reg: a tag ("-" for none), then flags in any order:
+// "ro" (PeerAccess::kReadOnly) and, for shmalloc, "huge".
+struct TagAndFlags {
+  std::string tag;
+  xfer::PeerAccess access = xfer::PeerAccess::kReadWrite;
+  bool huge = false;
+};
+TagAndFlags ReadTagAndFlags(std::istream& in) {
+  TagAndFlags t;
+  in >> t.tag;
+  if (t.tag == "-") t.tag.clear();
+  for (std::string w; in >> w;) {
+    if (w == "ro") t.access = xfer::PeerAccess::kReadOnly;
+    if (w == "huge") t.huge = true;
+  }
+  return t;
+}
+
 class Peer {
  public:
   explicit Peer(xfer::Engine& engine) : engine_(engine) {}
@@ -110,28 +129,29 @@ class Peer {
     }
     if (cmd == "alloc" || cmd == "buf") {
       uint64_t bytes = 0;
-      std::string tag;
-      if (!(in >> bytes) || bytes == 0) return Bad("usage: alloc <bytes> [tag]");
-      in >> tag;
+      if (!(in >> bytes) || bytes == 0) return Bad("usage: alloc <bytes> [tag] [ro]");
+      const auto [tag, access, huge] = ReadTagAndFlags(in);
       void* p = Map(bytes);
       if (p == nullptr) return "ERR RESOURCE_EXHAUSTED mmap failed";
       const uint64_t addr = reinterpret_cast<uintptr_t>(p);
       if (cmd == "buf") return "OK " + std::to_string(addr);
       xfer::MemHandle h = 0;
-      xfer::Status s = engine_.RegisterMem(p, bytes, xfer::MemType::kHost, &h, tag);
+      xfer::Status s = engine_.RegisterMem(p, bytes, xfer::MemType::kHost, &h, tag, access);
       if (!s.ok()) return Err(s);
       handles_[h] = {addr, bytes};
       return "OK " + std::to_string(h) + " " + std::to_string(addr);
     }
-    if (cmd == "shmalloc") {  // shmalloc <bytes> [tag] [huge]: Engine::AllocMem
+    if (cmd == "shmalloc") {  // shmalloc <bytes> [tag] [ro] [huge]: Engine::AllocMem
       uint64_t bytes = 0;
-      std::string tag, huge;
-      if (!(in >> bytes)) return Bad("usage: shmalloc <bytes> [tag] [huge]");
-      in >> tag >> huge;
+      if (!(in >> bytes)) return Bad("usage: shmalloc <bytes> [tag] [ro] [huge]");
+      const TagAndFlags t = ReadTagAndFlags(in);
       void* p = nullptr;
       xfer::MemHandle h = 0;
-      xfer::Status s = engine_.AllocMem(bytes, xfer::MemType::kHost, &p, &h, tag == "-" ? "" : tag,
-                                        xfer::AllocOptions{huge == "huge"});
+      xfer::AllocOptions ao;
+      ao.huge_pages = t.huge;
+      ao.access = t.access;
+      const std::string& tag = t.tag;
+      xfer::Status s = engine_.AllocMem(bytes, xfer::MemType::kHost, &p, &h, tag, ao);
       if (!s.ok()) return Err(s);
       const uint64_t addr = reinterpret_cast<uintptr_t>(p);
       handles_[h] = {addr, bytes};
@@ -141,21 +161,22 @@ class Peer {
       // dalloc: Engine::AllocMem(kCuda); dreg: cudaMalloc + RegisterMem(kCuda).
       uint64_t bytes = 0;
       int32_t device = -1;
-      std::string tag;
-      if (!(in >> bytes) || bytes == 0) return Bad("usage: " + cmd + " <bytes> [device] [tag]");
-      in >> device >> tag;
+      if (!(in >> bytes) || bytes == 0) return Bad("usage: " + cmd + " <bytes> [device] [tag] [ro]");
+      in >> device;
+      const auto [tag, access, huge] = ReadTagAndFlags(in);
       void* p = nullptr;
       xfer::MemHandle h = 0;
       if (cmd == "dalloc") {
         xfer::AllocOptions ao;
         ao.device = device;
+        ao.access = access;
         xfer::Status s = engine_.AllocMem(bytes, xfer::MemType::kCuda, &p, &h, tag, ao);
         if (!s.ok()) return Err(s);
       } else {
         xfer::Status s = xfer::transport::cuda::AllocDevice(bytes, device, &p);
         if (!s.ok()) return Err(s);
         device_.push_back(p);
-        s = engine_.RegisterMem(p, bytes, xfer::MemType::kCuda, &h, tag);
+        s = engine_.RegisterMem(p, bytes, xfer::MemType::kCuda, &h, tag, access);
         if (!s.ok()) return Err(s);
       }
       const uint64_t addr = reinterpret_cast<uintptr_t>(p);
@@ -172,12 +193,11 @@ class Peer {
     }
     if (cmd == "reg") {
       uint64_t addr = 0, len = 0;
-      std::string tag;
-      if (!(in >> addr >> len)) return Bad("usage: reg <addr> <len> [tag]");
-      in >> tag;
+      if (!(in >> addr >> len)) return Bad("usage: reg <addr> <len> [tag] [ro]");
+      const auto [tag, access, huge] = ReadTagAndFlags(in);
       xfer::MemHandle h = 0;
       xfer::Status s = engine_.RegisterMem(reinterpret_cast<void*>(addr), len,
-                                           xfer::MemType::kHost, &h, tag);
+                                           xfer::MemType::kHost, &h, tag, access);
       if (!s.ok()) return Err(s);
       handles_[h] = {addr, len};
       return "OK " + std::to_string(h);
@@ -257,7 +277,8 @@ class Peer {
       if (!s.ok()) return Err(s);
       std::string out = "OK " + std::to_string(regions.size());
       for (const auto& r : regions) {
-        out += " " + std::to_string(r.addr) + ":" + std::to_string(r.len) + ":" + r.tag;
+        out += " " + std::to_string(r.addr) + ":" + std::to_string(r.len) + ":" + r.tag +
+               (r.access == xfer::PeerAccess::kReadOnly ? ":ro" : "");
       }
       return out;
     }

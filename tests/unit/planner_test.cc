@@ -136,6 +136,20 @@ TEST_F(PlannerTest, RejectsBadDescriptorsWithReasons) {
   EXPECT_EQ(Make(Op::kWrite, {{L(0), ~0ull - 2, 8}}, &p).code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(PlannerTest, WritesIntoReadOnlyRegionsAreRefusedReadsPlanned) {
+  remote_.Reset({{1, RegionInfo{kRemote, 1 << 20, MemType::kHost, -1, "weights", false, PeerAccess::kReadOnly}, {}},
+                 {2, RegionInfo{kRemote + (1 << 20), 1 << 20, MemType::kHost, -1, "", false}, {}}});
+  Plan p;
+  // The read-only descriptor comes second: the whole request is refused, naming it.
+  const Status s = Make(Op::kWrite, {{L(0), kRemote + (1 << 20), 8}, {L(0), kRemote + 8, 8}}, &p);
+  EXPECT_EQ(s.code(), StatusCode::kRemoteAccessDenied);
+  EXPECT_NE(s.message().find("descriptor 1"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'weights'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("read-only"), std::string::npos) << s.message();
+  Plan r;
+  EXPECT_TRUE(Make(Op::kRead, {{L(0), kRemote + 8, 8}, {L(8), kRemote + (1 << 20), 8}}, &r).ok());
+}
+
 TEST_F(PlannerTest, ChecksLocalMemory) {
   Plan p;
   // A READ lands in local memory: read-only memory (a string literal) is refused.

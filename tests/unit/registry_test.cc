@@ -55,6 +55,47 @@ TEST(Registry, ContainsHandlesOverlaps) {
   EXPECT_FALSE(r.Contains(0xfff, 2));
 }
 
+wire::WireRegion ReadOnly(wire::WireRegion r) {
+  r.info.access = PeerAccess::kReadOnly;
+  return r;
+}
+
+TEST(Registry, EachRegistrationGrantsItsOwnAccess) {
+  Registry r;
+  MemHandle ro = 0, rw = 0, again = 0;
+  bool added = false;
+  ASSERT_TRUE(r.Add(ReadOnly(HostRegion(0x1000, 0x1000, "")), false, &ro, &added).ok());
+  auto a = r.Access(0x1800, 0x10);
+  ASSERT_TRUE(a);
+  EXPECT_FALSE(a->writable);
+  // The same range read-write is a region of its own, not one more reference.
+  ASSERT_TRUE(r.Add(HostRegion(0x1000, 0x1000, ""), false, &rw, &added).ok());
+  EXPECT_TRUE(added);
+  EXPECT_NE(ro, rw);
+  ASSERT_TRUE(r.Add(ReadOnly(HostRegion(0x1000, 0x1000, "")), false, &again, &added).ok());
+  EXPECT_EQ(again, ro);
+  EXPECT_TRUE(r.Access(0x1800, 0x10)->writable);
+  bool removed = false;
+  ASSERT_TRUE(r.Remove(rw, &removed).ok());
+  EXPECT_FALSE(r.Access(0x1800, 0x10)->writable);
+  // A read-write region inside a read-only one: its bytes are writable, the rest not.
+  ASSERT_TRUE(r.Add(HostRegion(0x1100, 0x100, ""), false, &rw, &added).ok());
+  EXPECT_TRUE(r.Access(0x1100, 0x100)->writable);
+  EXPECT_FALSE(r.Access(0x1100, 0x101)->writable);
+  EXPECT_FALSE(r.Access(0x2000, 1).has_value());
+}
+
+TEST(RemoteRegions, FindPrefersARegionThatGrantsWrite) {
+  RemoteRegions rr;
+  rr.Reset({{1, RegionInfo{0x1000, 0x2000, MemType::kHost, -1, "ro", false, PeerAccess::kReadOnly}, {}},
+            {2, RegionInfo{0x800, 0x2000, MemType::kHost, -1, "rw", false}, {}},
+            {3, RegionInfo{0x1400, 0x10, MemType::kHost, -1, "ro2", false, PeerAccess::kReadOnly}, {}}});
+  EXPECT_EQ(rr.Find(0x1400, 0x10)->id, 2u);  // held by all three: the writable one
+  EXPECT_EQ(rr.Find(0x2900, 0x10)->id, 1u);  // held by the read-only one alone
+  rr.Revoke(2);
+  EXPECT_EQ(rr.Find(0x1400, 0x10)->info.access, PeerAccess::kReadOnly);
+}
+
 TEST(RemoteRegions, FindRevokeAndStraddle) {
   RemoteRegions rr;
   rr.Reset({{1, RegionInfo{0x1000, 0x1000, MemType::kHost, -1, "a", false}, {}},

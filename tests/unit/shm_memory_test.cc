@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "transport/shm/shm_memory.h"
 
 namespace xfer::transport::shm {
@@ -16,7 +19,7 @@ TEST(ShmSegment, IsSealedAgainstResizing) {
   std::string why;
   if (!Available(&why)) GTEST_SKIP() << "shm unavailable here: " << why;
   std::unique_ptr<Segment> seg;
-  ASSERT_TRUE(Segment::Create(1 << 16, false, SegmentName(1, 1), &seg).ok());
+  ASSERT_TRUE(Segment::Create(1 << 16, false, true, SegmentName(1, 1), &seg).ok());
   const int seals = fcntl(seg->fd(), F_GET_SEALS);
   EXPECT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
   EXPECT_NE(ftruncate(seg->fd(), 4096), 0);
@@ -34,15 +37,59 @@ TEST(ShmSegment, APeersSegmentThatIsNotSealedIsNotMapped) {
   ASSERT_GE(unsealed, 0);
   ASSERT_EQ(ftruncate(unsealed, 1 << 16), 0);
   std::shared_ptr<Mapping> m;
-  const Status s = mapper->Map(unsealed, name, 1 << 16, &m);
+  const Status s = mapper->Map(unsealed, name, 1 << 16, true, &m);
   EXPECT_EQ(s.code(), StatusCode::kRemoteAccessDenied) << s.ToString();
   EXPECT_NE(s.message().find("sealed"), std::string::npos) << s.message();
   close(unsealed);
 
   std::unique_ptr<Segment> seg;
   const std::string sealed_name = SegmentName(2, 2);
-  ASSERT_TRUE(Segment::Create(1 << 16, false, sealed_name, &seg).ok());
-  EXPECT_TRUE(mapper->Map(seg->fd(), sealed_name, 1 << 16, &m).ok());
+  ASSERT_TRUE(Segment::Create(1 << 16, false, true, sealed_name, &seg).ok());
+  EXPECT_TRUE(mapper->Map(seg->fd(), sealed_name, 1 << 16, true, &m).ok());
+}
+
+// The permissions of the mapping that holds addr, as /proc/self/maps shows them ("r--s").
+std::string PermsAt(const void* addr) {
+  std::ifstream maps("/proc/self/maps");
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream in(line);
+    std::string range, perms;
+    in >> range >> perms;
+    const uintptr_t lo = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
+    const uintptr_t hi = std::stoull(range.substr(range.find('-') + 1), nullptr, 16);
+    if (a >= lo && a < hi) return perms;
+  }
+  return "";
+}
+
+TEST(ShmSegment, ReadOnlyForPeersIsSealedAgainstEveryOtherWritableMapping) {
+  std::string why;
+  if (!Available(&why)) GTEST_SKIP() << "shm unavailable here: " << why;
+  std::unique_ptr<Segment> seg;
+  const std::string name = SegmentName(3, 1);
+  ASSERT_TRUE(Segment::Create(1 << 16, false, false, name, &seg).ok());
+  EXPECT_NE(fcntl(seg->fd(), F_GET_SEALS) & F_SEAL_FUTURE_WRITE, 0);
+  static_cast<char*>(seg->data())[0] = 42;  // the owner still writes through its own mapping
+  void* w = mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd(), 0);
+  EXPECT_EQ(w, MAP_FAILED) << "a second writable mapping of a read-only segment";
+  EXPECT_NE(pwrite(seg->fd(), "x", 1, 0), 1) << "a write through the descriptor";
+
+  std::unique_ptr<PeerMapper> mapper;
+  ASSERT_TRUE(PeerMapper::Open(getpid(), &mapper).ok());  // this process plays the peer
+  std::shared_ptr<Mapping> m;
+  const Status writable = mapper->Map(seg->fd(), name, 1 << 16, true, &m);
+  EXPECT_EQ(writable.code(), StatusCode::kRemoteAccessDenied) << writable.ToString();
+  ASSERT_TRUE(mapper->Map(seg->fd(), name, 1 << 16, false, &m).ok());
+  EXPECT_EQ(m->base()[0], 42);
+  EXPECT_EQ(PermsAt(m->base()), "r--s");
+
+  // A read-write segment maps writable.
+  std::unique_ptr<Segment> rw;
+  ASSERT_TRUE(Segment::Create(1 << 16, false, true, SegmentName(3, 2), &rw).ok());
+  EXPECT_EQ(fcntl(rw->fd(), F_GET_SEALS) & F_SEAL_FUTURE_WRITE, 0);
+  ASSERT_TRUE(mapper->Map(rw->fd(), SegmentName(3, 2), 1 << 16, true, &m).ok());
+  EXPECT_EQ(PermsAt(m->base()), "rw-s");
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ class TcpTransportTest : public ::testing::TestWithParam<bool> {
       uint64_t base = reinterpret_cast<uint64_t>(region_.data());
       TcpTargetAccess access;
       access.allowed = a >= base && a + l <= base + region_.size();
+      access.writable = a + l <= read_only_from_.load();
       access.staged = GetParam();
       return access;
     };
@@ -46,6 +47,7 @@ class TcpTransportTest : public ::testing::TestWithParam<bool> {
   // it serves it: a connection busy for a known time, however fast the machine.
   static constexpr std::chrono::milliseconds kHold{10};
   std::atomic<uint64_t> hold_from_{~0ull};
+  std::atomic<uint64_t> read_only_from_{~0ull};  // ranges that end past it are read-only
   std::vector<uint8_t> region_;
   bool peer_known_ = true;
   std::unique_ptr<TcpTransport> tcp_;
@@ -104,6 +106,26 @@ TEST_P(TcpTransportTest, TargetRefusesRangesOutsideItsRegionsAndStaysUsable) {
   EXPECT_EQ(st.code(), StatusCode::kRemoteAccessDenied) << st.ToString();
   // The same connections go on working.
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(Exec(Op::kWrite, {{s, R(0), 4096}}).ok());
+  EXPECT_EQ(region_[0], 0xee);
+}
+
+TEST_P(TcpTransportTest, TargetRefusesWritesIntoReadOnlyRangesAndServesReads) {
+  // The upper half is read-only for peers; the initiator's own check is bypassed here.
+  read_only_from_ = R(region_.size() / 2);
+  std::vector<uint8_t> src(4096, 0xee), back(4096);
+  const uint64_t s = reinterpret_cast<uint64_t>(src.data());
+  const std::vector<uint8_t> before = region_;
+  // A batch whose last slice is read-only: nothing of it lands.
+  Status st = Exec(Op::kWrite, {{s, R(0), 100}, {s, R(region_.size() / 2), 100}});
+  EXPECT_EQ(st.code(), StatusCode::kRemoteAccessDenied) << st.ToString();
+  EXPECT_NE(st.message().find("read-only"), std::string::npos) << st.message();
+  st = Exec(Op::kWrite, {{s, R(region_.size() / 2 - 50), 100}});  // straddles the boundary
+  EXPECT_EQ(st.code(), StatusCode::kRemoteAccessDenied) << st.ToString();
+  EXPECT_EQ(region_, before);
+  // READs of it are served, and WRITEs below it land, on the same connections.
+  ASSERT_TRUE(Exec(Op::kRead, {{reinterpret_cast<uint64_t>(back.data()), R(region_.size() - 4096), 4096}}).ok());
+  EXPECT_EQ(back, std::vector<uint8_t>(4096, 0x11));
+  ASSERT_TRUE(Exec(Op::kWrite, {{s, R(0), 4096}}).ok());
   EXPECT_EQ(region_[0], 0xee);
 }
 

@@ -30,6 +30,7 @@ Hello SampleHello() {
   h.regions.push_back({7, RegionInfo{0x1000, 4096, MemType::kHost, -1, "kv-cache", true},
                        {{"shm", "fd and key"}, {"ucx", "packed \x01 rkey"}}});
   h.regions.push_back({9, RegionInfo{0x9000, 1, MemType::kCuda, 3, "", false}, {{"cuda", "cuda \x02 handle"}}});
+  h.regions.push_back({11, RegionInfo{0x2000, 64, MemType::kHost, -1, "ro", true, PeerAccess::kReadOnly}, {}});
   return h;
 }
 
@@ -153,7 +154,7 @@ TEST(WireCodec, RefusesUnknownRegionFlagsAndTooManyBackends) {
   // A region record: id, addr, len (u64 each), type u8, device i32, tag "t", then flags u8.
   frame = Encode(RegionAdd{{3, RegionInfo{0xabc, 10, MemType::kHost, -1, "t", false}, {}}});
   std::vector<uint8_t> payload(frame.begin() + kHeaderSize, frame.end());
-  payload[8 + 8 + 8 + 1 + 4 + 4 + 1] = 2;
+  payload[8 + 8 + 8 + 1 + 4 + 4 + 1] = 4;
   EXPECT_FALSE(DecodePayload(MsgType::kRegionAdd, payload, &out, &why));
   EXPECT_NE(why.find("flags"), std::string::npos) << why;
 }

@@ -96,7 +96,8 @@ class ShmBackend final : public Backend {
                   int32_t* device, std::unique_ptr<RegionResource>* res) override {
     const uint64_t key = next_key_.fetch_add(1);
     std::unique_ptr<Segment> segment;
-    Status s = Segment::Create(len, options.huge_pages, SegmentName(incarnation_, key), &segment);
+    Status s = Segment::Create(len, options.huge_pages, options.access == PeerAccess::kReadWrite,
+                               SegmentName(incarnation_, key), &segment);
     if (!s.ok()) return s;
     *addr = reinterpret_cast<uint64_t>(segment->data());
     *device = -1;
@@ -155,7 +156,8 @@ uint8_t* MapRegion(const PeerMapper& mapper, const std::string& peer_name,
           return Status{StatusCode::kUnsupported, "the region is not the peer's AllocMem memory"};
         }
         std::shared_ptr<Mapping> m;
-        Status s = mapper.Map(fd, SegmentName(peer_incarnation, key), r.info.len, &m);
+        const bool writable = r.info.access == PeerAccess::kReadWrite;
+        Status s = mapper.Map(fd, SegmentName(peer_incarnation, key), r.info.len, writable, &m);
         if (s.ok()) {
           *at = m->base();
           *handle = std::move(m);

@@ -26,9 +26,10 @@ uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 // What a segment is sealed against: changing its size, and the seals themselves.
 constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
-// One attempt at a memfd of len bytes, mapped shared; false with *why on failure.
-bool MakeMapped(const std::string& name, uint64_t len, bool huge, int* fd, void** base,
-                uint64_t* mapped, std::string* why) {
+// One attempt at a memfd of len bytes, mapped shared and sealed (against writes through
+// any other mapping or descriptor too, when peers_write is false); false with *why on failure.
+bool MakeMapped(const std::string& name, uint64_t len, bool huge, bool peers_write, int* fd,
+                void** base, uint64_t* mapped, std::string* why) {
   const unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0u);
   int f = ::memfd_create(name.c_str(), flags);
   if (f < 0) {
@@ -40,14 +41,19 @@ bool MakeMapped(const std::string& name, uint64_t len, bool huge, int* fd, void*
   void* p = MAP_FAILED;
   if (::ftruncate(f, static_cast<off_t>(n)) != 0) {
     *why = Errno("ftruncate");
-  } else if (::fcntl(f, F_ADD_SEALS, kSeals) != 0) {
-    // Sealed at its size: a peer that mapped it can rely on every page (a shrink would SIGBUS it).
-    *why = Errno("fcntl(F_ADD_SEALS)");
   } else {
     // MAP_POPULATE: fault every page in now, so the kernel refuses huge pages it lacks here
     // rather than with SIGBUS on first touch, and the first transfer pays no fault.
     p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, f, 0);
     if (p == MAP_FAILED) *why = Errno("mmap");
+  }
+  // Sealed at its size before any peer sees it: a peer that mapped it can rely on every page
+  // (a shrink would SIGBUS it). Read-only for peers: no writable mapping but ours, ever.
+  const int seals = kSeals | (peers_write ? 0 : F_SEAL_FUTURE_WRITE);
+  if (p != MAP_FAILED && ::fcntl(f, F_ADD_SEALS, seals) != 0) {
+    *why = Errno("fcntl(F_ADD_SEALS)");
+    ::munmap(p, n);
+    p = MAP_FAILED;
   }
   if (p == MAP_FAILED) {
     ::close(f);
@@ -85,20 +91,20 @@ std::string SegmentName(uint64_t incarnation, uint64_t key) {
   return b;
 }
 
-Status Segment::Create(uint64_t len, bool huge_pages, const std::string& name,
+Status Segment::Create(uint64_t len, bool huge_pages, bool peers_write, const std::string& name,
                        std::unique_ptr<Segment>* out) {
   if (len == 0) return {StatusCode::kInvalidArgument, "AllocMem: zero length"};
   std::unique_ptr<Segment> s(new Segment());
   std::string why;
   bool ok = false;
   if (huge_pages) {
-    ok = MakeMapped(name, len, true, &s->fd_, &s->base_, &s->len_, &why);
+    ok = MakeMapped(name, len, true, peers_write, &s->fd_, &s->base_, &s->len_, &why);
     if (!ok) {
       XLOG(WARN) << "AllocMem: the kernel refused huge pages for " << len << " bytes (" << why
                  << "); using normal pages";
     }
   }
-  if (!ok && !MakeMapped(name, len, false, &s->fd_, &s->base_, &s->len_, &why)) {
+  if (!ok && !MakeMapped(name, len, false, peers_write, &s->fd_, &s->base_, &s->len_, &why)) {
     return {errno == ENOMEM ? StatusCode::kResourceExhausted : StatusCode::kInternal,
             "AllocMem: " + std::to_string(len) + " bytes of shared memory: " + why};
   }
@@ -130,7 +136,7 @@ Status PeerMapper::TakeFd(int32_t remote_fd, int* fd) const {
               Errno("pidfd_getfd")};
 }
 
-Status PeerMapper::Map(int32_t remote_fd, const std::string& name, uint64_t len,
+Status PeerMapper::Map(int32_t remote_fd, const std::string& name, uint64_t len, bool writable,
                        std::shared_ptr<Mapping>* out) const {
   const std::string who = "shm: segment " + name + " of pid " + std::to_string(pid_);
   int fd = -1;
@@ -154,8 +160,12 @@ Status PeerMapper::Map(int32_t remote_fd, const std::string& name, uint64_t len,
   void* p = MAP_FAILED;
   const uint64_t whole = static_cast<uint64_t>(st.st_size);  // huge pages: whole pages only
   if (s.ok()) {
-    p = ::mmap(nullptr, whole, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) s = {StatusCode::kResourceExhausted, who + ": " + Errno("mmap")};
+    p = ::mmap(nullptr, whole, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      // EPERM: a writable mapping of a segment its owner sealed read-only for peers.
+      s = {errno == EPERM ? StatusCode::kRemoteAccessDenied : StatusCode::kResourceExhausted,
+           who + ": " + Errno("mmap")};
+    }
   }
   ::close(fd);
   if (!s.ok()) return s;

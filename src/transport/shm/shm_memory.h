@@ -22,8 +22,9 @@ std::string SegmentName(uint64_t incarnation, uint64_t key);
 class Segment {
  public:
   // huge_pages: try MAP_HUGETLB pages first; when the kernel has none, fall back to normal
-  // pages with a log line.
-  static Status Create(uint64_t len, bool huge_pages, const std::string& name,
+  // pages with a log line. peers_write false: sealed against writes through any mapping or
+  // descriptor but this one (F_SEAL_FUTURE_WRITE), so peers can only map it read-only.
+  static Status Create(uint64_t len, bool huge_pages, bool peers_write, const std::string& name,
                        std::unique_ptr<Segment>* out);
   ~Segment();
   Segment(const Segment&) = delete;
@@ -63,8 +64,8 @@ class PeerMapper {
   PeerMapper& operator=(const PeerMapper&) = delete;
 
   // Takes the peer's descriptor remote_fd, checks that it is the memfd called name and holds
-  // at least len bytes, and maps it.
-  Status Map(int32_t remote_fd, const std::string& name, uint64_t len,
+  // at least len bytes, and maps it (read-only unless writable).
+  Status Map(int32_t remote_fd, const std::string& name, uint64_t len, bool writable,
              std::shared_ptr<Mapping>* out) const;
   // A duplicate of the peer's descriptor remote_fd in this process (the caller closes it):
   // how GPU memory exported as a file descriptor (CUDA VMM) reaches us.

@@ -580,6 +580,8 @@ void TcpTransport::CheckRanges(Frame* f) const {
     f->access.push_back(hooks_.region_access(addr, len));
     if (!f->access.back().allowed) {
       f->denied = " is not inside one registered region";
+    } else if (f->write && !f->access.back().writable) {
+      f->denied = " lies in a region that is read-only for peers";
     } else if (f->access.back().staged && hooks_.staging_bytes == 0) {
       f->denied = " is GPU memory, which this engine reaches only through staging buffers, and "
                   "its staging is off";

@@ -73,7 +73,8 @@ class UcxBackend final : public Backend {
                        std::unique_ptr<RegionResource>* res) override {
     if (info.type != MemType::kHost) return Status::Ok();
     std::unique_ptr<UcxMemory> m;
-    if (Status s = transport_->MapMemory(info.addr, info.len, &m); !s.ok()) {
+    const bool remote_write = info.access == PeerAccess::kReadWrite;
+    if (Status s = transport_->MapMemory(info.addr, info.len, &m, remote_write); !s.ok()) {
       XLOG(WARN) << "memory at " << info.addr << " (" << info.len
                  << " bytes) is not reachable through ucx: " << s.ToString();
       return Status::Ok();

@@ -335,14 +335,18 @@ void UcxTransport::Stop() {
 
 const std::string& UcxTransport::worker_address() const { return impl_->address; }
 
-Status UcxTransport::MapMemory(uint64_t addr, uint64_t len, std::unique_ptr<UcxMemory>* out) {
+Status UcxTransport::MapMemory(uint64_t addr, uint64_t len, std::unique_ptr<UcxMemory>* out,
+                               bool remote_write) {
   const std::shared_ptr<Context> ctx = impl_->ctx;
   if (!ctx) return {StatusCode::kInvalidArgument, "ucx: MapMemory before Start"};
   if (addr == 0 || len == 0) return {StatusCode::kInvalidArgument, "ucx: MapMemory of an empty range"};
   ucp_mem_map_params_t mp{};
-  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                  UCP_MEM_MAP_PARAM_FIELD_PROT;
   mp.address = reinterpret_cast<void*>(addr);
   mp.length = len;
+  mp.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ |
+            (remote_write ? UCP_MEM_MAP_PROT_REMOTE_WRITE : 0);
   ucp_mem_h memh = nullptr;
   ucs_status_t st = ucp_mem_map(ctx->h, &mp, &memh);
   if (st != UCS_OK) {

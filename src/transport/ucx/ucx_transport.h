@@ -58,8 +58,11 @@ class UcxTransport final : public Transport {
   // The target worker's address, advertised in the hello.
   const std::string& worker_address() const;
 
-  // Maps [addr, addr+len) of this process for peers' put/get.
-  Status MapMemory(uint64_t addr, uint64_t len, std::unique_ptr<UcxMemory>* out);
+  // Maps [addr, addr+len) of this process for peers' get, and put unless remote_write is
+  // false (the NIC then refuses puts where it enforces the key's access; UCX's tcp and
+  // shared-memory transports do not).
+  Status MapMemory(uint64_t addr, uint64_t len, std::unique_ptr<UcxMemory>* out,
+                   bool remote_write = true);
 
   // Opens a link (endpoints are created on first use).
   Status ConnectUcx(const UcxPeer& peer, std::shared_ptr<Link>* link);

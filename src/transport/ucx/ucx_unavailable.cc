@@ -21,7 +21,9 @@ const std::string& UcxTransport::worker_address() const {
   static const std::string none;
   return none;
 }
-Status UcxTransport::MapMemory(uint64_t, uint64_t, std::unique_ptr<UcxMemory>*) { return NotBuilt(); }
+Status UcxTransport::MapMemory(uint64_t, uint64_t, std::unique_ptr<UcxMemory>*, bool) {
+  return NotBuilt();
+}
 Status UcxTransport::ConnectUcx(const UcxPeer&, std::shared_ptr<Link>*) { return NotBuilt(); }
 Status UcxTransport::Connect(const PeerEndpoint&, std::shared_ptr<Link>*) { return NotBuilt(); }
 size_t UcxTransport::useful_batches_in_flight() const { return 1; }
