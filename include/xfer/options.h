@@ -40,6 +40,9 @@ struct EngineOptions {
   // Connect to a peer on first transfer when no session exists, with this timeout.
   bool auto_connect = false;
   std::chrono::milliseconds auto_connect_timeout{5000};
+  // The most regions one peer may advertise (1..16 M): a hello with more is refused, and a
+  // peer that registers one more has its session closed (one log line each).
+  uint32_t max_peer_regions = 1u << 20;
 
   // Data path. Streams are worker threads that share a request's batches.
   int streams = 2;

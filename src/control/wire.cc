@@ -50,10 +50,13 @@ class Writer {
   std::vector<uint8_t> buf_;
 };
 
-// Every read checks the bytes left; after the first failure all reads fail.
+// Every read checks the bytes left; after the first failure all reads fail. What the decoded
+// message takes in memory (objects, heap strings) is charged against a budget proportional to
+// the payload (kDecodedBytesPerByte), so no frame costs more memory than its size says.
 class Reader {
  public:
-  explicit Reader(std::span<const uint8_t> b) : b_(b) {}
+  explicit Reader(std::span<const uint8_t> b)
+      : b_(b), budget_(b.size() * kDecodedBytesPerByte + kDecodedBytesSlack) {}
   bool U8(uint8_t* v) { return Raw(v); }
   bool U16(uint16_t* v) { return Raw(v); }
   bool U32(uint32_t* v) { return Raw(v); }
@@ -64,21 +67,29 @@ class Reader {
     if (!U32(&n)) return false;
     if (n > cap) return Fail("string of " + std::to_string(n) + " bytes exceeds the cap");
     if (n > left()) return Fail("string length " + std::to_string(n) + " past end of frame");
+    if (n >= sizeof(std::string) && !Charge(n + 32)) return false;  // (shorter ones live inline)
     s->assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
     pos_ += n;
     return true;
   }
-  // Reads a list count and checks that count * min_item_bytes fit in what is left.
-  bool Count(uint32_t* n, size_t min_item_bytes) {
+  // Reads a list count and checks that count * min_item_bytes fit in what is left, and that
+  // count items of item_size bytes fit in the budget.
+  bool Count(uint32_t* n, size_t min_item_bytes, size_t item_size) {
     if (!U32(n)) return false;
     if (static_cast<uint64_t>(*n) * min_item_bytes > left()) {
       return Fail("list of " + std::to_string(*n) + " items cannot fit in the frame");
     }
+    return Charge(static_cast<uint64_t>(*n) * item_size);
+  }
+  bool Charge(uint64_t bytes) {
+    if (bytes > budget_) return Fail("the decoded frame would take more than " + std::to_string(kDecodedBytesPerByte) +
+                                     " times its size in memory");
+    budget_ -= bytes;
     return true;
   }
   bool Blobs(transport::Blobs* blobs) {
     uint32_t n = 0;
-    if (!Count(&n, 8)) return false;
+    if (!Count(&n, 8, sizeof(transport::Blob))) return false;
     if (n > kMaxBlobs) return Fail("list of " + std::to_string(n) + " backends exceeds the cap");
     blobs->resize(n);
     for (auto& b : *blobs) {
@@ -122,6 +133,7 @@ class Reader {
     return true;
   }
   std::span<const uint8_t> b_;
+  uint64_t budget_;  // bytes the decoded message may still take
   size_t pos_ = 0;
   bool failed_ = false;
   std::string error_;
@@ -157,7 +169,7 @@ void EncodeBody(Writer& w, const AuthProof& m) { w.Str(m.name); w.U64(m.incarnat
 bool DecodeBody(Reader& r, Hello* m) {
   uint32_t n = 0;
   if (!r.Str(&m->name) || !r.U64(&m->incarnation) || !r.Str(&m->host_id) || !r.I32(&m->pid) ||
-      !r.Blobs(&m->backends) || !r.Count(&n, kMinRegionBytes)) {
+      !r.Blobs(&m->backends) || !r.Count(&n, kMinRegionBytes, sizeof(WireRegion))) {
     return false;
   }
   m->regions.resize(n);

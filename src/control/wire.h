@@ -25,7 +25,11 @@ inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 inline constexpr uint32_t kMaxString = 64 << 10;  // UCX worker addresses can run to kilobytes
 inline constexpr uint32_t kMaxTag = 4096;
-inline constexpr uint32_t kMaxBlobs = 64;  // backends per hello or region record
+inline constexpr uint32_t kMaxBlobs = 16;  // backends per hello or region record
+// A decoded message takes at most this many bytes of memory per payload byte (plus the slack):
+// a 64 MiB frame of tiny items cannot make the decoder allocate gigabytes.
+inline constexpr uint64_t kDecodedBytesPerByte = 4;
+inline constexpr uint64_t kDecodedBytesSlack = 64 << 10;
 inline constexpr uint32_t kMaxNotify = 1u << 20;  // a notification's message
 
 enum class MsgType : uint16_t {

@@ -73,6 +73,7 @@ Status CheckOptions(const EngineOptions& o) {
     return bad("heartbeat_interval must be > 0 and below heartbeat_timeout");
   }
   if (o.spin.count() < 0) return bad("spin must be >= 0");
+  if (o.max_peer_regions < 1 || o.max_peer_regions > (16u << 20)) return bad("max_peer_regions must be 1..16 M");
   if (StagingName(o.staging) == "unknown") return bad("staging must be auto, always or off");
   if (o.staging_buffers < 1 || o.staging_buffers > 64) return bad("staging_buffers must be 1..64");
   if (o.staging_buffer_bytes < (64 << 10) || o.staging_buffer_bytes > (1ull << 30)) {
@@ -132,7 +133,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   if (s = StartBackends(addr.host); !s.ok()) return {s.code(), "Initialize: " + s.message()};
 
   std::string unreachable;
-  self_ = MakePeerState(MakeHello({}), false, "", "", &unreachable);
+  self_ = MakePeerState(MakeHello({}), false, "", -1, "", &unreachable);
   self_->info.name = name_;
   regions_.Start(&backends_, &self_->regions);
 

@@ -4,6 +4,7 @@
 #include "core/engine_impl.h"
 #include "util/host.h"
 #include "util/log.h"
+#include "util/process_check.h"
 
 namespace xfer {
 namespace {
@@ -35,7 +36,7 @@ Status EngineImpl::SendHelloAndSubscribe(const std::shared_ptr<control::Session>
 }
 
 std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, bool outbound,
-                                                     const std::string& host,
+                                                     const std::string& host, int control_fd,
                                                      const std::string& auth_key,
                                                      std::string* transport_error) {
   auto st = std::make_shared<PeerState>();
@@ -52,8 +53,21 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
   peer.pid = hello.pid;
   peer.host = host;
   peer.auth_key = auth_key;
+  // A claim to be on this host chooses paths that act on the peer's pid and addresses (cma
+  // writes into that pid, shm takes its descriptors, local and cuda use the addresses as
+  // ours): it holds only once that process is seen to hold the control connection.
+  net::Fd pidfd;
   peer.same_host = hello.host_id == host_id_;
+  if (peer.same_host && control_fd >= 0) {
+    if (Status v = host::VerifyConnectionOwner(control_fd, hello.pid, &pidfd); !v.ok()) {
+      XLOG(WARN) << "peer " << hello.name << " says it is pid " << hello.pid
+                 << " on this host, which does not check out (" << v.message()
+                 << "): no same-host transport is used for it";
+      peer.same_host = false;
+    }
+  }
   peer.same_process = peer.same_host && hello.pid == ::getpid();
+  peer.pidfd = pidfd.get();
   // (The routes live in the peer's state, which outlives them.)
   peer.find_region = [regions = &st->regions](uint64_t a, uint64_t l) { return regions->Find(a, l); };
   const bool itself = hello.incarnation == incarnation_;
@@ -158,7 +172,7 @@ Status EngineImpl::OpenSession(const net::Address& addr, const std::string& remo
 Status EngineImpl::InstallOutbound(const std::shared_ptr<control::Session>& session,
                                    const std::string& remote, const wire::Hello& hello,
                                    const std::string& host) {
-  if (std::string why = WhyBadTable(hello.regions); !why.empty()) {
+  if (std::string why = WhyBadTable(hello.regions, opts_.max_peer_regions); !why.empty()) {
     return {StatusCode::kConnectionLost, "'" + remote + "' sent a bad region table: " + why};
   }
   if (session->auth && (hello.name != session->auth->their_name() ||
@@ -167,7 +181,7 @@ Status EngineImpl::InstallOutbound(const std::shared_ptr<control::Session>& sess
             "'" + remote + "' sent a hello for another engine than it authenticated as"};
   }
   std::string transport_error;
-  auto state = MakePeerState(hello, true, host, session->auth_key, &transport_error);
+  auto state = MakePeerState(hello, true, host, session->fd(), session->auth_key, &transport_error);
   if (!state->Reachable()) return {StatusCode::kUnsupported, transport_error};
   session->peer = state;
   session->peer_key = remote;
@@ -261,7 +275,7 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
     s->Shutdown("invalid hello");
     return;
   }
-  if (std::string why = WhyBadTable(hello.regions); !why.empty()) {
+  if (std::string why = WhyBadTable(hello.regions, opts_.max_peer_regions); !why.empty()) {
     XLOG(WARN) << "hello from " << s->remote_addr() << " has a bad region table (" << why << "); closing";
     (void)s->Send(wire::Goodbye{"bad region table: " + why});
     s->Shutdown("bad region table");
@@ -284,7 +298,8 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
     replaced.session->Shutdown("peer restarted");
   }
   std::string transport_error;
-  auto state = MakePeerState(hello, false, net::HostOf(s->remote_addr()), s->auth_key, &transport_error);
+  auto state = MakePeerState(hello, false, net::HostOf(s->remote_addr()), s->fd(), s->auth_key,
+                             &transport_error);
   if (!state->Reachable()) {
     XLOG(INFO) << "peer " << key << " connected; this engine cannot initiate transfers to it: "
                << transport_error;
@@ -314,7 +329,11 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
       [&](auto& m) {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, wire::RegionAdd>) {
-          if (std::string why; !peer.regions.Add(m.region, &why)) {
+          if (peer.regions.size() >= opts_.max_peer_regions) {
+            XLOG(WARN) << "peer " << s->peer_key << " advertised more than " << opts_.max_peer_regions
+                       << " regions (EngineOptions::max_peer_regions); closing its session";
+            s->Shutdown("too many regions");
+          } else if (std::string why; !peer.regions.Add(m.region, &why)) {
             XLOG(WARN) << "peer " << s->peer_key << " sent a bad region (" << why << "); closing its session";
             s->Shutdown("bad region: " + why);
           }

@@ -129,8 +129,11 @@ class EngineImpl final : public control::ControlHandler {
   Status SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s);
   // host: the peer's address as we reach it (the control connection's other end).
   // auth_key: the authenticated session's key (PeerState::auth_key), or "".
+  // control_fd: the peer's control connection, whose owner a claim to be on this host must
+  // be (-1: the engine itself).
   std::shared_ptr<PeerState> MakePeerState(const wire::Hello& hello, bool outbound,
-                                           const std::string& host, const std::string& auth_key,
+                                           const std::string& host, int control_fd,
+                                           const std::string& auth_key,
                                            std::string* transport_error);
   // What the target-side backends may do with a range of our memory (EngineContext).
   transport::TargetAccess RegionAccess(uint64_t addr, uint64_t len) const;

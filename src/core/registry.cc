@@ -1,5 +1,7 @@
 #include "core/registry.h"
 
+#include <algorithm>
+
 #include "util/log.h"
 
 namespace xfer {
@@ -32,6 +34,7 @@ Status Registry::Add(const wire::WireRegion& region, bool allocated, MemHandle* 
   e.allocated = allocated;
   by_handle_.emplace(h, std::move(e));
   by_addr_.emplace(addr, h);
+  max_len_ = std::max(max_len_, len);
   *handle = h;
   *added = true;
   return Status::Ok();
@@ -77,6 +80,7 @@ std::optional<Registry::RangeAccess> Registry::Access(uint64_t addr, uint64_t le
   for (auto it = by_addr_.upper_bound(addr); it != by_addr_.begin();) {
     --it;
     const RegionInfo& r = by_handle_.at(it->second).region.info;
+    if (r.addr + max_len_ <= addr) break;  // this one and every one below end before addr
     if (addr + len > r.addr + r.len) continue;
     const bool writable = r.access == PeerAccess::kReadWrite;
     if (writable) return RangeAccess{r.type, true};

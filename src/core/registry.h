@@ -49,6 +49,9 @@ class Registry {
   MemHandle next_ = 1;
   std::map<MemHandle, Entry> by_handle_;
   std::multimap<uint64_t, MemHandle> by_addr_;
+  // The longest region ever added: bounds the walk of Access down the starts below an address
+  // (a lookup outside every region costs O(log n), not a walk over all of them).
+  uint64_t max_len_ = 0;
 };
 
 }  // namespace xfer

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "control/wire.h"
@@ -14,10 +15,12 @@ namespace xfer {
 
 using transport::RemoteRegion;
 
-// Why a peer's region table is not one to use ("" when it is): a region of zero length, one
-// that wraps past the end of the address space, or two with one id.
-std::string WhyBadTable(const std::vector<wire::WireRegion>& regions);
+// Why a peer's region table is not one to use ("" when it is): more than max_regions regions,
+// a region of zero length, one that wraps past the end of the address space, or two with one id.
+std::string WhyBadTable(const std::vector<wire::WireRegion>& regions, size_t max_regions = SIZE_MAX);
 
+// Every operation is O(log n) or amortized O(1) in the number of regions, so that a peer
+// adding or removing 100,000 regions one by one costs the control thread no quadratic work.
 class RemoteRegions {
  public:
   void Reset(const std::vector<wire::WireRegion>& regions);  // (a table WhyBadTable passed)
@@ -31,12 +34,35 @@ class RemoteRegions {
   // one, or null.
   std::shared_ptr<RemoteRegion> Find(uint64_t addr, uint64_t len) const;
   std::vector<RegionInfo> List() const;
+  size_t size() const {
+    std::lock_guard lock(mu_);
+    return by_id_.size();
+  }
 
  private:
-  void Rebuild();  // recomputes max_end_ after a change; mu_ held
+  // Regions sorted by start address, with the largest end among each prefix (a revoked
+  // region stays, skipped, until the next compaction: its end only makes walks longer).
+  struct Index {
+    struct Entry {
+      uint64_t addr = 0, end = 0;
+      uint64_t max_end = 0;  // the largest end among this entry and those before it
+      std::shared_ptr<RemoteRegion> region;
+    };
+    std::vector<Entry> by_addr;  // (addresses inline: rebuilding touches no region)
+    void Rebuild(size_t from);   // max_end from position `from` on
+    void Insert(std::shared_ptr<RemoteRegion> r);
+    // The best live region holding the range: the first writable one, else the first.
+    std::shared_ptr<RemoteRegion> Find(uint64_t addr, uint64_t len) const;
+  };
+  // New regions go to recent_ (small: inserting costs little); past kRecent they are merged
+  // into all_ at once, which costs O(n) once per kRecent additions.
+  static constexpr size_t kRecent = 1024;
+  void MergeRecent();   // mu_ held
+  void DropRevoked();   // compacts both indexes once revoked entries are half of them; mu_ held
   mutable std::mutex mu_;
-  std::vector<std::shared_ptr<RemoteRegion>> by_addr_;  // sorted by start address
-  std::vector<uint64_t> max_end_;                       // max end of by_addr_[0..i]
+  Index all_, recent_;                                                      // mu_
+  std::unordered_map<uint64_t, std::shared_ptr<RemoteRegion>> by_id_;       // mu_: live ones
+  size_t revoked_in_index_ = 0;                                             // mu_
 };
 
 }  // namespace xfer

@@ -139,8 +139,11 @@ struct PeerContext {
   int32_t pid = 0;
   std::string host;          // the peer's address as this engine reaches it (control connection)
   std::string auth_key;      // the authenticated control session's key; "" without a secret
-  bool same_host = false;    // same host identity (EngineOptions::host_id or the boot id)
+  // Same host identity (EngineOptions::host_id or the boot id), and the peer's pid seen to
+  // hold its control connection here.
+  bool same_host = false;
   bool same_process = false;
+  int pidfd = -1;            // same_host: the peer process (dup it to keep it); else -1
   std::string_view blob;     // this backend's entry in the peer's hello
   // The peer's region holding [addr, addr+len), as last heard of, or null.
   std::function<std::shared_ptr<RemoteRegion>(uint64_t addr, uint64_t len)> find_region;

@@ -30,6 +30,7 @@ struct PeerEndpoint {
   std::string host;         // the peer's address as this engine reaches it (control connection)
   uint16_t tcp_port = 0;    // the peer's tcp data port; 0 = none
   std::string auth_key;     // the authenticated control session's key; "" without a secret
+  int pidfd = -1;           // same host: the peer process, verified (a transport dups it)
 };
 
 using Clock = std::chrono::steady_clock;

@@ -6,8 +6,13 @@
 #include <optional>
 #include <sstream>
 
+#include <sys/wait.h>
+
+#include <csignal>
+
 #include "control/session.h"
 #include "test_common.h"
+#include "util/host.h"
 #include "util/net.h"
 
 namespace xfer_test {
@@ -146,6 +151,174 @@ TEST(Hostile, ABadRegionTableClosesOnlyItsSession) {
   xfer::Engine e;
   XT_ASSERT_OK(e.Initialize("127.0.0.1"));
   XT_EXPECT_OK(e.Connect(peer.name(), 10s));
+}
+
+// A raw control session to an engine: our hello out, its hello back (the session stays open).
+std::shared_ptr<xfer::control::Session> Hello(const std::string& engine, const wire::Hello& hello,
+                                              wire::Hello* reply) {
+  net::Address a;
+  EXPECT_TRUE(net::ParseAddress(engine, &a).ok());
+  net::Fd fd;
+  EXPECT_TRUE(net::ConnectTcp(a, Clock::now() + 5s, &fd).ok());
+  auto s = std::make_shared<xfer::control::Session>(std::move(fd), true, engine);
+  EXPECT_TRUE(s->Send(hello).ok());
+  EXPECT_TRUE(s->FlushUntil(Clock::now() + 5s).ok());
+  wire::Message m;
+  EXPECT_TRUE(s->ReadOne(Clock::now() + 5s, &m).ok());
+  if (auto* h = std::get_if<wire::Hello>(&m)) *reply = *h;
+  return s;
+}
+
+// Reads frames until one of type T comes (other frames are skipped), the session ends or the
+// deadline passes.
+template <class T>
+std::optional<T> Await(xfer::control::Session& s, Clock::time_point deadline) {
+  for (wire::Message m; s.ReadOne(deadline, &m).ok();) {
+    if (auto* t = std::get_if<T>(&m)) return *t;
+  }
+  return std::nullopt;
+}
+
+// A peer that registers 100,000 regions one by one costs the engine's control thread no
+// quadratic work (before: every one re-sorted the peer's table, many minutes), and a legitimate
+// peer's transfers go on meanwhile.
+TEST(Hostile, AHundredThousandRegionsAfterConnectAreTakenInStride) {
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0"));
+  LocalBuffer pool(1 << 20), src(1 << 20);
+  src.Fill(5);
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(e.RegisterMem(pool.data(), pool.len(), xfer::MemType::kHost, &h));
+  wire::Hello many, ours;
+  many.name = "127.0.0.1:4";
+  many.incarnation = 95;
+  many.host_id = "elsewhere";
+  auto s = Hello(e.LocalName(), many, &ours);
+  ASSERT_FALSE(ours.name.empty());
+  const auto t0 = Clock::now();
+  constexpr uint64_t kRegions = 100000;
+  for (uint64_t i = 1; i <= kRegions; ++i) {
+    ASSERT_TRUE(s->Send(wire::RegionAdd{Region(i, (1ull << 40) + ((i * 7919) % kRegions) * 4096, 4096)}).ok());
+    if (i % 1000 == 0) ASSERT_TRUE(s->FlushUntil(Clock::now() + 10s).ok());
+  }
+  ASSERT_TRUE(s->Send(wire::Sync{1}).ok());  // answered once the engine read what came before
+  ASSERT_TRUE(s->FlushUntil(Clock::now() + 10s).ok());
+  xfer::Engine legit;  // meanwhile
+  XT_ASSERT_OK(legit.Initialize("127.0.0.1"));
+  XT_ASSERT_OK(legit.Connect(e.LocalName(), 30s));
+  XT_EXPECT_OK(legit.TransferSync(e.LocalName(), Op::kWrite, {{src.addr(), pool.addr(), src.len()}}, 30s));
+  const auto ack = Await<wire::SyncAck>(*s, Clock::now() + 60s);
+  ASSERT_TRUE(ack.has_value()) << "the engine did not take 100,000 regions within a minute";
+  EXPECT_EQ(ack->seq, 1u);
+  EXPECT_LT(SecondsSince(t0), 60.0);
+  EXPECT_EQ(pool.Hash(), src.Hash());
+}
+
+// EngineOptions::max_peer_regions: a hello with more regions gets only a goodbye, a peer that
+// registers one more is cut off; the engine serves the others.
+TEST(Hostile, APeersRegionsAreCapped) {
+  xfer::EngineOptions o;
+  o.max_peer_regions = 100;
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
+  wire::Hello h;
+  h.name = "127.0.0.1:5";
+  h.incarnation = 96;
+  h.host_id = "elsewhere";
+  for (uint64_t i = 1; i <= 101; ++i) h.regions.push_back(Region(i, i << 20, 4096));
+  const auto got = Session(e.LocalName(), h);
+  ASSERT_EQ(got.size(), 1u) << "only a goodbye may come back";
+  ASSERT_TRUE(std::holds_alternative<wire::Goodbye>(got[0]));
+  EXPECT_NE(std::get<wire::Goodbye>(got[0]).reason.find("max_peer_regions"), std::string::npos);
+  h.regions.pop_back();  // 100: taken; then one more closes the session
+  const auto closed = Session(e.LocalName(), h, wire::Message{wire::RegionAdd{Region(101, 101 << 20, 4096)}});
+  ASSERT_FALSE(closed.empty());
+  EXPECT_TRUE(std::holds_alternative<wire::Hello>(closed[0]));
+  xfer::PeerInfo info;
+  EXPECT_TRUE(PollUntil([&] { return !e.GetPeerInfo(h.name, &info).ok(); }, 5s)) << "the session was not closed";
+  xfer::Engine legit;
+  XT_ASSERT_OK(legit.Initialize("127.0.0.1"));
+  XT_EXPECT_OK(legit.Connect(e.LocalName(), 10s));
+}
+
+// A peer claiming to be another process of this host (a victim engine: its pid, incarnation
+// and cma cookie, all learned from the victim's own hello) must not make this engine write
+// into the victim: the claim holds only once that pid is seen to hold the control connection.
+TEST(Hostile, APeerClaimingAnotherProcessOfThisHostGetsNoSameHostPath) {
+  PeerProcess victim;
+  std::string error;
+  ASSERT_TRUE(victim.Start(PeerOptions{}, &error)) << error;
+  const PeerRegion r = victim.Alloc(4096);
+  victim.Fill(r, 1);
+  const uint64_t before = victim.Sum(r);
+  wire::Hello probe, victims;
+  probe.name = "127.0.0.1:1";
+  probe.incarnation = 93;
+  probe.host_id = "elsewhere";
+  auto to_victim = Hello(victim.name(), probe, &victims);
+  ASSERT_EQ(victims.pid, victim.pid());
+  ASSERT_NE(xfer::transport::FindBlob(victims.backends, "cma"), nullptr) << "the victim offers no cma";
+
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0"));
+  wire::Hello forged = victims;  // the victim's identity, its cookie, a region at its memory
+  forged.name = "127.0.0.1:2";
+  forged.backends = {{"cma", *xfer::transport::FindBlob(victims.backends, "cma")}};
+  forged.regions = {Region(1, r.addr, r.len)};
+  wire::Hello ours;
+  auto attacker = Hello(e.LocalName(), forged, &ours);
+  ASSERT_FALSE(ours.name.empty()) << "the engine did not answer the forged hello";
+  LocalBuffer src(4096);
+  src.Fill(2);
+  const xfer::Status s = e.TransferSync(forged.name, Op::kWrite, {{src.addr(), r.addr, 4096}}, 5s);
+  EXPECT_FALSE(s.ok()) << "a WRITE went to a peer that claimed another process's pid";
+  EXPECT_EQ(victim.Sum(r), before) << "the engine wrote into the process the peer claimed to be";
+  xfer::PeerInfo info;
+  XT_ASSERT_OK(e.GetPeerInfo(forged.name, &info));
+  EXPECT_FALSE(info.Reaches("cma"));
+}
+
+// Another process claiming to be this one (our pid, our host) must not reach our memory
+// through the in-process path: the attacker's regions would be our own addresses.
+TEST(Hostile, APeerClaimingThisProcessGetsNoInProcessPath) {
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0"));
+  LocalBuffer secret(4096), src(4096);
+  secret.Fill(3);
+  src.Fill(4);
+  const uint64_t before = secret.Hash();
+  wire::Hello forged;
+  forged.name = "127.0.0.1:3";
+  forged.incarnation = 94;
+  forged.host_id = xfer::host::BootId();
+  forged.pid = getpid();
+  forged.backends = {{"local", ""}};
+  forged.regions = {Region(1, secret.addr(), secret.len())};
+  const std::vector<uint8_t> frame = wire::Encode(forged);
+  net::Address a;
+  ASSERT_TRUE(net::ParseAddress(e.LocalName(), &a).ok());
+  const pid_t child = fork();  // the attacker: another process, sending our identity
+  if (child == 0) {
+    net::Fd fd;
+    if (!net::ConnectTcp(a, Clock::now() + 5s, &fd).ok()) _exit(1);
+    if (!net::SendAll(fd.get(), frame.data(), frame.size(), Clock::now() + 5s).ok()) _exit(1);
+    char sink[4096];
+    for (;;) {  // (the socket is non-blocking) read what comes until the parent kills us
+      if (read(fd.get(), sink, sizeof sink) == 0) _exit(0);
+      usleep(1000);
+    }
+  }
+  ASSERT_GT(child, 0);
+  xfer::PeerInfo info;
+  const bool known = PollUntil([&] { return e.GetPeerInfo(forged.name, &info).ok(); }, 5s);
+  xfer::Status s;
+  if (known) s = e.TransferSync(forged.name, Op::kWrite, {{src.addr(), secret.addr(), 4096}}, 5s);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_TRUE(known) << "the engine never took the forged hello";
+  EXPECT_FALSE(info.Reaches("local"));
+  EXPECT_FALSE(s.ok()) << "a WRITE went to a peer that claimed to be this process";
+  EXPECT_EQ(secret.Hash(), before) << "the peer's regions were taken as this process's memory";
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "core/remote_regions.h"
 
 namespace xfer {
@@ -94,6 +96,38 @@ TEST(RemoteRegions, FindPrefersARegionThatGrantsWrite) {
   EXPECT_EQ(rr.Find(0x2900, 0x10)->id, 1u);  // held by the read-only one alone
   rr.Revoke(2);
   EXPECT_EQ(rr.Find(0x1400, 0x10)->info.access, PeerAccess::kReadOnly);
+}
+
+// A peer that adds 100,000 regions one by one, then removes half of them, costs no quadratic
+// work (before: every add re-sorted the whole table: many minutes here; now well under a
+// second, a few under the sanitizers); every lookup
+// still finds exactly the live regions.
+TEST(RemoteRegions, AHundredThousandRegionsAddedAndRemovedOneByOne) {
+  constexpr uint64_t kN = 100000, kLen = 4096, kBase = 1ull << 40;
+  std::vector<uint64_t> order(kN);
+  for (uint64_t i = 0; i < kN; ++i) order[i] = (i * 7919) % kN;  // a scattered order
+  const auto t0 = std::chrono::steady_clock::now();
+  RemoteRegions rr;
+  std::string why;
+  for (uint64_t i : order) {
+    ASSERT_TRUE(rr.Add({i + 1, RegionInfo{kBase + i * kLen, kLen, MemType::kHost, -1, "", false}, {}}, &why)) << why;
+  }
+  EXPECT_FALSE(rr.Add({5, RegionInfo{1, 1, MemType::kHost, -1, "", false}, {}}, &why));
+  for (uint64_t i = 0; i < kN; i += 2) ASSERT_TRUE(rr.Revoke(i + 1));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 60.0) << "100,000 adds and 50,000 removals took " << seconds << " s";
+  for (uint64_t i = 0; i < kN; ++i) {
+    auto r = rr.Find(kBase + i * kLen + 100, 8);
+    if (i % 2 == 0) {
+      ASSERT_FALSE(r) << i;
+    } else {
+      ASSERT_TRUE(r) << i;
+      ASSERT_EQ(r->id, i + 1);
+    }
+  }
+  EXPECT_FALSE(rr.Find(kBase + 2 * kLen - 4, 8));  // straddles a removed and a live one
+  EXPECT_EQ(rr.List().size(), kN / 2);
+  EXPECT_EQ(rr.RevokeAll().size(), kN / 2);
 }
 
 TEST(RemoteRegions, FindRevokeAndStraddle) {

@@ -30,7 +30,7 @@ TEST(ShmSegment, APeersSegmentThatIsNotSealedIsNotMapped) {
   std::string why;
   if (!Available(&why)) GTEST_SKIP() << "shm unavailable here: " << why;
   std::unique_ptr<PeerMapper> mapper;
-  ASSERT_TRUE(PeerMapper::Open(getpid(), &mapper).ok());  // this process plays the peer
+  ASSERT_TRUE(PeerMapper::Open(getpid(), -1, &mapper).ok());  // this process plays the peer
 
   const std::string name = SegmentName(2, 1);
   const int unsealed = memfd_create(name.c_str(), MFD_CLOEXEC);
@@ -76,7 +76,7 @@ TEST(ShmSegment, ReadOnlyForPeersIsSealedAgainstEveryOtherWritableMapping) {
   EXPECT_NE(pwrite(seg->fd(), "x", 1, 0), 1) << "a write through the descriptor";
 
   std::unique_ptr<PeerMapper> mapper;
-  ASSERT_TRUE(PeerMapper::Open(getpid(), &mapper).ok());  // this process plays the peer
+  ASSERT_TRUE(PeerMapper::Open(getpid(), -1, &mapper).ok());  // this process plays the peer
   std::shared_ptr<Mapping> m;
   const Status writable = mapper->Map(seg->fd(), name, 1 << 16, true, &m);
   EXPECT_EQ(writable.code(), StatusCode::kRemoteAccessDenied) << writable.ToString();

@@ -35,7 +35,7 @@ class TcpTransportTest : public ::testing::TestWithParam<bool> {
     hooks.is_peer = [this](uint64_t inc) { return inc == 42 && peer_known_; };
     tcp_ = std::make_unique<TcpTransport>(TcpOptions{2, false, std::chrono::milliseconds(2000)}, hooks);
     ASSERT_TRUE(tcp_->Start("127.0.0.1").ok());
-    PeerEndpoint self{0, 42, 0, "127.0.0.1", tcp_->port(), ""};
+    PeerEndpoint self{0, 42, 0, "127.0.0.1", tcp_->port(), "", -1};
     ASSERT_TRUE(tcp_->Connect(self, &link_).ok());
   }
   uint64_t R(uint64_t off) { return reinterpret_cast<uint64_t>(region_.data()) + off; }
@@ -301,7 +301,7 @@ TEST_P(TcpTransportTest, DeadlineDuringTheHandshakeIsATimeout) {
   net::Address bound;
   ASSERT_TRUE(net::Listen(net::Address{"127.0.0.1", 0, true}, &mute, &bound).ok());
   std::shared_ptr<Link> link;
-  ASSERT_TRUE(tcp_->Connect(PeerEndpoint{0, 42, 0, "127.0.0.1", bound.port, ""}, &link).ok());
+  ASSERT_TRUE(tcp_->Connect(PeerEndpoint{0, 42, 0, "127.0.0.1", bound.port, "", -1}, &link).ok());
   std::vector<uint8_t> src(64, 4);
   const std::vector<Slice> batch{{reinterpret_cast<uint64_t>(src.data()), R(0), 64}};
   const Status st = link->Execute(Op::kWrite, batch, Clock::now() + std::chrono::milliseconds(100));

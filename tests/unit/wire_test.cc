@@ -159,6 +159,32 @@ TEST(WireCodec, RefusesUnknownRegionFlagsAndTooManyBackends) {
   EXPECT_NE(why.find("flags"), std::string::npos) << why;
 }
 
+TEST(WireCodec, ADecodedFrameTakesAtMostAFewTimesItsSizeInMemory) {
+  // Tiny region records with the most (empty) blobs: about 7 bytes of memory per byte of frame.
+  Hello h = SampleHello();
+  h.regions.clear();
+  WireRegion tiny{0, RegionInfo{0x1000, 1, MemType::kHost, -1, "", false}, {}};
+  tiny.blobs.assign(kMaxBlobs, transport::Blob{"", ""});
+  for (uint64_t i = 1; i <= 10000; ++i) {
+    tiny.id = i;
+    h.regions.push_back(tiny);
+  }
+  std::vector<uint8_t> frame = Encode(h);
+  Message out;
+  std::string why;
+  EXPECT_FALSE(DecodePayload(MsgType::kHello, std::span(frame).subspan(kHeaderSize), &out, &why));
+  EXPECT_NE(why.find("memory"), std::string::npos) << why;
+  // 100,000 regions as engines advertise them (a UCX remote key and a memfd each) decode.
+  h.regions.clear();
+  for (uint64_t i = 1; i <= 100000; ++i) {
+    h.regions.push_back({i, RegionInfo{i << 20, 1 << 20, MemType::kHost, -1, "", true},
+                         {{"ucx", std::string(60, 'k')}, {"shm", std::string(12, 's')}}});
+  }
+  frame = Encode(h);
+  ASSERT_TRUE(DecodePayload(MsgType::kHello, std::span(frame).subspan(kHeaderSize), &out, &why)) << why;
+  EXPECT_EQ(std::get<Hello>(out), h);
+}
+
 TEST(WireCodec, RandomBytesNeverCrash) {
   std::mt19937_64 rng(42);
   Message out;

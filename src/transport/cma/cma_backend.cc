@@ -42,7 +42,12 @@ class CmaBackend final : public Backend {
       return {StatusCode::kUnsupported, "cma: the peer's hello entry is malformed"};
     }
     std::shared_ptr<Link> link;
-    Status s = transport_.Connect(PeerEndpoint{peer.pid, peer.incarnation, cookie, "", 0, ""}, &link);
+    PeerEndpoint e;
+    e.pid = peer.pid;
+    e.incarnation = peer.incarnation;
+    e.cma_cookie = cookie;
+    e.pidfd = peer.pidfd;
+    Status s = transport_.Connect(e, &link);
     if (!s.ok()) return s;
     *route = std::make_shared<HostRoute>("cma", std::move(link), LimitsOf(transport_, options_));
     return Status::Ok();

@@ -1,14 +1,19 @@
 #include "transport/cma/cma_transport.h"
 
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
 #include "util/log.h"
+#include "util/net.h"
 
 namespace xfer::transport {
 namespace {
@@ -31,9 +36,14 @@ Status ErrnoStatus(int err, int32_t pid, Op op) {
 
 class CmaLink final : public Link {
  public:
-  explicit CmaLink(int32_t pid) : pid_(pid) {}
+  // process: a pidfd of the peer (or invalid): the link stops using pid once it exited.
+  CmaLink(int32_t pid, net::Fd process) : pid_(pid), process_(std::move(process)) {}
 
   Status Execute(Op op, std::span<const Slice> batch, Clock::time_point) override {
+    if (!Alive()) {
+      return {StatusCode::kConnectionLost, "cma: peer process " + std::to_string(pid_) +
+                                               " exited (its pid is not used again)"};
+    }
     // The kernel may move fewer bytes than asked (it stops at the first fault or signal):
     // resume from the first byte not moved, rebuilding the iovecs from there.
     iovec local[kIovMax];
@@ -68,7 +78,28 @@ class CmaLink final : public Link {
   }
 
  private:
+  // Whether the peer process lives, as its pidfd said at most kRecheck ago: a pid is reused
+  // only after its process was reaped and the kernel went through every other pid, so a
+  // check this recent keeps writes from going to a successor, at no cost per small batch.
+  bool Alive() {
+    if (!process_.valid()) return true;
+    if (dead_.load(std::memory_order_relaxed)) return false;
+    const int64_t now = Clock::now().time_since_epoch().count();
+    if (now - checked_.load(std::memory_order_relaxed) < kRecheck.count()) return true;
+    pollfd p{process_.get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) != 0) {  // readable (or an error): it exited
+      dead_.store(true);
+      return false;
+    }
+    checked_.store(now, std::memory_order_relaxed);
+    return true;
+  }
+  static constexpr std::chrono::nanoseconds kRecheck = std::chrono::milliseconds(1);
+
   const int32_t pid_;
+  const net::Fd process_;
+  std::atomic<int64_t> checked_{0};  // Clock ticks of the last check that found it alive
+  std::atomic<bool> dead_{false};
 };
 
 }  // namespace
@@ -110,7 +141,8 @@ Status CmaTransport::Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* li
     return {StatusCode::kUnsupported, "cma: pid " + std::to_string(peer.pid) +
                                           " is not the peer (another pid namespace?)"};
   }
-  *link = std::make_shared<CmaLink>(peer.pid);
+  net::Fd process(peer.pidfd >= 0 ? ::fcntl(peer.pidfd, F_DUPFD_CLOEXEC, 0) : -1);
+  *link = std::make_shared<CmaLink>(peer.pid, std::move(process));
   return Status::Ok();
 }
 

@@ -147,7 +147,7 @@ class CudaBackend final : public Backend {
     if (!peer.same_host) return {StatusCode::kUnsupported, "cuda: the peer is on another host"};
     std::unique_ptr<shm::PeerMapper> mapper;  // takes VMM descriptors, maps AllocMem memory
     if (!peer.same_process) {
-      if (Status s = shm::PeerMapper::Open(peer.pid, &mapper); !s.ok()) {
+      if (Status s = shm::PeerMapper::Open(peer.pid, peer.pidfd, &mapper); !s.ok()) {
         XLOG(INFO) << "peer " << peer.name << ": its VMM GPU memory and AllocMem memory are out "
                    << "of cuda's reach: " << s.ToString();
       }

@@ -16,7 +16,10 @@ class LocalBackend final : public Backend {
   Status Connect(const PeerContext& peer, std::shared_ptr<Route>* route) override {
     if (!peer.same_process) return {StatusCode::kUnsupported, "local: the peer is another process"};
     std::shared_ptr<Link> link;
-    Status s = transport_.Connect(PeerEndpoint{peer.pid, peer.incarnation, 0, "", 0, ""}, &link);
+    PeerEndpoint e;
+    e.pid = peer.pid;
+    e.incarnation = peer.incarnation;
+    Status s = transport_.Connect(e, &link);
     if (!s.ok()) return s;
     *route = std::make_shared<HostRoute>("local", std::move(link), LimitsOf(transport_, options_));
     return Status::Ok();

@@ -119,7 +119,7 @@ class ShmBackend final : public Backend {
     if (!peer.same_host) return {StatusCode::kUnsupported, "shm: the peer is on another host"};
     if (peer.same_process) return {StatusCode::kUnsupported, "shm: the peer is this process"};
     std::unique_ptr<PeerMapper> mapper;
-    Status s = PeerMapper::Open(peer.pid, &mapper);
+    Status s = PeerMapper::Open(peer.pid, peer.pidfd, &mapper);
     if (!s.ok()) {
       XLOG(WARN) << "peer " << peer.name << ": " << s.ToString();
       return s;

@@ -119,10 +119,10 @@ Segment::~Segment() {
 
 Mapping::~Mapping() { ::munmap(base_, len_); }
 
-Status PeerMapper::Open(int32_t pid, std::unique_ptr<PeerMapper>* out) {
-  int pidfd = PidfdOpen(pid);
-  if (pidfd < 0) return {StatusCode::kUnsupported, "shm: " + Errno("pidfd_open")};
-  out->reset(new PeerMapper(pidfd, pid));
+Status PeerMapper::Open(int32_t pid, int pidfd, std::unique_ptr<PeerMapper>* out) {
+  const int fd = pidfd >= 0 ? ::fcntl(pidfd, F_DUPFD_CLOEXEC, 0) : PidfdOpen(pid);
+  if (fd < 0) return {StatusCode::kUnsupported, "shm: " + Errno(pidfd >= 0 ? "dup" : "pidfd_open")};
+  out->reset(new PeerMapper(fd, pid));
   return Status::Ok();
 }
 

@@ -58,7 +58,9 @@ class Mapping {
 // Maps segments of one peer process.
 class PeerMapper {
  public:
-  static Status Open(int32_t pid, std::unique_ptr<PeerMapper>* out);
+  // pidfd: the peer process, verified (PeerContext::pidfd; a duplicate is kept), or -1 to
+  // open pid as it is now.
+  static Status Open(int32_t pid, int pidfd, std::unique_ptr<PeerMapper>* out);
   ~PeerMapper();
   PeerMapper(const PeerMapper&) = delete;
   PeerMapper& operator=(const PeerMapper&) = delete;

@@ -62,7 +62,7 @@ class TcpBackend final : public Backend {
       return {StatusCode::kUnsupported, "tcp: the peer's hello entry is malformed"};
     }
     std::shared_ptr<Link> link;
-    Status s = transport_->Connect(PeerEndpoint{peer.pid, peer.incarnation, 0, peer.host, port, peer.auth_key}, &link);
+    Status s = transport_->Connect(PeerEndpoint{peer.pid, peer.incarnation, 0, peer.host, port, peer.auth_key, -1}, &link);
     if (!s.ok()) return s;
     *route = std::make_shared<TcpRoute>(std::move(link), LimitsOf(*transport_, options_));
     return Status::Ok();
