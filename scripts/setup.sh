@@ -15,6 +15,7 @@ packages=(
   libucx-dev                      # the ucx transport (UCP headers and libraries; found by pkg-config)
   jq                              # tests/tools: checks xfer-bench --json
   libsodium-dev                   # peer authentication (HMAC-SHA-256, random nonces)
+  libxxhash-dev                   # batch checksums (EngineOptions::tcp.checksum)
   python3 python3-dev python3-venv  # the Python package (python/)
   python3-numpy python3-pytest python3-torch  # its tests (torch: Debian's CPU build)
 )

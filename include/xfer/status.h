@@ -19,7 +19,9 @@ enum class StatusCode : int {
   kConnectionLost,      // the peer died, hung, restarted or said goodbye
   kCanceled,            // Cancel() was called
   kInternal,            // a bug or an unexpected system error; the message says which
+  kDataCorrupted,       // a batch's checksum did not match twice (EngineOptions::tcp.checksum)
 };
+inline constexpr StatusCode kLastStatusCode = StatusCode::kDataCorrupted;
 
 // Short stable name of a code, e.g. "REMOTE_ACCESS_DENIED".
 std::string_view StatusCodeName(StatusCode code);

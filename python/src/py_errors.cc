@@ -8,7 +8,7 @@ namespace xfer::py {
 namespace pyb = pybind11;
 namespace {
 
-constexpr int kCodes = static_cast<int>(StatusCode::kInternal) + 1;
+constexpr int kCodes = static_cast<int>(kLastStatusCode) + 1;
 // Owned references, set once at import and never released (they live as long as the module).
 std::array<PyObject*, kCodes> g_classes{};
 

@@ -96,6 +96,7 @@ const std::map<std::string, Setter>& Setters() {
       XFER_INT("notify_queue_bytes", notify.queue_bytes),
       XFER_INT("tcp_links", tcp.links),
       XFER_BOOL("tcp_least_loaded", tcp.least_loaded),
+      XFER_BOOL("tcp_checksum", tcp.checksum),
       {"ucx_mode",
        [](EngineOptions& o, pyb::handle v) {
          if (!ParseUcxMode(Text(v, "ucx_mode"), &o.ucx.mode)) {

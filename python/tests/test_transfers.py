@@ -281,6 +281,21 @@ def test_torch_tensors_as_users_pass_them(pair):
     assert torch.equal(back, src)
 
 
+def test_checksummed_tcp_batches_move_data_both_ways(make_peer):
+    peer = make_peer(memory="alloc", nbytes=8 << 20, options={"transport": "tcp"})
+    with xfer.Engine("127.0.0.1", transport="tcp", tcp_checksum=True) as engine:
+        engine.connect(peer.name)
+        data = random_bytes(8 << 20, 5)
+        back = np.zeros_like(data)
+        engine.register(data), engine.register(back)
+        engine.write(peer.name, [(data.ctypes.data, peer.addr, data.nbytes)])
+        assert peer.sha(0, data.nbytes) == sha(data)
+        engine.read(peer.name, [(back.ctypes.data, peer.addr, back.nbytes)])
+        assert sha(back) == sha(data)
+    assert issubclass(xfer.DataCorruptedError, xfer.XferError)
+    assert xfer.DataCorruptedError.code == "DATA_CORRUPTED"
+
+
 def test_peers_authenticate_with_a_shared_secret(make_peer, tmp_path):
     secret = tmp_path / "secret"
     secret.write_bytes(np.random.default_rng(8).bytes(32))

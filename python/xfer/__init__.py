@@ -17,9 +17,10 @@ docs/python.md has the whole API; errors are XferError subclasses (xfer.TimeoutE
 import asyncio as _asyncio
 
 from . import _errors, _memory
-from ._errors import (AlreadyConnectedError, CanceledError, ConnectionLostError, InternalError,
-                      InvalidArgumentError, NotConnectedError, RemoteAccessDeniedError,
-                      ResourceExhaustedError, TimeoutError, UnsupportedError, XferError)
+from ._errors import (AlreadyConnectedError, CanceledError, ConnectionLostError,
+                      DataCorruptedError, InternalError, InvalidArgumentError, NotConnectedError,
+                      RemoteAccessDeniedError, ResourceExhaustedError, TimeoutError,
+                      UnsupportedError, XferError)
 from ._xfer import (Buffer, Notification, PeerInfo, Region, RegionInfo, Request, State,
                     option_names)
 from . import _xfer
@@ -30,7 +31,7 @@ __all__ = [
     "XferError", "InvalidArgumentError", "NotConnectedError",
     "AlreadyConnectedError", "UnsupportedError", "ResourceExhaustedError",
     "RemoteAccessDeniedError", "ConnectionLostError", "CanceledError", "InternalError",
-    "option_names",
+    "DataCorruptedError", "option_names",
 ]
 
 _xfer._set_error_classes(_errors.BY_CODE)
@@ -95,7 +96,8 @@ class Engine(_xfer.Engine):
         self._regions.clear()
 
     def register(self, memory, tag="", read_only=False):
-        """Registers memory so that peers may READ and WRITE it; returns a Region.
+        """Registers memory so that peers may READ it, and WRITE it unless read_only; returns
+        a Region.
 
         memory: a numpy array or anything with the buffer protocol (writable, contiguous), an
         object with __cuda_array_interface__ or __array_interface__, a torch tensor (CPU or

@@ -53,8 +53,11 @@ CanceledError = _error("CanceledError", "CANCELED",
                        doc="The request was canceled, or the engine closed under it.")
 InternalError = _error("InternalError", "INTERNAL",
                        doc="A bug or an unexpected system error; the message says which.")
+DataCorruptedError = _error("DataCorruptedError", "DATA_CORRUPTED",
+                            doc="A batch's checksum did not match, twice (tcp_checksum=True): "
+                                "bytes were damaged on the way.")
 
 BY_CODE = {cls.code: cls for cls in (
     InvalidArgumentError, TimeoutError, NotConnectedError, AlreadyConnectedError,
     UnsupportedError, ResourceExhaustedError, RemoteAccessDeniedError, ConnectionLostError,
-    CanceledError, InternalError)}
+    CanceledError, InternalError, DataCorruptedError)}

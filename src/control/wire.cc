@@ -189,8 +189,7 @@ bool DecodeBody(Reader& r, Notify* m) { return r.U64(&m->seq) && r.Str(&m->messa
 bool DecodeBody(Reader& r, NotifyAck* m) {
   uint32_t code = 0;
   if (!r.U64(&m->seq) || !r.U32(&code) || !r.Str(&m->why)) return false;
-  static_assert(static_cast<int>(StatusCode::kInternal) == 10, "kInternal must stay the last code");
-  if (code > static_cast<uint32_t>(StatusCode::kInternal)) return r.Fail("unknown status code");
+  if (code > static_cast<uint32_t>(kLastStatusCode)) return r.Fail("unknown status code");
   m->code = static_cast<StatusCode>(code);
   return true;
 }

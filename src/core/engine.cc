@@ -161,7 +161,7 @@ Status EngineImpl::StartBackends(const std::string& listen_host) {
   ctx.listen_host = listen_host;
   ctx.options = &opts_;
   ctx.forced = opts_.transport;
-  ctx.region_access = [this](uint64_t a, uint64_t l) { return RegionAccess(a, l); };
+  ctx.region_access = [this](uint64_t a, uint64_t l, bool w) { return RegionAccess(a, l, w); };
   ctx.is_peer = [this](uint64_t inc) { return peers_.HasLive(inc); };
   ctx.authenticate = !secret_.empty();
   ctx.peer_auth_key = [this](uint64_t inc) { return peers_.AuthKeyOf(inc); };
@@ -169,9 +169,9 @@ Status EngineImpl::StartBackends(const std::string& listen_host) {
   return backends_.Start(ctx);
 }
 
-transport::TargetAccess EngineImpl::RegionAccess(uint64_t addr, uint64_t len) const {
+transport::TargetAccess EngineImpl::RegionAccess(uint64_t addr, uint64_t len, bool write) const {
   transport::TargetAccess access;
-  if (auto r = regions_.registry().Access(addr, len)) {
+  if (auto r = regions_.registry().Access(addr, len, write)) {
     access.allowed = true;
     access.writable = r->writable;
     access.device = r->type == MemType::kCuda;
@@ -404,7 +404,7 @@ bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferD
       !LookupPeer(remote, &peer) || !peer.state->copies_inline || peer.state->routes.stage_all) {
     return false;
   }
-  std::shared_ptr<RemoteRegion> region = peer.state->regions.Find(d.remote_addr, d.len);
+  std::shared_ptr<RemoteRegion> region = peer.state->regions.Find(d.remote_addr, d.len, op == Op::kWrite);
   if (!region || (op == Op::kWrite && region->info.access == PeerAccess::kReadOnly) ||
       regions_.registry().TypeOf(d.local_addr, d.len) != MemType::kHost) {
     return false;  // (the planned path refuses a WRITE into a read-only region)

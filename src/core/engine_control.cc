@@ -69,7 +69,7 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
   peer.same_process = peer.same_host && hello.pid == ::getpid();
   peer.pidfd = pidfd.get();
   // (The routes live in the peer's state, which outlives them.)
-  peer.find_region = [regions = &st->regions](uint64_t a, uint64_t l) { return regions->Find(a, l); };
+  peer.find_region = [regions = &st->regions](uint64_t a, uint64_t l, bool w) { return regions->Find(a, l, w); };
   const bool itself = hello.incarnation == incarnation_;
   st->routes.routes = backends_.Connect(peer, hello.backends, itself, transport_error);
   st->routes.staging = staging_ != nullptr;

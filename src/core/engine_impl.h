@@ -136,7 +136,7 @@ class EngineImpl final : public control::ControlHandler {
                                            const std::string& auth_key,
                                            std::string* transport_error);
   // What the target-side backends may do with a range of our memory (EngineContext).
-  transport::TargetAccess RegionAccess(uint64_t addr, uint64_t len) const;
+  transport::TargetAccess RegionAccess(uint64_t addr, uint64_t len, bool write) const;
   void OnHello(const std::shared_ptr<control::Session>& s, wire::Hello&& hello);
   // --- authentication (engine_auth.cc; docs/security.md)
   // The secret from the options (secret or secret_file) into secret_, wiped from opts_;

@@ -189,7 +189,7 @@ class RunBuilder {
       *out = plan_->regions.back();
       return Status::Ok();
     }
-    *out = remote_.Find(d.remote_addr, d.len);
+    *out = remote_.Find(d.remote_addr, d.len, op_ == Op::kWrite);
     if (!*out) {
       return {StatusCode::kRemoteAccessDenied,
               DescName(i, d) + ": remote range is not inside one registered region of the peer"};

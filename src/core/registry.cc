@@ -72,7 +72,7 @@ Status Registry::Remove(MemHandle handle, bool* removed, bool free) {
   return Status::Ok();
 }
 
-std::optional<Registry::RangeAccess> Registry::Access(uint64_t addr, uint64_t len) const {
+std::optional<Registry::RangeAccess> Registry::Access(uint64_t addr, uint64_t len, bool want_write) const {
   std::lock_guard lock(mu_);
   std::optional<RangeAccess> found;
   // Regions may overlap, so every region starting at or below addr is a candidate; a
@@ -80,10 +80,10 @@ std::optional<Registry::RangeAccess> Registry::Access(uint64_t addr, uint64_t le
   for (auto it = by_addr_.upper_bound(addr); it != by_addr_.begin();) {
     --it;
     const RegionInfo& r = by_handle_.at(it->second).region.info;
-    if (r.addr + max_len_ <= addr) break;  // this one and every one below end before addr
+    if (addr - r.addr >= max_len_) break;  // this one and every one below end before addr
     if (addr + len > r.addr + r.len) continue;
     const bool writable = r.access == PeerAccess::kReadWrite;
-    if (writable) return RangeAccess{r.type, true};
+    if (writable || !want_write) return RangeAccess{r.type, writable};
     if (!found) found = RangeAccess{r.type, false};
   }
   return found;

@@ -23,19 +23,20 @@ class Registry {
   // The last reference of AllocMem memory goes only with free (FreeMem), and free drops all.
   Status Remove(MemHandle handle, bool* removed, bool free = false);
   // True when [addr, addr+len) lies inside one registered region.
-  bool Contains(uint64_t addr, uint64_t len) const { return Access(addr, len).has_value(); }
+  bool Contains(uint64_t addr, uint64_t len) const { return Access(addr, len, false).has_value(); }
   // The memory type of the registered region holding all of [addr, addr+len), if any.
   std::optional<MemType> TypeOf(uint64_t addr, uint64_t len) const {
-    auto a = Access(addr, len);
+    auto a = Access(addr, len, false);
     return a ? std::optional<MemType>(a->type) : std::nullopt;
   }
-  // What peers may do with [addr, addr+len): its memory type, and whether some region that
-  // holds all of it grants WRITE. Nullopt when no registered region holds it all.
+  // What peers may do with [addr, addr+len): its memory type, and whether a region that holds
+  // all of it grants WRITE (with want_write, whether any of them does; without, the first one
+  // found says). Nullopt when no registered region holds it all.
   struct RangeAccess {
     MemType type = MemType::kHost;
     bool writable = false;
   };
-  std::optional<RangeAccess> Access(uint64_t addr, uint64_t len) const;
+  std::optional<RangeAccess> Access(uint64_t addr, uint64_t len, bool want_write) const;
   std::vector<wire::WireRegion> Snapshot() const;
   bool Lookup(MemHandle handle, wire::WireRegion* out) const;
 

@@ -54,7 +54,7 @@ void RemoteRegions::Index::Insert(std::shared_ptr<RemoteRegion> r) {
   Rebuild(pos);
 }
 
-std::shared_ptr<RemoteRegion> RemoteRegions::Index::Find(uint64_t addr, uint64_t len) const {
+std::shared_ptr<RemoteRegion> RemoteRegions::Index::Find(uint64_t addr, uint64_t len, bool write) const {
   // Candidates start at or below addr; walk down while some region could still reach addr.
   auto it = std::upper_bound(by_addr.begin(), by_addr.end(), addr,
                              [](uint64_t a, const Entry& e) { return a < e.addr; });
@@ -65,7 +65,7 @@ std::shared_ptr<RemoteRegion> RemoteRegions::Index::Find(uint64_t addr, uint64_t
     const Entry& e = by_addr[i];
     if (e.max_end <= addr) break;
     if (addr + len > e.end || e.region->revoked.load(std::memory_order_relaxed)) continue;
-    if (e.region->info.access == PeerAccess::kReadWrite) return e.region;
+    if (!write || e.region->info.access == PeerAccess::kReadWrite) return e.region;
     if (!read_only) read_only = e.region;
   }
   return read_only;
@@ -149,11 +149,11 @@ std::vector<std::shared_ptr<RemoteRegion>> RemoteRegions::RevokeAll() {
   return gone;
 }
 
-std::shared_ptr<RemoteRegion> RemoteRegions::Find(uint64_t addr, uint64_t len) const {
+std::shared_ptr<RemoteRegion> RemoteRegions::Find(uint64_t addr, uint64_t len, bool write) const {
   std::lock_guard lock(mu_);
-  auto a = all_.Find(addr, len);
-  if (a && a->info.access == PeerAccess::kReadWrite) return a;
-  auto b = recent_.Find(addr, len);
+  auto a = all_.Find(addr, len, write);
+  if (a && (!write || a->info.access == PeerAccess::kReadWrite)) return a;
+  auto b = recent_.Find(addr, len, write);
   return b && (!a || b->info.access == PeerAccess::kReadWrite) ? b : a;
 }
 

@@ -30,9 +30,9 @@ class RemoteRegions {
   std::shared_ptr<RemoteRegion> Revoke(uint64_t id);
   // Revokes every region (the peer is gone) and returns them.
   std::vector<std::shared_ptr<RemoteRegion>> RevokeAll();
-  // The region that holds all of [addr, addr+len), one that peers may WRITE where there is
-  // one, or null.
-  std::shared_ptr<RemoteRegion> Find(uint64_t addr, uint64_t len) const;
+  // The region that holds all of [addr, addr+len), or null; with write, one that grants
+  // WRITE where there is one (a read-only one otherwise: the caller says why not).
+  std::shared_ptr<RemoteRegion> Find(uint64_t addr, uint64_t len, bool write = false) const;
   std::vector<RegionInfo> List() const;
   size_t size() const {
     std::lock_guard lock(mu_);
@@ -51,8 +51,9 @@ class RemoteRegions {
     std::vector<Entry> by_addr;  // (addresses inline: rebuilding touches no region)
     void Rebuild(size_t from);   // max_end from position `from` on
     void Insert(std::shared_ptr<RemoteRegion> r);
-    // The best live region holding the range: the first writable one, else the first.
-    std::shared_ptr<RemoteRegion> Find(uint64_t addr, uint64_t len) const;
+    // A live region holding the range: the first found, or with write the first writable one
+    // (else the first found).
+    std::shared_ptr<RemoteRegion> Find(uint64_t addr, uint64_t len, bool write) const;
   };
   // New regions go to recent_ (small: inserting costs little); past kRecent they are merged
   // into all_ at once, which costs O(n) once per kRecent additions.

@@ -18,6 +18,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kConnectionLost: return "CONNECTION_LOST";
     case StatusCode::kCanceled: return "CANCELED";
     case StatusCode::kInternal: return "INTERNAL";
+    case StatusCode::kDataCorrupted: return "DATA_CORRUPTED";
   }
   return "UNKNOWN";
 }

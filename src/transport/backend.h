@@ -122,7 +122,7 @@ struct EngineContext {
   const EngineOptions* options = nullptr;
   std::string forced;          // EngineOptions::transport: empty, or the one backend allowed
   // What a peer may do with a range of our memory; asked for every slice a peer names.
-  std::function<TargetAccess(uint64_t addr, uint64_t len)> region_access;
+  std::function<TargetAccess(uint64_t addr, uint64_t len, bool write)> region_access;
   // True while an engine of that incarnation has a control session with us.
   std::function<bool(uint64_t incarnation)> is_peer;
   // With a secret: data connections must prove they know their peer's session key, which
@@ -146,7 +146,8 @@ struct PeerContext {
   int pidfd = -1;            // same_host: the peer process (dup it to keep it); else -1
   std::string_view blob;     // this backend's entry in the peer's hello
   // The peer's region holding [addr, addr+len), as last heard of, or null.
-  std::function<std::shared_ptr<RemoteRegion>(uint64_t addr, uint64_t len)> find_region;
+  // (write: one that grants WRITE where there is one)
+  std::function<std::shared_ptr<RemoteRegion>(uint64_t addr, uint64_t len, bool write)> find_region;
 };
 
 // Something a backend holds for one local region (a mapping, an export, pinned pages, or the

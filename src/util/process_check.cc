@@ -5,8 +5,10 @@
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -60,7 +62,7 @@ bool operator==(const End& a, const End& b) {
 
 // The inode of the socket whose source is src and destination dst in this network namespace
 // (sock_diag: one exact lookup).
-Status InodeHere(const End& src, const End& dst, uint32_t* inode) {
+Status InodeHere(const End& src, const End& dst, uint32_t* inode, uint32_t* uid) {
   struct {
     nlmsghdr nlh;
     inet_diag_req_v2 req;
@@ -100,7 +102,16 @@ Status InodeHere(const End& src, const End& dst, uint32_t* inode) {
   if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY || h->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg))) {
     return {StatusCode::kUnsupported, "sock_diag: an unexpected answer"};
   }
-  *inode = static_cast<const inet_diag_msg*>(NLMSG_DATA(h))->idiag_inode;
+  // The kernel answers a lookup that finds no connected socket with a listening one on the
+  // source port, if there is one: only the very connection counts.
+  const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
+  if (m->idiag_state == TCP_LISTEN || m->id.idiag_sport != src.port || m->id.idiag_dport != dst.port ||
+      std::memcmp(m->id.idiag_src, src.addr, src.family == AF_INET ? 4 : 16) != 0 ||
+      std::memcmp(m->id.idiag_dst, dst.addr, dst.family == AF_INET ? 4 : 16) != 0) {
+    return {StatusCode::kUnsupported, "no connected socket at the other end of the connection in this network namespace"};
+  }
+  *uid = m->idiag_uid;
+  *inode = m->idiag_inode;
   return Status::Ok();
 }
 
@@ -131,7 +142,7 @@ bool ParseEnd(const char* text, bool v6, End* out) {
 
 // The same, from pid's view of its network namespace (/proc/PID/net/tcp and tcp6): for a peer
 // in another namespace of this host, joined without address translation (a veth pair).
-Status InodeInNamespaceOf(int32_t pid, const End& src, const End& dst, uint32_t* inode) {
+Status InodeInNamespaceOf(int32_t pid, const End& src, const End& dst, uint32_t* inode, uint32_t* uid) {
   for (const char* table : {"tcp", "tcp6"}) {
     const std::string path = "/proc/" + std::to_string(pid) + "/net/" + table;
     std::FILE* f = std::fopen(path.c_str(), "re");
@@ -140,13 +151,14 @@ Status InodeInNamespaceOf(int32_t pid, const End& src, const End& dst, uint32_t*
     bool found = false;
     while (!found && std::fgets(line, sizeof line, f) != nullptr) {
       char local[64], remote[64];
-      unsigned long ino = 0;
+      unsigned long ino = 0, owner = 0;
       End l, r;
       // "sl: local remote st tx:rx tr:when retrnsmt uid timeout inode ..."
-      if (std::sscanf(line, " %*s %63s %63s %*s %*s %*s %*s %*s %*s %lu", local, remote, &ino) == 3 &&
+      if (std::sscanf(line, " %*s %63s %63s %*s %*s %*s %*s %lu %*s %lu", local, remote, &owner, &ino) == 4 &&
           ParseEnd(local, table[3] == '6', &l) && ParseEnd(remote, table[3] == '6', &r) &&
           l == src && r == dst && ino != 0) {
         *inode = static_cast<uint32_t>(ino);
+        *uid = static_cast<uint32_t>(owner);
         found = true;
       }
     }
@@ -158,9 +170,9 @@ Status InodeInNamespaceOf(int32_t pid, const End& src, const End& dst, uint32_t*
               "'s network namespace"};
 }
 
-// The inode of the socket at the other end of our connected TCP socket fd: its source is our
-// peer's address, its destination ours; in this network namespace, else in pid's.
-Status OtherEndInode(int fd, int32_t pid, uint32_t* inode) {
+// The inode and owner of the socket at the other end of our connected TCP socket fd: its
+// source is our peer's address, its destination ours; in this network namespace, else in pid's.
+Status OtherEndInode(int fd, int32_t pid, uint32_t* inode, uint32_t* uid) {
   sockaddr_storage ours{}, theirs{};
   socklen_t ol = sizeof ours, tl = sizeof theirs;
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ours), &ol) != 0 ||
@@ -171,13 +183,23 @@ Status OtherEndInode(int fd, int32_t pid, uint32_t* inode) {
   if (!EndOf(theirs, &src) || !EndOf(ours, &dst) || src.family != dst.family) {
     return {StatusCode::kUnsupported, "the control connection is not TCP over IPv4 or IPv6"};
   }
-  if (InodeHere(src, dst, inode).ok()) return Status::Ok();
-  return InodeInNamespaceOf(pid, src, dst, inode);
+  if (InodeHere(src, dst, inode, uid).ok()) return Status::Ok();
+  return InodeInNamespaceOf(pid, src, dst, inode, uid);
 }
 
-// Whether process pid has the socket of that inode among its descriptors.
-Status Holds(int32_t pid, uint32_t inode) {
+// Whether process pid has the socket of that inode among its descriptors, and runs as the
+// user who made the socket (not, say, a set-user-ID program that inherited it).
+Status Holds(int32_t pid, uint32_t inode, uint32_t uid) {
   const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  struct stat st {};
+  if (::stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0) {
+    return {StatusCode::kUnsupported, Errno(("stat /proc/" + std::to_string(pid)).c_str())};
+  }
+  if (st.st_uid != uid) {
+    return {StatusCode::kRemoteAccessDenied, "pid " + std::to_string(pid) + " runs as user " +
+                                                 std::to_string(st.st_uid) + ", the connection's socket is user " +
+                                                 std::to_string(uid) + "'s"};
+  }
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return {StatusCode::kUnsupported, Errno(("opendir " + dir).c_str())};
   const std::string want = "socket:[" + std::to_string(inode) + "]";
@@ -204,9 +226,9 @@ Status VerifyConnectionOwner(int fd, int32_t pid, net::Fd* pidfd) {
   if (pid <= 0) return {StatusCode::kRemoteAccessDenied, "pid " + std::to_string(pid) + " is no process"};
   net::Fd p(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   if (!p.valid()) return {StatusCode::kUnsupported, "pid " + std::to_string(pid) + ": " + Errno("pidfd_open")};
-  uint32_t inode = 0;
-  Status s = OtherEndInode(fd, pid, &inode);
-  if (s.ok()) s = Holds(pid, inode);
+  uint32_t inode = 0, uid = 0;
+  Status s = OtherEndInode(fd, pid, &inode, &uid);
+  if (s.ok()) s = Holds(pid, inode, uid);
   // Alive after the look: the pid named that process throughout, not a successor.
   if (s.ok() && Exited(p.get())) s = {StatusCode::kConnectionLost, "pid " + std::to_string(pid) + " exited"};
   if (s.ok()) *pidfd = std::move(p);

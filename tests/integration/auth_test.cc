@@ -331,7 +331,7 @@ TEST_F(Auth, ADataConnectionMustProveItsSessionKey) {
     EXPECT_TRUE(xfer::net::ConnectTcp(xfer::net::Address{"127.0.0.1", port, true}, Clock::now() + 5s, &fd).ok());
     uint8_t h[64] = {};
     const uint32_t magic = 0x31444658;
-    const uint16_t version = 3;
+    const uint16_t version = 4;  // the data connections' (tcp_transport.h)
     std::memcpy(h, &magic, 4);
     std::memcpy(h + 4, &version, 2);
     std::memcpy(h + 8, &hello.incarnation, 8);

@@ -40,6 +40,31 @@ TEST_P(IntegrationTcp, RemoteRangeRefusedAndTargetUnchanged) { RefusalMovesNothi
 INSTANTIATE_TEST_SUITE_P(Links, IntegrationTcp, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "LeastLoaded" : "RoundRobin"; });
 
+// EngineOptions::tcp.checksum: every batch carries its payload's checksum, checked by the side
+// that receives it (direct, and staged through the buffer pools of both sides).
+class IntegrationTcpChecksum : public PeerFixture, public ::testing::WithParamInterface<bool> {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = "tcp";
+    o.tcp.checksum = true;
+    if (GetParam()) o.staging = xfer::Staging::kAlways;
+    return o;
+  }
+  PeerOptions RemoteOptions() override {
+    PeerOptions o;
+    if (GetParam()) o.extra_args = {"--staging", "always"};
+    return o;
+  }
+};
+
+TEST_P(IntegrationTcpChecksum, MovesRandomDataOfEverySize) { RoundTripsOfEverySize(); }
+
+TEST_P(IntegrationTcpChecksum, LargeBatchesOfSmallDescriptors) { ScatteredRoundTrip(10000, 1024); }
+
+INSTANTIATE_TEST_SUITE_P(Paths, IntegrationTcpChecksum, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "Staged" : "Direct"; });
+
 class IntegrationTcpKill : public PeerFixture {
  protected:
   xfer::EngineOptions LocalOptions() override {

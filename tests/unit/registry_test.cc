@@ -67,7 +67,7 @@ TEST(Registry, EachRegistrationGrantsItsOwnAccess) {
   MemHandle ro = 0, rw = 0, again = 0;
   bool added = false;
   ASSERT_TRUE(r.Add(ReadOnly(HostRegion(0x1000, 0x1000, "")), false, &ro, &added).ok());
-  auto a = r.Access(0x1800, 0x10);
+  auto a = r.Access(0x1800, 0x10, true);
   ASSERT_TRUE(a);
   EXPECT_FALSE(a->writable);
   // The same range read-write is a region of its own, not one more reference.
@@ -76,15 +76,16 @@ TEST(Registry, EachRegistrationGrantsItsOwnAccess) {
   EXPECT_NE(ro, rw);
   ASSERT_TRUE(r.Add(ReadOnly(HostRegion(0x1000, 0x1000, "")), false, &again, &added).ok());
   EXPECT_EQ(again, ro);
-  EXPECT_TRUE(r.Access(0x1800, 0x10)->writable);
+  EXPECT_TRUE(r.Access(0x1800, 0x10, true)->writable);
   bool removed = false;
   ASSERT_TRUE(r.Remove(rw, &removed).ok());
-  EXPECT_FALSE(r.Access(0x1800, 0x10)->writable);
+  EXPECT_FALSE(r.Access(0x1800, 0x10, true)->writable);
+  EXPECT_TRUE(r.Access(0x1800, 0x10, false).has_value());
   // A read-write region inside a read-only one: its bytes are writable, the rest not.
   ASSERT_TRUE(r.Add(HostRegion(0x1100, 0x100, ""), false, &rw, &added).ok());
-  EXPECT_TRUE(r.Access(0x1100, 0x100)->writable);
-  EXPECT_FALSE(r.Access(0x1100, 0x101)->writable);
-  EXPECT_FALSE(r.Access(0x2000, 1).has_value());
+  EXPECT_TRUE(r.Access(0x1100, 0x100, true)->writable);
+  EXPECT_FALSE(r.Access(0x1100, 0x101, true)->writable);
+  EXPECT_FALSE(r.Access(0x2000, 1, true).has_value());
 }
 
 TEST(RemoteRegions, FindPrefersARegionThatGrantsWrite) {
@@ -92,10 +93,11 @@ TEST(RemoteRegions, FindPrefersARegionThatGrantsWrite) {
   rr.Reset({{1, RegionInfo{0x1000, 0x2000, MemType::kHost, -1, "ro", false, PeerAccess::kReadOnly}, {}},
             {2, RegionInfo{0x800, 0x2000, MemType::kHost, -1, "rw", false}, {}},
             {3, RegionInfo{0x1400, 0x10, MemType::kHost, -1, "ro2", false, PeerAccess::kReadOnly}, {}}});
-  EXPECT_EQ(rr.Find(0x1400, 0x10)->id, 2u);  // held by all three: the writable one
-  EXPECT_EQ(rr.Find(0x2900, 0x10)->id, 1u);  // held by the read-only one alone
+  EXPECT_EQ(rr.Find(0x1400, 0x10, true)->id, 2u);  // held by all three: the writable one
+  EXPECT_EQ(rr.Find(0x2900, 0x10, true)->id, 1u);  // held by the read-only one alone
+  EXPECT_TRUE(rr.Find(0x1400, 0x10, false));        // a READ takes the first it finds
   rr.Revoke(2);
-  EXPECT_EQ(rr.Find(0x1400, 0x10)->info.access, PeerAccess::kReadOnly);
+  EXPECT_EQ(rr.Find(0x1400, 0x10, true)->info.access, PeerAccess::kReadOnly);
 }
 
 // A peer that adds 100,000 regions one by one, then removes half of them, costs no quadratic

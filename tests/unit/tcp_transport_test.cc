@@ -2,7 +2,9 @@
 #include "transport/tcp/tcp_transport.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -22,7 +24,7 @@ class TcpTransportTest : public ::testing::TestWithParam<bool> {
     region_.assign(1 << 20, 0x11);
     TcpTargetHooks hooks;
     hooks.incarnation = 42;
-    hooks.region_access = [this](uint64_t a, uint64_t l) {
+    hooks.region_access = [this](uint64_t a, uint64_t l, bool) {
       if (a >= hold_from_.load()) std::this_thread::sleep_for(kHold);
       uint64_t base = reinterpret_cast<uint64_t>(region_.data());
       TcpTargetAccess access;
@@ -157,7 +159,7 @@ net::Fd Handshake(uint16_t port) {
   EXPECT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", port, true}, deadline, &fd).ok());
   uint8_t hello[64] = {};
   const uint32_t magic = 0x31444658;  // "XFD1"
-  const uint16_t version = 3;
+  const uint16_t version = 4;
   const uint64_t incarnation = 42;    // the target's and ours
   std::memcpy(hello, &magic, 4);
   std::memcpy(hello + 4, &version, 2);
@@ -196,6 +198,7 @@ TEST_P(TcpTransportTest, MalformedFramesCloseOnlyTheirConnection) {
   const uint64_t r = R(0), huge = 1ull << 63;
   const std::vector<std::pair<const char*, std::vector<uint8_t>>> frames = {
       {"unknown op", Frame(7, 0, 1, 64, {{r, 64}})},
+      {"unknown flags", [&] { auto f = Frame(kRead, 0, 1, 64, {{r, 64}}); f[2] = 2; return f; }()},
       {"no slices", Frame(kWrite, 0, 0, 0, {})},
       {"too many slices", Frame(kRead, 0, 1025, 64, {{r, 64}})},
       {"batch over 1 GiB", Frame(kRead, 0, 1, (1ull << 30) + 1, {{r, (1ull << 30) + 1}})},
@@ -397,6 +400,110 @@ TEST_P(TcpTransportTest, ShutdownEndsExecuteAndFenceWaits) {
 
 INSTANTIATE_TEST_SUITE_P(DirectAndStaged, TcpTransportTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Staged" : "Direct"; });
+
+// A TCP relay to a data port that flips one byte at each of the given offsets of the stream in
+// one direction (to the target, or back from it): corruption that TCP's checksum missed.
+class FlippingRelay {
+ public:
+  FlippingRelay(uint16_t target_port, bool to_target, std::vector<uint64_t> offsets)
+      : to_target_(to_target), offsets_(std::move(offsets)) {
+    net::Address bound;
+    EXPECT_TRUE(net::Listen(net::Address{"127.0.0.1", 0, true}, &listener_, &bound).ok());
+    port_ = bound.port;
+    thread_ = std::thread([this, target_port] { Run(target_port); });
+  }
+  ~FlippingRelay() {
+    stop_ = true;
+    thread_.join();
+  }
+  uint16_t port() const { return port_; }
+  int flipped() const { return flipped_.load(); }
+
+ private:
+  void Run(uint16_t target_port) {
+    pollfd l{listener_.get(), POLLIN, 0};
+    if (::poll(&l, 1, 10000) <= 0) return;
+    net::Fd client(::accept(listener_.get(), nullptr, nullptr)), target;
+    if (!client.valid() ||
+        !net::ConnectTcp(net::Address{"127.0.0.1", target_port, true}, Clock::now() + std::chrono::seconds(5), &target).ok()) {
+      return;
+    }
+    net::SetBlocking(target.get());
+    uint64_t at[2] = {0, 0};  // stream offsets: 0 to the target, 1 back
+    std::vector<uint8_t> buf(1 << 16);
+    while (!stop_) {
+      pollfd p[2] = {{client.get(), POLLIN, 0}, {target.get(), POLLIN, 0}};
+      if (::poll(p, 2, 50) <= 0) continue;
+      for (int d = 0; d < 2; ++d) {
+        if ((p[d].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        const int from = d == 0 ? client.get() : target.get(), to = d == 0 ? target.get() : client.get();
+        const ssize_t n = ::read(from, buf.data(), buf.size());
+        if (n <= 0) return;
+        if ((d == 0) == to_target_) {
+          for (uint64_t off : offsets_) {
+            if (off >= at[d] && off < at[d] + static_cast<uint64_t>(n)) {
+              buf[off - at[d]] ^= 0x01;
+              ++flipped_;
+            }
+          }
+        }
+        at[d] += static_cast<uint64_t>(n);
+        if (!net::SendAll(to, buf.data(), static_cast<size_t>(n), Clock::now() + std::chrono::seconds(5)).ok()) return;
+      }
+    }
+  }
+
+  const bool to_target_;
+  const std::vector<uint64_t> offsets_;
+  net::Fd listener_;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> flipped_{0};
+  std::thread thread_;
+};
+
+// EngineOptions::tcp.checksum: a byte flipped on the way fails the batch's checksum at the
+// side that receives it (the target for WRITE, the initiator for READ, direct and staged), the
+// batch is tried once more and lands intact; flipped again, it fails with kDataCorrupted.
+TEST_P(TcpTransportTest, ChecksummedBatchesCatchAFlippedByteAndAreTriedOnceMore) {
+  // Offsets in the data stream, for one 4 KiB slice from and to 64-byte aligned addresses:
+  // the handshake (64 bytes), then a frame's payload 64 bytes in (WRITE: header, descriptor
+  // and lead; READ's reply: header and lead), each frame 4224 bytes long (payload, checksum,
+  // padding).
+  constexpr uint64_t kLen = 4096, kFirst = 64 + 64 + 100, kSecond = kFirst + 4224;
+  const uint64_t off = (64 - R(0) % 64) % 64;  // a 64-byte aligned place in the region
+  alignas(64) static uint8_t src[kLen], back[kLen];
+  std::memset(src, 0x5a, kLen);
+  TcpTargetHooks mine;  // the initiator: peer 42 to the target, checksums on
+  mine.incarnation = 42;
+  TcpOptions o{1, false, std::chrono::milliseconds(2000)};
+  o.checksum = true;
+  for (const bool write : {true, false}) {
+    for (const std::vector<uint64_t>& flips : {std::vector<uint64_t>{kFirst}, std::vector<uint64_t>{kFirst, kSecond}}) {
+      SCOPED_TRACE(std::string(write ? "WRITE" : "READ") + ", flipped " + std::to_string(flips.size()) + " time(s)");
+      std::memset(region_.data() + off, 0x11, kLen);
+      if (!write) std::memset(region_.data() + off, 0x77, kLen);
+      std::memset(back, 0, kLen);
+      FlippingRelay relay(tcp_->port(), write, flips);
+      TcpTransport initiator(o, mine);
+      std::shared_ptr<Link> link;
+      ASSERT_TRUE(initiator.Connect(PeerEndpoint{0, 42, 0, "127.0.0.1", relay.port(), "", -1}, &link).ok());
+      const Slice s = write ? Slice{reinterpret_cast<uint64_t>(src), R(off), kLen}
+                            : Slice{reinterpret_cast<uint64_t>(back), R(off), kLen};
+      const Status st = link->Execute(write ? Op::kWrite : Op::kRead, {&s, 1}, Clock::now() + std::chrono::seconds(5));
+      EXPECT_EQ(relay.flipped(), static_cast<int>(flips.size()));
+      if (flips.size() == 1) {
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        if (write) EXPECT_EQ(std::memcmp(region_.data() + off, src, kLen), 0);
+        if (!write) EXPECT_EQ(back[100], 0x77);
+      } else {
+        EXPECT_EQ(st.code(), StatusCode::kDataCorrupted) << st.ToString();
+        EXPECT_NE(st.message().find("checksum"), std::string::npos) << st.message();
+      }
+      link.reset();
+    }
+  }
+}
 
 }  // namespace
 }  // namespace xfer::transport

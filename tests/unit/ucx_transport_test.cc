@@ -79,7 +79,7 @@ class UcxTransportTest : public ::testing::TestWithParam<const char*> {
     UcxPeer peer;
     peer.worker_address = a_->worker_address();
     peer.name = "A";
-    peer.find_key = [this](uint64_t addr, uint64_t len, UcxRemoteKey* key) {
+    peer.find_key = [this](uint64_t addr, uint64_t len, bool, UcxRemoteKey* key) {
       const uint64_t base = A(region_.data());
       if (addr < base || addr + len > base + region_.size()) return false;
       *key = {7, mem_->packed_key()};
@@ -465,7 +465,7 @@ class UcxRemoteTargetTest : public ::testing::Test {
     ASSERT_EQ(at, msg.size());
 
     ASSERT_TRUE(b_.Start().ok());
-    peer_ = UcxPeer{address, [this](uint64_t a, uint64_t l, UcxRemoteKey* k) {
+    peer_ = UcxPeer{address, [this](uint64_t a, uint64_t l, bool, UcxRemoteKey* k) {
                       if (a < base_ || a + l > base_ + kRegionBytes) return false;
                       *k = {1, key_};
                       return true;
@@ -668,7 +668,7 @@ TEST(UcxTransport, MemoryAndLinksOutliveTheTransport) {
   ASSERT_TRUE(t->MapMemory(A(region.data()), region.size(), &mem).ok());
   std::unique_ptr<UcxMemory> empty;
   EXPECT_EQ(t->MapMemory(A(region.data()), 0, &empty).code(), StatusCode::kInvalidArgument);
-  UcxPeer self{t->worker_address(), [&](uint64_t, uint64_t, UcxRemoteKey* k) {
+  UcxPeer self{t->worker_address(), [&](uint64_t, uint64_t, bool, UcxRemoteKey* k) {
                  *k = {1, mem->packed_key()};
                  return true;
                }, "self"};

@@ -140,7 +140,7 @@ json ConfigToJson(const Config& c) {
           {"reuse", c.reuse},       {"walk_span", c.walk_span}, {"span", c.span},
           {"verify", c.verify},     {"local_mem", c.local_mem}, {"remote_mem", c.remote_mem},
           {"mem", c.mem},           {"huge_pages", c.huge_pages},
-          {"notify", c.notify},     {"buffer_pool", c.buffer_pool},                       {"staging_buffers", c.staging_buffers},
+          {"notify", c.notify},     {"checksum", c.checksum}, {"buffer_pool", c.buffer_pool},                       {"staging_buffers", c.staging_buffers},
           {"staging_bytes", c.staging_bytes}};
 }
 
@@ -169,6 +169,7 @@ void ConfigFromJson(const json& j, Config* c) {
   c->mem = j.at("mem");
   c->huge_pages = j.at("huge_pages");
   c->notify = j.value("notify", false);
+  c->checksum = j.value("checksum", false);
   c->buffer_pool = j.at("buffer_pool");
   c->staging_buffers = j.at("staging_buffers");
   c->staging_bytes = j.at("staging_bytes");
@@ -202,6 +203,7 @@ std::string RerunCommand(const std::string& argv0, const Config& c) {
   if (c.local_mem != "host") o << " --local-mem " << c.local_mem;
   if (c.remote_mem != "host") o << " --remote-mem " << c.remote_mem;
   if (c.notify) o << " --notify";
+  if (c.checksum) o << " --checksum";
   if (c.buffer_pool) o << " --buffer-pool";
   if (c.staging_buffers) o << " --staging-buffers " << c.staging_buffers;
   if (c.staging_bytes) o << " --staging-buffer-bytes " << c.staging_bytes_arg;

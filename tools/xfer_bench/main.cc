@@ -111,6 +111,9 @@ void AddTestOptions(CLI::App* app, Config& c) {
   app->add_flag("--notify", c.notify,
                 "Every request carries a notification (TransferOptions::notify, 16 bytes): it "
                 "completes once the target has queued it; the target drains its queue");
+  app->add_flag("--checksum", c.checksum,
+                "Every tcp batch carries a checksum of its payload, checked by the side that "
+                "receives it (EngineOptions::tcp.checksum, both sides)");
   app->add_flag("--buffer-pool", c.buffer_pool,
                 "Stage every transfer through the engines' buffer pools: EngineOptions::staging "
                 "= always on both sides (host memory stands in for GPU memory; '# path:' shows "

@@ -101,6 +101,7 @@ void Bench::PrintHeader(const std::string& transport_note) {
               c_.bidir ? "; bidirectional: the peer runs the same test toward this side at the "
                          "same time (rows ->, <- and their sum)"
                        : "");
+  if (c_.checksum) std::printf("# checksum:  every tcp batch carries its payload's checksum (tcp.checksum)\n");
   char dur[32];
   std::snprintf(dur, sizeof dur, "%g", c_.duration);
   std::string run = c_.iters ? std::to_string(c_.iters) + " requests per size"

@@ -63,6 +63,7 @@ EngineOptions MakeEngineOptions(const Config& c) {
   o.host_id = c.host_id;
   o.secret_file = c.secret_file;
   o.staging = c.buffer_pool ? Staging::kAlways : Staging::kAuto;
+  o.tcp.checksum = c.checksum;
   if (c.staging_buffers > 0) o.staging_buffers = c.staging_buffers;
   if (c.staging_bytes > 0) o.staging_buffer_bytes = c.staging_bytes;
   return o;

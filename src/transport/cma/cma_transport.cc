@@ -7,13 +7,13 @@
 #include <unistd.h>
 
 #include <atomic>
-
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
 #include "util/log.h"
 #include "util/net.h"
+#include "util/text.h"
 
 namespace xfer::transport {
 namespace {
@@ -142,6 +142,9 @@ Status CmaTransport::Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* li
                                           " is not the peer (another pid namespace?)"};
   }
   net::Fd process(peer.pidfd >= 0 ? ::fcntl(peer.pidfd, F_DUPFD_CLOEXEC, 0) : -1);
+  if (peer.pidfd >= 0 && !process.valid()) {  // without it the link could not tell the pid's end
+    return {StatusCode::kResourceExhausted, "cma: " + text::Errno("dup of the peer's pidfd")};
+  }
   *link = std::make_shared<CmaLink>(peer.pid, std::move(process));
   return Status::Ok();
 }

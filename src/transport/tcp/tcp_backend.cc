@@ -3,6 +3,7 @@
 #include "transport/backend.h"
 #include "transport/tcp/tcp_transport.h"
 #include "util/bytes.h"
+#include "util/checksum.h"
 #include "util/log.h"
 
 namespace xfer::transport {
@@ -26,6 +27,9 @@ class TcpBackend final : public Backend {
     if (o.tcp.links < 1 || o.tcp.links > 64) {
       return {StatusCode::kInvalidArgument, "tcp.links must be 1..64"};
     }
+    if (o.tcp.checksum && !checksum::Available()) {
+      return {StatusCode::kUnsupported, "tcp.checksum needs a build with libxxhash (libxxhash-dev)"};
+    }
     return Status::Ok();
   }
 
@@ -40,7 +44,7 @@ class TcpBackend final : public Backend {
     hooks.authenticate = ctx.authenticate;
     hooks.peer_auth_key = ctx.peer_auth_key;
     transport_ = std::make_unique<TcpTransport>(
-        TcpOptions{o.tcp.links, o.tcp.least_loaded, o.heartbeat_timeout, o.spin}, hooks);
+        TcpOptions{o.tcp.links, o.tcp.least_loaded, o.heartbeat_timeout, o.spin, o.tcp.checksum}, hooks);
     if (Status s = transport_->Start(ctx.listen_host); !s.ok()) {
       XLOG(WARN) << "tcp transport not offered: cannot listen on " << ctx.listen_host << ": "
                  << s.message();

@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <cstring>
 #include <vector>
 
 #include "transport/staging.h"
+#include "util/checksum.h"
 #include "util/crypto.h"
 #include "util/log.h"
 #include "util/text.h"
@@ -23,7 +25,7 @@ using text::Hex;
 namespace {
 
 constexpr uint32_t kDataMagic = 0x31444658;  // "XFD1"
-constexpr uint16_t kDataVersion = 3;  // 3: the challenge of an authenticated engine
+constexpr uint16_t kDataVersion = 4;  // 3: the challenge of an authenticated engine; 4: checksums
 constexpr size_t kHelloBytes = 64;  // 24 used
 
 // With a secret, the target answers the hello with a fresh nonce and the initiator proves it
@@ -37,6 +39,28 @@ crypto::Mac DataProof(const std::string& key, const uint8_t* nonce, uint64_t tar
   return crypto::Hmac(crypto::Bytes(key), crypto::Bytes(m));
 }
 constexpr size_t kAcceptBytes = 64;  // 4 used
+// Batch flags (the header's third byte).
+constexpr uint8_t kChecksummed = 1;  // the payload is followed by its checksum (kTrailerBytes)
+constexpr uint64_t kTrailerBytes = 8;
+
+// The checksum of the bytes of ranges, in order.
+template <class Ranges, class Base, class Len>
+uint64_t ChecksumOf(const Ranges& ranges, Base base, Len len) {
+  checksum::Running sum;
+  for (const auto& r : ranges) sum.Add(base(r), len(r));
+  return sum.Value();
+}
+uint64_t ChecksumOf(std::span<const Slice> batch) {
+  return ChecksumOf(batch, [](const Slice& s) { return reinterpret_cast<const void*>(s.local); },
+                    [](const Slice& s) { return s.len; });
+}
+uint64_t ChecksumOf(std::span<const iovec> ranges) {
+  return ChecksumOf(ranges, [](const iovec& v) { return v.iov_base; }, [](const iovec& v) { return v.iov_len; });
+}
+Status Mismatch(std::string_view op, std::string_view where) {
+  return {StatusCode::kDataCorrupted, "tcp: the checksum of a " + std::string(op) + " batch did not match " +
+                                          std::string(where) + ": bytes were damaged on the way"};
+}
 constexpr size_t kBatchHeaderBytes = 16;
 constexpr size_t kSliceBytes = 16;
 constexpr size_t kReplyHeaderBytes = 8;
@@ -100,6 +124,11 @@ Status SendReply(int fd, StatusCode code, std::string msg, Clock::time_point dea
   std::memcpy(b.data() + kReplyHeaderBytes, msg.data(), msg.size());
   return net::SendAll(fd, b.data(), b.size(), deadline);
 }
+// The reply to a WRITE whose payload did not match its checksum (it landed all the same).
+Status SendMismatch(int fd, Clock::time_point deadline) {
+  const Status m = Mismatch("WRITE", "at the target");
+  return SendReply(fd, m.code(), m.message(), deadline);
+}
 
 // Reads a reply up to its payload; *verdict is the target's. When a payload of payload_bytes
 // follows (a READ the target accepted), *tail is the padding after it, else everything is read.
@@ -110,7 +139,7 @@ Status RecvReply(int fd, uint64_t payload_bytes, Clock::time_point deadline,
   if (!s.ok()) return s;
   const uint32_t code = Get<uint32_t>(h);
   const uint16_t len = Get<uint16_t>(h + 4), lead = Get<uint16_t>(h + 6);
-  if (code > static_cast<uint32_t>(StatusCode::kInternal) || len > kMaxMessage ||
+  if (code > static_cast<uint32_t>(kLastStatusCode) || len > kMaxMessage ||
       lead >= kAlign || (code != 0 && lead != 0)) {
     return {StatusCode::kConnectionLost, "tcp: malformed reply from the target"};
   }
@@ -167,13 +196,11 @@ class TcpLink final : public Link {
   Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override {
     Conn& c = Pick();
     c.busy.fetch_add(1);
-    bool bystander = false;
-    Status s = ExecuteOn(c, op, batch, deadline, &bystander);
-    // A batch lost only because another batch broke the shared stream (its deadline passed,
-    // say) is tried again on a fresh one while its own deadline allows: batches are
-    // idempotent. A dead peer ends this at once: opening a stream to it fails.
-    while (bystander && !shut_.load() && Clock::now() < deadline) {
-      s = ExecuteOn(c, op, batch, deadline, &bystander);
+    Status s = Attempt(c, op, batch, deadline);
+    // Damaged on the way (a checksum did not match): batches are idempotent, so once more.
+    if (s.code() == StatusCode::kDataCorrupted && !shut_.load() && Clock::now() < deadline) {
+      XLOG(WARN) << s.message() << " (peer " << peer_.host << "); trying the batch once more";
+      s = Attempt(c, op, batch, deadline);
     }
     c.busy.fetch_sub(1);
     if (!s.ok() && shut_.load()) return Gone();
@@ -211,6 +238,18 @@ class TcpLink final : public Link {
     return *conns_[rr_.fetch_add(1) % conns_.size()];
   }
 
+  // A batch lost only because another batch broke the shared stream (its deadline passed,
+  // say) is tried again on a fresh one while its own deadline allows: batches are
+  // idempotent. A dead peer ends this at once: opening a stream to it fails.
+  Status Attempt(Conn& c, Op op, std::span<const Slice> batch, Clock::time_point deadline) {
+    bool bystander = false;
+    Status s = ExecuteOn(c, op, batch, deadline, &bystander);
+    while (bystander && !shut_.load() && Clock::now() < deadline) {
+      s = ExecuteOn(c, op, batch, deadline, &bystander);
+    }
+    return s;
+  }
+
   // This batch's I/O failed: break the stream, unless another batch broke it first (a passed
   // deadline of its own, say), which is what failed this one: then it may be retried.
   static Status Broken(Stream& st, const char* what, const Status& s, bool* bystander) {
@@ -225,6 +264,9 @@ class TcpLink final : public Link {
   Status ExecuteOn(Conn& c, Op op, std::span<const Slice> batch, Clock::time_point deadline,
                    bool* bystander) {
     *bystander = false;
+    // (Before the send lock: another batch's frame may go out meanwhile.)
+    const std::optional<uint64_t> sum =
+        op == Op::kWrite && opts_.checksum ? std::optional(ChecksumOf(batch)) : std::nullopt;
     std::shared_ptr<Stream> st;
     uint64_t ticket = 0;
     {
@@ -239,7 +281,7 @@ class TcpLink final : public Link {
         if (!s.ok()) return s;
       }
       ticket = st->sent++;
-      Status s = SendFrame(st->fd.get(), op, batch, deadline);
+      Status s = SendFrame(st->fd.get(), op, batch, opts_.checksum, sum, deadline);
       if (!s.ok()) return Broken(*st, "a frame could not be sent: ", s, bystander);
     }
     {
@@ -257,7 +299,8 @@ class TcpLink final : public Link {
       }
     }
     Status s = ReadReply(st->fd.get(), op, batch, deadline);
-    if (!s.ok() && s.code() != StatusCode::kRemoteAccessDenied) {
+    // (A refusal or a checksum that did not match leaves the stream framed.)
+    if (!s.ok() && s.code() != StatusCode::kRemoteAccessDenied && s.code() != StatusCode::kDataCorrupted) {
       return Broken(*st, "a reply could not be read: ", s, bystander);
     }
     std::lock_guard l(st->mu);
@@ -317,16 +360,21 @@ class TcpLink final : public Link {
     return Status::Ok();
   }
 
-  // Descriptors and, for WRITE, the payload straight from the source memory: one frame.
-  static Status SendFrame(int fd, Op op, std::span<const Slice> batch, Clock::time_point deadline) {
+  // Descriptors and, for WRITE, the payload straight from the source memory (and sum, its
+  // checksum, when checksummed): one frame.
+  static Status SendFrame(int fd, Op op, std::span<const Slice> batch, bool checksummed,
+                          std::optional<uint64_t> sum, Clock::time_point deadline) {
     uint64_t total = 0;
     for (const Slice& s : batch) total += s.len;
+    const bool write = op == Op::kWrite;
     const uint64_t prefix = kBatchHeaderBytes + batch.size() * kSliceBytes;
-    const uint64_t lead = op == Op::kWrite ? PadFor(prefix, batch[0].local) : 0;
-    const uint64_t tail = PadFor(prefix + lead + (op == Op::kWrite ? total : 0), 0);
+    const uint64_t lead = write ? PadFor(prefix, batch[0].local) : 0;
+    const uint64_t trailer = write && checksummed ? kTrailerBytes : 0;
+    const uint64_t tail = PadFor(prefix + lead + (write ? total : 0) + trailer, 0);
     std::vector<uint8_t> head(prefix + lead);
     head[0] = static_cast<uint8_t>(op);
     head[1] = static_cast<uint8_t>(lead);
+    head[2] = checksummed ? kChecksummed : 0;
     Put<uint32_t>(head.data() + 4, static_cast<uint32_t>(batch.size()));
     Put<uint64_t>(head.data() + 8, total);
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -336,8 +384,9 @@ class TcpLink final : public Link {
     std::vector<iovec> iov;
     iov.reserve(2 + batch.size());
     iov.push_back({head.data(), head.size()});
-    if (op == Op::kWrite) {
+    if (write) {
       for (const Slice& s : batch) iov.push_back({reinterpret_cast<void*>(s.local), s.len});
+      if (sum) iov.push_back({&*sum, kTrailerBytes});
     }
     iov.push_back({const_cast<uint8_t*>(kZeros), tail});
     return net::SendVWaitAll(fd, iov.data(), iov.size(), deadline);
@@ -347,16 +396,21 @@ class TcpLink final : public Link {
   Status ReadReply(int fd, Op op, std::span<const Slice> batch, Clock::time_point deadline) const {
     uint64_t total = 0;
     for (const Slice& s : batch) total += s.len;
+    const uint64_t trailer = opts_.checksum ? kTrailerBytes : 0;
     Status verdict;
     uint64_t tail = 0;
-    Status s = RecvReply(fd, op == Op::kRead ? total : 0, deadline, opts_.spin, &verdict, &tail);
+    Status s = RecvReply(fd, op == Op::kRead ? total + trailer : 0, deadline, opts_.spin, &verdict, &tail);
     if (!s.ok()) return s;
     if (!verdict.ok() || op == Op::kWrite) return verdict;
     std::vector<iovec> iov;
-    iov.reserve(1 + batch.size());
+    iov.reserve(2 + batch.size());
     for (const Slice& sl : batch) iov.push_back({reinterpret_cast<void*>(sl.local), sl.len});
+    uint64_t sum = 0;
+    if (trailer) iov.push_back({&sum, kTrailerBytes});
     iov.push_back({PadSink(), tail});
-    return net::RecvVWaitAll(fd, iov.data(), iov.size(), deadline);
+    s = net::RecvVWaitAll(fd, iov.data(), iov.size(), deadline);
+    if (s.ok() && trailer && sum != ChecksumOf(batch)) return Mismatch("READ", "here");
+    return s;
   }
 
   const PeerEndpoint peer_;
@@ -454,6 +508,7 @@ void TcpTransport::AcceptLoop() {
 // One batch frame as the target reads it, and what its check found (buffers reused).
 struct TcpTransport::Frame {
   bool write = false;
+  bool checksummed = false;    // WRITE: a checksum follows the payload; READ: the reply's must
   uint32_t count = 0;
   uint64_t total = 0, tail = 0;
   std::vector<uint8_t> descs;  // count x {addr, len}, then padding (READ: to the frame's end)
@@ -462,6 +517,7 @@ struct TcpTransport::Frame {
   bool staged = false;         // some range goes through the staging buffer
   std::string denied;          // why the batch is refused; empty: accepted
   StatusCode deny = StatusCode::kRemoteAccessDenied;
+  uint64_t trailer() const { return checksummed ? kTrailerBytes : 0; }
   uint64_t addr(uint32_t i) const { return Get<uint64_t>(&descs[i * kSliceBytes]); }
   uint64_t len(uint32_t i) const { return Get<uint64_t>(&descs[i * kSliceBytes + 8]); }
 };
@@ -538,17 +594,19 @@ bool TcpTransport::ReadFrame(Service& svc, uint64_t replied, Frame* f, std::stri
       opts_.spin.count() > 0 ? std::min(replied / kDrainBytesPerUs, kMaxDrainSpinUs) : 0);
   // Idle until the next batch; its end closes the connection without a word.
   if (!net::RecvAll(fd, h, sizeof h, kForever, opts_.spin + drain).ok()) return false;
-  const uint8_t op = h[0], lead = h[1];
+  const uint8_t op = h[0], lead = h[1], flags = h[2];
   f->count = Get<uint32_t>(h + 4);
   f->total = Get<uint64_t>(h + 8);
   f->write = op == static_cast<uint8_t>(Op::kWrite);
+  f->checksummed = flags & kChecksummed;
   if (op > static_cast<uint8_t>(Op::kWrite) || f->count == 0 || f->count > kMaxSlices ||
-      f->total > kMaxBatchBytes || lead >= kAlign || (!f->write && lead != 0)) {
+      f->total > kMaxBatchBytes || lead >= kAlign || (!f->write && lead != 0) ||
+      (flags & ~kChecksummed) != 0 || h[3] != 0) {
     *why = "malformed batch header";
     return false;
   }
   const uint64_t prefix = kBatchHeaderBytes + f->count * kSliceBytes + lead;
-  f->tail = PadFor(prefix + (f->write ? f->total : 0), 0);
+  f->tail = PadFor(prefix + (f->write ? f->total + f->trailer() : 0), 0);
   // Descriptors, padding, and for READ the end of the frame.
   f->descs.resize(prefix - kBatchHeaderBytes + (f->write ? 0 : f->tail));
   if (!net::RecvAll(fd, f->descs.data(), f->descs.size(), Clock::now() + opts_.io_timeout, opts_.spin).ok()) {
@@ -575,9 +633,14 @@ void TcpTransport::CheckRanges(Frame* f) const {
   f->iov.clear();
   f->access.clear();
   f->staged = false;
+  if (f->checksummed && !checksum::Available()) {
+    f->denied = "a checksummed batch: this engine's build cannot check checksums (no libxxhash)";
+    f->deny = StatusCode::kUnsupported;
+    return;
+  }
   for (uint32_t i = 0; i < f->count && f->denied.empty(); ++i) {
     const uint64_t addr = f->addr(i), len = f->len(i);
-    f->access.push_back(hooks_.region_access(addr, len));
+    f->access.push_back(hooks_.region_access(addr, len, f->write));
     if (!f->access.back().allowed) {
       f->denied = " is not inside one registered region";
     } else if (f->write && !f->access.back().writable) {
@@ -606,18 +669,23 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
   CheckRanges(f);
   const bool ok = f->denied.empty();
   Status s;
+  uint64_t sum = 0;  // the checksum that came with a WRITE's payload
+  bool intact = true;
   if (f->staged && ok) {
-    const bool moved = ServeStaged(svc, f->write, f->iov, f->access, f->total, f->tail, why);
+    const bool moved = ServeStaged(svc, *f, &intact, why);
     exec.unlock();
     if (!moved) return false;
-    if (f->write) s = SendReply(fd, StatusCode::kOk, "", io_deadline());
+    if (f->write) s = intact ? SendReply(fd, StatusCode::kOk, "", io_deadline()) : SendMismatch(fd, io_deadline());
   } else if (f->write) {
     if (ok) {
+      const size_t ranges = f->iov.size();
+      if (f->checksummed) f->iov.push_back({&sum, kTrailerBytes});
       f->iov.push_back({PadSink(), f->tail});
       s = net::RecvVWaitAll(fd, f->iov.data(), f->iov.size(), io_deadline());
+      intact = !s.ok() || !f->checksummed || sum == ChecksumOf(std::span(f->iov.data(), ranges));
     } else {  // refuse without touching memory: drain the payload to keep the stream framed
       static thread_local std::vector<uint8_t> scratch(64 << 10);
-      for (uint64_t left = f->total + f->tail; left > 0 && s.ok();) {
+      for (uint64_t left = f->total + f->trailer() + f->tail; left > 0 && s.ok();) {
         size_t n = static_cast<size_t>(std::min<uint64_t>(left, scratch.size()));
         s = net::RecvAll(fd, scratch.data(), n, io_deadline());
         left -= n;
@@ -628,12 +696,17 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
       *why = "WRITE payload: " + s.message();
       return false;
     }
-    s = SendReply(fd, ok ? StatusCode::kOk : f->deny, f->denied, io_deadline());
+    s = !ok ? SendReply(fd, f->deny, f->denied, io_deadline())
+            : intact ? SendReply(fd, StatusCode::kOk, "", io_deadline()) : SendMismatch(fd, io_deadline());
   } else if (ok) {
     uint8_t head_bytes[kReplyHeaderBytes + kAlign];
     const uint64_t head = ReadReplyHeader(head_bytes, f->iov[0].iov_base);
+    if (f->checksummed) {
+      sum = ChecksumOf(f->iov);
+      f->iov.push_back({&sum, kTrailerBytes});
+    }
     f->iov.insert(f->iov.begin(), iovec{head_bytes, head});
-    f->iov.push_back({const_cast<uint8_t*>(kZeros), PadFor(head + f->total, 0)});
+    f->iov.push_back({const_cast<uint8_t*>(kZeros), PadFor(head + f->total + f->trailer(), 0)});
     s = net::SendVWaitAll(fd, f->iov.data(), f->iov.size(), io_deadline());
     *replied = f->total;
   } else {
@@ -644,9 +717,13 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
   return s.ok();
 }
 
-bool TcpTransport::ServeStaged(Service& svc, bool write, std::span<const iovec> ranges,
-                               std::span<const TcpTargetAccess> access, uint64_t total,
-                               uint64_t tail, std::string* why) {
+bool TcpTransport::ServeStaged(Service& svc, const Frame& f, bool* intact, std::string* why) {
+  const bool write = f.write;
+  const std::span<const iovec> ranges = f.iov;
+  const std::span<const TcpTargetAccess> access = f.access;
+  const uint64_t total = f.total;
+  uint64_t tail = f.tail;
+  checksum::Running sum;  // of the payload as it passes (the WRITE's, or the READ reply's)
   const int fd = svc.fd.get();
   const auto deadline = Clock::now() + opts_.io_timeout;
   const uint64_t piece = hooks_.staging_bytes;
@@ -657,13 +734,15 @@ bool TcpTransport::ServeStaged(Service& svc, bool write, std::span<const iovec> 
     uint8_t ok[kReplyHeaderBytes + kAlign];
     const uint64_t head = ReadReplyHeader(ok, ranges[0].iov_base);
     s = net::SendAll(fd, ok, head, deadline);
-    tail = PadFor(head + total, 0);
+    tail = PadFor(head + total + f.trailer(), 0);
   }
   for (size_t i = 0; i < ranges.size() && s.ok(); ++i) {
     auto* base = static_cast<uint8_t*>(ranges[i].iov_base);
     if (!access[i].staged) {
+      if (!write && f.checksummed) sum.Add(base, ranges[i].iov_len);
       s = write ? net::RecvAll(fd, base, ranges[i].iov_len, deadline)
                 : net::SendAll(fd, base, ranges[i].iov_len, deadline);
+      if (s.ok() && write && f.checksummed) sum.Add(base, ranges[i].iov_len);
       continue;
     }
     for (uint64_t off = 0; off < ranges[i].iov_len && s.ok(); off += piece) {
@@ -671,15 +750,24 @@ bool TcpTransport::ServeStaged(Service& svc, bool write, std::span<const iovec> 
       const Slice copy{reinterpret_cast<uint64_t>(base + off), reinterpret_cast<uint64_t>(buf), n};
       if (write) {
         s = net::RecvAll(fd, buf, n, deadline);
+        if (s.ok() && f.checksummed) sum.Add(buf, n);
         if (s.ok()) s = StageCopy(false, std::span(&copy, 1), access[i].device, deadline);
       } else {
         s = StageCopy(true, std::span(&copy, 1), access[i].device, deadline);
+        if (s.ok() && f.checksummed) sum.Add(buf, n);
         if (s.ok()) s = net::SendAll(fd, buf, n, deadline);
       }
     }
   }
-  // The frame's padding. (A failed copy closes the connection: the initiator's batch then
-  // fails with the link, rather than the stream losing its framing.)
+  // The checksum, when the batch carries one, and the frame's padding. (A failed copy closes
+  // the connection: the initiator's batch then fails with the link, rather than the stream
+  // losing its framing.)
+  uint64_t theirs = 0;
+  const uint64_t ours = sum.Value();
+  if (s.ok() && f.checksummed) {
+    s = write ? net::RecvAll(fd, &theirs, kTrailerBytes, deadline) : net::SendAll(fd, &ours, kTrailerBytes, deadline);
+  }
+  *intact = !write || !f.checksummed || theirs == ours;
   if (s.ok()) s = write ? net::RecvAll(fd, PadSink(), tail, deadline) : net::SendAll(fd, kZeros, tail, deadline);
   if (!s.ok()) *why = "staged batch: " + s.message();
   return s.ok();

@@ -9,10 +9,15 @@
 //                                | initiator incarnation u64 | zeros to 64 bytes
 //   target -> initiator  u32 status code (0: accepted) | zeros to 64 bytes
 // Then any number of batches:
-//   initiator -> target  op u8 | lead u8 | 0 u8[2] | count u32 | total bytes u64
-//                        | count x {addr u64, len u64} | lead zeros | WRITE: payload | padding
+//   initiator -> target  op u8 | lead u8 | flags u8 | 0 u8 | count u32 | total bytes u64
+//                        | count x {addr u64, len u64} | lead zeros
+//                        | WRITE: payload [| checksum u64] | padding
 //   target -> initiator  code u32 | message length u16 | lead u16 | message | lead zeros
-//                        | READ and code 0: payload | padding
+//                        | READ and code 0: payload [| checksum u64] | padding
+// flags bit 0 (checksummed; TcpOptions::checksum): the payload is followed by its checksum
+// (XXH3-64 of its bytes in slice order), the WRITE's from the initiator, the READ's in the
+// reply; the receiver compares. A mismatch fails the batch with kDataCorrupted (a WRITE's
+// bytes have landed all the same) and leaves the connection usable.
 // A refused batch (a range outside the target's regions) moves no byte and leaves the
 // connection usable; a malformed frame closes it.
 #pragma once
@@ -38,6 +43,7 @@ struct TcpOptions {
   bool least_loaded = false;  // pick a free connection first (default: round-robin)
   std::chrono::milliseconds io_timeout{3000};  // a started frame must finish within this
   std::chrono::microseconds spin{50};  // receivers spin this long before they sleep
+  bool checksum = false;  // this initiator's batches carry a checksum of their payload
 };
 
 using TcpTargetAccess = TargetAccess;  // how the target may touch a range a batch names
@@ -45,7 +51,7 @@ using TcpTargetAccess = TargetAccess;  // how the target may touch a range a bat
 // What the tcp target needs from the engine.
 struct TcpTargetHooks {
   uint64_t incarnation = 0;
-  std::function<TcpTargetAccess(uint64_t addr, uint64_t len)> region_access;
+  std::function<TcpTargetAccess(uint64_t addr, uint64_t len, bool write)> region_access;
   // Staged ranges pass through a buffer of this many bytes per data connection (allocated on
   // first use; its own, so that two engines staging to each other never wait for each other's
   // buffers); 0: they are refused.
@@ -101,11 +107,10 @@ class TcpTransport final : public Transport {
   // Checks every range of the frame against this engine's regions (f->denied says why not).
   void CheckRanges(Frame* f) const;
   bool ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::string* why);
-  // A checked batch that names staged ranges, moved piece by piece through a staging buffer.
-  // False when the connection must close (*why says why).
-  bool ServeStaged(Service& svc, bool write, std::span<const iovec> ranges,
-                   std::span<const TcpTargetAccess> access, uint64_t total, uint64_t tail,
-                   std::string* why);
+  // A checked batch that names staged ranges, moved piece by piece through a staging buffer;
+  // *intact: a checksummed WRITE's payload matched its checksum. False when the connection
+  // must close (*why says why).
+  bool ServeStaged(Service& svc, const Frame& f, bool* intact, std::string* why);
 
   const TcpOptions opts_;
   const TcpTargetHooks hooks_;

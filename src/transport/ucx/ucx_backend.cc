@@ -87,8 +87,8 @@ class UcxBackend final : public Backend {
   Status Connect(const PeerContext& peer, std::shared_ptr<Route>* route) override {
     // A ucx link finds each range's remote key in the peer's region table.
     UcxPeer up{std::string(peer.blob),
-               [find = peer.find_region](uint64_t addr, uint64_t len, UcxRemoteKey* key) {
-                 auto r = find(addr, len);
+               [find = peer.find_region](uint64_t addr, uint64_t len, bool write, UcxRemoteKey* key) {
+                 auto r = find(addr, len, write);
                  const std::string* packed = r ? FindBlob(r->blobs, "ucx") : nullptr;
                  if (packed == nullptr) return false;
                  *key = {r->id, *packed, r->info.addr, r->info.len};

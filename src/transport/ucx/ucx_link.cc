@@ -181,7 +181,7 @@ void UcxLink::Start(Op op, std::span<const Slice> batch, Clock::time_point deadl
                       s.remote + s.len <= f->keys.back().addr + f->keys.back().len;
     if (!same) {
       f->keys.emplace_back();
-      if (!peer_.find_key(s.remote, s.len, &f->keys.back())) {
+      if (!peer_.find_key(s.remote, s.len, op == Op::kWrite, &f->keys.back())) {
         return done({StatusCode::kRemoteAccessDenied,
                      "ucx: no region of peer " + peer_.name + " holds slice " + std::to_string(i) +
                          " (" + std::to_string(s.len) + " bytes at " + Hex(s.remote) + ")"});

@@ -300,7 +300,7 @@ Status UcxTransport::Start() {
   s = MapMemory(reinterpret_cast<uint64_t>(&word), sizeof word, &mem);
   if (s.ok()) {
     UcxPeer self{m.address,
-                 [&](uint64_t, uint64_t, UcxRemoteKey* key) {
+                 [&](uint64_t, uint64_t, bool, UcxRemoteKey* key) {
                    *key = {0, mem->packed_key()};
                    return true;
                  },

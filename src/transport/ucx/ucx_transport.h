@@ -34,7 +34,8 @@ struct UcxRemoteKey {
 struct UcxPeer {
   std::string worker_address;  // the peer's target worker (ucp_worker_get_address bytes)
   // The key of the peer region that holds [addr, addr+len); false when none does.
-  std::function<bool(uint64_t addr, uint64_t len, UcxRemoteKey* key)> find_key;
+  // (write: the key of a region that grants WRITE, where one holds the range)
+  std::function<bool(uint64_t addr, uint64_t len, bool write, UcxRemoteKey* key)> find_key;
   std::string name;            // for messages
 };
 

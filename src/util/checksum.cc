@@ -1,0 +1,28 @@
+#include "util/checksum.h"
+
+#ifdef XFER_HAVE_XXHASH
+#include <xxhash.h>
+#endif
+
+namespace xfer::checksum {
+
+#ifdef XFER_HAVE_XXHASH
+struct Running::State {
+  XXH3_state_t* s = XXH3_createState();
+  ~State() { XXH3_freeState(s); }
+};
+bool Available() { return true; }
+Running::Running() : state_(std::make_unique<State>()) { XXH3_64bits_reset(state_->s); }
+void Running::Add(const void* p, size_t n) { XXH3_64bits_update(state_->s, p, n); }
+uint64_t Running::Value() const { return XXH3_64bits_digest(state_->s); }
+#else
+struct Running::State {};
+bool Available() { return false; }
+Running::Running() = default;
+void Running::Add(const void*, size_t) {}
+uint64_t Running::Value() const { return 0; }
+#endif
+
+Running::~Running() = default;
+
+}  // namespace xfer::checksum

@@ -1,0 +1,30 @@
+// A fast 64-bit checksum of bytes in several pieces (XXH3 from libxxhash; Debian:
+// libxxhash-dev), for EngineOptions::tcp.checksum. Without libxxhash, Available() is false and
+// the engine refuses the option at Initialize.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace xfer::checksum {
+
+// True when this build has libxxhash.
+bool Available();
+
+// The checksum of the bytes given to Add, in order, as if they were one run.
+class Running {
+ public:
+  Running();
+  ~Running();
+  Running(const Running&) = delete;
+  Running& operator=(const Running&) = delete;
+  void Add(const void* p, size_t n);
+  uint64_t Value() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace xfer::checksum
