@@ -96,17 +96,23 @@ TEST(Hostile, OutOfDescriptorsAnEnginePausesAcceptingInsteadOfSpinning) {
   XT_EXPECT_OK(e.Connect(peer.name(), 10s));
 }
 
+// A raw control session to an engine, our hello sent.
+std::shared_ptr<xfer::control::Session> Open(const std::string& engine, const wire::Hello& hello) {
+  net::Address a;
+  EXPECT_TRUE(net::ParseAddress(engine, &a).ok());
+  net::Fd fd;
+  EXPECT_TRUE(net::ConnectTcp(a, Clock::now() + 5s, &fd).ok());
+  auto s = std::make_shared<xfer::control::Session>(std::move(fd), true, engine);
+  EXPECT_TRUE(s->Send(hello).ok());
+  EXPECT_TRUE(s->FlushUntil(Clock::now() + 5s).ok());
+  return s;
+}
+
 // A raw control session to peer: sends hello, returns what came back until the peer closed
 // (after `then`, when given, is sent once the peer's hello came).
 std::vector<wire::Message> Session(const std::string& peer, const wire::Hello& hello,
                                    const std::optional<wire::Message>& then = std::nullopt) {
-  net::Address a;
-  EXPECT_TRUE(net::ParseAddress(peer, &a).ok());
-  net::Fd fd;
-  EXPECT_TRUE(net::ConnectTcp(a, Clock::now() + 5s, &fd).ok());
-  auto s = std::make_shared<xfer::control::Session>(std::move(fd), true, peer);
-  EXPECT_TRUE(s->Send(hello).ok());
-  EXPECT_TRUE(s->FlushUntil(Clock::now() + 5s).ok());
+  auto s = Open(peer, hello);
   std::vector<wire::Message> got;
   wire::Message m;
   while (s->ReadOne(Clock::now() + 10s, &m).ok()) {
@@ -156,13 +162,7 @@ TEST(Hostile, ABadRegionTableClosesOnlyItsSession) {
 // A raw control session to an engine: our hello out, its hello back (the session stays open).
 std::shared_ptr<xfer::control::Session> Hello(const std::string& engine, const wire::Hello& hello,
                                               wire::Hello* reply) {
-  net::Address a;
-  EXPECT_TRUE(net::ParseAddress(engine, &a).ok());
-  net::Fd fd;
-  EXPECT_TRUE(net::ConnectTcp(a, Clock::now() + 5s, &fd).ok());
-  auto s = std::make_shared<xfer::control::Session>(std::move(fd), true, engine);
-  EXPECT_TRUE(s->Send(hello).ok());
-  EXPECT_TRUE(s->FlushUntil(Clock::now() + 5s).ok());
+  auto s = Open(engine, hello);
   wire::Message m;
   EXPECT_TRUE(s->ReadOne(Clock::now() + 5s, &m).ok());
   if (auto* h = std::get_if<wire::Hello>(&m)) *reply = *h;
