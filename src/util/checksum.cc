@@ -24,5 +24,7 @@ uint64_t Running::Value() const { return 0; }
 #endif
 
 Running::~Running() = default;
+Running::Running(Running&&) noexcept = default;
+Running& Running::operator=(Running&&) noexcept = default;
 
 }  // namespace xfer::checksum

@@ -17,8 +17,8 @@ class Running {
  public:
   Running();
   ~Running();
-  Running(const Running&) = delete;
-  Running& operator=(const Running&) = delete;
+  Running(Running&&) noexcept;
+  Running& operator=(Running&&) noexcept;
   void Add(const void* p, size_t n);
   uint64_t Value() const;
 

@@ -55,6 +55,23 @@ bool EndOf(const sockaddr_storage& a, End* out) {
   return true;
 }
 
+// The same from an address as sock_diag gives it (family, 4 words, port; network order).
+bool EndOf(uint8_t family, const uint32_t addr[4], uint16_t port, End* out) {
+  sockaddr_storage ss{};
+  if (family == AF_INET) {
+    auto& in = reinterpret_cast<sockaddr_in&>(ss);
+    in.sin_family = AF_INET;
+    in.sin_addr.s_addr = addr[0];
+    in.sin_port = port;
+  } else {
+    auto& in6 = reinterpret_cast<sockaddr_in6&>(ss);
+    in6.sin6_family = family;
+    std::memcpy(in6.sin6_addr.s6_addr, addr, 16);
+    in6.sin6_port = port;
+  }
+  return EndOf(ss, out);
+}
+
 bool operator==(const End& a, const End& b) {
   return a.family == b.family && a.port == b.port &&
          std::memcmp(a.addr, b.addr, a.family == AF_INET ? 4 : 16) == 0;
@@ -104,10 +121,12 @@ Status InodeHere(const End& src, const End& dst, uint32_t* inode, uint32_t* uid)
   }
   // The kernel answers a lookup that finds no connected socket with a listening one on the
   // source port, if there is one: only the very connection counts.
+  // (A dual-stack socket answers with IPv4-mapped IPv6 addresses: compared as IPv4.)
   const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
-  if (m->idiag_state == TCP_LISTEN || m->id.idiag_sport != src.port || m->id.idiag_dport != dst.port ||
-      std::memcmp(m->id.idiag_src, src.addr, src.family == AF_INET ? 4 : 16) != 0 ||
-      std::memcmp(m->id.idiag_dst, dst.addr, dst.family == AF_INET ? 4 : 16) != 0) {
+  End got_src, got_dst;
+  if (m->idiag_state == TCP_LISTEN || !EndOf(m->idiag_family, m->id.idiag_src, m->id.idiag_sport, &got_src) ||
+      !EndOf(m->idiag_family, m->id.idiag_dst, m->id.idiag_dport, &got_dst) || !(got_src == src) ||
+      !(got_dst == dst)) {
     return {StatusCode::kUnsupported, "no connected socket at the other end of the connection in this network namespace"};
   }
   *uid = m->idiag_uid;

@@ -43,19 +43,13 @@ constexpr size_t kAcceptBytes = 64;  // 4 used
 constexpr uint8_t kChecksummed = 1;  // the payload is followed by its checksum (kTrailerBytes)
 constexpr uint64_t kTrailerBytes = 8;
 
-// The checksum of the bytes of ranges, in order.
-template <class Ranges, class Base, class Len>
-uint64_t ChecksumOf(const Ranges& ranges, Base base, Len len) {
+// A checksummed batch's checksum covers its header and descriptors as sent, then its payload:
+// damage to an address is caught as well as damage to the data.
+uint64_t ChecksumOf(std::span<const uint8_t> head, std::span<const iovec> payload) {
   checksum::Running sum;
-  for (const auto& r : ranges) sum.Add(base(r), len(r));
+  sum.Add(head.data(), head.size());
+  for (const iovec& v : payload) sum.Add(v.iov_base, v.iov_len);
   return sum.Value();
-}
-uint64_t ChecksumOf(std::span<const Slice> batch) {
-  return ChecksumOf(batch, [](const Slice& s) { return reinterpret_cast<const void*>(s.local); },
-                    [](const Slice& s) { return s.len; });
-}
-uint64_t ChecksumOf(std::span<const iovec> ranges) {
-  return ChecksumOf(ranges, [](const iovec& v) { return v.iov_base; }, [](const iovec& v) { return v.iov_len; });
 }
 Status Mismatch(std::string_view op, std::string_view where) {
   return {StatusCode::kDataCorrupted, "tcp: the checksum of a " + std::string(op) + " batch did not match " +
@@ -264,9 +258,16 @@ class TcpLink final : public Link {
   Status ExecuteOn(Conn& c, Op op, std::span<const Slice> batch, Clock::time_point deadline,
                    bool* bystander) {
     *bystander = false;
-    // (Before the send lock: another batch's frame may go out meanwhile.)
-    const std::optional<uint64_t> sum =
-        op == Op::kWrite && opts_.checksum ? std::optional(ChecksumOf(batch)) : std::nullopt;
+    // The frame up to its payload, and a WRITE's checksum: built before the send lock, so that
+    // another batch's frame may go out meanwhile.
+    FrameHead head(op, batch, opts_.checksum);
+    std::vector<iovec> payload;
+    payload.reserve(batch.size() + 2);
+    for (const Slice& s : batch) payload.push_back({reinterpret_cast<void*>(s.local), s.len});
+    // (A READ's covers its request: header and descriptors.)
+    const uint64_t sum = !opts_.checksum ? 0
+                         : ChecksumOf(head.Checked(), op == Op::kWrite ? std::span<const iovec>(payload)
+                                                                       : std::span<const iovec>());
     std::shared_ptr<Stream> st;
     uint64_t ticket = 0;
     {
@@ -281,7 +282,7 @@ class TcpLink final : public Link {
         if (!s.ok()) return s;
       }
       ticket = st->sent++;
-      Status s = SendFrame(st->fd.get(), op, batch, opts_.checksum, sum, deadline);
+      Status s = SendFrame(st->fd.get(), head, &payload, sum, deadline);
       if (!s.ok()) return Broken(*st, "a frame could not be sent: ", s, bystander);
     }
     {
@@ -298,11 +299,9 @@ class TcpLink final : public Link {
         return {StatusCode::kTimeout, "tcp: deadline passed waiting for the target's reply"};
       }
     }
-    Status s = ReadReply(st->fd.get(), op, batch, deadline);
-    // (A refusal or a checksum that did not match leaves the stream framed.)
-    if (!s.ok() && s.code() != StatusCode::kRemoteAccessDenied && s.code() != StatusCode::kDataCorrupted) {
-      return Broken(*st, "a reply could not be read: ", s, bystander);
-    }
+    bool framed = false;
+    Status s = ReadReply(st->fd.get(), head, &payload, deadline, &framed);
+    if (!framed) return Broken(*st, "a reply could not be read: ", s, bystander);
     std::lock_guard l(st->mu);
     ++st->received;
     st->turn.notify_all();
@@ -360,56 +359,79 @@ class TcpLink final : public Link {
     return Status::Ok();
   }
 
-  // Descriptors and, for WRITE, the payload straight from the source memory (and sum, its
-  // checksum, when checksummed): one frame.
-  static Status SendFrame(int fd, Op op, std::span<const Slice> batch, bool checksummed,
-                          std::optional<uint64_t> sum, Clock::time_point deadline) {
-    uint64_t total = 0;
-    for (const Slice& s : batch) total += s.len;
-    const bool write = op == Op::kWrite;
-    const uint64_t prefix = kBatchHeaderBytes + batch.size() * kSliceBytes;
-    const uint64_t lead = write ? PadFor(prefix, batch[0].local) : 0;
-    const uint64_t trailer = write && checksummed ? kTrailerBytes : 0;
-    const uint64_t tail = PadFor(prefix + lead + (write ? total : 0) + trailer, 0);
-    std::vector<uint8_t> head(prefix + lead);
-    head[0] = static_cast<uint8_t>(op);
-    head[1] = static_cast<uint8_t>(lead);
-    head[2] = checksummed ? kChecksummed : 0;
-    Put<uint32_t>(head.data() + 4, static_cast<uint32_t>(batch.size()));
-    Put<uint64_t>(head.data() + 8, total);
-    for (size_t i = 0; i < batch.size(); ++i) {
-      Put<uint64_t>(head.data() + kBatchHeaderBytes + i * kSliceBytes, batch[i].remote);
-      Put<uint64_t>(head.data() + kBatchHeaderBytes + i * kSliceBytes + 8, batch[i].len);
+  // A batch's frame up to its payload: header, descriptors, and for WRITE the zeros that
+  // align the payload with its source.
+  struct FrameHead {
+    FrameHead(Op op, std::span<const Slice> batch, bool checksummed)
+        : write(op == Op::kWrite), checksummed(checksummed) {
+      for (const Slice& s : batch) total += s.len;
+      prefix = kBatchHeaderBytes + batch.size() * kSliceBytes;
+      const uint64_t lead = write ? PadFor(prefix, batch[0].local) : 0;
+      bytes.assign(prefix + lead, 0);
+      bytes[0] = static_cast<uint8_t>(op);
+      bytes[1] = static_cast<uint8_t>(lead);
+      bytes[2] = checksummed ? kChecksummed : 0;
+      Put<uint32_t>(bytes.data() + 4, static_cast<uint32_t>(batch.size()));
+      Put<uint64_t>(bytes.data() + 8, total);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        Put<uint64_t>(bytes.data() + kBatchHeaderBytes + i * kSliceBytes, batch[i].remote);
+        Put<uint64_t>(bytes.data() + kBatchHeaderBytes + i * kSliceBytes + 8, batch[i].len);
+      }
     }
+    std::span<const uint8_t> Checked() const { return {bytes.data(), prefix}; }  // header, descriptors
+    uint64_t trailer() const { return checksummed ? kTrailerBytes : 0; }
+    const bool write, checksummed;
+    uint64_t total = 0, prefix = 0;
+    std::vector<uint8_t> bytes;
+  };
+
+  // The frame: its head, for WRITE the payload straight from the source memory, and when
+  // checksummed the checksum sum (a WRITE's of head and payload, a READ's of its head).
+  static Status SendFrame(int fd, const FrameHead& head, std::vector<iovec>* payload, uint64_t sum,
+                          Clock::time_point deadline) {
+    const uint64_t tail = PadFor(head.bytes.size() + (head.write ? head.total : 0) + head.trailer(), 0);
     std::vector<iovec> iov;
-    iov.reserve(2 + batch.size());
-    iov.push_back({head.data(), head.size()});
-    if (write) {
-      for (const Slice& s : batch) iov.push_back({reinterpret_cast<void*>(s.local), s.len});
-      if (sum) iov.push_back({&*sum, kTrailerBytes});
-    }
+    iov.reserve(payload->size() + 3);
+    iov.push_back({const_cast<uint8_t*>(head.bytes.data()), head.bytes.size()});
+    if (head.write) iov.insert(iov.end(), payload->begin(), payload->end());
+    if (head.checksummed) iov.push_back({&sum, kTrailerBytes});
     iov.push_back({const_cast<uint8_t*>(kZeros), tail});
     return net::SendVWaitAll(fd, iov.data(), iov.size(), deadline);
   }
 
-  // The target's verdict and, for an accepted READ, the payload into the local memory.
-  Status ReadReply(int fd, Op op, std::span<const Slice> batch, Clock::time_point deadline) const {
-    uint64_t total = 0;
-    for (const Slice& s : batch) total += s.len;
-    const uint64_t trailer = opts_.checksum ? kTrailerBytes : 0;
+  // The target's verdict and, for an accepted READ, the payload into the local memory (and its
+  // checksum checked). *framed: the reply was read whole (the stream can carry the next one).
+  Status ReadReply(int fd, const FrameHead& head, std::vector<iovec>* payload,
+                   Clock::time_point deadline, bool* framed) const {
+    *framed = false;
     Status verdict;
     uint64_t tail = 0;
-    Status s = RecvReply(fd, op == Op::kRead ? total + trailer : 0, deadline, opts_.spin, &verdict, &tail);
+    const uint64_t follows = head.write ? 0 : head.total + head.trailer();
+    Status s = RecvReply(fd, follows, deadline, opts_.spin, &verdict, &tail);
     if (!s.ok()) return s;
-    if (!verdict.ok() || op == Op::kWrite) return verdict;
-    std::vector<iovec> iov;
-    iov.reserve(2 + batch.size());
-    for (const Slice& sl : batch) iov.push_back({reinterpret_cast<void*>(sl.local), sl.len});
-    uint64_t sum = 0;
-    if (trailer) iov.push_back({&sum, kTrailerBytes});
-    iov.push_back({PadSink(), tail});
-    s = net::RecvVWaitAll(fd, iov.data(), iov.size(), deadline);
-    if (s.ok() && trailer && sum != ChecksumOf(batch)) return Mismatch("READ", "here");
+    if (!verdict.ok() || head.write) {
+      *framed = true;
+      return verdict;
+    }
+    uint64_t theirs = 0;
+    if (head.checksummed) {
+      // Range by range, each hashed as it lands: ranges that overlap in local memory hold
+      // only the last copy afterwards, which the sender's checksum did not see.
+      checksum::Running ours;
+      ours.Add(head.bytes.data(), head.prefix);
+      for (const iovec& v : *payload) {
+        if (s = net::RecvAll(fd, v.iov_base, v.iov_len, deadline); !s.ok()) return s;
+        ours.Add(v.iov_base, v.iov_len);
+      }
+      iovec rest[2] = {{&theirs, kTrailerBytes}, {PadSink(), tail}};
+      if (s = net::RecvVWaitAll(fd, rest, 2, deadline); !s.ok()) return s;
+      *framed = true;
+      return theirs == ours.Value() ? Status::Ok() : Mismatch("READ", "here");
+    }
+    payload->push_back({PadSink(), tail});
+    s = net::RecvVWaitAll(fd, payload->data(), payload->size(), deadline);
+    payload->pop_back();
+    *framed = s.ok();
     return s;
   }
 
@@ -517,7 +539,15 @@ struct TcpTransport::Frame {
   bool staged = false;         // some range goes through the staging buffer
   std::string denied;          // why the batch is refused; empty: accepted
   StatusCode deny = StatusCode::kRemoteAccessDenied;
+  uint8_t header[kBatchHeaderBytes] = {};
   uint64_t trailer() const { return checksummed ? kTrailerBytes : 0; }
+  // What a checksum covers before the payload: the header and descriptors as they came.
+  checksum::Running StartChecksum() const {
+    checksum::Running sum;
+    sum.Add(header, sizeof header);
+    sum.Add(descs.data(), count * kSliceBytes);
+    return sum;
+  }
   uint64_t addr(uint32_t i) const { return Get<uint64_t>(&descs[i * kSliceBytes]); }
   uint64_t len(uint32_t i) const { return Get<uint64_t>(&descs[i * kSliceBytes + 8]); }
 };
@@ -594,6 +624,7 @@ bool TcpTransport::ReadFrame(Service& svc, uint64_t replied, Frame* f, std::stri
       opts_.spin.count() > 0 ? std::min(replied / kDrainBytesPerUs, kMaxDrainSpinUs) : 0);
   // Idle until the next batch; its end closes the connection without a word.
   if (!net::RecvAll(fd, h, sizeof h, kForever, opts_.spin + drain).ok()) return false;
+  std::memcpy(f->header, h, sizeof h);
   const uint8_t op = h[0], lead = h[1], flags = h[2];
   f->count = Get<uint32_t>(h + 4);
   f->total = Get<uint64_t>(h + 8);
@@ -606,9 +637,9 @@ bool TcpTransport::ReadFrame(Service& svc, uint64_t replied, Frame* f, std::stri
     return false;
   }
   const uint64_t prefix = kBatchHeaderBytes + f->count * kSliceBytes + lead;
-  f->tail = PadFor(prefix + (f->write ? f->total + f->trailer() : 0), 0);
+  f->tail = PadFor(prefix + (f->write ? f->total : 0) + f->trailer(), 0);
   // Descriptors, padding, and for READ the end of the frame.
-  f->descs.resize(prefix - kBatchHeaderBytes + (f->write ? 0 : f->tail));
+  f->descs.resize(prefix - kBatchHeaderBytes + (f->write ? 0 : f->trailer() + f->tail));
   if (!net::RecvAll(fd, f->descs.data(), f->descs.size(), Clock::now() + opts_.io_timeout, opts_.spin).ok()) {
     *why = "batch descriptors did not arrive in time";
     return false;
@@ -663,6 +694,14 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
   const int fd = svc.fd.get();
   auto io_deadline = [&] { return Clock::now() + opts_.io_timeout; };
   *replied = 0;
+  // A checksummed READ request: damage to its addresses shows before anything is read.
+  if (!f->write && f->checksummed && checksum::Available() &&
+      f->StartChecksum().Value() != Get<uint64_t>(&f->descs[f->count * kSliceBytes])) {
+    const Status m = Mismatch("READ request", "at the target");
+    Status s = SendReply(fd, m.code(), m.message(), io_deadline());
+    if (!s.ok()) *why = "reply: " + s.message();
+    return s.ok();
+  }
   std::unique_lock exec(svc.exec);
   // Checked under the exec lock: a deregistration's fence either waits for this batch or this
   // check already sees the region gone.
@@ -677,32 +716,51 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
     if (!moved) return false;
     if (f->write) s = intact ? SendReply(fd, StatusCode::kOk, "", io_deadline()) : SendMismatch(fd, io_deadline());
   } else if (f->write) {
-    if (ok) {
-      const size_t ranges = f->iov.size();
-      if (f->checksummed) f->iov.push_back({&sum, kTrailerBytes});
+    if (ok && f->checksummed) {
+      // Range by range, each hashed as it lands: ranges that overlap in our memory hold only
+      // the last copy afterwards, which the sender's checksum did not see.
+      const auto deadline = io_deadline();
+      checksum::Running ours = f->StartChecksum();
+      for (size_t i = 0; i < f->iov.size() && s.ok(); ++i) {
+        s = net::RecvAll(fd, f->iov[i].iov_base, f->iov[i].iov_len, deadline);
+        ours.Add(f->iov[i].iov_base, f->iov[i].iov_len);
+      }
+      iovec rest[2] = {{&sum, kTrailerBytes}, {PadSink(), f->tail}};
+      if (s.ok()) s = net::RecvVWaitAll(fd, rest, 2, deadline);
+      intact = !s.ok() || sum == ours.Value();
+    } else if (ok) {
       f->iov.push_back({PadSink(), f->tail});
       s = net::RecvVWaitAll(fd, f->iov.data(), f->iov.size(), io_deadline());
-      intact = !s.ok() || !f->checksummed || sum == ChecksumOf(std::span(f->iov.data(), ranges));
     } else {  // refuse without touching memory: drain the payload to keep the stream framed
+      // (checksummed: the refusal may come of damage, to an address say; the checksum says)
       static thread_local std::vector<uint8_t> scratch(64 << 10);
-      for (uint64_t left = f->total + f->trailer() + f->tail; left > 0 && s.ok();) {
-        size_t n = static_cast<size_t>(std::min<uint64_t>(left, scratch.size()));
+      std::optional<checksum::Running> ours;
+      if (f->checksummed && checksum::Available()) ours.emplace(f->StartChecksum());
+      uint8_t trailer[kTrailerBytes] = {};
+      for (uint64_t at = 0, end = f->total + f->trailer() + f->tail; at < end && s.ok();) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(end - at, scratch.size()));
         s = net::RecvAll(fd, scratch.data(), n, io_deadline());
-        left -= n;
+        const uint64_t lo = std::max(at, f->total), hi = std::min(at + n, f->total + f->trailer());
+        for (uint64_t p = lo; p < hi; ++p) trailer[p - f->total] = scratch[p - at];  // (may straddle reads)
+        if (ours && at < f->total) ours->Add(scratch.data(), static_cast<size_t>(std::min<uint64_t>(n, f->total - at)));
+        at += n;
       }
+      intact = !ours || Get<uint64_t>(trailer) == ours->Value();
     }
     exec.unlock();
     if (!s.ok()) {
       *why = "WRITE payload: " + s.message();
       return false;
     }
-    s = !ok ? SendReply(fd, f->deny, f->denied, io_deadline())
-            : intact ? SendReply(fd, StatusCode::kOk, "", io_deadline()) : SendMismatch(fd, io_deadline());
+    s = !intact ? SendMismatch(fd, io_deadline())
+                : SendReply(fd, ok ? StatusCode::kOk : f->deny, f->denied, io_deadline());
   } else if (ok) {
     uint8_t head_bytes[kReplyHeaderBytes + kAlign];
     const uint64_t head = ReadReplyHeader(head_bytes, f->iov[0].iov_base);
     if (f->checksummed) {
-      sum = ChecksumOf(f->iov);
+      checksum::Running ours = f->StartChecksum();
+      for (const iovec& v : f->iov) ours.Add(v.iov_base, v.iov_len);
+      sum = ours.Value();
       f->iov.push_back({&sum, kTrailerBytes});
     }
     f->iov.insert(f->iov.begin(), iovec{head_bytes, head});
@@ -723,7 +781,10 @@ bool TcpTransport::ServeStaged(Service& svc, const Frame& f, bool* intact, std::
   const std::span<const TcpTargetAccess> access = f.access;
   const uint64_t total = f.total;
   uint64_t tail = f.tail;
-  checksum::Running sum;  // of the payload as it passes (the WRITE's, or the READ reply's)
+  // The checksum, when the batch carries one, of the payload as it passes (the WRITE's, or the
+  // READ reply's), each piece as it lands or leaves.
+  std::optional<checksum::Running> sum;
+  if (f.checksummed) sum.emplace(f.StartChecksum());
   const int fd = svc.fd.get();
   const auto deadline = Clock::now() + opts_.io_timeout;
   const uint64_t piece = hooks_.staging_bytes;
@@ -739,10 +800,10 @@ bool TcpTransport::ServeStaged(Service& svc, const Frame& f, bool* intact, std::
   for (size_t i = 0; i < ranges.size() && s.ok(); ++i) {
     auto* base = static_cast<uint8_t*>(ranges[i].iov_base);
     if (!access[i].staged) {
-      if (!write && f.checksummed) sum.Add(base, ranges[i].iov_len);
+      if (!write && sum) sum->Add(base, ranges[i].iov_len);
       s = write ? net::RecvAll(fd, base, ranges[i].iov_len, deadline)
                 : net::SendAll(fd, base, ranges[i].iov_len, deadline);
-      if (s.ok() && write && f.checksummed) sum.Add(base, ranges[i].iov_len);
+      if (s.ok() && write && sum) sum->Add(base, ranges[i].iov_len);
       continue;
     }
     for (uint64_t off = 0; off < ranges[i].iov_len && s.ok(); off += piece) {
@@ -750,11 +811,11 @@ bool TcpTransport::ServeStaged(Service& svc, const Frame& f, bool* intact, std::
       const Slice copy{reinterpret_cast<uint64_t>(base + off), reinterpret_cast<uint64_t>(buf), n};
       if (write) {
         s = net::RecvAll(fd, buf, n, deadline);
-        if (s.ok() && f.checksummed) sum.Add(buf, n);
+        if (s.ok() && sum) sum->Add(buf, n);
         if (s.ok()) s = StageCopy(false, std::span(&copy, 1), access[i].device, deadline);
       } else {
         s = StageCopy(true, std::span(&copy, 1), access[i].device, deadline);
-        if (s.ok() && f.checksummed) sum.Add(buf, n);
+        if (s.ok() && sum) sum->Add(buf, n);
         if (s.ok()) s = net::SendAll(fd, buf, n, deadline);
       }
     }
@@ -763,7 +824,7 @@ bool TcpTransport::ServeStaged(Service& svc, const Frame& f, bool* intact, std::
   // the connection: the initiator's batch then fails with the link, rather than the stream
   // losing its framing.)
   uint64_t theirs = 0;
-  const uint64_t ours = sum.Value();
+  const uint64_t ours = sum ? sum->Value() : 0;
   if (s.ok() && f.checksummed) {
     s = write ? net::RecvAll(fd, &theirs, kTrailerBytes, deadline) : net::SendAll(fd, &ours, kTrailerBytes, deadline);
   }

@@ -11,13 +11,15 @@
 // Then any number of batches:
 //   initiator -> target  op u8 | lead u8 | flags u8 | 0 u8 | count u32 | total bytes u64
 //                        | count x {addr u64, len u64} | lead zeros
-//                        | WRITE: payload [| checksum u64] | padding
+//                        | WRITE: payload | [checksum u64] | padding
 //   target -> initiator  code u32 | message length u16 | lead u16 | message | lead zeros
 //                        | READ and code 0: payload [| checksum u64] | padding
-// flags bit 0 (checksummed; TcpOptions::checksum): the payload is followed by its checksum
-// (XXH3-64 of its bytes in slice order), the WRITE's from the initiator, the READ's in the
-// reply; the receiver compares. A mismatch fails the batch with kDataCorrupted (a WRITE's
-// bytes have landed all the same) and leaves the connection usable.
+// flags bit 0 (checksummed; TcpOptions::checksum): XXH3-64 checksums, each over the request's
+// header and descriptors as sent, then the payload that follows: a WRITE's (header,
+// descriptors, payload), a READ request's (header, descriptors), a READ reply's (the request's
+// header and descriptors, the payload). The receiver compares; a mismatch fails the batch
+// with kDataCorrupted (a WRITE's bytes have landed all the same) and leaves the connection
+// usable.
 // A refused batch (a range outside the target's regions) moves no byte and leaves the
 // connection usable; a malformed frame closes it.
 #pragma once
