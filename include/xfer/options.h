@@ -97,9 +97,10 @@ struct EngineOptions {
     int links = 2;
     bool least_loaded = false;
     // Every batch this engine sends or reads over tcp (staged ones too) carries a 64-bit
-    // checksum of its payload (XXH3), checked by the side that receives it: a mismatch fails
-    // the batch, which is tried once more, then fails with kDataCorrupted. Guards against
-    // corruption that TCP's own 16-bit checksum lets through (faulty NICs, switches, memory).
+    // checksum (XXH3) of its addresses, lengths and payload, checked by the side that receives
+    // it: a mismatch fails the batch, which is tried once more, then fails with
+    // kDataCorrupted. Guards against corruption that TCP's own 16-bit checksum lets through
+    // (faulty NICs, switches, memory).
     bool checksum = false;
   } tcp;
   struct Ucx {
