@@ -192,6 +192,63 @@ std::vector<uint8_t> Frame(uint8_t op, uint8_t lead, uint32_t count, uint64_t to
   return f;
 }
 
+TEST_P(TcpTransportTest, ConnectionsThatSayNothingAreCappedAndPeersServed) {
+  // 100 connections that never send their handshake: past kMaxPendingHandshakes the target
+  // closes the new ones at once (each waiting one would hold a thread for io_timeout, 2 s).
+  std::vector<net::Fd> idle(100);
+  for (auto& fd : idle) {
+    ASSERT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", tcp_->port(), true},
+                                Clock::now() + std::chrono::seconds(2), &fd).ok());
+  }
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  size_t closed = 0;
+  for (auto& fd : idle) {  // closed by the target: readable, at end of stream
+    pollfd p{fd.get(), POLLIN, 0};
+    char c;
+    if (::poll(&p, 1, 0) == 1 && ::recv(fd.get(), &c, 1, MSG_DONTWAIT) == 0) ++closed;
+  }
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_GE(closed, idle.size() - TcpTransport::kMaxPendingHandshakes);
+  EXPECT_LE(closed, idle.size() - TcpTransport::kMaxPendingHandshakes + 8);  // (a few may time out)
+  EXPECT_LT(waited, 1.9) << "the excess waited for the handshake timeout";
+  idle.clear();
+  std::vector<uint8_t> src(4096, 9);
+  EXPECT_TRUE(Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 4096}}).ok());
+  EXPECT_EQ(region_[0], 9);
+}
+
+TEST_P(TcpTransportTest, APeerEngineHoldsAtMostItsShareOfDataConnections) {
+  std::vector<net::Fd> held;
+  for (size_t i = 0; i < TcpTransport::kMaxConnectionsPerPeer; ++i) held.push_back(Handshake(tcp_->port()));
+  // One more of peer 42's: refused.
+  net::Fd fd;
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  ASSERT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", tcp_->port(), true}, deadline, &fd).ok());
+  uint8_t hello[64] = {};
+  const uint32_t magic = 0x31444658;
+  const uint16_t version = 4;
+  const uint64_t incarnation = 42;
+  std::memcpy(hello, &magic, 4);
+  std::memcpy(hello + 4, &version, 2);
+  std::memcpy(hello + 8, &incarnation, 8);
+  std::memcpy(hello + 16, &incarnation, 8);
+  uint8_t answer[64] = {};
+  ASSERT_TRUE(net::SendAll(fd.get(), hello, sizeof hello, deadline).ok());
+  ASSERT_TRUE(net::RecvAll(fd.get(), answer, sizeof answer, deadline).ok());
+  uint32_t code = 0;
+  std::memcpy(&code, answer, 4);
+  EXPECT_EQ(code, static_cast<uint32_t>(StatusCode::kResourceExhausted));
+  held.clear();  // and once they are gone, the peer is served again
+  std::vector<uint8_t> src(64, 3);
+  Status st;
+  for (int i = 0; i < 50 && !(st = Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}})).ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(region_[0], 3);
+}
+
 TEST_P(TcpTransportTest, MalformedFramesCloseOnlyTheirConnection) {
   // A peer past the handshake sends frames the engine's initiator never would. Each must close
   // that connection without touching memory; every other connection goes on working.

@@ -353,6 +353,9 @@ class TcpLink final : public Link {
     uint8_t code[kAcceptBytes];
     if (s.ok()) s = net::RecvAll(fd, code, sizeof code, deadline);
     if (!s.ok()) return OpenFailed("data connection handshake: ", s);
+    if (Get<uint32_t>(code) == static_cast<uint32_t>(StatusCode::kResourceExhausted)) {
+      return {StatusCode::kResourceExhausted, "tcp: the target refused the data connection: this engine holds as many as it allows"};
+    }
     if (Get<uint32_t>(code) != 0) {
       return {StatusCode::kConnectionLost, "tcp: the target refused the data connection (restarted?)"};
     }
@@ -453,6 +456,7 @@ struct TcpTransport::Service {
   std::atomic<uint64_t> peer_incarnation{0};
   std::unique_ptr<StagingBuffer> stage;  // staged batches (GPU memory); the serving thread's
   std::thread thread;
+  std::atomic<bool> handshaken{false};  // the peer proved who it is
   std::atomic<bool> done{false};
 
   void Shutdown() {
@@ -516,6 +520,16 @@ void TcpTransport::AcceptLoop() {
     auto svc = std::make_shared<Service>();
     svc->fd = net::Fd(fd);
     std::lock_guard l(services_mu_);
+    const auto pending = std::count_if(services_.begin(), services_.end(),
+                                       [](const auto& s) { return !s->handshaken.load() && !s->done.load(); });
+    if (static_cast<size_t>(pending) >= kMaxPendingHandshakes) {  // a flood of strangers: refuse the excess
+      std::lock_guard rl(refusal_log_mu_);
+      if (uint64_t more = 0; refusal_log_.Due(&more)) {
+        XLOG(WARN) << "tcp: " << kMaxPendingHandshakes << " data connections have not finished their "
+                   << "handshake; closed the one from " << net::PeerOf(fd) << log::Limit::More(more);
+      }
+      continue;  // (svc, and with it the connection, goes here)
+    }
     try {
       svc->thread = std::thread([this, svc] { Serve(svc); });
     } catch (const std::system_error& e) {  // no thread to be had: refuse this one connection
@@ -595,12 +609,28 @@ bool TcpTransport::Handshake(Service& svc, std::string* why) {
     }
   }
   svc.peer_incarnation = Get<uint64_t>(hello + 16);
+  if (Get<uint32_t>(refuse) == 0 && ConnectionsOf(svc.peer_incarnation) >= kMaxConnectionsPerPeer) {
+    Put<uint32_t>(refuse, static_cast<uint32_t>(StatusCode::kResourceExhausted));
+    std::lock_guard l(refusal_log_mu_);
+    if (uint64_t more = 0; refusal_log_.Due(&more)) {
+      XLOG(WARN) << "tcp: refused a data connection from " << net::PeerOf(fd) << ": its engine has "
+                 << kMaxConnectionsPerPeer << " already" << log::Limit::More(more);
+    }
+  }
   const bool refused = Get<uint32_t>(refuse) != 0;
+  svc.handshaken.store(!refused);  // (counted from here: the peer may open the next at once)
   if (!net::SendAll(fd, refuse, sizeof refuse, Clock::now() + opts_.io_timeout).ok()) {
     *why = refused ? "" : "handshake reply failed";
     return false;
   }
   return !refused;  // (a refused stranger is closed without a warning)
+}
+
+size_t TcpTransport::ConnectionsOf(uint64_t incarnation) {
+  std::lock_guard l(services_mu_);
+  return static_cast<size_t>(std::count_if(services_.begin(), services_.end(), [&](const auto& s) {
+    return s->handshaken.load() && !s->done.load() && s->peer_incarnation.load() == incarnation;
+  }));
 }
 
 bool TcpTransport::Authenticate(int fd, const std::string& key, uint64_t initiator) {

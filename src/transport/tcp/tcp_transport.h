@@ -92,6 +92,11 @@ class TcpTransport final : public Transport {
 
   static constexpr uint32_t kMaxSlices = 1024;
   static constexpr uint64_t kMaxBatchBytes = 1ull << 30;
+  // Data connections that have not finished their handshake (each waits at most io_timeout),
+  // and those one peer engine may hold (it opens tcp.links, at most 64, and replaces broken
+  // ones): more are closed at once, with a log line a second at most.
+  static constexpr size_t kMaxPendingHandshakes = 64;
+  static constexpr size_t kMaxConnectionsPerPeer = 256;
 
  private:
   struct Service;
@@ -101,6 +106,7 @@ class TcpTransport final : public Transport {
   // ends or must close (*why says why; empty: quietly).
   void Serve(std::shared_ptr<Service> svc);
   bool Handshake(Service& svc, std::string* why);
+  size_t ConnectionsOf(uint64_t incarnation);  // handshaken and serving
   // With a secret: the challenge, and the check of the initiator's proof under key (DataProof).
   bool Authenticate(int fd, const std::string& key, uint64_t initiator);
   std::mutex refusal_log_mu_;
