@@ -234,16 +234,18 @@ Status Holds(int32_t pid, uint32_t inode, uint32_t uid) {
   return {StatusCode::kRemoteAccessDenied, "pid " + std::to_string(pid) + " does not hold the connection"};
 }
 
+}  // namespace
+
+int PidfdOpen(int32_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
 bool Exited(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
   return ::poll(&p, 1, 0) != 0;  // readable (or an error): the process is gone
 }
 
-}  // namespace
-
 Status VerifyConnectionOwner(int fd, int32_t pid, net::Fd* pidfd) {
   if (pid <= 0) return {StatusCode::kRemoteAccessDenied, "pid " + std::to_string(pid) + " is no process"};
-  net::Fd p(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  net::Fd p(PidfdOpen(pid));
   if (!p.valid()) return {StatusCode::kUnsupported, "pid " + std::to_string(pid) + ": " + Errno("pidfd_open")};
   uint32_t inode = 0, uid = 0;
   Status s = OtherEndInode(fd, pid, &inode, &uid);

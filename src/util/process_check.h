@@ -10,6 +10,11 @@
 
 namespace xfer::host {
 
+// A pidfd of pid (pidfd_open), or -1 with errno set.
+int PidfdOpen(int32_t pid);
+// True once the process of pidfd has exited (its pidfd is readable), or the pidfd is bad.
+bool Exited(int pidfd);
+
 // Ok when process pid holds the socket at the other end of the connected TCP socket fd: the
 // kernel names that socket (sock_diag, in this network namespace) and pid has it among its
 // descriptors. *pidfd then refers to that process: it is opened before the check, so a pid

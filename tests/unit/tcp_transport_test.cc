@@ -536,29 +536,39 @@ TEST_P(TcpTransportTest, ChecksummedBatchesCatchAFlippedByteAndAreTriedOnceMore)
   mine.incarnation = 42;
   TcpOptions o{1, false, std::chrono::milliseconds(2000)};
   o.checksum = true;
+  // One batch of one slice through a relay that flips the stream at those offsets (in the
+  // stream to the target, or back from it); *flipped: how many it flipped.
+  auto through = [&](bool write, bool to_target, const std::vector<uint64_t>& flips, int* flipped) {
+    FlippingRelay relay(tcp_->port(), to_target, flips);
+    TcpTransport initiator(o, mine);
+    std::shared_ptr<Link> link;
+    EXPECT_TRUE(initiator.Connect(PeerEndpoint{0, 42, 0, "127.0.0.1", relay.port(), "", -1}, &link).ok());
+    const Slice s = write ? Slice{reinterpret_cast<uint64_t>(src), R(off), kLen}
+                          : Slice{reinterpret_cast<uint64_t>(back), R(off), kLen};
+    const Status st = link->Execute(write ? Op::kWrite : Op::kRead, {&s, 1}, Clock::now() + std::chrono::seconds(5));
+    *flipped = relay.flipped();
+    return st;
+  };
   for (const bool write : {true, false}) {
     for (const std::vector<uint64_t>& flips : {std::vector<uint64_t>{kFirst}, std::vector<uint64_t>{kFirst, kSecond}}) {
       SCOPED_TRACE(std::string(write ? "WRITE" : "READ") + ", flipped " + std::to_string(flips.size()) + " time(s)");
       std::memset(region_.data() + off, 0x11, kLen);
       if (!write) std::memset(region_.data() + off, 0x77, kLen);
       std::memset(back, 0, kLen);
-      FlippingRelay relay(tcp_->port(), write, flips);
-      TcpTransport initiator(o, mine);
-      std::shared_ptr<Link> link;
-      ASSERT_TRUE(initiator.Connect(PeerEndpoint{0, 42, 0, "127.0.0.1", relay.port(), "", -1}, &link).ok());
-      const Slice s = write ? Slice{reinterpret_cast<uint64_t>(src), R(off), kLen}
-                            : Slice{reinterpret_cast<uint64_t>(back), R(off), kLen};
-      const Status st = link->Execute(write ? Op::kWrite : Op::kRead, {&s, 1}, Clock::now() + std::chrono::seconds(5));
-      EXPECT_EQ(relay.flipped(), static_cast<int>(flips.size()));
+      int flipped = 0;
+      const Status st = through(write, write, flips, &flipped);
+      EXPECT_EQ(flipped, static_cast<int>(flips.size()));
       if (flips.size() == 1) {
         ASSERT_TRUE(st.ok()) << st.ToString();
-        if (write) EXPECT_EQ(std::memcmp(region_.data() + off, src, kLen), 0);
-        if (!write) EXPECT_EQ(back[100], 0x77);
+        if (write) {
+          EXPECT_EQ(std::memcmp(region_.data() + off, src, kLen), 0);
+        } else {
+          EXPECT_EQ(back[100], 0x77);
+        }
       } else {
         EXPECT_EQ(st.code(), StatusCode::kDataCorrupted) << st.ToString();
         EXPECT_NE(st.message().find("checksum"), std::string::npos) << st.message();
       }
-      link.reset();
     }
   }
   // A flipped bit in an address (the first descriptor's, in the frame to the target): WRITE
@@ -570,17 +580,15 @@ TEST_P(TcpTransportTest, ChecksummedBatchesCatchAFlippedByteAndAreTriedOnceMore)
     std::memset(region_.data() + off, write ? 0x11 : 0x77, kLen);
     std::memset(back, 0, kLen);
     // Bit 8 of the address: 256 bytes off, inside the region or (a WRITE) before its start.
-    FlippingRelay relay(tcp_->port(), true, {64 + 16 + 1});
-    TcpTransport initiator(o, mine);
-    std::shared_ptr<Link> link;
-    ASSERT_TRUE(initiator.Connect(PeerEndpoint{0, 42, 0, "127.0.0.1", relay.port(), "", -1}, &link).ok());
-    const Slice s = write ? Slice{reinterpret_cast<uint64_t>(src), R(off), kLen}
-                          : Slice{reinterpret_cast<uint64_t>(back), R(off), kLen};
-    const Status st = link->Execute(write ? Op::kWrite : Op::kRead, {&s, 1}, Clock::now() + std::chrono::seconds(5));
+    int flipped = 0;
+    const Status st = through(write, true, {64 + 16 + 1}, &flipped);
     ASSERT_TRUE(st.ok()) << st.ToString();
-    EXPECT_EQ(relay.flipped(), 1);
-    if (write) EXPECT_EQ(std::memcmp(region_.data() + off, src, kLen), 0);
-    if (!write) EXPECT_EQ(std::count(back, back + kLen, 0x77), static_cast<long>(kLen));
+    EXPECT_EQ(flipped, 1);
+    if (write) {
+      EXPECT_EQ(std::memcmp(region_.data() + off, src, kLen), 0);
+    } else {
+      EXPECT_EQ(std::count(back, back + kLen, 0x77), static_cast<long>(kLen));
+    }
   }
 }
 

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 
 #include "util/log.h"
 #include "util/net.h"
+#include "util/process_check.h"
 #include "util/text.h"
 
 namespace xfer::transport {
@@ -86,8 +86,7 @@ class CmaLink final : public Link {
     if (dead_.load(std::memory_order_relaxed)) return false;
     const int64_t now = Clock::now().time_since_epoch().count();
     if (now - checked_.load(std::memory_order_relaxed) < kRecheck.count()) return true;
-    pollfd p{process_.get(), POLLIN, 0};
-    if (::poll(&p, 1, 0) != 0) {  // readable (or an error): it exited
+    if (host::Exited(process_.get())) {
       dead_.store(true);
       return false;
     }

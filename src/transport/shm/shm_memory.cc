@@ -12,13 +12,13 @@
 #include <cstring>
 
 #include "util/log.h"
+#include "util/process_check.h"
 #include "util/text.h"
 
 namespace xfer::transport::shm {
 using text::Errno;
 namespace {
 
-int PidfdOpen(int32_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 int PidfdGetfd(int pidfd, int fd) { return static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0)); }
 
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
@@ -68,7 +68,7 @@ bool MakeMapped(const std::string& name, uint64_t len, bool huge, bool peers_wri
 }  // namespace
 
 bool Available(std::string* why) {
-  int pidfd = PidfdOpen(::getpid());
+  int pidfd = host::PidfdOpen(::getpid());
   if (pidfd < 0) {
     *why = Errno("pidfd_open");
     return false;
@@ -120,7 +120,7 @@ Segment::~Segment() {
 Mapping::~Mapping() { ::munmap(base_, len_); }
 
 Status PeerMapper::Open(int32_t pid, int pidfd, std::unique_ptr<PeerMapper>* out) {
-  const int fd = pidfd >= 0 ? ::fcntl(pidfd, F_DUPFD_CLOEXEC, 0) : PidfdOpen(pid);
+  const int fd = pidfd >= 0 ? ::fcntl(pidfd, F_DUPFD_CLOEXEC, 0) : host::PidfdOpen(pid);
   if (fd < 0) return {StatusCode::kUnsupported, "shm: " + Errno(pidfd >= 0 ? "dup" : "pidfd_open")};
   out->reset(new PeerMapper(fd, pid));
   return Status::Ok();

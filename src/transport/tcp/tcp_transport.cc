@@ -45,10 +45,11 @@ constexpr uint64_t kTrailerBytes = 8;
 
 // A checksummed batch's checksum covers its header and descriptors as sent, then its payload:
 // damage to an address is caught as well as damage to the data.
-uint64_t ChecksumOf(std::span<const uint8_t> head, std::span<const iovec> payload) {
+// (payload: the batch's local memory)
+uint64_t ChecksumOf(std::span<const uint8_t> head, std::span<const Slice> payload) {
   checksum::Running sum;
   sum.Add(head.data(), head.size());
-  for (const iovec& v : payload) sum.Add(v.iov_base, v.iov_len);
+  for (const Slice& s : payload) sum.Add(reinterpret_cast<const void*>(s.local), s.len);
   return sum.Value();
 }
 Status Mismatch(std::string_view op, std::string_view where) {
@@ -261,13 +262,9 @@ class TcpLink final : public Link {
     // The frame up to its payload, and a WRITE's checksum: built before the send lock, so that
     // another batch's frame may go out meanwhile.
     FrameHead head(op, batch, opts_.checksum);
-    std::vector<iovec> payload;
-    payload.reserve(batch.size() + 2);
-    for (const Slice& s : batch) payload.push_back({reinterpret_cast<void*>(s.local), s.len});
     // (A READ's covers its request: header and descriptors.)
-    const uint64_t sum = !opts_.checksum ? 0
-                         : ChecksumOf(head.Checked(), op == Op::kWrite ? std::span<const iovec>(payload)
-                                                                       : std::span<const iovec>());
+    const uint64_t sum =
+        opts_.checksum ? ChecksumOf(head.Checked(), op == Op::kWrite ? batch : std::span<const Slice>()) : 0;
     std::shared_ptr<Stream> st;
     uint64_t ticket = 0;
     {
@@ -282,7 +279,7 @@ class TcpLink final : public Link {
         if (!s.ok()) return s;
       }
       ticket = st->sent++;
-      Status s = SendFrame(st->fd.get(), head, &payload, sum, deadline);
+      Status s = SendFrame(st->fd.get(), head, batch, sum, deadline);
       if (!s.ok()) return Broken(*st, "a frame could not be sent: ", s, bystander);
     }
     {
@@ -300,7 +297,7 @@ class TcpLink final : public Link {
       }
     }
     bool framed = false;
-    Status s = ReadReply(st->fd.get(), head, &payload, deadline, &framed);
+    Status s = ReadReply(st->fd.get(), head, batch, deadline, &framed);
     if (!framed) return Broken(*st, "a reply could not be read: ", s, bystander);
     std::lock_guard l(st->mu);
     ++st->received;
@@ -390,13 +387,15 @@ class TcpLink final : public Link {
 
   // The frame: its head, for WRITE the payload straight from the source memory, and when
   // checksummed the checksum sum (a WRITE's of head and payload, a READ's of its head).
-  static Status SendFrame(int fd, const FrameHead& head, std::vector<iovec>* payload, uint64_t sum,
+  static Status SendFrame(int fd, const FrameHead& head, std::span<const Slice> batch, uint64_t sum,
                           Clock::time_point deadline) {
     const uint64_t tail = PadFor(head.bytes.size() + (head.write ? head.total : 0) + head.trailer(), 0);
     std::vector<iovec> iov;
-    iov.reserve(payload->size() + 3);
+    iov.reserve(batch.size() + 3);
     iov.push_back({const_cast<uint8_t*>(head.bytes.data()), head.bytes.size()});
-    if (head.write) iov.insert(iov.end(), payload->begin(), payload->end());
+    if (head.write) {
+      for (const Slice& s : batch) iov.push_back({reinterpret_cast<void*>(s.local), s.len});
+    }
     if (head.checksummed) iov.push_back({&sum, kTrailerBytes});
     iov.push_back({const_cast<uint8_t*>(kZeros), tail});
     return net::SendVWaitAll(fd, iov.data(), iov.size(), deadline);
@@ -404,7 +403,7 @@ class TcpLink final : public Link {
 
   // The target's verdict and, for an accepted READ, the payload into the local memory (and its
   // checksum checked). *framed: the reply was read whole (the stream can carry the next one).
-  Status ReadReply(int fd, const FrameHead& head, std::vector<iovec>* payload,
+  Status ReadReply(int fd, const FrameHead& head, std::span<const Slice> batch,
                    Clock::time_point deadline, bool* framed) const {
     *framed = false;
     Status verdict;
@@ -422,18 +421,20 @@ class TcpLink final : public Link {
       // only the last copy afterwards, which the sender's checksum did not see.
       checksum::Running ours;
       ours.Add(head.bytes.data(), head.prefix);
-      for (const iovec& v : *payload) {
-        if (s = net::RecvAll(fd, v.iov_base, v.iov_len, deadline); !s.ok()) return s;
-        ours.Add(v.iov_base, v.iov_len);
+      for (const Slice& sl : batch) {
+        if (s = net::RecvAll(fd, reinterpret_cast<void*>(sl.local), sl.len, deadline); !s.ok()) return s;
+        ours.Add(reinterpret_cast<const void*>(sl.local), sl.len);
       }
       iovec rest[2] = {{&theirs, kTrailerBytes}, {PadSink(), tail}};
       if (s = net::RecvVWaitAll(fd, rest, 2, deadline); !s.ok()) return s;
       *framed = true;
       return theirs == ours.Value() ? Status::Ok() : Mismatch("READ", "here");
     }
-    payload->push_back({PadSink(), tail});
-    s = net::RecvVWaitAll(fd, payload->data(), payload->size(), deadline);
-    payload->pop_back();
+    std::vector<iovec> iov;
+    iov.reserve(batch.size() + 1);
+    for (const Slice& sl : batch) iov.push_back({reinterpret_cast<void*>(sl.local), sl.len});
+    iov.push_back({PadSink(), tail});
+    s = net::RecvVWaitAll(fd, iov.data(), iov.size(), deadline);
     *framed = s.ok();
     return s;
   }
