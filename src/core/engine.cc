@@ -258,12 +258,15 @@ Status EngineImpl::FreeMem(MemHandle handle) { return DeregisterMem(handle, true
 Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
   Status s = CheckRunning(free ? "FreeMem" : "DeregisterMem");
   if (!s.ok()) return s;
+  // Within the heartbeat timeout whatever peers do: the fences end by then (a tcp data
+  // connection still busy is closed), and a peer that has not confirmed by then is cut off.
+  const auto deadline = DeadlineAfter(opts_.heartbeat_timeout);
   RegionService::Removal removal;
   s = regions_.BeginRemove(handle, free, &removal);
   if (!s.ok() || !removal.removed) return s;
   FenceBatches(nullptr);  // our own transfers from or into the region have finished
   backends_.Fence();      // and so have peers' batches that our backends' threads execute
-  regions_.FinishRemove(removal, DeadlineAfter(opts_.heartbeat_timeout));
+  regions_.FinishRemove(removal, deadline);
   return Status::Ok();
 }
 

@@ -274,11 +274,19 @@ bool SetTimeout(int fd, int opt, Clock::time_point deadline) {
 }
 
 // Moves all of iov on a blocking socket: recvmsg(MSG_WAITALL) or sendmsg, within the deadline.
+// The deadline is for the whole move: a call cut short by the socket's timeout with part of
+// the bytes moved is followed by one that may wait only for what is left of it (else a peer
+// that trickles a byte per timeout would hold the move for ever).
 Status MoveVBlocking(int fd, iovec* iov, size_t n, Clock::time_point deadline, bool send) {
-  if (!SetTimeout(fd, send ? SO_SNDTIMEO : SO_RCVTIMEO, deadline)) {
-    return {StatusCode::kTimeout, send ? "send timed out" : "receive timed out"};
-  }
-  return MoveV(fd, iov, n, deadline, send ? POLLOUT : POLLIN, [send](int f, iovec* v, int c) {
+  const int opt = send ? SO_SNDTIMEO : SO_RCVTIMEO;
+  if (!SetTimeout(fd, opt, deadline)) return {StatusCode::kTimeout, send ? "send timed out" : "receive timed out"};
+  bool first = true;
+  return MoveV(fd, iov, n, deadline, send ? POLLOUT : POLLIN, [&](int f, iovec* v, int c) -> ssize_t {
+    if (!first && !SetTimeout(f, opt, deadline)) {
+      errno = EAGAIN;  // (MoveV's poll then finds the deadline passed)
+      return -1;
+    }
+    first = false;
     msghdr m{};
     m.msg_iov = v;
     m.msg_iovlen = static_cast<size_t>(c);

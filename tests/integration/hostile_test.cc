@@ -1,7 +1,9 @@
 // Peers that misbehave, and what the engine does about it while it keeps serving the others.
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -11,6 +13,7 @@
 #include <csignal>
 
 #include "control/session.h"
+#include "transport/remote_region.h"
 #include "test_common.h"
 #include "util/host.h"
 #include "util/net.h"
@@ -177,6 +180,86 @@ std::optional<T> Await(xfer::control::Session& s, Clock::time_point deadline) {
     if (auto* t = std::get_if<T>(&m)) return *t;
   }
   return std::nullopt;
+}
+
+// A data connection to the tcp port an engine's hello gave, past the handshake (no secret), as
+// the peer of incarnation `me` (the wire format: src/transport/tcp/tcp_transport.h).
+net::Fd DataConnection(const wire::Hello& engine, uint64_t me) {
+  const std::string* blob = xfer::transport::FindBlob(engine.backends, "tcp");
+  EXPECT_TRUE(blob != nullptr && blob->size() == 2) << "the engine offers no tcp";
+  uint16_t port = 0;
+  if (blob != nullptr) std::memcpy(&port, blob->data(), sizeof port);
+  net::Fd fd;
+  const auto deadline = Clock::now() + 5s;
+  EXPECT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", port, true}, deadline, &fd).ok());
+  uint8_t hello[64] = {'X', 'F', 'D', '1', 4}, verdict[64];
+  std::memcpy(hello + 8, &engine.incarnation, 8);
+  std::memcpy(hello + 16, &me, 8);
+  EXPECT_TRUE(net::SendAll(fd.get(), hello, sizeof hello, deadline).ok());
+  EXPECT_TRUE(net::RecvAll(fd.get(), verdict, sizeof verdict, deadline).ok());
+  EXPECT_EQ(verdict[0], 0) << "the engine refused the data connection";
+  return fd;
+}
+
+// Peers that start WRITEs into a region and trickle their payload, one byte every 100 ms,
+// each connection starting 0.9 s after the one before, and that never confirm the region's
+// removal: DeregisterMem still returns within the heartbeat timeout (1 s), closing what it
+// must (before: it waited for one connection after the other, then a heartbeat timeout more
+// for the confirmation, ~3.8 s). A legitimate peer is served meanwhile and after.
+TEST(Hostile, DeregisterMemReturnsWithinTheHeartbeatTimeoutWhilePeersTrickle) {
+  xfer::EngineOptions o;
+  o.heartbeat_timeout = 1000ms;
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
+  LocalBuffer region(1 << 20), other(1 << 20), src(4096);
+  src.Fill(8);
+  xfer::MemHandle h = 0, keep = 0;
+  XT_ASSERT_OK(e.RegisterMem(region.data(), region.len(), xfer::MemType::kHost, &h));
+  XT_ASSERT_OK(e.RegisterMem(other.data(), other.len(), xfer::MemType::kHost, &keep));
+  wire::Hello trickler, theirs;
+  trickler.name = "127.0.0.1:5";
+  trickler.incarnation = 96;
+  trickler.host_id = "elsewhere";
+  auto session = Hello(e.LocalName(), trickler, &theirs);
+  ASSERT_FALSE(theirs.name.empty());
+  std::vector<net::Fd> data;
+  for (int i = 0; i < 3; ++i) data.push_back(DataConnection(theirs, trickler.incarnation));
+  // A WRITE of 4096 bytes into the region: header (op 1, count 1, total) and one descriptor.
+  uint8_t frame[32] = {1, 0, 0, 0, 1};
+  const uint64_t total = 4096, at = region.addr();
+  std::memcpy(frame + 8, &total, 8);
+  std::memcpy(frame + 16, &at, 8);
+  std::memcpy(frame + 24, &total, 8);
+  const auto t0 = Clock::now();
+  std::atomic<bool> done{false};
+  double took = 0;
+  std::thread deregister;
+  size_t started = 0;
+  while (!done.load() && SecondsSince(t0) < 8) {
+    if (started < data.size() && SecondsSince(t0) >= 0.9 * static_cast<double>(started)) {
+      ASSERT_TRUE(net::SendAll(data[started++].get(), frame, sizeof frame, Clock::now() + 1s).ok());
+    }
+    for (size_t i = 0; i < started; ++i) ::send(data[i].get(), "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)session->Send(wire::Heartbeat{});  // (the session itself stays alive)
+    (void)session->FlushUntil(Clock::now() + 100ms);
+    if (!deregister.joinable() && SecondsSince(t0) >= 0.1) {
+      deregister = std::thread([&] {
+        const auto d0 = Clock::now();
+        XT_EXPECT_OK(e.DeregisterMem(h));
+        took = SecondsSince(d0);
+        done.store(true);
+      });
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  deregister.join();
+  EXPECT_LT(took, 1.8) << "DeregisterMem waited past the heartbeat timeout";
+  data.clear();
+  xfer::Engine legit;
+  XT_ASSERT_OK(legit.Initialize("127.0.0.1"));
+  XT_ASSERT_OK(legit.Connect(e.LocalName(), 10s));
+  XT_EXPECT_OK(legit.TransferSync(e.LocalName(), Op::kWrite, {{src.addr(), other.addr(), src.len()}}, 10s));
+  EXPECT_EQ(std::memcmp(other.data(), src.data(), src.len()), 0);
 }
 
 // A peer that registers 100,000 regions one by one costs the engine's control thread no

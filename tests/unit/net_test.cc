@@ -1,6 +1,11 @@
 #include "util/net.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <thread>
 
 namespace xfer::net {
 namespace {
@@ -66,6 +71,35 @@ TEST_F(SilentPeer, WaitsNeverEndBeforeTheirDeadline) {
     EXPECT_EQ(RecvAll(fd_.get(), b, 4, deadline).code(), StatusCode::kTimeout);
     EXPECT_GE(Clock::now(), deadline) << "round " << i;
   }
+}
+
+TEST(Sockets, ADeadlineIsForTheWholeMoveWhileThePeerTrickles) {
+  // The peer sends one byte every 20 ms: each receive call gets a byte before the socket's
+  // timeout, but the move as a whole must still end at its deadline (before: it went on for
+  // as long as the bytes kept trickling).
+  Fd listener, fd, peer;
+  Address bound;
+  ASSERT_TRUE(Listen(Address{"127.0.0.1", 0, true}, &listener, &bound).ok());
+  ASSERT_TRUE(ConnectTcp(bound, Clock::now() + std::chrono::seconds(2), &fd).ok());
+  peer = Fd(::accept(listener.get(), nullptr, nullptr));
+  ASSERT_TRUE(peer.valid());
+  SetBlocking(fd.get());
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    for (int i = 0; i < 150 && !stop.load(); ++i) {  // (3 s at most)
+      ::send(peer.get(), "x", 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  char b[4096];
+  iovec v{b, sizeof b};
+  const auto t0 = Clock::now();
+  const Status s = RecvVWaitAll(fd.get(), &v, 1, t0 + std::chrono::milliseconds(200));
+  const auto took = Clock::now() - t0;
+  stop.store(true);
+  trickle.join();
+  EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
+  EXPECT_LT(took, std::chrono::milliseconds(1000));
 }
 
 }  // namespace

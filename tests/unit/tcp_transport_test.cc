@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <thread>
 #include <vector>
@@ -218,6 +219,70 @@ TEST_P(TcpTransportTest, ConnectionsThatSayNothingAreCappedAndPeersServed) {
   EXPECT_EQ(region_[0], 9);
 }
 
+size_t ThreadsOfThisProcess() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+TEST_P(TcpTransportTest, DataConnectionsGetNoThreadUntilTheirHandshakePasses) {
+  // 40 connections that stop halfway through their hello hold no thread of the target's
+  // (before: one each, for the whole handshake timeout); one that completes it gets one.
+  const size_t before = ThreadsOfThisProcess();
+  std::vector<net::Fd> idle(40);
+  const uint8_t half_hello[32] = {0x58, 0x46, 0x44, 0x31, 4};
+  for (auto& fd : idle) {
+    ASSERT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", tcp_->port(), true},
+                                Clock::now() + std::chrono::seconds(2), &fd).ok());
+    ASSERT_TRUE(net::SendAll(fd.get(), half_hello, sizeof half_hello, Clock::now() + std::chrono::seconds(2)).ok());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // (the target has accepted them)
+  EXPECT_LE(ThreadsOfThisProcess(), before + 2) << "a thread per connection still in its handshake";
+  net::Fd served = Handshake(tcp_->port());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_GE(ThreadsOfThisProcess(), before + 1);
+  std::vector<uint8_t> src(64, 6);
+  EXPECT_TRUE(Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}}).ok());
+}
+
+TEST_P(TcpTransportTest, AFenceEndsWithinTheIoTimeoutWhilePeersTrickle) {
+  // Three connections each start a WRITE into our memory and then trickle its payload, one
+  // byte every 100 ms, the second starting 1.5 s after the first and the third 1.5 s after
+  // that. Each frame ends at its own io_timeout (2 s), but a fence that waited for one after
+  // the other would take ~5 s (before: it did). It must end within the io_timeout, closing
+  // the connections still busy then.
+  const auto io = std::chrono::milliseconds(2000);
+  std::vector<net::Fd> trickling;
+  for (int i = 0; i < 3; ++i) trickling.push_back(Handshake(tcp_->port()));
+  const auto frame = Frame(static_cast<uint8_t>(Op::kWrite), 0, 1, 4096, {{R(0), 4096}});
+  const auto t0 = Clock::now();
+  std::atomic<bool> fenced{false};
+  std::chrono::duration<double> took{};
+  size_t started = 0;
+  std::thread fence;
+  while (!fenced.load() && Clock::now() - t0 < std::chrono::seconds(8)) {
+    if (started < trickling.size() && Clock::now() - t0 >= started * std::chrono::milliseconds(1500)) {
+      ASSERT_TRUE(net::SendAll(trickling[started++].get(), frame.data(), 16 + 16, Clock::now() + io).ok());
+    }
+    for (size_t i = 0; i < started; ++i) ::send(trickling[i].get(), "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (!fence.joinable() && Clock::now() - t0 >= std::chrono::milliseconds(100)) {
+      fence = std::thread([&] {
+        const auto f0 = Clock::now();
+        tcp_->Fence();
+        took = Clock::now() - f0;
+        fenced.store(true);
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  fence.join();
+  EXPECT_LT(took.count(), 2.9) << "the fence waited for one trickling connection after another";
+  trickling.clear();
+  std::vector<uint8_t> src(64, 7);  // and the engine's own link is served as before
+  EXPECT_TRUE(Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}}).ok());
+  EXPECT_EQ(region_[0], 7);
+}
+
 TEST_P(TcpTransportTest, APeerEngineHoldsAtMostItsShareOfDataConnections) {
   std::vector<net::Fd> held;
   for (size_t i = 0; i < TcpTransport::kMaxConnectionsPerPeer; ++i) held.push_back(Handshake(tcp_->port()));
@@ -368,6 +433,45 @@ TEST_P(TcpTransportTest, DeadlineDuringTheHandshakeIsATimeout) {
   const Status st = link->Execute(Op::kWrite, batch, Clock::now() + std::chrono::milliseconds(100));
   EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.ToString();
   EXPECT_EQ(region_[0], 0x11);
+}
+
+TEST_P(TcpTransportTest, ATargetThatStallsLosesTheLinkWithinTheIoTimeout) {
+  // A target that passes the handshake and then reads nothing (a WRITE larger than the socket
+  // buffers cannot be sent), or reads the frame and never replies: the batch ends within the
+  // io_timeout (500 ms), not at its own deadline 20 s away (before: it waited for that).
+  net::Fd listener;
+  net::Address bound;
+  ASSERT_TRUE(net::Listen(net::Address{"127.0.0.1", 0, true}, &listener, &bound).ok());
+  TcpTargetHooks none;
+  none.incarnation = 7;
+  TcpTransport initiator(TcpOptions{1, false, std::chrono::milliseconds(500)}, none);
+  std::shared_ptr<Link> link;
+  ASSERT_TRUE(initiator.Connect(PeerEndpoint{0, 42, 0, "127.0.0.1", bound.port, "", -1}, &link).ok());
+  for (const bool reads_the_frame : {false, true}) {
+    std::vector<net::Fd> held;
+    std::thread target([&] {  // accepts, answers the hello, then (maybe) reads and stalls
+      pollfd p{listener.get(), POLLIN, 0};
+      if (::poll(&p, 1, 5000) != 1) return;
+      net::Fd fd(::accept(listener.get(), nullptr, nullptr));
+      uint8_t hello[64], accepted[64] = {};
+      if (!net::RecvAll(fd.get(), hello, 64, Clock::now() + std::chrono::seconds(5)).ok()) return;
+      (void)net::SendAll(fd.get(), accepted, 64, Clock::now() + std::chrono::seconds(5));
+      std::vector<uint8_t> sink(1 << 20);
+      while (reads_the_frame && ::recv(fd.get(), sink.data(), sink.size(), MSG_DONTWAIT) != 0) {
+        if (::poll(&p, 0, 10) < 0) break;  // (10 ms between reads, until the initiator closes)
+      }
+      held.push_back(std::move(fd));  // (for the rest of this round)
+    });
+    const size_t len = reads_the_frame ? 64 : 64 << 20;
+    std::vector<uint8_t> src(len, 1);
+    const auto t0 = Clock::now();
+    const std::vector<Slice> batch{{reinterpret_cast<uint64_t>(src.data()), R(0), len}};
+    const Status st = link->Execute(Op::kWrite, batch, Clock::now() + std::chrono::seconds(20));
+    const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+    EXPECT_EQ(st.code(), StatusCode::kConnectionLost) << st.ToString();
+    EXPECT_LT(took, 3.0) << (reads_the_frame ? "no reply" : "the frame not read") << ": " << st.ToString();
+    target.join();
+  }
 }
 
 TEST_P(TcpTransportTest, BatchesOutliveOtherBatchesDeadlines) {

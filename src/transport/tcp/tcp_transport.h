@@ -7,6 +7,9 @@
 // payload starts at a frame offset congruent to its source address mod 64 (see kAlign).
 //   initiator -> target  hello: magic "XFD1" u32 | version u16 | 0 u16 | target incarnation u64
 //                                | initiator incarnation u64 | zeros to 64 bytes
+//   with a secret:       target -> initiator  nonce (32 bytes)
+//                        initiator -> target  HMAC of the nonce and both incarnations under
+//                                             the control session's key (32 bytes)
 //   target -> initiator  u32 status code (0: accepted) | zeros to 64 bytes
 // Then any number of batches:
 //   initiator -> target  op u8 | lead u8 | flags u8 | 0 u8 | count u32 | total bytes u64
@@ -43,7 +46,10 @@ namespace xfer::transport {
 struct TcpOptions {
   int links = 2;              // data connections per peer
   bool least_loaded = false;  // pick a free connection first (default: round-robin)
-  std::chrono::milliseconds io_timeout{3000};  // a started frame must finish within this
+  // Each step of a batch must end within this, on both sides: the handshake, a frame's
+  // sending or receiving, a reply once its turn came. A peer that stalls a step loses the
+  // data connection (its control session, and with it the heartbeat, may live on).
+  std::chrono::milliseconds io_timeout{3000};
   std::chrono::microseconds spin{50};  // receivers spin this long before they sleep
   bool checksum = false;  // this initiator's batches carry a checksum of their payload
 };
@@ -88,27 +94,34 @@ class TcpTransport final : public Transport {
     return 2 * static_cast<size_t>(std::max(opts_.links, 1));
   }
   Status Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) override;
+  // Waits for the peers' batches that touch this engine's memory now; one still busy after
+  // io_timeout has its connection closed.
   void Fence() override;
 
   static constexpr uint32_t kMaxSlices = 1024;
   static constexpr uint64_t kMaxBatchBytes = 1ull << 30;
-  // Data connections that have not finished their handshake (each waits at most io_timeout),
-  // and those one peer engine may hold (it opens tcp.links, at most 64, and replaces broken
-  // ones): more are closed at once, with a log line a second at most.
+  // Data connections that have not finished their handshake (each waits at most io_timeout,
+  // and holds no thread), and those one peer engine may hold (it opens tcp.links, at most 64,
+  // and replaces broken ones): more are closed at once, with a log line a second at most.
   static constexpr size_t kMaxPendingHandshakes = 64;
   static constexpr size_t kMaxConnectionsPerPeer = 256;
 
  private:
   struct Service;
+  struct Handshaking;
   struct Frame;
+  // Accepts new data connections and moves their handshakes on (no thread of their own until
+  // the peer has proved itself); a connection whose handshake passes gets its Serve thread.
   void AcceptLoop();
-  // One data connection's thread: the handshake, then batch after batch until the connection
-  // ends or must close (*why says why; empty: quietly).
+  void Accept(std::list<Handshaking>* handshaking);
+  bool Advance(Handshaking& h);  // false: the handshake is over (admitted, refused or failed)
+  void Admit(Handshaking& h, StatusCode verdict);  // sends the verdict; kOk: starts serving
+  void ReapServices();  // joins the threads of connections that ended
+  // One data connection's thread: batch after batch until the connection ends or must close
+  // (*why says why; empty: quietly).
   void Serve(std::shared_ptr<Service> svc);
-  bool Handshake(Service& svc, std::string* why);
-  size_t ConnectionsOf(uint64_t incarnation);  // handshaken and serving
-  // With a secret: the challenge, and the check of the initiator's proof under key (DataProof).
-  bool Authenticate(int fd, const std::string& key, uint64_t initiator);
+  size_t ConnectionsOf(uint64_t incarnation);  // admitted and serving
+  void LogRefusal(const std::string& line);    // at most once a second
   std::mutex refusal_log_mu_;
   log::Limit refusal_log_;  // (refusal_log_mu_)
   bool ReadFrame(Service& svc, uint64_t replied, Frame* f, std::string* why);
