@@ -184,8 +184,12 @@ void EngineImpl::Finalize() {
   if (!running_.exchange(false)) return;
   finalized_ = true;
   ForgetSecret();
-  // Peers stop using our memory before Finalize returns (the application may free it next).
-  SayGoodbye(regions_.Subscribers(), "engine finalized");
+  // Peers stop using our memory before Finalize returns (the application may free it next):
+  // every session sent our hello hears goodbye, those of Connects under way included (they
+  // settle first), and no hello goes out from here on.
+  auto told = regions_.CloseSubscriptions();
+  SettleConnects(DeadlineAfter(opts_.heartbeat_timeout));
+  SayGoodbye(told, "engine finalized");
   loop_->Stop();  // closes every session (notifications still unanswered fail); OnClosed drops their state
   notifies_->Close();  // (what is queued stays readable)
   requests_.CancelAll();

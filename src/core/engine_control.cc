@@ -119,12 +119,10 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
   std::shared_ptr<control::Session> session;
   wire::Message reply;
   s = OpenSession(addr, remote, deadline, &session, &reply);
+  bool crossed = false;  // the peer is connecting to us at the same time: its session stays
   if (s.ok()) {
     if (auto* bye = std::get_if<wire::Goodbye>(&reply)) {
-      if (bye->reason.find("already connected") != std::string::npos) {
-        AbandonConnect(session, remote, "already connected");
-        return peers_.AwaitCrossed(remote, deadline);
-      }
+      crossed = bye->reason.find("already connected") != std::string::npos;
       const bool auth = bye->reason.starts_with("authentication");  // (Refuse's reasons)
       s = {auth ? StatusCode::kRemoteAccessDenied : StatusCode::kConnectionLost,
            "'" + remote + "' refused the connection: " + bye->reason};
@@ -134,11 +132,36 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
       s = {StatusCode::kConnectionLost, "'" + remote + "' did not answer with a hello"};
     }
   }
-  if (!s.ok()) {
-    AbandonConnect(session, remote, s.message());
-    XLOG(WARN) << "Connect to '" << remote << "' failed: " << s.ToString();
-  }
+  if (!s.ok()) AbandonConnect(session, remote, crossed ? "already connected" : s.message());
+  if (session) EndConnecting(session);
+  if (crossed) return peers_.AwaitCrossed(remote, deadline);
+  if (!s.ok()) XLOG(WARN) << "Connect to '" << remote << "' failed: " << s.ToString();
   return s;
+}
+
+Status EngineImpl::BeginConnecting(const std::shared_ptr<control::Session>& session) {
+  std::lock_guard l(connecting_mu_);
+  if (settling_) return {StatusCode::kCanceled, "the engine is finalizing"};
+  connecting_.insert(session);
+  return Status::Ok();
+}
+
+void EngineImpl::EndConnecting(const std::shared_ptr<control::Session>& session) {
+  std::lock_guard l(connecting_mu_);
+  if (connecting_.erase(session) != 0) connecting_cv_.notify_all();
+}
+
+void EngineImpl::SettleConnects(Clock::time_point deadline) {
+  std::unique_lock l(connecting_mu_);
+  settling_ = true;
+  if (!connecting_cv_.wait_until(l, deadline, [&] { return connecting_.empty(); })) {
+    for (const auto& s : connecting_) {
+      XLOG(WARN) << "the connection to " << s->remote_addr() << " did not finish within the heartbeat "
+                 << "timeout while the engine finalized; closing it";
+      s->Shutdown("engine finalized");
+    }
+    connecting_cv_.wait(l, [&] { return connecting_.empty(); });  // (their reads fail at once now)
+  }
 }
 
 void EngineImpl::AbandonConnect(const std::shared_ptr<control::Session>& session,
@@ -158,6 +181,10 @@ Status EngineImpl::OpenSession(const net::Address& addr, const std::string& remo
   Status s = net::ConnectTcp(addr, deadline, &fd);
   if (!s.ok()) return s;
   *session = std::make_shared<control::Session>(std::move(fd), true, addr.ToString());
+  if (s = BeginConnecting(*session); !s.ok()) {
+    session->reset();
+    return {s.code(), "Connect: " + s.message()};
+  }
   if (!secret_.empty()) {  // nothing about this engine leaves before the peer proved itself
     if (s = AuthenticateOutbound(**session, remote, deadline); !s.ok()) return s;
   }

@@ -4,8 +4,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -124,6 +126,14 @@ class EngineImpl final : public control::ControlHandler {
                          const std::string& host);
   void AbandonConnect(const std::shared_ptr<control::Session>& session, const std::string& remote,
                       const std::string& why);
+  // An outbound session is "connecting" from its opening until Connect installs or abandons
+  // it, so that Finalize can wait for it: a peer sent our hello must hear our goodbye.
+  // BeginConnecting fails once Finalize has begun.
+  Status BeginConnecting(const std::shared_ptr<control::Session>& session);
+  void EndConnecting(const std::shared_ptr<control::Session>& session);
+  // Finalize: waits until no Connect is between those two (a session still there at the
+  // deadline is closed, and its Connect then fails).
+  void SettleConnects(Clock::time_point deadline);
   wire::Hello MakeHello(const std::vector<wire::WireRegion>& regions) const;
   // Sends our hello on s and adds s to the sessions that hear of region changes.
   Status SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s);
@@ -181,6 +191,10 @@ class EngineImpl final : public control::ControlHandler {
   RegionService regions_;  // our regions, and the sessions that hear of their changes
 
   PeerTable peers_;
+  std::mutex connecting_mu_;
+  std::condition_variable connecting_cv_;
+  std::set<std::shared_ptr<control::Session>> connecting_;  // (connecting_mu_)
+  bool settling_ = false;  // Finalize has begun: no session begins connecting (connecting_mu_)
 
   RequestTable requests_;
 

@@ -78,6 +78,7 @@ void RegionService::FinishRemove(Removal& removal, Clock::time_point deadline) {
 Status RegionService::SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s,
                                             const MakeHello& hello) {
   std::lock_guard lock(mu_);
+  if (closed_) return {StatusCode::kCanceled, "the engine is finalizing"};
   Status st = s->Send(hello(registry_.Snapshot()));
   if (st.ok()) subscribers_.insert(s);
   return st;
@@ -88,8 +89,9 @@ void RegionService::Unsubscribe(const std::shared_ptr<control::Session>& s) {
   subscribers_.erase(s);
 }
 
-std::vector<std::shared_ptr<control::Session>> RegionService::Subscribers() const {
+std::vector<std::shared_ptr<control::Session>> RegionService::CloseSubscriptions() {
   std::lock_guard lock(mu_);
+  closed_ = true;
   return {subscribers_.begin(), subscribers_.end()};
 }
 

@@ -47,10 +47,13 @@ class RegionService {
   Status BeginRemove(MemHandle handle, bool free, Removal* out);
   void FinishRemove(Removal& removal, Clock::time_point deadline);
 
-  // Sends the hello (with a snapshot of the table) and subscribes the session to changes.
+  // Sends the hello (with a snapshot of the table) and subscribes the session to changes;
+  // after CloseSubscriptions, sends nothing and fails.
   Status SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s, const MakeHello& hello);
   void Unsubscribe(const std::shared_ptr<control::Session>& s);
-  std::vector<std::shared_ptr<control::Session>> Subscribers() const;
+  // Finalize: no hello goes out from now on; returns every session that was sent one (each
+  // must hear goodbye).
+  std::vector<std::shared_ptr<control::Session>> CloseSubscriptions();
   // Finalize, once no peer uses our memory: releases every region's resources.
   void ReleaseAll();
 
@@ -60,6 +63,7 @@ class RegionService {
   Registry registry_;
   mutable std::mutex mu_;  // orders changes with hello snapshots
   std::set<std::shared_ptr<control::Session>> subscribers_;           // mu_
+  bool closed_ = false;                                               // mu_
   std::map<MemHandle, std::unique_ptr<RegionResources>> resources_;  // mu_
 };
 

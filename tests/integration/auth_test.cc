@@ -383,6 +383,97 @@ TEST_F(Auth, AHandshakeRelayedToAnotherEngineIsRefused) {
   ExpectServed();
 }
 
+// A peer engine of our own making that an engine Connects to: it authenticates, waiting
+// `before_proof` before it sends its proof, then answers the engine's hello with its own after
+// `before_hello`, answers every numbered goodbye, and keeps every frame it got after its proof
+// (with the time it came).
+class SlowAcceptor {
+ public:
+  SlowAcceptor(std::chrono::milliseconds before_proof, std::chrono::milliseconds before_hello) {
+    xfer::net::Address bound;
+    EXPECT_TRUE(xfer::net::Listen(xfer::net::Address{"127.0.0.1", 0, true}, &listener_, &bound).ok());
+    name_ = "127.0.0.1:" + std::to_string(bound.port);
+    thread_ = std::thread([this, before_proof, before_hello] { Serve(before_proof, before_hello); });
+  }
+  ~SlowAcceptor() { thread_.join(); }
+  const std::string& name() const { return name_; }
+  bool proved() const { return proved_.load(); }  // the engine proved itself to us
+  std::vector<std::pair<wire::Message, Clock::time_point>> Frames() {
+    thread_.join();
+    thread_ = std::thread([] {});
+    return frames_;
+  }
+
+ private:
+  void Serve(std::chrono::milliseconds before_proof, std::chrono::milliseconds before_hello) {
+    pollfd p{listener_.get(), POLLIN, 0};
+    if (::poll(&p, 1, 10000) != 1) return;
+    xfer::control::Session s(xfer::net::Fd(::accept(listener_.get(), nullptr, nullptr)), false, "engine");
+    xfer::control::Handshake hs(kSecret, false, name_, 77);
+    wire::Message m;
+    if (!s.ReadOne(Clock::now() + 5s, &m).ok() || !std::holds_alternative<wire::AuthChallenge>(m)) return;
+    hs.TheirChallenge(std::get<wire::AuthChallenge>(m));
+    (void)s.Send(hs.Mine());
+    (void)s.FlushUntil(Clock::now() + 5s);
+    if (!s.ReadOne(Clock::now() + 5s, &m).ok() || !std::holds_alternative<wire::AuthProof>(m) ||
+        !hs.Verify(std::get<wire::AuthProof>(m))) {
+      return;
+    }
+    proved_.store(true);
+    std::this_thread::sleep_for(before_proof);
+    (void)s.Send(hs.Proof());
+    (void)s.FlushUntil(Clock::now() + 5s);
+    while (s.ReadOne(Clock::now() + 5s, &m).ok()) {
+      frames_.emplace_back(m, Clock::now());
+      if (std::holds_alternative<wire::Hello>(m)) {
+        std::this_thread::sleep_for(before_hello);
+        wire::Hello ours = HelloOf(name_, 77);
+        ours.host_id = "elsewhere";
+        ours.backends = {{"tcp", std::string("\x01\x00", 2)}};  // (a data port never used)
+        (void)s.Send(ours);
+      } else if (const auto* bye = std::get_if<wire::Goodbye>(&m); bye != nullptr && bye->seq != 0) {
+        (void)s.Send(wire::SyncAck{bye->seq});
+      }
+      (void)s.FlushUntil(Clock::now() + 5s);
+    }
+  }
+
+  xfer::net::Fd listener_;
+  std::string name_;
+  std::atomic<bool> proved_{false};
+  std::vector<std::pair<wire::Message, Clock::time_point>> frames_;
+  std::thread thread_;
+};
+
+// Finalize while a Connect is under way: whether it comes before our hello went out (the
+// peer's proof is late) or after (its hello is late), a peer that got our hello (our regions)
+// hears our goodbye before Finalize returns. (Before: a Connect that sent its hello after
+// Finalize had said goodbye to the peers it knew left that peer with our regions and no
+// goodbye.)
+TEST_F(Auth, FinalizeDuringAConnectLeavesNoPeerWithoutAGoodbye) {
+  for (const bool late_proof : {true, false}) {
+    SlowAcceptor peer(late_proof ? 500ms : 0ms, late_proof ? 0ms : 500ms);
+    xfer::Engine e;
+    XT_ASSERT_OK(e.Initialize("127.0.0.1", With(kSecret)));
+    std::thread connect([&] { (void)e.Connect(peer.name(), 10s); });
+    const auto t0 = Clock::now();
+    while (!peer.proved() && Clock::now() - t0 < 10s) std::this_thread::sleep_for(1ms);
+    if (!late_proof) std::this_thread::sleep_for(100ms);  // (our hello is out: the peer's is late)
+    e.Finalize();
+    const auto finalized = Clock::now();
+    const double took = SecondsSince(t0);
+    connect.join();
+    bool hello = false, goodbye = false;  // (the goodbye: after the hello, before Finalize returned)
+    for (const auto& [f, at] : peer.Frames()) {
+      hello = hello || std::holds_alternative<wire::Hello>(f);
+      goodbye = goodbye || (hello && at <= finalized && std::holds_alternative<wire::Goodbye>(f));
+    }
+    EXPECT_EQ(hello, !late_proof) << "our hello went out after Finalize began";
+    EXPECT_TRUE(!hello || goodbye) << "the peer got our hello and no goodbye before Finalize returned";
+    EXPECT_LT(took, 2.5) << "Finalize waited for a confirmation it had";
+  }
+}
+
 TEST(AuthOptions, SecretsAreChecked) {
   if (!xfer::crypto::Available()) GTEST_SKIP() << "this build has no libsodium";
   xfer::Engine a, b, c;
