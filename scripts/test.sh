@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: a normal build (C++ and the Python package) and its tests, the Python
-# tests, the C++ suite under ASan+UBSan, and a short libFuzzer run of the wire decoder. Exits
-# non-zero when anything fails.
+# tests, the C++ suite under ASan+UBSan, and short libFuzzer runs (the wire decoder; a live
+# engine driven through its ports). Exits non-zero when anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -21,10 +21,13 @@ echo "== tests under ASan+UBSan =="
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600
 
-echo "== fuzz the wire decoder (30 s) =="
-CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DXFER_FUZZ=ON -DXFER_BUILD_TESTS=OFF >/dev/null
-cmake --build build-fuzz --target wire_fuzzer
-mkdir -p build-fuzz/corpus
+echo "== fuzz the wire decoder (30 s), then a live engine's sessions (30 s) =="
+CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DXFER_FUZZ=ON -DXFER_BUILD_TESTS=OFF \
+  -DXFER_BUILD_TOOLS=OFF >/dev/null
+cmake --build build-fuzz --target wire_fuzzer session_fuzzer
+mkdir -p build-fuzz/corpus build-fuzz/session_corpus
 ./build-fuzz/tests/fuzz/wire_fuzzer -max_total_time=30 -seed=1 build-fuzz/corpus tests/fuzz/corpus 2>&1 | tail -n 3
+./build-fuzz/tests/fuzz/session_fuzzer -max_total_time=30 -seed=1 -timeout=20 \
+  build-fuzz/session_corpus tests/fuzz/session_corpus 2>&1 | tail -n 3
 
 echo "== all test stages passed in $((SECONDS - start)) s =="

@@ -43,6 +43,9 @@ struct EngineOptions {
   // The most regions one peer may advertise (1..16 M): a hello with more is refused, and a
   // peer that registers one more has its session closed (one log line each).
   uint32_t max_peer_regions = 1u << 20;
+  // Control frames queued for one peer that does not read them (64 KiB..4 GiB): past this,
+  // its session is closed (one log line), whatever it does, and the other peers are served.
+  uint64_t max_unsent_bytes = 64ull << 20;
 
   // Data path. Streams are worker threads that share a request's batches.
   int streams = 2;

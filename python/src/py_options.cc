@@ -93,6 +93,7 @@ const std::map<std::string, Setter>& Setters() {
       XFER_INT("notify_max_message_bytes", notify.max_message_bytes),
       XFER_INT("notify_queue_messages", notify.queue_messages),
       XFER_INT("max_peer_regions", max_peer_regions),
+      XFER_INT("max_unsent_bytes", max_unsent_bytes),
       XFER_INT("notify_queue_bytes", notify.queue_bytes),
       XFER_INT("tcp_links", tcp.links),
       XFER_BOOL("tcp_least_loaded", tcp.least_loaded),

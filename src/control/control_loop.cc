@@ -80,19 +80,21 @@ void ControlLoop::Accept() {
       }
       return;
     }
-    if (PendingSessions() >= kMaxPendingSessions) {  // a flood of handshakes: refuse the excess
+    if (std::shared_ptr<Session> oldest = OldestPending(); oldest && PendingSessions() >= kMaxPendingSessions) {
+      // A flood of connections that say nothing: the oldest goes, so that a newcomer that
+      // does its handshake at once still gets in.
       if (Clock::now() - last_pending_log_ > std::chrono::seconds(10)) {
         XLOG(WARN) << "control listener: " << kMaxPendingSessions << " connections have not said "
-                   << "hello yet; closing new ones until they do or time out (last from "
+                   << "hello yet; closing the oldest of them for each new one (the last new one from "
                    << net::AddressText(ss) << ")";
         last_pending_log_ = Clock::now();
       }
-      ::close(fd);
-      continue;
+      CloseSession(oldest, "closed: one of too many connections that had not said hello");
     }
     net::SetNoDelay(fd);
     auto s = std::make_shared<Session>(net::Fd(fd), false, net::AddressText(ss));
     if (opts_.authenticate) s->set_max_payload(wire::kMaxPayloadBeforeAuth);
+    s->set_max_queued(opts_.max_queued);
     s->set_on_pending([this] { Wake(); });
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
@@ -100,6 +102,14 @@ void ControlLoop::Accept() {
     ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
     sessions_[fd] = std::move(s);
   }
+}
+
+std::shared_ptr<Session> ControlLoop::OldestPending() const {
+  std::shared_ptr<Session> oldest;
+  for (const auto& [fd, s] : sessions_) {
+    if (!s->established.load() && (!oldest || s->created < oldest->created)) oldest = s;
+  }
+  return oldest;
 }
 
 size_t ControlLoop::PendingSessions() const {

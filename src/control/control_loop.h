@@ -29,9 +29,11 @@ struct LoopOptions {
   // Peers must authenticate (the engine has a secret): accepted sessions may send only small
   // frames until the engine lifts the cap (Session::set_max_payload).
   bool authenticate = false;
+  uint64_t max_queued = 64ull << 20;  // per session (Session::set_max_queued)
 };
 
-// Accepted connections that have not finished their hello, at most; more are closed at once.
+// Accepted connections that have not finished their hello, at most; for each one more, the
+// oldest of them is closed.
 inline constexpr size_t kMaxPendingSessions = 256;
 
 class ControlLoop {
@@ -59,6 +61,7 @@ class ControlLoop {
   void CloseSession(const std::shared_ptr<Session>& s, const std::string& reason);
   void Tick();
   size_t PendingSessions() const;  // accepted, not established
+  std::shared_ptr<Session> OldestPending() const;  // null when none
   std::chrono::steady_clock::time_point last_pending_log_{};
 
   net::Fd listener_;

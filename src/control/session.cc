@@ -7,13 +7,14 @@
 #include <cerrno>
 #include <cstring>
 
+#include "util/log.h"
+
 namespace xfer::control {
 
 Session::Session(net::Fd fd, bool outbound, std::string remote_addr)
     : fd_(std::move(fd)), outbound_(outbound), remote_addr_(std::move(remote_addr)) {}
 
 namespace {
-constexpr size_t kMaxQueued = 64u << 20;  // a peer that reads nothing of what we send
 }  // namespace
 
 Status Session::Send(const wire::Message& msg) {
@@ -54,13 +55,18 @@ Status Session::AfterQueued(std::unique_lock<std::mutex>& lock, bool write_now) 
   // While the control loop waits for room (bytes it was told of are left), it writes this too.
   write_now = write_now && !loop_owes_;
   const Flushed f = write_now ? WriteQueued()
-                              : out_.size() - out_off_ > kMaxQueued ? Flushed::kFailed : Flushed::kPending;
+                              : out_.size() - out_off_ > max_queued_.load() ? Flushed::kFailed : Flushed::kPending;
   std::function<void()> pending;
   if (f == Flushed::kPending && write_now && on_pending_) {
     pending = on_pending_;
     loop_owes_ = true;
   }
+  const uint64_t unsent = out_.size() - out_off_;
   lock.unlock();
+  if (f == Flushed::kFailed && unsent > max_queued_.load() && shutdown_reason().empty()) {
+    XLOG(WARN) << (peer_key.empty() ? remote_addr_ : peer_key) << " leaves " << unsent
+               << " bytes of our control frames unread (more than max_unsent_bytes); closing its session";
+  }
   if (f == Flushed::kFailed) {
     Shutdown("the peer does not read its control connection, or it broke");
     return {StatusCode::kConnectionLost, "cannot send to " + (peer_key.empty() ? remote_addr_ : peer_key)};
@@ -94,7 +100,7 @@ Session::Flushed Session::WriteQueued() {
     out_.erase(out_.begin(), out_.begin() + static_cast<long>(out_off_));
     out_off_ = 0;
   }
-  return out_.size() - out_off_ > kMaxQueued ? Flushed::kFailed : Flushed::kPending;
+  return out_.size() - out_off_ > max_queued_.load() ? Flushed::kFailed : Flushed::kPending;
 }
 
 Session::Flushed Session::Flush() {

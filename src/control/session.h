@@ -65,6 +65,9 @@ class Session {
   bool ReadAvailable(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
   // Frames longer than this close the session (an unauthenticated one gets few bytes).
   void set_max_payload(uint32_t bytes) { max_payload_.store(bytes); }
+  // Bytes queued for a peer that does not read them: past this, the session is shut down
+  // (EngineOptions::max_unsent_bytes).
+  void set_max_queued(uint64_t bytes) { max_queued_.store(bytes); }
   // Reads exactly one frame, blocking up to deadline (used during the handshake only).
   Status ReadOne(Clock::time_point deadline, wire::Message* msg);
 
@@ -103,6 +106,7 @@ class Session {
  private:
   bool ParseFrames(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
   std::atomic<uint32_t> max_payload_{wire::kMaxPayload};
+  std::atomic<uint64_t> max_queued_{64ull << 20};
 
   net::Fd fd_;
   const bool outbound_;

@@ -74,6 +74,9 @@ Status CheckOptions(const EngineOptions& o) {
   }
   if (o.spin.count() < 0) return bad("spin must be >= 0");
   if (o.max_peer_regions < 1 || o.max_peer_regions > (16u << 20)) return bad("max_peer_regions must be 1..16 M");
+  if (o.max_unsent_bytes < (64u << 10) || o.max_unsent_bytes > (4ull << 30)) {
+    return bad("max_unsent_bytes must be 64 KiB..4 GiB");
+  }
   if (StagingName(o.staging) == "unknown") return bad("staging must be auto, always or off");
   if (o.staging_buffers < 1 || o.staging_buffers > 64) return bad("staging_buffers must be 1..64");
   if (o.staging_buffer_bytes < (64 << 10) || o.staging_buffer_bytes > (1ull << 30)) {
@@ -140,7 +143,8 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   pool_ = std::make_unique<StreamPool>(opts_.streams, opts_.spin);
   loop_ = std::make_unique<control::ControlLoop>(
       std::move(listener), this,
-      control::LoopOptions{opts_.heartbeat_interval, opts_.heartbeat_timeout, !secret_.empty()});
+      control::LoopOptions{opts_.heartbeat_interval, opts_.heartbeat_timeout, !secret_.empty(),
+                           opts_.max_unsent_bytes});
   s = loop_->Start();
   if (!s.ok()) return s;
   running_.store(true);

@@ -181,6 +181,7 @@ Status EngineImpl::OpenSession(const net::Address& addr, const std::string& remo
   Status s = net::ConnectTcp(addr, deadline, &fd);
   if (!s.ok()) return s;
   *session = std::make_shared<control::Session>(std::move(fd), true, addr.ToString());
+  (*session)->set_max_queued(opts_.max_unsent_bytes);
   if (s = BeginConnecting(*session); !s.ok()) {
     session->reset();
     return {s.code(), "Connect: " + s.message()};

@@ -41,8 +41,10 @@ bool SpinOnce(std::chrono::microseconds spin, Clock::time_point* until, Backoff*
   return true;
 }
 
-// Waits for `events` on fd; false on timeout.
+// Waits for `events` on fd; false on timeout (also when the deadline has passed already, ready
+// or not: a caller that loops on it must not spin past its deadline).
 bool PollFor(int fd, short events, Clock::time_point deadline) {
+  if (Clock::now() >= deadline) return false;
   for (;;) {
     pollfd p{fd, events, 0};
     int r = ::poll(&p, 1, MillisLeft(deadline));

@@ -15,6 +15,7 @@
 
 #include "control/auth.h"
 #include "control/session.h"
+#include "raw_peer.h"
 #include "test_common.h"
 #include "util/crypto.h"
 #include "util/net.h"
@@ -73,52 +74,6 @@ class Auth : public ::testing::Test {
   PeerRegion region_;
 };
 
-// A raw control connection to the peer.
-struct Raw {
-  explicit Raw(const std::string& name) {
-    xfer::net::Address a;
-    EXPECT_TRUE(xfer::net::ParseAddress(name, &a).ok());
-    xfer::net::Fd fd;
-    EXPECT_TRUE(xfer::net::ConnectTcp(a, Clock::now() + 5s, &fd).ok());
-    s = std::make_shared<xfer::control::Session>(std::move(fd), true, name);
-  }
-  void Send(const wire::Message& m) {
-    ASSERT_TRUE(s->Send(m).ok());
-    ASSERT_TRUE(s->FlushUntil(Clock::now() + 5s).ok());
-  }
-  // Our side of the handshake (hs: its secret, name, incarnation): challenges, then our proof;
-  // returns the proof sent, and whether the peer answered with a proof that checks out (when
-  // it answers otherwise, ReadAll() gets that frame first).
-  wire::AuthProof Authenticate(xfer::control::Handshake& hs, bool* verified = nullptr) {
-    Send(hs.Mine());
-    wire::Message theirs, answer;
-    EXPECT_TRUE(s->ReadOne(Clock::now() + 5s, &theirs).ok());
-    const auto* challenge = std::get_if<wire::AuthChallenge>(&theirs);
-    EXPECT_TRUE(challenge != nullptr) << "no challenge from the peer";
-    if (challenge == nullptr) return {};
-    hs.TheirChallenge(*challenge);
-    const wire::AuthProof mine = hs.Proof();
-    Send(mine);
-    bool ok = false;
-    if (s->ReadOne(Clock::now() + 5s, &answer).ok()) {
-      const auto* proof = std::get_if<wire::AuthProof>(&answer);
-      ok = proof != nullptr && hs.Verify(*proof);
-      if (proof == nullptr) early.push_back(answer);
-    }
-    if (verified != nullptr) *verified = ok;
-    return mine;
-  }
-  // Every frame until the peer closes (or 10 s pass).
-  std::vector<wire::Message> ReadAll() {
-    std::vector<wire::Message> got = early;
-    wire::Message m;
-    while (s->ReadOne(Clock::now() + 10s, &m).ok()) got.push_back(m);
-    return got;
-  }
-  std::shared_ptr<xfer::control::Session> s;
-  std::vector<wire::Message> early;  // read by Authenticate, not a proof
-};
-
 // A relay that knows no secret: the first connection to its port is joined, byte for byte, to
 // a connection to `to` (an attacker at the address an engine dials).
 class Relay {
@@ -160,32 +115,9 @@ class Relay {
   std::thread thread_;
 };
 
-wire::Hello HelloOf(const std::string& name, uint64_t incarnation) {
-  wire::Hello h;
-  h.name = name;
-  h.incarnation = incarnation;
-  h.host_id = "attacker";
-  h.pid = 1;
-  return h;
-}
-
-bool AnyHello(const std::vector<wire::Message>& frames) {
-  for (const auto& f : frames) {
-    if (std::holds_alternative<wire::Hello>(f)) return true;
-  }
-  return false;
-}
-
-std::string GoodbyeReason(const std::vector<wire::Message>& frames) {
-  for (const auto& f : frames) {
-    if (auto* b = std::get_if<wire::Goodbye>(&f)) return b->reason;
-  }
-  return "(no goodbye)";
-}
-
 // Sends hello on raw, then expects the peer to close with a Goodbye of that reason and without
 // having sent its own hello.
-void ExpectRefused(Raw& raw, const wire::Hello& hello, const std::string& reason) {
+void ExpectRefused(RawSession& raw, const wire::Hello& hello, const std::string& reason) {
   if (raw.s->Send(hello).ok()) (void)raw.s->FlushUntil(Clock::now() + 5s);  // (it may have closed)
   const auto frames = raw.ReadAll();
   EXPECT_FALSE(AnyHello(frames)) << "the engine sent its hello (regions, ports) to a stranger";
@@ -247,20 +179,20 @@ TEST_F(Auth, AnEngineWithASecretRefusesAPeerWithout) {
 }
 
 TEST_F(Auth, AHelloWithoutAuthenticationLearnsNothing) {
-  Raw raw(peer_.name());
+  RawSession raw(peer_.name());
   ExpectRefused(raw, HelloOf("127.0.0.1:1", 77), "authentication required");
   ExpectServed();
 }
 
 TEST_F(Auth, ALargeFrameBeforeAuthenticatingClosesTheConnection) {
-  Raw raw(peer_.name());
+  RawSession raw(peer_.name());
   raw.Send(wire::Notify{1, std::string(60 << 10, 'x')});  // (an unauthenticated peer gets 4 KiB)
   EXPECT_TRUE(raw.ReadAll().empty()) << "the engine answered a large frame from a stranger";
   ExpectServed();
 }
 
 TEST_F(Auth, AWrongProofIsRefused) {
-  Raw raw(peer_.name());
+  RawSession raw(peer_.name());
   xfer::control::Handshake hs(kOther, true, "127.0.0.1:1", 78);  // another secret
   raw.Authenticate(hs);
   ExpectRefused(raw, HelloOf("127.0.0.1:1", 78), "authentication failed");
@@ -273,7 +205,7 @@ TEST_F(Auth, AReplayedHandshakeIsRefused) {
   const wire::AuthChallenge challenge = hs.Mine();  // (the proof is recorded below)
   wire::AuthProof proof;
   {
-    Raw raw(peer_.name());
+    RawSession raw(peer_.name());
     bool verified = false;
     proof = raw.Authenticate(hs, &verified);
     ASSERT_TRUE(verified);
@@ -284,7 +216,7 @@ TEST_F(Auth, AReplayedHandshakeIsRefused) {
     raw.Send(wire::Goodbye{"done", 0});
   }
   // ... and replayed on a new connection: the peer's fresh nonce makes the old proof wrong.
-  Raw replay(peer_.name());
+  RawSession replay(peer_.name());
   replay.Send(challenge);
   wire::Message new_challenge;
   ASSERT_TRUE(replay.s->ReadOne(Clock::now() + 5s, &new_challenge).ok());
@@ -294,7 +226,7 @@ TEST_F(Auth, AReplayedHandshakeIsRefused) {
 }
 
 TEST_F(Auth, AHelloNamingAnotherEngineThanItAuthenticatedAsIsRefused) {
-  Raw raw(peer_.name());
+  RawSession raw(peer_.name());
   xfer::control::Handshake hs(kSecret, true, "127.0.0.1:1", 80);
   raw.Authenticate(hs);
   raw.Send(HelloOf("127.0.0.1:2", 81));  // another name and incarnation
@@ -311,47 +243,17 @@ TEST_F(Auth, AHelloNamingAnotherEngineThanItAuthenticatedAsIsRefused) {
 // a 64-byte reply whose first u32 is 0 when accepted.)
 TEST_F(Auth, ADataConnectionMustProveItsSessionKey) {
   // A control session of our own (this test knows the secret), for incarnations and a key.
-  Raw raw(peer_.name());
+  RawSession raw(peer_.name());
   xfer::control::Handshake hs(kSecret, true, "127.0.0.1:1", 90);
   raw.Authenticate(hs);
-  raw.Send(HelloOf("127.0.0.1:1", 90));
-  wire::Message reply;
-  ASSERT_TRUE(raw.s->ReadOne(Clock::now() + 5s, &reply).ok());
-  const auto& hello = std::get<wire::Hello>(reply);
-  uint16_t port = 0;
-  for (const auto& b : hello.backends) {
-    if (b.backend == "tcp" && b.bytes.size() == 2) std::memcpy(&port, b.bytes.data(), 2);
-  }
-  ASSERT_NE(port, 0) << "the peer offers no tcp data port";
-  const xfer::crypto::Mac key = hs.SessionKey();
-  const std::string session_key(reinterpret_cast<const char*>(key.data()), key.size());
+  const wire::Hello hello = raw.Hello(HelloOf("127.0.0.1:1", 90));
+  ASSERT_NE(DataPortOf(hello), 0) << "the peer offers no tcp data port";
+  const std::string session_key = KeyOf(hs);
 
   auto attempt = [&](const std::string& with_key) {
     xfer::net::Fd fd;
-    EXPECT_TRUE(xfer::net::ConnectTcp(xfer::net::Address{"127.0.0.1", port, true}, Clock::now() + 5s, &fd).ok());
-    uint8_t h[64] = {};
-    const uint32_t magic = 0x31444658;
-    const uint16_t version = 4;  // the data connections' (tcp_transport.h)
-    std::memcpy(h, &magic, 4);
-    std::memcpy(h + 4, &version, 2);
-    std::memcpy(h + 8, &hello.incarnation, 8);
-    const uint64_t mine = 90;
-    std::memcpy(h + 16, &mine, 8);
-    const auto deadline = Clock::now() + 5s;
-    EXPECT_TRUE(xfer::net::SendAll(fd.get(), h, sizeof h, deadline).ok());
-    uint8_t nonce[32];
-    EXPECT_TRUE(xfer::net::RecvAll(fd.get(), nonce, sizeof nonce, deadline).ok()) << "no challenge";
-    std::string m = "xfer-data-v1";
-    m.append(reinterpret_cast<const char*>(nonce), 32);
-    m.append(reinterpret_cast<const char*>(&hello.incarnation), 8);
-    m.append(reinterpret_cast<const char*>(&mine), 8);
-    const xfer::crypto::Mac proof = xfer::crypto::Hmac(xfer::crypto::Bytes(with_key), xfer::crypto::Bytes(m));
-    EXPECT_TRUE(xfer::net::SendAll(fd.get(), proof.data(), proof.size(), deadline).ok());
-    uint8_t code[64];
-    if (!xfer::net::RecvAll(fd.get(), code, sizeof code, deadline).ok()) return false;  // closed
-    uint32_t c = 1;
-    std::memcpy(&c, code, 4);
-    return c == 0;
+    uint32_t verdict = 1;
+    return OpenDataConnection(hello, 90, with_key, &fd, &verdict) && verdict == 0;
   };
   EXPECT_FALSE(attempt(std::string(32, 'k'))) << "a data connection without the key was accepted";
   EXPECT_FALSE(attempt(kSecret)) << "the secret itself is not the session's key";

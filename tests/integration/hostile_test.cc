@@ -13,6 +13,7 @@
 #include <csignal>
 
 #include "control/session.h"
+#include "raw_peer.h"
 #include "transport/remote_region.h"
 #include "test_common.h"
 #include "util/host.h"
@@ -182,25 +183,6 @@ std::optional<T> Await(xfer::control::Session& s, Clock::time_point deadline) {
   return std::nullopt;
 }
 
-// A data connection to the tcp port an engine's hello gave, past the handshake (no secret), as
-// the peer of incarnation `me` (the wire format: src/transport/tcp/tcp_transport.h).
-net::Fd DataConnection(const wire::Hello& engine, uint64_t me) {
-  const std::string* blob = xfer::transport::FindBlob(engine.backends, "tcp");
-  EXPECT_TRUE(blob != nullptr && blob->size() == 2) << "the engine offers no tcp";
-  uint16_t port = 0;
-  if (blob != nullptr) std::memcpy(&port, blob->data(), sizeof port);
-  net::Fd fd;
-  const auto deadline = Clock::now() + 5s;
-  EXPECT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", port, true}, deadline, &fd).ok());
-  uint8_t hello[64] = {'X', 'F', 'D', '1', 4}, verdict[64];
-  std::memcpy(hello + 8, &engine.incarnation, 8);
-  std::memcpy(hello + 16, &me, 8);
-  EXPECT_TRUE(net::SendAll(fd.get(), hello, sizeof hello, deadline).ok());
-  EXPECT_TRUE(net::RecvAll(fd.get(), verdict, sizeof verdict, deadline).ok());
-  EXPECT_EQ(verdict[0], 0) << "the engine refused the data connection";
-  return fd;
-}
-
 // Peers that start WRITEs into a region and trickle their payload, one byte every 100 ms,
 // each connection starting 0.9 s after the one before, and that never confirm the region's
 // removal: DeregisterMem still returns within the heartbeat timeout (1 s), closing what it
@@ -222,8 +204,11 @@ TEST(Hostile, DeregisterMemReturnsWithinTheHeartbeatTimeoutWhilePeersTrickle) {
   trickler.host_id = "elsewhere";
   auto session = Hello(e.LocalName(), trickler, &theirs);
   ASSERT_FALSE(theirs.name.empty());
-  std::vector<net::Fd> data;
-  for (int i = 0; i < 3; ++i) data.push_back(DataConnection(theirs, trickler.incarnation));
+  std::vector<net::Fd> data(3);
+  for (auto& fd : data) {
+    uint32_t verdict = 1;
+    ASSERT_TRUE(OpenDataConnection(theirs, trickler.incarnation, "", &fd, &verdict) && verdict == 0);
+  }
   // A WRITE of 4096 bytes into the region: header (op 1, count 1, total) and one descriptor.
   uint8_t frame[32] = {1, 0, 0, 0, 1};
   const uint64_t total = 4096, at = region.addr();

@@ -74,9 +74,10 @@ TEST_F(SilentPeer, WaitsNeverEndBeforeTheirDeadline) {
 }
 
 TEST(Sockets, ADeadlineIsForTheWholeMoveWhileThePeerTrickles) {
-  // The peer sends one byte every 20 ms: each receive call gets a byte before the socket's
-  // timeout, but the move as a whole must still end at its deadline (before: it went on for
-  // as long as the bytes kept trickling).
+  // The peer sends a byte every millisecond or so: each receive call gets bytes before the
+  // socket's timeout, but the move as a whole must still end at its deadline (before: it went
+  // on for as long as the bytes kept trickling), and must not spin past it on bytes that are
+  // ready then.
   Fd listener, fd, peer;
   Address bound;
   ASSERT_TRUE(Listen(Address{"127.0.0.1", 0, true}, &listener, &bound).ok());
@@ -86,12 +87,12 @@ TEST(Sockets, ADeadlineIsForTheWholeMoveWhileThePeerTrickles) {
   SetBlocking(fd.get());
   std::atomic<bool> stop{false};
   std::thread trickle([&] {
-    for (int i = 0; i < 150 && !stop.load(); ++i) {  // (3 s at most)
+    for (int i = 0; i < 3000 && !stop.load(); ++i) {  // (3 s at most, fewer bytes than b holds)
       ::send(peer.get(), "x", 1, MSG_NOSIGNAL);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   });
-  char b[4096];
+  char b[8192];
   iovec v{b, sizeof b};
   const auto t0 = Clock::now();
   const Status s = RecvVWaitAll(fd.get(), &v, 1, t0 + std::chrono::milliseconds(200));

@@ -1,5 +1,6 @@
 // The tcp transport against itself over loopback, real sockets: the target side's own checks.
 #include "transport/tcp/tcp_transport.h"
+#include "transport/tcp/tcp_wire.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -159,16 +160,9 @@ net::Fd Handshake(uint16_t port) {
   net::Fd fd;
   const auto deadline = Clock::now() + std::chrono::seconds(2);
   EXPECT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", port, true}, deadline, &fd).ok());
-  uint8_t hello[64] = {};
-  const uint32_t magic = 0x31444658;  // "XFD1"
-  const uint16_t version = 4;
-  const uint64_t incarnation = 42;    // the target's and ours
-  std::memcpy(hello, &magic, 4);
-  std::memcpy(hello + 4, &version, 2);
-  std::memcpy(hello + 8, &incarnation, 8);
-  std::memcpy(hello + 16, &incarnation, 8);
+  const auto hello = tcp_wire::DataHello(42, 42);  // (the target's incarnation, and ours)
   uint8_t accepted[64];
-  EXPECT_TRUE(net::SendAll(fd.get(), hello, sizeof hello, deadline).ok());
+  EXPECT_TRUE(net::SendAll(fd.get(), hello.data(), hello.size(), deadline).ok());
   EXPECT_TRUE(net::RecvAll(fd.get(), accepted, sizeof accepted, deadline).ok());
   EXPECT_EQ(accepted[0], 0) << "the target refused the handshake";
   return fd;
@@ -230,11 +224,11 @@ TEST_P(TcpTransportTest, DataConnectionsGetNoThreadUntilTheirHandshakePasses) {
   // (before: one each, for the whole handshake timeout); one that completes it gets one.
   const size_t before = ThreadsOfThisProcess();
   std::vector<net::Fd> idle(40);
-  const uint8_t half_hello[32] = {0x58, 0x46, 0x44, 0x31, 4};
+  const auto hello = tcp_wire::DataHello(42, 42);
   for (auto& fd : idle) {
     ASSERT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", tcp_->port(), true},
                                 Clock::now() + std::chrono::seconds(2), &fd).ok());
-    ASSERT_TRUE(net::SendAll(fd.get(), half_hello, sizeof half_hello, Clock::now() + std::chrono::seconds(2)).ok());
+    ASSERT_TRUE(net::SendAll(fd.get(), hello.data(), hello.size() / 2, Clock::now() + std::chrono::seconds(2)).ok());
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // (the target has accepted them)
   EXPECT_LE(ThreadsOfThisProcess(), before + 2) << "a thread per connection still in its handshake";
@@ -290,16 +284,9 @@ TEST_P(TcpTransportTest, APeerEngineHoldsAtMostItsShareOfDataConnections) {
   net::Fd fd;
   const auto deadline = Clock::now() + std::chrono::seconds(2);
   ASSERT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", tcp_->port(), true}, deadline, &fd).ok());
-  uint8_t hello[64] = {};
-  const uint32_t magic = 0x31444658;
-  const uint16_t version = 4;
-  const uint64_t incarnation = 42;
-  std::memcpy(hello, &magic, 4);
-  std::memcpy(hello + 4, &version, 2);
-  std::memcpy(hello + 8, &incarnation, 8);
-  std::memcpy(hello + 16, &incarnation, 8);
+  const auto hello = tcp_wire::DataHello(42, 42);
   uint8_t answer[64] = {};
-  ASSERT_TRUE(net::SendAll(fd.get(), hello, sizeof hello, deadline).ok());
+  ASSERT_TRUE(net::SendAll(fd.get(), hello.data(), hello.size(), deadline).ok());
   ASSERT_TRUE(net::RecvAll(fd.get(), answer, sizeof answer, deadline).ok());
   uint32_t code = 0;
   std::memcpy(&code, answer, 4);

@@ -190,10 +190,13 @@ void TcpTransport::Accept(std::list<Handshaking>* handshaking) {
     }
     TuneSocket(fd);
     net::Fd owned(fd);
-    if (handshaking->size() >= kMaxPendingHandshakes) {  // a flood of strangers: refuse the excess
+    if (handshaking->size() >= kMaxPendingHandshakes) {
+      // A flood of connections that do not finish their handshake: the oldest goes, so that a
+      // peer that does its handshake at once still gets in.
       LogRefusal("tcp: " + std::to_string(kMaxPendingHandshakes) +
-                 " data connections have not finished their handshake; closed the one from " + net::PeerOf(fd));
-      continue;
+                 " data connections have not finished their handshake; closed the oldest, from " +
+                 handshaking->front().from);
+      handshaking->pop_front();
     }
     Handshaking& h = handshaking->emplace_back();
     h.fd = std::move(owned);

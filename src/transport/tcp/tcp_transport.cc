@@ -260,12 +260,8 @@ class TcpLink final : public Link {
   Status Handshake(Stream& st, Clock::time_point deadline) const {
     const int fd = st.fd.get();
     TuneSocket(fd);
-    uint8_t hello[kHelloBytes] = {};
-    Put<uint32_t>(hello, kDataMagic);
-    Put<uint16_t>(hello + 4, kDataVersion);
-    Put<uint64_t>(hello + 8, peer_.incarnation);
-    Put<uint64_t>(hello + 16, me_);
-    Status s = net::SendAll(fd, hello, sizeof hello, deadline);
+    const auto hello = DataHello(peer_.incarnation, me_);
+    Status s = net::SendAll(fd, hello.data(), hello.size(), deadline);
     if (s.ok() && !peer_.auth_key.empty()) {
       uint8_t nonce[crypto::kNonceBytes];
       s = net::RecvAll(fd, nonce, sizeof nonce, deadline);

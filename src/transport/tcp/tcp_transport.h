@@ -101,8 +101,9 @@ class TcpTransport final : public Transport {
   static constexpr uint32_t kMaxSlices = 1024;
   static constexpr uint64_t kMaxBatchBytes = 1ull << 30;
   // Data connections that have not finished their handshake (each waits at most io_timeout,
-  // and holds no thread), and those one peer engine may hold (it opens tcp.links, at most 64,
-  // and replaces broken ones): more are closed at once, with a log line a second at most.
+  // and holds no thread: for each one more, the oldest is closed), and those one peer engine
+  // may hold (it opens tcp.links, at most 64, and replaces broken ones: more are refused).
+  // A log line a second at most.
   static constexpr size_t kMaxPendingHandshakes = 64;
   static constexpr size_t kMaxConnectionsPerPeer = 256;
 

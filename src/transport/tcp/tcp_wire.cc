@@ -4,6 +4,15 @@
 
 namespace xfer::transport::tcp_wire {
 
+std::array<uint8_t, kHelloBytes> DataHello(uint64_t target, uint64_t initiator) {
+  std::array<uint8_t, kHelloBytes> hello{};
+  Put<uint32_t>(hello.data(), kDataMagic);
+  Put<uint16_t>(hello.data() + 4, kDataVersion);
+  Put<uint64_t>(hello.data() + 8, target);
+  Put<uint64_t>(hello.data() + 16, initiator);
+  return hello;
+}
+
 crypto::Mac DataProof(const std::string& key, const uint8_t* nonce, uint64_t target, uint64_t initiator) {
   std::string m = "xfer-data-v1";
   m.append(reinterpret_cast<const char*>(nonce), crypto::kNonceBytes);

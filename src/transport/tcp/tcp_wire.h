@@ -2,6 +2,7 @@
 // both sides of a data connection use.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -19,6 +20,9 @@ constexpr uint32_t kDataMagic = 0x31444658;  // "XFD1"
 constexpr uint16_t kDataVersion = 4;  // 3: the challenge of an authenticated engine; 4: checksums
 constexpr size_t kHelloBytes = 64;  // 24 used
 constexpr size_t kAcceptBytes = 64;  // 4 used
+// A data connection's first bytes: the hello of the initiator of that incarnation to the
+// target of this one.
+std::array<uint8_t, kHelloBytes> DataHello(uint64_t target, uint64_t initiator);
 
 // With a secret, the target answers the hello with a fresh nonce and the initiator proves it
 // knows the session key its control session derived (control/auth.h): the incarnations in the
