@@ -60,7 +60,7 @@ class Session {
   // (the control loop then writes them as the socket drains).
   void set_on_pending(std::function<void()> f);
 
-  // Reads what the socket has (non-blocking; up to 1 MiB a call) and hands each whole frame to on_msg. False on
+  // Reads what the socket has (non-blocking; up to 64 KiB a call) and hands each whole frame to on_msg. False on
   // end of stream, a socket error or a malformed frame, with *why set.
   bool ReadAvailable(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
   // Frames longer than this close the session (an unauthenticated one gets few bytes).

@@ -115,10 +115,7 @@ std::shared_ptr<void> Hold(T&& t) {
 TEST_F(Attacks, EachIsRefusedOrSurvivedWhileALegitimatePeerTransfers) {
   During("no secret", [&] {
     RawSession raw(target_.LocalName());
-    raw.Send(HelloOf("127.0.0.1:11", 11));
-    const auto frames = raw.ReadAll();
-    EXPECT_FALSE(AnyHello(frames));
-    EXPECT_EQ(GoodbyeReason(frames), "authentication required");
+    ExpectRefused(raw, HelloOf("127.0.0.1:11", 11), "authentication required");
     return nullptr;
   });
 
@@ -126,10 +123,7 @@ TEST_F(Attacks, EachIsRefusedOrSurvivedWhileALegitimatePeerTransfers) {
     RawSession raw(target_.LocalName());
     xfer::control::Handshake hs(kWrong, true, "127.0.0.1:12", 12);
     raw.Authenticate(hs);
-    raw.Send(HelloOf("127.0.0.1:12", 12));
-    const auto frames = raw.ReadAll();
-    EXPECT_FALSE(AnyHello(frames));
-    EXPECT_EQ(GoodbyeReason(frames), "authentication failed");
+    ExpectRefused(raw, HelloOf("127.0.0.1:12", 12), "authentication failed");
     return nullptr;
   });
 
@@ -142,15 +136,7 @@ TEST_F(Attacks, EachIsRefusedOrSurvivedWhileALegitimatePeerTransfers) {
       challenge = hs.Mine();
       proof = raw.Authenticate(hs);
     }
-    RawSession replay(target_.LocalName());
-    replay.Send(challenge);
-    wire::Message fresh;
-    EXPECT_TRUE(replay.s->ReadOne(Clock::now() + 5s, &fresh).ok());
-    replay.Send(proof);
-    replay.Send(HelloOf("127.0.0.1:13", 13));
-    const auto frames = replay.ReadAll();
-    EXPECT_FALSE(AnyHello(frames));
-    EXPECT_EQ(GoodbyeReason(frames), "authentication failed");
+    ExpectReplayRefused(target_.LocalName(), challenge, proof, HelloOf("127.0.0.1:13", 13));
     return nullptr;
   });
 
@@ -267,7 +253,9 @@ TEST_F(Attacks, EachIsRefusedOrSurvivedWhileALegitimatePeerTransfers) {
     for (uint64_t i = 1; i <= 100000; ++i) {
       const wire::WireRegion r{i, xfer::RegionInfo{(1ull << 40) + i * 4096, 4096, xfer::MemType::kHost, -1, "", false}, {}};
       EXPECT_TRUE(raw->s->Send(wire::RegionAdd{r}).ok());
-      if (i % 1000 == 0) EXPECT_TRUE(raw->s->FlushUntil(Clock::now() + 10s).ok());
+      if (i % 1000 == 0) {
+        EXPECT_TRUE(raw->s->FlushUntil(Clock::now() + 10s).ok());
+      }
     }
     raw->Send(wire::Sync{1});  // answered once the target has taken them all
     bool answered = false;

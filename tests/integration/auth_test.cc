@@ -115,15 +115,6 @@ class Relay {
   std::thread thread_;
 };
 
-// Sends hello on raw, then expects the peer to close with a Goodbye of that reason and without
-// having sent its own hello.
-void ExpectRefused(RawSession& raw, const wire::Hello& hello, const std::string& reason) {
-  if (raw.s->Send(hello).ok()) (void)raw.s->FlushUntil(Clock::now() + 5s);  // (it may have closed)
-  const auto frames = raw.ReadAll();
-  EXPECT_FALSE(AnyHello(frames)) << "the engine sent its hello (regions, ports) to a stranger";
-  EXPECT_EQ(GoodbyeReason(frames), reason);
-}
-
 TEST_F(Auth, EnginesThatShareTheSecretConnectAndTransfer) {
   ExpectServed();
   xfer::Engine from_file;
@@ -215,13 +206,8 @@ TEST_F(Auth, AReplayedHandshakeIsRefused) {
     EXPECT_TRUE(std::holds_alternative<wire::Hello>(hello)) << "the legitimate handshake failed";
     raw.Send(wire::Goodbye{"done", 0});
   }
-  // ... and replayed on a new connection: the peer's fresh nonce makes the old proof wrong.
-  RawSession replay(peer_.name());
-  replay.Send(challenge);
-  wire::Message new_challenge;
-  ASSERT_TRUE(replay.s->ReadOne(Clock::now() + 5s, &new_challenge).ok());
-  replay.Send(proof);
-  ExpectRefused(replay, HelloOf("127.0.0.1:1", 79), "authentication failed");
+  // ... and replayed on a new connection.
+  ExpectReplayRefused(peer_.name(), challenge, proof, HelloOf("127.0.0.1:1", 79));
   ExpectServed();
 }
 

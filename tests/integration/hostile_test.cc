@@ -198,10 +198,8 @@ TEST(Hostile, DeregisterMemReturnsWithinTheHeartbeatTimeoutWhilePeersTrickle) {
   xfer::MemHandle h = 0, keep = 0;
   XT_ASSERT_OK(e.RegisterMem(region.data(), region.len(), xfer::MemType::kHost, &h));
   XT_ASSERT_OK(e.RegisterMem(other.data(), other.len(), xfer::MemType::kHost, &keep));
-  wire::Hello trickler, theirs;
-  trickler.name = "127.0.0.1:5";
-  trickler.incarnation = 96;
-  trickler.host_id = "elsewhere";
+  const wire::Hello trickler = HelloOf("127.0.0.1:5", 96);
+  wire::Hello theirs;
   auto session = Hello(e.LocalName(), trickler, &theirs);
   ASSERT_FALSE(theirs.name.empty());
   std::vector<net::Fd> data(3);
@@ -267,7 +265,9 @@ TEST(Hostile, AHundredThousandRegionsAfterConnectAreTakenInStride) {
   constexpr uint64_t kRegions = 100000;
   for (uint64_t i = 1; i <= kRegions; ++i) {
     ASSERT_TRUE(s->Send(wire::RegionAdd{Region(i, (1ull << 40) + ((i * 7919) % kRegions) * 4096, 4096)}).ok());
-    if (i % 1000 == 0) ASSERT_TRUE(s->FlushUntil(Clock::now() + 10s).ok());
+    if (i % 1000 == 0) {
+      ASSERT_TRUE(s->FlushUntil(Clock::now() + 10s).ok());
+    }
   }
   ASSERT_TRUE(s->Send(wire::Sync{1}).ok());  // answered once the engine read what came before
   ASSERT_TRUE(s->FlushUntil(Clock::now() + 10s).ok());

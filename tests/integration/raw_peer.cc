@@ -87,6 +87,24 @@ std::string GoodbyeReason(const std::vector<wire::Message>& frames) {
   return "(no goodbye)";
 }
 
+void ExpectRefused(RawSession& raw, const wire::Hello& hello, const std::string& reason) {
+  if (raw.s->Send(hello).ok()) (void)raw.s->FlushUntil(Clock::now() + 5s);  // (it may have closed)
+  const auto frames = raw.ReadAll();
+  EXPECT_FALSE(AnyHello(frames)) << "the engine sent its hello (regions, ports) to a stranger";
+  EXPECT_EQ(GoodbyeReason(frames), reason);
+}
+
+void ExpectReplayRefused(const std::string& engine, const wire::AuthChallenge& challenge,
+                         const wire::AuthProof& proof, const wire::Hello& hello) {
+  RawSession replay(engine);
+  replay.Send(challenge);
+  wire::Message fresh;
+  EXPECT_TRUE(replay.s->ReadOne(Clock::now() + 5s, &fresh).ok());
+  EXPECT_TRUE(std::holds_alternative<wire::AuthChallenge>(fresh)) << "no fresh challenge";
+  replay.Send(proof);
+  ExpectRefused(replay, hello, "authentication failed");
+}
+
 uint16_t DataPortOf(const wire::Hello& engine) {
   const std::string* blob = xfer::transport::FindBlob(engine.backends, "tcp");
   uint16_t port = 0;

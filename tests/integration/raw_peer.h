@@ -36,6 +36,13 @@ struct RawSession {
 xfer::wire::Hello HelloOf(const std::string& name, uint64_t incarnation);  // from another host
 bool AnyHello(const std::vector<xfer::wire::Message>& frames);
 std::string GoodbyeReason(const std::vector<xfer::wire::Message>& frames);  // "(no goodbye)"
+// Sends hello on raw, then expects the engine to close with a Goodbye of that reason and
+// without having sent its own hello.
+void ExpectRefused(RawSession& raw, const xfer::wire::Hello& hello, const std::string& reason);
+// A recorded handshake (our challenge and proof) replayed on a new connection to the engine:
+// its fresh nonce makes the old proof wrong, and the hello after it is refused.
+void ExpectReplayRefused(const std::string& engine, const xfer::wire::AuthChallenge& challenge,
+                         const xfer::wire::AuthProof& proof, const xfer::wire::Hello& hello);
 
 // The tcp data port an engine's hello offers (0: none).
 uint16_t DataPortOf(const xfer::wire::Hello& engine);
