@@ -65,7 +65,7 @@ void ControlLoop::Stop() {
 }
 
 void ControlLoop::Accept() {
-  for (;;) {
+  for (int accepted = 0; accepted < 64; ++accepted) {  // (then the sessions' turn: epoll says again)
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
     int fd = ::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&ss), &len,
@@ -89,7 +89,9 @@ void ControlLoop::Accept() {
                    << net::AddressText(ss) << ")";
         last_pending_log_ = Clock::now();
       }
-      CloseSession(oldest, "closed: one of too many connections that had not said hello");
+      // (Shut down, not closed: its descriptor may not be reused by this very accept while
+      // the events in hand may still name it. The loop closes it when it reads the end.)
+      oldest->Shutdown("closed: one of too many connections that had not said hello");
     }
     net::SetNoDelay(fd);
     auto s = std::make_shared<Session>(net::Fd(fd), false, net::AddressText(ss));
@@ -107,14 +109,16 @@ void ControlLoop::Accept() {
 std::shared_ptr<Session> ControlLoop::OldestPending() const {
   std::shared_ptr<Session> oldest;
   for (const auto& [fd, s] : sessions_) {
-    if (!s->established.load() && (!oldest || s->created < oldest->created)) oldest = s;
+    if (!s->established.load() && s->shutdown_reason().empty() && (!oldest || s->created < oldest->created)) {
+      oldest = s;
+    }
   }
   return oldest;
 }
 
 size_t ControlLoop::PendingSessions() const {
   size_t n = 0;
-  for (const auto& [fd, s] : sessions_) n += s->established.load() ? 0 : 1;
+  for (const auto& [fd, s] : sessions_) n += !s->established.load() && s->shutdown_reason().empty() ? 1 : 0;
   return n;
 }
 

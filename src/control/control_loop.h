@@ -60,8 +60,8 @@ class ControlLoop {
   void FlushAll();  // FlushAnswers for every session
   void CloseSession(const std::shared_ptr<Session>& s, const std::string& reason);
   void Tick();
-  size_t PendingSessions() const;  // accepted, not established
-  std::shared_ptr<Session> OldestPending() const;  // null when none
+  size_t PendingSessions() const;  // accepted, not established, not shut down
+  std::shared_ptr<Session> OldestPending() const;  // not shut down already; null when none
   std::chrono::steady_clock::time_point last_pending_log_{};
 
   net::Fd listener_;

@@ -149,9 +149,9 @@ std::vector<std::shared_ptr<transport::Route>> BackendSet::Connect(
   return routes;
 }
 
-void BackendSet::Fence() {
+void BackendSet::Fence(std::chrono::steady_clock::time_point deadline) {
   for (auto& e : all_) {
-    if (e.started) e.backend->Fence();
+    if (e.started) e.backend->Fence(deadline);
   }
 }
 

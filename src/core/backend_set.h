@@ -53,7 +53,7 @@ class BackendSet {
                                                          const transport::Blobs& offered,
                                                          bool itself, std::string* why);
   // Target side: see Backend::Fence and Backend::DropPeer.
-  void Fence();
+  void Fence(std::chrono::steady_clock::time_point deadline);
   void DropPeer(uint64_t incarnation);
 
  private:

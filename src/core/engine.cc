@@ -187,7 +187,6 @@ transport::TargetAccess EngineImpl::RegionAccess(uint64_t addr, uint64_t len, bo
 void EngineImpl::Finalize() {
   if (!running_.exchange(false)) return;
   finalized_ = true;
-  ForgetSecret();
   // Peers stop using our memory before Finalize returns (the application may free it next):
   // every session sent our hello hears goodbye, those of Connects under way included (they
   // settle first), and no hello goes out from here on.
@@ -195,6 +194,7 @@ void EngineImpl::Finalize() {
   SettleConnects(DeadlineAfter(opts_.heartbeat_timeout));
   SayGoodbye(told, "engine finalized");
   loop_->Stop();  // closes every session (notifications still unanswered fail); OnClosed drops their state
+  ForgetSecret();  // (no thread reads it any more: the control loop stopped, Connects settled)
   notifies_->Close();  // (what is queued stays readable)
   requests_.CancelAll();
   pool_->Stop();  // runs what is queued: canceled batches end at once
@@ -273,7 +273,7 @@ Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
   s = regions_.BeginRemove(handle, free, &removal);
   if (!s.ok() || !removal.removed) return s;
   FenceBatches(nullptr);  // our own transfers from or into the region have finished
-  backends_.Fence();      // and so have peers' batches that our backends' threads execute
+  backends_.Fence(deadline);  // and so have peers' batches that our backends' threads execute
   regions_.FinishRemove(removal, deadline);
   return Status::Ok();
 }

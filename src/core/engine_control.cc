@@ -117,6 +117,13 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
   const auto deadline = DeadlineAfter(timeout);
   if (s = peers_.Claim(remote, deadline); !s.ok()) return s;
   std::shared_ptr<control::Session> session;
+  struct Settle {  // (whatever happens below, Finalize is not left waiting for this Connect)
+    EngineImpl* engine;
+    std::shared_ptr<control::Session>* session;
+    ~Settle() {
+      if (*session) engine->EndConnecting(*session);
+    }
+  } settle{this, &session};
   wire::Message reply;
   s = OpenSession(addr, remote, deadline, &session, &reply);
   bool crossed = false;  // the peer is connecting to us at the same time: its session stays
@@ -133,7 +140,7 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
     }
   }
   if (!s.ok()) AbandonConnect(session, remote, crossed ? "already connected" : s.message());
-  if (session) EndConnecting(session);
+  if (session) EndConnecting(session);  // (before the wait below)
   if (crossed) return peers_.AwaitCrossed(remote, deadline);
   if (!s.ok()) XLOG(WARN) << "Connect to '" << remote << "' failed: " << s.ToString();
   return s;

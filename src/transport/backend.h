@@ -217,8 +217,9 @@ class Backend {
   // A route to a peer that offered this backend (its hello blob is in peer.blob), or why not.
   virtual Status Connect(const PeerContext& peer, std::shared_ptr<Route>* route) = 0;
   // Target side: waits until work that peers started through this backend before the call has
-  // finished; checks made after it see the registry as it is now.
-  virtual void Fence() {}
+  // finished; checks made after it see the registry as it is now. Work still running at the
+  // deadline is cut short (its peer's connection closed) and waited for.
+  virtual void Fence(Clock::time_point deadline) {}
   // The peer of that incarnation is gone: drop what serves it (its data connections).
   virtual void DropPeer(uint64_t incarnation) {}
   // Finalize: stop serving peers (threads that touch our memory), before the regions'

@@ -81,8 +81,8 @@ class Transport {
   virtual Status Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) = 0;
   // For transports whose threads touch this engine's memory on a peer's behalf (tcp): waits
   // until work that started before the call has finished. Memory checks made after the call
-  // see the registry as it is now.
-  virtual void Fence() {}
+  // see the registry as it is now. (Backend::Fence: the deadline.)
+  virtual void Fence(Clock::time_point deadline) {}
 };
 
 }  // namespace xfer::transport

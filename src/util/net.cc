@@ -199,8 +199,11 @@ Status SendAll(int fd, const void* data, size_t len, Clock::time_point deadline)
   return Status::Ok();
 }
 
-Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline,
-               std::chrono::microseconds spin) {
+namespace {
+
+// RecvAll, and with rest > 0 RecvOnceStarted: the deadline becomes now + rest at the first byte.
+Status Recv(int fd, void* data, size_t len, Clock::time_point deadline, std::chrono::milliseconds rest,
+            std::chrono::microseconds spin, Clock::time_point* started) {
   char* p = static_cast<char*>(data);
   Clock::time_point spin_until{};
   // Every step is a recv call already: yield at once, the sender may need this core (in A/B
@@ -209,6 +212,10 @@ Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline,
   while (len > 0) {
     ssize_t n = ::recv(fd, p, len, MSG_DONTWAIT);
     if (n > 0) {
+      if (rest.count() > 0 && p == data) {
+        *started = Clock::now();
+        deadline = *started + rest;
+      }
       p += n;
       len -= static_cast<size_t>(n);
       continue;
@@ -223,6 +230,17 @@ Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline,
     return {StatusCode::kConnectionLost, Errno("recv")};
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline, std::chrono::microseconds spin) {
+  return Recv(fd, data, len, deadline, {}, spin, nullptr);
+}
+
+Status RecvOnceStarted(int fd, void* data, size_t len, std::chrono::milliseconds rest,
+                       std::chrono::microseconds spin, Clock::time_point* started) {
+  return Recv(fd, data, len, Clock::time_point::max(), std::max(rest, std::chrono::milliseconds(1)), spin, started);
 }
 
 namespace {

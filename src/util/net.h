@@ -56,6 +56,11 @@ Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* fd);
 Status SendAll(int fd, const void* data, size_t len, Clock::time_point deadline);
 Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline,
                std::chrono::microseconds spin = {});
+// RecvAll for a message that may be long in coming (the next request on an idle connection):
+// no deadline before its first byte; from then on, `rest` for the whole of it. *started: when
+// the first byte came.
+Status RecvOnceStarted(int fd, void* data, size_t len, std::chrono::milliseconds rest,
+                       std::chrono::microseconds spin, Clock::time_point* started);
 // Vectored bulk transfers on a blocking socket, bounded by the deadline (SO_RCVTIMEO /
 // SO_SNDTIMEO): every byte the iovecs describe moves (any count; the array is modified), and
 // the kernel fills a receive before it wakes the thread (MSG_WAITALL) instead of one wake-up

@@ -286,6 +286,7 @@ class SlowAcceptor {
   ~SlowAcceptor() { thread_.join(); }
   const std::string& name() const { return name_; }
   bool proved() const { return proved_.load(); }  // the engine proved itself to us
+  bool got_hello() const { return got_hello_.load(); }  // and sent its hello
   std::vector<std::pair<wire::Message, Clock::time_point>> Frames() {
     thread_.join();
     thread_ = std::thread([] {});
@@ -314,6 +315,7 @@ class SlowAcceptor {
     while (s.ReadOne(Clock::now() + 5s, &m).ok()) {
       frames_.emplace_back(m, Clock::now());
       if (std::holds_alternative<wire::Hello>(m)) {
+        got_hello_.store(true);
         std::this_thread::sleep_for(before_hello);
         wire::Hello ours = HelloOf(name_, 77);
         ours.host_id = "elsewhere";
@@ -328,7 +330,7 @@ class SlowAcceptor {
 
   xfer::net::Fd listener_;
   std::string name_;
-  std::atomic<bool> proved_{false};
+  std::atomic<bool> proved_{false}, got_hello_{false};
   std::vector<std::pair<wire::Message, Clock::time_point>> frames_;
   std::thread thread_;
 };
@@ -346,7 +348,9 @@ TEST_F(Auth, FinalizeDuringAConnectLeavesNoPeerWithoutAGoodbye) {
     std::thread connect([&] { (void)e.Connect(peer.name(), 10s); });
     const auto t0 = Clock::now();
     while (!peer.proved() && Clock::now() - t0 < 10s) std::this_thread::sleep_for(1ms);
-    if (!late_proof) std::this_thread::sleep_for(100ms);  // (our hello is out: the peer's is late)
+    while (!late_proof && !peer.got_hello() && Clock::now() - t0 < 10s) {  // (ours is out, theirs late)
+      std::this_thread::sleep_for(1ms);
+    }
     e.Finalize();
     const auto finalized = Clock::now();
     const double took = SecondsSince(t0);

@@ -220,7 +220,7 @@ TEST(Hostile, DeregisterMemReturnsWithinTheHeartbeatTimeoutWhilePeersTrickle) {
   size_t started = 0;
   while (!done.load() && SecondsSince(t0) < 8) {
     if (started < data.size() && SecondsSince(t0) >= 0.9 * static_cast<double>(started)) {
-      ASSERT_TRUE(net::SendAll(data[started++].get(), frame, sizeof frame, Clock::now() + 1s).ok());
+      EXPECT_TRUE(net::SendAll(data[started++].get(), frame, sizeof frame, Clock::now() + 1s).ok());
     }
     for (size_t i = 0; i < started; ++i) ::send(data[i].get(), "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)session->Send(wire::Heartbeat{});  // (the session itself stays alive)

@@ -44,7 +44,9 @@ class TcpBackend final : public Backend {
     hooks.authenticate = ctx.authenticate;
     hooks.peer_auth_key = ctx.peer_auth_key;
     transport_ = std::make_unique<TcpTransport>(
-        TcpOptions{o.tcp.links, o.tcp.least_loaded, o.heartbeat_timeout, o.spin, o.tcp.checksum}, hooks);
+        TcpOptions{o.tcp.links, o.tcp.least_loaded, std::min<std::chrono::milliseconds>(o.heartbeat_timeout, std::chrono::hours(24)),
+                   o.spin, o.tcp.checksum},
+        hooks);
     if (Status s = transport_->Start(ctx.listen_host); !s.ok()) {
       XLOG(WARN) << "tcp transport not offered: cannot listen on " << ctx.listen_host << ": "
                  << s.message();
@@ -72,7 +74,7 @@ class TcpBackend final : public Backend {
     return Status::Ok();
   }
 
-  void Fence() override { transport_->Fence(); }
+  void Fence(Clock::time_point deadline) override { transport_->Fence(deadline); }
   void DropPeer(uint64_t incarnation) override { transport_->DropPeer(incarnation); }
   void StopServing() override { transport_->Stop(); }
 

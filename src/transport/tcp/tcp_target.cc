@@ -308,6 +308,7 @@ struct TcpTransport::Frame {
   std::string denied;          // why the batch is refused; empty: accepted
   StatusCode deny = StatusCode::kRemoteAccessDenied;
   uint8_t header[kBatchHeaderBytes] = {};
+  Clock::time_point deadline;  // the frame's first byte came io_timeout before it
   uint64_t trailer() const { return checksummed ? kTrailerBytes : 0; }
   // What a checksum covers before the payload: the header and descriptors as they came.
   checksum::Running StartChecksum() const {
@@ -340,8 +341,11 @@ bool TcpTransport::ReadFrame(Service& svc, uint64_t replied, Frame* f, std::stri
   // this thread's wake-up. (spin = 0 still turns spinning off.)
   const auto drain = std::chrono::microseconds(
       opts_.spin.count() > 0 ? std::min(replied / kDrainBytesPerUs, kMaxDrainSpinUs) : 0);
-  // Idle until the next batch; its end closes the connection without a word.
-  if (!net::RecvAll(fd, h, sizeof h, kForever, opts_.spin + drain).ok()) return false;
+  // Idle until the next batch (its end closes the connection without a word); from the frame's
+  // first byte on, the whole frame must come within io_timeout.
+  Clock::time_point started;
+  if (!net::RecvOnceStarted(fd, h, sizeof h, opts_.io_timeout, opts_.spin + drain, &started).ok()) return false;
+  f->deadline = started + opts_.io_timeout;
   std::memcpy(f->header, h, sizeof h);
   const uint8_t op = h[0], lead = h[1], flags = h[2];
   f->count = Get<uint32_t>(h + 4);
@@ -358,7 +362,7 @@ bool TcpTransport::ReadFrame(Service& svc, uint64_t replied, Frame* f, std::stri
   f->tail = PadFor(prefix + (f->write ? f->total : 0) + f->trailer(), 0);
   // Descriptors, padding, and for READ the end of the frame.
   f->descs.resize(prefix - kBatchHeaderBytes + (f->write ? 0 : f->trailer() + f->tail));
-  if (!net::RecvAll(fd, f->descs.data(), f->descs.size(), Clock::now() + opts_.io_timeout, opts_.spin).ok()) {
+  if (!net::RecvAll(fd, f->descs.data(), f->descs.size(), f->deadline, opts_.spin).ok()) {
     *why = "batch descriptors did not arrive in time";
     return false;
   }
@@ -410,7 +414,7 @@ void TcpTransport::CheckRanges(Frame* f) const {
 
 bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::string* why) {
   const int fd = svc.fd.get();
-  auto io_deadline = [&] { return Clock::now() + opts_.io_timeout; };
+  auto io_deadline = [&] { return Clock::now() + opts_.io_timeout; };  // (a reply: a step of its own)
   *replied = 0;
   // A checksummed READ request: damage to its addresses shows before anything is read.
   if (!f->write && f->checksummed && checksum::Available() &&
@@ -437,7 +441,7 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
     if (ok && f->checksummed) {
       // Range by range, each hashed as it lands: ranges that overlap in our memory hold only
       // the last copy afterwards, which the sender's checksum did not see.
-      const auto deadline = io_deadline();
+      const auto deadline = f->deadline;
       checksum::Running ours = f->StartChecksum();
       for (size_t i = 0; i < f->iov.size() && s.ok(); ++i) {
         s = net::RecvAll(fd, f->iov[i].iov_base, f->iov[i].iov_len, deadline);
@@ -448,16 +452,17 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
       intact = !s.ok() || sum == ours.Value();
     } else if (ok) {
       f->iov.push_back({PadSink(), f->tail});
-      s = net::RecvVWaitAll(fd, f->iov.data(), f->iov.size(), io_deadline());
+      s = net::RecvVWaitAll(fd, f->iov.data(), f->iov.size(), f->deadline);
     } else {  // refuse without touching memory: drain the payload to keep the stream framed
       // (checksummed: the refusal may come of damage, to an address say; the checksum says)
+      exec.unlock();  // (a fence need not wait for bytes that go nowhere)
       static thread_local std::vector<uint8_t> scratch(64 << 10);
       std::optional<checksum::Running> ours;
       if (f->checksummed && checksum::Available()) ours.emplace(f->StartChecksum());
       uint8_t trailer[kTrailerBytes] = {};
       for (uint64_t at = 0, end = f->total + f->trailer() + f->tail; at < end && s.ok();) {
         const size_t n = static_cast<size_t>(std::min<uint64_t>(end - at, scratch.size()));
-        s = net::RecvAll(fd, scratch.data(), n, io_deadline());
+        s = net::RecvAll(fd, scratch.data(), n, f->deadline);
         const uint64_t lo = std::max(at, f->total), hi = std::min(at + n, f->total + f->trailer());
         for (uint64_t p = lo; p < hi; ++p) trailer[p - f->total] = scratch[p - at];  // (may straddle reads)
         if (ours && at < f->total) ours->Add(scratch.data(), static_cast<size_t>(std::min<uint64_t>(n, f->total - at)));
@@ -465,7 +470,7 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
       }
       intact = !ours || Get<uint64_t>(trailer) == ours->Value();
     }
-    exec.unlock();
+    if (exec.owns_lock()) exec.unlock();
     if (!s.ok()) {
       *why = "WRITE payload: " + s.message();
       return false;
@@ -504,7 +509,7 @@ bool TcpTransport::ServeStaged(Service& svc, const Frame& f, bool* intact, std::
   std::optional<checksum::Running> sum;
   if (f.checksummed) sum.emplace(f.StartChecksum());
   const int fd = svc.fd.get();
-  const auto deadline = Clock::now() + opts_.io_timeout;
+  const auto deadline = f.deadline;  // (a READ's reply too: staged, it is one step with the copies)
   const uint64_t piece = hooks_.staging_bytes;
   Status s;
   if (!svc.stage) s = StagingBuffer::Allocate(piece, &svc.stage);
@@ -559,7 +564,7 @@ void TcpTransport::DropPeer(uint64_t incarnation) {
   }
 }
 
-void TcpTransport::Fence() {
+void TcpTransport::Fence(Clock::time_point deadline) {
   std::list<std::shared_ptr<Service>> all;
   {
     std::lock_guard l(services_mu_);
@@ -568,12 +573,11 @@ void TcpTransport::Fence() {
   // Every batch ends within io_timeout of its start, but batch after batch could hold a fence
   // that waits for one connection after the other: one deadline for them all, and a connection
   // still busy then is closed.
-  const auto deadline = Clock::now() + opts_.io_timeout;
   for (auto& s : all) {
     std::unique_lock l(s->exec, deadline);
     if (l.owns_lock()) continue;
-    XLOG(WARN) << "tcp: a peer's batch still held this engine's memory after " << opts_.io_timeout.count()
-               << " ms; closed its data connection";
+    XLOG(WARN) << "tcp: a peer's batch still held this engine's memory at the fence's deadline; "
+               << "closed its data connection";
     s->Shutdown();
     l.lock();  // (its I/O fails at once now)
   }

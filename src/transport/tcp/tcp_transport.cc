@@ -190,8 +190,9 @@ class TcpLink final : public Link {
         if (!s.ok()) return Stalled(s, deadline, "answer the data connection's handshake");
       }
       ticket = st->sent++;
-      Status s = SendFrame(st->fd.get(), head, batch, sum, StepDeadline(deadline));
-      if (!s.ok()) return Broken(*st, "a frame could not be sent: ", Stalled(s, deadline, "take a frame"), bystander);
+      // (The frame may wait for the target to finish the one before it first: two steps.)
+      Status s = SendFrame(st->fd.get(), head, batch, sum, StepDeadline(deadline, 2));
+      if (!s.ok()) return Broken(*st, "a frame could not be sent: ", Stalled(s, deadline, "take a frame", 2), bystander);
     }
     {
       std::unique_lock l(st->mu);
@@ -220,14 +221,15 @@ class TcpLink final : public Link {
   // turn came) must end within io_timeout as well as the batch's deadline: the target bounds
   // its own steps so, and one that stalls (while its control session stays alive) must not
   // hold a batch, and with it a fence of ours, until a long deadline passes.
-  Clock::time_point StepDeadline(Clock::time_point deadline) const {
-    return std::min(deadline, Clock::now() + opts_.io_timeout);
+  Clock::time_point StepDeadline(Clock::time_point deadline, int steps = 1) const {
+    return std::min(deadline, Clock::now() + steps * opts_.io_timeout);
   }
   // A step's timeout before the batch's deadline: the target stalled, the link is lost.
-  Status Stalled(const Status& s, Clock::time_point deadline, const char* step) const {
+  // (step: what the target did not do in time.)
+  Status Stalled(const Status& s, Clock::time_point deadline, const char* step, int steps = 1) const {
     if (s.code() != StatusCode::kTimeout || Clock::now() >= deadline) return s;
     return {StatusCode::kConnectionLost, "tcp: the target at " + peer_.host + " did not " + step + " within " +
-                                             std::to_string(opts_.io_timeout.count()) + " ms"};
+                                             std::to_string(steps * opts_.io_timeout.count()) + " ms"};
   }
 
   // A batch whose deadline ends the connect or handshake timed out; anything else lost the

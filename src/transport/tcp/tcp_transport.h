@@ -94,9 +94,9 @@ class TcpTransport final : public Transport {
     return 2 * static_cast<size_t>(std::max(opts_.links, 1));
   }
   Status Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) override;
-  // Waits for the peers' batches that touch this engine's memory now; one still busy after
-  // io_timeout has its connection closed.
-  void Fence() override;
+  // Waits for the peers' batches that touch this engine's memory now; one still busy at the
+  // deadline has its connection closed (and is waited for: its I/O fails at once).
+  void Fence(Clock::time_point deadline) override;
 
   static constexpr uint32_t kMaxSlices = 1024;
   static constexpr uint64_t kMaxBatchBytes = 1ull << 30;
