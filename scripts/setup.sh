@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config git
-  clang libclang-rt-dev          # libFuzzer target for the wire decoder
+  clang libclang-rt-dev          # libFuzzer targets (the wire decoder, a live engine)
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   iproute2 procps                 # network namespaces for two-host tests; ps/kill for fault tests

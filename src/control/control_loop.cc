@@ -80,7 +80,8 @@ void ControlLoop::Accept() {
       }
       return;
     }
-    if (std::shared_ptr<Session> oldest = OldestPending(); oldest && PendingSessions() >= kMaxPendingSessions) {
+    size_t pending = 0;
+    if (std::shared_ptr<Session> oldest = OldestPending(&pending); pending >= kMaxPendingSessions) {
       // A flood of connections that say nothing: the oldest goes, so that a newcomer that
       // does its handshake at once still gets in.
       if (Clock::now() - last_pending_log_ > std::chrono::seconds(10)) {
@@ -106,20 +107,15 @@ void ControlLoop::Accept() {
   }
 }
 
-std::shared_ptr<Session> ControlLoop::OldestPending() const {
+std::shared_ptr<Session> ControlLoop::OldestPending(size_t* count) const {
   std::shared_ptr<Session> oldest;
+  *count = 0;
   for (const auto& [fd, s] : sessions_) {
-    if (!s->established.load() && s->shutdown_reason().empty() && (!oldest || s->created < oldest->created)) {
-      oldest = s;
-    }
+    if (s->established.load() || !s->shutdown_reason().empty()) continue;
+    ++*count;
+    if (!oldest || s->created < oldest->created) oldest = s;
   }
   return oldest;
-}
-
-size_t ControlLoop::PendingSessions() const {
-  size_t n = 0;
-  for (const auto& [fd, s] : sessions_) n += !s->established.load() && s->shutdown_reason().empty() ? 1 : 0;
-  return n;
 }
 
 void ControlLoop::CloseSession(const std::shared_ptr<Session>& s, const std::string& reason) {

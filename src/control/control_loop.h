@@ -60,8 +60,9 @@ class ControlLoop {
   void FlushAll();  // FlushAnswers for every session
   void CloseSession(const std::shared_ptr<Session>& s, const std::string& reason);
   void Tick();
-  size_t PendingSessions() const;  // accepted, not established, not shut down
-  std::shared_ptr<Session> OldestPending() const;  // not shut down already; null when none
+  // The oldest of the sessions accepted, not established and not shut down (null when none),
+  // and *count of them.
+  std::shared_ptr<Session> OldestPending(size_t* count) const;
   std::chrono::steady_clock::time_point last_pending_log_{};
 
   net::Fd listener_;

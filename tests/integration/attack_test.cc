@@ -226,12 +226,8 @@ TEST_F(Attacks, EachIsRefusedOrSurvivedWhileALegitimatePeerTransfers) {
     net::Fd data;
     uint32_t verdict = 1;
     EXPECT_TRUE(OpenDataConnection(theirs, 19, key, &data, &verdict) && verdict == 0);
-    uint8_t frame[32] = {1, 0, 0, 0, 1};  // a WRITE of 4096 bytes (tcp_transport.h)
-    const uint64_t total = 4096, at = other.addr();
-    std::memcpy(frame + 8, &total, 8);
-    std::memcpy(frame + 16, &at, 8);
-    std::memcpy(frame + 24, &total, 8);
-    EXPECT_TRUE(net::SendAll(data.get(), frame, sizeof frame, Clock::now() + 1s).ok());
+    const auto frame = WriteFrameHead(other.addr(), 4096);  // (its payload: trickled)
+    EXPECT_TRUE(net::SendAll(data.get(), frame.data(), frame.size(), Clock::now() + 1s).ok());
     std::atomic<bool> stop{false};
     std::thread trickle([&] {
       for (int i = 0; i < 50 && !stop.load(); ++i) {

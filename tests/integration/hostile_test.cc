@@ -207,12 +207,7 @@ TEST(Hostile, DeregisterMemReturnsWithinTheHeartbeatTimeoutWhilePeersTrickle) {
     uint32_t verdict = 1;
     ASSERT_TRUE(OpenDataConnection(theirs, trickler.incarnation, "", &fd, &verdict) && verdict == 0);
   }
-  // A WRITE of 4096 bytes into the region: header (op 1, count 1, total) and one descriptor.
-  uint8_t frame[32] = {1, 0, 0, 0, 1};
-  const uint64_t total = 4096, at = region.addr();
-  std::memcpy(frame + 8, &total, 8);
-  std::memcpy(frame + 16, &at, 8);
-  std::memcpy(frame + 24, &total, 8);
+  const auto frame = WriteFrameHead(region.addr(), 4096);  // (its payload: trickled)
   const auto t0 = Clock::now();
   std::atomic<bool> done{false};
   double took = 0;
@@ -220,7 +215,7 @@ TEST(Hostile, DeregisterMemReturnsWithinTheHeartbeatTimeoutWhilePeersTrickle) {
   size_t started = 0;
   while (!done.load() && SecondsSince(t0) < 8) {
     if (started < data.size() && SecondsSince(t0) >= 0.9 * static_cast<double>(started)) {
-      EXPECT_TRUE(net::SendAll(data[started++].get(), frame, sizeof frame, Clock::now() + 1s).ok());
+      EXPECT_TRUE(net::SendAll(data[started++].get(), frame.data(), frame.size(), Clock::now() + 1s).ok());
     }
     for (size_t i = 0; i < started; ++i) ::send(data[i].get(), "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)session->Send(wire::Heartbeat{});  // (the session itself stays alive)

@@ -133,6 +133,17 @@ bool OpenDataConnection(const wire::Hello& engine, uint64_t me, const std::strin
   return true;
 }
 
+std::vector<uint8_t> WriteFrameHead(uint64_t addr, uint64_t len) {
+  namespace tcp = xfer::transport::tcp_wire;
+  std::vector<uint8_t> f(tcp::kBatchHeaderBytes + tcp::kSliceBytes, 0);
+  f[0] = static_cast<uint8_t>(xfer::Op::kWrite);
+  tcp::Put<uint32_t>(f.data() + 4, 1);  // one descriptor
+  tcp::Put<uint64_t>(f.data() + 8, len);
+  tcp::Put<uint64_t>(f.data() + 16, addr);
+  tcp::Put<uint64_t>(f.data() + 24, len);
+  return f;
+}
+
 std::string KeyOf(const xfer::control::Handshake& hs) {
   const xfer::crypto::Mac key = hs.SessionKey();
   return std::string(reinterpret_cast<const char*>(key.data()), key.size());

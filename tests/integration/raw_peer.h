@@ -53,5 +53,8 @@ uint16_t DataPortOf(const xfer::wire::Hello& engine);
 bool OpenDataConnection(const xfer::wire::Hello& engine, uint64_t me, const std::string& key,
                         xfer::net::Fd* fd, uint32_t* verdict);
 std::string KeyOf(const xfer::control::Handshake& hs);  // its session key, as bytes
+// The head of a tcp data connection's WRITE of len bytes at addr (header and its one
+// descriptor); the payload would follow.
+std::vector<uint8_t> WriteFrameHead(uint64_t addr, uint64_t len);
 
 }  // namespace xfer_test

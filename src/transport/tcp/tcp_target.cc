@@ -1,17 +1,15 @@
 #include "transport/tcp/tcp_transport.h"
 
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
+#include <cstring>
 #include <optional>
 #include <system_error>
 #include <thread>
-#include <cstring>
 #include <vector>
 
 #include "transport/staging.h"
@@ -277,14 +275,14 @@ void TcpTransport::Admit(Handshaking& h, StatusCode verdict) {
   auto svc = std::make_shared<Service>();
   svc->fd = std::move(h.fd);
   svc->peer_incarnation = h.initiator;
-  std::lock_guard l(services_mu_);
-  try {
+  try {  // (started before it is listed: one that ends at once is reaped like any other)
     svc->thread = std::thread([this, svc] { Serve(svc); });
   } catch (const std::system_error& e) {  // no thread to be had: refuse this one connection
     XLOG(WARN) << "tcp: closed the data connection from " << h.from << ": cannot start its thread ("
                << e.what() << ")";
     return;  // (svc, and with it the connection, goes here)
   }
+  std::lock_guard l(services_mu_);
   services_.push_back(svc);
 }
 

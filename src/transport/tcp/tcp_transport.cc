@@ -1,25 +1,17 @@
 #include "transport/tcp/tcp_transport.h"
 
-#include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <condition_variable>
-#include <optional>
-#include <system_error>
-#include <thread>
 #include <cstring>
 #include <vector>
 
-#include "transport/staging.h"
 #include "transport/tcp/tcp_wire.h"
 #include "util/checksum.h"
 #include "util/crypto.h"
 #include "util/log.h"
-#include "util/text.h"
 
 namespace xfer::transport {
 using namespace tcp_wire;
