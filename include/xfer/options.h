@@ -46,6 +46,9 @@ struct EngineOptions {
   // Control frames queued for one peer that does not read them (64 KiB..4 GiB): past this,
   // its session is closed (one log line), whatever it does, and the other peers are served.
   uint64_t max_unsent_bytes = 64ull << 20;
+  // Sessions with peers, both ways, counting those being set up (1..1 M): past this, a peer's
+  // hello gets a goodbye (one log line a second at most) and Connect kResourceExhausted.
+  uint32_t max_sessions = 4096;
 
   // Data path. Streams are worker threads that share a request's batches.
   int streams = 2;

@@ -94,6 +94,7 @@ const std::map<std::string, Setter>& Setters() {
       XFER_INT("notify_queue_messages", notify.queue_messages),
       XFER_INT("max_peer_regions", max_peer_regions),
       XFER_INT("max_unsent_bytes", max_unsent_bytes),
+      XFER_INT("max_sessions", max_sessions),
       XFER_INT("notify_queue_bytes", notify.queue_bytes),
       XFER_INT("tcp_links", tcp.links),
       XFER_BOOL("tcp_least_loaded", tcp.least_loaded),

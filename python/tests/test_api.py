@@ -225,3 +225,13 @@ def test_a_blocking_call_releases_the_gil(engine):
     engine.send_notify(engine.name, "from the main thread")
     waiter.join(30)
     assert [n.message for n in got] == [b"from the main thread"]
+
+
+def test_max_sessions_caps_the_sessions_an_engine_holds():
+    with xfer.Engine("127.0.0.1:0", max_sessions=1) as e, xfer.Engine("127.0.0.1:0") as a, \
+            xfer.Engine("127.0.0.1:0") as b:
+        a.connect(e.name)
+        with pytest.raises(xfer.ResourceExhaustedError, match="max_sessions"):
+            b.connect(e.name)
+    with pytest.raises(xfer.InvalidArgumentError, match="max_sessions"):
+        xfer.Engine("127.0.0.1", max_sessions=0)

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -80,19 +81,22 @@ void ControlLoop::Accept() {
       }
       return;
     }
-    size_t pending = 0;
-    if (std::shared_ptr<Session> oldest = OldestPending(&pending); pending >= kMaxPendingSessions) {
-      // A flood of connections that say nothing: the oldest goes, so that a newcomer that
-      // does its handshake at once still gets in.
+    if (std::vector<std::shared_ptr<Session>> pending = Pending(); pending.size() >= kMaxPendingSessions) {
+      // A flood of connections that say nothing: one goes (net::FloodVictim), so that a
+      // newcomer that does its handshake at once still gets in.
+      std::vector<std::string> from;
+      for (const auto& p : pending) from.push_back(p->remote_addr());
+      const auto& victim = pending[net::FloodVictim(from)];
       if (Clock::now() - last_pending_log_ > std::chrono::seconds(10)) {
         XLOG(WARN) << "control listener: " << kMaxPendingSessions << " connections have not said "
-                   << "hello yet; closing the oldest of them for each new one (the last new one from "
+                   << "hello yet; closing the oldest of them from the host with the most for each new "
+                   << "one (now one from " << victim->remote_addr() << ", for one from "
                    << net::AddressText(ss) << ")";
         last_pending_log_ = Clock::now();
       }
       // (Shut down, not closed: its descriptor may not be reused by this very accept while
       // the events in hand may still name it. The loop closes it when it reads the end.)
-      oldest->Shutdown("closed: one of too many connections that had not said hello");
+      victim->Shutdown("closed: one of too many connections that had not said hello");
     }
     net::SetNoDelay(fd);
     auto s = std::make_shared<Session>(net::Fd(fd), false, net::AddressText(ss));
@@ -107,15 +111,13 @@ void ControlLoop::Accept() {
   }
 }
 
-std::shared_ptr<Session> ControlLoop::OldestPending(size_t* count) const {
-  std::shared_ptr<Session> oldest;
-  *count = 0;
+std::vector<std::shared_ptr<Session>> ControlLoop::Pending() const {
+  std::vector<std::shared_ptr<Session>> pending;
   for (const auto& [fd, s] : sessions_) {
-    if (s->established.load() || !s->shutdown_reason().empty()) continue;
-    ++*count;
-    if (!oldest || s->created < oldest->created) oldest = s;
+    if (!s->established.load() && s->shutdown_reason().empty()) pending.push_back(s);
   }
-  return oldest;
+  std::sort(pending.begin(), pending.end(), [](const auto& a, const auto& b) { return a->created < b->created; });
+  return pending;
 }
 
 void ControlLoop::CloseSession(const std::shared_ptr<Session>& s, const std::string& reason) {

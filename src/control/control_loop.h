@@ -60,9 +60,8 @@ class ControlLoop {
   void FlushAll();  // FlushAnswers for every session
   void CloseSession(const std::shared_ptr<Session>& s, const std::string& reason);
   void Tick();
-  // The oldest of the sessions accepted, not established and not shut down (null when none),
-  // and *count of them.
-  std::shared_ptr<Session> OldestPending(size_t* count) const;
+  // The sessions accepted, not established and not shut down, oldest first.
+  std::vector<std::shared_ptr<Session>> Pending() const;
   std::chrono::steady_clock::time_point last_pending_log_{};
 
   net::Fd listener_;

@@ -74,6 +74,7 @@ Status CheckOptions(const EngineOptions& o) {
   }
   if (o.spin.count() < 0) return bad("spin must be >= 0");
   if (o.max_peer_regions < 1 || o.max_peer_regions > (16u << 20)) return bad("max_peer_regions must be 1..16 M");
+  if (o.max_sessions < 1 || o.max_sessions > (1u << 20)) return bad("max_sessions must be 1..1 M");
   if (o.max_unsent_bytes < (64u << 10) || o.max_unsent_bytes > (4ull << 30)) {
     return bad("max_unsent_bytes must be 64 KiB..4 GiB");
   }
@@ -126,6 +127,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   name_ = addr.ToString();
   incarnation_ = host::RandomU64();
   peers_.set_incarnation(incarnation_);
+  peers_.set_max_sessions(opts_.max_sessions);
   host_id_ = options.host_id.empty() ? host::BootId() : options.host_id;
   notifies_ = std::make_shared<NotifyQueue>(opts_.notify.queue_messages, opts_.notify.queue_bytes);
   notifier_ = std::make_shared<NotifySender>(
@@ -272,7 +274,7 @@ Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
   RegionService::Removal removal;
   s = regions_.BeginRemove(handle, free, &removal);
   if (!s.ok() || !removal.removed) return s;
-  FenceBatches(nullptr);  // our own transfers from or into the region have finished
+  FenceBatches(nullptr, deadline);  // our own transfers from or into the region have finished
   backends_.Fence(deadline);  // and so have peers' batches that our backends' threads execute
   regions_.FinishRemove(removal, deadline);
   return Status::Ok();
@@ -389,8 +391,23 @@ void EngineImpl::StartAll(const std::shared_ptr<Request>& req) {
   }
 }
 
-void EngineImpl::FenceBatches(PeerState* peer) {
-  pool_->Fence();
+void EngineImpl::FenceStreams(Clock::time_point deadline) {
+  const auto since = Clock::now();
+  pool_->Fence(deadline, [&] {
+    auto peers = peers_.States();
+    if (self_) peers.push_back(self_);
+    for (const auto& p : peers) {
+      for (const auto& r : p->routes.routes) r->link().Interrupt(since);
+    }
+  });
+}
+
+EngineImpl::Clock::time_point EngineImpl::ControlFenceDeadline() const {
+  return DeadlineAfter(opts_.heartbeat_timeout / 4);
+}
+
+void EngineImpl::FenceBatches(PeerState* peer, Clock::time_point deadline) {
+  FenceStreams(deadline);
   std::vector<std::shared_ptr<PeerState>> peers;
   if (peer == nullptr) {
     peers = peers_.States();

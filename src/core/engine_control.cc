@@ -115,7 +115,13 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
   }
   if (remote == name_) return Status::Ok();  // this engine is always reachable by itself
   const auto deadline = DeadlineAfter(timeout);
-  if (s = peers_.Claim(remote, deadline); !s.ok()) return s;
+  if (s = peers_.Claim(remote, deadline); !s.ok()) {
+    if (s.code() == StatusCode::kResourceExhausted) {
+      s = {s.code(), "Connect to '" + remote + "': " + s.message()};
+      XLOG(WARN) << s.message();
+    }
+    return s;
+  }
   std::shared_ptr<control::Session> session;
   struct Settle {  // (whatever happens below, Finalize is not left waiting for this Connect)
     EngineImpl* engine;
@@ -131,7 +137,9 @@ Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds 
     if (auto* bye = std::get_if<wire::Goodbye>(&reply)) {
       crossed = bye->reason.find("already connected") != std::string::npos;
       const bool auth = bye->reason.starts_with("authentication");  // (Refuse's reasons)
-      s = {auth ? StatusCode::kRemoteAccessDenied : StatusCode::kConnectionLost,
+      const bool full = bye->reason.find("max_sessions") != std::string::npos;
+      s = {auth ? StatusCode::kRemoteAccessDenied
+                : (full ? StatusCode::kResourceExhausted : StatusCode::kConnectionLost),
            "'" + remote + "' refused the connection: " + bye->reason};
     } else if (auto* hello = std::get_if<wire::Hello>(&reply)) {
       s = InstallOutbound(session, remote, *hello, addr.host);
@@ -259,7 +267,7 @@ Status EngineImpl::Disconnect(const std::string& remote) {
     return {StatusCode::kNotConnected, "Disconnect: not connected to '" + remote + "'"};
   }
   auto gone = DropPeerState(*peer.state);
-  pool_->Fence();  // our batches to the peer have finished
+  FenceStreams(DeadlineAfter(opts_.heartbeat_timeout));  // our batches to the peer have finished
   for (auto& r : gone) r->CloseAll();
   SayGoodbye({peer.session}, "disconnected by " + name_);
   return Status::Ok();
@@ -322,7 +330,16 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
   }
   const std::string key = PeerKey(hello);
   Peer replaced;
-  if (!peers_.BeginAccept(key, hello.incarnation, &replaced)) {
+  if (Status st = peers_.BeginAccept(key, hello.incarnation, &replaced); !st.ok()) {
+    if (st.code() == StatusCode::kResourceExhausted) {
+      if (uint64_t more = 0; too_many_sessions_log_.Due(&more)) {
+        XLOG(WARN) << "refused the hello of " << key << " from " << s->remote_addr() << ": "
+                   << st.message() << log::Limit::More(more);
+      }
+      (void)s->Send(wire::Goodbye{st.message()});
+      s->Shutdown("too many sessions");
+      return;
+    }
     (void)s->Send(wire::Goodbye{"already connected to " + name_});
     s->Shutdown("duplicate connection from " + key);
     return;
@@ -374,7 +391,7 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
           }
         } else if constexpr (std::is_same_v<T, wire::RegionRemove>) {
           auto gone = peer.regions.Revoke(m.id);
-          FenceBatches(&peer);  // batches into the region that already started have finished
+          FenceBatches(&peer, ControlFenceDeadline());  // batches into the region that already started have finished
           if (gone) gone->CloseAll();
           s->SendSoon(wire::RegionRemoveAck{m.id, m.seq});
         } else if constexpr (std::is_same_v<T, wire::RegionRemoveAck> ||
@@ -395,11 +412,17 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
         } else if constexpr (std::is_same_v<T, wire::Goodbye>) {
           // Stop using the peer's memory, then say so: it may free that memory next.
           auto gone = DropPeerState(peer);
-          pool_->Fence();
+          FenceStreams(ControlFenceDeadline());
           for (auto& r : gone) r->CloseAll();
-          if (m.seq != 0) {  // (the answer must leave before the session closes)
+          // The answer goes now or not at all: a peer that does not read what we sent it must
+          // not hold the control thread (it sees the session close instead, which also says
+          // that we stopped).
+          if (m.seq != 0) {
             s->SendSoon(wire::SyncAck{m.seq});
-            (void)s->FlushUntil(DeadlineAfter(opts_.heartbeat_timeout));
+            if (s->Flush() != control::Session::Flushed::kAll) {
+              XLOG(WARN) << "peer " << s->peer_key << " does not read its control connection; "
+                         << "closing it without answering its goodbye";
+            }
           }
           s->Shutdown("peer said goodbye: " + m.reason);
         } else if constexpr (std::is_same_v<T, wire::Hello>) {

@@ -103,8 +103,14 @@ class EngineImpl final : public control::ControlHandler {
   // Starts every batch of a pipelined request on its link.
   void StartAll(const std::shared_ptr<Request>& req);
   // Returns once every batch to `peer` (all peers: null) that started before the call has
-  // ended: those that streams and callers run, and those in flight on pipelined links.
-  void FenceBatches(PeerState* peer);
+  // ended: those that streams and callers run, and those in flight on pipelined links. At the
+  // deadline, batches that a peer stalls are interrupted (Link::Interrupt) and fail.
+  void FenceBatches(PeerState* peer, Clock::time_point deadline);
+  // The part of it for the batches that streams and callers run.
+  void FenceStreams(Clock::time_point deadline);
+  // The deadline of a fence on the control thread: every peer waits while it does (a quarter
+  // of the heartbeat timeout, so that heartbeats still go out in time).
+  Clock::time_point ControlFenceDeadline() const;
   // Moves one descriptor into or out of a peer's mapped memory on this thread, when its route
   // copies inline (Route::CopiesInline) and every check passes at once; false leaves it to the
   // planned path (which explains refusals).
@@ -202,6 +208,7 @@ class EngineImpl final : public control::ControlHandler {
   std::shared_ptr<const NotifySender> notifier_;
   log::Limit notify_refusal_log_;  // control thread: oversize notifications from peers
   log::Limit refusal_log_;         // control thread: refused connections (Refuse)
+  log::Limit too_many_sessions_log_;  // control thread: hellos past max_sessions
 };
 
 // Adds a timeout to now without overflowing on huge values.

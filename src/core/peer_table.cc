@@ -52,6 +52,7 @@ Status PeerTable::Claim(const std::string& remote, Clock::time_point deadline) {
   if (peers_.count(remote) || connecting_.count(remote)) {
     return {StatusCode::kAlreadyConnected, "already connected to '" + remote + "'"};
   }
+  if (Full()) return TooMany();
   connecting_.insert(remote);
   return Status::Ok();
 }
@@ -77,7 +78,16 @@ Status PeerTable::AwaitCrossed(const std::string& remote, Clock::time_point dead
                                        "'" + remote + "' already has a session with this engine"};
 }
 
-bool PeerTable::BeginAccept(const std::string& key, uint64_t incarnation, Peer* replaced) {
+bool PeerTable::Full() const {
+  return peers_.size() + connecting_.size() + accepting_.size() >= max_sessions_;
+}
+
+Status PeerTable::TooMany() const {
+  return {StatusCode::kResourceExhausted, "this engine holds as many sessions as it allows (" +
+                                              std::to_string(max_sessions_) + ", EngineOptions::max_sessions)"};
+}
+
+Status PeerTable::BeginAccept(const std::string& key, uint64_t incarnation, Peer* replaced) {
   std::lock_guard lock(mu_);
   // While this hello is answered, accepting_ keeps a Connect() of ours from starting a
   // crossing session.
@@ -85,13 +95,16 @@ bool PeerTable::BeginAccept(const std::string& key, uint64_t incarnation, Peer* 
   auto it = peers_.find(key);
   const bool duplicate = it != peers_.end() && (it->second.state->info.incarnation == incarnation ||
                                                 it->second.session->outbound());
-  if (our_connect_wins || accepting_.count(key) || duplicate) return false;
+  if (our_connect_wins || accepting_.count(key) || duplicate) {
+    return {StatusCode::kAlreadyConnected, "already connected to '" + key + "'"};
+  }
+  if (it == peers_.end() && Full()) return TooMany();  // (a restart takes its old place)
   accepting_.insert(key);
   if (it != peers_.end()) {  // same name, new incarnation: the peer restarted
     *replaced = it->second;
     peers_.erase(it);
   }
-  return true;
+  return Status::Ok();
 }
 
 void PeerTable::FinishAccept(const std::string& key, const Peer& peer) {

@@ -27,6 +27,8 @@ class PeerTable {
   };
 
   void set_incarnation(uint64_t mine) { mine_ = mine; }
+  // Sessions, claimed and being accepted ones included, that Claim and BeginAccept allow.
+  void set_max_sessions(size_t n) { max_sessions_ = n; }
   bool Find(const std::string& key, Peer* out) const;
   // True while a live peer of that incarnation has a session with us.
   bool HasLive(uint64_t incarnation) const;
@@ -36,7 +38,8 @@ class PeerTable {
 
   // Connect: claims the name for an outbound session. Waits (until deadline) while a session
   // of that name opened to us is being accepted: that one will be the session (kTimeout if it
-  // is not done in time); kAlreadyConnected when there is a session, or another Connect.
+  // is not done in time); kAlreadyConnected when there is a session, or another Connect;
+  // kResourceExhausted when max_sessions are held.
   Status Claim(const std::string& remote, Clock::time_point deadline);
   void Unclaim(const std::string& remote);
   // Installs the claimed outbound session; false when a crossing session from the peer got in
@@ -45,10 +48,11 @@ class PeerTable {
   // After our connection crossed the peer's and lost: ok once the peer's session is in.
   Status AwaitCrossed(const std::string& remote, Clock::time_point deadline);
 
-  // The hello of a session opened to us: false when it duplicates a session, or crosses a
-  // Connect of ours that wins; else the name is being accepted (until FinishAccept), and
-  // *replaced is the session of the peer's previous incarnation, now removed (a restart).
-  bool BeginAccept(const std::string& key, uint64_t incarnation, Peer* replaced);
+  // The hello of a session opened to us: kAlreadyConnected when it duplicates a session, or
+  // crosses a Connect of ours that wins; kResourceExhausted when it would be one more than
+  // max_sessions; else ok: the name is being accepted (until FinishAccept), and *replaced is
+  // the session of the peer's previous incarnation, now removed (a restart).
+  Status BeginAccept(const std::string& key, uint64_t incarnation, Peer* replaced);
   void FinishAccept(const std::string& key, const Peer& peer);
 
   // Removes the peer when s is its session; true when it was.
@@ -60,7 +64,11 @@ class PeerTable {
   bool AwaitAccepted(std::unique_lock<std::mutex>& lock, const std::string& remote,
                      Clock::time_point deadline);
 
+  bool Full() const;  // mu_ held
+  Status TooMany() const;
+
   uint64_t mine_ = 0;  // this engine's incarnation
+  size_t max_sessions_ = SIZE_MAX;
   mutable std::mutex mu_;
   std::map<std::string, Peer> peers_;  // by name (outbound: as the user wrote it)
   std::set<std::string> connecting_;   // Connect() calls in progress

@@ -9,7 +9,7 @@ namespace xfer {
 namespace {
 // Set on a stream's own thread: its pool and its slot.
 thread_local const StreamPool* stream_pool = nullptr;
-thread_local std::mutex* stream_slot = nullptr;
+thread_local StreamPool::ExecSlot* stream_slot = nullptr;
 }  // namespace
 
 StreamPool::StreamPool(int streams, std::chrono::microseconds spin) : spin_(spin) {
@@ -159,15 +159,25 @@ void StreamPool::Stop() {
   }
 }
 
-std::unique_lock<std::mutex> StreamPool::Slot() {
-  if (stream_pool == this) return std::unique_lock<std::mutex>(*stream_slot);
+std::unique_lock<StreamPool::ExecSlot> StreamPool::Slot() {
+  if (stream_pool == this) return std::unique_lock<ExecSlot>(*stream_slot);
   size_t slot = std::hash<std::thread::id>{}(std::this_thread::get_id()) % kInlineSlots;
-  return std::unique_lock<std::mutex>(inline_slots_[slot]);
+  return std::unique_lock<ExecSlot>(inline_slots_[slot]);
 }
 
-void StreamPool::Fence() {
-  for (auto& s : streams_) std::lock_guard l(s->exec);
-  for (auto& m : inline_slots_) std::lock_guard l(m);
+void StreamPool::Fence(std::chrono::steady_clock::time_point deadline,
+                       const std::function<void()>& on_late) {
+  // Once late, on_late again every 10 ms: batches that started after the fence may take the
+  // slot in turn, and stall like the first.
+  auto pass = [&](ExecSlot& slot) {
+    if (!slot.try_lock_until(deadline)) {
+      do on_late();
+      while (!slot.try_lock_for(std::chrono::milliseconds(10)));
+    }
+    slot.unlock();
+  };
+  for (auto& s : streams_) pass(s->exec);
+  for (auto& m : inline_slots_) pass(m);
 }
 
 }  // namespace xfer

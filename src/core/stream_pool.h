@@ -35,8 +35,11 @@ class StreamPool {
   // a stream's own, or on any other thread one of the inline slots. Fence() takes each slot
   // in turn, so when it returns, every batch that was executing when it was called has
   // finished (and it waits for no more than those: not for the rest of a long request).
-  std::unique_lock<std::mutex> Slot();
-  void Fence();
+  // A slot still held at the deadline makes it call on_late (which must end what stalls, e.g.
+  // Link::Interrupt), and again every 10 ms until that slot is free.
+  using ExecSlot = std::timed_mutex;
+  std::unique_lock<ExecSlot> Slot();
+  void Fence(std::chrono::steady_clock::time_point deadline, const std::function<void()>& on_late);
 
   // memcpy(dst, src, len) on the calling thread, which holds its slot; an idle stream
   // that is spinning (one at most: the helper) copies the second half meanwhile. A sleeping
@@ -54,7 +57,7 @@ class StreamPool {
     std::deque<Task> queue;
     std::atomic<size_t> pending{0};
     std::atomic<bool> running{false};
-    std::mutex exec;  // the stream's execution slot
+    ExecSlot exec;  // the stream's execution slot
     std::thread thread;
   };
   void Run(Stream& s);
@@ -78,7 +81,7 @@ class StreamPool {
   const std::chrono::microseconds spin_;
   std::vector<std::unique_ptr<Stream>> streams_;
   static constexpr int kInlineSlots = 16;
-  std::mutex inline_slots_[kInlineSlots];
+  ExecSlot inline_slots_[kInlineSlots];
   std::atomic<bool> stopping_{false};
   std::mutex stop_mu_;
 };

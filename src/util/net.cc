@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <unordered_map>
 
 namespace xfer::net {
 using text::Errno;
@@ -329,6 +330,23 @@ void SetBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLO
 std::string HostOf(const std::string& host_port) {
   if (!host_port.empty() && host_port[0] == '[') return host_port.substr(1, host_port.find(']') - 1);
   return host_port.substr(0, host_port.rfind(':'));
+}
+
+size_t FloodVictim(const std::vector<std::string>& from) {
+  std::unordered_map<std::string, size_t> per_host;
+  size_t most = 0;
+  std::string flooder;
+  for (const auto& f : from) {
+    std::string host = HostOf(f);
+    if (const size_t n = ++per_host[host]; n > most) {
+      most = n;
+      flooder = std::move(host);
+    }
+  }
+  for (size_t i = 0; i < from.size(); ++i) {
+    if (HostOf(from[i]) == flooder) return i;
+  }
+  return 0;
 }
 
 std::string AddressText(const sockaddr_storage& ss) {

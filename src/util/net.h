@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 struct iovec;
 
@@ -73,6 +74,11 @@ std::string HostOf(const std::string& host_port);
 // "ip:port" / "[v6]:port" of a socket address; the peer of a connected socket ("?" on error).
 std::string AddressText(const sockaddr_storage& ss);
 std::string PeerOf(int fd);
+// Which of too many pending connections a listener closes for a new one: the oldest of those
+// from the host that holds the most of them, so that one host's flood does not shut out a
+// newcomer from another (a flood from the newcomer's own host still can). from: each pending
+// connection's "host:port", oldest first; returns its index (0 when empty).
+size_t FloodVictim(const std::vector<std::string>& from);
 // An accept loop's answer to a shortage (EMFILE, ENFILE, ENOBUFS, ENOMEM): the listener stays
 // readable, so accepting again at once would spin; it pauses instead, with one log line per
 // stretch of shortage (what: the listener, for the log).

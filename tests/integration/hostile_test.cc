@@ -8,6 +8,10 @@
 #include <optional>
 #include <sstream>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/wait.h>
 
 #include <csignal>
@@ -15,6 +19,7 @@
 #include "control/session.h"
 #include "raw_peer.h"
 #include "transport/remote_region.h"
+#include "transport/tcp/tcp_wire.h"
 #include "test_common.h"
 #include "util/host.h"
 #include "util/net.h"
@@ -238,6 +243,238 @@ TEST(Hostile, DeregisterMemReturnsWithinTheHeartbeatTimeoutWhilePeersTrickle) {
   XT_ASSERT_OK(legit.Connect(e.LocalName(), 10s));
   XT_EXPECT_OK(legit.TransferSync(e.LocalName(), Op::kWrite, {{src.addr(), other.addr(), src.len()}}, 10s));
   EXPECT_EQ(std::memcmp(other.data(), src.data(), src.len()), 0);
+}
+
+// A peer whose hello offers a tcp data port where it answers the handshake and then reads
+// nothing, while its control session stays alive (a heartbeat every 200 ms): the batches we
+// send it stall. Its one region: 1 GiB at 1 << 40.
+class StallingPeer {
+ public:
+  static constexpr uint64_t kRegion = 1ull << 40;
+  explicit StallingPeer(const std::string& engine) {
+    net::Address bound;
+    EXPECT_TRUE(net::Listen(net::Address{"127.0.0.1", 0, true}, &listener_, &bound).ok());
+    int small = 4096;  // (inherited by the accepted connections: the sockets hold little)
+    ::setsockopt(listener_.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    accepter_ = std::thread([this] {
+      while (!stop_) {
+        pollfd p{listener_.get(), POLLIN, 0};
+        if (::poll(&p, 1, 50) != 1) continue;
+        net::Fd fd(::accept(listener_.get(), nullptr, nullptr));
+        uint8_t hello[xfer::transport::tcp_wire::kHelloBytes];
+        uint8_t accepted[xfer::transport::tcp_wire::kAcceptBytes] = {};
+        if (net::RecvAll(fd.get(), hello, sizeof hello, Clock::now() + 5s).ok()) {
+          (void)net::SendAll(fd.get(), accepted, sizeof accepted, Clock::now() + 5s);
+        }
+        held_.push_back(std::move(fd));
+      }
+    });
+    wire::Hello h;
+    h.name = name();
+    h.incarnation = 97;
+    h.host_id = "elsewhere";
+    h.backends = {{"tcp", std::string(reinterpret_cast<const char*>(&bound.port), sizeof bound.port)}};
+    h.regions = {Region(1, kRegion, 1ull << 30)};
+    wire::Hello theirs;
+    session_ = Hello(engine, h, &theirs);
+    EXPECT_FALSE(theirs.name.empty());
+    beat_ = std::thread([this] {
+      while (!stop_) {
+        (void)session_->Send(wire::Heartbeat{});
+        std::this_thread::sleep_for(200ms);
+      }
+    });
+  }
+  ~StallingPeer() {
+    stop_ = true;
+    accepter_.join();
+    beat_.join();
+  }
+  static std::string name() { return "127.0.0.1:7"; }
+
+ private:
+  net::Fd listener_;
+  std::vector<net::Fd> held_;
+  std::shared_ptr<xfer::control::Session> session_;
+  std::atomic<bool> stop_{false};
+  std::thread accepter_, beat_;
+};
+
+// Batches that a peer stalls (StallingPeer) hold no fence past its deadline: a legitimate
+// peer's deregistration, which our control thread fences, is confirmed within a quarter of
+// the heartbeat timeout (2 s), and our own DeregisterMem returns within the heartbeat timeout;
+// each time the stalled batch is interrupted and its request fails. Before: each fence waited
+// for the stalled frame's send to time out (two heartbeat timeouts), the legitimate peer gave
+// up on the confirmation and cut the session off, and DeregisterMem took ~3.7 s.
+TEST(Hostile, BatchesAPeerStallsHoldNoFencePastItsDeadline) {
+  xfer::EngineOptions o;
+  o.heartbeat_timeout = 2000ms;
+  xfer::Engine e, legit;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
+  XT_ASSERT_OK(legit.Initialize("127.0.0.1:0", o));
+  LocalBuffer src(64 << 20), theirs(4096);
+  xfer::MemHandle h = 0, their_h = 0;
+  XT_ASSERT_OK(e.RegisterMem(src.data(), src.len(), xfer::MemType::kHost, &h));
+  XT_ASSERT_OK(legit.RegisterMem(theirs.data(), theirs.len(), xfer::MemType::kHost, &their_h));
+  XT_ASSERT_OK(legit.Connect(e.LocalName(), 10s));
+  StallingPeer stalling(e.LocalName());
+  auto stall = [&] {  // a 64 MiB WRITE that fills the sockets, then stalls
+    xfer::RequestHandle r = 0;
+    XT_EXPECT_OK(e.TransferAsync(StallingPeer::name(), Op::kWrite,
+                                 {{src.addr(), StallingPeer::kRegion, src.len()}}, 60s, &r));
+    std::this_thread::sleep_for(300ms);
+    xfer::RequestStatus st;
+    XT_EXPECT_OK(e.GetTransferStatus(r, &st));
+    EXPECT_EQ(st.state, RequestState::kWaiting) << "the WRITE did not stall: " << st.status.ToString();
+    return r;
+  };
+  auto lost = [&](xfer::RequestHandle r) {
+    const xfer::Status s = e.Wait(r, 10s);
+    EXPECT_EQ(s.code(), StatusCode::kConnectionLost) << s.ToString();
+    return s.message();
+  };
+
+  auto r = stall();
+  auto t0 = Clock::now();
+  XT_EXPECT_OK(legit.DeregisterMem(their_h));
+  EXPECT_LT(SecondsSince(t0), 1.2) << "our control thread held a peer's deregistration";
+  xfer::PeerInfo info;
+  EXPECT_TRUE(legit.GetPeerInfo(e.LocalName(), &info).ok()) << "the legitimate peer cut us off";
+  EXPECT_NE(lost(r).find("interrupted"), std::string::npos);
+
+  // Callers on 16 threads send 1 MiB each: more than the sockets hold, so some frames stall
+  // in their send (a step of two heartbeat timeouts), behind them the rest.
+  std::vector<std::thread> callers;
+  std::atomic<int> failed{0};
+  for (uint64_t i = 0; i < 16; ++i) {
+    callers.emplace_back([&, i] {
+      const uint64_t off = i << 20;
+      const auto s = e.TransferSync(StallingPeer::name(), Op::kWrite,
+                                    {{src.addr() + off, StallingPeer::kRegion + off, 1 << 20}}, 60s);
+      if (s.code() == StatusCode::kConnectionLost) ++failed;
+    });
+  }
+  std::this_thread::sleep_for(500ms);
+  t0 = Clock::now();
+  XT_EXPECT_OK(e.DeregisterMem(h));
+  EXPECT_LT(SecondsSince(t0), 3.0) << "DeregisterMem waited for a stalled batch";
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(failed.load(), 16);
+}
+
+// A peer that reads nothing of its control connection, then says goodbye and asks for the
+// answer: the engine answers if the socket takes it at once, else closes the session without
+// it; its control thread does not wait on that peer (before: up to a heartbeat timeout, 4 s
+// here, while a newcomer's Connect waited too).
+TEST(Hostile, AGoodbyeFromAPeerThatReadsNothingHoldsNoControlThread) {
+  xfer::EngineOptions o;
+  o.heartbeat_timeout = 4000ms;
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
+  wire::Hello ours, theirs;
+  ours.name = "127.0.0.1:8";
+  ours.incarnation = 98;
+  ours.host_id = "elsewhere";
+  auto s = Hello(e.LocalName(), ours, &theirs);
+  ASSERT_FALSE(theirs.name.empty());
+  int small = 4096;
+  ::setsockopt(s->fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  // 2,000 regions with 4 KB tags: ~8 MB of announcements, more than the sockets hold.
+  LocalBuffer many(2000 * 4096);
+  const std::string tag(4000, 't');
+  for (uint64_t off = 0; off < many.len(); off += 4096) {
+    xfer::MemHandle h = 0;
+    XT_ASSERT_OK(e.RegisterMem(many.data() + off, 4096, xfer::MemType::kHost, &h, tag));
+  }
+  xfer::PeerInfo info;
+  ASSERT_TRUE(e.GetPeerInfo(ours.name, &info).ok()) << "closed before the goodbye";
+  ASSERT_TRUE(s->Send(wire::Goodbye{"leaving", 1}).ok());
+  std::this_thread::sleep_for(100ms);  // (the control thread takes it)
+  const auto t0 = Clock::now();
+  xfer::Engine newcomer;
+  XT_ASSERT_OK(newcomer.Initialize("127.0.0.1"));
+  XT_EXPECT_OK(newcomer.Connect(e.LocalName(), 10s));
+  EXPECT_LT(SecondsSince(t0), 2.0) << "the control thread waited on the peer that reads nothing";
+  EXPECT_TRUE(PollUntil([&] { return !e.GetPeerInfo(ours.name, &info).ok(); }, 2s))
+      << "the session of the peer that said goodbye stayed";
+}
+
+// EngineOptions::max_sessions caps the sessions both ways: a hello past it gets a goodbye
+// that the peer's Connect reports as RESOURCE_EXHAUSTED, as does a Connect of our own; a
+// session that ends makes room.
+TEST(Hostile, SessionsAreCappedAtMaxSessions) {
+  xfer::EngineOptions o;
+  o.max_sessions = 2;
+  xfer::Engine e, a, b, c;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
+  for (auto* p : {&a, &b, &c}) XT_ASSERT_OK(p->Initialize("127.0.0.1:0"));
+  XT_ASSERT_OK(a.Connect(e.LocalName(), 10s));
+  XT_ASSERT_OK(b.Connect(e.LocalName(), 10s));
+  auto refused = [](const xfer::Status& s) {
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+    EXPECT_NE(s.message().find("max_sessions"), std::string::npos) << s.ToString();
+  };
+  refused(c.Connect(e.LocalName(), 10s));
+  refused(e.Connect(c.LocalName(), 10s));
+  XT_ASSERT_OK(a.Disconnect(e.LocalName()));
+  EXPECT_TRUE(PollUntil([&] { return c.Connect(e.LocalName(), 10s).ok(); }, 5s))
+      << "the session that ended made no room";
+  xfer::EngineOptions bad;
+  bad.max_sessions = 0;
+  xfer::Engine none;
+  EXPECT_EQ(none.Initialize("127.0.0.1:0", bad).code(), StatusCode::kInvalidArgument);
+}
+
+// A connection to 127.0.0.1:port from source_ip: another loopback address stands for another
+// host.
+net::Fd ConnectFrom(const char* source_ip, uint16_t port) {
+  net::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in from{}, to{};
+  from.sin_family = to.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source_ip, &from.sin_addr);
+  ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  to.sin_port = htons(port);
+  EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&from), sizeof from), 0) << std::strerror(errno);
+  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof to), 0) << std::strerror(errno);
+  ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
+  return fd;
+}
+
+// More connections than a listener lets wait for their handshake, all from one host, arrive
+// after a newcomer from another host connected and before it spoke: the listener closes the
+// flood's connections for the new ones, not the newcomer's, on the control port (256 pending)
+// and on the tcp data port (64). Before: the oldest went, the newcomer first.
+TEST(Hostile, AFloodFromOneHostShutsOutNoNewcomerFromAnother) {
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0"));
+  net::Address control;
+  ASSERT_TRUE(net::ParseAddress(e.LocalName(), &control).ok());
+  auto session = std::make_shared<xfer::control::Session>(ConnectFrom("127.0.0.2", control.port), true,
+                                                          e.LocalName());
+  std::this_thread::sleep_for(200ms);  // (accepted first: the oldest)
+  auto flood = Connections("127.0.0.1", control.port, 300);
+  std::this_thread::sleep_for(500ms);  // (all accepted)
+  wire::Hello ours;
+  ours.name = "127.0.0.2:10";
+  ours.incarnation = 99;
+  ours.host_id = "elsewhere";
+  ASSERT_TRUE(session->Send(ours).ok());
+  ASSERT_TRUE(session->FlushUntil(Clock::now() + 5s).ok());
+  wire::Message reply;
+  ASSERT_TRUE(session->ReadOne(Clock::now() + 5s, &reply).ok()) << "the newcomer's connection was closed";
+  ASSERT_TRUE(std::holds_alternative<wire::Hello>(reply));
+  const auto& theirs = std::get<wire::Hello>(reply);
+
+  net::Fd data = ConnectFrom("127.0.0.2", DataPortOf(theirs));
+  std::this_thread::sleep_for(200ms);
+  auto data_flood = Connections("127.0.0.1", DataPortOf(theirs), 100);
+  std::this_thread::sleep_for(500ms);
+  const auto hello = xfer::transport::tcp_wire::DataHello(theirs.incarnation, ours.incarnation);
+  ASSERT_TRUE(net::SendAll(data.get(), hello.data(), hello.size(), Clock::now() + 5s).ok());
+  uint8_t verdict[xfer::transport::tcp_wire::kAcceptBytes];
+  ASSERT_TRUE(net::RecvAll(data.get(), verdict, sizeof verdict, Clock::now() + 5s).ok())
+      << "the newcomer's data connection was closed";
+  EXPECT_EQ(xfer::transport::tcp_wire::Get<uint32_t>(verdict), 0u);
 }
 
 // A peer that registers 100,000 regions one by one costs the engine's control thread no

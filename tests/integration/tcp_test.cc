@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "test_common.h"
+#include "util/checksum.h"
 
 namespace xfer_test {
 namespace {
@@ -44,6 +45,10 @@ INSTANTIATE_TEST_SUITE_P(Links, IntegrationTcp, ::testing::Values(false, true),
 // that receives it (direct, and staged through the buffer pools of both sides).
 class IntegrationTcpChecksum : public PeerFixture, public ::testing::WithParamInterface<bool> {
  protected:
+  void SetUp() override {
+    if (!xfer::checksum::Available()) GTEST_SKIP() << "built without libxxhash (scripts/setup.sh installs libxxhash-dev)";
+    PeerFixture::SetUp();
+  }
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
     o.transport = "tcp";

@@ -103,5 +103,13 @@ TEST(Sockets, ADeadlineIsForTheWholeMoveWhileThePeerTrickles) {
   EXPECT_LT(took, std::chrono::milliseconds(1000));
 }
 
+TEST(Net, FloodVictimIsTheOldestFromTheHostWithTheMost) {
+  EXPECT_EQ(FloodVictim({}), 0u);
+  EXPECT_EQ(FloodVictim({"10.0.0.1:5"}), 0u);
+  // 10.0.0.2 holds three (ports differ), 10.0.0.1 two: the oldest of 10.0.0.2's goes.
+  EXPECT_EQ(FloodVictim({"10.0.0.1:1", "10.0.0.2:1", "10.0.0.1:2", "10.0.0.2:2", "10.0.0.2:3"}), 1u);
+  EXPECT_EQ(FloodVictim({"[fe80::1]:9", "[::1]:1", "[::1]:2"}), 1u);
+}
+
 }  // namespace
 }  // namespace xfer::net

@@ -11,6 +11,12 @@
 
 namespace xfer {
 namespace {
+using Clock = std::chrono::steady_clock;
+
+// A fence that is never late: its deadline is far.
+void Fence(StreamPool& pool) {
+  pool.Fence(Clock::now() + std::chrono::seconds(60), [] { ADD_FAILURE() << "a fence was late"; });
+}
 
 TEST(StreamPool, RunsEveryTaskAndDrainsOnStop) {
   std::atomic<int> ran{0};
@@ -43,10 +49,10 @@ TEST(StreamPool, FenceWaitsForTheRunningBatchNotTheWholeTask) {
     stage = 4;
   });
   while (stage != 1) std::this_thread::yield();
-  pool.Fence();
+  Fence(pool);
   EXPECT_EQ(stage.load(), 2);
   const auto t0 = std::chrono::steady_clock::now();
-  pool.Fence();
+  Fence(pool);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
   stage = 3;
   // And a caller's thread holds an inline slot, which a fence waits for as well.
@@ -58,9 +64,37 @@ TEST(StreamPool, FenceWaitsForTheRunningBatchNotTheWholeTask) {
     EXPECT_FALSE(fenced.load());
   });
   while (!held) std::this_thread::yield();
-  pool.Fence();
+  Fence(pool);
   fenced = true;
   caller.join();
+}
+
+TEST(StreamPool, ALateFenceCallsOnLateOnceThenWaitsForTheBatches) {
+  // Two batches that end only when on_late is called (as Link::Interrupt ends a stalled one):
+  // the fence calls it at its deadline, and returns when both have ended.
+  StreamPool pool(2, std::chrono::microseconds(0));
+  std::atomic<bool> interrupted{false};
+  std::atomic<int> holding{0}, ended{0};
+  for (int i = 0; i < 2; ++i) {
+    pool.Submit(i, [&] {
+      auto slot = pool.Slot();
+      holding.fetch_add(1);
+      const auto give_up = Clock::now() + std::chrono::seconds(10);
+      while (!interrupted && Clock::now() < give_up) std::this_thread::yield();
+      ended.fetch_add(1);
+    });
+  }
+  while (holding != 2) std::this_thread::yield();
+  int late = 0;
+  const auto t0 = Clock::now();
+  pool.Fence(t0 + std::chrono::milliseconds(200), [&] {
+    ++late;
+    EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(200)) << "on_late before the deadline";
+    interrupted = true;
+  });
+  EXPECT_GE(late, 1);
+  EXPECT_EQ(ended.load(), 2) << "the fence returned while a batch still ran";
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
 }
 
 // Copies of every length around the threshold, odd ones included, land whole and touch
@@ -130,7 +164,7 @@ TEST(StreamPool, PickPrefersTheFirstIdleStream) {
   while (!started) std::this_thread::yield();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(pool.Pick(), 1) << "stream 0 is busy";
   release = true;
-  pool.Fence();
+  Fence(pool);
 }
 
 }  // namespace

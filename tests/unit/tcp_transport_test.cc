@@ -1,6 +1,7 @@
 // The tcp transport against itself over loopback, real sockets: the target side's own checks.
 #include "transport/tcp/tcp_transport.h"
 #include "transport/tcp/tcp_wire.h"
+#include "util/checksum.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -461,6 +462,67 @@ TEST_P(TcpTransportTest, ATargetThatStallsLosesTheLinkWithinTheIoTimeout) {
   }
 }
 
+TEST_P(TcpTransportTest, InterruptEndsTheBatchesATargetStallsAndNoOthers) {
+  // A target that passes the handshake and then reads nothing: a 64 MiB WRITE stalls in its
+  // send, and a second batch waits behind it; the io_timeout (30 s) is far. Interrupt ends
+  // both at once, without a retry on a fresh connection (which would stall again). An
+  // Interrupt whose `since` is before the connection opened leaves it alone: it has not been
+  // silent that long.
+  net::Fd listener;
+  net::Address bound;
+  ASSERT_TRUE(net::Listen(net::Address{"127.0.0.1", 0, true}, &listener, &bound).ok());
+  TcpTargetHooks none;
+  none.incarnation = 7;
+  TcpTransport initiator(TcpOptions{1, false, std::chrono::seconds(30)}, none);
+  std::shared_ptr<Link> link;
+  ASSERT_TRUE(initiator.Connect(PeerEndpoint{0, 42, 0, "127.0.0.1", bound.port, "", -1}, &link).ok());
+  std::vector<net::Fd> held;
+  std::atomic<bool> stop{false};
+  std::thread target([&] {  // accepts, answers each hello, reads nothing
+    while (!stop) {
+      pollfd p{listener.get(), POLLIN, 0};
+      if (::poll(&p, 1, 50) != 1) continue;
+      net::Fd fd(::accept(listener.get(), nullptr, nullptr));
+      uint8_t hello[64], accepted[64] = {};
+      if (net::RecvAll(fd.get(), hello, 64, Clock::now() + std::chrono::seconds(5)).ok()) {
+        (void)net::SendAll(fd.get(), accepted, 64, Clock::now() + std::chrono::seconds(5));
+      }
+      held.push_back(std::move(fd));
+    }
+  });
+  const auto before_open = Clock::now();
+  std::vector<uint8_t> big(64 << 20, 1), small(64, 2);
+  Status results[2];
+  std::atomic<int> ended{0};
+  std::thread first([&] {
+    const std::vector<Slice> b{{reinterpret_cast<uint64_t>(big.data()), R(0), big.size()}};
+    results[0] = link->Execute(Op::kWrite, b, Clock::now() + std::chrono::seconds(60));
+    ++ended;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // (it fills the socket)
+  std::thread second([&] {
+    const std::vector<Slice> b{{reinterpret_cast<uint64_t>(small.data()), R(0), small.size()}};
+    results[1] = link->Execute(Op::kWrite, b, Clock::now() + std::chrono::seconds(60));
+    ++ended;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  link->Interrupt(before_open - std::chrono::seconds(1));  // silent since then? no: opened after
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(ended.load(), 0) << "ended by an Interrupt it was not silent for";
+  const auto t0 = Clock::now();
+  link->Interrupt(t0);
+  first.join();
+  second.join();
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (const Status& st : results) {
+    EXPECT_EQ(st.code(), StatusCode::kConnectionLost) << st.ToString();
+    EXPECT_NE(st.message().find("interrupted"), std::string::npos) << st.ToString();
+  }
+  EXPECT_LT(took, 2.0) << "interrupted batches went on (retried on a fresh connection?)";
+  stop = true;
+  target.join();
+}
+
 TEST_P(TcpTransportTest, BatchesOutliveOtherBatchesDeadlines) {
   // The target holds each WRITE for kHold, so a READ that queues behind one on the same
   // connection misses its much shorter deadline while it waits for its turn, and breaks the
@@ -615,6 +677,7 @@ class FlippingRelay {
 // side that receives it (the target for WRITE, the initiator for READ, direct and staged), the
 // batch is tried once more and lands intact; flipped again, it fails with kDataCorrupted.
 TEST_P(TcpTransportTest, ChecksummedBatchesCatchAFlippedByteAndAreTriedOnceMore) {
+  if (!checksum::Available()) GTEST_SKIP() << "built without libxxhash (scripts/setup.sh installs libxxhash-dev)";
   // Offsets in the data stream, for one 4 KiB slice from and to 64-byte aligned addresses:
   // the handshake (64 bytes), then a frame's payload 64 bytes in (WRITE: header, descriptor
   // and lead; READ's reply: header and lead), each frame 4224 bytes long (payload, checksum,
@@ -684,6 +747,7 @@ TEST_P(TcpTransportTest, ChecksummedBatchesCatchAFlippedByteAndAreTriedOnceMore)
 }
 
 TEST_P(TcpTransportTest, ChecksummedBatchesWithOverlappingRangesAreNotCorrupt) {
+  if (!checksum::Available()) GTEST_SKIP() << "built without libxxhash (scripts/setup.sh installs libxxhash-dev)";
   // Two slices into the same bytes (the later copy wins): what lands differs from what was
   // sent, and the checksum must still agree.
   TcpTargetHooks mine;

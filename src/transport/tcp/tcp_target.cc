@@ -189,12 +189,15 @@ void TcpTransport::Accept(std::list<Handshaking>* handshaking) {
     TuneSocket(fd);
     net::Fd owned(fd);
     if (handshaking->size() >= kMaxPendingHandshakes) {
-      // A flood of connections that do not finish their handshake: the oldest goes, so that a
-      // peer that does its handshake at once still gets in.
-      LogRefusal("tcp: " + std::to_string(kMaxPendingHandshakes) +
-                 " data connections have not finished their handshake; closed the oldest, from " +
-                 handshaking->front().from);
-      handshaking->pop_front();
+      // A flood of connections that do not finish their handshake: one goes
+      // (net::FloodVictim), so that a peer that does its handshake at once still gets in.
+      std::vector<std::string> from;
+      for (const auto& h : *handshaking) from.push_back(h.from);
+      auto victim = std::next(handshaking->begin(), static_cast<std::ptrdiff_t>(net::FloodVictim(from)));
+      LogRefusal("tcp: " + std::to_string(kMaxPendingHandshakes) + " data connections have not "
+                 "finished their handshake; closed the oldest from the host with the most, from " +
+                 victim->from);
+      handshaking->erase(victim);
     }
     Handshaking& h = handshaking->emplace_back();
     h.fd = std::move(owned);

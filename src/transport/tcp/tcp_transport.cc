@@ -93,12 +93,13 @@ class TcpLink final : public Link {
 
   Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override {
     Conn& c = Pick();
-    c.busy.fetch_add(1);
-    Status s = Attempt(c, op, batch, deadline);
+    if (c.busy.fetch_add(1) == 0) c.busy_from.store(Clock::now());
+    const uint64_t epoch = c.interrupts.load();
+    Status s = Attempt(c, epoch, op, batch, deadline);
     // Damaged on the way (a checksum did not match): batches are idempotent, so once more.
     if (s.code() == StatusCode::kDataCorrupted && !shut_.load() && Clock::now() < deadline) {
       XLOG(WARN) << s.message() << " (peer " << peer_.host << "); trying the batch once more";
-      s = Attempt(c, op, batch, deadline);
+      s = Attempt(c, epoch, op, batch, deadline);
     }
     c.busy.fetch_sub(1);
     if (!s.ok() && shut_.load()) return Gone();
@@ -113,13 +114,40 @@ class TcpLink final : public Link {
     }
   }
 
+  void Interrupt(Clock::time_point since) override {
+    for (auto& c : conns_) {
+      // Stalled: busy since before the fence (or found stalled by it already: its new batches
+      // would stall too), and no reply since.
+      const bool found_before = c->interrupted_since.load() == since;
+      if (c->busy.load() == 0 || c->replied.load() >= since ||
+          (c->busy_from.load() >= since && !found_before)) {
+        continue;
+      }
+      c->interrupted_since.store(since);
+      c->interrupts.fetch_add(1);  // (before the break: its batches see it when they fail)
+      std::lock_guard l(c->stream_mu);
+      if (c->stream && c->stream->Break(kInterrupted) && !found_before) {
+        XLOG(WARN) << "tcp: the target at " << peer_.host << " answered nothing while a fence "
+                   << "waited; the batches on its connection are interrupted";
+      }
+    }
+  }
+
  private:
   struct Conn {
     std::mutex send_mu;                // one frame on the wire at a time
     std::mutex stream_mu;              // guards replacing stream against Shutdown()
     std::shared_ptr<Stream> stream;    // the current connection; replaced once broken
     std::atomic<int> busy{0};          // batches on this connection now
+    std::atomic<Clock::time_point> busy_from{};  // when busy last rose from 0
+    // When a batch last got its reply (a fresh stream is no progress: the target may stall
+    // that one too).
+    std::atomic<Clock::time_point> replied{};
+    std::atomic<uint64_t> interrupts{0};  // Interrupt()s: a batch that saw one is not retried
+    std::atomic<Clock::time_point> interrupted_since{};  // `since` of the last Interrupt that broke it
   };
+  static constexpr const char* kInterrupted =
+      "interrupted: the target answered nothing while a fence waited";
 
   Status Gone() const {
     return {StatusCode::kConnectionLost, "tcp: the session with " + peer_.host + " ended"};
@@ -139,11 +167,12 @@ class TcpLink final : public Link {
   // A batch lost only because another batch broke the shared stream (its deadline passed,
   // say) is tried again on a fresh one while its own deadline allows: batches are
   // idempotent. A dead peer ends this at once: opening a stream to it fails.
-  Status Attempt(Conn& c, Op op, std::span<const Slice> batch, Clock::time_point deadline) {
+  // (epoch: c.interrupts when the batch began.)
+  Status Attempt(Conn& c, uint64_t epoch, Op op, std::span<const Slice> batch, Clock::time_point deadline) {
     bool bystander = false;
-    Status s = ExecuteOn(c, op, batch, deadline, &bystander);
-    while (bystander && !shut_.load() && Clock::now() < deadline) {
-      s = ExecuteOn(c, op, batch, deadline, &bystander);
+    Status s = ExecuteOn(c, epoch, op, batch, deadline, &bystander);
+    while (bystander && !shut_.load() && c.interrupts.load() == epoch && Clock::now() < deadline) {
+      s = ExecuteOn(c, epoch, op, batch, deadline, &bystander);
     }
     return s;
   }
@@ -159,8 +188,8 @@ class TcpLink final : public Link {
 
   // Sends the frame, then reads the reply in turn. *bystander: the batch failed only because
   // another one broke the stream before this one's turn came.
-  Status ExecuteOn(Conn& c, Op op, std::span<const Slice> batch, Clock::time_point deadline,
-                   bool* bystander) {
+  Status ExecuteOn(Conn& c, uint64_t epoch, Op op, std::span<const Slice> batch,
+                   Clock::time_point deadline, bool* bystander) {
     *bystander = false;
     // The frame up to its payload, and a WRITE's checksum: built before the send lock, so that
     // another batch's frame may go out meanwhile.
@@ -173,6 +202,9 @@ class TcpLink final : public Link {
     {
       std::unique_lock sl(c.send_mu);
       if (shut_.load()) return Gone();
+      if (c.interrupts.load() != epoch) {  // (it waited for the frame that stalled)
+        return {StatusCode::kConnectionLost, std::string("tcp: ") + kInterrupted + " (" + peer_.host + ")"};
+      }
       {
         std::lock_guard l(c.stream_mu);
         st = c.stream;
@@ -205,6 +237,7 @@ class TcpLink final : public Link {
     if (!framed) return Broken(*st, "a reply could not be read: ", Stalled(s, deadline, "reply"), bystander);
     std::lock_guard l(st->mu);
     ++st->received;
+    c.replied.store(Clock::now());
     st->turn.notify_all();
     return s;
   }
