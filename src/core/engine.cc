@@ -392,10 +392,13 @@ void EngineImpl::StartAll(const std::shared_ptr<Request>& req) {
 }
 
 void EngineImpl::FenceStreams(Clock::time_point deadline) {
-  const auto since = Clock::now();
+  // Late, a link is asked about the last stretch as long as the fence's wait: a peer that
+  // moved one frame after the fence began and then stalled is caught too.
+  const auto wait = deadline - Clock::now();
   pool_->Fence(deadline, [&] {
     auto peers = peers_.States();
     if (self_) peers.push_back(self_);
+    const auto since = Clock::now() - wait;
     for (const auto& p : peers) {
       for (const auto& r : p->routes.routes) r->link().Interrupt(since);
     }

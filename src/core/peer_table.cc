@@ -98,7 +98,8 @@ Status PeerTable::BeginAccept(const std::string& key, uint64_t incarnation, Peer
   if (our_connect_wins || accepting_.count(key) || duplicate) {
     return {StatusCode::kAlreadyConnected, "already connected to '" + key + "'"};
   }
-  if (it == peers_.end() && Full()) return TooMany();  // (a restart takes its old place)
+  // (A restart takes its old session's place; a hello crossing our Connect, that of the claim.)
+  if (it == peers_.end() && !connecting_.count(key) && Full()) return TooMany();
   accepting_.insert(key);
   if (it != peers_.end()) {  // same name, new incarnation: the peer restarted
     *replaced = it->second;

@@ -62,10 +62,11 @@ class Link {
   // The peer is gone or leaving: batches in progress end soon (a pipelined link lets what was
   // posted complete first, for a second, two at most), and later ones fail.
   virtual void Shutdown() {}
-  // A fence has waited for this link's batches as long as it may: batches on a connection
-  // that has work outstanding and has finished none since `since` (the peer stalls them) end
-  // at once with kConnectionLost and are not retried; later batches open fresh connections.
-  // Links whose batches cannot stall on a peer (copies through memory) do nothing.
+  // A fence has waited for this link's batches as long as it may. When a connection busy since
+  // before `since` has finished no batch since, the peer stalls: the batches on every busy
+  // connection of the link that finished none since end at once with kConnectionLost and are
+  // not retried (a batch that starts later opens a fresh connection). Links whose batches cannot stall on a peer (copies through memory) do
+  // nothing.
   virtual void Interrupt(Clock::time_point /*since*/) {}
 };
 

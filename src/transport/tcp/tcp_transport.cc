@@ -93,7 +93,9 @@ class TcpLink final : public Link {
 
   Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override {
     Conn& c = Pick();
-    if (c.busy.fetch_add(1) == 0) c.busy_from.store(Clock::now());
+    // (Stamped before the count rises: Interrupt never sees it busy with an older stamp.)
+    if (c.busy.load() == 0) c.busy_from.store(Clock::now());
+    c.busy.fetch_add(1);
     const uint64_t epoch = c.interrupts.load();
     Status s = Attempt(c, epoch, op, batch, deadline);
     // Damaged on the way (a checksum did not match): batches are idempotent, so once more.
@@ -115,18 +117,22 @@ class TcpLink final : public Link {
   }
 
   void Interrupt(Clock::time_point since) override {
+    // The peer stalls when a connection busy since before `since` (or broken by an earlier
+    // interrupt) has had no reply since. Then every busy connection of the link without a
+    // reply since is broken, whenever its batch began: the peer stalls those too.
+    auto idle_since = [&](const Conn& c) { return c.busy.load() > 0 && c.moved.load() < since; };
+    bool stalls = false;
+    for (const auto& c : conns_) {
+      stalls |= idle_since(*c) && (c->busy_from.load() < since || c->interrupted.load() > c->moved.load());
+    }
+    if (!stalls) return;
     for (auto& c : conns_) {
-      // Stalled: busy since before the fence (or found stalled by it already: its new batches
-      // would stall too), and no reply since.
-      const bool found_before = c->interrupted_since.load() == since;
-      if (c->busy.load() == 0 || c->replied.load() >= since ||
-          (c->busy_from.load() >= since && !found_before)) {
-        continue;
-      }
-      c->interrupted_since.store(since);
+      if (!idle_since(*c)) continue;
+      const bool again = c->interrupted.load() > c->moved.load();  // (logged once until it moves)
+      c->interrupted.store(Clock::now());
       c->interrupts.fetch_add(1);  // (before the break: its batches see it when they fail)
       std::lock_guard l(c->stream_mu);
-      if (c->stream && c->stream->Break(kInterrupted) && !found_before) {
+      if (c->stream && c->stream->Break(kInterrupted) && !again) {
         XLOG(WARN) << "tcp: the target at " << peer_.host << " answered nothing while a fence "
                    << "waited; the batches on its connection are interrupted";
       }
@@ -140,14 +146,17 @@ class TcpLink final : public Link {
     std::shared_ptr<Stream> stream;    // the current connection; replaced once broken
     std::atomic<int> busy{0};          // batches on this connection now
     std::atomic<Clock::time_point> busy_from{};  // when busy last rose from 0
-    // When a batch last got its reply (a fresh stream is no progress: the target may stall
-    // that one too).
-    std::atomic<Clock::time_point> replied{};
+    // When a reply last came in: the target's progress (a frame sent whole may only have gone
+    // into the socket's buffer; a fresh stream is none either).
+    std::atomic<Clock::time_point> moved{};
     std::atomic<uint64_t> interrupts{0};  // Interrupt()s: a batch that saw one is not retried
-    std::atomic<Clock::time_point> interrupted_since{};  // `since` of the last Interrupt that broke it
+    std::atomic<Clock::time_point> interrupted{};  // when the last Interrupt broke it
   };
   static constexpr const char* kInterrupted =
       "interrupted: the target answered nothing while a fence waited";
+  Status Interrupted() const {
+    return {StatusCode::kConnectionLost, std::string("tcp: ") + kInterrupted + " (" + peer_.host + ")"};
+  }
 
   Status Gone() const {
     return {StatusCode::kConnectionLost, "tcp: the session with " + peer_.host + " ended"};
@@ -202,15 +211,13 @@ class TcpLink final : public Link {
     {
       std::unique_lock sl(c.send_mu);
       if (shut_.load()) return Gone();
-      if (c.interrupts.load() != epoch) {  // (it waited for the frame that stalled)
-        return {StatusCode::kConnectionLost, std::string("tcp: ") + kInterrupted + " (" + peer_.host + ")"};
-      }
+      if (c.interrupts.load() != epoch) return Interrupted();  // (it waited for the frame that stalled)
       {
         std::lock_guard l(c.stream_mu);
         st = c.stream;
       }
       if (!st || st->IsBroken()) {
-        Status s = Open(c, StepDeadline(deadline), &st);
+        Status s = Open(c, epoch, StepDeadline(deadline), &st);
         if (!s.ok()) return Stalled(s, deadline, "answer the data connection's handshake");
       }
       ticket = st->sent++;
@@ -237,7 +244,7 @@ class TcpLink final : public Link {
     if (!framed) return Broken(*st, "a reply could not be read: ", Stalled(s, deadline, "reply"), bystander);
     std::lock_guard l(st->mu);
     ++st->received;
-    c.replied.store(Clock::now());
+    c.moved.store(Clock::now());
     st->turn.notify_all();
     return s;
   }
@@ -266,13 +273,14 @@ class TcpLink final : public Link {
 
   // Opens c's next stream (c.send_mu held). It is c's stream from the connect on, before the
   // handshake, so that Shutdown breaks a handshake that a hung peer never answers.
-  Status Open(Conn& c, Clock::time_point deadline, std::shared_ptr<Stream>* out) {
+  Status Open(Conn& c, uint64_t epoch, Clock::time_point deadline, std::shared_ptr<Stream>* out) {
     auto st = std::make_shared<Stream>();
     Status s = net::ConnectTcp(net::Address{peer_.host, peer_.tcp_port, true}, deadline, &st->fd);
     if (!s.ok()) return OpenFailed("", s);
     {
       std::lock_guard l(c.stream_mu);
       if (shut_.load()) return Gone();
+      if (c.interrupts.load() != epoch) return Interrupted();  // (interrupted while it connected)
       c.stream = st;
     }
     s = Handshake(*st, deadline);
