@@ -1,0 +1,208 @@
+"""xfer.nixl: NIXL's Python agent API on xfer, in NIXL's flows (two processes with the metadata
+listener; vLLM's prepped descriptors with many requests in flight), with NIXL's argument forms,
+return values and exceptions."""
+
+import os
+import pickle
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import xfer.nixl as nixl
+from xfer.nixl import nixl_agent, nixl_agent_config
+
+from conftest import HERE, Child
+
+BLOCK = 16 << 10
+
+
+@pytest.fixture(autouse=True)
+def loopback(monkeypatch):
+    monkeypatch.setenv("XFER_NIXL_HOST", "127.0.0.1")  # (tests talk to loopback only)
+
+
+def wait_for(cond, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+def test_two_processes_exchange_metadata_through_the_listener_and_read():
+    env = {"XFER_NIXL_HOST": "127.0.0.1"}
+    target = Child([sys.executable, os.path.join(HERE, "nixl_peer.py"), "target"], env)
+    try:
+        port = target.recv()["port"]
+        initiator = Child([sys.executable, os.path.join(HERE, "nixl_peer.py"), "initiator",
+                           "--port", str(port)], env)
+        try:
+            assert initiator.recv() == {"ok": True}
+        finally:
+            initiator.close()
+        assert target.recv() == {"ok": True}
+    finally:
+        target.close()
+
+
+def pair(telemetry=True):
+    """A prefill-side agent P holding 256 KV blocks (numbered bytes), a decode-side D with room
+    for them, each knowing the other through get_agent_metadata / add_remote_agent."""
+    p = nixl_agent("P", nixl_agent_config(backends=["UCX"]))
+    d = nixl_agent("D", nixl_agent_config(num_threads=4, capture_telemetry=telemetry))
+    kv = np.repeat(np.arange(256, dtype=np.uint8), BLOCK)
+    room = np.zeros_like(kv)
+    p.register_memory(p.get_reg_descs([(kv.ctypes.data, kv.nbytes, 0, "")], "DRAM"))
+    d.register_memory([(room.ctypes.data, room.nbytes, 0, "")], "DRAM")
+    name = d.add_remote_agent(p.get_agent_metadata())
+    assert name == b"P"  # (NIXL returns bytes; every name argument takes str or bytes)
+    p.add_remote_agent(d.get_agent_metadata())
+    return p, d, kv, room
+
+
+def blocks(arr):
+    return [(arr.ctypes.data + k * BLOCK, BLOCK, 0) for k in range(len(arr) // BLOCK)]
+
+
+def test_prepped_lists_many_requests_in_flight_each_notifies_the_owner():
+    p, d, kv, room = pair()
+    local = d.prep_xfer_dlist("NIXL_INIT_AGENT", d.get_xfer_descs(blocks(room), "DRAM"))
+    remote = d.prep_xfer_dlist(b"P", d.get_xfer_descs(np.array(blocks(kv), np.int64), "DRAM"))
+    rng = np.random.default_rng(7)
+    handles = []
+    for req in range(32):  # request req: 8 blocks, from random places into its own
+        src = rng.choice(256, 8, replace=False)
+        dst = np.arange(req * 8, req * 8 + 8)
+        h = d.make_prepped_xfer("READ", local, dst, remote, src, notif_msg=f"req{req}:1".encode())
+        assert d.transfer(h) in ("DONE", "PROC")
+        handles.append((h, src, dst))
+    for h, src, dst in handles:
+        wait_for(lambda: d.check_xfer_state(h) == "DONE")
+        got = room.reshape(256, BLOCK)[dst, 0]
+        assert (got == src).all()
+        t = d.get_xfer_telemetry(h)
+        assert (t.totalBytes, t.descCount) == (8 * BLOCK, 8) and t.xferDuration >= t.postDuration >= 0
+        d.release_xfer_handle(h)
+    seen = []
+    wait_for(lambda: seen.extend(p.get_new_notifs().get("D", [])) or len(seen) == 32)
+    assert sorted(seen) == sorted(f"req{r}:1".encode() for r in range(32))
+    # Loopback: an agent may name itself as the remote side.
+    room[:BLOCK] = 0
+    itself = d.prep_xfer_dlist("D", d.get_xfer_descs(blocks(room)[1:2], "DRAM"))
+    h = d.make_prepped_xfer("READ", local, [0], itself, [0])
+    d.transfer(h)
+    wait_for(lambda: d.check_xfer_state(h) == "DONE")
+    assert (room[:BLOCK] == room[BLOCK]).all()
+    for handle in (local, remote, itself):
+        d.release_dlist_handle(handle)
+    with pytest.raises(nixl.nixlInvalidParamError):
+        d.make_prepped_xfer("READ", local, [0], remote, [0])
+    d.release_xfer_handle(h)
+    with pytest.raises(nixl.nixlInvalidParamError):
+        d.transfer(h)
+
+
+def test_writes_standalone_notifications_and_tag_matching():
+    p, d, kv, room = pair()
+    room[:] = 9
+    h = d.initialize_xfer("WRITE", d.get_xfer_descs(blocks(room)[:4], "DRAM"),
+                          d.get_xfer_descs(blocks(kv)[:4], "DRAM"), "P", "done:1")
+    d.transfer(h)
+    wait_for(lambda: d.check_xfer_state(h) == "DONE")
+    assert (kv[:4 * BLOCK] == 9).all()
+    d.send_notif("P", b"other")
+    wait_for(lambda: p.check_remote_xfer_done("D", b"done"))          # a prefix
+    assert p.check_remote_xfer_done(b"D", b"the", tag_is_prefix=False)  # "other" contains it
+    assert not p.check_remote_xfer_done("D", b"done")                  # each is taken once
+    h2 = d.initialize_xfer("WRITE", d.get_xfer_descs(np.zeros((0, 3), np.int64), "DRAM"),
+                           d.get_xfer_descs(np.zeros((0, 3), np.int64), "DRAM"), "P", b"empty")
+    assert d.transfer(h2) == "DONE"  # no descriptors: done at once, its notification still goes
+    wait_for(lambda: p.check_remote_xfer_done("D", b"empty"))
+
+
+def test_descriptor_forms_are_read_as_nixl_reads_them():
+    torch = pytest.importorskip("torch")
+    a = nixl_agent("forms")
+    t = torch.arange(64, dtype=torch.float32)
+    one = a.get_xfer_descs(t)
+    assert one.getType() == nixl.DRAM_SEG and one[0] == (t.data_ptr(), 256, 0)
+    two = a.get_reg_descs([t[:32], t[32:]])
+    assert two.descCount() == 2 and two[1] == (t.data_ptr() + 128, 128, 0, b"")
+    assert a.get_xfer_descs(t[::2]) is None  # not contiguous
+    arr = np.array([[0x1000, 64, 0], [0x2000, 64, 0]])
+    assert a.get_xfer_descs(arr, "DRAM") == a.get_xfer_descs([(0x1000, 64, 0), (0x2000, 64, 0)], "DRAM")
+    assert a.get_xfer_descs(arr, "SSD") is None and a.get_xfer_descs([(1, 2)], "DRAM") is None
+    reg = a.get_reg_descs([(0x1000, 64, 0, "meta")], "DRAM", is_sorted=True)
+    assert reg.trim() == a.get_xfer_descs([(0x1000, 64, 0)], "DRAM")
+    assert pickle.loads(a.get_serialized_descs(reg)) == reg == a.deserialize_descs(pickle.dumps(reg))
+    registered = a.register_memory(t)
+    assert registered[0][:3] == (t.data_ptr(), 256, 0)
+    a.deregister_memory(registered)
+
+
+def test_errors_raise_nixls_exceptions():
+    p, d, kv, room = pair(telemetry=False)
+    local, remote = d.get_xfer_descs(blocks(room)[:2], "DRAM"), d.get_xfer_descs(blocks(kv)[:2], "DRAM")
+    with pytest.raises(KeyError):
+        d.initialize_xfer("COPY", local, remote, "P")
+    with pytest.raises(nixl.nixlInvalidParamError):  # lengths differ
+        d.initialize_xfer("READ", local, d.get_xfer_descs([(kv.ctypes.data, 1, 0)] * 2, "DRAM"), "P")
+    with pytest.raises(nixl.nixlNotFoundError, match="NIXL_ERR_NOT_FOUND"):
+        d.initialize_xfer("READ", local, remote, "nobody")
+    h = d.initialize_xfer("READ", local, remote, "P")
+    with pytest.raises(nixl.nixlNotPostedError):
+        d.check_xfer_state(h)
+    d.transfer(h)
+    wait_for(lambda: d.check_xfer_state(h) == "DONE")
+    with pytest.raises(nixl.nixlNoTelemetryError):
+        d.get_xfer_telemetry(h)
+    outside = d.get_xfer_descs([(kv.ctypes.data + kv.nbytes, BLOCK, 0)], "DRAM")
+    bad = d.initialize_xfer("READ", d.get_xfer_descs(blocks(room)[:1], "DRAM"), outside, "P")
+    with pytest.raises(nixl.nixlNotAllowedError):
+        d.transfer(bad)
+    with pytest.raises(nixl.nixlInvalidParamError):
+        d.add_remote_agent(b"not metadata")
+    with pytest.raises(nixl.nixlInvalidParamError):
+        d.register_memory([(1, 2)], "DRAM")
+    with pytest.raises(nixl.nixlNotFoundError):
+        d.deregister_memory(d.get_reg_descs([(0x1000, 64, 0, "")], "DRAM"))
+    with pytest.raises(nixl.nixlNotFoundError):
+        d.create_backend("GDS")
+    assert not d.check_remote_metadata("nobody")
+    d.remove_remote_agent("nobody")  # (never raises, as in NIXL)
+
+
+def test_a_peer_that_goes_away_then_comes_back():
+    p, d, kv, room = pair()
+    local, remote = d.get_xfer_descs(blocks(room)[:1], "DRAM"), d.get_xfer_descs(blocks(kv)[:1], "DRAM")
+    p.close()  # (its process died: its engine is gone)
+    with pytest.raises(nixl.nixlRemoteDisconnectError, match="NIXL_ERR_REMOTE_DISCONNECT"):
+        h = d.initialize_xfer("READ", local, remote, "P")
+        d.transfer(h)
+        wait_for(lambda: d.check_xfer_state(h) == "DONE")
+    again = nixl_agent("P")
+    kv2 = np.full(BLOCK, 5, np.uint8)
+    again.register_memory([(kv2.ctypes.data, kv2.nbytes, 0, "")], "DRAM")
+    d.remove_remote_agent("P")
+    assert d.add_remote_agent(again.get_agent_metadata()) == b"P"
+    h = d.initialize_xfer("READ", local, d.get_xfer_descs([(kv2.ctypes.data, BLOCK, 0)], "DRAM"), "P")
+    d.transfer(h)
+    wait_for(lambda: d.check_xfer_state(h) == "DONE")
+    assert (room[:BLOCK] == 5).all()
+
+
+def test_install_makes_nixls_own_imports_load_xfer_nixl():
+    saved = {k: sys.modules.get(k) for k in ("nixl", "nixl._api", "nixl._bindings")}
+    try:
+        nixl.install()
+        from nixl._api import nixl_agent as agent_type
+        from nixl._bindings import nixlRemoteDisconnectError, nixlXferDList
+        assert agent_type is nixl_agent and nixlXferDList is nixl.nixlXferDList
+        assert issubclass(nixlRemoteDisconnectError, Exception)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v

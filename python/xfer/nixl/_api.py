@@ -1,0 +1,433 @@
+"""NIXL's nixl._api (nixl_agent, nixl_agent_config) on xfer. See xfer/nixl/__init__.py."""
+
+import atexit
+import logging
+import os
+import threading
+import time
+import weakref
+
+import numpy as np
+
+from .. import Engine, XferError
+from .. import _errors
+from . import _bindings as nb
+from ._bindings import (DEFAULT_COMM_PORT, nixlRegDList, nixlXferDList, nixlXferTelemetry)
+from ._wire import Agents, Message, host_address
+
+log = logging.getLogger("xfer.nixl")
+
+HOST_ENV = "XFER_NIXL_HOST"        # the address this process's agents listen on
+SECRET_ENV = "XFER_SECRET_FILE"    # a shared secret: peers must prove they know it
+_MEMS = {"DRAM": nb.DRAM_SEG, "VRAM": nb.VRAM_SEG, "cpu": nb.DRAM_SEG, "cuda": nb.VRAM_SEG}
+_KIND = {nb.DRAM_SEG: "host", nb.VRAM_SEG: "cuda"}
+_OPS = ("READ", "WRITE")
+_PLUGINS = ["UCX", "XFER"]  # backend names taken; xfer picks its transport per peer either way
+
+
+_live = weakref.WeakSet()  # agents not closed yet: closed at exit, before the interpreter goes
+
+
+@atexit.register
+def _close_all():
+    for agent in list(_live):
+        agent.close()
+
+
+class nixl_agent_config:
+    """NIXL's agent options. enable_listen_thread: the agent listens on listen_port (0: a free
+    port) for the metadata exchange (send_local_metadata, fetch_remote_metadata); otherwise
+    on a free port. The progress thread is always on. backends: names only (see get_plugin_list).
+    Unknown keywords (sync_mode...) are accepted and ignored."""
+
+    def __init__(self, enable_prog_thread=True, enable_listen_thread=False, listen_port=0,
+                 capture_telemetry=False, num_threads=0, backends=None, **ignored):
+        self.enable_pthread = enable_prog_thread
+        self.enable_listen = enable_listen_thread
+        self.port = listen_port
+        self.capture_telemetry = capture_telemetry
+        self.num_threads = num_threads
+        self.backends = ["UCX"] if backends is None else list(backends)
+
+
+def _name(agent):
+    return agent.decode() if isinstance(agent, (bytes, bytearray)) else str(agent)
+
+
+def _raise_nixl(e):
+    """The nixl exception for an xfer error."""
+    by_type = [(_errors.ConnectionLostError, nb.nixlRemoteDisconnectError),
+               (_errors.NotConnectedError, nb.nixlRemoteDisconnectError),
+               (_errors.CanceledError, nb.nixlCancelledError),
+               (_errors.InvalidArgumentError, nb.nixlInvalidParamError),
+               (_errors.RemoteAccessDeniedError, nb.nixlNotAllowedError),
+               (_errors.UnsupportedError, nb.nixlNotSupportedError)]
+    for xfer_type, nixl_type in by_type:
+        if isinstance(e, xfer_type):
+            raise nixl_type(str(e)) from e
+    raise nb.nixlBackendError(str(e)) from e
+
+
+class _Handle:
+    """A handle NIXL code keeps opaque: truthy, released once (release is idempotent)."""
+
+    def __init__(self):
+        self.released = False
+
+    def __bool__(self):
+        return True
+
+
+class _Prepped(_Handle):
+    """prep_xfer_dlist's handle: one side's descriptors (peer: None for local memory)."""
+
+    def __init__(self, peer, rows):
+        super().__init__()
+        self.peer, self.rows = peer, rows
+
+
+class _Xfer(_Handle):
+    """A transfer: its descriptors, and the request of its last posting."""
+
+    def __init__(self, op, peer, local, remote, lengths, notif):
+        super().__init__()
+        self.op, self.peer, self.notif = op, peer, notif
+        self.local, self.remote, self.lengths = local, remote, lengths
+        self.request = None
+        self.start = self.posted = self.ended = 0.0
+
+
+class nixl_agent:
+    """NIXL's agent on an xfer engine. agent_name: unique among the agents that meet."""
+
+    def __init__(self, agent_name, nixl_conf=None, instantiate_all=False):
+        conf = nixl_conf or nixl_agent_config()
+        self.name = _name(agent_name)
+        self._telemetry = conf.capture_telemetry
+        port = conf.port if conf.enable_listen else 0
+        options = {}
+        if os.environ.get(SECRET_ENV):
+            options["secret_file"] = os.environ[SECRET_ENV]
+        host = os.environ.get(HOST_ENV) or host_address()
+        try:
+            self._engine = Engine(f"{host}:{port}", **options)
+        except XferError as e:
+            _raise_nixl(e)
+        self._agents = Agents(self._engine, self.name)
+        self.plugin_list = list(_PLUGINS)
+        self.backends = {}
+        for b in (self.plugin_list if instantiate_all else conf.backends):
+            self.create_backend(b)
+        self.notifs = {}
+        self._regions = {}  # (addr, len, dev) -> [xfer Region]
+        self._lock = threading.Lock()
+        _live.add(self)
+
+    def __del__(self):
+        self.close()
+
+    def close(self):
+        """Stops the agent: its thread, then its engine (not in NIXL: its agents end when
+        collected, which this also does)."""
+        agents = getattr(self, "_agents", None)
+        if agents is not None:
+            agents.stop()
+            self._engine.close()
+            self._agents = None
+
+    # ------------------------------------------------------------ backends
+    def get_plugin_list(self):
+        return list(self.plugin_list)
+
+    def create_backend(self, backend, initParams=None):
+        """Takes any name in get_plugin_list(): xfer chooses its transport per peer (shm, cma,
+        tcp, ucx, cuda) whatever the name; said once in the log."""
+        if backend not in self.plugin_list:
+            raise nb.nixlNotFoundError(f"no backend {backend!r} (xfer.nixl offers {self.plugin_list})")
+        if not self.backends:
+            log.info("xfer.nixl agent %s: backend %s asked for; xfer picks its best transport "
+                     "for each peer", self.name, backend)
+        self.backends[backend] = len(self.backends)
+
+    def get_plugin_mem_types(self, backend):
+        return ["DRAM", "VRAM"] if backend in self.plugin_list else []
+
+    get_backend_mem_types = get_plugin_mem_types
+
+    def get_plugin_params(self, backend):
+        return {}
+
+    get_backend_params = get_plugin_params
+
+    # ------------------------------------------------------------ descriptors
+    def get_reg_descs(self, descs, mem_type=None, is_sorted=False):
+        return self._descs(descs, mem_type, nixlRegDList)
+
+    def get_xfer_descs(self, descs, mem_type=None, is_sorted=False):
+        return self._descs(descs, mem_type, nixlXferDList)
+
+    def _descs(self, descs, mem_type, cls):
+        """NIXL's reading of descs (None, with a log line, when it cannot be read)."""
+        if isinstance(descs, (nixlRegDList, nixlXferDList)):
+            if isinstance(descs, cls):
+                return descs
+            if cls is nixlXferDList:  # (NIXL refuses this one; trimming is what was meant)
+                return descs.trim()
+            log.error("an nixlXferDList cannot be read as registration descriptors")
+            return None
+        tensors = _tensors(descs)
+        if tensors is not None:
+            if not tensors or any(t.device != tensors[0].device or not t.is_contiguous() for t in tensors):
+                log.error("tensors must be contiguous and on one device")
+                return None
+            dev = tensors[0].get_device()
+            rows = np.array([(t.data_ptr(), t.numel() * t.element_size(), max(dev, 0)) for t in tensors],
+                            np.uint64)
+            return cls(nb.DRAM_SEG if dev < 0 else nb.VRAM_SEG, rows)
+        if mem_type not in _MEMS:
+            log.error("memory type %r: give \"DRAM\" or \"VRAM\"", mem_type)
+            return None
+        try:
+            if isinstance(descs, np.ndarray):
+                return cls(_MEMS[mem_type], descs)
+            if cls is nixlRegDList:
+                return cls(_MEMS[mem_type], [tuple(d) for d in descs])
+            return cls(_MEMS[mem_type], [tuple(d)[:3] for d in descs])
+        except (ValueError, TypeError) as e:
+            log.error("cannot read the descriptors: %s", e)
+            return None
+
+    def get_serialized_descs(self, descs):
+        import pickle
+        return pickle.dumps(descs)
+
+    def deserialize_descs(self, serialized):
+        import pickle
+        return pickle.loads(serialized)
+
+    # ------------------------------------------------------------ memory
+    def register_memory(self, reg_list, mem_type=None, is_sorted=False, backends=None):
+        descs = self.get_reg_descs(reg_list, mem_type)
+        if descs is None:
+            raise nb.nixlInvalidParamError("register_memory: the descriptors cannot be read")
+        kind = _KIND.get(descs.getType())
+        if kind is None:
+            raise nb.nixlNotSupportedError(f"register_memory: {descs.getType().name} memory")
+        done = []
+        try:
+            for addr, length, dev, meta in descs:
+                region = self._engine.register((addr, length, kind), tag=meta.decode(errors="replace"))
+                done.append(((addr, length, dev), region))
+        except XferError as e:
+            for _, region in done:
+                self._engine.deregister(region)
+            _raise_nixl(e)
+        with self._lock:
+            for key, region in done:
+                self._regions.setdefault(key, []).append(region)
+        return descs
+
+    def deregister_memory(self, dereg_list, backends=None):
+        for addr, length, dev, _ in dereg_list:
+            with self._lock:
+                held = self._regions.get((addr, length, dev))
+                region = held.pop() if held else None
+            if region is None:
+                raise nb.nixlNotFoundError(f"deregister_memory: ({addr:#x}, {length}) is not registered")
+            try:
+                self._engine.deregister(region)
+            except XferError as e:
+                _raise_nixl(e)
+
+    # ------------------------------------------------------------ metadata
+    def get_agent_metadata(self):
+        return self._agents.metadata()
+
+    def add_remote_agent(self, metadata):
+        """Loads a peer's get_agent_metadata(); returns its name (bytes, as NIXL does)."""
+        try:
+            name = self._agents.load(metadata)
+        except ValueError as e:
+            raise nb.nixlInvalidParamError(str(e)) from None
+        except XferError as e:
+            _raise_nixl(e)
+        return name.encode()
+
+    def remove_remote_agent(self, agent):
+        self._agents.forget(_name(agent))
+
+    def get_listen_port(self):
+        return int(self._engine.name.rsplit(":", 1)[1])
+
+    def send_local_metadata(self, ip_addr="", port=DEFAULT_COMM_PORT):
+        """Sends this agent's metadata to the agent listening on ip_addr:port."""
+        self._listener_call("send_local_metadata", ip_addr, port, Message.METADATA)
+
+    def fetch_remote_metadata(self, remote_agent, ip_addr="", port=DEFAULT_COMM_PORT, label=""):
+        """Asks the agent listening on ip_addr:port for its metadata; check_remote_metadata
+        says when it came."""
+        self._listener_call("fetch_remote_metadata", ip_addr, port, Message.ASK)
+
+    def invalidate_local_metadata(self, ip_addr="", port=DEFAULT_COMM_PORT):
+        """Tells the agent at ip_addr:port (every known one when none is given) to forget us."""
+        if ip_addr:
+            self._listener_call("invalidate_local_metadata", ip_addr, port, Message.FORGET)
+        else:
+            self._agents.tell_all(Message.FORGET)
+
+    def _listener_call(self, what, ip_addr, port, kind):
+        if not ip_addr:
+            raise nb.nixlNotSupportedError(f"{what}: a metadata server (etcd) is not supported yet; give ip_addr")
+        try:
+            self._agents.tell(f"{ip_addr}:{port}", kind)
+        except XferError as e:
+            _raise_nixl(e)
+
+    def check_remote_metadata(self, agent, descs=None):
+        return self._agents.address(_name(agent)) is not None
+
+    # ------------------------------------------------------------ transfers
+    def prep_xfer_dlist(self, agent_name, xfer_list, mem_type=None, is_sorted=False, backends=None):
+        descs = self.get_xfer_descs(xfer_list, mem_type)
+        if descs is None:
+            raise nb.nixlInvalidParamError("prep_xfer_dlist: the descriptors cannot be read")
+        name = _name(agent_name)
+        peer = None if name in ("", "NIXL_INIT_AGENT") else self._peer(name)
+        return _Prepped(peer, descs._rows)
+
+    def make_prepped_xfer(self, operation, local_xfer_side, local_indices, remote_xfer_side,
+                          remote_indices, notif_msg=b"", backends=None, skip_desc_merge=False):
+        if local_xfer_side.released or remote_xfer_side.released:
+            raise nb.nixlInvalidParamError("make_prepped_xfer: a descriptor list handle was released")
+        local = local_xfer_side.rows[np.asarray(local_indices, np.int64)]
+        remote = remote_xfer_side.rows[np.asarray(remote_indices, np.int64)]
+        return self._xfer(operation, local, remote, remote_xfer_side.peer, notif_msg)
+
+    def initialize_xfer(self, operation, local_descs, remote_descs, remote_agent, notif_msg=b"",
+                        backends=None):
+        return self._xfer(operation, local_descs._rows, remote_descs._rows,
+                          self._peer(_name(remote_agent)), notif_msg)
+
+    def _xfer(self, op, local, remote, peer, notif):
+        if op not in _OPS:
+            raise KeyError(op)
+        if peer is None:
+            raise nb.nixlInvalidParamError("the remote side is this agent's local descriptors")
+        if local.shape != remote.shape or not np.array_equal(local[:, 1], remote[:, 1]):
+            raise nb.nixlInvalidParamError(f"local and remote descriptors differ in count or lengths "
+                                           f"({len(local)} and {len(remote)})")
+        return _Xfer(op, peer, local[:, 0].copy(), remote[:, 0].copy(), local[:, 1].copy(),
+                     _bytes(notif))
+
+    def _peer(self, name):
+        if name == self.name:  # (loopback: NIXL lets an agent name itself as the remote side)
+            return self._engine.name
+        address = self._agents.address(name)
+        if address is None:
+            raise nb.nixlNotFoundError(f"no metadata of agent {name!r} (add_remote_agent first)")
+        return address
+
+    def transfer(self, handle, notif_msg=b""):
+        """Posts the transfer; "DONE" when it completed at once, else "PROC" (failures raise)."""
+        if handle.released:
+            raise nb.nixlInvalidParamError("transfer: the handle was released")
+        if handle.request is not None and not handle.request.done():
+            raise nb.nixlRepostActiveError("transfer: the handle's last posting is still running")
+        notif = _bytes(notif_msg) or handle.notif
+        handle.start, handle.ended = time.time(), 0.0
+        try:
+            if len(handle.local) == 0:
+                if notif:
+                    self._agents.notify(handle.peer, notif)
+                handle.request = None
+                handle.posted = handle.ended = time.time()
+                return "DONE"
+            move = self._engine.read_async if handle.op == "READ" else self._engine.write_async
+            handle.request = move(handle.peer, local=handle.local, remote=handle.remote,
+                                  length=handle.lengths,
+                                  notify=self._agents.framed(notif) if notif else None)
+        except XferError as e:
+            _raise_nixl(e)
+        handle.posted = time.time()
+        return self.check_xfer_state(handle)
+
+    def check_xfer_state(self, handle):
+        if handle.request is None:
+            if handle.ended:
+                return "DONE"
+            raise nb.nixlNotPostedError("check_xfer_state: the transfer was never posted")
+        try:
+            if not handle.request.done():
+                return "PROC"
+            handle.request.wait(0)  # (raises its error)
+        except XferError as e:
+            _raise_nixl(e)
+        if not handle.ended:
+            handle.ended = time.time()
+        return "DONE"
+
+    def get_xfer_telemetry(self, handle):
+        if not self._telemetry:
+            raise nb.nixlNoTelemetryError("get_xfer_telemetry: the agent's config has capture_telemetry off")
+        us = lambda s: int(s * 1e6)  # noqa: E731
+        return nixlXferTelemetry(startTime=us(handle.start), postDuration=us(handle.posted - handle.start),
+                                 xferDuration=us(max(handle.ended - handle.start, 0.0)) if handle.ended else 0,
+                                 totalBytes=int(handle.lengths.sum()), descCount=len(handle.lengths))
+
+    def query_xfer_backend(self, handle):
+        return "UCX"
+
+    def release_xfer_handle(self, handle):
+        """Cancels the transfer if it is still running, then forgets the handle."""
+        if handle.released:
+            return
+        if handle.request is not None and not handle.request.done():
+            handle.request.cancel()
+        handle.released = True
+
+    def release_dlist_handle(self, handle):
+        handle.released = True
+
+    # ------------------------------------------------------------ notifications
+    def send_notif(self, remote_agent_name, notif_msg, backend=None):
+        try:
+            self._agents.notify(self._peer(_name(remote_agent_name)), _bytes(notif_msg))
+        except XferError as e:
+            _raise_nixl(e)
+
+    def get_new_notifs(self, backends=None):
+        """{agent name: [message, ...]}: what came since the last call (or update_notifs)."""
+        return self._agents.take_notifs()
+
+    def update_notifs(self, backends=None):
+        for name, msgs in self._agents.take_notifs().items():
+            self.notifs.setdefault(name, []).extend(msgs)
+        return self.notifs
+
+    def check_remote_xfer_done(self, remote_agent_name, lookup_tag, backends=None, tag_is_prefix=True):
+        """True once a notification from that agent starts with lookup_tag (or, tag_is_prefix
+        False, contains it); that one message is taken."""
+        self.update_notifs()
+        msgs = self.notifs.get(_name(remote_agent_name), [])
+        tag = _bytes(lookup_tag)
+        for i, m in enumerate(msgs):
+            if (m.startswith(tag) if tag_is_prefix else tag in m):
+                del msgs[i]
+                return True
+        return False
+
+
+def _bytes(m):
+    if m is None:
+        return b""
+    return m.encode() if isinstance(m, str) else bytes(m)
+
+
+def _tensors(descs):
+    """descs as a list of torch tensors, or None when it is not tensors."""
+    is_tensor = lambda t: callable(getattr(t, "data_ptr", None)) and hasattr(t, "is_contiguous")  # noqa: E731
+    if is_tensor(descs):
+        return [descs]
+    if isinstance(descs, (list, tuple)) and descs and all(is_tensor(t) for t in descs):
+        return list(descs)
+    return None

@@ -1,0 +1,176 @@
+"""NIXL's nixl._bindings, as much as agent code touches: descriptor lists, exceptions, telemetry
+and constants. The agent itself is in _api."""
+
+import enum
+
+import numpy as np
+
+NIXL_INIT_AGENT = ""
+DEFAULT_COMM_PORT = 8888
+
+
+class nixl_mem_t(enum.IntEnum):
+    DRAM_SEG = 0
+    VRAM_SEG = 1
+    BLK_SEG = 2
+    OBJ_SEG = 3
+    FILE_SEG = 4
+
+
+DRAM_SEG, VRAM_SEG, BLK_SEG, OBJ_SEG, FILE_SEG = nixl_mem_t
+
+
+class nixl_xfer_op_t(enum.IntEnum):
+    NIXL_READ = 0
+    NIXL_WRITE = 1
+
+
+NIXL_READ, NIXL_WRITE = nixl_xfer_op_t
+
+
+# ---------------------------------------------------------------- exceptions
+class _NixlError(Exception):
+    """Base of the exceptions below (NIXL's derive from Exception). str(): the NIXL status
+    name, then xfer's reason."""
+
+    status = "NIXL_ERR_UNKNOWN"
+
+    def __init__(self, reason=""):
+        super().__init__(f"{self.status}: {reason}" if reason else self.status)
+
+
+def _error(name, status):
+    cls = type(name, (_NixlError,), {"status": status, "__module__": __name__})
+    globals()[name] = cls
+    return cls
+
+
+nixlNotPostedError = _error("nixlNotPostedError", "NIXL_ERR_NOT_POSTED")
+nixlInvalidParamError = _error("nixlInvalidParamError", "NIXL_ERR_INVALID_PARAM")
+nixlBackendError = _error("nixlBackendError", "NIXL_ERR_BACKEND")
+nixlNotFoundError = _error("nixlNotFoundError", "NIXL_ERR_NOT_FOUND")
+nixlMismatchError = _error("nixlMismatchError", "NIXL_ERR_MISMATCH")
+nixlNotAllowedError = _error("nixlNotAllowedError", "NIXL_ERR_NOT_ALLOWED")
+nixlRepostActiveError = _error("nixlRepostActiveError", "NIXL_ERR_REPOST_ACTIVE")
+nixlUnknownError = _error("nixlUnknownError", "NIXL_ERR_UNKNOWN")
+nixlNotSupportedError = _error("nixlNotSupportedError", "NIXL_ERR_NOT_SUPPORTED")
+nixlRemoteDisconnectError = _error("nixlRemoteDisconnectError", "NIXL_ERR_REMOTE_DISCONNECT")
+nixlCancelledError = _error("nixlCancelledError", "NIXL_ERR_CANCELED")
+nixlNoTelemetryError = _error("nixlNoTelemetryError", "NIXL_ERR_NO_TELEMETRY")
+
+
+# ---------------------------------------------------------------- descriptor lists
+def _mem(t):
+    return nixl_mem_t(int(t))
+
+
+class _DList:
+    """Descriptors of one memory type: rows (addr, len, devId) in an (N, 3) uint64 array."""
+
+    _width = 3
+
+    def __init__(self, type, descs=0):
+        self._type = _mem(type)
+        self._rows = np.zeros((0, 3), np.uint64)
+        self._metas = []
+        if isinstance(descs, int):
+            return
+        if isinstance(descs, np.ndarray):
+            if descs.ndim != 2 or descs.shape[1] != 3:
+                raise ValueError(f"descriptors must be an (N, 3) array, not {descs.shape}")
+            self._rows = descs.astype(np.uint64, copy=True)
+            self._metas = [b""] * len(descs)
+            return
+        for d in descs:
+            self.append(d)
+
+    def _check(self, t):
+        if not isinstance(t, tuple) or len(t) != self._width:
+            raise ValueError(f"a descriptor here is a {self._width}-tuple, not {t!r}")
+
+    def append(self, t):
+        self._check(t)
+        self._rows = np.vstack([self._rows, np.array([t[:3]], np.uint64)])
+        self._metas.append(_meta(t[3]) if self._width == 4 else b"")
+
+    addDesc = append
+
+    def getType(self):
+        return self._type
+
+    def descCount(self):
+        return len(self._rows)
+
+    def isEmpty(self):
+        return len(self._rows) == 0
+
+    def __len__(self):
+        return len(self._rows)
+
+    def __getitem__(self, i):
+        row = tuple(int(v) for v in self._rows[i])
+        return row + (self._metas[i],) if self._width == 4 else row
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def index(self, t):
+        for i, d in enumerate(self):
+            if d[:3] == tuple(t[:3]):
+                return i
+        raise nixlNotFoundError(f"descriptor {t!r} is not in the list")
+
+    def remDesc(self, i):
+        self._rows = np.delete(self._rows, i, axis=0)
+        del self._metas[i]
+
+    def clear(self):
+        self._rows = np.zeros((0, 3), np.uint64)
+        self._metas = []
+
+    def __eq__(self, other):
+        return (type(self) is type(other) and self._type == other._type and
+                np.array_equal(self._rows, other._rows) and self._metas == other._metas)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self._type.name}, {len(self)} descriptors)"
+
+    def print(self):
+        print(repr(self), *(self[i] for i in range(len(self))), sep="\n  ")
+
+
+def _meta(m):
+    return m.encode() if isinstance(m, str) else bytes(m)
+
+
+class nixlXferDList(_DList):
+    """Descriptors to transfer: (addr, len, devId)."""
+
+
+class nixlRegDList(_DList):
+    """Descriptors to register: (addr, len, devId, meta)."""
+
+    _width = 4
+
+    def trim(self):
+        """The same descriptors as an nixlXferDList (meta dropped)."""
+        out = nixlXferDList(self._type)
+        out._rows = self._rows.copy()
+        out._metas = [b""] * len(self._rows)
+        return out
+
+
+class nixlXferTelemetry:
+    """A transfer's times (µs) and size, as get_xfer_telemetry gives them."""
+
+    def __init__(self, startTime=0, postDuration=0, xferDuration=0, totalBytes=0, descCount=0):
+        self.startTime = startTime
+        self.postDuration = postDuration
+        self.xferDuration = xferDuration
+        self.totalBytes = totalBytes
+        self.descCount = descCount
+
+    def __repr__(self):
+        return (f"nixlXferTelemetry(startTime={self.startTime}, postDuration={self.postDuration}, "
+                f"xferDuration={self.xferDuration}, totalBytes={self.totalBytes}, "
+                f"descCount={self.descCount})")
