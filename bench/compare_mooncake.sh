@@ -32,14 +32,7 @@ run() {  # run NAME ROUND
     xfer_best) .venv/bin/python bench/mooncake_style.py --impl xfer --bytes "$BYTES" ;;
   esac >"$tmp/$1.$2.json" 2>>"$tmp/log.txt"
 }
-order=(mooncake xfer_tcp xfer_best)
-for r in $(seq "$ROUNDS"); do
-  for k in 0 1 2; do
-    name=${order[$(( (k + r) % 3 ))]}
-    echo "round $r: $name" >&2
-    run "$name" "$r"
-  done
-done
+rotate "$ROUNDS" mooncake xfer_tcp xfer_best
 
 status=0
 .venv/bin/python - "$tmp" "$ROUNDS" >"$tmp/table.md" <<'PY' || status=$?

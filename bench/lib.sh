@@ -129,13 +129,27 @@ ucx_run() {
 # the file to the first of the sections below), compare_tcp.sh the section "## tcp ...",
 # compare_shm.sh "## shm ...", compare_ucx.sh "## ucx ...", compare_builds.sh "## builds ...".
 # A new script adds its name here.
-RESULTS_SECTIONS="tcp shm ucx builds notify python mooncake GPU"  # GPU: written by hand (bench/gpu/device_check.sh results)
+RESULTS_SECTIONS="tcp shm ucx builds notify python mooncake nixl GPU"  # GPU: written by hand (bench/gpu/device_check.sh results)
 
 # results_section FILE NAME CONTENT: writes the file CONTENT into FILE as the section NAME (""
 # for the head), replacing that section from its "## NAME" line up to the next line that starts
 # another script's section, and keeping every other section as it is; a section FILE does not
 # have yet is appended (the head goes first). "## " lines inside ``` blocks never start a
 # section. Sections are separated by one blank line.
+# rotate ROUNDS NAME...: calls the script's `run NAME ROUND` for every name in every round, in
+# an order that rotates by round (no one always runs first, on a cold or a warm machine).
+rotate() {
+  local rounds=$1 r k name
+  shift
+  for r in $(seq "$rounds"); do
+    for k in $(seq 0 $(($# - 1))); do
+      name=${@:$(( (k + r) % $# + 1 )):1}
+      echo "round $r: $name" >&2
+      run "$name" "$r"
+    done
+  done
+}
+
 results_section() {
   local file=$1 name=$2 content=$3 tmpf
   [ -f "$file" ] || : >"$file"

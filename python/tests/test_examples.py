@@ -16,6 +16,7 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", 
 @pytest.mark.parametrize("program, target, initiator", [
     ("kv_read_free.py", "prefill", "decode"),
     ("kv_write_ready.py", "decode", "prefill"),
+    ("nixl_read_free.py", "prefill", "decode"),
 ])
 def test_example_pair(program, target, initiator):
     path = os.path.join(EXAMPLES, program)

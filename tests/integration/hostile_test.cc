@@ -269,10 +269,7 @@ class StallingPeer {
         held_.push_back(std::move(fd));
       }
     });
-    wire::Hello h;
-    h.name = name();
-    h.incarnation = 97;
-    h.host_id = "elsewhere";
+    wire::Hello h = HelloOf(name(), 97);
     h.backends = {{"tcp", std::string(reinterpret_cast<const char*>(&bound.port), sizeof bound.port)}};
     h.regions = {Region(1, kRegion, 1ull << 30)};
     wire::Hello theirs;
@@ -371,10 +368,8 @@ TEST(Hostile, AGoodbyeFromAPeerThatReadsNothingHoldsNoControlThread) {
   o.heartbeat_timeout = 4000ms;
   xfer::Engine e;
   XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
-  wire::Hello ours, theirs;
-  ours.name = "127.0.0.1:8";
-  ours.incarnation = 98;
-  ours.host_id = "elsewhere";
+  const wire::Hello ours = HelloOf("127.0.0.1:8", 98);
+  wire::Hello theirs;
   auto s = Hello(e.LocalName(), ours, &theirs);
   ASSERT_FALSE(theirs.name.empty());
   int small = 4096;
@@ -455,10 +450,7 @@ TEST(Hostile, AFloodFromOneHostShutsOutNoNewcomerFromAnother) {
   std::this_thread::sleep_for(200ms);  // (accepted first: the oldest)
   auto flood = Connections("127.0.0.1", control.port, 300);
   std::this_thread::sleep_for(500ms);  // (all accepted)
-  wire::Hello ours;
-  ours.name = "127.0.0.2:10";
-  ours.incarnation = 99;
-  ours.host_id = "elsewhere";
+  const wire::Hello ours = HelloOf("127.0.0.2:10", 99);
   ASSERT_TRUE(session->Send(ours).ok());
   ASSERT_TRUE(session->FlushUntil(Clock::now() + 5s).ok());
   wire::Message reply;

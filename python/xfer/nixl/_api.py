@@ -17,8 +17,9 @@ from ._wire import Agents, Message, host_address
 
 log = logging.getLogger("xfer.nixl")
 
-HOST_ENV = "XFER_NIXL_HOST"        # the address this process's agents listen on
-SECRET_ENV = "XFER_SECRET_FILE"    # a shared secret: peers must prove they know it
+HOST_ENV = "XFER_NIXL_HOST"            # the address this process's agents listen on
+TRANSPORT_ENV = "XFER_NIXL_TRANSPORT"  # forces one xfer transport, e.g. "tcp"
+SECRET_ENV = "XFER_SECRET_FILE"        # a shared secret: peers must prove they know it
 _MEMS = {"DRAM": nb.DRAM_SEG, "VRAM": nb.VRAM_SEG, "cpu": nb.DRAM_SEG, "cuda": nb.VRAM_SEG}
 _KIND = {nb.DRAM_SEG: "host", nb.VRAM_SEG: "cuda"}
 _OPS = ("READ", "WRITE")
@@ -108,6 +109,8 @@ class nixl_agent:
         options = {}
         if os.environ.get(SECRET_ENV):
             options["secret_file"] = os.environ[SECRET_ENV]
+        if os.environ.get(TRANSPORT_ENV):
+            options["transport"] = os.environ[TRANSPORT_ENV]
         host = os.environ.get(HOST_ENV) or host_address()
         try:
             self._engine = Engine(f"{host}:{port}", **options)
@@ -269,11 +272,15 @@ class nixl_agent:
         self._listener_call("fetch_remote_metadata", ip_addr, port, Message.ASK)
 
     def invalidate_local_metadata(self, ip_addr="", port=DEFAULT_COMM_PORT):
-        """Tells the agent at ip_addr:port (every known one when none is given) to forget us."""
-        if ip_addr:
-            self._listener_call("invalidate_local_metadata", ip_addr, port, Message.FORGET)
-        else:
+        """Tells the agent at ip_addr:port (every known one when none is given) to forget us;
+        one that is gone already is not an error (a log line)."""
+        if not ip_addr:
             self._agents.tell_all(Message.FORGET)
+            return
+        try:
+            self._agents.tell(f"{ip_addr}:{port}", Message.FORGET)
+        except XferError as e:
+            log.info("xfer.nixl: invalidate_local_metadata: %s:%s is gone (%s)", ip_addr, port, e)
 
     def _listener_call(self, what, ip_addr, port, kind):
         if not ip_addr:

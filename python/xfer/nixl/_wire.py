@@ -126,7 +126,7 @@ class Agents:
             try:
                 self.tell(a, kind)
             except XferError as e:
-                log.warning("xfer.nixl: could not tell %s: %s", a, e)
+                log.info("xfer.nixl: could not tell %s: %s", a, e)
 
     def framed(self, message):
         return frame(Message.NOTIF, self._name, message)
