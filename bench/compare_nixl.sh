@@ -24,7 +24,7 @@ if ! "$NIXL_VENV/bin/python" -c "import nixl._api" 2>/dev/null; then
 fi
 nixl_version=$("$NIXL_VENV/bin/python" -m pip show nixl 2>/dev/null | awk '/^Version/ { print $2 }')
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'status=$?; [ $status -eq 0 ] || tail -20 "$tmp/log.txt" >&2; rm -rf "$tmp"' EXIT
 
 run() {  # run NAME ROUND
   case $1 in
@@ -61,7 +61,7 @@ PY
   echo
   written_by bench/compare_nixl.sh "; nixl $nixl_version (PyPI, UCX inside)"
   echo
-  echo "Command: \`bench/compare_nixl.sh\` (ROUNDS=$ROUNDS BYTES=$BYTES): bench/nixl_style.py on each agent, a target process each, on loopback: the metadata through the listener, then READs by make_prepped_xfer of up to 1,000 blocks per request, one request at a time, each polled with check_xfer_state until DONE. Each agent chooses its route (one host), then both over tcp (UCX_TLS=tcp,self; XFER_NIXL_TRANSPORT=tcp); \"direct\" moves the same blocks with the xfer.nixl agent's engine (one sync read per request). GB/s = 1e9 B/s, the median of the rounds; about $BYTES bytes per block size, after two untimed requests."
+  echo "Command: \`bench/compare_nixl.sh\` (ROUNDS=$ROUNDS BYTES=$BYTES): bench/nixl_style.py on each agent, a target process each, on loopback: the metadata through the listener, then READs by make_prepped_xfer of up to 1,000 blocks per request, one request at a time, each polled with check_xfer_state until DONE. Each agent chooses its route (one host), then both over tcp (UCX_TLS=tcp,self; XFER_NIXL_TRANSPORT=tcp); \"direct\" moves the same blocks with the xfer.nixl agent's engine, posted and polled the same way (read_async, then done() until it is). GB/s = 1e9 B/s, the median of the rounds; about $BYTES bytes per block size, after two untimed requests."
   echo
   cat "$tmp/table.md"
 } >"$tmp/section.md"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One NIXL-style program (vLLM's prepped flow), run on NIXL's own agent (--impl nixl) or on
 xfer.nixl (--impl xfer) by bench/compare_nixl.sh; --impl direct sets up through xfer.nixl and
-then moves the same blocks with the agent's xfer engine directly (what the layer costs).
+then moves the same blocks with the agent's xfer engine directly, posted and polled the same
+way (read_async, then done() until it is): what the layer costs.
 
 It starts a target (this file, --role target) whose agent listens on a free port and registers
 a 64 MiB pool; the metadata goes both ways through the listener and the pool's descriptors come
@@ -91,9 +92,14 @@ def run_size(agent, impl, pool, remote_addr, size, count, nbytes):
     local = agent.prep_xfer_dlist("NIXL_INIT_AGENT", agent.get_xfer_descs(local_rows.astype(np.int64), "DRAM"))
     remote = agent.prep_xfer_dlist("target", agent.get_xfer_descs(remote_rows.astype(np.int64), "DRAM"))
     ids = np.arange(n)
-    if impl == "direct":  # the same READ through the agent's engine
+    if impl == "direct":  # the same READ through the agent's engine, posted and polled alike
         engine, peer = agent._engine, agent._agents.address("target")
-        one = lambda: engine.read(peer, local=local_rows[:, 0], remote=remote_rows[:, 0], length=size)  # noqa: E731
+
+        def one():
+            r = engine.read_async(peer, local=local_rows[:, 0], remote=remote_rows[:, 0], length=size)
+            while not r.done():
+                pass
+            r.wait()
     else:
         def one():
             h = agent.make_prepped_xfer("READ", local, ids, remote, ids)

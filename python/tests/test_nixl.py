@@ -31,6 +31,7 @@ def wait_for(cond, timeout=30.0):
 
 
 def test_two_processes_exchange_metadata_through_the_listener_and_read():
+    pytest.importorskip("torch")
     env = {"XFER_NIXL_HOST": "127.0.0.1"}
     target = Child([sys.executable, os.path.join(HERE, "nixl_peer.py"), "target"], env)
     try:
@@ -196,13 +197,66 @@ def test_install_makes_nixls_own_imports_load_xfer_nixl():
     saved = {k: sys.modules.get(k) for k in ("nixl", "nixl._api", "nixl._bindings")}
     try:
         nixl.install()
-        from nixl._api import nixl_agent as agent_type
-        from nixl._bindings import nixlRemoteDisconnectError, nixlXferDList
+        # What vLLM's connector and SGLang's backend import.
+        from nixl._api import nixl_agent as agent_type, nixl_agent_config, nixl_thread_sync_t  # noqa: F401
+        from nixl._bindings import (nixlBackendError, nixlCancelledError, nixlNotFoundError,  # noqa: F401
+                                    nixlRemoteDisconnectError, nixlXferDList, nixlXferTelemetry)
         assert agent_type is nixl_agent and nixlXferDList is nixl.nixlXferDList
         assert issubclass(nixlRemoteDisconnectError, Exception)
+        assert "np" not in dir(sys.modules["nixl"])  # (only NIXL's names)
     finally:
         for k, v in saved.items():
             if v is None:
                 sys.modules.pop(k, None)
             else:
                 sys.modules[k] = v
+
+
+def test_configs_of_vllm_and_sglang():
+    # vLLM: backends other than UCX are skipped with a log line, as NIXL does without them.
+    a = nixl_agent("vllm", nixl_agent_config(backends=["UCX", "GDS_MT"], capture_telemetry=True))
+    assert list(a.backends) == ["UCX"]
+    # SGLang: no backend in the config, then create_backend by name after get_plugin_list.
+    b = nixl_agent("sglang", nixl_agent_config(backends=[], num_threads=8,
+                                               sync_mode=nixl.NIXL_THREAD_SYNC_STRICT))
+    assert b.backends == {} and "UCX" in b.get_plugin_list()
+    b.create_backend("UCX", {"num_threads": "8"})
+    assert list(b.backends) == ["UCX"] and b.name == "sglang"
+    empty = b.get_xfer_descs(np.zeros((0, 3), np.int64), "VRAM")
+    assert empty is not None and not len(empty) and bool(empty)  # (an empty list is truthy, as NIXL's)
+
+
+def test_large_lists_long_notifications_and_bad_values():
+    p, d, kv, room = pair()
+    many = [(0x10000 + 64 * k, 64, 0) for k in range(200000)]
+    t0 = time.monotonic()
+    big = d.get_xfer_descs(many, "DRAM")
+    assert big.descCount() == 200000 and time.monotonic() - t0 < 5.0, "a list is built in linear time"
+    table = d.get_serialized_descs(d.get_xfer_descs(many[:2000], "DRAM"))
+    assert len(table) > 4096
+    d.send_notif("P", table)  # (a block table in a notification, as NIXL's examples send one)
+    got = []
+    wait_for(lambda: got.extend(p.get_new_notifs().get("D", [])) or got)
+    assert p.deserialize_descs(got[0]) == d.get_xfer_descs(many[:2000], "DRAM")
+    assert d.get_xfer_descs([(-1, 64, 0)], "DRAM") is None
+    assert d.get_xfer_descs(np.array([[0x1000, -64, 0]]), "DRAM") is None
+    local = d.prep_xfer_dlist("", d.get_xfer_descs(blocks(room)[:2], "DRAM"))
+    remote = d.prep_xfer_dlist("P", d.get_xfer_descs(blocks(kv)[:2], "DRAM"))
+    for bad in ([2], [-1], [[0]]):
+        with pytest.raises(nixl.nixlInvalidParamError):
+            d.make_prepped_xfer("READ", local, bad, remote, [0])
+    with pytest.raises(nixl.nixlInvalidParamError):  # a remote list as the local side
+        d.make_prepped_xfer("READ", remote, [0], remote, [0])
+
+
+def test_releasing_a_running_transfer_waits_until_it_stopped():
+    p, d, kv, room = pair()
+    local = d.prep_xfer_dlist("", d.get_xfer_descs(blocks(room), "DRAM"))
+    remote = d.prep_xfer_dlist("P", d.get_xfer_descs(blocks(kv), "DRAM"))
+    for _ in range(5):
+        h = d.make_prepped_xfer("READ", local, np.arange(256), remote, np.arange(256))
+        d.transfer(h)
+        d.release_xfer_handle(h)  # (at once: it may still be running)
+        assert h.request.done(), "released while its bytes may still move"
+        with pytest.raises(nixl.nixlInvalidParamError):
+            d.check_xfer_state(h)

@@ -12,7 +12,8 @@ import numpy as np
 from .. import Engine, XferError
 from .. import _errors
 from . import _bindings as nb
-from ._bindings import (DEFAULT_COMM_PORT, nixlRegDList, nixlXferDList, nixlXferTelemetry)
+from ._bindings import (DEFAULT_COMM_PORT, nixl_thread_sync_t, nixlRegDList,  # noqa: F401
+                        nixlXferDList, nixlXferTelemetry)
 from ._wire import Agents, Message, host_address
 
 log = logging.getLogger("xfer.nixl")
@@ -24,6 +25,8 @@ _MEMS = {"DRAM": nb.DRAM_SEG, "VRAM": nb.VRAM_SEG, "cpu": nb.DRAM_SEG, "cuda": n
 _KIND = {nb.DRAM_SEG: "host", nb.VRAM_SEG: "cuda"}
 _OPS = ("READ", "WRITE")
 _PLUGINS = ["UCX", "XFER"]  # backend names taken; xfer picks its transport per peer either way
+_NOTIFY_BYTES = 1 << 20     # notifications up to 1 MiB (NIXL code sends descriptor lists in them)
+_RELEASE_WAIT = 10.0        # seconds release_xfer_handle waits for a canceled transfer to stop
 
 
 _live = weakref.WeakSet()  # agents not closed yet: closed at exit, before the interpreter goes
@@ -74,6 +77,7 @@ class _Handle:
 
     def __init__(self):
         self.released = False
+        self.lock = threading.Lock()
 
     def __bool__(self):
         return True
@@ -102,11 +106,13 @@ class nixl_agent:
     """NIXL's agent on an xfer engine. agent_name: unique among the agents that meet."""
 
     def __init__(self, agent_name, nixl_conf=None, instantiate_all=False):
+        if nixl_conf is not None:
+            instantiate_all = False  # (as NIXL: the config's backends win)
         conf = nixl_conf or nixl_agent_config()
         self.name = _name(agent_name)
         self._telemetry = conf.capture_telemetry
         port = conf.port if conf.enable_listen else 0
-        options = {}
+        options = {"notify_max_message_bytes": _NOTIFY_BYTES}
         if os.environ.get(SECRET_ENV):
             options["secret_file"] = os.environ[SECRET_ENV]
         if os.environ.get(TRANSPORT_ENV):
@@ -120,7 +126,12 @@ class nixl_agent:
         self.plugin_list = list(_PLUGINS)
         self.backends = {}
         for b in (self.plugin_list if instantiate_all else conf.backends):
-            self.create_backend(b)
+            if b in self.plugin_list:
+                self.create_backend(b)
+            else:
+                log.warning("xfer.nixl agent %s: skipping backend %s (xfer.nixl offers %s)",
+                            self.name, b, self.plugin_list)
+        log.info("xfer.nixl agent %s listens at %s", self.name, self._engine.name)
         self.notifs = {}
         self._regions = {}  # (addr, len, dev) -> [xfer Region]
         self._lock = threading.Lock()
@@ -155,7 +166,8 @@ class nixl_agent:
     def get_plugin_mem_types(self, backend):
         return ["DRAM", "VRAM"] if backend in self.plugin_list else []
 
-    get_backend_mem_types = get_plugin_mem_types
+    def get_backend_mem_types(self, backend):
+        return ["DRAM_SEG", "VRAM_SEG"] if backend in self.backends else []
 
     def get_plugin_params(self, backend):
         return {}
@@ -196,7 +208,7 @@ class nixl_agent:
             if cls is nixlRegDList:
                 return cls(_MEMS[mem_type], [tuple(d) for d in descs])
             return cls(_MEMS[mem_type], [tuple(d)[:3] for d in descs])
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, OverflowError) as e:
             log.error("cannot read the descriptors: %s", e)
             return None
 
@@ -222,8 +234,11 @@ class nixl_agent:
                 region = self._engine.register((addr, length, kind), tag=meta.decode(errors="replace"))
                 done.append(((addr, length, dev), region))
         except XferError as e:
-            for _, region in done:
-                self._engine.deregister(region)
+            for _, region in done:  # (all or nothing)
+                try:
+                    self._engine.deregister(region)
+                except XferError as undo:
+                    log.warning("xfer.nixl: register_memory could not undo a registration: %s", undo)
             _raise_nixl(e)
         with self._lock:
             for key, region in done:
@@ -231,12 +246,17 @@ class nixl_agent:
         return descs
 
     def deregister_memory(self, dereg_list, backends=None):
-        for addr, length, dev, _ in dereg_list:
-            with self._lock:
+        """All of the list or nothing: a descriptor not registered raises before any goes."""
+        taken = []
+        with self._lock:
+            for addr, length, dev, _ in dereg_list:
                 held = self._regions.get((addr, length, dev))
-                region = held.pop() if held else None
-            if region is None:
-                raise nb.nixlNotFoundError(f"deregister_memory: ({addr:#x}, {length}) is not registered")
+                if not held:
+                    for key, region in taken:
+                        self._regions[key].append(region)
+                    raise nb.nixlNotFoundError(f"deregister_memory: ({addr:#x}, {length}) is not registered")
+                taken.append(((addr, length, dev), held.pop()))
+        for _, region in taken:
             try:
                 self._engine.deregister(region)
             except XferError as e:
@@ -306,8 +326,11 @@ class nixl_agent:
                           remote_indices, notif_msg=b"", backends=None, skip_desc_merge=False):
         if local_xfer_side.released or remote_xfer_side.released:
             raise nb.nixlInvalidParamError("make_prepped_xfer: a descriptor list handle was released")
-        local = local_xfer_side.rows[np.asarray(local_indices, np.int64)]
-        remote = remote_xfer_side.rows[np.asarray(remote_indices, np.int64)]
+        if local_xfer_side.peer is not None:
+            raise nb.nixlInvalidParamError("make_prepped_xfer: the local side was prepared for an agent's "
+                                           "memory (prep it with \"NIXL_INIT_AGENT\")")
+        local = local_xfer_side.rows[_indices(local_indices, len(local_xfer_side.rows))]
+        remote = remote_xfer_side.rows[_indices(remote_indices, len(remote_xfer_side.rows))]
         return self._xfer(operation, local, remote, remote_xfer_side.peer, notif_msg)
 
     def initialize_xfer(self, operation, local_descs, remote_descs, remote_agent, notif_msg=b"",
@@ -336,6 +359,10 @@ class nixl_agent:
 
     def transfer(self, handle, notif_msg=b""):
         """Posts the transfer; "DONE" when it completed at once, else "PROC" (failures raise)."""
+        with handle.lock:
+            return self._post(handle, notif_msg)
+
+    def _post(self, handle, notif_msg):
         if handle.released:
             raise nb.nixlInvalidParamError("transfer: the handle was released")
         if handle.request is not None and not handle.request.done():
@@ -359,6 +386,8 @@ class nixl_agent:
         return self.check_xfer_state(handle)
 
     def check_xfer_state(self, handle):
+        if handle.released:
+            raise nb.nixlInvalidParamError("check_xfer_state: the handle was released")
         if handle.request is None:
             if handle.ended:
                 return "DONE"
@@ -385,12 +414,22 @@ class nixl_agent:
         return "UCX"
 
     def release_xfer_handle(self, handle):
-        """Cancels the transfer if it is still running, then forgets the handle."""
-        if handle.released:
-            return
-        if handle.request is not None and not handle.request.done():
-            handle.request.cancel()
-        handle.released = True
+        """Cancels the transfer if it is still running and waits until no byte of it moves any
+        more (batches already started finish); then forgets the handle. A transfer that does
+        not stop within 10 s raises nixlBackendError and keeps its handle, as in NIXL."""
+        with handle.lock:
+            if handle.released:
+                return
+            request = handle.request
+            if request is not None and not request.done():
+                request.cancel()
+                try:
+                    request.wait(_RELEASE_WAIT)
+                except XferError:
+                    pass  # (canceled, or failed: either way it stopped)
+                if not request.done():
+                    raise nb.nixlBackendError("release_xfer_handle: the transfer did not stop in time")
+            handle.released = True
 
     def release_dlist_handle(self, handle):
         handle.released = True
@@ -407,20 +446,22 @@ class nixl_agent:
         return self._agents.take_notifs()
 
     def update_notifs(self, backends=None):
-        for name, msgs in self._agents.take_notifs().items():
-            self.notifs.setdefault(name, []).extend(msgs)
-        return self.notifs
+        with self._lock:
+            for name, msgs in self._agents.take_notifs().items():
+                self.notifs.setdefault(name, []).extend(msgs)
+            return self.notifs
 
     def check_remote_xfer_done(self, remote_agent_name, lookup_tag, backends=None, tag_is_prefix=True):
         """True once a notification from that agent starts with lookup_tag (or, tag_is_prefix
         False, contains it); that one message is taken."""
         self.update_notifs()
-        msgs = self.notifs.get(_name(remote_agent_name), [])
         tag = _bytes(lookup_tag)
-        for i, m in enumerate(msgs):
-            if (m.startswith(tag) if tag_is_prefix else tag in m):
-                del msgs[i]
-                return True
+        with self._lock:
+            msgs = self.notifs.get(_name(remote_agent_name), [])
+            for i, m in enumerate(msgs):
+                if (m.startswith(tag) if tag_is_prefix else tag in m):
+                    del msgs[i]
+                    return True
         return False
 
 
@@ -428,6 +469,16 @@ def _bytes(m):
     if m is None:
         return b""
     return m.encode() if isinstance(m, str) else bytes(m)
+
+
+def _indices(indices, count):
+    """indices (a list or 1-D array of ints) checked against a list of count descriptors."""
+    ids = np.asarray(indices)
+    if ids.ndim != 1 or (len(ids) and ids.dtype.kind not in "iu"):
+        raise nb.nixlInvalidParamError("descriptor indices are a list or 1-D array of integers")
+    if len(ids) and (ids.min() < 0 or ids.max() >= count):
+        raise nb.nixlInvalidParamError(f"a descriptor index is outside 0..{count - 1}")
+    return ids.astype(np.int64)
 
 
 def _tensors(descs):

@@ -8,6 +8,17 @@ import numpy as np
 NIXL_INIT_AGENT = ""
 DEFAULT_COMM_PORT = 8888
 
+__all__ = [
+    "NIXL_INIT_AGENT", "DEFAULT_COMM_PORT", "nixl_mem_t", "DRAM_SEG", "VRAM_SEG", "BLK_SEG",
+    "OBJ_SEG", "FILE_SEG", "nixl_xfer_op_t", "NIXL_READ", "NIXL_WRITE", "nixl_thread_sync_t",
+    "NIXL_THREAD_SYNC_NONE", "NIXL_THREAD_SYNC_STRICT", "NIXL_THREAD_SYNC_RW",
+    "NIXL_THREAD_SYNC_DEFAULT", "nixlNotPostedError", "nixlInvalidParamError",
+    "nixlBackendError", "nixlNotFoundError", "nixlMismatchError", "nixlNotAllowedError",
+    "nixlRepostActiveError", "nixlUnknownError", "nixlNotSupportedError",
+    "nixlRemoteDisconnectError", "nixlCancelledError", "nixlNoTelemetryError",
+    "nixlXferDList", "nixlRegDList", "nixlXferTelemetry",
+]
+
 
 class nixl_mem_t(enum.IntEnum):
     DRAM_SEG = 0
@@ -26,6 +37,19 @@ class nixl_xfer_op_t(enum.IntEnum):
 
 
 NIXL_READ, NIXL_WRITE = nixl_xfer_op_t
+
+
+class nixl_thread_sync_t(enum.IntEnum):
+    """Accepted (nixl_agent_config's sync_mode) and not needed: an xfer.nixl agent is safe to
+    call from several threads."""
+
+    NIXL_THREAD_SYNC_NONE = 0
+    NIXL_THREAD_SYNC_STRICT = 1
+    NIXL_THREAD_SYNC_RW = 2
+    NIXL_THREAD_SYNC_DEFAULT = 3
+
+
+NIXL_THREAD_SYNC_NONE, NIXL_THREAD_SYNC_STRICT, NIXL_THREAD_SYNC_RW, NIXL_THREAD_SYNC_DEFAULT = nixl_thread_sync_t
 
 
 # ---------------------------------------------------------------- exceptions
@@ -78,19 +102,25 @@ class _DList:
         if isinstance(descs, np.ndarray):
             if descs.ndim != 2 or descs.shape[1] != 3:
                 raise ValueError(f"descriptors must be an (N, 3) array, not {descs.shape}")
-            self._rows = descs.astype(np.uint64, copy=True)
+            self._rows = _rows(descs)
             self._metas = [b""] * len(descs)
             return
-        for d in descs:
-            self.append(d)
+        descs = list(descs)
+        for t in descs:
+            self._check(t)
+        self._rows = _rows([t[:3] for t in descs])
+        self._metas = [_meta(t[3]) for t in descs] if self._width == 4 else [b""] * len(descs)
 
     def _check(self, t):
         if not isinstance(t, tuple) or len(t) != self._width:
             raise ValueError(f"a descriptor here is a {self._width}-tuple, not {t!r}")
 
+    def __bool__(self):
+        return True  # (as NIXL's: an empty list is still a list)
+
     def append(self, t):
         self._check(t)
-        self._rows = np.vstack([self._rows, np.array([t[:3]], np.uint64)])
+        self._rows = np.vstack([self._rows, _rows([t[:3]])])
         self._metas.append(_meta(t[3]) if self._width == 4 else b"")
 
     addDesc = append
@@ -137,6 +167,18 @@ class _DList:
 
     def print(self):
         print(repr(self), *(self[i] for i in range(len(self))), sep="\n  ")
+
+
+def _rows(values):
+    """(N, 3) uint64 rows from integers, refusing negative ones (ValueError)."""
+    rows = np.asarray(values)
+    if len(rows) == 0:
+        return np.zeros((0, 3), np.uint64)
+    if rows.dtype.kind not in "iu" or rows.ndim != 2 or rows.shape[1] != 3:
+        raise ValueError("descriptors are rows of three integers (addr, len, devId)")
+    if rows.dtype.kind == "i" and (rows < 0).any():
+        raise ValueError("a descriptor has a negative address, length or device")
+    return rows.astype(np.uint64)
 
 
 def _meta(m):

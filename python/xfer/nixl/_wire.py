@@ -18,6 +18,7 @@ from .. import XferError
 log = logging.getLogger("xfer.nixl")
 
 MAGIC = b"xfer-nixl\0"
+CONNECT_TIMEOUT = 10.0  # seconds (the notification thread connects to answer a request)
 
 
 class Message(bytes, enum.Enum):
@@ -81,7 +82,8 @@ class Agents:
 
     def stop(self):
         self._stop.set()
-        self._thread.join()
+        if threading.current_thread() is not self._thread:  # (a collection on this thread)
+            self._thread.join()
 
     def metadata(self):
         return MAGIC + json.dumps({"name": self._name, "address": self._engine.name}).encode()
@@ -91,6 +93,8 @@ class Agents:
         try:
             md = json.loads(bytes(metadata)[len(MAGIC):]) if bytes(metadata).startswith(MAGIC) else None
             name, address = md["name"], md["address"]
+            if not isinstance(name, str) or not isinstance(address, str):
+                md = None
         except (ValueError, TypeError, KeyError):
             md = None
         if md is None:
@@ -141,7 +145,7 @@ class Agents:
 
     def _connect(self, address):
         try:
-            self._engine.connect(address)
+            self._engine.connect(address, CONNECT_TIMEOUT)
         except XferError as e:
             if e.code != "ALREADY_CONNECTED":
                 raise
@@ -150,10 +154,17 @@ class Agents:
         while not self._stop.is_set():
             try:
                 got = self._engine.wait_notifies(0.1)
-            except XferError:
-                return  # (the engine closed)
+            except XferError as e:
+                if self._engine.closed:
+                    return
+                log.warning("xfer.nixl: taking notifications failed: %s", e)
+                self._stop.wait(0.1)
+                continue
             for n in got:
-                self._take(n)
+                try:
+                    self._take(n)
+                except Exception as e:  # (one bad message must not end the thread)
+                    log.warning("xfer.nixl: a message from %s was dropped: %s", n.sender, e)
 
     def _take(self, n):
         framed = unframe(n.message)
