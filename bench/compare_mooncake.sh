@@ -15,13 +15,7 @@ ROUNDS=${ROUNDS:-3}
 BYTES=$(to_bytes "${BYTES:-64M}")
 MC_VENV=build/mooncake-venv
 [ -x .venv/bin/python ] || { echo "compare_mooncake: run ./scripts/setup.sh && ./scripts/build.sh first" >&2; exit 1; }
-if [ ! -x "$MC_VENV/bin/python" ]; then
-  /usr/bin/python3 -m venv "$MC_VENV"
-fi
-if ! "$MC_VENV/bin/python" -c "import mooncake.engine" 2>/dev/null; then
-  "$MC_VENV/bin/python" -m pip install -q --disable-pip-version-check mooncake-transfer-engine-non-cuda
-fi
-mc_version=$("$MC_VENV/bin/python" -m pip show mooncake-transfer-engine-non-cuda 2>/dev/null | awk '/^Version/ { print $2 }')
+mc_version=$(peer_venv "$MC_VENV" mooncake.engine mooncake-transfer-engine-non-cuda)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

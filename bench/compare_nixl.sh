@@ -16,13 +16,7 @@ ROUNDS=${ROUNDS:-3}
 BYTES=$(to_bytes "${BYTES:-256M}")
 NIXL_VENV=build/nixl-venv
 [ -x .venv/bin/python ] || { echo "compare_nixl: run ./scripts/setup.sh && ./scripts/build.sh first" >&2; exit 1; }
-if [ ! -x "$NIXL_VENV/bin/python" ]; then
-  /usr/bin/python3 -m venv --system-site-packages "$NIXL_VENV"  # (Debian's numpy)
-fi
-if ! "$NIXL_VENV/bin/python" -c "import nixl._api" 2>/dev/null; then
-  "$NIXL_VENV/bin/python" -m pip install -q --disable-pip-version-check nixl
-fi
-nixl_version=$("$NIXL_VENV/bin/python" -m pip show nixl 2>/dev/null | awk '/^Version/ { print $2 }')
+nixl_version=$(peer_venv "$NIXL_VENV" nixl._api nixl)
 tmp=$(mktemp -d)
 trap 'status=$?; [ $status -eq 0 ] || tail -20 "$tmp/log.txt" >&2; rm -rf "$tmp"' EXIT
 

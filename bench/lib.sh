@@ -136,6 +136,17 @@ RESULTS_SECTIONS="tcp shm ucx builds notify python mooncake nixl checksum GPU"  
 # another script's section, and keeping every other section as it is; a section FILE does not
 # have yet is appended (the head goes first). "## " lines inside ``` blocks never start a
 # section. Sections are separated by one blank line.
+# peer_venv DIR MODULE PACKAGE: a virtual environment in DIR (it sees Debian's packages, e.g.
+# numpy) with a peer's released wheel PACKAGE from PyPI, installed unless MODULE imports
+# already; prints PACKAGE's version. (The differential checks against Mooncake and NIXL.)
+peer_venv() {
+  local dir=$1 module=$2 package=$3
+  [ -x "$dir/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$dir"
+  "$dir/bin/python" -c "import $module" 2>/dev/null ||
+    "$dir/bin/python" -m pip install -q --disable-pip-version-check "$package" >&2 || return 1
+  "$dir/bin/python" -m pip show "$package" 2>/dev/null | awk '/^Version/ { print $2 }'
+}
+
 # rotate ROUNDS NAME...: calls the script's `run NAME ROUND` for every name in every round, in
 # an order that rotates by round (no one always runs first, on a cold or a warm machine).
 rotate() {
