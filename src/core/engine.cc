@@ -416,9 +416,9 @@ void EngineImpl::FenceBatches(PeerState* peer, Clock::time_point deadline) {
     peers = peers_.States();
     if (self_) peers.push_back(self_);
   }
-  auto quiesce = [](const PeerState& p) {
+  auto quiesce = [deadline](const PeerState& p) {
     for (const auto& r : p.routes.routes) {
-      if (r->link().pipelined()) r->link().Quiesce();
+      if (r->link().pipelined()) r->link().Quiesce(deadline);
     }
   };
   if (peer != nullptr) quiesce(*peer);

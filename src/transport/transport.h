@@ -58,7 +58,9 @@ class Link {
     done(s.ok() ? Execute(op, batch, deadline) : std::move(s));
   }
   virtual void Drive(Clock::time_point /*until*/, const std::function<bool()>& /*finished*/) {}
-  virtual void Quiesce() {}
+  // Past `deadline`, the batches it still waits for are interrupted: their connections close
+  // (what they posted is canceled) and they fail with kConnectionLost; it returns once they did.
+  virtual void Quiesce(Clock::time_point /*deadline*/) {}
   // The peer is gone or leaving: batches in progress end soon (a pipelined link lets what was
   // posted complete first, for a second, two at most), and later ones fail.
   virtual void Shutdown() {}

@@ -151,6 +151,11 @@ Status UcxLink::Gone() const {
   return {StatusCode::kConnectionLost, "ucx: the session with " + peer_.name + " ended"};
 }
 
+Status UcxLink::Interrupted() const {
+  return {StatusCode::kConnectionLost, "ucx: interrupted: the batch to " + peer_.name +
+                                           " did not complete while a fence waited"};
+}
+
 Status UcxLink::NotStarted() const {
   return {StatusCode::kTimeout, "ucx: deadline passed before the batch to " + peer_.name + " started"};
 }
@@ -243,14 +248,24 @@ void UcxLink::Drive(Clock::time_point until, const std::function<bool()>& finish
   --drivers_;
 }
 
-void UcxLink::Quiesce() {
+void UcxLink::Quiesce(Clock::time_point deadline) {
   uint64_t upto;
   {
     std::lock_guard l(mu_);
     upto = commits_;
   }
   // Batches taken to be posted after this point ask `ready` first, which sees what changed.
-  Drive(Clock::time_point::max(), [&] { return oldest_commit_.load() > upto; });
+  auto over = [&] { return oldest_commit_.load() > upto; };
+  Drive(deadline, over);
+  if (over()) return;
+  // The peer stalls them: their endpoints close (a forced close cancels what was posted).
+  XLOG(WARN) << "ucx: batches to " << peer_.name << " did not complete while a fence waited; "
+             << "interrupting them";
+  uint64_t below = interrupt_below_.load();
+  while (below < upto + 1 && !interrupt_below_.compare_exchange_weak(below, upto + 1)) {
+  }
+  if (nudge_) nudge_();
+  while (!over()) Drive(Clock::now() + std::chrono::milliseconds(100), over);
 }
 
 void UcxLink::Shutdown() {
@@ -389,8 +404,11 @@ void UcxLink::SweepFlights(Conn& c, const Sweep& sweep, std::vector<std::pair<Co
   for (auto& f : c.flights) {
     if (f->result) continue;
     const bool due = sweep.clock && (sweep.shut || sweep.now >= f->deadline);
+    const bool interrupted = f->commit != 0 && f->commit < sweep.interrupt_below;
     if (!f->posted) {
-      if (due) {
+      if (interrupted) {
+        End(c, *f, Interrupted());
+      } else if (due) {
         End(c, *f, sweep.shut ? Gone() : NotStarted());
       } else if (!full && Conn::Room(posting, posting_bytes, f->bytes)) {
         ++posting;
@@ -404,6 +422,8 @@ void UcxLink::SweepFlights(Conn& c, const Sweep& sweep, std::vector<std::pair<Co
       late = true;
     } else if (f->left == 0) {
       End(c, *f, Status::Ok());  // it moved its bytes, late or not
+    } else if (interrupted) {
+      late = true;
     } else if (due) {
       // Others close (without waiting) for batches nobody waited for since.
       late = late || sweep.may_drain || sweep.now >= f->deadline + kDrainGrace;
@@ -442,7 +462,7 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until,
       // A driver keeps its share of the endpoints with batches, no more; none left: others
       // drive every endpoint with batches, and Drive waits.
       if (mode == LeadMode::kDrive && !KeepShare(&mine)) return;
-      const Sweep sweep{clock, now, shut_.load(), may_drain};
+      const Sweep sweep{clock, now, shut_.load(), may_drain, interrupt_below_.load()};
       for (Conn* c : mine) {
         if (mode != LeadMode::kRound) ++c->rounds;  // (rounds show the rescue that someone drives)
         SweepFlights(*c, sweep, &fresh, &expired, &over);
@@ -456,7 +476,11 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until,
       cv_.notify_all();  // a waiting thread's batch may be among them
     }
     if (finished && finished()) return;
-    if (!expired.empty()) EndPosted(expired, may_drain ? kDrainGrace : std::chrono::milliseconds(0));
+    // (No drain either for flights a fence interrupts: their peer answered nothing meanwhile.)
+    const bool interrupting = interrupt_below_.load() > oldest_commit_.load();
+    if (!expired.empty()) {
+      EndPosted(expired, may_drain && !interrupting ? kDrainGrace : std::chrono::milliseconds(0));
+    }
     bool busy = !expired.empty() || !fresh.empty();
     if (expired.empty()) {
       for (auto [c, f] : fresh) Post(*c, *f);
@@ -575,6 +599,8 @@ void UcxLink::EndPosted(std::span<Conn* const> cs, std::chrono::milliseconds dra
         End(c, f, Status::Ok());  // it moved its bytes, late or not
       } else if (shut_.load()) {
         End(c, f, Gone());
+      } else if (f.commit < interrupt_below_.load()) {
+        End(c, f, Interrupted());
       } else if (now >= f.deadline) {
         End(c, f, {StatusCode::kTimeout, std::string("ucx: deadline passed waiting for a ") +
                                              (f.op == Op::kWrite ? "WRITE" : "READ") + " batch to " +

@@ -40,7 +40,7 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
   void Start(Op op, std::span<const Slice> batch, Clock::time_point deadline, Done done,
              std::function<Status()> ready = {}) override;
   void Drive(Clock::time_point until, const std::function<bool()>& finished) override;
-  void Quiesce() override;
+  void Quiesce(Clock::time_point deadline) override;
   void Shutdown() override;
 
   // For the transport's progress thread, every few milliseconds while batches are in flight:
@@ -52,6 +52,7 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
  private:
   Status Gone() const;
   Status NotStarted() const;
+  Status Interrupted() const;
   // kRound: one round (Start; leaving the lead); kDrive: a thread in Drive; kRescue: the
   // transport's progress thread.
   enum class LeadMode { kRound, kDrive, kRescue };
@@ -66,6 +67,7 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
     Clock::time_point now;
     bool shut;                // the link is shut down
     bool may_drain;           // a late endpoint waits for what was posted before it closes
+    uint64_t interrupt_below;  // flights of a smaller commit are interrupted (Quiesce)
   };
   void SweepFlights(Conn& c, const Sweep& sweep, std::vector<std::pair<Conn*, Flight*>>* fresh,
                     std::vector<Conn*>* expired, std::vector<std::unique_ptr<Flight>>* over);
@@ -93,6 +95,7 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
   uint64_t commits_ = 0;        // batches taken to be posted so far
   // Read without mu_ (by `finished` predicates), written under it.
   std::atomic<uint64_t> oldest_commit_{1};  // Flight::commit of the oldest not over (commits_ + 1: none)
+  std::atomic<uint64_t> interrupt_below_{0};  // a Quiesce past its deadline: flights committed before end
   std::atomic<size_t> in_flight_{0};        // batches started and not yet ended
   std::atomic<int> waiting_{0};       // threads in Drive waiting for a lead
 };
