@@ -22,9 +22,12 @@ def threads_named(pid, name):
     return [int(t) for t in os.listdir(tasks) if open(f"{tasks}/{t}/comm").read().strip() == name]
 
 
-def test_a_deregistration_interrupts_ucx_batches_a_peer_stalls():
-    if os.geteuid() != 0:
-        pytest.skip("stopping one thread of another process (ptrace) needs root")
+def test_a_deregistration_interrupts_ucx_batches_a_peer_stalls(monkeypatch):
+    monkeypatch.setenv("UCX_TLS", "tcp")  # (puts that need the peer's progress; the peer inherits it)
+    try:
+        xfer.Engine("127.0.0.1", transport="ucx").close()
+    except xfer.UnsupportedError as e:
+        pytest.skip(f"no ucx here: {e}")
     libc = ctypes.CDLL(None, use_errno=True)
     peer = Peer(nbytes=64 << 20, options={"transport": "ucx", "heartbeat_timeout": 2.0})
     stopped = []
@@ -37,8 +40,10 @@ def test_a_deregistration_interrupts_ucx_batches_a_peer_stalls():
             engine.register(src)
             engine.write(peer.name, [(src.ctypes.data, peer.addr, 1 << 20)])  # (the endpoint is up)
             for tid in progress:
-                assert libc.ptrace(PTRACE_SEIZE, tid, 0, 0) == 0 and libc.ptrace(PTRACE_INTERRUPT, tid, 0, 0) == 0
+                if libc.ptrace(PTRACE_SEIZE, tid, 0, 0) != 0:
+                    pytest.skip(f"cannot ptrace the peer's thread: {os.strerror(ctypes.get_errno())}")
                 stopped.append(tid)
+                assert libc.ptrace(PTRACE_INTERRUPT, tid, 0, 0) == 0
             time.sleep(0.2)
             request = engine.write_async(peer.name, [(src.ctypes.data, peer.addr, src.nbytes)], timeout=30)
             time.sleep(1.0)

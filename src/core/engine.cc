@@ -410,19 +410,22 @@ EngineImpl::Clock::time_point EngineImpl::ControlFenceDeadline() const {
 }
 
 void EngineImpl::FenceBatches(PeerState* peer, Clock::time_point deadline) {
-  FenceStreams(deadline);
+  // Every pipelined link's batches in flight now, before any wait uses up the deadline.
+  std::vector<std::pair<transport::Link*, uint64_t>> marks;
   std::vector<std::shared_ptr<PeerState>> peers;
   if (peer == nullptr) {
     peers = peers_.States();
     if (self_) peers.push_back(self_);
   }
-  auto quiesce = [deadline](const PeerState& p) {
+  auto mark = [&marks](const PeerState& p) {
     for (const auto& r : p.routes.routes) {
-      if (r->link().pipelined()) r->link().Quiesce(deadline);
+      if (r->link().pipelined()) marks.emplace_back(&r->link(), r->link().QuiesceMark());
     }
   };
-  if (peer != nullptr) quiesce(*peer);
-  for (const auto& p : peers) quiesce(*p);
+  if (peer != nullptr) mark(*peer);
+  for (const auto& p : peers) mark(*p);
+  FenceStreams(deadline);
+  for (auto [link, upto] : marks) link->Quiesce(upto, deadline);
 }
 
 bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferDesc& d,

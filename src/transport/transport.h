@@ -45,7 +45,8 @@ using Clock = std::chrono::steady_clock;
 // a while). `ready`, when set, is asked just before the batch goes out: an error ends it with
 // that status, nothing moved. Drive progresses the link's batches on the calling thread until
 // `finished()` (cheap; called often, under the link's lock or not) or `until`. Quiesce is a
-// fence: when it returns, every batch has either moved its bytes or not yet asked `ready`.
+// fence: when it returns, every batch in flight at its mark has either moved its bytes or not
+// yet asked `ready`.
 class Link {
  public:
   using Done = std::function<void(Status)>;
@@ -58,9 +59,13 @@ class Link {
     done(s.ok() ? Execute(op, batch, deadline) : std::move(s));
   }
   virtual void Drive(Clock::time_point /*until*/, const std::function<bool()>& /*finished*/) {}
-  // Past `deadline`, the batches it still waits for are interrupted: their connections close
-  // (what they posted is canceled) and they fail with kConnectionLost; it returns once they did.
-  virtual void Quiesce(Clock::time_point /*deadline*/) {}
+  // QuiesceMark() names the batches in flight now; Quiesce(mark, deadline) returns once each
+  // of them has moved its bytes or not yet asked `ready` (a fence over several links takes
+  // every link's mark first, then waits). Past `deadline`, those it still waits for are
+  // interrupted: their connections close (what they posted is canceled) and they fail with
+  // kConnectionLost; it returns once they did.
+  virtual uint64_t QuiesceMark() { return 0; }
+  virtual void Quiesce(uint64_t /*mark*/, Clock::time_point /*deadline*/) {}
   // The peer is gone or leaving: batches in progress end soon (a pipelined link lets what was
   // posted complete first, for a second, two at most), and later ones fail.
   virtual void Shutdown() {}

@@ -338,7 +338,7 @@ TEST_P(UcxTransportTest, QuiesceIsAFence) {
                  [&] { return revoked.load() ? Status{StatusCode::kRemoteAccessDenied, "revoked"} : Status::Ok(); });
   }
   revoked.store(true);
-  link_->Quiesce(Clock::now() + std::chrono::seconds(60));
+  link_->Quiesce(link_->QuiesceMark(), Clock::now() + std::chrono::seconds(60));
   std::memset(region_.data(), 0xee, kLen);  // the memory is reused at once
   link_->Drive(Clock::now() + 20s, [&] { return ended.load() == static_cast<int>(kBatches); });
   ASSERT_EQ(ended.load(), static_cast<int>(kBatches));
@@ -357,7 +357,7 @@ TEST_P(UcxTransportTest, QuiesceDoesNotWaitForQueuedBatches) {
   Blocks b(A(src.data()), R(0), kBatches, 0);  // every block from src into the region's start
   for (auto& sl : b.slices) sl.len = kLen;
   b.Start(*link_, Op::kWrite);
-  link_->Quiesce(Clock::now() + std::chrono::seconds(60));
+  link_->Quiesce(link_->QuiesceMark(), Clock::now() + std::chrono::seconds(60));
   EXPECT_FALSE(b.All()) << "Quiesce waited for all " << kBatches << " batches";
   link_->Drive(Clock::now() + 60s, [&] { return b.All(); });
   ASSERT_TRUE(b.All()) << b.Ended();

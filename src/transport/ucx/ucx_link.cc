@@ -248,13 +248,13 @@ void UcxLink::Drive(Clock::time_point until, const std::function<bool()>& finish
   --drivers_;
 }
 
-void UcxLink::Quiesce(Clock::time_point deadline) {
-  uint64_t upto;
-  {
-    std::lock_guard l(mu_);
-    upto = commits_;
-  }
-  // Batches taken to be posted after this point ask `ready` first, which sees what changed.
+uint64_t UcxLink::QuiesceMark() {
+  std::lock_guard l(mu_);
+  return commits_;
+}
+
+void UcxLink::Quiesce(uint64_t upto, Clock::time_point deadline) {
+  // Batches taken to be posted after the mark ask `ready` first, which sees what changed.
   auto over = [&] { return oldest_commit_.load() > upto; };
   Drive(deadline, over);
   if (over()) return;
@@ -599,8 +599,6 @@ void UcxLink::EndPosted(std::span<Conn* const> cs, std::chrono::milliseconds dra
         End(c, f, Status::Ok());  // it moved its bytes, late or not
       } else if (shut_.load()) {
         End(c, f, Gone());
-      } else if (f.commit < interrupt_below_.load()) {
-        End(c, f, Interrupted());
       } else if (now >= f.deadline) {
         End(c, f, {StatusCode::kTimeout, std::string("ucx: deadline passed waiting for a ") +
                                              (f.op == Op::kWrite ? "WRITE" : "READ") + " batch to " +
@@ -609,6 +607,8 @@ void UcxLink::EndPosted(std::span<Conn* const> cs, std::chrono::milliseconds dra
         End(c, f, {StatusCode::kConnectionLost,
                    UcsError((std::string(own_error ? f.what : "connection") + " to " + peer_.name).c_str(),
                             own_error ? f.error : peer_failed[i])});
+      } else if (f.commit < interrupt_below_.load()) {
+        End(c, f, Interrupted());
       } else {
         c.Unpost(f);  // canceled by the close: post it again
       }

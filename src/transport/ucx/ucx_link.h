@@ -40,7 +40,8 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
   void Start(Op op, std::span<const Slice> batch, Clock::time_point deadline, Done done,
              std::function<Status()> ready = {}) override;
   void Drive(Clock::time_point until, const std::function<bool()>& finished) override;
-  void Quiesce(Clock::time_point deadline) override;
+  uint64_t QuiesceMark() override;
+  void Quiesce(uint64_t mark, Clock::time_point deadline) override;
   void Shutdown() override;
 
   // For the transport's progress thread, every few milliseconds while batches are in flight:
@@ -95,7 +96,8 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
   uint64_t commits_ = 0;        // batches taken to be posted so far
   // Read without mu_ (by `finished` predicates), written under it.
   std::atomic<uint64_t> oldest_commit_{1};  // Flight::commit of the oldest not over (commits_ + 1: none)
-  std::atomic<uint64_t> interrupt_below_{0};  // a Quiesce past its deadline: flights committed before end
+  // Flights committed below it end (a Quiesce past its deadline); it only grows, without mu_.
+  std::atomic<uint64_t> interrupt_below_{0};
   std::atomic<size_t> in_flight_{0};        // batches started and not yet ended
   std::atomic<int> waiting_{0};       // threads in Drive waiting for a lead
 };
