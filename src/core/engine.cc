@@ -396,13 +396,17 @@ void EngineImpl::FenceStreams(Clock::time_point deadline) {
   // moved one frame after the fence began and then stalled is caught too.
   const auto wait = deadline - Clock::now();
   pool_->Fence(deadline, [&] {
-    auto peers = peers_.States();
-    if (self_) peers.push_back(self_);
     const auto since = Clock::now() - wait;
-    for (const auto& p : peers) {
+    for (const auto& p : EveryPeerState()) {
       for (const auto& r : p->routes.routes) r->link().Interrupt(since);
     }
   });
+}
+
+std::vector<std::shared_ptr<PeerState>> EngineImpl::EveryPeerState() const {
+  auto peers = peers_.States();
+  if (self_) peers.push_back(self_);
+  return peers;
 }
 
 EngineImpl::Clock::time_point EngineImpl::ControlFenceDeadline() const {
@@ -412,11 +416,8 @@ EngineImpl::Clock::time_point EngineImpl::ControlFenceDeadline() const {
 void EngineImpl::FenceBatches(PeerState* peer, Clock::time_point deadline) {
   // Every pipelined link's batches in flight now, before any wait uses up the deadline.
   std::vector<std::pair<transport::Link*, uint64_t>> marks;
-  std::vector<std::shared_ptr<PeerState>> peers;
-  if (peer == nullptr) {
-    peers = peers_.States();
-    if (self_) peers.push_back(self_);
-  }
+  std::vector<std::shared_ptr<PeerState>> peers;  // (kept alive while their links are fenced)
+  if (peer == nullptr) peers = EveryPeerState();
   auto mark = [&marks](const PeerState& p) {
     for (const auto& r : p.routes.routes) {
       if (r->link().pipelined()) marks.emplace_back(&r->link(), r->link().QuiesceMark());

@@ -108,6 +108,7 @@ class EngineImpl final : public control::ControlHandler {
   void FenceBatches(PeerState* peer, Clock::time_point deadline);
   // The part of it for the batches that streams and callers run.
   void FenceStreams(Clock::time_point deadline);
+  std::vector<std::shared_ptr<PeerState>> EveryPeerState() const;  // the peers and this engine
   // The deadline of a fence on the control thread: every peer waits while it does (a quarter
   // of the heartbeat timeout, so that heartbeats still go out in time).
   Clock::time_point ControlFenceDeadline() const;

@@ -72,8 +72,8 @@ class Link {
   // A fence has waited for this link's batches as long as it may. When a connection busy since
   // before `since` has finished no batch since, the peer stalls: the batches on every busy
   // connection of the link that finished none since end at once with kConnectionLost and are
-  // not retried (a batch that starts later opens a fresh connection). Links whose batches cannot stall on a peer (copies through memory) do
-  // nothing.
+  // not retried (a batch that starts later opens a fresh connection). Links whose batches
+  // cannot stall on a peer (copies through memory) do nothing.
   virtual void Interrupt(Clock::time_point /*since*/) {}
 };
 

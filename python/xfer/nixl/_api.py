@@ -58,15 +58,17 @@ def _name(agent):
     return agent.decode() if isinstance(agent, (bytes, bytearray)) else str(agent)
 
 
+_NIXL_ERRORS = ((_errors.ConnectionLostError, nb.nixlRemoteDisconnectError),
+                (_errors.NotConnectedError, nb.nixlRemoteDisconnectError),
+                (_errors.CanceledError, nb.nixlCancelledError),
+                (_errors.InvalidArgumentError, nb.nixlInvalidParamError),
+                (_errors.RemoteAccessDeniedError, nb.nixlNotAllowedError),
+                (_errors.UnsupportedError, nb.nixlNotSupportedError))
+
+
 def _raise_nixl(e):
-    """The nixl exception for an xfer error."""
-    by_type = [(_errors.ConnectionLostError, nb.nixlRemoteDisconnectError),
-               (_errors.NotConnectedError, nb.nixlRemoteDisconnectError),
-               (_errors.CanceledError, nb.nixlCancelledError),
-               (_errors.InvalidArgumentError, nb.nixlInvalidParamError),
-               (_errors.RemoteAccessDeniedError, nb.nixlNotAllowedError),
-               (_errors.UnsupportedError, nb.nixlNotSupportedError)]
-    for xfer_type, nixl_type in by_type:
+    """The nixl exception for an xfer error (nixlBackendError for the others)."""
+    for xfer_type, nixl_type in _NIXL_ERRORS:
         if isinstance(e, xfer_type):
             raise nixl_type(str(e)) from e
     raise nb.nixlBackendError(str(e)) from e
