@@ -174,6 +174,39 @@ def test_errors_raise_nixls_exceptions():
     d.remove_remote_agent("nobody")  # (never raises, as in NIXL)
 
 
+def test_connection_partial_metadata_memory_queries_and_cost_estimates():
+    p, d, kv, room = pair()
+    assert d.make_connection("P") is None and d.make_connection(b"P", ["UCX"]) is None
+    with pytest.raises(nixl.nixlNotFoundError):
+        d.make_connection("nobody")
+    # check_remote_metadata with descriptors: True only for memory the agent registered.
+    inside = d.get_xfer_descs(blocks(kv)[3:5], "DRAM")
+    assert d.check_remote_metadata("P", inside) and d.check_remote_metadata("P")
+    later = np.ones(BLOCK, np.uint8)
+    later_descs = d.get_xfer_descs([(later.ctypes.data, BLOCK, 0)], "DRAM")
+    assert not d.check_remote_metadata("P", later_descs)
+    p.register_memory([(later.ctypes.data, BLOCK, 0, "")], "DRAM")
+    wait_for(lambda: d.check_remote_metadata("P", later_descs))
+    # Partial metadata is the whole metadata (a peer sees every region); loaded as NIXL's is.
+    q = nixl_agent("Q")
+    assert q.add_remote_agent(p.get_partial_agent_metadata(inside, True, ["UCX"])) == b"P"
+    assert q.check_remote_metadata("P", inside)
+    # Memory backends do not answer query_memory (NIXL's UCX neither); unknown backends: ValueError.
+    with pytest.raises(nixl.nixlNotSupportedError):
+        d.query_memory([(room.ctypes.data, BLOCK, 0, "")], "UCX", "DRAM")
+    with pytest.raises(ValueError, match="Backend 'GDS' not found"):
+        d.query_memory([(room.ctypes.data, BLOCK, 0, "")], "GDS", "DRAM")
+    # The cost estimate: nothing observed yet, then the rate of the last transfer to that agent.
+    h = d.initialize_xfer("READ", d.get_xfer_descs(blocks(room)[:64], "DRAM"),
+                          d.get_xfer_descs(blocks(kv)[:64], "DRAM"), "P")
+    assert d.estimate_xfer_cost(h) == (0, 0, "UNKNOWN")
+    d.transfer(h)
+    wait_for(lambda: d.check_xfer_state(h) == "DONE")
+    t = d.get_xfer_telemetry(h)
+    duration, margin, method = d.estimate_xfer_cost(h)
+    assert (margin, method) == (0, "UNKNOWN") and abs(duration - t.xferDuration) <= 1
+
+
 def test_a_peer_that_goes_away_then_comes_back():
     p, d, kv, room = pair()
     local, remote = d.get_xfer_descs(blocks(room)[:1], "DRAM"), d.get_xfer_descs(blocks(kv)[:1], "DRAM")

@@ -136,6 +136,7 @@ class nixl_agent:
         log.info("xfer.nixl agent %s listens at %s", self.name, self._engine.name)
         self.notifs = {}
         self._regions = {}  # (addr, len, dev) -> [xfer Region]
+        self._rates = {}    # peer address -> bytes/s of the last completed transfer (estimate_xfer_cost)
         self._lock = threading.Lock()
         _live.add(self)
 
@@ -312,8 +313,46 @@ class nixl_agent:
         except XferError as e:
             _raise_nixl(e)
 
+    def get_partial_agent_metadata(self, descs=None, inc_conn_info=False, backends=None):
+        """The same bytes as get_agent_metadata: a peer that connects sees every region this
+        agent registered (xfer has no per-peer subset of regions), so descs is not needed."""
+        return self.get_agent_metadata()
+
+    def send_partial_agent_metadata(self, descs=None, inc_conn_info=False, backends=None,
+                                    ip_addr="", port=DEFAULT_COMM_PORT, label=""):
+        """send_local_metadata (see get_partial_agent_metadata)."""
+        self._listener_call("send_partial_agent_metadata", ip_addr, port, Message.METADATA)
+
     def check_remote_metadata(self, agent, descs=None):
-        return self._agents.address(_name(agent)) is not None
+        """True once this agent has the agent's metadata and, when descs (an nixlXferDList) are
+        given, the agent has registered memory that holds each of them."""
+        address = self._agents.address(_name(agent))
+        if address is None or descs is None or len(descs) == 0:
+            return address is not None
+        try:
+            regions = self._engine.remote_regions(address)
+        except XferError as e:
+            log.info("xfer.nixl: check_remote_metadata: the regions of %s are not known: %s", _name(agent), e)
+            return False
+        return all(any(r.addr <= addr and addr + length <= r.addr + r.len for r in regions)
+                   for addr, length, _ in descs._rows.tolist())
+
+    def make_connection(self, remote_agent, backends=None):
+        """Connects to the agent now (transfers connect on first use otherwise); nothing when
+        already connected. nixlNotFoundError for an agent whose metadata is not loaded."""
+        address = self._peer(_name(remote_agent))
+        try:
+            self._agents.connect(address)
+        except XferError as e:
+            _raise_nixl(e)
+
+    def query_memory(self, reg_list, backend, mem_type=None):
+        """As NIXL's memory backends (UCX): nixlNotSupportedError; only storage backends, which
+        xfer.nixl does not have, answer it. ValueError for a backend this agent did not create."""
+        if backend not in self.backends:
+            raise ValueError(f"Backend '{backend}' not found. Available backends: {list(self.backends)}")
+        raise nb.nixlNotSupportedError("query_memory: memory backends do not answer it (storage backends do; "
+                                       "xfer.nixl has none)")
 
     # ------------------------------------------------------------ transfers
     def prep_xfer_dlist(self, agent_name, xfer_list, mem_type=None, is_sorted=False, backends=None):
@@ -402,6 +441,8 @@ class nixl_agent:
             _raise_nixl(e)
         if not handle.ended:
             handle.ended = time.time()
+            if handle.ended > handle.start:
+                self._rates[handle.peer] = handle.lengths.sum() / (handle.ended - handle.start)
         return "DONE"
 
     def get_xfer_telemetry(self, handle):
@@ -414,6 +455,14 @@ class nixl_agent:
 
     def query_xfer_backend(self, handle):
         return "UCX"
+
+    def estimate_xfer_cost(self, req_handle):
+        """(duration us, error margin us, method): the handle's bytes at the rate of this agent's
+        last completed transfer to the same agent (0 before one has completed); method
+        "UNKNOWN": an observation, not a model (NIXL's UCX backend says "UNKNOWN" here too)."""
+        rate = self._rates.get(req_handle.peer)
+        duration = int(req_handle.lengths.sum() / rate * 1e6) if rate else 0
+        return duration, 0, "UNKNOWN"
 
     def release_xfer_handle(self, handle):
         """Cancels the transfer if it is still running and waits until no byte of it moves any

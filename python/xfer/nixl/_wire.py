@@ -99,7 +99,7 @@ class Agents:
             md = None
         if md is None:
             raise ValueError("not the metadata of an xfer.nixl agent (get_agent_metadata)")
-        self._connect(address)
+        self.connect(address)
         with self._lock:
             self._by_name[name] = address
         return name
@@ -119,7 +119,7 @@ class Agents:
 
     def tell(self, address, kind):
         """Sends the agent at address a frame of kind (our metadata with METADATA)."""
-        self._connect(address)
+        self.connect(address)
         payload = self.metadata() if kind == Message.METADATA else b""
         self._engine.send_notify(address, frame(kind, self._name, payload))
 
@@ -143,7 +143,8 @@ class Agents:
             got, self._inbox = self._inbox, {}
         return got
 
-    def _connect(self, address):
+    def connect(self, address):
+        """Connects to address (nothing when connected already)."""
         try:
             self._engine.connect(address, CONNECT_TIMEOUT)
         except XferError as e:
