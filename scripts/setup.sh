@@ -16,6 +16,8 @@ packages=(
   jq                              # tests/tools: checks xfer-bench --json
   libsodium-dev                   # peer authentication (HMAC-SHA-256, random nonces)
   libxxhash-dev                   # batch checksums (EngineOptions::tcp.checksum)
+  libcurl4-openssl-dev            # cluster metadata: etcd's v3 JSON gateway over HTTP
+  etcd-server etcd-client         # a real etcd for the cluster tests (started on loopback)
   python3 python3-dev python3-venv  # the Python package (python/)
   python3-numpy python3-pytest python3-torch  # its tests (torch: Debian's CPU build)
 )

@@ -50,11 +50,17 @@ class Engine {
   // kRemoteAccessDenied.
   Status FreeMem(MemHandle handle);
 
+  // remote (here and in every call that names a peer): its address ("host:port"), or, with
+  // EngineOptions::metadata, its cluster name (looked up when it is not connected).
   Status Connect(const std::string& remote, std::chrono::milliseconds timeout);
   Status Disconnect(const std::string& remote);
   Status GetPeerInfo(const std::string& remote, PeerInfo* info) const;
   // The peer's registered regions, current as of this call (one control round trip).
   Status GetRemoteRegions(const std::string& remote, std::vector<RegionInfo>* regions);
+  // The engines that cluster metadata lists now (EngineOptions::metadata), this one included:
+  // those alive, or dead for less than their heartbeat timeout. kInvalidArgument without
+  // metadata; kNotConnected when etcd cannot be reached.
+  Status ListPeers(std::vector<ClusterPeer>* peers);
 
   // The local buffers of a request must stay valid until it ends (sync: returns): the engine
   // reads or writes them until then (DeregisterMem waits only for the batches running at

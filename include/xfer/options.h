@@ -87,6 +87,16 @@ struct EngineOptions {
   // libsodium (Initialize says UNSUPPORTED otherwise).
   std::string secret;
   std::string secret_file;
+  // Cluster metadata (docs/cluster.md). metadata: empty (peers are named by address), or
+  // "etcd://host:port[,host:port...][/prefix]": the engine publishes cluster_name (if set)
+  // with its address, incarnation, host id and region tags under a lease that ends
+  // heartbeat_timeout after the engine dies, and Connect, transfers and SendNotify take other
+  // engines' cluster names. Initialize fails when etcd cannot be reached, unless
+  // start_without_metadata: it then publishes once etcd answers. Needs a build with libcurl.
+  std::string metadata;
+  std::string cluster_name;  // 1..128 of A-Z a-z 0-9 . _ - ; unique in the cluster
+  bool start_without_metadata = false;
+
   // Notifications (Engine::SendNotify, TransferOptions::notify). The queue of those received
   // and not yet taken (GetNotifies) is bounded: a notification that would pass either bound is
   // refused (its sender's request ends with kResourceExhausted), never dropped.

@@ -106,6 +106,15 @@ struct PeerInfo {
   }
 };
 
+// An engine as the cluster's metadata service lists it (Engine::ListPeers; docs/cluster.md).
+struct ClusterPeer {
+  std::string name;               // its EngineOptions::cluster_name
+  std::string address;            // where it listens (its PeerInfo::name): Connect takes either
+  uint64_t incarnation = 0;       // random per start: tells a restarted engine apart
+  std::string host_id;            // engines with the same host id share a host
+  std::vector<std::string> tags;  // the tags of its registered regions, each once, sorted
+};
+
 struct AllocOptions {
   // Back the memory with huge pages (fewer TLB misses on large copies). When the kernel has
   // none to give, AllocMem falls back to normal pages and logs why.

@@ -258,6 +258,16 @@ void BindEngine(pyb::module_& m) {
                           r.access == PeerAccess::kReadOnly ? "read-only" : "");
       });
 
+  pyb::class_<ClusterPeer>(m, "ClusterPeer", "An engine as cluster metadata lists it (Engine.list_peers).")
+      .def_readonly("name", &ClusterPeer::name, "its cluster_name")
+      .def_readonly("address", &ClusterPeer::address, "where it listens; connect() takes either")
+      .def_readonly("incarnation", &ClusterPeer::incarnation)
+      .def_readonly("host_id", &ClusterPeer::host_id)
+      .def_readonly("tags", &ClusterPeer::tags, "the tags of its registered regions")
+      .def("__repr__", [](const ClusterPeer& p) {
+        return "<xfer.ClusterPeer " + p.name + " at " + p.address + ">";
+      });
+
   pyb::class_<PeerInfo>(m, "PeerInfo", "What the engine knows about a connected peer.")
       .def_readonly("name", &PeerInfo::name)
       .def_readonly("incarnation", &PeerInfo::incarnation)
@@ -316,6 +326,11 @@ False when it is still running after timeout seconds. `await request` waits in a
         Check(self.core()->Call([&](Engine& e) { return e.GetPeerInfo(peer, &info); }));
         return info;
       }, pyb::arg("peer"), "What the engine knows about a connected peer (PeerInfo).")
+      .def("list_peers", [](PyEngine& self) {
+        std::vector<ClusterPeer> peers;
+        Check(self.core()->Call([&](Engine& e) { return e.ListPeers(&peers); }));
+        return peers;
+      }, "The engines cluster metadata lists now, this one included (needs the metadata option).")
       .def("remote_regions", [](PyEngine& self, const std::string& peer) {
         std::vector<RegionInfo> regions;
         Check(self.core()->Call([&](Engine& e) { return e.GetRemoteRegions(peer, &regions); }));

@@ -90,6 +90,9 @@ const std::map<std::string, Setter>& Setters() {
          o.secret = v.cast<std::string>();
        }},
       XFER_TEXT("secret_file", secret_file),
+      XFER_TEXT("metadata", metadata),
+      XFER_TEXT("cluster_name", cluster_name),
+      XFER_BOOL("start_without_metadata", start_without_metadata),
       XFER_INT("notify_max_message_bytes", notify.max_message_bytes),
       XFER_INT("notify_queue_messages", notify.queue_messages),
       XFER_INT("max_peer_regions", max_peer_regions),

@@ -125,3 +125,41 @@ def pair(transport, make_peer):
     with xfer.Engine("127.0.0.1", **t["options"]) as engine:
         engine.connect(peer.name)
         yield engine, peer, t["route"]
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    """A real etcd on free loopback ports with a temporary data directory: its etcd:// URL.
+    Skips when etcd is not installed or this build has no cluster metadata (libcurl)."""
+    binary = "/usr/bin/etcd"
+    if not os.access(binary, os.X_OK):
+        pytest.skip("etcd is not installed (apt-get install etcd-server)")
+    try:
+        xfer.Engine("127.0.0.1", metadata="etcd://127.0.0.1:1").close()
+    except xfer.UnsupportedError as e:
+        pytest.skip(str(e))
+    except xfer.XferError:
+        pass  # (etcd unreachable there: the build has it)
+    client, peer = f"http://127.0.0.1:{_free_port()}", f"http://127.0.0.1:{_free_port()}"
+    log = open(tmp_path / "etcd.log", "w+")
+    proc = subprocess.Popen([binary, "--name", "t", "--data-dir", str(tmp_path / "data"),
+                             "--listen-client-urls", client, "--advertise-client-urls", client,
+                             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                             "--initial-cluster", f"t={peer}"], stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 20
+        while "serving insecure client requests" not in (tmp_path / "etcd.log").read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, "etcd did not start"
+            time.sleep(0.02)
+        yield "etcd://" + client[len("http://"):] + "/pytest"
+    finally:
+        proc.kill()
+        proc.wait(10)
+        log.close()

@@ -39,6 +39,13 @@ class PeerInfo:
     routes: list[str]
     moved: dict[str, int]
 
+class ClusterPeer:
+    name: str
+    address: str
+    incarnation: int
+    host_id: str
+    tags: list[str]
+
 class Region:
     addr: int
     len: int
@@ -81,6 +88,7 @@ class Engine:
     def disconnect(self, peer: str) -> None: ...
     def peer_info(self, peer: str) -> PeerInfo: ...
     def remote_regions(self, peer: str) -> list[RegionInfo]: ...
+    def list_peers(self) -> list[ClusterPeer]: ...
     def read(self, peer: str, descs: Optional[_Descs] = None, *, local: Optional[_Column] = None,
              remote: Optional[_Column] = None, length: Union[int, _Column, None] = None,
              timeout: _Seconds = None, notify: Optional[_Message] = None) -> None: ...

@@ -32,6 +32,7 @@ Status Engine::GetPeerInfo(const std::string& r, PeerInfo* i) const { return imp
 Status Engine::GetRemoteRegions(const std::string& r, std::vector<RegionInfo>* v) {
   return impl_->GetRemoteRegions(r, v);
 }
+Status Engine::ListPeers(std::vector<ClusterPeer>* p) { return impl_->ListPeers(p); }
 Status Engine::TransferSync(const std::string& r, Op op, const std::vector<TransferDesc>& d,
                             std::chrono::milliseconds t, const TransferOptions& o,
                             RequestStatus* result) {
@@ -91,6 +92,10 @@ Status CheckOptions(const EngineOptions& o) {
   if (n.queue_bytes < (4 << 10) || n.queue_bytes > (16ull << 30) || n.queue_bytes < n.max_message_bytes) {
     return bad("notify.queue_bytes must be 4 KiB..16 GiB, and at least notify.max_message_bytes");
   }
+  if (!o.cluster_name.empty()) {
+    if (o.metadata.empty()) return bad("cluster_name needs metadata (an etcd:// URL)");
+    if (Status s = metadata::CheckClusterName(o.cluster_name); !s.ok()) return s;
+  }
   return BackendSet::CheckOptions(o);
 }
 
@@ -143,12 +148,21 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   regions_.Start(&backends_, &self_->regions);
 
   pool_ = std::make_unique<StreamPool>(opts_.streams, opts_.spin);
+  if (!opts_.metadata.empty()) {
+    if (s = StartDirectory(addr.has_port); !s.ok()) {
+      XLOG(WARN) << "Initialize: " << s.ToString();
+      return {s.code(), "Initialize: " + s.message()};
+    }
+  }
   loop_ = std::make_unique<control::ControlLoop>(
       std::move(listener), this,
       control::LoopOptions{opts_.heartbeat_interval, opts_.heartbeat_timeout, !secret_.empty(),
                            opts_.max_unsent_bytes});
   s = loop_->Start();
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    if (directory_) directory_->Stop();
+    return s;
+  }
   running_.store(true);
   if (secret_.empty() && addr.has_port && !net::IsLoopback(addr.host)) {
     XLOG(WARN) << "engine " << name_ << " listens beyond loopback without a secret: any process "
@@ -192,6 +206,7 @@ void EngineImpl::Finalize() {
   // Peers stop using our memory before Finalize returns (the application may free it next):
   // every session sent our hello hears goodbye, those of Connects under way included (they
   // settle first), and no hello goes out from here on.
+  if (directory_) directory_->Stop();  // (first: others stop finding this engine)
   auto told = regions_.CloseSubscriptions();
   SettleConnects(DeadlineAfter(opts_.heartbeat_timeout));
   SayGoodbye(told, "engine finalized");
@@ -234,7 +249,9 @@ Status EngineImpl::RegisterMem(void* addr, uint64_t len, MemType type, MemHandle
   }
   wire::WireRegion r;
   r.info = RegionInfo{reinterpret_cast<uint64_t>(addr), len, type, device, tag, false, access};
-  return regions_.Add(std::move(r), false, std::make_unique<RegionResources>(), handle);
+  s = regions_.Add(std::move(r), false, std::make_unique<RegionResources>(), handle);
+  if (s.ok() && directory_ && !tag.empty()) directory_->TagsChanged();
+  return s;
 }
 
 Status EngineImpl::AllocMem(uint64_t len, MemType type, void** addr, MemHandle* handle,
@@ -258,6 +275,7 @@ Status EngineImpl::AllocMem(uint64_t len, MemType type, void** addr, MemHandle* 
     const uint64_t at = r.info.addr;
     s = regions_.Add(std::move(r), true, std::move(res), handle);
     if (s.ok()) *addr = reinterpret_cast<void*>(at);
+    if (s.ok() && directory_ && !tag.empty()) directory_->TagsChanged();
   }
   if (!s.ok()) XLOG(WARN) << s.ToString();
   return s;
@@ -277,11 +295,13 @@ Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
   FenceBatches(nullptr, deadline);  // our own transfers from or into the region have finished
   backends_.Fence(deadline);  // and so have peers' batches that our backends' threads execute
   regions_.FinishRemove(removal, deadline);
+  if (directory_) directory_->TagsChanged();
   return Status::Ok();
 }
 
 // ---------------------------------------------------------------- data path
 bool EngineImpl::LookupPeer(const std::string& remote, Peer* peer) {
+  if (directory_ && metadata::IsClusterName(remote)) return LookupByName(remote, peer);
   if (remote == name_) {
     *peer = Peer{nullptr, self_};
     return true;

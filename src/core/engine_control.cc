@@ -104,6 +104,7 @@ std::vector<std::shared_ptr<RemoteRegion>> EngineImpl::DropPeerState(PeerState& 
 
 Status EngineImpl::Connect(const std::string& remote, std::chrono::milliseconds timeout) {
   Status s = CheckRunning("Connect");
+  if (s.ok() && metadata::IsClusterName(remote)) return ConnectByName(remote, timeout);
   net::Address addr;
   if (s.ok()) s = net::ParseAddress(remote, &addr);
   if (s.ok() && !addr.has_port) {
@@ -263,7 +264,7 @@ Status EngineImpl::Disconnect(const std::string& remote) {
   Status s = CheckRunning("Disconnect");
   if (!s.ok()) return s;
   Peer peer;
-  if (!peers_.Take(remote, &peer)) {
+  if (!peers_.Take(AddressOf(remote), &peer)) {
     return {StatusCode::kNotConnected, "Disconnect: not connected to '" + remote + "'"};
   }
   auto gone = DropPeerState(*peer.state);

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "control/control_loop.h"
@@ -23,6 +24,7 @@
 #include "core/request.h"
 #include "core/request_table.h"
 #include "core/stream_pool.h"
+#include "metadata/directory.h"
 #include "util/log.h"
 #include "util/net.h"
 #include "xfer/engine.h"
@@ -62,6 +64,7 @@ class EngineImpl final : public control::ControlHandler {
   Status Disconnect(const std::string& remote);
   Status GetPeerInfo(const std::string& remote, PeerInfo* info);
   Status GetRemoteRegions(const std::string& remote, std::vector<RegionInfo>* regions);
+  Status ListPeers(std::vector<ClusterPeer>* peers);
 
   Status TransferSync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                       std::chrono::milliseconds timeout, const TransferOptions& options,
@@ -117,6 +120,15 @@ class EngineImpl final : public control::ControlHandler {
   // planned path (which explains refusals).
   bool TryInlineCopy(const std::string& remote, Op op, const TransferDesc& d,
                     std::chrono::milliseconds timeout);
+  // --- cluster metadata (engine_cluster.cc)
+  // Publishes this engine (when it listens and has a cluster name) and starts the lookups.
+  Status StartDirectory(bool listens);
+  // Connect to the engine of that cluster name: looked up afresh, then connected by address.
+  Status ConnectByName(const std::string& name, std::chrono::milliseconds timeout);
+  // LookupPeer of a cluster name: this engine, or the address it was last looked up at.
+  bool LookupByName(const std::string& name, Peer* peer);
+  // The address a cluster name was last looked up at (remote itself otherwise).
+  std::string AddressOf(const std::string& remote);
   // --- notifications (engine_notify.cc)
   // kInvalidArgument when message is longer than the options allow.
   Status CheckNotifyMessage(const char* what, const std::string& message) const;
@@ -198,6 +210,9 @@ class EngineImpl final : public control::ControlHandler {
   RegionService regions_;  // our regions, and the sessions that hear of their changes
 
   PeerTable peers_;
+  std::unique_ptr<metadata::Directory> directory_;  // with EngineOptions::metadata
+  std::mutex names_mu_;
+  std::unordered_map<std::string, std::string> addresses_;  // (names_mu_) cluster name -> address
   std::mutex connecting_mu_;
   std::condition_variable connecting_cv_;
   std::set<std::shared_ptr<control::Session>> connecting_;  // (connecting_mu_)

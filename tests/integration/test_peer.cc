@@ -4,7 +4,7 @@
 //   xfer_test_peer --name 127.0.0.1:0 [--host-id X] [--heartbeat-ms N]
 //                  [--heartbeat-timeout-ms N] [--streams N] [--transport T] [--ucx auto|on|off]
 //                  [--staging auto|always|off] [--staging-buffers N] [--notify-queue N]
-//                  [--secret-file FILE] [--fd-headroom N]
+//                  [--secret-file FILE] [--fd-headroom N] [--metadata URL --cluster-name NAME]
 //
 // After Initialize it prints "READY <bound name> <pid>" (or "FAIL <status>" and exits 2).
 // Then each stdin line is one command, answered by exactly one line: "OK [...]" or
@@ -476,6 +476,10 @@ int main(int argc, char** argv) {
       options.notify.queue_messages = static_cast<uint32_t>(std::stoul(value));
     } else if (arg == "--secret-file") {
       options.secret_file = value;
+    } else if (arg == "--metadata") {
+      options.metadata = value;
+    } else if (arg == "--cluster-name") {
+      options.cluster_name = value;
     } else if (arg == "--fd-headroom") {
       fd_headroom = std::stoi(value);
     } else {

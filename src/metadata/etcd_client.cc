@@ -1,0 +1,228 @@
+#include "metadata/etcd_client.h"
+
+#include <curl/curl.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <nlohmann/json.hpp>
+
+#include "util/log.h"
+
+namespace xfer::metadata {
+
+using json = nlohmann::json;
+
+Status ParseEtcdUrl(const std::string& url, EtcdUrl* out) {
+  const std::string scheme = "etcd://";
+  auto bad = [&](const std::string& why) {
+    return Status{StatusCode::kInvalidArgument,
+                  "metadata '" + url + "': " + why + " (expected etcd://host:port[,host:port...][/prefix])"};
+  };
+  if (url.rfind(scheme, 0) != 0) return bad("not an etcd:// URL");
+  std::string rest = url.substr(scheme.size());
+  EtcdUrl u;
+  const size_t slash = rest.find('/');
+  std::string prefix = slash == std::string::npos ? "" : rest.substr(slash);
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  while (prefix.size() > 1 && prefix[1] == '/') prefix.erase(0, 1);
+  u.prefix = prefix.empty() ? "/xfer" : prefix;
+  rest = rest.substr(0, slash);
+  for (size_t begin = 0; begin <= rest.size();) {
+    size_t end = rest.find(',', begin);
+    if (end == std::string::npos) end = rest.size();
+    const std::string ep = rest.substr(begin, end - begin);
+    const size_t colon = ep.rfind(':');
+    if (ep.empty() || colon == std::string::npos || colon == 0 || colon + 1 == ep.size() ||
+        ep.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
+      return bad("endpoint '" + ep + "' is not host:port");
+    }
+    u.endpoints.push_back(ep);
+    begin = end + 1;
+  }
+  *out = std::move(u);
+  return Status::Ok();
+}
+
+namespace {
+
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::once_flag curl_once;
+
+size_t Collect(char* data, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+// etcd's JSON renders 64-bit integers as strings ("TTL": "5"); absent means 0.
+int64_t Int(const json& j, const char* field) {
+  if (!j.contains(field)) return 0;
+  const json& v = j.at(field);
+  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();  // (throws: Call catches)
+}
+
+}  // namespace
+
+std::string Base64Encode(const std::string& bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 2]);
+    out += kB64[(v >> 18) & 63];
+    out += kB64[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? kB64[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kB64[v & 63] : '=';
+  }
+  return out;
+}
+
+bool Base64Decode(const std::string& text, std::string* bytes) {
+  if (text.size() % 4 != 0) return false;
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  for (size_t i = 0; i < text.size(); i += 4) {
+    uint32_t v = 0;
+    int pad = 0;
+    for (size_t k = 0; k < 4; ++k) {
+      const char c = text[i + k];
+      const char* at = c == '\0' ? nullptr : std::strchr(kB64, c);
+      if (c == '=' && i + 4 == text.size() && k >= 2) {
+        ++pad;
+      } else if (at == nullptr || pad > 0) {
+        return false;
+      }
+      v = v << 6 | (at != nullptr && c != '=' ? static_cast<uint32_t>(at - kB64) : 0);
+    }
+    out += static_cast<char>(v >> 16);
+    if (pad < 2) out += static_cast<char>((v >> 8) & 255);
+    if (pad < 1) out += static_cast<char>(v & 255);
+  }
+  *bytes = std::move(out);
+  return true;
+}
+
+EtcdClient::EtcdClient(std::vector<std::string> endpoints, std::chrono::milliseconds timeout)
+    : endpoints_(std::move(endpoints)), timeout_(timeout) {
+  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+Status EtcdClient::Call(const char* path, const json& request,
+                        const std::function<Status(const json&)>& read) {
+  const std::string body = request.dump();
+  std::string last_error;
+  const size_t first = current_.load();
+  for (size_t k = 0; k < endpoints_.size(); ++k) {
+    const size_t at = (first + k) % endpoints_.size();
+    const std::string url = "http://" + endpoints_[at] + path;
+    std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), curl_easy_cleanup);
+    if (!curl) return {StatusCode::kResourceExhausted, "etcd: curl_easy_init failed"};
+    std::unique_ptr<curl_slist, void (*)(curl_slist*)> headers(
+        curl_slist_append(nullptr, "Content-Type: application/json"), curl_slist_free_all);
+    std::string reply;
+    curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
+    curl_easy_setopt(curl.get(), CURLOPT_HTTPHEADER, headers.get());
+    curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDS, body.c_str());
+    curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, Collect);
+    curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &reply);
+    curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_.count()));
+    curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_.count()));
+    curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);  // (threads: no SIGALRM for timeouts)
+    curl_easy_setopt(curl.get(), CURLOPT_NOPROXY, "*");   // (etcd is reached directly)
+    const CURLcode rc = curl_easy_perform(curl.get());
+    if (rc != CURLE_OK) {
+      last_error = endpoints_[at] + ": " + curl_easy_strerror(rc);
+      continue;
+    }
+    current_.store(at);
+    long http = 0;
+    curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &http);
+    const std::string where = "etcd at " + endpoints_[at] + path;
+    const json j = json::parse(reply, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      return {StatusCode::kInternal, where + " answered HTTP " + std::to_string(http) + " with no JSON object"};
+    }
+    if (j.contains("error") || http != 200) {
+      const auto message = j.find("message");
+      const std::string what = message != j.end() && message->is_string() ? message->get<std::string>() : j.dump();
+      return {StatusCode::kInternal, where + " refused: " + what};
+    }
+    if (!read) return Status::Ok();
+    try {
+      return read(j);
+    } catch (const json::exception& e) {
+      return {StatusCode::kInternal, where + " answered what it should not (" + e.what() + "): " + reply};
+    } catch (const std::logic_error& e) {  // (std::stoll)
+      return {StatusCode::kInternal, where + " answered a bad number: " + reply};
+    }
+  }
+  return {StatusCode::kNotConnected, "etcd unreachable (" + last_error +
+                                         (endpoints_.size() > 1 ? "; and every other endpoint" : "") + ")"};
+}
+
+Status EtcdClient::Grant(int64_t ttl_s, int64_t* lease) {
+  return Call("/v3/lease/grant", json{{"TTL", ttl_s}}, [&](const json& j) {
+    *lease = Int(j, "ID");
+    return *lease != 0 ? Status::Ok() : Status{StatusCode::kInternal, "etcd granted no lease: " + j.dump()};
+  });
+}
+
+Status EtcdClient::KeepAlive(int64_t lease, int64_t* ttl_left) {
+  return Call("/v3/lease/keepalive", json{{"ID", std::to_string(lease)}}, [&](const json& j) {
+    *ttl_left = j.contains("result") ? Int(j.at("result"), "TTL") : 0;
+    return Status::Ok();
+  });
+}
+
+Status EtcdClient::Revoke(int64_t lease) {
+  return Call("/v3/lease/revoke", json{{"ID", std::to_string(lease)}});
+}
+
+Status EtcdClient::Put(const std::string& key, const std::string& value, int64_t lease) {
+  json body{{"key", Base64Encode(key)}, {"value", Base64Encode(value)}};
+  if (lease != 0) body["lease"] = std::to_string(lease);
+  return Call("/v3/kv/put", body);
+}
+
+Status EtcdClient::Get(const std::string& key, std::string* value, bool* found) {
+  KeyValues kvs;
+  Status s = Range(json{{"key", Base64Encode(key)}}, &kvs);
+  *found = s.ok() && !kvs.empty();
+  if (*found) *value = std::move(kvs[0].second);
+  return s;
+}
+
+Status EtcdClient::List(const std::string& prefix, KeyValues* out) {
+  // Every key in [prefix, prefix with its last byte + 1): those that start with prefix.
+  std::string end = prefix;
+  while (!end.empty() && static_cast<uint8_t>(end.back()) == 0xff) end.pop_back();
+  if (!end.empty()) end.back() = static_cast<char>(end.back() + 1);
+  return Range(json{{"key", Base64Encode(prefix)}, {"range_end", Base64Encode(end.empty() ? std::string(1, '\0') : end)}},
+               out);
+}
+
+Status EtcdClient::Range(const json& request, KeyValues* out) {
+  out->clear();
+  return Call("/v3/kv/range", request, [&](const json& j) {
+    if (!j.contains("kvs")) return Status::Ok();
+    for (const json& kv : j.at("kvs")) {
+      std::string key, value;
+      if (!Base64Decode(kv.at("key").get<std::string>(), &key) ||
+          !Base64Decode(kv.value("value", std::string()), &value)) {
+        return Status{StatusCode::kInternal, "etcd: a key or value is not base64"};
+      }
+      out->emplace_back(std::move(key), std::move(value));
+    }
+    return Status::Ok();
+  });
+}
+
+Status EtcdClient::Delete(const std::string& key) {
+  return Call("/v3/kv/deleterange", json{{"key", Base64Encode(key)}});
+}
+
+}  // namespace xfer::metadata
