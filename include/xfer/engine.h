@@ -53,6 +53,13 @@ class Engine {
   // remote (here and in every call that names a peer): its address ("host:port"), or, with
   // EngineOptions::metadata, its cluster name (looked up when it is not connected).
   Status Connect(const std::string& remote, std::chrono::milliseconds timeout);
+  // Connect without waiting for it: it runs on the engine's connect threads (16 at most;
+  // more connects wait their turn, their timeout running from this call) and *handle tells
+  // how it went. One thread can so connect to many peers at once.
+  Status ConnectAsync(const std::string& remote, std::chrono::milliseconds timeout, ConnectHandle* handle);
+  // status->done once the connect ended, with what Connect returned; the handle is then
+  // released. Connects still waiting for a thread at Finalize end with kCanceled.
+  Status GetConnectStatus(ConnectHandle handle, ConnectStatus* status);
   Status Disconnect(const std::string& remote);
   Status GetPeerInfo(const std::string& remote, PeerInfo* info) const;
   // The peer's registered regions, current as of this call (one control round trip).

@@ -18,6 +18,7 @@ enum class Op : uint8_t { kRead = 0, kWrite = 1 };
 using MemHandle = uint64_t;
 // Handle of an asynchronous request. 0 is never a valid handle.
 using RequestHandle = uint64_t;
+using ConnectHandle = uint64_t;  // Engine::ConnectAsync
 
 // One contiguous piece of a transfer. WRITE copies [local_addr, +len) to the peer's
 // [remote_addr, +len); READ copies the other way. A descriptor lies within one remote region.
@@ -104,6 +105,12 @@ struct PeerInfo {
     }
     return 0;
   }
+};
+
+// How a ConnectAsync is going (Engine::GetConnectStatus).
+struct ConnectStatus {
+  bool done = false;  // false: still connecting (or waiting for a connect thread)
+  Status status;      // once done: what Connect returned
 };
 
 // An engine as the cluster's metadata service lists it (Engine::ListPeers; docs/cluster.md).

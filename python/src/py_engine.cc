@@ -317,7 +317,20 @@ False when it is still running after timeout seconds. `await request` waits in a
         const milliseconds t = ToTimeout(timeout, self.core()->timeout);
         Check(self.core()->Call([&](Engine& e) { return e.Connect(peer, t); }));
       }, pyb::arg("peer"), pyb::arg("timeout") = pyb::none(),
-         "Opens a session to peer (\"host:port\"); AlreadyConnectedError if there is one.")
+         "Opens a session to peer (\"host:port\", or a cluster name with the metadata option); "
+         "AlreadyConnectedError if there is one.")
+      .def("_connect_async", [](PyEngine& self, const std::string& peer, pyb::handle timeout) {
+        const milliseconds t = ToTimeout(timeout, self.core()->timeout);
+        ConnectHandle h = 0;
+        Check(self.core()->Call([&](Engine& e) { return e.ConnectAsync(peer, t, &h); }));
+        return h;
+      }, pyb::arg("peer"), pyb::arg("timeout") = pyb::none())
+      .def("_connect_poll", [](PyEngine& self, ConnectHandle h) {
+        ConnectStatus st;
+        Check(self.core()->Call([&](Engine& e) { return e.GetConnectStatus(h, &st); }));
+        if (st.done) Check(st.status);
+        return st.done;
+      }, pyb::arg("handle"), "True once the connect ended well; raises its error once it failed")
       .def("disconnect", [](PyEngine& self, const std::string& peer) {
         Check(self.core()->Call([&](Engine& e) { return e.Disconnect(peer); }));
       }, pyb::arg("peer"), "Says goodbye to peer; its requests still running end CONNECTION_LOST.")

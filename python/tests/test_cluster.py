@@ -48,3 +48,22 @@ def test_cluster_options_are_checked(etcd):
                      start_without_metadata=True) as late:
         with pytest.raises(xfer.NotConnectedError, match="etcd unreachable"):
             late.list_peers()
+
+
+def test_connect_async_to_many_peers_from_one_thread(etcd, make_peer):
+    peers = [make_peer(options={"metadata": etcd, "cluster_name": f"prefill-{i}"}) for i in range(4)]
+    with xfer.Engine("127.0.0.1:0", metadata=etcd) as engine:
+        pending = [engine.connect_async(f"prefill-{i}", timeout=10) for i in range(4)]
+        pending.append(engine.connect_async("nobody", timeout=10))
+        for c in pending[:4]:
+            c.wait(30)
+            assert c.done() and "connected" in repr(c)
+        with pytest.raises(xfer.NotConnectedError, match="no engine named 'nobody'"):
+            pending[4].wait(30)
+        with pytest.raises(xfer.AlreadyConnectedError):  # (the same peer, by address)
+            engine.connect_async(peers[0].name, timeout=10).wait(30)
+        for p in peers:
+            back = np.zeros(64, np.uint8)
+            p.call("fill", 0, 64, 7)
+            engine.read(p.name, [(back.ctypes.data, p.addr, 64)])
+            assert (back == 7).all()

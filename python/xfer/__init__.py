@@ -15,6 +15,7 @@ docs/python.md has the whole API; errors are XferError subclasses (xfer.TimeoutE
 """
 
 import asyncio as _asyncio
+import time as _time
 
 from . import _errors, _memory
 from ._errors import (AlreadyConnectedError, CanceledError, ConnectionLostError,
@@ -28,7 +29,7 @@ from . import _xfer
 __version__ = "0.1.0"
 __all__ = [
     "Engine", "Buffer", "Region", "Request", "State", "Notification", "PeerInfo", "RegionInfo",
-    "ClusterPeer",
+    "ClusterPeer", "Connecting",
     "XferError", "InvalidArgumentError", "NotConnectedError",
     "AlreadyConnectedError", "UnsupportedError", "ResourceExhaustedError",
     "RemoteAccessDeniedError", "ConnectionLostError", "CanceledError", "InternalError",
@@ -55,6 +56,39 @@ def _await_request(self):
 Request.__await__ = _await_request
 
 
+class Connecting:
+    """A connect under way (Engine.connect_async). done() polls it; wait() returns once it
+    connected and raises its error (e.g. xfer.AlreadyConnectedError) once it failed."""
+
+    def __init__(self, engine, peer, handle):
+        self.peer = peer
+        self._engine, self._handle = engine, handle
+        self._ended, self._error = False, None
+
+    def done(self):
+        if not self._ended:
+            try:
+                self._ended = self._engine._connect_poll(self._handle)
+            except XferError as e:
+                self._ended, self._error = True, e
+        return self._ended
+
+    def wait(self, timeout=None):
+        """Waits (polling every millisecond) until it ended; xfer.TimeoutError when it has not
+        within timeout seconds (it goes on)."""
+        deadline = None if timeout is None else _time.monotonic() + timeout
+        while not self.done():
+            if deadline is not None and _time.monotonic() >= deadline:
+                raise TimeoutError(f"connect_async to {self.peer!r} has not ended yet")
+            _time.sleep(0.001)
+        if self._error is not None:
+            raise self._error
+
+    def __repr__(self):
+        state = "connecting" if not self._ended else ("failed" if self._error else "connected")
+        return f"<xfer.Connecting {self.peer} {state}>"
+
+
 class Engine(_xfer.Engine):
     """A transfer engine.
 
@@ -73,6 +107,11 @@ class Engine(_xfer.Engine):
         # handle -> the Regions registered under it (the same range registered twice has one
         # handle, and stays registered until each Region is deregistered).
         self._regions = {}
+
+    def connect_async(self, peer, timeout=None):
+        """Starts connect(peer, timeout) on the engine's connect threads and returns a Connecting
+        at once: one thread can so connect to many peers together."""
+        return Connecting(self, peer, self._connect_async(peer, timeout))
 
     def __enter__(self):
         return self

@@ -27,6 +27,10 @@ Status Engine::AllocMem(uint64_t l, MemType t, void** a, MemHandle* h, const std
 }
 Status Engine::FreeMem(MemHandle h) { return impl_->FreeMem(h); }
 Status Engine::Connect(const std::string& r, std::chrono::milliseconds t) { return impl_->Connect(r, t); }
+Status Engine::ConnectAsync(const std::string& r, std::chrono::milliseconds t, ConnectHandle* h) {
+  return impl_->ConnectAsync(r, t, h);
+}
+Status Engine::GetConnectStatus(ConnectHandle h, ConnectStatus* s) { return impl_->GetConnectStatus(h, s); }
 Status Engine::Disconnect(const std::string& r) { return impl_->Disconnect(r); }
 Status Engine::GetPeerInfo(const std::string& r, PeerInfo* i) const { return impl_->GetPeerInfo(r, i); }
 Status Engine::GetRemoteRegions(const std::string& r, std::vector<RegionInfo>* v) {
@@ -207,9 +211,11 @@ void EngineImpl::Finalize() {
   // every session sent our hello hears goodbye, those of Connects under way included (they
   // settle first), and no hello goes out from here on.
   if (directory_) directory_->Stop();  // (first: others stop finding this engine)
+  async_connects_.Cancel();  // (those running end as Connects do at Finalize: below)
   auto told = regions_.CloseSubscriptions();
   SettleConnects(DeadlineAfter(opts_.heartbeat_timeout));
   SayGoodbye(told, "engine finalized");
+  async_connects_.Join();
   loop_->Stop();  // closes every session (notifications still unanswered fail); OnClosed drops their state
   ForgetSecret();  // (no thread reads it any more: the control loop stopped, Connects settled)
   notifies_->Close();  // (what is queued stays readable)

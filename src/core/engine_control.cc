@@ -194,7 +194,7 @@ Status EngineImpl::OpenSession(const net::Address& addr, const std::string& remo
                                Clock::time_point deadline,
                                std::shared_ptr<control::Session>* session, wire::Message* reply) {
   net::Fd fd;
-  Status s = net::ConnectTcp(addr, deadline, &fd);
+  Status s = net::ConnectTcp(addr, deadline, &fd, &running_);  // (Finalize: given up at once)
   if (!s.ok()) return s;
   *session = std::make_shared<control::Session>(std::move(fd), true, addr.ToString());
   (*session)->set_max_queued(opts_.max_unsent_bytes);
@@ -258,6 +258,35 @@ void EngineImpl::SayGoodbye(const std::vector<std::shared_ptr<control::Session>>
     }
   }
   for (auto& s : sessions) s->Shutdown(reason);
+}
+
+Status EngineImpl::ConnectAsync(const std::string& remote, std::chrono::milliseconds timeout,
+                                ConnectHandle* handle) {
+  Status s = CheckRunning("ConnectAsync");
+  if (s.ok() && handle == nullptr) s = {StatusCode::kInvalidArgument, "ConnectAsync: null handle"};
+  if (!s.ok()) {
+    XLOG(WARN) << s.message();
+    return s;
+  }
+  const auto deadline = DeadlineAfter(timeout);
+  *handle = async_connects_.Start([this, remote, deadline] {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      return Status{StatusCode::kTimeout, "ConnectAsync to '" + remote + "': its timeout passed "
+                                          "while it waited for a connect thread"};
+    }
+    return Connect(remote, left);
+  });
+  return Status::Ok();
+}
+
+Status EngineImpl::GetConnectStatus(ConnectHandle handle, ConnectStatus* status) {
+  if (status == nullptr) return {StatusCode::kInvalidArgument, "GetConnectStatus: null status"};
+  if (!async_connects_.Poll(handle, status)) {
+    return {StatusCode::kInvalidArgument, "GetConnectStatus: unknown handle " + std::to_string(handle) +
+                                              " (never returned by ConnectAsync, or already reported done)"};
+  }
+  return Status::Ok();
 }
 
 Status EngineImpl::Disconnect(const std::string& remote) {

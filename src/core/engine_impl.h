@@ -14,6 +14,7 @@
 
 #include "control/control_loop.h"
 #include "control/session.h"
+#include "core/async_connects.h"
 #include "core/backend_set.h"
 #include "core/buffer_pool.h"
 #include "core/notify_queue.h"
@@ -61,6 +62,8 @@ class EngineImpl final : public control::ControlHandler {
   Status FreeMem(MemHandle handle);
 
   Status Connect(const std::string& remote, std::chrono::milliseconds timeout);
+  Status ConnectAsync(const std::string& remote, std::chrono::milliseconds timeout, ConnectHandle* handle);
+  Status GetConnectStatus(ConnectHandle handle, ConnectStatus* status);
   Status Disconnect(const std::string& remote);
   Status GetPeerInfo(const std::string& remote, PeerInfo* info);
   Status GetRemoteRegions(const std::string& remote, std::vector<RegionInfo>* regions);
@@ -210,6 +213,7 @@ class EngineImpl final : public control::ControlHandler {
   RegionService regions_;  // our regions, and the sessions that hear of their changes
 
   PeerTable peers_;
+  AsyncConnects async_connects_{16};  // ConnectAsync's threads
   std::unique_ptr<metadata::Directory> directory_;  // with EngineOptions::metadata
   std::mutex names_mu_;
   std::unordered_map<std::string, std::string> addresses_;  // (names_mu_) cluster name -> address

@@ -154,7 +154,7 @@ Status Listen(const Address& addr, Fd* out, Address* bound) {
   return Status::Ok();
 }
 
-Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* out) {
+Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* out, const std::atomic<bool>* proceed) {
   sockaddr_storage ss{};
   socklen_t len = 0;
   Status s = Resolve(addr, &ss, &len);
@@ -166,8 +166,11 @@ Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* out) {
     if (errno != EINPROGRESS) {
       return {StatusCode::kConnectionLost, Errno(("connect " + addr.ToString()).c_str())};
     }
-    if (!PollFor(fd.get(), POLLOUT, deadline)) {
-      return {StatusCode::kTimeout, "connect " + addr.ToString() + ": timed out"};
+    for (;;) {
+      const auto step = proceed ? std::min(deadline, Clock::now() + std::chrono::milliseconds(50)) : deadline;
+      if (PollFor(fd.get(), POLLOUT, step)) break;
+      if (Clock::now() >= deadline) return {StatusCode::kTimeout, "connect " + addr.ToString() + ": timed out"};
+      if (!proceed->load()) return {StatusCode::kCanceled, "connect " + addr.ToString() + ": given up"};
     }
     int err = 0;
     socklen_t elen = sizeof err;

@@ -4,6 +4,7 @@
 
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -49,8 +50,11 @@ class Fd {
 
 // Binds and listens (non-blocking). *bound receives the address actually bound (port filled).
 Status Listen(const Address& addr, Fd* fd, Address* bound);
-// Connects with a deadline; the returned socket is non-blocking with TCP_NODELAY.
-Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* fd);
+// Connects with a deadline; the returned socket is non-blocking with TCP_NODELAY. proceed,
+// when given, is looked at every 50 ms while the connection is pending: false gives up
+// (kCanceled), e.g. when the engine is finalized.
+Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* fd,
+                  const std::atomic<bool>* proceed = nullptr);
 // Sends / receives exactly len bytes on a non-blocking socket, waiting with poll up to deadline.
 // Receives first retry for up to `spin` before they sleep in poll: a sleep and wake-up costs
 // tens of microseconds on a VM, more than a small message's whole round trip.

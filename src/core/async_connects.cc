@@ -1,0 +1,71 @@
+#include "core/async_connects.h"
+
+namespace xfer {
+
+AsyncConnects::~AsyncConnects() {
+  Cancel();
+  Join();
+}
+
+ConnectHandle AsyncConnects::Start(Work work) {
+  std::lock_guard lock(mu_);
+  const ConnectHandle h = next_++;
+  outcomes_[h] = ConnectStatus{};
+  if (canceled_) {
+    outcomes_[h] = ConnectStatus{true, {StatusCode::kCanceled, "ConnectAsync: the engine is finalizing"}};
+    return h;
+  }
+  queue_.emplace_back(h, std::move(work));
+  if (idle_ == 0 && threads_.size() < max_threads_) {
+    threads_.emplace_back([this] { Run(); });
+  } else {
+    cv_.notify_one();
+  }
+  return h;
+}
+
+bool AsyncConnects::Poll(ConnectHandle handle, ConnectStatus* out) {
+  std::lock_guard lock(mu_);
+  auto it = outcomes_.find(handle);
+  if (it == outcomes_.end()) return false;
+  *out = it->second;
+  if (out->done) outcomes_.erase(it);
+  return true;
+}
+
+void AsyncConnects::Cancel() {
+  std::lock_guard lock(mu_);
+  canceled_ = true;
+  for (auto& [h, work] : queue_) {
+    outcomes_[h] = ConnectStatus{true, {StatusCode::kCanceled, "ConnectAsync: the engine was finalized"}};
+  }
+  queue_.clear();
+  cv_.notify_all();
+}
+
+void AsyncConnects::Join() {
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard lock(mu_);
+    threads.swap(threads_);
+  }
+  for (auto& t : threads) t.join();
+}
+
+void AsyncConnects::Run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    ++idle_;
+    cv_.wait(lock, [&] { return canceled_ || !queue_.empty(); });
+    --idle_;
+    if (queue_.empty()) return;  // (canceled)
+    auto [h, work] = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    Status s = work();
+    lock.lock();
+    outcomes_[h] = ConnectStatus{true, std::move(s)};
+  }
+}
+
+}  // namespace xfer
