@@ -262,6 +262,29 @@ serve_idle)
   has_row 65536 "$tmp/cli" || { cat "$tmp/cli"; fail "no row"; }
   for fd in "${idle[@]}" "$junk"; do exec {fd}>&-; done
   ;;
+serve_etcd)
+  # A serve published in a real etcd under a cluster name; the client finds it by that name.
+  [ -x /usr/bin/etcd ] || skip "etcd is not installed (apt-get install etcd-server)"
+  cport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  pport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  /usr/bin/etcd --name t --data-dir "$tmp/etcd" --listen-client-urls http://127.0.0.1:$cport \
+    --advertise-client-urls http://127.0.0.1:$cport --listen-peer-urls http://127.0.0.1:$pport \
+    --initial-advertise-peer-urls http://127.0.0.1:$pport --initial-cluster t=http://127.0.0.1:$pport >"$tmp/etcd.log" 2>&1 &
+  pids+=("$!")
+  for _ in $(seq 200); do grep -q "serving insecure client requests" "$tmp/etcd.log" && break; sleep 0.1; done
+  grep -q "serving insecure client requests" "$tmp/etcd.log" || { cat "$tmp/etcd.log"; fail "etcd did not start"; }
+  url=etcd://127.0.0.1:$cport/tools
+  expect_exit 2 "together" "$XB" serve --listen 127.0.0.1:0 --name lonely
+  "$XB" serve --listen 127.0.0.1:0 --metadata "$url" --name bench-target >"$tmp/srv" 2>&1 &
+  pids+=("$!")
+  for _ in $(seq 100); do grep -q "waiting for clients" "$tmp/srv" && break; sleep 0.1; done
+  grep -q "published as 'bench-target'" "$tmp/srv" || { cat "$tmp/srv"; grep -q "UNSUPPORTED" "$tmp/srv" && skip "no libcurl in this build"; fail "serve did not publish itself"; }
+  "$XB" write_bw -s 64K -n 30 "${SMALL[@]}" --metadata "$url" bench-target >"$tmp/cli" 2>&1 \
+    || { cat "$tmp/cli" "$tmp/srv"; fail "the client did not run against the serve it found by name"; }
+  has_row 65536 "$tmp/cli" || { cat "$tmp/cli"; fail "no row"; }
+  expect_exit 1 "no engine named 'nobody'" "$XB" write_bw -n 1 --metadata "$url" nobody
+  expect_exit 2 "needs the name of a serve" "$XB" write_bw -n 1 --metadata "$url"
+  ;;
 netns)
   [ "$(id -u)" = 0 ] || skip "netns test needs root (ip netns add)"
   command -v ip >/dev/null || skip "ip (iproute2) not installed"

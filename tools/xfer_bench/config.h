@@ -50,6 +50,8 @@ struct Config {
   std::string peer;        // host:port of a serve; empty = local target
   std::string local_name;  // the client engine's name (host alone: client-only)
   std::string host_id;     // EngineOptions::host_id of this side
+  std::string metadata;      // etcd://...: peer may be a cluster name (serve: announced as cluster_name)
+  std::string cluster_name;  // serve --name
   std::string secret_file;  // EngineOptions::secret_file of this side (never sent to the peer)
   double connect_timeout = 30;
 

@@ -36,6 +36,7 @@
 #include <CLI/CLI.hpp>
 
 #include "client.h"
+#include "cluster.h"
 #include "serve.h"
 
 namespace xfer::bench {
@@ -186,6 +187,8 @@ int main(int argc, char** argv) {
       "                                           H2H, every byte staged through the buffer pools\n"
       "  xfer-bench serve --listen 0.0.0.0:18515  on the target machine, then on the other:\n"
       "  xfer-bench read_bw -a -b HOST:18515      (the client's options apply to both sides)\n"
+      "  xfer-bench serve --listen HOST:18515 --metadata etcd://ETCD:2379 --name prefill-0\n"
+      "  xfer-bench read_bw --metadata etcd://ETCD:2379 prefill-0   (found by name)\n"
       "Units: GB/s = 1e9 B/s. Exit codes: 0 ok, 1 run failed, 2 argument error, 3 --expect-* not met.");
   AddTestOptions(&app, c);
 
@@ -203,7 +206,10 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(name, desc);
     AddTestOptions(sub, c);
     sub->add_option("peer", c.peer,
-                    "host:port of an `xfer-bench serve`; without it a local target is started");
+                    "host:port of an `xfer-bench serve` (with --metadata: its --name); without it "
+                    "a local target is started");
+    sub->add_option("--metadata", c.metadata,
+                    "etcd://host:port[,...][/prefix]: find the serve named `peer` there");
     test_apps.push_back(sub);
   }
   CLI::App* serve = app.add_subcommand(
@@ -215,6 +221,10 @@ int main(int argc, char** argv) {
                     "EngineOptions::secret_file of this side (clients need the same secret); "
                     "default: $XFER_SECRET_FILE")
       ->type_name("FILE");
+  serve->add_option("--metadata", c.metadata,
+                    "etcd://host:port[,...][/prefix]: publish this serve there as --name, for clients "
+                    "that name it (needs --listen with a reachable address)");
+  serve->add_option("--name", c.cluster_name, "This serve's cluster name (with --metadata)");
   serve->add_flag("--once", c.once, "Serve one client, then exit");
   serve->add_option("--ctl-fd", c.ctl_fd, "")->group("");  // hidden: local child mode
 
@@ -230,6 +240,7 @@ int main(int argc, char** argv) {
       std::string h, p;
       if (c.ctl_fd < 0 && !SplitHostPort(c.listen, &h, &p))
         throw ArgError{"--listen: bad address '" + c.listen + "' (host:port, or [v6]:port)"};
+      if (c.metadata.empty() != c.cluster_name.empty()) throw ArgError{"serve: give --metadata and --name together"};
       return RunServe(c);
     }
     for (size_t i = 0; i < test_apps.size(); ++i)
@@ -239,6 +250,13 @@ int main(int argc, char** argv) {
       c.tests = {"write_bw", "read_bw"};
     }
     Resolve(c);
+    if (!c.metadata.empty()) {
+      if (c.peer.empty()) throw ArgError{"--metadata needs the name of a serve (the peer argument)"};
+      if (std::string why = FindServe(c); !why.empty()) {
+        std::fprintf(stderr, "xfer-bench: %s\n", why.c_str());
+        return 1;
+      }
+    }
   } catch (const ArgError& e) {
     std::fprintf(stderr, "xfer-bench: %s\nRun with --help for more information.\n", e.msg.c_str());
     return kExitArgs;

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "cluster.h"
 #include "initiator.h"
 
 namespace xfer::bench {
@@ -219,6 +220,14 @@ int RunServe(const Config& c) {
   getsockname(lfd, (sockaddr*)&ss, &sl);
   int port = ss.ss_family == AF_INET6 ? ntohs(((sockaddr_in6*)&ss)->sin6_port)
                                       : ntohs(((sockaddr_in*)&ss)->sin_port);
+  std::unique_ptr<Engine> announcer;  // (with --metadata: how clients find this serve by name)
+  if (!c.metadata.empty()) {
+    if (std::string why = AnnounceServe(c, port, &announcer); !why.empty()) {
+      std::fprintf(stderr, "xfer-bench serve: %s\n", why.c_str());
+      return 1;
+    }
+    std::printf("xfer-bench serve: published as '%s' at %s\n", c.cluster_name.c_str(), c.metadata.c_str());
+  }
   std::printf("xfer-bench serve: waiting for clients on %s (port %d); each client's options "
               "apply to its run; Ctrl-C to stop\n",
               c.listen.c_str(), port);
