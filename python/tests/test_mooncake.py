@@ -143,3 +143,33 @@ def test_register_memory_and_local_segment(engine):
     big = engine.allocate_managed_buffer(512 << 20)  # more than the pool: a buffer of its own
     assert big != 0 and engine.free_managed_buffer(big, 512 << 20) == 0
     assert TransferOpcode.Read == TransferOpcode.READ == 0 and TransferOpcode.Write == 1
+
+
+def test_an_etcd_metadata_server_names_segments_by_local_hostname(etcd):
+    """Mooncake's etcd mode: segments are named by the local_hostname each engine was initialized
+    with (given as etcd://host:port or, as Mooncake reads it, a bare host:port)."""
+    endpoint = etcd[len("etcd://"):].split("/")[0]
+    child = Child([sys.executable, os.path.join(HERE, "mooncake_target.py"), "--allocate", str(1 << 20),
+                   "--host", "127.0.0.1:7001", "--metadata", f"etcd://{endpoint}"])
+    e = TransferEngine()
+    try:
+        hello = child.recv(30)
+        assert hello == {"rc": 0, "segment": "127.0.0.1:7001"}
+        assert e.initialize("127.0.0.1:7002", endpoint, "tcp", "") == 0
+        remote = e.get_first_buffer_address("127.0.0.1:7001")
+        assert remote != 0
+        buf = e.allocate_managed_buffer(4096)
+        data = np.random.default_rng(3).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+        e.write_bytes_to_buffer(buf, data, 4096)
+        assert e.transfer_sync_write("127.0.0.1:7001", buf, remote, 4096) == 0
+        e.write_bytes_to_buffer(buf, bytes(4096), 4096)
+        assert e.transfer_sync_read("127.0.0.1:7001", buf, remote, 4096) == 0
+        assert e.read_bytes_from_buffer(buf, 4096) == data
+        assert e.transfer_sync_write("127.0.0.1:7009", buf, remote, 4096) < 0  # no such segment
+        assert e.get_first_buffer_address("127.0.0.1:7002") != 0  # its own segment, by its name
+    finally:
+        e.close()
+        child.close()
+    bad = TransferEngine()
+    assert bad.initialize("127.0.0.1", "http://127.0.0.1:8080/metadata", "tcp", "") == -1
+    assert bad.initialize_ext("127.0.0.1", "127.0.0.1:1", "tcp", "", "redis") == -1

@@ -7,8 +7,9 @@ Code written for Mooncake runs on xfer by changing one import::
 Methods keep Mooncake's names, signatures and return conventions: 0 or a negative int for
 success or failure, batch ids, transfer_check_status's 1/0/-1/-2. Failures are logged (logger
 "xfer.mooncake") with the engine's reason, never raised, as Mooncake does. Segment names are
-the peers' "host:port", as in Mooncake's P2P handshake mode. docs/python.md lists what is not
-covered and where xfer is stricter.
+the peers' "host:port", as in Mooncake's P2P handshake mode, or, with an etcd metadata server,
+the local_hostname each engine was initialized with. docs/python.md lists what is not covered
+and where xfer is stricter.
 """
 
 import bisect
@@ -130,6 +131,8 @@ class TransferEngine:
         self._batches = {}     # batch id -> xfer.Request
         self._batch_ids = itertools.count(1)
         self._timeout = None   # seconds (MC_TRANSFER_TIMEOUT), before the per-byte allowance
+        self._hostname = None  # local_hostname: this engine's segment name
+        self._named = False    # etcd metadata: segment names are published cluster names
 
     # ---- set-up
 
@@ -145,11 +148,14 @@ class TransferEngine:
         if self._engine is not None:
             log.warning("initialize: this TransferEngine is already initialized")
             return -1
-        if metadata_server != "P2PHANDSHAKE":
-            log.warning("initialize: metadata server %r is not supported: use \"P2PHANDSHAKE\" "
-                        "(peers are named host:port)", metadata_server)
-            return -1
         options = {"auto_connect": True}
+        if metadata_server != "P2PHANDSHAKE":
+            url = _etcd_url(metadata_server, metadata_type)
+            if url is None:
+                log.warning("initialize: metadata server %r is not supported: use \"P2PHANDSHAKE\" "
+                            "(peers are named host:port) or etcd (\"etcd://host:port\")", metadata_server)
+                return -1
+            options.update(metadata=url, cluster_name=_cluster_name(local_hostname))
         if protocol == "tcp":
             options["ucx_mode"] = "off"
         elif protocol == "rdma":
@@ -172,7 +178,16 @@ class TransferEngine:
             self.close()
             return -1
         self._arena = _Arena(self._pool.addr, self._pool.len)
+        self._hostname = local_hostname
+        self._named = "metadata" in options
         return 0
+
+    def _peer(self, segment_name):
+        """The engine to reach for a segment name: with etcd, the engine published under it
+        (this one for its own name); else the name itself, host:port."""
+        if not self._named:
+            return segment_name
+        return self._engine.name if segment_name == self._hostname else _cluster_name(segment_name)
 
     def get_rpc_port(self):
         """The port peers reach this engine on (its segment name is host:port)."""
@@ -226,7 +241,7 @@ class TransferEngine:
         if self._is_local(segment_name):
             return self._pool.addr
         try:
-            regions = self._engine.remote_regions(segment_name)
+            regions = self._engine.remote_regions(self._peer(segment_name))
         except XferError as e:
             log.warning("get_first_buffer_address(%r) failed: %s", segment_name, e)
             return 0
@@ -234,7 +249,7 @@ class TransferEngine:
         return (managed or regions)[0].addr if regions else 0
 
     def _is_local(self, segment_name):
-        return segment_name == self._engine.name
+        return segment_name in (self._engine.name, self._hostname)
 
     def register_memory(self, buffer_addr, capacity, location="*"):
         """Registers [buffer_addr, +capacity); location "cuda:N" for GPU memory."""
@@ -311,7 +326,7 @@ class TransferEngine:
                         len(peers), len(lengths))
             return -1
         move = self._engine.write if TransferOpcode(opcode) == TransferOpcode.WRITE else self._engine.read
-        return _ok(f"{what} to {target!r}", move, target, local=buffers, remote=peers,
+        return _ok(f"{what} to {target!r}", move, self._peer(target), local=buffers, remote=peers,
                    length=lengths, notify=_encode_notify(notify), timeout=self._timeout_for(lengths))
 
     def _timeout_for(self, lengths):
@@ -355,7 +370,7 @@ class TransferEngine:
         start = (self._engine.write_async if TransferOpcode(opcode) == TransferOpcode.WRITE
                  else self._engine.read_async)
         try:
-            request = start(target, local=buffers, remote=peers, length=lengths,
+            request = start(self._peer(target), local=buffers, remote=peers, length=lengths,
                             timeout=self._timeout_for(lengths))
         except _FAILURES as e:
             log.warning("%s to %r failed: %s", what, target, e)
@@ -435,6 +450,23 @@ class TransferEngine:
                 name = name.decode("utf-8", "surrogateescape")
             out.append(TransferNotify(name, msg.decode("utf-8", "surrogateescape")))
         return out
+
+
+def _etcd_url(metadata_server, metadata_type=""):
+    """xfer's etcd:// URL for a Mooncake metadata server given as "etcd://host:port[,...]" or,
+    as Mooncake reads a bare "host:port" (or metadata_type "etcd"), as etcd; None for others
+    (http://, redis://)."""
+    if metadata_server.startswith("etcd://"):
+        return metadata_server
+    if "://" in metadata_server or metadata_type not in ("", "etcd") or not metadata_server:
+        return None
+    return "etcd://" + metadata_server
+
+
+def _cluster_name(segment_name):
+    """The cluster name a segment name is published under: its letters, digits, '.', '_' and
+    '-' as they are, anything else (':' of host:port) as '_'."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in segment_name)[:128]
 
 
 def _encode_notify(notify):
