@@ -247,6 +247,14 @@ Status RecvOnceStarted(int fd, void* data, size_t len, std::chrono::milliseconds
   return Recv(fd, data, len, Clock::time_point::max(), std::max(rest, std::chrono::milliseconds(1)), spin, started);
 }
 
+Status RecvIfStarting(int fd, void* data, size_t len, std::chrono::milliseconds rest,
+                      std::chrono::microseconds spin, Clock::time_point* started) {
+  *started = Clock::time_point{};
+  // (A deadline of now: after the spin, the poll gives up at once unless the first byte came,
+  // which moves the deadline to its arrival + rest.)
+  return Recv(fd, data, len, Clock::now(), std::max(rest, std::chrono::milliseconds(1)), spin, started);
+}
+
 namespace {
 
 // Drops `done` bytes from the front of iov[*first..n).

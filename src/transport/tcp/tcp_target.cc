@@ -65,8 +65,8 @@ struct TcpTransport::Service {
   // on a connection at its deadline and closes it).
   std::timed_mutex exec;
   uint64_t peer_incarnation = 0;
-  std::unique_ptr<StagingBuffer> stage;  // staged batches (GPU memory); the serving thread's
-  std::thread thread;
+  std::unique_ptr<StagingBuffer> stage;  // staged batches (GPU memory); its Serve's
+  uint64_t replied = 0;  // payload bytes of the READ reply just sent (Serve's)
   std::atomic<bool> done{false};
   std::atomic<bool> shut{false};  // we closed it (a fence, the peer's end, Stop): no warning
 
@@ -121,6 +121,7 @@ Status TcpTransport::Start(const std::string& host) {
   Status s = net::Listen(net::Address{host, 0, true}, &listener_, &bound);
   if (!s.ok()) return s;
   port_ = bound.port;
+  if (s = serving_.Start(); !s.ok()) return s;
   acceptor_ = std::thread([this] { AcceptLoop(); });
   return Status::Ok();
 }
@@ -135,9 +136,11 @@ void TcpTransport::Stop() {
     all.swap(services_);
   }
   for (auto& s : all) s->Shutdown();
-  for (auto& s : all) {
-    if (s->thread.joinable()) s->thread.join();
+  {  // (each one's I/O fails at once now: its Serve ends it)
+    std::unique_lock l(services_mu_);
+    services_ended_.wait(l, [&] { return std::all_of(all.begin(), all.end(), [](const auto& s) { return s->done.load(); }); });
   }
+  serving_.Stop();
 }
 
 void TcpTransport::AcceptLoop() {
@@ -171,7 +174,6 @@ void TcpTransport::ReapServices() {
   std::lock_guard l(services_mu_);
   for (auto it = services_.begin(); it != services_.end();) {
     if ((*it)->done.load()) {
-      (*it)->thread.join();
       it = services_.erase(it);
     } else {
       ++it;
@@ -278,15 +280,16 @@ void TcpTransport::Admit(Handshaking& h, StatusCode verdict) {
   auto svc = std::make_shared<Service>();
   svc->fd = std::move(h.fd);
   svc->peer_incarnation = h.initiator;
-  try {  // (started before it is listed: one that ends at once is reaped like any other)
-    svc->thread = std::thread([this, svc] { Serve(svc); });
-  } catch (const std::system_error& e) {  // no thread to be had: refuse this one connection
-    XLOG(WARN) << "tcp: closed the data connection from " << h.from << ": cannot start its thread ("
-               << e.what() << ")";
-    return;  // (svc, and with it the connection, goes here)
+  {
+    std::lock_guard l(services_mu_);
+    services_.push_back(svc);  // (listed before it is served: its end is then reaped like any other)
   }
-  std::lock_guard l(services_mu_);
-  services_.push_back(svc);
+  if (Status s = serving_.Add(svc->fd.get(), svc.get()); !s.ok()) {
+    XLOG(WARN) << "tcp: closed the data connection from " << h.from << ": " << s.message();
+    std::lock_guard l(services_mu_);
+    svc->fd.Reset();
+    svc->done.store(true);
+  }
 }
 
 size_t TcpTransport::ConnectionsOf(uint64_t incarnation) {
@@ -322,19 +325,25 @@ struct TcpTransport::Frame {
   uint64_t len(uint32_t i) const { return Get<uint64_t>(&descs[i * kSliceBytes + 8]); }
 };
 
-void TcpTransport::Serve(std::shared_ptr<Service> svc) {
+net::ServePool::Next TcpTransport::Serve(Service& svc) {
   std::string why;
-  Frame f;
-  uint64_t replied = 0;  // payload bytes of the READ reply just sent
-  while (ReadFrame(*svc, replied, &f, &why) && ServeFrame(*svc, &f, &replied, &why)) {
+  static thread_local Frame f;  // (its buffers, reused)
+  bool idle = false;
+  while (ReadFrame(svc, svc.replied, &f, &why, &idle) && ServeFrame(svc, &f, &svc.replied, &why)) {
   }
-  if (!why.empty() && !svc->shut.load()) XLOG(WARN) << "tcp: closing a data connection: " << why;
-  std::lock_guard l(svc->fd_mu);
-  svc->fd.Reset();
-  svc->done.store(true);
+  if (idle) return net::ServePool::Next::kIdle;
+  if (!why.empty() && !svc.shut.load()) XLOG(WARN) << "tcp: closing a data connection: " << why;
+  {
+    std::lock_guard l(svc.fd_mu);
+    svc.fd.Reset();
+  }
+  std::lock_guard l(services_mu_);
+  svc.done.store(true);
+  services_ended_.notify_all();
+  return net::ServePool::Next::kDone;
 }
 
-bool TcpTransport::ReadFrame(Service& svc, uint64_t replied, Frame* f, std::string* why) {
+bool TcpTransport::ReadFrame(Service& svc, uint64_t replied, Frame* f, std::string* why, bool* idle) {
   const int fd = svc.fd.get();
   uint8_t h[kBatchHeaderBytes];
   // A READ reply sits in the socket buffers until the initiator has read it, and only then
@@ -342,10 +351,12 @@ bool TcpTransport::ReadFrame(Service& svc, uint64_t replied, Frame* f, std::stri
   // this thread's wake-up. (spin = 0 still turns spinning off.)
   const auto drain = std::chrono::microseconds(
       opts_.spin.count() > 0 ? std::min(replied / kDrainBytesPerUs, kMaxDrainSpinUs) : 0);
-  // Idle until the next batch (its end closes the connection without a word); from the frame's
-  // first byte on, the whole frame must come within io_timeout.
+  // The next batch within the spin, or the connection is idle (its end closes it without a
+  // word); from the frame's first byte on, the whole frame must come within io_timeout.
   Clock::time_point started;
-  if (!net::RecvOnceStarted(fd, h, sizeof h, opts_.io_timeout, opts_.spin + drain, &started).ok()) return false;
+  const Status got = net::RecvIfStarting(fd, h, sizeof h, opts_.io_timeout, opts_.spin + drain, &started);
+  *idle = !got.ok() && started == Clock::time_point{} && got.code() == StatusCode::kTimeout;
+  if (!got.ok()) return false;
   f->deadline = started + opts_.io_timeout;
   std::memcpy(f->header, h, sizeof h);
   const uint8_t op = h[0], lead = h[1], flags = h[2];

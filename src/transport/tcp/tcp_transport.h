@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <list>
 #include <memory>
@@ -40,6 +41,7 @@
 #include "transport/transport.h"
 #include "util/log.h"
 #include "util/net.h"
+#include "util/serve_pool.h"
 
 namespace xfer::transport {
 
@@ -106,26 +108,33 @@ class TcpTransport final : public Transport {
   // A log line a second at most.
   static constexpr size_t kMaxPendingHandshakes = 64;
   static constexpr size_t kMaxConnectionsPerPeer = 256;
+  // Threads that serve data connections: as many as are busy at once (an idle connection holds
+  // none), at most this many; past it, connections with a batch wait for one to come free.
+  static constexpr size_t kMaxServeThreads = 256;
+  size_t serve_threads() const { return serving_.threads(); }  // now
 
  private:
   struct Service;
   struct Handshaking;
   struct Frame;
   // Accepts new data connections and moves their handshakes on (no thread of their own until
-  // the peer has proved itself); a connection whose handshake passes gets its Serve thread.
+  // the peer has proved itself); a connection whose handshake passes joins serving_.
   void AcceptLoop();
   void Accept(std::list<Handshaking>* handshaking);
   bool Advance(Handshaking& h);  // false: the handshake is over (admitted, refused or failed)
   void Admit(Handshaking& h, StatusCode verdict);  // sends the verdict; kOk: starts serving
-  void ReapServices();  // joins the threads of connections that ended
-  // One data connection's thread: batch after batch until the connection ends or must close
-  // (*why says why; empty: quietly).
-  void Serve(std::shared_ptr<Service> svc);
+  void ReapServices();  // forgets the connections that ended
+  // A data connection with a batch (on a thread of serving_): batch after batch, while they
+  // come within the spin; kIdle when none came, kDone when the connection ended or had to
+  // close (logged, unless we closed it).
+  net::ServePool::Next Serve(Service& svc);
   size_t ConnectionsOf(uint64_t incarnation);  // admitted and serving
   void LogRefusal(const std::string& line);    // at most once a second
   std::mutex refusal_log_mu_;
   log::Limit refusal_log_;  // (refusal_log_mu_)
-  bool ReadFrame(Service& svc, uint64_t replied, Frame* f, std::string* why);
+  // The next frame's header and descriptors; false with *why empty and *idle when none came
+  // within the spin.
+  bool ReadFrame(Service& svc, uint64_t replied, Frame* f, std::string* why, bool* idle);
   // Checks every range of the frame against this engine's regions (f->denied says why not).
   void CheckRanges(Frame* f) const;
   bool ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::string* why);
@@ -142,7 +151,9 @@ class TcpTransport final : public Transport {
   std::thread acceptor_;
   std::atomic<bool> stop_{false};
   std::mutex services_mu_;
+  std::condition_variable services_ended_;  // a service is done (services_mu_)
   std::list<std::shared_ptr<Service>> services_;  // one per accepted data connection
+  net::ServePool serving_{[this](void* svc) { return Serve(*static_cast<Service*>(svc)); }, kMaxServeThreads};
 };
 
 }  // namespace xfer::transport

@@ -1,0 +1,111 @@
+#include "util/serve_pool.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+#include "util/log.h"
+
+namespace xfer::net {
+
+namespace {
+constexpr uint32_t kArmed = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+}
+
+Status ServePool::Start() {
+  epoll_ = Fd(::epoll_create1(EPOLL_CLOEXEC));
+  wake_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!epoll_.valid() || !wake_.valid()) {
+    return {StatusCode::kResourceExhausted, std::string("serve pool: ") + std::strerror(errno)};
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;  // (level-triggered, never re-armed: every worker sees it)
+  ev.data.ptr = nullptr;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) != 0) {
+    return {StatusCode::kInternal, std::string("serve pool: epoll_ctl: ") + std::strerror(errno)};
+  }
+  AddWorkerIfNoneWaits();
+  return threads_.load() > 0 ? Status::Ok() : Status{StatusCode::kResourceExhausted, "serve pool: no thread"};
+}
+
+Status ServePool::Add(int fd, void* conn) {
+  auto* e = new Entry{fd, conn};
+  epoll_event ev{};
+  ev.events = kArmed;
+  ev.data.ptr = e;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+    const int err = errno;
+    delete e;
+    return {StatusCode::kResourceExhausted, std::string("serve pool: epoll_ctl: ") + std::strerror(err)};
+  }
+  return Status::Ok();
+}
+
+void ServePool::AddWorkerIfNoneWaits() {
+  std::lock_guard lock(workers_mu_);
+  if (stopping_.load() || waiting_.load() > 0 || workers_.size() >= max_threads_) return;
+  try {
+    waiting_.fetch_add(1);  // (counted before it runs: a burst of ready connections starts one)
+    workers_.emplace_back([this] { Work(); });
+    threads_.store(workers_.size());
+  } catch (const std::system_error& e) {
+    waiting_.fetch_sub(1);
+    XLOG(WARN) << "serve pool: cannot start a thread (" << e.what() << "); " << workers_.size()
+               << " serve the connections";
+  }
+}
+
+void ServePool::Work() {
+  for (;;) {
+    epoll_event ev{};
+    const int n = ::epoll_wait(epoll_.get(), &ev, 1, -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      XLOG(ERROR) << "serve pool: epoll_wait: " << std::strerror(errno);
+      waiting_.fetch_sub(1);
+      return;
+    }
+    auto* e = static_cast<Entry*>(ev.data.ptr);
+    if (e == nullptr) {  // Stop()
+      waiting_.fetch_sub(1);
+      return;
+    }
+    waiting_.fetch_sub(1);
+    AddWorkerIfNoneWaits();  // (the others may turn ready while this one is busy)
+    if (serve_(e->conn) == Next::kDone) {
+      delete e;
+    } else {
+      epoll_event again{};
+      again.events = kArmed;
+      again.data.ptr = e;
+      if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, e->fd, &again) != 0) {
+        XLOG(ERROR) << "serve pool: cannot watch a connection again: " << std::strerror(errno);
+      }
+    }
+    waiting_.fetch_add(1);
+  }
+}
+
+void ServePool::Stop() {
+  {
+    std::lock_guard lock(workers_mu_);
+    if (stopping_.exchange(true)) return;
+  }
+  if (wake_.valid()) {
+    const uint64_t one = 1;
+    (void)!::write(wake_.get(), &one, sizeof one);
+  }
+  std::vector<std::thread> workers;
+  {
+    std::lock_guard lock(workers_mu_);
+    workers.swap(workers_);
+  }
+  for (auto& t : workers) t.join();
+  threads_.store(0);
+}
+
+}  // namespace xfer::net

@@ -1,0 +1,61 @@
+// ServePool: many connections that are mostly idle, served by a few threads. Each connection
+// waits in one epoll set and holds no thread; when it turns readable, a worker takes it and
+// calls serve(conn) until serve says it is idle again (it then waits in the set again) or done
+// (the caller closed it). Workers wait in epoll_wait themselves, so a connection that turns
+// ready costs one wake-up, as a thread of its own did. There are as many workers as
+// connections busy at once, plus one waiting, up to max_threads; past that, ready connections
+// wait for a worker to come free.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "util/net.h"
+#include "xfer/status.h"
+
+namespace xfer::net {
+
+class ServePool {
+ public:
+  enum class Next { kIdle, kDone };
+  using Serve = std::function<Next(void* conn)>;
+
+  ServePool(Serve serve, size_t max_threads) : serve_(std::move(serve)), max_threads_(max_threads) {}
+  ~ServePool() { Stop(); }
+  ServePool(const ServePool&) = delete;
+  ServePool& operator=(const ServePool&) = delete;
+
+  Status Start();  // the epoll set and the first worker
+  // Serves conn whenever fd is readable (or hung up), from now until serve returns kDone for
+  // it; conn must stay valid until then. A connection of the pool's must not be closed by
+  // anyone but its serve (shut it down instead: its serve then sees the end).
+  Status Add(int fd, void* conn);
+  // Ends the workers once each has returned to waiting. The caller ends its connections first
+  // (shut down, and wait until each serve said kDone): a connection left behind is forgotten.
+  void Stop();
+  size_t threads() const { return threads_.load(); }
+
+ private:
+  struct Entry {
+    int fd;
+    void* conn;
+  };
+  void Work();
+  void AddWorkerIfNoneWaits();
+
+  const Serve serve_;
+  const size_t max_threads_;
+  Fd epoll_;
+  Fd wake_;  // an eventfd: readable once Stop() was called, for every worker
+  std::atomic<bool> stopping_{false};
+  std::atomic<size_t> waiting_{0};  // workers in epoll_wait, or about to be
+  std::atomic<size_t> threads_{0};
+  std::mutex workers_mu_;
+  std::vector<std::thread> workers_;  // (workers_mu_)
+};
+
+}  // namespace xfer::net
