@@ -129,7 +129,7 @@ ucx_run() {
 # the file to the first of the sections below), compare_tcp.sh the section "## tcp ...",
 # compare_shm.sh "## shm ...", compare_ucx.sh "## ucx ...", compare_builds.sh "## builds ...".
 # A new script adds its name here.
-RESULTS_SECTIONS="tcp shm ucx builds notify python mooncake nixl checksum GPU"  # GPU: written by hand (bench/gpu/device_check.sh results)
+RESULTS_SECTIONS="tcp shm ucx builds notify python mooncake nixl checksum scale GPU"  # GPU: written by hand (bench/gpu/device_check.sh results)
 
 # results_section FILE NAME CONTENT: writes the file CONTENT into FILE as the section NAME (""
 # for the head), replacing that section from its "## NAME" line up to the next line that starts
@@ -234,4 +234,34 @@ xfer_revision() {
   rev=$(git rev-parse --short HEAD 2>/dev/null) || { echo "(no git revision)"; return; }
   git diff --quiet HEAD -- . ':!bench/RESULTS.md' 2>/dev/null || rev+=-dirty
   echo "$rev"
+}
+
+# etcd_start DIR: a real etcd (Debian's etcd-server) on free loopback ports, its data and log
+# in DIR; prints its client endpoint (127.0.0.1:PORT) once it serves clients and sets ETCD_PID.
+# The caller kills it ("kill $ETCD_PID").
+etcd_start() {
+  local dir=$1 client peer
+  command -v etcd >/dev/null || { echo "etcd is not installed (apt-get install etcd-server)" >&2; return 1; }
+  client=$(free_port) peer=$(free_port)
+  etcd --name bench --data-dir "$dir/data" --listen-client-urls "http://127.0.0.1:$client" \
+    --advertise-client-urls "http://127.0.0.1:$client" --listen-peer-urls "http://127.0.0.1:$peer" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$peer" --initial-cluster "bench=http://127.0.0.1:$peer" \
+    >"$dir/etcd.log" 2>&1 &
+  ETCD_PID=$!
+  for _ in $(seq 200); do
+    grep -q "serving insecure client requests" "$dir/etcd.log" && { echo "127.0.0.1:$client"; return 0; }
+    sleep 0.1
+  done
+  echo "etcd did not start: $(tail -3 "$dir/etcd.log")" >&2
+  return 1
+}
+
+# free_port: a loopback TCP port nothing listens on now.
+free_port() {
+  local p
+  for _ in $(seq 50); do
+    p=$((20000 + RANDOM % 30000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+  return 1
 }

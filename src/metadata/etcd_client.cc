@@ -118,8 +118,15 @@ Status EtcdClient::Call(const char* path, const json& request,
   for (size_t k = 0; k < endpoints_.size(); ++k) {
     const size_t at = (first + k) % endpoints_.size();
     const std::string url = "http://" + endpoints_[at] + path;
-    std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), curl_easy_cleanup);
-    if (!curl) return {StatusCode::kResourceExhausted, "etcd: curl_easy_init failed"};
+    // One handle per thread, reset for each call: its connections to etcd are kept and
+    // reused (a lease kept alive once a second would otherwise open a connection each time).
+    thread_local std::unique_ptr<CURL, void (*)(CURL*)> curl(nullptr, curl_easy_cleanup);
+    if (curl) {
+      curl_easy_reset(curl.get());
+    } else {
+      curl.reset(curl_easy_init());
+      if (!curl) return {StatusCode::kResourceExhausted, "etcd: curl_easy_init failed"};
+    }
     std::unique_ptr<curl_slist, void (*)(curl_slist*)> headers(
         curl_slist_append(nullptr, "Content-Type: application/json"), curl_slist_free_all);
     std::string reply;

@@ -248,11 +248,11 @@ Status RecvOnceStarted(int fd, void* data, size_t len, std::chrono::milliseconds
 }
 
 Status RecvIfStarting(int fd, void* data, size_t len, std::chrono::milliseconds rest,
-                      std::chrono::microseconds spin, Clock::time_point* started) {
+                      std::chrono::microseconds spin, std::chrono::milliseconds idle,
+                      Clock::time_point* started) {
   *started = Clock::time_point{};
-  // (A deadline of now: after the spin, the poll gives up at once unless the first byte came,
-  // which moves the deadline to its arrival + rest.)
-  return Recv(fd, data, len, Clock::now(), std::max(rest, std::chrono::milliseconds(1)), spin, started);
+  // (The first byte moves the deadline to its arrival + rest.)
+  return Recv(fd, data, len, Clock::now() + idle, std::max(rest, std::chrono::milliseconds(1)), spin, started);
 }
 
 namespace {

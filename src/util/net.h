@@ -66,10 +66,12 @@ Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline,
 // the first byte came.
 Status RecvOnceStarted(int fd, void* data, size_t len, std::chrono::milliseconds rest,
                        std::chrono::microseconds spin, Clock::time_point* started);
-// RecvOnceStarted for a connection served by a pool (ServePool): when no byte came within
-// `spin`, gives up with kTimeout and *started left at time_point{} (the connection is idle).
+// RecvOnceStarted for a connection served by a pool (ServePool): spins for `spin`, then
+// sleeps; when no byte came within `idle`, gives up with kTimeout and *started left at
+// time_point{} (the connection is idle).
 Status RecvIfStarting(int fd, void* data, size_t len, std::chrono::milliseconds rest,
-                      std::chrono::microseconds spin, Clock::time_point* started);
+                      std::chrono::microseconds spin, std::chrono::milliseconds idle,
+                      Clock::time_point* started);
 // Vectored bulk transfers on a blocking socket, bounded by the deadline (SO_RCVTIMEO /
 // SO_SNDTIMEO): every byte the iovecs describe moves (any count; the array is modified), and
 // the kernel fills a receive before it wakes the thread (MSG_WAITALL) instead of one wake-up

@@ -47,34 +47,59 @@ Status ServePool::Add(int fd, void* conn) {
 
 void ServePool::AddWorkerIfNoneWaits() {
   std::lock_guard lock(workers_mu_);
-  if (stopping_.load() || waiting_.load() > 0 || workers_.size() >= max_threads_) return;
+  JoinExited();
+  if (stopping_.load() || waiting_ > 0 || workers_.size() >= max_threads_) return;
   try {
-    waiting_.fetch_add(1);  // (counted before it runs: a burst of ready connections starts one)
-    workers_.emplace_back([this] { Work(); });
+    ++waiting_;  // (counted before it runs: a burst of ready connections starts one)
+    workers_.emplace_back();
+    const Worker self = std::prev(workers_.end());
+    *self = std::thread([this, self] { Work(self); });
     threads_.store(workers_.size());
   } catch (const std::system_error& e) {
-    waiting_.fetch_sub(1);
+    --waiting_;
+    workers_.pop_back();
     XLOG(WARN) << "serve pool: cannot start a thread (" << e.what() << "); " << workers_.size()
                << " serve the connections";
   }
 }
 
-void ServePool::Work() {
+bool ServePool::ExitIfAnotherWaits(Worker self) {
+  std::lock_guard lock(workers_mu_);
+  if (stopping_.load() || waiting_ < 2) return false;
+  --waiting_;
+  exited_.push_back(self);
+  threads_.store(workers_.size() - exited_.size());
+  return true;
+}
+
+void ServePool::JoinExited() {
+  for (Worker w : exited_) {
+    w->join();
+    workers_.erase(w);
+  }
+  exited_.clear();
+}
+
+void ServePool::Work(Worker self) {
+  const int idle_ms = static_cast<int>(idle_exit_.count());
   for (;;) {
     epoll_event ev{};
-    const int n = ::epoll_wait(epoll_.get(), &ev, 1, -1);
+    const int n = ::epoll_wait(epoll_.get(), &ev, 1, idle_ms);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      XLOG(ERROR) << "serve pool: epoll_wait: " << std::strerror(errno);
-      waiting_.fetch_sub(1);
-      return;
+    if (n == 0) {
+      if (ExitIfAnotherWaits(self)) return;
+      continue;
     }
-    auto* e = static_cast<Entry*>(ev.data.ptr);
-    if (e == nullptr) {  // Stop()
-      waiting_.fetch_sub(1);
-      return;
+    auto* e = n > 0 ? static_cast<Entry*>(ev.data.ptr) : nullptr;
+    {
+      std::lock_guard lock(workers_mu_);
+      if (e == nullptr) {  // Stop(), or epoll_wait failed
+        if (n < 0) XLOG(ERROR) << "serve pool: epoll_wait: " << std::strerror(errno);
+        --waiting_;
+        return;
+      }
+      --waiting_;
     }
-    waiting_.fetch_sub(1);
     AddWorkerIfNoneWaits();  // (the others may turn ready while this one is busy)
     if (serve_(e->conn) == Next::kDone) {
       delete e;
@@ -86,7 +111,8 @@ void ServePool::Work() {
         XLOG(ERROR) << "serve pool: cannot watch a connection again: " << std::strerror(errno);
       }
     }
-    waiting_.fetch_add(1);
+    std::lock_guard lock(workers_mu_);
+    ++waiting_;
   }
 }
 
@@ -99,10 +125,11 @@ void ServePool::Stop() {
     const uint64_t one = 1;
     (void)!::write(wake_.get(), &one, sizeof one);
   }
-  std::vector<std::thread> workers;
+  std::list<std::thread> workers;
   {
     std::lock_guard lock(workers_mu_);
     workers.swap(workers_);
+    exited_.clear();  // (their threads are in `workers`: joined below)
   }
   for (auto& t : workers) t.join();
   threads_.store(0);

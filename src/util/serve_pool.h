@@ -1,15 +1,18 @@
 // ServePool: many connections that are mostly idle, served by a few threads. Each connection
 // waits in one epoll set and holds no thread; when it turns readable, a worker takes it and
-// calls serve(conn) until serve says it is idle again (it then waits in the set again) or done
-// (the caller closed it). Workers wait in epoll_wait themselves, so a connection that turns
-// ready costs one wake-up, as a thread of its own did. There are as many workers as
-// connections busy at once, plus one waiting, up to max_threads; past that, ready connections
-// wait for a worker to come free.
+// calls serve(conn), which serves it as long as it stays busy and then says it is idle (it
+// waits in the set again) or done (the caller closed it). Workers wait in epoll_wait
+// themselves, so a connection that turns ready costs one wake-up, as a thread of its own did.
+// There are as many workers as connections being served, plus one waiting, up to max_threads
+// (past that, ready connections wait for a worker to come free); a worker that waited
+// idle_exit for a connection while another waits too ends.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <functional>
+#include <list>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -24,7 +27,8 @@ class ServePool {
   enum class Next { kIdle, kDone };
   using Serve = std::function<Next(void* conn)>;
 
-  ServePool(Serve serve, size_t max_threads) : serve_(std::move(serve)), max_threads_(max_threads) {}
+  ServePool(Serve serve, size_t max_threads, std::chrono::milliseconds idle_exit)
+      : serve_(std::move(serve)), max_threads_(max_threads), idle_exit_(idle_exit) {}
   ~ServePool() { Stop(); }
   ServePool(const ServePool&) = delete;
   ServePool& operator=(const ServePool&) = delete;
@@ -44,18 +48,23 @@ class ServePool {
     int fd;
     void* conn;
   };
-  void Work();
+  using Worker = std::list<std::thread>::iterator;
+  void Work(Worker self);
   void AddWorkerIfNoneWaits();
+  bool ExitIfAnotherWaits(Worker self);  // (a worker idle for idle_exit)
+  void JoinExited();                     // (workers_mu_ held)
 
   const Serve serve_;
   const size_t max_threads_;
+  const std::chrono::milliseconds idle_exit_;
   Fd epoll_;
   Fd wake_;  // an eventfd: readable once Stop() was called, for every worker
   std::atomic<bool> stopping_{false};
-  std::atomic<size_t> waiting_{0};  // workers in epoll_wait, or about to be
   std::atomic<size_t> threads_{0};
   std::mutex workers_mu_;
-  std::vector<std::thread> workers_;  // (workers_mu_)
+  size_t waiting_ = 0;               // (workers_mu_) workers in epoll_wait, or about to be
+  std::list<std::thread> workers_;   // (workers_mu_)
+  std::vector<Worker> exited_;       // (workers_mu_) ended, not joined yet
 };
 
 }  // namespace xfer::net

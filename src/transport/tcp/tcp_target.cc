@@ -351,10 +351,10 @@ bool TcpTransport::ReadFrame(Service& svc, uint64_t replied, Frame* f, std::stri
   // this thread's wake-up. (spin = 0 still turns spinning off.)
   const auto drain = std::chrono::microseconds(
       opts_.spin.count() > 0 ? std::min(replied / kDrainBytesPerUs, kMaxDrainSpinUs) : 0);
-  // The next batch within the spin, or the connection is idle (its end closes it without a
+  // The next batch within kServeGrace, or the connection is idle (its end closes it without a
   // word); from the frame's first byte on, the whole frame must come within io_timeout.
   Clock::time_point started;
-  const Status got = net::RecvIfStarting(fd, h, sizeof h, opts_.io_timeout, opts_.spin + drain, &started);
+  const Status got = net::RecvIfStarting(fd, h, sizeof h, opts_.io_timeout, opts_.spin + drain, kServeGrace, &started);
   *idle = !got.ok() && started == Clock::time_point{} && got.code() == StatusCode::kTimeout;
   if (!got.ok()) return false;
   f->deadline = started + opts_.io_timeout;

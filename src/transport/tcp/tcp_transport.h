@@ -108,8 +108,12 @@ class TcpTransport final : public Transport {
   // A log line a second at most.
   static constexpr size_t kMaxPendingHandshakes = 64;
   static constexpr size_t kMaxConnectionsPerPeer = 256;
-  // Threads that serve data connections: as many as are busy at once (an idle connection holds
-  // none), at most this many; past it, connections with a batch wait for one to come free.
+  // Threads that serve data connections: a connection keeps the thread that serves it while
+  // batches come at least every kServeGrace (so a busy connection is served as by a thread of
+  // its own: handing a busy connection from thread to thread costs bandwidth, bench/RESULTS.md);
+  // idle longer, it waits in the pool's epoll set and holds none. At most kMaxServeThreads;
+  // past it, connections with a batch wait for one to come free.
+  static constexpr std::chrono::milliseconds kServeGrace{50};
   static constexpr size_t kMaxServeThreads = 256;
   size_t serve_threads() const { return serving_.threads(); }  // now
 
@@ -153,7 +157,8 @@ class TcpTransport final : public Transport {
   std::mutex services_mu_;
   std::condition_variable services_ended_;  // a service is done (services_mu_)
   std::list<std::shared_ptr<Service>> services_;  // one per accepted data connection
-  net::ServePool serving_{[this](void* svc) { return Serve(*static_cast<Service*>(svc)); }, kMaxServeThreads};
+  net::ServePool serving_{[this](void* svc) { return Serve(*static_cast<Service*>(svc)); }, kMaxServeThreads,
+                          std::chrono::seconds(1)};
 };
 
 }  // namespace xfer::transport
