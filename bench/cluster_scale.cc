@@ -10,7 +10,8 @@
 // memory, threads and open descriptors. Once every engine is listed in etcd the parent says
 // "go" to all at once; each then ConnectAsync's to scale-<i+1> .. scale-<i+PEERS> by name
 // (looked up in etcd), READs 64 KiB from each (checked), and reports the same figures again
-// and how long its connects took. The parent prints one JSON line per engine and a summary.
+// and how long its connects took, and once more after 2 s idle. The parent prints one JSON
+// line per engine and a summary.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -122,16 +123,19 @@ int Child(int index, int engines, int peers, const std::string& url, const std::
     read_ok += s.ok() && into[0] == static_cast<uint8_t>(owner) && into[kRead - 1] == static_cast<uint8_t>(owner);
   }
   const double all_s = duration<double>(steady_clock::now() - t0).count();
-  // Measured once every engine is done: then each holds the sessions it opened and those its
-  // PEERS predecessors opened to it.
+  // Measured once every engine is done (then each holds the sessions it opened and those its
+  // PEERS predecessors opened to it), and again once all have been idle for 2 s (the parent
+  // waits): busy connections keep a serving thread for a while, idle ones hold none.
   Say(to_parent, "done");
   if (Hear(from_parent) != "measure") return 1;
   const Usage after = Now();
+  if (Hear(from_parent) != "idle") return 1;
+  const Usage idle = Now();
   char b[256];
   std::snprintf(b, sizeof b, "\"connected\": %d, \"read_ok\": %d, \"connect_s\": %.4f, \"all_s\": %.4f", connected,
                 read_ok, connect_s, all_s);
   Say(to_parent, "{\"engine\": " + std::to_string(index) + ", " + b + ", \"before\": {" + Json(before) +
-                     "}, \"after\": {" + Json(after) + "}" +
+                     "}, \"after\": {" + Json(after) + "}, \"idle\": {" + Json(idle) + "}" +
                      (failure.empty() ? "" : ", \"failure\": \"" + failure + "\"") + "}");
   (void)Hear(from_parent);  // "quit"
   return 0;
@@ -198,6 +202,8 @@ int main(int argc, char** argv) {
   for (const Kid& k : kids) ok = ok && Hear(k.from) == "done";
   const double all_connected_s = duration<double>(steady_clock::now() - go).count();
   for (const Kid& k : kids) Say(k.to, ok ? "measure" : "stop");
+  std::this_thread::sleep_for(seconds(2));
+  for (const Kid& k : kids) Say(k.to, ok ? "idle" : "stop");
   for (const Kid& k : kids) {
     if (ok) std::printf("%s\n", Hear(k.from).c_str());
     Say(k.to, "quit");

@@ -40,6 +40,8 @@ stats=$(jq -rs --argjson k "$PEERS" '
     rss_peer_kib: ([$e[] | (.after.rss_mib - .before.rss_mib) * 1024 / (2 * $k)] | median),
     threads_after: ([$e[].after.threads] | median),
     threads_max: ([$e[].after.threads] | max),
+    threads_idle: ([$e[].idle.threads] | median),
+    rss_idle_peer_kib: ([$e[] | (.idle.rss_mib - .before.rss_mib) * 1024 / (2 * $k)] | median),
     fds_peer: ([$e[] | (.after.fds - .before.fds) / (2 * $k)] | median),
     connect_p50: ([$e[].connect_s] | median),
     connect_max: ([$e[].connect_s] | max),
@@ -62,7 +64,9 @@ out=$tmp/section.md
   printf '| an engine at start: resident memory, threads, open descriptors | %.1f MiB, %s, %s |\n' "$rss_before" "$threads_before" "$fds_before"
   printf '| per peer session: resident memory | %.0f KiB |\n' "$rss_peer_kib"
   printf '| per peer session: open descriptors | %.2f |\n' "$fds_peer"
-  printf '| threads with %s sessions (median, most) | %s, %s |\n' "$((2 * PEERS))" "$threads_after" "$threads_max"
+  printf '| threads with %s sessions, just after the READs (median, most) | %s, %s |\n' "$((2 * PEERS))" "$threads_after" "$threads_max"
+  printf '| threads with %s sessions, idle for 2 s | %s |\n' "$((2 * PEERS))" "$threads_idle"
+  printf '| per peer session, idle for 2 s: resident memory | %.0f KiB |\n' "$rss_idle_peer_kib"
   printf '| starting %s engines, each published in etcd | %.2f s |\n' "$ENGINES" "$start_s"
   printf '| one engine connecting to its %s peers by name (median, slowest) | %.3f s, %.3f s |\n' "$PEERS" "$connect_p50" "$connect_max"
   printf '| all %s engines connected and each READ done | %.2f s |\n' "$ENGINES" "$all_s"

@@ -1,5 +1,7 @@
 #include "core/async_connects.h"
 
+#include <algorithm>
+
 namespace xfer {
 
 AsyncConnects::~AsyncConnects() {
@@ -16,6 +18,7 @@ ConnectHandle AsyncConnects::Start(Work work) {
     return h;
   }
   queue_.emplace_back(h, std::move(work));
+  JoinExited();
   if (idle_ == 0 && threads_.size() < max_threads_) {
     threads_.emplace_back([this] { Run(); });
   } else {
@@ -43,11 +46,23 @@ void AsyncConnects::Cancel() {
   cv_.notify_all();
 }
 
+void AsyncConnects::JoinExited() {
+  for (const auto id : exited_) {
+    auto it = std::find_if(threads_.begin(), threads_.end(), [&](const std::thread& t) { return t.get_id() == id; });
+    if (it != threads_.end()) {
+      it->join();
+      threads_.erase(it);
+    }
+  }
+  exited_.clear();
+}
+
 void AsyncConnects::Join() {
   std::vector<std::thread> threads;
   {
     std::lock_guard lock(mu_);
     threads.swap(threads_);
+    exited_.clear();  // (their threads are in `threads`: joined below)
   }
   for (auto& t : threads) t.join();
 }
@@ -56,9 +71,12 @@ void AsyncConnects::Run() {
   std::unique_lock lock(mu_);
   for (;;) {
     ++idle_;
-    cv_.wait(lock, [&] { return canceled_ || !queue_.empty(); });
+    const bool woken = cv_.wait_for(lock, kIdleExit, [&] { return canceled_ || !queue_.empty(); });
     --idle_;
-    if (queue_.empty()) return;  // (canceled)
+    if (queue_.empty()) {  // canceled, or idle for kIdleExit: this thread ends
+      if (!woken) exited_.push_back(std::this_thread::get_id());
+      return;
+    }
     auto [h, work] = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();

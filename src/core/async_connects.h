@@ -1,9 +1,10 @@
 // AsyncConnects: the work behind Engine::ConnectAsync. Each connect runs on one of at most
-// `threads` threads (started as work arrives, so an engine that never connects asynchronously
-// has none); a handle tells how it ended. One caller can thus connect to a hundred peers at
+// `threads` threads (started as work arrives, ended after a second without any, so an engine
+// that does not connect asynchronously has none); a handle tells how it ended. One caller can thus connect to a hundred peers at
 // once without a thread of its own per peer.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -34,6 +35,9 @@ class AsyncConnects {
 
  private:
   void Run();
+  void JoinExited();  // (mu_ held) the threads that ended when idle
+
+  static constexpr std::chrono::seconds kIdleExit{1};  // a thread idle this long ends
 
   const size_t max_threads_;
   std::mutex mu_;
@@ -44,6 +48,7 @@ class AsyncConnects {
   std::deque<std::pair<ConnectHandle, Work>> queue_;
   std::unordered_map<ConnectHandle, ConnectStatus> outcomes_;  // every handle not yet reported done
   std::vector<std::thread> threads_;
+  std::vector<std::thread::id> exited_;  // ended, not joined yet
 };
 
 }  // namespace xfer
