@@ -64,9 +64,10 @@ class Engine {
   Status GetPeerInfo(const std::string& remote, PeerInfo* info) const;
   // The peer's registered regions, current as of this call (one control round trip).
   Status GetRemoteRegions(const std::string& remote, std::vector<RegionInfo>* regions);
-  // The engines that cluster metadata lists now (EngineOptions::metadata), this one included:
-  // those alive, or dead for less than their heartbeat timeout. kInvalidArgument without
-  // metadata; kNotConnected when etcd cannot be reached.
+  // The engines that cluster metadata lists (EngineOptions::metadata), this one included:
+  // those alive, or dead for less than their heartbeat timeout. From the first call on, a
+  // watch keeps the list current, and calls answer from it without asking etcd (docs/
+  // cluster.md). kInvalidArgument without metadata; kNotConnected when etcd cannot be reached.
   Status ListPeers(std::vector<ClusterPeer>* peers);
 
   // The local buffers of a request must stay valid until it ends (sync: returns): the engine

@@ -1,6 +1,7 @@
 #include "metadata/directory.h"
 
 #include <algorithm>
+#include <map>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -54,6 +55,12 @@ class EtcdDirectory final : public Directory {
   Status Publish();           // a lease when there is none, then the entry under it
   void Keep();                // the thread
 
+  void Watch();               // the watcher thread: keeps view_ current
+  bool Stopping() {
+    std::lock_guard lock(mu_);
+    return stop_;
+  }
+
   const Options options_;
   const std::string prefix_;
   const std::string url_;
@@ -64,6 +71,10 @@ class EtcdDirectory final : public Directory {
   bool dirty_ = false;  // (mu_) the tags changed since the last Put
   int64_t lease_ = 0;   // the thread's (and StartPublishing's, before it runs; Stop's after)
   std::thread thread_;
+  std::thread watcher_;  // (mu_) started by the first List
+  std::mutex view_mu_;
+  std::map<std::string, ClusterPeer> view_;  // (view_mu_) key -> entry, as the watch saw them
+  bool view_current_ = false;                // (view_mu_) the watch runs: view_ is current
 };
 
 EtcdDirectory::EtcdDirectory(Options options, EtcdUrl url)
@@ -110,6 +121,8 @@ void EtcdDirectory::Stop() {
     stop_ = true;
   }
   wake_.notify_all();
+  etcd_.StopWatch();
+  if (watcher_.joinable()) watcher_.join();
   if (thread_.joinable()) thread_.join();
   if (lease_ != 0) {
     if (Status s = etcd_.Revoke(lease_); !s.ok()) {
@@ -208,6 +221,18 @@ Status EtcdDirectory::Lookup(const std::string& name, ClusterPeer* peer) {
 }
 
 Status EtcdDirectory::List(std::vector<ClusterPeer>* peers) {
+  {
+    std::lock_guard lock(view_mu_);
+    if (view_current_) {
+      peers->clear();
+      for (const auto& [key, p] : view_) peers->push_back(p);
+      return Status::Ok();
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (!stop_ && !watcher_.joinable()) watcher_ = std::thread([this] { Watch(); });
+  }
   EtcdClient::KeyValues kvs;
   if (Status s = etcd_.List(KeyOf(""), &kvs); !s.ok()) {
     return {s.code(), "cannot list the engines at " + url_ + ": " + s.message()};
@@ -222,6 +247,47 @@ Status EtcdDirectory::List(std::vector<ClusterPeer>* peers) {
     }
   }
   return Status::Ok();
+}
+
+void EtcdDirectory::Watch() {
+  auto retry = kFirstRetry;
+  auto apply = [this](const std::string& key, const std::string* value) {  // (view_mu_ held)
+    ClusterPeer p;
+    if (value != nullptr && ReadEntry(*value, &p)) {
+      view_[key] = std::move(p);
+    } else {
+      view_.erase(key);  // (deleted, or not an engine's entry)
+    }
+  };
+  while (!Stopping()) {
+    EtcdClient::KeyValues kvs;
+    int64_t revision = 0;
+    Status s = etcd_.List(KeyOf(""), &kvs, &revision);
+    if (s.ok()) {
+      {
+        std::lock_guard lock(view_mu_);
+        view_.clear();
+        for (const auto& [key, value] : kvs) apply(key, &value);
+        view_current_ = true;
+      }
+      retry = kFirstRetry;
+      // (From the next revision on: nothing between the list and the watch is missed.)
+      s = etcd_.Watch(KeyOf(""), revision + 1, [&](const EtcdClient::WatchEvent& e) {
+        std::lock_guard lock(view_mu_);
+        apply(e.key, e.put ? &e.value : nullptr);
+      });
+    }
+    {
+      std::lock_guard lock(view_mu_);
+      view_current_ = false;  // (ListPeers asks etcd itself until the watch runs again)
+    }
+    if (s.code() == StatusCode::kCanceled) return;
+    XLOG(INFO) << "cluster metadata: the watch of " << url_ << " ended (" << s.message() << "); again in "
+               << retry.count() << " ms";
+    std::unique_lock lock(mu_);
+    wake_.wait_for(lock, retry, [&] { return stop_; });
+    retry = std::min<std::chrono::milliseconds>(retry * 2, 1000ms);
+  }
 }
 
 }  // namespace xfer::metadata

@@ -1,6 +1,8 @@
 #include "metadata/etcd_client.h"
 
 #include <curl/curl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <memory>
@@ -203,18 +205,26 @@ Status EtcdClient::Get(const std::string& key, std::string* value, bool* found) 
   return s;
 }
 
-Status EtcdClient::List(const std::string& prefix, KeyValues* out) {
-  // Every key in [prefix, prefix with its last byte + 1): those that start with prefix.
+namespace {
+
+// The end of the key range that holds every key starting with prefix.
+std::string RangeEnd(const std::string& prefix) {
   std::string end = prefix;
   while (!end.empty() && static_cast<uint8_t>(end.back()) == 0xff) end.pop_back();
   if (!end.empty()) end.back() = static_cast<char>(end.back() + 1);
-  return Range(json{{"key", Base64Encode(prefix)}, {"range_end", Base64Encode(end.empty() ? std::string(1, '\0') : end)}},
-               out);
+  return end.empty() ? std::string(1, '\0') : end;
 }
 
-Status EtcdClient::Range(const json& request, KeyValues* out) {
+}  // namespace
+
+Status EtcdClient::List(const std::string& prefix, KeyValues* out, int64_t* revision) {
+  return Range(json{{"key", Base64Encode(prefix)}, {"range_end", Base64Encode(RangeEnd(prefix))}}, out, revision);
+}
+
+Status EtcdClient::Range(const json& request, KeyValues* out, int64_t* revision) {
   out->clear();
   return Call("/v3/kv/range", request, [&](const json& j) {
+    if (revision != nullptr) *revision = Int(j.at("header"), "revision");
     if (!j.contains("kvs")) return Status::Ok();
     for (const json& kv : j.at("kvs")) {
       std::string key, value;
@@ -226,6 +236,134 @@ Status EtcdClient::Range(const json& request, KeyValues* out) {
     }
     return Status::Ok();
   });
+}
+
+namespace {
+
+// A watch stream as curl delivers it: newline-delimited JSON objects, each a WatchResponse.
+struct WatchStream {
+  const std::function<void(const EtcdClient::WatchEvent&)>* on_event;
+  std::string pending;  // a line not complete yet
+  Status ended;         // why the stream is to end (set: the write callback aborts it)
+  std::atomic<int>* socket;
+
+  // One WatchResponse; false ends the stream (ended says why).
+  bool Take(const std::string& line) {
+    const json j = json::parse(line, nullptr, false);
+    try {
+      if (j.is_discarded() || !j.contains("result")) {
+        const std::string what = !j.is_discarded() && j.contains("error") ? j.at("error").dump() : line.substr(0, 200);
+        ended = {StatusCode::kInternal, "etcd watch: " + what};
+        return false;
+      }
+      const json& r = j.at("result");
+      if (r.value("canceled", false)) {  // (e.g. its start was compacted away: list again)
+        ended = {StatusCode::kInternal, "etcd canceled the watch: " + r.value("cancel_reason", std::string("compacted"))};
+        return false;
+      }
+      if (!r.contains("events")) return true;
+      for (const json& ev : r.at("events")) {
+        EtcdClient::WatchEvent e;
+        e.put = ev.value("type", std::string("PUT")) != "DELETE";
+        const json& kv = ev.at("kv");
+        if (!Base64Decode(kv.at("key").get<std::string>(), &e.key) ||
+            !Base64Decode(kv.value("value", std::string()), &e.value)) {
+          ended = {StatusCode::kInternal, "etcd watch: a key or value is not base64"};
+          return false;
+        }
+        (*on_event)(e);
+      }
+    } catch (const json::exception& e) {
+      ended = {StatusCode::kInternal, std::string("etcd watch: an answer it should not give: ") + e.what()};
+      return false;
+    }
+    return true;
+  }
+
+  static size_t Write(char* data, size_t size, size_t n, void* self) {
+    auto* w = static_cast<WatchStream*>(self);
+    w->pending.append(data, size * n);
+    for (size_t eol; (eol = w->pending.find('\n')) != std::string::npos;) {
+      const std::string line = w->pending.substr(0, eol);
+      w->pending.erase(0, eol + 1);
+      if (!line.empty() && !w->Take(line)) return 0;  // (curl then ends the transfer)
+    }
+    return size * n;
+  }
+
+  // The watch's own socket, known (under socket_mu) from its opening to its closing, so that
+  // StopWatch can shut it down and never touches a descriptor reused by then.
+  std::mutex* socket_mu;
+  static curl_socket_t Open(void* self, curlsocktype, curl_sockaddr* a) {
+    auto* w = static_cast<WatchStream*>(self);
+    std::lock_guard lock(*w->socket_mu);
+    const int fd = ::socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    w->socket->store(fd);
+    return fd < 0 ? CURL_SOCKET_BAD : fd;
+  }
+  static int Close(void* self, curl_socket_t fd) {
+    auto* w = static_cast<WatchStream*>(self);
+    std::lock_guard lock(*w->socket_mu);
+    if (w->socket->load() == fd) w->socket->store(-1);
+    return ::close(fd);
+  }
+};
+
+}  // namespace
+
+Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
+                         const std::function<void(const WatchEvent&)>& on_event) {
+  const json request{{"create_request",
+                      {{"key", Base64Encode(prefix)}, {"range_end", Base64Encode(RangeEnd(prefix))},
+                       {"start_revision", std::to_string(start_revision)}}}};
+  const std::string body = request.dump();
+  std::string last_error;
+  const size_t first = current_.load();
+  for (size_t k = 0; k < endpoints_.size() && !watch_stopped_.load(); ++k) {
+    const size_t at = (first + k) % endpoints_.size();
+    const std::string url = "http://" + endpoints_[at] + "/v3/watch";
+    std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), curl_easy_cleanup);
+    std::unique_ptr<curl_slist, void (*)(curl_slist*)> headers(
+        curl_slist_append(nullptr, "Content-Type: application/json"), curl_slist_free_all);
+    if (!curl) return {StatusCode::kResourceExhausted, "etcd: curl_easy_init failed"};
+    WatchStream w{&on_event, {}, {}, &watch_socket_, &watch_socket_mu_};
+    curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
+    curl_easy_setopt(curl.get(), CURLOPT_HTTPHEADER, headers.get());
+    curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDS, body.c_str());
+    curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, WatchStream::Write);
+    curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &w);
+    curl_easy_setopt(curl.get(), CURLOPT_OPENSOCKETFUNCTION, WatchStream::Open);
+    curl_easy_setopt(curl.get(), CURLOPT_OPENSOCKETDATA, &w);
+    curl_easy_setopt(curl.get(), CURLOPT_CLOSESOCKETFUNCTION, WatchStream::Close);
+    curl_easy_setopt(curl.get(), CURLOPT_CLOSESOCKETDATA, &w);
+    curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_.count()));
+    curl_easy_setopt(curl.get(), CURLOPT_TCP_KEEPALIVE, 1L);  // (an etcd host that vanished: ~10 s)
+    curl_easy_setopt(curl.get(), CURLOPT_TCP_KEEPIDLE, 5L);
+    curl_easy_setopt(curl.get(), CURLOPT_TCP_KEEPINTVL, 2L);
+    curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl.get(), CURLOPT_NOPROXY, "*");
+    const CURLcode rc = curl_easy_perform(curl.get());
+    curl.reset();  // (closes its socket now, while w is alive)
+    if (watch_stopped_.load()) return {StatusCode::kCanceled, "etcd watch: stopped"};
+    if (!w.ended.ok()) return w.ended;
+    if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_OPERATION_TIMEDOUT || rc == CURLE_COULDNT_RESOLVE_HOST) {
+      last_error = endpoints_[at] + ": " + curl_easy_strerror(rc);
+      continue;  // (the next endpoint)
+    }
+    current_.store(at);
+    return {StatusCode::kNotConnected, "etcd watch at " + endpoints_[at] + " ended: " +
+                                           (rc == CURLE_OK ? std::string("the server closed it") : curl_easy_strerror(rc))};
+  }
+  if (watch_stopped_.load()) return {StatusCode::kCanceled, "etcd watch: stopped"};
+  return {StatusCode::kNotConnected, "etcd unreachable (" + last_error + ")"};
+}
+
+void EtcdClient::StopWatch() {
+  watch_stopped_.store(true);
+  std::lock_guard lock(watch_socket_mu_);
+  const int fd = watch_socket_.load();
+  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);  // (curl owns it, and closes it)
 }
 
 Status EtcdClient::Delete(const std::string& key) {

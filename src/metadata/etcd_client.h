@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,8 +43,23 @@ class EtcdClient {
   Status Revoke(int64_t lease);  // deletes the keys attached to it
   Status Put(const std::string& key, const std::string& value, int64_t lease = 0);
   Status Get(const std::string& key, std::string* value, bool* found);
-  Status List(const std::string& prefix, KeyValues* out);  // every key that starts with prefix
+  // Every key that starts with prefix; *revision (when given): etcd's revision at the time.
+  Status List(const std::string& prefix, KeyValues* out, int64_t* revision = nullptr);
   Status Delete(const std::string& key);
+
+  // A change under a watched prefix.
+  struct WatchEvent {
+    bool put = true;  // false: deleted (a lease ran out, a revoke, a delete)
+    std::string key, value;
+  };
+  // Streams every change under prefix from start_revision on to on_event (on this thread),
+  // until the stream ends: etcd went away (kNotConnected), canceled it, e.g. because that
+  // revision was compacted (kInternal: list again), or StopWatch (kCanceled). One watch at a
+  // time per client.
+  Status Watch(const std::string& prefix, int64_t start_revision,
+               const std::function<void(const WatchEvent&)>& on_event);
+  // Ends the watch under way, and every later one, at once (any thread).
+  void StopWatch();
 
   // The endpoint that answered last ("host:port").
   std::string endpoint() const { return endpoints_[current_.load() % endpoints_.size()]; }
@@ -55,11 +71,14 @@ class EtcdClient {
   Status Call(const char* path, const nlohmann::json& body,
               const std::function<Status(const nlohmann::json&)>& read = nullptr);
 
-  Status Range(const nlohmann::json& request, KeyValues* out);
+  Status Range(const nlohmann::json& request, KeyValues* out, int64_t* revision = nullptr);
 
   const std::vector<std::string> endpoints_;
   const std::chrono::milliseconds timeout_;
   std::atomic<size_t> current_{0};
+  std::atomic<bool> watch_stopped_{false};
+  std::mutex watch_socket_mu_;
+  std::atomic<int> watch_socket_{-1};  // the watch's connection, while one runs (watch_socket_mu_)
 };
 
 }  // namespace xfer::metadata

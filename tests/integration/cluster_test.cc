@@ -188,6 +188,39 @@ TEST_F(ClusterTest, TransfersGoOnWhileEtcdIsDownAndEnginesPublishAgainWhenItRetu
   XT_EXPECT_OK(decode.TransferSync("prefill-0", Op::kRead, {{into.addr(), r.addr, r.len}}, 5s));
 }
 
+TEST_F(ClusterTest, ListPeersAnswersFromAWatchThatFollowsEveryChange) {
+  xfer::Engine decode;
+  XT_ASSERT_OK(decode.Initialize("127.0.0.1:0", Named("decode-0")));
+  ASSERT_TRUE(Entry(decode, "decode-0").has_value());  // (the first ListPeers starts the watch)
+  PeerProcess prefill;
+  std::string err;
+  ASSERT_TRUE(prefill.Start(PeerNamed("prefill-0"), &err)) << err;
+  ASSERT_TRUE(PollUntil([&] { return Entry(decode, "prefill-0").has_value(); }, 5s));
+  prefill.Alloc(4096, "kv");  // (its tags change: the watch sees the new entry)
+  ASSERT_TRUE(PollUntil([&] {
+    auto p = Entry(decode, "prefill-0");
+    return p && p->tags == std::vector<std::string>{"kv"};
+  }, 5s));
+
+  // etcd hangs: the watch's view still answers, at once; an engine without a watch yet waits
+  // for etcd (a second per endpoint) and fails.
+  etcd_.Freeze();
+  const auto t0 = Clock::now();
+  EXPECT_TRUE(Entry(decode, "prefill-0").has_value());
+  EXPECT_LT(SecondsSince(t0), 0.5);
+  xfer::Engine newcomer;
+  XT_ASSERT_OK(newcomer.Initialize("127.0.0.1", Named("")));
+  std::vector<ClusterPeer> peers;
+  XT_EXPECT_CODE(newcomer.ListPeers(&peers), StatusCode::kNotConnected);
+  etcd_.Thaw();
+
+  // A killed engine leaves the view when etcd deletes its entry (its lease ran out).
+  prefill.KillNow();
+  const auto killed = Clock::now();
+  ASSERT_TRUE(PollUntil([&] { return !Entry(decode, "prefill-0").has_value(); }, 10s));
+  EXPECT_LT(SecondsSince(killed), 4.0);
+}
+
 TEST_F(ClusterTest, OneEndpointOfTwoDownIsPassedOver) {
   const std::string url = "etcd://127.0.0.1:" + std::to_string(UnusedPort()) + "," + etcd_.endpoint() + "/test";
   xfer::Engine a, b;

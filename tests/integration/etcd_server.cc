@@ -54,9 +54,17 @@ bool EtcdServer::Restart(bool fresh, std::string* error) {
 
 void EtcdServer::Kill() {
   if (pid_ <= 0) return;
-  kill(pid_, SIGKILL);
+  kill(pid_, SIGKILL);  // (a frozen one too)
   waitpid(pid_, nullptr, 0);
   pid_ = -1;
+}
+
+void EtcdServer::Freeze() {
+  if (pid_ > 0) kill(pid_, SIGSTOP);
+}
+
+void EtcdServer::Thaw() {
+  if (pid_ > 0) kill(pid_, SIGCONT);
 }
 
 bool EtcdServer::Launch(std::string* error) {

@@ -22,6 +22,9 @@ class EtcdServer {
   bool Start(std::string* error);
   // SIGKILL, as a crash would.
   void Kill();
+  // SIGSTOP / SIGCONT: an etcd that hangs (its connections stay open and answer nothing).
+  void Freeze();
+  void Thaw();
   // Starts it again on the same ports; fresh: with an empty data directory (etcd lost every
   // key and lease), else with the data it had.
   bool Restart(bool fresh, std::string* error);
