@@ -293,3 +293,34 @@ def test_releasing_a_running_transfer_waits_until_it_stopped():
         assert h.request.done(), "released while its bytes may still move"
         with pytest.raises(nixl.nixlInvalidParamError):
             d.check_xfer_state(h)
+
+
+def test_metadata_through_etcd_as_nixl_reads_it_from_its_environment(etcd, monkeypatch):
+    """NIXL's etcd flow: NIXL_ETCD_ENDPOINTS set, send_local_metadata() and
+    fetch_remote_metadata(name) without an address, then check_remote_metadata until it came."""
+    endpoint = etcd[len("etcd://"):].split("/")[0]
+    monkeypatch.setenv("NIXL_ETCD_ENDPOINTS", f"http://{endpoint}")
+    monkeypatch.setenv("NIXL_ETCD_NAMESPACE", "/nixl/pytest")
+    target = nixl_agent("target", nixl_agent_config(True, True, 0))
+    kv = np.full(4 * BLOCK, 7, np.uint8)
+    target.register_memory([(kv.ctypes.data, kv.nbytes, 0, "")], "DRAM")
+    target.send_local_metadata()
+    initiator = nixl_agent("initiator")
+    initiator.fetch_remote_metadata("target")
+    initiator.fetch_remote_metadata("late")           # (not there yet: looked up until it is)
+    wait_for(lambda: initiator.check_remote_metadata("target"))
+    assert not initiator.check_remote_metadata("late")
+    room = np.zeros_like(kv)
+    initiator.register_memory([(room.ctypes.data, room.nbytes, 0, "")], "DRAM")
+    h = initiator.initialize_xfer("READ", initiator.get_xfer_descs(blocks(room), "DRAM"),
+                                  initiator.get_xfer_descs(blocks(kv), "DRAM"), "target", b"UUID")
+    initiator.transfer(h)
+    wait_for(lambda: initiator.check_xfer_state(h) == "DONE")
+    assert (room == 7).all()
+    wait_for(lambda: target.check_remote_xfer_done("initiator", b"UUID"))
+    late = nixl_agent("late")
+    wait_for(lambda: initiator.check_remote_metadata("late"))
+    late.close()
+    with pytest.raises(nixl.nixlNotSupportedError):  # (no address and no etcd: as before)
+        monkeypatch.delenv("NIXL_ETCD_ENDPOINTS")
+        nixl_agent("plain").fetch_remote_metadata("target")

@@ -56,6 +56,12 @@ def _await_request(self):
 Request.__await__ = _await_request
 
 
+def _cluster_name(name):
+    """A name as a cluster name (xfer.mooncake's segments, xfer.nixl's agents): its letters,
+    digits, '.', '_' and '-' as they are, anything else (':' of host:port) as '_'."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in name)[:128] or "_"
+
+
 class Connecting:
     """A connect under way (Engine.connect_async). done() polls it; wait() returns once it
     connected and raises its error (e.g. xfer.AlreadyConnectedError) once it failed."""

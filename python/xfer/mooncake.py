@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 
-from . import Engine, XferError
+from . import Engine, XferError, _cluster_name
 
 log = logging.getLogger("xfer.mooncake")
 
@@ -461,12 +461,6 @@ def _etcd_url(metadata_server, metadata_type=""):
     if "://" in metadata_server or metadata_type not in ("", "etcd") or not metadata_server:
         return None
     return "etcd://" + metadata_server
-
-
-def _cluster_name(segment_name):
-    """The cluster name a segment name is published under: its letters, digits, '.', '_' and
-    '-' as they are, anything else (':' of host:port) as '_'."""
-    return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in segment_name)[:128]
 
 
 def _encode_notify(notify):

@@ -9,7 +9,7 @@ import weakref
 
 import numpy as np
 
-from .. import Engine, XferError
+from .. import Engine, XferError, _cluster_name
 from .. import _errors
 from . import _bindings as nb
 from ._bindings import (DEFAULT_COMM_PORT, nixl_thread_sync_t, nixlRegDList,  # noqa: F401
@@ -21,6 +21,9 @@ log = logging.getLogger("xfer.nixl")
 HOST_ENV = "XFER_NIXL_HOST"            # the address this process's agents listen on
 TRANSPORT_ENV = "XFER_NIXL_TRANSPORT"  # forces one xfer transport, e.g. "tcp"
 SECRET_ENV = "XFER_SECRET_FILE"        # a shared secret: peers must prove they know it
+ETCD_ENV = "NIXL_ETCD_ENDPOINTS"       # NIXL's metadata server: etcd (http://host:port[,...])
+ETCD_NAMESPACE_ENV = "NIXL_ETCD_NAMESPACE"
+_FETCH_RETRY = 0.1                     # seconds between lookups of an agent not in etcd yet
 _MEMS = {"DRAM": nb.DRAM_SEG, "VRAM": nb.VRAM_SEG, "cpu": nb.DRAM_SEG, "cuda": nb.VRAM_SEG}
 _KIND = {nb.DRAM_SEG: "host", nb.VRAM_SEG: "cuda"}
 _OPS = ("READ", "WRITE")
@@ -119,6 +122,10 @@ class nixl_agent:
             options["secret_file"] = os.environ[SECRET_ENV]
         if os.environ.get(TRANSPORT_ENV):
             options["transport"] = os.environ[TRANSPORT_ENV]
+        self._etcd = _etcd_url()
+        if self._etcd:  # (the agent is published under its name from now on)
+            options.update(metadata=self._etcd, cluster_name=_cluster_name(self.name))
+        self._fetching = {}  # agent name -> (xfer.Connecting, when it started): etcd lookups
         host = os.environ.get(HOST_ENV) or host_address()
         try:
             self._engine = Engine(f"{host}:{port}", **options)
@@ -286,13 +293,39 @@ class nixl_agent:
         return int(self._engine.name.rsplit(":", 1)[1])
 
     def send_local_metadata(self, ip_addr="", port=DEFAULT_COMM_PORT):
-        """Sends this agent's metadata to the agent listening on ip_addr:port."""
+        """Sends this agent's metadata to the agent listening on ip_addr:port. Without ip_addr,
+        to etcd (NIXL_ETCD_ENDPOINTS), where the agent is published from its creation on."""
+        if not ip_addr and self._etcd:
+            return
         self._listener_call("send_local_metadata", ip_addr, port, Message.METADATA)
 
     def fetch_remote_metadata(self, remote_agent, ip_addr="", port=DEFAULT_COMM_PORT, label=""):
-        """Asks the agent listening on ip_addr:port for its metadata; check_remote_metadata
-        says when it came."""
+        """Asks the agent listening on ip_addr:port for its metadata (without ip_addr: looks it
+        up in etcd until it is there); check_remote_metadata says when it came."""
+        if not ip_addr and self._etcd:
+            name = _name(remote_agent)
+            self._fetching[name] = (self._engine.connect_async(_cluster_name(name), 10.0), time.monotonic())
+            return
         self._listener_call("fetch_remote_metadata", ip_addr, port, Message.ASK)
+
+    def _fetched(self, name):
+        """Moves an etcd lookup of that agent on: remembered once connected; looked up again
+        (every 0.1 s at most) while etcd does not list it."""
+        pending = self._fetching.get(name)
+        if pending is None or not pending[0].done():
+            return
+        connecting, started = pending
+        try:
+            connecting.wait(0)
+        except _errors.AlreadyConnectedError:
+            pass
+        except XferError as e:
+            if time.monotonic() - started >= _FETCH_RETRY:
+                log.debug("xfer.nixl: %s is not in etcd yet (%s)", name, e)
+                self._fetching[name] = (self._engine.connect_async(_cluster_name(name), 10.0), time.monotonic())
+            return
+        del self._fetching[name]
+        self._agents.remember(name, self._engine.peer_info(_cluster_name(name)).name)
 
     def invalidate_local_metadata(self, ip_addr="", port=DEFAULT_COMM_PORT):
         """Tells the agent at ip_addr:port (every known one when none is given) to forget us;
@@ -307,7 +340,7 @@ class nixl_agent:
 
     def _listener_call(self, what, ip_addr, port, kind):
         if not ip_addr:
-            raise nb.nixlNotSupportedError(f"{what}: a metadata server (etcd) is not supported yet; give ip_addr")
+            raise nb.nixlNotSupportedError(f"{what}: give ip_addr, or set {ETCD_ENV} for a metadata server")
         try:
             self._agents.tell(f"{ip_addr}:{port}", kind)
         except XferError as e:
@@ -326,6 +359,7 @@ class nixl_agent:
     def check_remote_metadata(self, agent, descs=None):
         """True once this agent has the agent's metadata and, when descs (an nixlXferDList) are
         given, the agent has registered memory that holds each of them."""
+        self._fetched(_name(agent))
         address = self._agents.address(_name(agent))
         if address is None or descs is None or len(descs) == 0:
             return address is not None
@@ -514,6 +548,17 @@ class nixl_agent:
                     del msgs[i]
                     return True
         return False
+
+
+def _etcd_url():
+    """xfer's etcd:// URL for NIXL's NIXL_ETCD_ENDPOINTS ("http://host:port[,...]") and
+    NIXL_ETCD_NAMESPACE (default /nixl/agents); None when no endpoint is set."""
+    endpoints = [e.strip() for e in os.environ.get(ETCD_ENV, "").split(",") if e.strip()]
+    if not endpoints:
+        return None
+    hosts = ",".join(e.split("://", 1)[-1].rstrip("/") for e in endpoints)
+    namespace = os.environ.get(ETCD_NAMESPACE_ENV, "/nixl/agents").strip("/")
+    return f"etcd://{hosts}/{namespace}"
 
 
 def _bytes(m):

@@ -104,6 +104,11 @@ class Agents:
             self._by_name[name] = address
         return name
 
+    def remember(self, name, address):
+        """An agent found elsewhere (etcd), connected already."""
+        with self._lock:
+            self._by_name[name] = address
+
     def address(self, name):
         with self._lock:
             return self._by_name.get(name)
