@@ -1,6 +1,7 @@
 #include "core/async_connects.h"
 
 #include <algorithm>
+#include <system_error>
 
 namespace xfer {
 
@@ -19,11 +20,20 @@ ConnectHandle AsyncConnects::Start(Work work) {
   }
   queue_.emplace_back(h, std::move(work));
   JoinExited();
-  if (idle_ == 0 && threads_.size() < max_threads_) {
-    threads_.emplace_back([this] { Run(); });
-  } else {
-    cv_.notify_one();
+  // (idle_ drops only once a woken thread runs: a burst must not count one idle thread twice)
+  if (queue_.size() > idle_ && threads_.size() < max_threads_) {
+    try {
+      threads_.emplace_back([this] { Run(); });
+    } catch (const std::system_error& e) {
+      if (threads_.empty()) {  // (no thread to run it at all)
+        queue_.pop_back();
+        outcomes_[h] = ConnectStatus{true, {StatusCode::kResourceExhausted,
+                                            std::string("ConnectAsync: cannot start a thread: ") + e.what()}};
+        return h;
+      }
+    }
   }
+  cv_.notify_one();
   return h;
 }
 

@@ -307,11 +307,11 @@ Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
 
 // ---------------------------------------------------------------- data path
 bool EngineImpl::LookupPeer(const std::string& remote, Peer* peer) {
-  if (directory_ && metadata::IsClusterName(remote)) return LookupByName(remote, peer);
-  if (remote == name_) {
+  if (remote == name_) {  // (first: a client-only engine's name has no port either)
     *peer = Peer{nullptr, self_};
     return true;
   }
+  if (directory_ && metadata::IsClusterName(remote)) return LookupByName(remote, peer);
   return peers_.Find(remote, peer);
 }
 

@@ -42,8 +42,15 @@ Status EngineImpl::ConnectByName(const std::string& name, std::chrono::milliseco
     XLOG(WARN) << s.message();
     return s;
   }
+  // (The lookup takes up to a second per etcd endpoint; Connect gets what is left of timeout.)
+  const auto deadline = DeadlineAfter(timeout);
   ClusterPeer peer;
-  if (Status s = directory_->Lookup(name, &peer); !s.ok()) {
+  Status s = directory_->Lookup(name, &peer);
+  if (s.ok() && metadata::IsClusterName(peer.address)) {  // (a name again: no loop through etcd)
+    s = {StatusCode::kInternal, "the entry of '" + name + "' at " + directory_->url() +
+                                    " has no host:port address: '" + peer.address + "'"};
+  }
+  if (!s.ok()) {
     XLOG(WARN) << "Connect: " << s.message();
     return {s.code(), "Connect: " + s.message()};
   }
@@ -51,7 +58,11 @@ Status EngineImpl::ConnectByName(const std::string& name, std::chrono::milliseco
     std::lock_guard lock(names_mu_);
     addresses_[name] = peer.address;
   }
-  return Connect(peer.address, timeout);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (left.count() <= 0) {
+    return {StatusCode::kTimeout, "Connect: looking '" + name + "' up in etcd took the whole timeout"};
+  }
+  return Connect(peer.address, left);
 }
 
 bool EngineImpl::LookupByName(const std::string& name, Peer* peer) {

@@ -52,7 +52,8 @@ class EtcdDirectory final : public Directory {
  private:
   std::string KeyOf(const std::string& name) const { return prefix_ + "/engines/" + name; }
   std::string Entry() const;  // this engine's value (JSON)
-  Status Publish();           // a lease when there is none, then the entry under it
+  Status Publish();           // a lease when there is none (else renewed), then the entry under it
+  Status Renew();             // the lease kept alive (published again when it ran out)
   void Keep();                // the thread
 
   void Watch();               // the watcher thread: keeps view_ current
@@ -70,6 +71,7 @@ class EtcdDirectory final : public Directory {
   bool stop_ = false;   // (mu_)
   bool dirty_ = false;  // (mu_) the tags changed since the last Put
   int64_t lease_ = 0;   // the thread's (and StartPublishing's, before it runs; Stop's after)
+  bool start_published_ = false;  // StartPublishing's Publish succeeded
   std::thread thread_;
   std::thread watcher_;  // (mu_) started by the first List
   std::mutex view_mu_;
@@ -102,6 +104,7 @@ Status Directory::Start(Options options, std::unique_ptr<Directory>* out) {
 Status EtcdDirectory::StartPublishing() {
   if (options_.self.name.empty()) return Status::Ok();
   Status s = Publish();
+  start_published_ = s.ok();
   if (!s.ok()) {
     if (options_.required) {
       return {s.code(), "cannot publish '" + options_.self.name + "' at " + url_ + ": " + s.message() +
@@ -155,39 +158,53 @@ std::string EtcdDirectory::Entry() const {
 Status EtcdDirectory::Publish() {
   const std::string key = KeyOf(options_.self.name);
   // (The entry of an engine that had this name before, if its lease still runs, is replaced.)
-  if (lease_ != 0) {
-    Status s = etcd_.Put(key, Entry(), lease_);
+  if (lease_ != 0) {  // renewed first: after an outage it may be about to run out, or gone
+    int64_t ttl_left = 0;
+    Status s = etcd_.KeepAlive(lease_, &ttl_left);
+    if (s.ok() && ttl_left > 0) s = etcd_.Put(key, Entry(), lease_);
     if (s.ok() || s.code() == StatusCode::kNotConnected) return s;
-    lease_ = 0;  // (refused: the lease ran out while etcd was away, or etcd lost it)
+    lease_ = 0;  // (gone, or refused: the lease ran out while etcd was away, or etcd lost it)
   }
   if (Status s = etcd_.Grant(options_.ttl.count(), &lease_); !s.ok()) return s;
   return etcd_.Put(key, Entry(), lease_);
 }
 
+Status EtcdDirectory::Renew() {
+  int64_t ttl_left = 0;
+  Status s = etcd_.KeepAlive(lease_, &ttl_left);
+  if (s.ok() && ttl_left == 0) {  // (etcd was away longer than the lease: it expired)
+    XLOG(WARN) << "cluster metadata: the lease of '" << options_.self.name << "' expired; publishing again";
+    lease_ = 0;
+    s = Publish();
+  }
+  return s;
+}
+
 void EtcdDirectory::Keep() {
-  const auto period = std::max<std::chrono::milliseconds>(options_.ttl / 3, 100ms);
-  bool published = lease_ != 0;  // (Start's attempt)
-  bool down = !published;        // logged once per outage
+  // The lease is renewed every third of its time to live whatever else happens; tag changes
+  // are published as they come (those close together once).
+  const auto period = std::max<std::chrono::milliseconds>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_.ttl) / 3, 100ms);
+  bool published = start_published_;
+  bool down = !published;  // logged once per outage
   auto retry = kFirstRetry;
+  auto next_renewal = std::chrono::steady_clock::now() + period;
   std::unique_lock lock(mu_);
   for (;;) {
-    wake_.wait_for(lock, published ? period : retry, [&] { return stop_ || (published && dirty_); });
+    const auto until = published ? next_renewal : std::chrono::steady_clock::now() + retry;
+    wake_.wait_until(lock, until, [&] { return stop_ || (published && dirty_); });
     if (stop_) return;
     const bool republish = !published || dirty_;
     dirty_ = false;
     lock.unlock();
+    const bool renew = !republish && std::chrono::steady_clock::now() >= next_renewal;
     Status s;
     if (republish) {
-      s = Publish();
-    } else {
-      int64_t ttl_left = 0;
-      s = etcd_.KeepAlive(lease_, &ttl_left);
-      if (s.ok() && ttl_left == 0) {  // (etcd was away longer than the lease: it expired)
-        XLOG(WARN) << "cluster metadata: the lease of '" << options_.self.name << "' expired; publishing again";
-        lease_ = 0;
-        s = Publish();
-      }
+      s = Publish();  // (renews the lease too)
+    } else if (renew) {
+      s = Renew();
     }
+    if (s.ok() && (republish || renew)) next_renewal = std::chrono::steady_clock::now() + period;
     lock.lock();
     published = s.ok();
     if (!s.ok()) {
@@ -282,8 +299,10 @@ void EtcdDirectory::Watch() {
       view_current_ = false;  // (ListPeers asks etcd itself until the watch runs again)
     }
     if (s.code() == StatusCode::kCanceled) return;
-    XLOG(INFO) << "cluster metadata: the watch of " << url_ << " ended (" << s.message() << "); again in "
-               << retry.count() << " ms";
+    if (retry == kFirstRetry) {  // (once per outage: then it retries quietly, with back-off)
+      XLOG(INFO) << "cluster metadata: the watch of " << url_ << " ended (" << s.message()
+                 << "); ListPeers asks etcd itself until it runs again";
+    }
     std::unique_lock lock(mu_);
     wake_.wait_for(lock, retry, [&] { return stop_; });
     retry = std::min<std::chrono::milliseconds>(retry * 2, 1000ms);

@@ -147,19 +147,28 @@ Status EtcdClient::Call(const char* path, const json& request,
       last_error = endpoints_[at] + ": " + curl_easy_strerror(rc);
       continue;
     }
-    current_.store(at);
     long http = 0;
     curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &http);
     const std::string where = "etcd at " + endpoints_[at] + path;
     const json j = json::parse(reply, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      return {StatusCode::kInternal, where + " answered HTTP " + std::to_string(http) + " with no JSON object"};
+    if (j.is_discarded() || !j.is_object()) {  // (not etcd, or a proxy's error page: the next one)
+      last_error = where + " answered HTTP " + std::to_string(http) + " with no JSON object";
+      continue;
     }
     if (j.contains("error") || http != 200) {
       const auto message = j.find("message");
       const std::string what = message != j.end() && message->is_string() ? message->get<std::string>() : j.dump();
+      // A member that cannot serve now (no leader, a timeout: gRPC's UNAVAILABLE 14 and
+      // DEADLINE_EXCEEDED 4, or an HTTP 5xx): the next endpoint may.
+      const int code = j.value("code", 0);
+      if (http >= 500 || code == 14 || code == 4) {
+        last_error = where + ": " + what;
+        continue;
+      }
+      current_.store(at);
       return {StatusCode::kInternal, where + " refused: " + what};
     }
+    current_.store(at);
     if (!read) return Status::Ok();
     try {
       return read(j);
@@ -240,12 +249,13 @@ Status EtcdClient::Range(const json& request, KeyValues* out, int64_t* revision)
 
 namespace {
 
+constexpr size_t kMaxWatchLine = 64 << 20;  // a watch answer longer than this ends the watch
+
 // A watch stream as curl delivers it: newline-delimited JSON objects, each a WatchResponse.
 struct WatchStream {
   const std::function<void(const EtcdClient::WatchEvent&)>* on_event;
   std::string pending;  // a line not complete yet
   Status ended;         // why the stream is to end (set: the write callback aborts it)
-  std::atomic<int>* socket;
 
   // One WatchResponse; false ends the stream (ended says why).
   bool Take(const std::string& line) {
@@ -283,6 +293,10 @@ struct WatchStream {
   static size_t Write(char* data, size_t size, size_t n, void* self) {
     auto* w = static_cast<WatchStream*>(self);
     w->pending.append(data, size * n);
+    if (w->pending.size() > kMaxWatchLine && w->pending.find('\n') == std::string::npos) {
+      w->ended = {StatusCode::kInternal, "etcd watch: an answer of more than 64 MiB"};
+      return 0;
+    }
     for (size_t eol; (eol = w->pending.find('\n')) != std::string::npos;) {
       const std::string line = w->pending.substr(0, eol);
       w->pending.erase(0, eol + 1);
@@ -291,20 +305,30 @@ struct WatchStream {
     return size * n;
   }
 
-  // The watch's own socket, known (under socket_mu) from its opening to its closing, so that
-  // StopWatch can shut it down and never touches a descriptor reused by then.
-  std::mutex* socket_mu;
+  // The watch's own sockets, known (under the client's lock) from their opening to their
+  // closing, so that StopWatch can shut them down and never touches a descriptor reused by
+  // then; none opens once the watch was stopped.
+  EtcdClient::WatchSockets* sockets;
   static curl_socket_t Open(void* self, curlsocktype, curl_sockaddr* a) {
-    auto* w = static_cast<WatchStream*>(self);
-    std::lock_guard lock(*w->socket_mu);
+    EtcdClient::WatchSockets& ws = *static_cast<WatchStream*>(self)->sockets;
+    std::lock_guard lock(ws.mu);
+    if (ws.stopped) return CURL_SOCKET_BAD;
     const int fd = ::socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
-    w->socket->store(fd);
-    return fd < 0 ? CURL_SOCKET_BAD : fd;
+    if (fd < 0) return CURL_SOCKET_BAD;
+    ws.open.insert(fd);
+    return fd;
+  }
+  // (A socket still connecting when StopWatch shut it down is not stopped by that: curl asks
+  // this about once a second, and the watch ends then.)
+  static int Progress(void* self, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+    EtcdClient::WatchSockets& ws = *static_cast<WatchStream*>(self)->sockets;
+    std::lock_guard lock(ws.mu);
+    return ws.stopped ? 1 : 0;
   }
   static int Close(void* self, curl_socket_t fd) {
-    auto* w = static_cast<WatchStream*>(self);
-    std::lock_guard lock(*w->socket_mu);
-    if (w->socket->load() == fd) w->socket->store(-1);
+    EtcdClient::WatchSockets& ws = *static_cast<WatchStream*>(self)->sockets;
+    std::lock_guard lock(ws.mu);
+    ws.open.erase(fd);
     return ::close(fd);
   }
 };
@@ -319,14 +343,14 @@ Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
   const std::string body = request.dump();
   std::string last_error;
   const size_t first = current_.load();
-  for (size_t k = 0; k < endpoints_.size() && !watch_stopped_.load(); ++k) {
+  for (size_t k = 0; k < endpoints_.size() && !WatchStopped(); ++k) {
     const size_t at = (first + k) % endpoints_.size();
     const std::string url = "http://" + endpoints_[at] + "/v3/watch";
     std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), curl_easy_cleanup);
     std::unique_ptr<curl_slist, void (*)(curl_slist*)> headers(
         curl_slist_append(nullptr, "Content-Type: application/json"), curl_slist_free_all);
     if (!curl) return {StatusCode::kResourceExhausted, "etcd: curl_easy_init failed"};
-    WatchStream w{&on_event, {}, {}, &watch_socket_, &watch_socket_mu_};
+    WatchStream w{&on_event, {}, {}, &watch_sockets_};
     curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
     curl_easy_setopt(curl.get(), CURLOPT_HTTPHEADER, headers.get());
     curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDS, body.c_str());
@@ -337,15 +361,18 @@ Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
     curl_easy_setopt(curl.get(), CURLOPT_OPENSOCKETDATA, &w);
     curl_easy_setopt(curl.get(), CURLOPT_CLOSESOCKETFUNCTION, WatchStream::Close);
     curl_easy_setopt(curl.get(), CURLOPT_CLOSESOCKETDATA, &w);
+    curl_easy_setopt(curl.get(), CURLOPT_XFERINFOFUNCTION, WatchStream::Progress);
+    curl_easy_setopt(curl.get(), CURLOPT_XFERINFODATA, &w);
+    curl_easy_setopt(curl.get(), CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_.count()));
-    curl_easy_setopt(curl.get(), CURLOPT_TCP_KEEPALIVE, 1L);  // (an etcd host that vanished: ~10 s)
+    curl_easy_setopt(curl.get(), CURLOPT_TCP_KEEPALIVE, 1L);  // (an etcd host that vanished: ~25 s)
     curl_easy_setopt(curl.get(), CURLOPT_TCP_KEEPIDLE, 5L);
     curl_easy_setopt(curl.get(), CURLOPT_TCP_KEEPINTVL, 2L);
     curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl.get(), CURLOPT_NOPROXY, "*");
     const CURLcode rc = curl_easy_perform(curl.get());
     curl.reset();  // (closes its socket now, while w is alive)
-    if (watch_stopped_.load()) return {StatusCode::kCanceled, "etcd watch: stopped"};
+    if (WatchStopped()) return {StatusCode::kCanceled, "etcd watch: stopped"};
     if (!w.ended.ok()) return w.ended;
     if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_OPERATION_TIMEDOUT || rc == CURLE_COULDNT_RESOLVE_HOST) {
       last_error = endpoints_[at] + ": " + curl_easy_strerror(rc);
@@ -355,15 +382,19 @@ Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
     return {StatusCode::kNotConnected, "etcd watch at " + endpoints_[at] + " ended: " +
                                            (rc == CURLE_OK ? std::string("the server closed it") : curl_easy_strerror(rc))};
   }
-  if (watch_stopped_.load()) return {StatusCode::kCanceled, "etcd watch: stopped"};
+  if (WatchStopped()) return {StatusCode::kCanceled, "etcd watch: stopped"};
   return {StatusCode::kNotConnected, "etcd unreachable (" + last_error + ")"};
 }
 
 void EtcdClient::StopWatch() {
-  watch_stopped_.store(true);
-  std::lock_guard lock(watch_socket_mu_);
-  const int fd = watch_socket_.load();
-  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);  // (curl owns it, and closes it)
+  std::lock_guard lock(watch_sockets_.mu);
+  watch_sockets_.stopped = true;
+  for (int fd : watch_sockets_.open) ::shutdown(fd, SHUT_RDWR);  // (curl owns them, and closes them)
+}
+
+bool EtcdClient::WatchStopped() {
+  std::lock_guard lock(watch_sockets_.mu);
+  return watch_sockets_.stopped;
 }
 
 Status EtcdClient::Delete(const std::string& key) {

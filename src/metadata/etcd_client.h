@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,9 +77,17 @@ class EtcdClient {
   const std::vector<std::string> endpoints_;
   const std::chrono::milliseconds timeout_;
   std::atomic<size_t> current_{0};
-  std::atomic<bool> watch_stopped_{false};
-  std::mutex watch_socket_mu_;
-  std::atomic<int> watch_socket_{-1};  // the watch's connection, while one runs (watch_socket_mu_)
+
+ public:
+  struct WatchSockets {  // (the watch's stream: etcd_client.cc)
+    std::mutex mu;
+    bool stopped = false;  // (mu) StopWatch was called
+    std::set<int> open;    // (mu) the watch's sockets, from their opening to their closing
+  };
+
+ private:
+  bool WatchStopped();
+  WatchSockets watch_sockets_;
 };
 
 }  // namespace xfer::metadata

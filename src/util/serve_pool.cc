@@ -2,6 +2,7 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -80,6 +81,11 @@ void ServePool::JoinExited() {
   exited_.clear();
 }
 
+bool ServePool::Saturated() {
+  std::lock_guard lock(workers_mu_);
+  return waiting_ == 0 && workers_.size() - exited_.size() >= max_threads_;
+}
+
 void ServePool::Work(Worker self) {
   const int idle_ms = static_cast<int>(idle_exit_.count());
   for (;;) {
@@ -93,24 +99,30 @@ void ServePool::Work(Worker self) {
     auto* e = n > 0 ? static_cast<Entry*>(ev.data.ptr) : nullptr;
     {
       std::lock_guard lock(workers_mu_);
+      --waiting_;
       if (e == nullptr) {  // Stop(), or epoll_wait failed
-        if (n < 0) XLOG(ERROR) << "serve pool: epoll_wait: " << std::strerror(errno);
-        --waiting_;
+        if (n < 0) {
+          XLOG(ERROR) << "serve pool: epoll_wait: " << std::strerror(errno);
+          if (!stopping_.load()) exited_.push_back(self);
+          threads_.store(workers_.size() - exited_.size());
+        }
         return;
       }
-      --waiting_;
     }
     AddWorkerIfNoneWaits();  // (the others may turn ready while this one is busy)
-    if (serve_(e->conn) == Next::kDone) {
-      delete e;
-    } else {
+    Next next = serve_(e->conn);
+    if (next == Next::kIdle) {
       epoll_event again{};
       again.events = kArmed;
       again.data.ptr = e;
       if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, e->fd, &again) != 0) {
-        XLOG(ERROR) << "serve pool: cannot watch a connection again: " << std::strerror(errno);
+        // (Never to be served again: end it here, its serve sees the end.)
+        XLOG(ERROR) << "serve pool: cannot watch a connection again (" << std::strerror(errno) << "); closing it";
+        ::shutdown(e->fd, SHUT_RDWR);
+        while (next == Next::kIdle) next = serve_(e->conn);
       }
     }
+    if (next == Next::kDone) delete e;
     std::lock_guard lock(workers_mu_);
     ++waiting_;
   }

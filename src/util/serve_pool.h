@@ -4,8 +4,9 @@
 // waits in the set again) or done (the caller closed it). Workers wait in epoll_wait
 // themselves, so a connection that turns ready costs one wake-up, as a thread of its own did.
 // There are as many workers as connections being served, plus one waiting, up to max_threads
-// (past that, ready connections wait for a worker to come free); a worker that waited
-// idle_exit for a connection while another waits too ends.
+// (past that, ready connections wait for a worker to come free, and serves should yield after
+// each unit of work: Saturated()); a worker that waited idle_exit for a connection while
+// another waits too ends.
 #pragma once
 
 #include <atomic>
@@ -42,6 +43,9 @@ class ServePool {
   // (shut down, and wait until each serve said kDone): a connection left behind is forgotten.
   void Stop();
   size_t threads() const { return threads_.load(); }
+  // Every worker is serving and no more may start: a serve should give its connection back
+  // after each unit of work (kIdle with data pending: it queues behind the other ready ones).
+  bool Saturated();
 
  private:
   struct Entry {

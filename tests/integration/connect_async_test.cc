@@ -86,6 +86,25 @@ TEST(ConnectAsync, OneThreadConnectsToManyPeersAtOnce) {
   EXPECT_EQ(AwaitAll(e, {again})[0].code(), StatusCode::kAlreadyConnected);
 }
 
+TEST(ConnectAsync, ABurstRunsAtOnceWhateverThreadsAreIdle) {
+  // 8 connects to a port that never answers (each waits out its 1 s timeout) right after one
+  // that left an idle connect thread: they run together, ~1 s in all, not one after another.
+  std::vector<SilentListener> silent(8);  // (one each: a second connect to one address is ALREADY_CONNECTED)
+  PeerProcess peer;
+  std::string err;
+  ASSERT_TRUE(peer.Start({}, &err)) << err;
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0"));
+  xfer::ConnectHandle first = 0;
+  XT_ASSERT_OK(e.ConnectAsync(peer.name(), 10s, &first));
+  XT_EXPECT_OK(AwaitAll(e, {first})[0]);  // (its thread is idle now)
+  std::vector<xfer::ConnectHandle> burst(8);
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < burst.size(); ++i) XT_ASSERT_OK(e.ConnectAsync(silent[i].name, 1s, &burst[i]));
+  for (const auto& s : AwaitAll(e, burst)) EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
+  EXPECT_LT(SecondsSince(t0), 4.0) << "the burst ran one connect at a time";
+}
+
 TEST(ConnectAsync, TimeoutsHoldAndFinalizeEndsConnectsStillWaiting) {
   SilentListener silent;
   xfer::Engine e;
@@ -101,8 +120,9 @@ TEST(ConnectAsync, TimeoutsHoldAndFinalizeEndsConnectsStillWaiting) {
 
   // 40 connects that would each wait 20 s: 16 run, the rest wait for a thread. Finalize
   // cancels those and ends the running ones (heartbeat timeout: 1 s), not 20 s later.
+  std::vector<SilentListener> more(40);
   std::vector<xfer::ConnectHandle> handles(40);
-  for (auto& hh : handles) XT_ASSERT_OK(e.ConnectAsync(silent.name, 20s, &hh));
+  for (size_t i = 0; i < handles.size(); ++i) XT_ASSERT_OK(e.ConnectAsync(more[i].name, 20s, &handles[i]));
   std::this_thread::sleep_for(100ms);
   const auto t1 = Clock::now();
   e.Finalize();

@@ -1,5 +1,6 @@
 #include "etcd_server.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,20 +85,26 @@ bool EtcdServer::Launch(std::string* error) {
                                    "--listen-peer-urls", peer,
                                    "--initial-advertise-peer-urls", peer,
                                    "--initial-cluster", "xfer-test=" + peer};
-  std::ofstream(log, std::ios::trunc).close();
+  // Everything the child needs is made before the fork: between fork and exec it only calls
+  // async-signal-safe functions (this process has threads that may hold allocator locks).
+  const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0) {
+    *error = "cannot open " + log;
+    return false;
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   pid_ = fork();
+  if (pid_ == 0) {
+    if (dup2(out, STDOUT_FILENO) < 0 || dup2(out, STDERR_FILENO) < 0) _exit(127);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  ::close(out);
   if (pid_ < 0) {
     *error = "fork failed";
     return false;
-  }
-  if (pid_ == 0) {
-    FILE* f = freopen(log.c_str(), "a", stderr);
-    if (f == nullptr || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) _exit(127);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
   }
   // Ready once it says it serves clients (it has elected itself leader by then).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);

@@ -286,9 +286,13 @@ void TcpTransport::Admit(Handshaking& h, StatusCode verdict) {
   }
   if (Status s = serving_.Add(svc->fd.get(), svc.get()); !s.ok()) {
     XLOG(WARN) << "tcp: closed the data connection from " << h.from << ": " << s.message();
+    {
+      std::lock_guard l(svc->fd_mu);
+      svc->fd.Reset();
+    }
     std::lock_guard l(services_mu_);
-    svc->fd.Reset();
     svc->done.store(true);
+    services_ended_.notify_all();
   }
 }
 
@@ -330,6 +334,9 @@ net::ServePool::Next TcpTransport::Serve(Service& svc) {
   static thread_local Frame f;  // (its buffers, reused)
   bool idle = false;
   while (ReadFrame(svc, svc.replied, &f, &why, &idle) && ServeFrame(svc, &f, &svc.replied, &why)) {
+    // Every thread busy: this connection's next batch queues behind the other connections
+    // that have one (a few busy connections cannot starve the rest).
+    if (serving_.Saturated()) return net::ServePool::Next::kIdle;
   }
   if (idle) return net::ServePool::Next::kIdle;
   if (!why.empty() && !svc.shut.load()) XLOG(WARN) << "tcp: closing a data connection: " << why;

@@ -112,9 +112,10 @@ class TcpTransport final : public Transport {
   // batches come at least every kServeGrace (so a busy connection is served as by a thread of
   // its own: handing a busy connection from thread to thread costs bandwidth, bench/RESULTS.md);
   // idle longer, it waits in the pool's epoll set and holds none. At most kMaxServeThreads;
-  // past it, connections with a batch wait for one to come free.
+  // past it, connections with a batch wait for one to come free, and each connection gives
+  // its thread up after every batch (busy ones cannot starve the others).
   static constexpr std::chrono::milliseconds kServeGrace{50};
-  static constexpr size_t kMaxServeThreads = 256;
+  static constexpr size_t kMaxServeThreads = 1024;
   size_t serve_threads() const { return serving_.threads(); }  // now
 
  private:

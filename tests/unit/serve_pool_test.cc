@@ -1,0 +1,111 @@
+// net::ServePool: idle connections hold no thread; busy ones cannot starve the others.
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "util/serve_pool.h"
+
+namespace xfer::net {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Conn {
+  int here = -1, there = -1;  // a socketpair: the pool serves `here`, the test writes `there`
+  std::atomic<int> bytes{0};
+  Conn() {
+    int sv[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    here = sv[0];
+    there = sv[1];
+  }
+  ~Conn() {
+    ::close(there);  // (here: closed by its serve, at the end it then sees)
+  }
+};
+
+// Serves as the tcp target does: while bytes keep coming within 50 ms, the connection keeps
+// its thread, unless every thread is busy (then it yields after each read).
+ServePool::Next ServeLikeTcp(ServePool& pool, Conn& c) {
+  char buf[256];
+  for (;;) {
+    const ssize_t n = ::recv(c.here, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0) {
+      ::close(c.here);
+      return ServePool::Next::kDone;
+    }
+    if (n > 0) {
+      c.bytes += static_cast<int>(n);
+      if (pool.Saturated()) return ServePool::Next::kIdle;
+      continue;
+    }
+    pollfd p{c.here, POLLIN, 0};
+    if (::poll(&p, 1, 50) == 0) return ServePool::Next::kIdle;
+  }
+}
+
+TEST(ServePool, BusyConnectionsCannotStarveTheOthersWhenEveryThreadServes) {
+  // Two threads at most; two connections get a byte every 5 ms (each would keep its thread
+  // for good), a third one byte: it is served all the same.
+  ServePool* self = nullptr;
+  ServePool pool([&](void* c) { return ServeLikeTcp(*self, *static_cast<Conn*>(c)); }, 2, 1000ms);
+  self = &pool;
+  ASSERT_TRUE(pool.Start().ok());
+  Conn busy1, busy2, quiet;
+  for (Conn* c : {&busy1, &busy2, &quiet}) ASSERT_TRUE(pool.Add(c->here, c).ok());
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    while (!stop.load()) {
+      (void)!::write(busy1.there, "x", 1);
+      (void)!::write(busy2.there, "x", 1);
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  std::this_thread::sleep_for(100ms);  // (both busy ones hold a thread now)
+  ASSERT_EQ(::write(quiet.there, "q", 1), 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (quiet.bytes.load() == 0 && std::chrono::steady_clock::now() - t0 < 3s) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(quiet.bytes.load(), 1) << "a connection waited behind two busy ones for 3 s";
+  EXPECT_LE(pool.threads(), 2u);
+  stop.store(true);
+  writer.join();
+  EXPECT_GT(busy1.bytes.load(), 10);
+  EXPECT_GT(busy2.bytes.load(), 10);
+  for (Conn* c : {&busy1, &busy2, &quiet}) ::shutdown(c->there, SHUT_RDWR);
+  std::this_thread::sleep_for(200ms);  // (each serve sees the end and closes its side)
+  pool.Stop();
+}
+
+TEST(ServePool, IdleConnectionsHoldNoThreadAndIdleThreadsEnd) {
+  ServePool* self = nullptr;
+  ServePool pool([&](void* c) { return ServeLikeTcp(*self, *static_cast<Conn*>(c)); }, 64, 200ms);
+  self = &pool;
+  ASSERT_TRUE(pool.Start().ok());
+  std::vector<std::unique_ptr<Conn>> conns;
+  for (int i = 0; i < 32; ++i) {
+    conns.push_back(std::make_unique<Conn>());
+    ASSERT_TRUE(pool.Add(conns.back()->here, conns.back().get()).ok());
+  }
+  for (auto& c : conns) ASSERT_EQ(::write(c->there, "abc", 3), 3);  // all busy at once
+  std::this_thread::sleep_for(20ms);
+  EXPECT_GT(pool.threads(), 2u);
+  // Idle: after their 50 ms grace and the 200 ms a waiting thread lingers, one is left.
+  const auto t0 = std::chrono::steady_clock::now();
+  while (pool.threads() > 1 && std::chrono::steady_clock::now() - t0 < 5s) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(pool.threads(), 1u);
+  for (auto& c : conns) EXPECT_EQ(c->bytes.load(), 3);
+  for (auto& c : conns) ::shutdown(c->there, SHUT_RDWR);
+  std::this_thread::sleep_for(200ms);
+  pool.Stop();
+}
+
+}  // namespace
+}  // namespace xfer::net
