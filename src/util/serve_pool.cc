@@ -55,10 +55,11 @@ void ServePool::AddWorkerIfNoneWaits() {
     workers_.emplace_back();
     const Worker self = std::prev(workers_.end());
     *self = std::thread([this, self] { Work(self); });
-    threads_.store(workers_.size());
+    Recount();
   } catch (const std::system_error& e) {
     --waiting_;
     workers_.pop_back();
+    Recount();
     XLOG(WARN) << "serve pool: cannot start a thread (" << e.what() << "); " << workers_.size()
                << " serve the connections";
   }
@@ -69,7 +70,7 @@ bool ServePool::ExitIfAnotherWaits(Worker self) {
   if (stopping_.load() || waiting_ < 2) return false;
   --waiting_;
   exited_.push_back(self);
-  threads_.store(workers_.size() - exited_.size());
+  Recount();
   return true;
 }
 
@@ -81,9 +82,10 @@ void ServePool::JoinExited() {
   exited_.clear();
 }
 
-bool ServePool::Saturated() {
-  std::lock_guard lock(workers_mu_);
-  return waiting_ == 0 && workers_.size() - exited_.size() >= max_threads_;
+void ServePool::Recount() {
+  const size_t live = workers_.size() - exited_.size();
+  threads_.store(live);
+  saturated_.store(waiting_ == 0 && live >= max_threads_, std::memory_order_relaxed);
 }
 
 void ServePool::Work(Worker self) {
@@ -104,10 +106,11 @@ void ServePool::Work(Worker self) {
         if (n < 0) {
           XLOG(ERROR) << "serve pool: epoll_wait: " << std::strerror(errno);
           if (!stopping_.load()) exited_.push_back(self);
-          threads_.store(workers_.size() - exited_.size());
         }
+        Recount();
         return;
       }
+      Recount();
     }
     AddWorkerIfNoneWaits();  // (the others may turn ready while this one is busy)
     Next next = serve_(e->conn);
@@ -125,6 +128,7 @@ void ServePool::Work(Worker self) {
     if (next == Next::kDone) delete e;
     std::lock_guard lock(workers_mu_);
     ++waiting_;
+    Recount();
   }
 }
 

@@ -45,7 +45,7 @@ class ServePool {
   size_t threads() const { return threads_.load(); }
   // Every worker is serving and no more may start: a serve should give its connection back
   // after each unit of work (kIdle with data pending: it queues behind the other ready ones).
-  bool Saturated();
+  bool Saturated() const { return saturated_.load(std::memory_order_relaxed); }
 
  private:
   struct Entry {
@@ -57,6 +57,7 @@ class ServePool {
   void AddWorkerIfNoneWaits();
   bool ExitIfAnotherWaits(Worker self);  // (a worker idle for idle_exit)
   void JoinExited();                     // (workers_mu_ held)
+  void Recount();                        // (workers_mu_ held) threads_ and saturated_
 
   const Serve serve_;
   const size_t max_threads_;
@@ -64,7 +65,8 @@ class ServePool {
   Fd epoll_;
   Fd wake_;  // an eventfd: readable once Stop() was called, for every worker
   std::atomic<bool> stopping_{false};
-  std::atomic<size_t> threads_{0};
+  std::atomic<size_t> threads_{0};       // workers not ended (Recount)
+  std::atomic<bool> saturated_{false};   // (Recount)
   std::mutex workers_mu_;
   size_t waiting_ = 0;               // (workers_mu_) workers in epoll_wait, or about to be
   std::list<std::thread> workers_;   // (workers_mu_)
