@@ -15,6 +15,7 @@ docs/python.md has the whole API; errors are XferError subclasses (xfer.TimeoutE
 """
 
 import asyncio as _asyncio
+import threading
 import time as _time
 
 from . import _errors, _memory
@@ -70,14 +71,16 @@ class Connecting:
         self.peer = peer
         self._engine, self._handle = engine, handle
         self._ended, self._error = False, None
+        self._lock = threading.Lock()  # (polled from several threads: the engine reports the end once)
 
     def done(self):
-        if not self._ended:
-            try:
-                self._ended = self._engine._connect_poll(self._handle)
-            except XferError as e:
-                self._ended, self._error = True, e
-        return self._ended
+        with self._lock:
+            if not self._ended:
+                try:
+                    self._ended = self._engine._connect_poll(self._handle)
+                except XferError as e:
+                    self._ended, self._error = True, e
+            return self._ended
 
     def wait(self, timeout=None):
         """Waits (polling every millisecond) until it ended; xfer.TimeoutError when it has not

@@ -161,8 +161,11 @@ Status EtcdDirectory::Publish() {
   if (lease_ != 0) {  // renewed first: after an outage it may be about to run out, or gone
     int64_t ttl_left = 0;
     Status s = etcd_.KeepAlive(lease_, &ttl_left);
-    if (s.ok() && ttl_left > 0) s = etcd_.Put(key, Entry(), lease_);
-    if (s.ok() || s.code() == StatusCode::kNotConnected) return s;
+    if (s.code() == StatusCode::kNotConnected) return s;
+    if (s.ok() && ttl_left > 0) {
+      s = etcd_.Put(key, Entry(), lease_);
+      if (s.ok() || s.code() == StatusCode::kNotConnected) return s;
+    }
     lease_ = 0;  // (gone, or refused: the lease ran out while etcd was away, or etcd lost it)
   }
   if (Status s = etcd_.Grant(options_.ttl.count(), &lease_); !s.ok()) return s;

@@ -23,6 +23,7 @@ Status ParseEtcdUrl(const std::string& url, EtcdUrl* out) {
                   "metadata '" + url + "': " + why + " (expected etcd://host:port[,host:port...][/prefix])"};
   };
   if (url.rfind(scheme, 0) != 0) return bad("not an etcd:// URL");
+  if (url.find("https://") != std::string::npos) return bad("TLS (https) to etcd is not supported");
   std::string rest = url.substr(scheme.size());
   EtcdUrl u;
   const size_t slash = rest.find('/');
@@ -32,7 +33,7 @@ Status ParseEtcdUrl(const std::string& url, EtcdUrl* out) {
   u.prefix = prefix.empty() ? "/xfer" : prefix;
   rest = rest.substr(0, slash);
   for (size_t begin = 0; begin <= rest.size();) {
-    size_t end = rest.find(',', begin);
+    size_t end = rest.find_first_of(",;", begin);  // (Mooncake's and NIXL's lists take either)
     if (end == std::string::npos) end = rest.size();
     const std::string ep = rest.substr(begin, end - begin);
     const size_t colon = ep.rfind(':');
@@ -160,7 +161,8 @@ Status EtcdClient::Call(const char* path, const json& request,
       const std::string what = message != j.end() && message->is_string() ? message->get<std::string>() : j.dump();
       // A member that cannot serve now (no leader, a timeout: gRPC's UNAVAILABLE 14 and
       // DEADLINE_EXCEEDED 4, or an HTTP 5xx): the next endpoint may.
-      const int code = j.value("code", 0);
+      const auto code_field = j.find("code");
+      const int64_t code = code_field != j.end() && code_field->is_number_integer() ? code_field->get<int64_t>() : 0;
       if (http >= 500 || code == 14 || code == 4) {
         last_error = where + ": " + what;
         continue;
@@ -292,15 +294,16 @@ struct WatchStream {
 
   static size_t Write(char* data, size_t size, size_t n, void* self) {
     auto* w = static_cast<WatchStream*>(self);
+    size_t scanned = w->pending.size();  // (no newline before: only the new bytes are searched)
     w->pending.append(data, size * n);
-    if (w->pending.size() > kMaxWatchLine && w->pending.find('\n') == std::string::npos) {
-      w->ended = {StatusCode::kInternal, "etcd watch: an answer of more than 64 MiB"};
-      return 0;
-    }
-    for (size_t eol; (eol = w->pending.find('\n')) != std::string::npos;) {
+    for (size_t eol; (eol = w->pending.find('\n', scanned)) != std::string::npos; scanned = 0) {
       const std::string line = w->pending.substr(0, eol);
       w->pending.erase(0, eol + 1);
       if (!line.empty() && !w->Take(line)) return 0;  // (curl then ends the transfer)
+    }
+    if (w->pending.size() > kMaxWatchLine) {
+      w->ended = {StatusCode::kInternal, "etcd watch: an answer of more than 64 MiB"};
+      return 0;
     }
     return size * n;
   }

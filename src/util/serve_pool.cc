@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <system_error>
 
@@ -49,7 +50,7 @@ Status ServePool::Add(int fd, void* conn) {
 void ServePool::AddWorkerIfNoneWaits() {
   std::lock_guard lock(workers_mu_);
   JoinExited();
-  if (stopping_.load() || waiting_ > 0 || workers_.size() >= max_threads_) return;
+  if (stopping_.load() || waiting_ > 0 || workers_.size() >= std::min(max_threads_, spawnable_)) return;
   try {
     ++waiting_;  // (counted before it runs: a burst of ready connections starts one)
     workers_.emplace_back();
@@ -59,6 +60,7 @@ void ServePool::AddWorkerIfNoneWaits() {
   } catch (const std::system_error& e) {
     --waiting_;
     workers_.pop_back();
+    spawnable_ = std::max<size_t>(workers_.size(), 1);  // (the system's limit: saturated at it)
     Recount();
     XLOG(WARN) << "serve pool: cannot start a thread (" << e.what() << "); " << workers_.size()
                << " serve the connections";
@@ -85,7 +87,7 @@ void ServePool::JoinExited() {
 void ServePool::Recount() {
   const size_t live = workers_.size() - exited_.size();
   threads_.store(live);
-  saturated_.store(waiting_ == 0 && live >= max_threads_, std::memory_order_relaxed);
+  saturated_.store(waiting_ == 0 && live >= std::min(max_threads_, spawnable_), std::memory_order_relaxed);
 }
 
 void ServePool::Work(Worker self) {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <list>
 #include <mutex>
@@ -69,6 +70,7 @@ class ServePool {
   std::atomic<bool> saturated_{false};   // (Recount)
   std::mutex workers_mu_;
   size_t waiting_ = 0;               // (workers_mu_) workers in epoll_wait, or about to be
+  size_t spawnable_ = SIZE_MAX;      // (workers_mu_) as many as could start when one could not
   std::list<std::thread> workers_;   // (workers_mu_)
   std::vector<Worker> exited_;       // (workers_mu_) ended, not joined yet
 };

@@ -18,6 +18,8 @@ TEST(EtcdUrl, EndpointsAndPrefix) {
   EXPECT_EQ(u.prefix, "/my/cluster");
   ASSERT_TRUE(ParseEtcdUrl("etcd://a:1//x", &u).ok());
   EXPECT_EQ(u.prefix, "/x");
+  ASSERT_TRUE(ParseEtcdUrl("etcd://a:1;b:2", &u).ok());  // (Mooncake's and NIXL's lists use ';' too)
+  EXPECT_EQ(u.endpoints, (std::vector<std::string>{"a:1", "b:2"}));
   for (const char* bad : {"", "etcd://", "http://a:1", "etcd://a", "etcd://a:", "etcd://:1", "etcd://a:1,",
                           "etcd://a:x1", "etcd://a:1,,b:2"}) {
     const Status s = ParseEtcdUrl(bad, &u);

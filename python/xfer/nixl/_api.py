@@ -3,6 +3,7 @@
 import atexit
 import logging
 import os
+import re
 import threading
 import time
 import weakref
@@ -125,7 +126,8 @@ class nixl_agent:
         self._etcd = _etcd_url()
         if self._etcd:  # (the agent is published under its name from now on)
             options.update(metadata=self._etcd, cluster_name=_cluster_name(self.name))
-        self._fetching = {}  # agent name -> (xfer.Connecting, when it started): etcd lookups
+        self._fetching = {}  # agent name -> _Fetch: etcd lookups under way (_fetch_lock)
+        self._fetch_lock = threading.Lock()
         host = os.environ.get(HOST_ENV) or host_address()
         try:
             self._engine = Engine(f"{host}:{port}", **options)
@@ -304,28 +306,34 @@ class nixl_agent:
         up in etcd until it is there); check_remote_metadata says when it came."""
         if not ip_addr and self._etcd:
             name = _name(remote_agent)
-            self._fetching[name] = (self._engine.connect_async(_cluster_name(name), 10.0), time.monotonic())
+            with self._fetch_lock:
+                if name not in self._fetching:  # (one lookup at a time per agent)
+                    self._fetching[name] = _Fetch(self._engine, _cluster_name(name))
             return
         self._listener_call("fetch_remote_metadata", ip_addr, port, Message.ASK)
 
     def _fetched(self, name):
-        """Moves an etcd lookup of that agent on: remembered once connected; looked up again
-        (every 0.1 s at most) while etcd does not list it."""
-        pending = self._fetching.get(name)
-        if pending is None or not pending[0].done():
-            return
-        connecting, started = pending
-        try:
-            connecting.wait(0)
-        except _errors.AlreadyConnectedError:
-            pass
-        except XferError as e:
-            if time.monotonic() - started >= _FETCH_RETRY:
-                log.debug("xfer.nixl: %s is not in etcd yet (%s)", name, e)
-                self._fetching[name] = (self._engine.connect_async(_cluster_name(name), 10.0), time.monotonic())
-            return
-        del self._fetching[name]
-        self._agents.remember(name, self._engine.peer_info(_cluster_name(name)).name)
+        """Moves an etcd lookup of that agent on: remembered once its engine is connected;
+        looked up again, with back-off, while etcd does not list it (other failures are
+        logged once)."""
+        with self._fetch_lock:
+            fetch = self._fetching.get(name)
+            if fetch is None or not fetch.connecting.done():
+                return
+            try:
+                fetch.connecting.wait(0)
+            except _errors.AlreadyConnectedError:
+                pass  # (connected, or a connect to it under way: peer_info below tells)
+            except XferError as e:
+                fetch.retry(e)
+                return
+            try:
+                address = self._engine.peer_info(fetch.cluster_name).name
+            except XferError as e:  # (another connect to it is still under way)
+                fetch.retry(e)
+                return
+            del self._fetching[name]
+        self._agents.remember(name, address)
 
     def invalidate_local_metadata(self, ip_addr="", port=DEFAULT_COMM_PORT):
         """Tells the agent at ip_addr:port (every known one when none is given) to forget us;
@@ -354,6 +362,8 @@ class nixl_agent:
     def send_partial_agent_metadata(self, descs=None, inc_conn_info=False, backends=None,
                                     ip_addr="", port=DEFAULT_COMM_PORT, label=""):
         """send_local_metadata (see get_partial_agent_metadata)."""
+        if not ip_addr and self._etcd:
+            return
         self._listener_call("send_partial_agent_metadata", ip_addr, port, Message.METADATA)
 
     def check_remote_metadata(self, agent, descs=None):
@@ -550,12 +560,33 @@ class nixl_agent:
         return False
 
 
+class _Fetch:
+    """An etcd lookup of one agent (fetch_remote_metadata without an address): a connect by its
+    cluster name, started again with back-off (0.1 s doubling to 1 s) while it fails."""
+
+    def __init__(self, engine, cluster_name):
+        self.engine, self.cluster_name = engine, cluster_name
+        self.wait_s, self.logged = _FETCH_RETRY, False
+        self.connecting, self.started = engine.connect_async(cluster_name, 10.0), time.monotonic()
+
+    def retry(self, error):
+        if time.monotonic() - self.started < self.wait_s:
+            return
+        if not isinstance(error, _errors.NotConnectedError) and not self.logged:
+            log.warning("xfer.nixl: looking up agent %s in etcd: %s (still trying)", self.cluster_name, error)
+            self.logged = True
+        self.wait_s = min(self.wait_s * 2, 1.0)
+        self.connecting, self.started = self.engine.connect_async(self.cluster_name, 10.0), time.monotonic()
+
+
 def _etcd_url():
-    """xfer's etcd:// URL for NIXL's NIXL_ETCD_ENDPOINTS ("http://host:port[,...]") and
-    NIXL_ETCD_NAMESPACE (default /nixl/agents); None when no endpoint is set."""
-    endpoints = [e.strip() for e in os.environ.get(ETCD_ENV, "").split(",") if e.strip()]
+    """xfer's etcd:// URL for NIXL's NIXL_ETCD_ENDPOINTS ("http://host:port", several separated
+    by ',' or ';') and NIXL_ETCD_NAMESPACE (default /nixl/agents); None when no endpoint is set."""
+    endpoints = [e.strip() for e in re.split("[,;]", os.environ.get(ETCD_ENV, "")) if e.strip()]
     if not endpoints:
         return None
+    if any(e.startswith("https://") for e in endpoints):
+        raise nb.nixlNotSupportedError(f"{ETCD_ENV}: TLS (https) to etcd is not supported by xfer.nixl")
     hosts = ",".join(e.split("://", 1)[-1].rstrip("/") for e in endpoints)
     namespace = os.environ.get(ETCD_NAMESPACE_ENV, "/nixl/agents").strip("/")
     return f"etcd://{hosts}/{namespace}"
