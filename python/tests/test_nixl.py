@@ -30,9 +30,13 @@ def wait_for(cond, timeout=30.0):
         time.sleep(0.001)
 
 
-def test_two_processes_exchange_metadata_through_the_listener_and_read():
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2"])
+def test_two_processes_exchange_metadata_through_the_listener_and_read(host):
+    """host: where the agents listen. The initiator reaches the target's listener at
+    127.0.0.1 as NIXL code does; an address of this host names its agent on that port, so
+    agents that listen on 127.0.0.2 are reached all the same."""
     pytest.importorskip("torch")
-    env = {"XFER_NIXL_HOST": "127.0.0.1"}
+    env = {"XFER_NIXL_HOST": host}
     target = Child([sys.executable, os.path.join(HERE, "nixl_peer.py"), "target"], env)
     try:
         port = target.recv()["port"]

@@ -128,7 +128,7 @@ class nixl_agent:
             options.update(metadata=self._etcd, cluster_name=_cluster_name(self.name))
         self._fetching = {}  # agent name -> _Fetch: etcd lookups under way (_fetch_lock)
         self._fetch_lock = threading.Lock()
-        host = os.environ.get(HOST_ENV) or host_address()
+        host = self._host = os.environ.get(HOST_ENV) or host_address()
         try:
             self._engine = Engine(f"{host}:{port}", **options)
         except XferError as e:
@@ -342,7 +342,7 @@ class nixl_agent:
             self._agents.tell_all(Message.FORGET)
             return
         try:
-            self._agents.tell(f"{ip_addr}:{port}", Message.FORGET)
+            self._agents.tell(self._listener(ip_addr, port), Message.FORGET)
         except XferError as e:
             log.info("xfer.nixl: invalidate_local_metadata: %s:%s is gone (%s)", ip_addr, port, e)
 
@@ -350,7 +350,7 @@ class nixl_agent:
         if not ip_addr:
             raise nb.nixlNotSupportedError(f"{what}: give ip_addr, or set {ETCD_ENV} for a metadata server")
         try:
-            self._agents.tell(f"{ip_addr}:{port}", kind)
+            self._agents.tell(self._listener(ip_addr, port), kind)
         except XferError as e:
             _raise_nixl(e)
 
@@ -365,6 +365,15 @@ class nixl_agent:
         if not ip_addr and self._etcd:
             return
         self._listener_call("send_partial_agent_metadata", ip_addr, port, Message.METADATA)
+
+    def _listener(self, ip_addr, port):
+        """The engine address of the agent NIXL code reaches at ip_addr:port. NIXL's listener
+        takes every address of its host; an agent here listens on one (XFER_NIXL_HOST, or the
+        default route's), so a loopback address (or this host's) names the agent of this host
+        that listens on that port."""
+        local = ip_addr in ("localhost", "::1", self._host) or ip_addr.startswith("127.")
+        host = self._host if local else ip_addr
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def check_remote_metadata(self, agent, descs=None):
         """True once this agent has the agent's metadata and, when descs (an nixlXferDList) are
