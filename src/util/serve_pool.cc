@@ -35,16 +35,26 @@ Status ServePool::Start() {
 }
 
 Status ServePool::Add(int fd, void* conn) {
-  auto* e = new Entry{fd, conn};
+  auto owned = std::make_unique<Entry>(Entry{fd, conn});
+  Entry* e = owned.get();
+  {
+    std::lock_guard lock(entries_mu_);
+    entries_.emplace(e, std::move(owned));
+  }
   epoll_event ev{};
   ev.events = kArmed;
   ev.data.ptr = e;
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
     const int err = errno;
-    delete e;
+    Forget(e);
     return {StatusCode::kResourceExhausted, std::string("serve pool: epoll_ctl: ") + std::strerror(err)};
   }
   return Status::Ok();
+}
+
+void ServePool::Forget(Entry* e) {
+  std::lock_guard lock(entries_mu_);
+  entries_.erase(e);
 }
 
 void ServePool::AddWorkerIfNoneWaits() {
@@ -127,7 +137,7 @@ void ServePool::Work(Worker self) {
         while (next == Next::kIdle) next = serve_(e->conn);
       }
     }
-    if (next == Next::kDone) delete e;
+    if (next == Next::kDone) Forget(e);
     std::lock_guard lock(workers_mu_);
     ++waiting_;
     Recount();
