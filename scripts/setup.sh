@@ -20,6 +20,7 @@ packages=(
   etcd-server etcd-client         # a real etcd for the cluster tests (started on loopback)
   python3 python3-dev python3-venv  # the Python package (python/)
   python3-numpy python3-pytest python3-torch  # its tests (torch: Debian's CPU build)
+  python3-matplotlib              # bench/plot.py
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -262,6 +262,19 @@ serve_idle)
   has_row 65536 "$tmp/cli" || { cat "$tmp/cli"; fail "no row"; }
   for fd in "${idle[@]}" "$junk"; do exec {fd}>&-; done
   ;;
+plot)
+  # bench/plot.py draws what xfer-bench --json wrote, and refuses what it did not.
+  plot=$(dirname "$0")/../../bench/plot.py
+  /usr/bin/python3 -c "import matplotlib" 2>/dev/null || skip "matplotlib is not installed (apt-get install python3-matplotlib)"
+  "$XB" write_bw -s 16K,256K -n 20 "${SMALL[@]}" --json "$tmp/w.json" >/dev/null 2>&1 || fail "xfer-bench --json"
+  "$XB" read_lat -s 4K,64K -n 20 "${SMALL[@]}" --json "$tmp/l.json" >/dev/null 2>&1 || fail "xfer-bench --json (latency)"
+  /usr/bin/python3 "$plot" -o "$tmp/out" --latency "$tmp/w.json=now" --dashed "$tmp/l.json" >"$tmp/plot.txt" 2>&1 \
+    || { cat "$tmp/plot.txt"; fail "plot.py failed"; }
+  [ "$(head -c 8 "$tmp/out.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "out.png is not a PNG"
+  grep -q "now WRITE" "$tmp/out.svg" || fail "out.svg has no line named after its label"
+  [ "$(stat -c %s "$tmp/out.png")" -gt 10000 ] || fail "out.png is nearly empty"
+  expect_exit 1 "is not an xfer-bench --json file" /usr/bin/python3 "$plot" -o "$tmp/bad" "$tmp/plot.txt"
+  ;;
 serve_etcd)
   # A serve published in a real etcd under a cluster name; the client finds it by that name.
   [ -x /usr/bin/etcd ] || skip "etcd is not installed (apt-get install etcd-server)"
