@@ -6,7 +6,7 @@ direction, for bidirectional runs), and with --latency the p50 and p99 latency u
                                    [--dashed FILE.json[=LABEL] ...]
 
 Each FILE.json is what `xfer-bench ... --json FILE.json` wrote; LABEL (default: the file's
-name) prefixes its lines. --dashed files are drawn dashed: baselines and earlier builds. Writes
+name; "FILE.json=" for none) prefixes its lines. --dashed files are drawn dashed: baselines and earlier builds. Writes
 OUT.png and OUT.svg (OUT defaults to "plot"). Block sizes go on a log2 axis labelled in
 KiB/MiB; GB/s = 1e9 bytes/s, as xfer-bench reports them. Needs matplotlib (Debian's
 python3-matplotlib: run it with /usr/bin/python3).
@@ -20,7 +20,7 @@ import sys
 
 def read(spec):
     """(label, rows) of FILE.json[=LABEL]; exits 2 saying why when it is not xfer-bench's."""
-    path, _, label = spec.partition("=")
+    path, given, label = spec.partition("=")
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -29,14 +29,14 @@ def read(spec):
             raise KeyError("rows")
     except (OSError, ValueError, KeyError, TypeError) as e:
         sys.exit(f"plot.py: {path} is not an xfer-bench --json file ({type(e).__name__}: {e})")
-    return label or os.path.splitext(os.path.basename(path))[0], rows
+    return label if given else os.path.splitext(os.path.basename(path))[0], rows
 
 
 def series(label, rows):
     """{line name: [(bytes, row), ...] sorted by bytes}."""
     out = {}
     for r in rows:
-        parts = [label, r.get("op", "?"), route(r)]
+        parts = ([label] if label else []) + [r.get("op", "?"), route(r)]
         if r.get("path") not in (None, "direct"):
             parts.append(r["path"])
         if r.get("dir"):
