@@ -34,9 +34,13 @@ void EngineImpl::OnNotify(const std::shared_ptr<control::Session>& s, wire::Noti
                  << log::Limit::More(more);
     }
   } else {
-    queued = notifies_->Push({peer.info.name, peer.info.incarnation, std::move(m.message)});
+    // The answer is queued before the application can take the notification: a goodbye (or
+    // anything else) it sends after taking it then leaves after the answer, never before.
+    // (Leaves once the control loop has read what came with it: one write for a burst.)
+    queued = notifies_->Push({peer.info.name, peer.info.incarnation, std::move(m.message)},
+                             [&] { s->SendSoon(wire::NotifyAck{m.seq, StatusCode::kOk, ""}); });
+    if (queued.ok()) return;
   }
-  // (Leaves once the control loop has read what came with it: one write for a burst.)
   s->SendSoon(wire::NotifyAck{m.seq, queued.code(), queued.message()});
 }
 

@@ -4,7 +4,7 @@
 
 namespace xfer {
 
-Status NotifyQueue::Push(Notification n) {
+Status NotifyQueue::Push(Notification n, const std::function<void()>& before_visible) {
   std::unique_lock lock(mu_);
   const uint64_t size = n.message.size();
   if (queue_.size() >= max_messages_ || bytes_ + size > max_bytes_) {
@@ -20,6 +20,7 @@ Status NotifyQueue::Push(Notification n) {
   }
   bytes_ += size;
   queue_.push_back(std::move(n));
+  if (before_visible) before_visible();  // (under the lock: no TakeAll sees it before)
   lock.unlock();
   cv_.notify_all();
   return Status::Ok();

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -25,7 +26,10 @@ class NotifyQueue {
 
   // Queues n, or refuses it with kResourceExhausted when either bound would be passed (logged
   // once per stretch of refusals: until the application next takes what is queued).
-  Status Push(Notification n);
+  // before_visible, when given, runs once n is queued and before anyone can take it (it must
+  // not call back into the queue): e.g. the answer to its sender, which must leave before
+  // anything the application sends after taking it.
+  Status Push(Notification n, const std::function<void()>& before_visible = nullptr);
   // Moves everything queued to the end of *out; false when there was nothing.
   bool TakeAll(std::vector<Notification>* out);
   // TakeAll once something is queued, or false when `until` passes (or Close is called) first.

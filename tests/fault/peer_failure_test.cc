@@ -167,9 +167,11 @@ TEST_F(FaultPeerFailure, ManyOutstandingRequestsAllEndAfterKill) {
   LocalBuffer src(kMiB);
   src.Fill(2);
   std::vector<xfer::RequestHandle> reqs;
+  // 64 MiB each, 12.8 GB in all: far more than moves while the requests are submitted (on
+  // a fast machine, or a slow ASan build, 8 MiB each had all finished before the kill).
   for (int i = 0; i < 200; ++i) {
     xfer::RequestHandle req = 0;
-    std::vector<TransferDesc> d(8, TransferDesc{src.addr(), r.addr + (i % 64) * kMiB, kMiB});
+    std::vector<TransferDesc> d(64, TransferDesc{src.addr(), r.addr + (i % 64) * kMiB, kMiB});
     XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, d, 60s, &req));
     reqs.push_back(req);
   }
