@@ -14,8 +14,7 @@ TRANSPORT=${TRANSPORT:-tcp}
 ROUNDS=${ROUNDS:-3}
 cmake --build build --target cluster_scale >/dev/null
 tmp=$(mktemp -d)
-ETCD_PID=
-trap '[ -z "$ETCD_PID" ] || kill "$ETCD_PID" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap '[ -f "$tmp/etcd.pid" ] && kill "$(cat "$tmp/etcd.pid")" 2>/dev/null; rm -rf "$tmp"' EXIT
 endpoint=$(etcd_start "$tmp")
 : >"$tmp/all.jsonl"
 for r in $(seq "$ROUNDS"); do

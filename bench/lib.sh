@@ -237,8 +237,9 @@ xfer_revision() {
 }
 
 # etcd_start DIR: a real etcd (Debian's etcd-server) on free loopback ports, its data and log
-# in DIR; prints its client endpoint (127.0.0.1:PORT) once it serves clients and sets ETCD_PID.
-# The caller kills it ("kill $ETCD_PID").
+# in DIR; prints its client endpoint (127.0.0.1:PORT) once it serves clients, and writes its pid
+# to DIR/etcd.pid (called as $(etcd_start DIR), it runs in a subshell): the caller kills it
+# ("kill $(cat DIR/etcd.pid)").
 etcd_start() {
   local dir=$1 client peer
   command -v etcd >/dev/null || { echo "etcd is not installed (apt-get install etcd-server)" >&2; return 1; }
@@ -247,7 +248,7 @@ etcd_start() {
     --advertise-client-urls "http://127.0.0.1:$client" --listen-peer-urls "http://127.0.0.1:$peer" \
     --initial-advertise-peer-urls "http://127.0.0.1:$peer" --initial-cluster "bench=http://127.0.0.1:$peer" \
     >"$dir/etcd.log" 2>&1 &
-  ETCD_PID=$!
+  echo $! >"$dir/etcd.pid"
   for _ in $(seq 200); do
     grep -q "serving insecure client requests" "$dir/etcd.log" && { echo "127.0.0.1:$client"; return 0; }
     sleep 0.1

@@ -278,15 +278,10 @@ plot)
 serve_etcd)
   # A serve published in a real etcd under a cluster name; the client finds it by that name.
   [ -x /usr/bin/etcd ] || skip "etcd is not installed (apt-get install etcd-server)"
-  cport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  pport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  /usr/bin/etcd --name t --data-dir "$tmp/etcd" --listen-client-urls http://127.0.0.1:$cport \
-    --advertise-client-urls http://127.0.0.1:$cport --listen-peer-urls http://127.0.0.1:$pport \
-    --initial-advertise-peer-urls http://127.0.0.1:$pport --initial-cluster t=http://127.0.0.1:$pport >"$tmp/etcd.log" 2>&1 &
-  pids+=("$!")
-  for _ in $(seq 200); do grep -q "serving insecure client requests" "$tmp/etcd.log" && break; sleep 0.1; done
-  grep -q "serving insecure client requests" "$tmp/etcd.log" || { cat "$tmp/etcd.log"; fail "etcd did not start"; }
-  url=etcd://127.0.0.1:$cport/tools
+  . "$(dirname "$0")/../../bench/lib.sh"  # etcd_start: the same launcher as the benchmarks'
+  endpoint=$(etcd_start "$tmp") || fail "etcd did not start"
+  pids+=("$(cat "$tmp/etcd.pid")")
+  url=etcd://$endpoint/tools
   expect_exit 2 "together" "$XB" serve --listen 127.0.0.1:0 --name lonely
   "$XB" serve --listen 127.0.0.1:0 --metadata "$url" --name bench-target >"$tmp/srv" 2>&1 &
   pids+=("$!")
