@@ -18,9 +18,12 @@ packages=(
   libxxhash-dev                   # batch checksums (EngineOptions::tcp.checksum)
   libcurl4-openssl-dev            # cluster metadata: etcd's v3 JSON gateway over HTTP
   etcd-server etcd-client         # a real etcd for the cluster tests (started on loopback)
+  libcpp-httplib-dev              # metrics: the /metrics endpoint (EngineOptions::metrics_listen)
+  prometheus                      # a real Prometheus for the metrics tests (promtool too)
   python3 python3-dev python3-venv  # the Python package (python/)
   python3-numpy python3-pytest python3-torch  # its tests (torch: Debian's CPU build)
   python3-matplotlib              # bench/plot.py
+  python3-prometheus-client       # tests: its parser reads /metrics as Prometheus would
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "xfer/metrics.h"
 #include "xfer/options.h"
 #include "xfer/status.h"
 #include "xfer/types.h"
@@ -109,6 +110,13 @@ class Engine {
   Status GetNotifies(std::vector<Notification>* out);
   // GetNotifies, once at least one is queued; kTimeout when none came within timeout.
   Status WaitNotifies(std::vector<Notification>* out, std::chrono::milliseconds timeout);
+
+  // Metrics (docs/metrics.md): bytes, requests, durations, sessions, notifications, as of
+  // now; after Finalize, as they were at the end. kInvalidArgument before Initialize.
+  Status GetMetrics(MetricsSnapshot* out) const;
+  // Where EngineOptions::metrics_listen serves them ("host:port" as bound), or "" when it
+  // does not.
+  std::string MetricsAddress() const;
 
  private:
   std::unique_ptr<EngineImpl> impl_;

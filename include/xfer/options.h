@@ -106,6 +106,16 @@ struct EngineOptions {
     uint64_t queue_bytes = 64ull << 20;  // messages' bytes (4 KiB..16 GiB)
   } notify;
 
+  // Metrics (Engine::GetMetrics; docs/metrics.md). The engine counts bytes, requests and
+  // their durations by op, backend and peer, sessions and notifications, cheaply enough to
+  // leave on; metrics = false stops the counting on the data path (to measure its cost).
+  // metrics_listen: "host:port" (port 0: a free one, Engine::MetricsAddress) to serve them at
+  // http://host:port/metrics in Prometheus' text format; empty: not served. Peers past
+  // metrics_max_peers (1..4096) are counted under peer="other".
+  bool metrics = true;
+  std::string metrics_listen;
+  uint32_t metrics_max_peers = 64;
+
   // --- one group per backend
   struct Tcp {
     // Data connections per peer (1..64); a request's batches spread over them (round-robin,

@@ -268,6 +268,60 @@ void BindEngine(pyb::module_& m) {
         return "<xfer.ClusterPeer " + p.name + " at " + p.address + ">";
       });
 
+  pyb::class_<MetricSample>(m, "MetricSample", "One sample of a metric (Engine.metrics).")
+      .def_property_readonly("labels", [](const MetricSample& s) {
+        pyb::dict d;
+        for (const auto& [k, v] : s.labels) d[pyb::str(k)] = v;
+        return d;
+      })
+      .def_readonly("value", &MetricSample::value, "a counter's or gauge's value; a histogram's count")
+      .def_readonly("buckets", &MetricSample::buckets,
+                    "histograms: (upper bound, cumulative count) pairs, the last bound inf")
+      .def_readonly("sum", &MetricSample::sum, "histograms: the observations' sum")
+      .def("__repr__", [](const MetricSample& s) {
+        std::string labels;
+        for (const auto& [k, v] : s.labels) labels += (labels.empty() ? "" : ",") + k + "=" + v;
+        return "<xfer.MetricSample {" + labels + "} " + std::to_string(s.value) + ">";
+      });
+  pyb::class_<Metric>(m, "Metric", "A metric: its name, type, help and samples.")
+      .def_readonly("name", &Metric::name)
+      .def_property_readonly("type", [](const Metric& x) {
+        return x.type == MetricType::kCounter ? "counter" : x.type == MetricType::kGauge ? "gauge" : "histogram";
+      })
+      .def_readonly("help", &Metric::help)
+      .def_readonly("samples", &Metric::samples)
+      .def("__repr__", [](const Metric& x) {
+        return "<xfer.Metric " + x.name + ": " + std::to_string(x.samples.size()) + " samples>";
+      });
+  pyb::class_<MetricsSnapshot>(m, "Metrics", R"(The engine's metrics as of one moment (Engine.metrics).
+
+metrics["xfer_transferred_bytes_total"] is a Metric; metrics.sum(name, **labels) adds the values
+of its samples carrying those labels; metrics.text() is the Prometheus text format.)")
+      .def("__getitem__", [](const MetricsSnapshot& s, const std::string& name) {
+        const Metric* x = s.Find(name);
+        if (x == nullptr) throw pyb::key_error(name);
+        return *x;
+      })
+      .def("__contains__", [](const MetricsSnapshot& s, const std::string& name) { return s.Find(name) != nullptr; })
+      .def("__iter__", [](const MetricsSnapshot& s) {
+        pyb::list names;
+        for (const auto& x : s.metrics) names.append(x.name);
+        return pyb::iter(names);
+      })
+      .def("__len__", [](const MetricsSnapshot& s) { return s.metrics.size(); })
+      .def("sum", [](const MetricsSnapshot& s, const std::string& name, const pyb::kwargs& labels) {
+        const Metric* x = s.Find(name);
+        if (x == nullptr) throw pyb::key_error(name);
+        double sum = 0;
+        for (const auto& sample : x->samples) {
+          bool match = true;
+          for (const auto& [k, v] : labels) match = match && sample.Label(k.cast<std::string>()) == pyb::str(v).cast<std::string>();
+          if (match) sum += sample.value;
+        }
+        return sum;
+      }, pyb::arg("name"), "The sum of the metric's samples that carry every given label=value.")
+      .def("text", &MetricsSnapshot::PrometheusText, "The Prometheus text exposition format.");
+
   pyb::class_<PeerInfo>(m, "PeerInfo", "What the engine knows about a connected peer.")
       .def_readonly("name", &PeerInfo::name)
       .def_readonly("incarnation", &PeerInfo::incarnation)
@@ -339,6 +393,19 @@ False when it is still running after timeout seconds. `await request` waits in a
         Check(self.core()->Call([&](Engine& e) { return e.GetPeerInfo(peer, &info); }));
         return info;
       }, pyb::arg("peer"), "What the engine knows about a connected peer (PeerInfo).")
+      .def("metrics", [](PyEngine& self) {
+        MetricsSnapshot snapshot;
+        Check(self.core()->Call([&](Engine& e) { return e.GetMetrics(&snapshot); }));
+        return snapshot;
+      }, "The engine's metrics as of now (Metrics; docs/metrics.md).")
+      .def_property_readonly("metrics_address", [](PyEngine& self) {
+        std::string address;  // (a closed engine serves nothing: "")
+        (void)self.core()->Call([&](Engine& e) {
+          address = e.MetricsAddress();
+          return Status::Ok();
+        });
+        return address;
+      }, "host:port where the metrics_listen option serves /metrics, or \"\"")
       .def("list_peers", [](PyEngine& self) {
         std::vector<ClusterPeer> peers;
         Check(self.core()->Call([&](Engine& e) { return e.ListPeers(&peers); }));

@@ -111,6 +111,9 @@ const std::map<std::string, Setter>& Setters() {
       XFER_INT("ucx_endpoints", ucx.endpoints),
       XFER_INT("shm_streaming_copy_bytes", shm.streaming_copy_bytes),
       XFER_BOOL("cuda_pin_host_memory", cuda.pin_host_memory),
+      XFER_BOOL("metrics", metrics),
+      XFER_TEXT("metrics_listen", metrics_listen),
+      XFER_INT("metrics_max_peers", metrics_max_peers),
   };
   return setters;
 }

@@ -23,14 +23,14 @@ from ._errors import (AlreadyConnectedError, CanceledError, ConnectionLostError,
                       DataCorruptedError, InternalError, InvalidArgumentError, NotConnectedError,
                       RemoteAccessDeniedError, ResourceExhaustedError, TimeoutError,
                       UnsupportedError, XferError)
-from ._xfer import (Buffer, ClusterPeer, Notification, PeerInfo, Region, RegionInfo, Request,
-                    State, option_names)
+from ._xfer import (Buffer, ClusterPeer, Metric, Metrics, MetricSample, Notification, PeerInfo,
+                    Region, RegionInfo, Request, State, option_names)
 from . import _xfer
 
 __version__ = "0.1.0"
 __all__ = [
     "Engine", "Buffer", "Region", "Request", "State", "Notification", "PeerInfo", "RegionInfo",
-    "ClusterPeer", "Connecting",
+    "ClusterPeer", "Connecting", "Metrics", "Metric", "MetricSample",
     "XferError", "InvalidArgumentError", "NotConnectedError",
     "AlreadyConnectedError", "UnsupportedError", "ResourceExhaustedError",
     "RemoteAccessDeniedError", "ConnectionLostError", "CanceledError", "InternalError",

@@ -1,7 +1,7 @@
 """Type stubs of xfer._xfer, the extension module behind the package xfer."""
 
 import enum
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, Optional, Sequence, Tuple, Union
 
 _Seconds = Optional[float]
 _Message = Union[bytes, str]
@@ -38,6 +38,26 @@ class PeerInfo:
     outbound: bool
     routes: list[str]
     moved: dict[str, int]
+
+class MetricSample:
+    labels: dict[str, str]
+    value: float
+    buckets: list[tuple[float, int]]
+    sum: float
+
+class Metric:
+    name: str
+    type: str
+    help: str
+    samples: list[MetricSample]
+
+class Metrics:
+    def __getitem__(self, name: str) -> Metric: ...
+    def __contains__(self, name: str) -> bool: ...
+    def __iter__(self) -> Iterator[str]: ...
+    def __len__(self) -> int: ...
+    def sum(self, name: str, **labels: str) -> float: ...
+    def text(self) -> str: ...
 
 class ClusterPeer:
     name: str
@@ -91,6 +111,9 @@ class Engine:
     def peer_info(self, peer: str) -> PeerInfo: ...
     def remote_regions(self, peer: str) -> list[RegionInfo]: ...
     def list_peers(self) -> list[ClusterPeer]: ...
+    def metrics(self) -> Metrics: ...
+    @property
+    def metrics_address(self) -> str: ...
     def read(self, peer: str, descs: Optional[_Descs] = None, *, local: Optional[_Column] = None,
              remote: Optional[_Column] = None, length: Union[int, _Column, None] = None,
              timeout: _Seconds = None, notify: Optional[_Message] = None) -> None: ...

@@ -2,6 +2,7 @@
 // connections, reads frames, sends heartbeats and closes sessions that went silent.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,15 @@ class ControlLoop {
   // Closes every session (OnClosed is called for each) and joins the thread.
   void Stop();
 
+  // What the loop saw of its peers' liveness (read by any thread).
+  struct Counters {
+    // Heartbeat intervals past the first that established sessions stayed silent.
+    std::atomic<uint64_t> heartbeats_missed{0};
+    // Sessions closed because the peer stayed silent for heartbeat_timeout.
+    std::atomic<uint64_t> peers_declared_dead{0};
+  };
+  const Counters& counters() const { return counters_; }
+
  private:
   void Run();
   void Wake();
@@ -74,6 +84,7 @@ class ControlLoop {
   const LoopOptions opts_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  Counters counters_;
 
   std::mutex add_mu_;
   std::vector<std::shared_ptr<Session>> to_add_;  // add_mu_

@@ -43,6 +43,7 @@ Status BufferPool::Acquire(Clock::time_point deadline, Lease* out) {
       cv_.notify_all();
       if (all_.empty()) return {s.code(), "buffer pool: " + s.message()};
     }
+    waits_.fetch_add(1, std::memory_order_relaxed);
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && free_.empty()) {
       return {StatusCode::kTimeout, "buffer pool: no staging buffer came free before the deadline"};
     }

@@ -7,6 +7,7 @@
 // other's.)
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -48,6 +49,8 @@ class BufferPool {
   // A free buffer, allocating one while fewer than count exist; else waits until one is
   // returned (kTimeout at the deadline).
   Status Acquire(Clock::time_point deadline, Lease* out);
+  // How many times Acquire found no buffer free and waited for one.
+  uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
 
   // Moves a batch to or from a peer through one buffer: WRITE copies the slices' local sides
   // into the buffer and sends it over link; READ receives into the buffer and copies out.
@@ -64,6 +67,7 @@ class BufferPool {
   int allocating_ = 0;                                          // mu_
   std::vector<std::unique_ptr<transport::StagingBuffer>> all_;  // mu_
   std::vector<uint8_t*> free_;                                  // mu_
+  std::atomic<uint64_t> waits_{0};
 };
 
 }  // namespace xfer

@@ -58,6 +58,8 @@ Status Engine::SendNotify(const std::string& r, const std::string& m, std::chron
   return impl_->SendNotify(r, m, t);
 }
 Status Engine::GetNotifies(std::vector<Notification>* out) { return impl_->GetNotifies(out); }
+Status Engine::GetMetrics(MetricsSnapshot* out) const { return impl_->GetMetrics(out); }
+std::string Engine::MetricsAddress() const { return impl_->MetricsAddress(); }
 Status Engine::WaitNotifies(std::vector<Notification>* out, std::chrono::milliseconds t) {
   return impl_->WaitNotifies(out, t);
 }
@@ -96,6 +98,7 @@ Status CheckOptions(const EngineOptions& o) {
   if (n.queue_bytes < (4 << 10) || n.queue_bytes > (16ull << 30) || n.queue_bytes < n.max_message_bytes) {
     return bad("notify.queue_bytes must be 4 KiB..16 GiB, and at least notify.max_message_bytes");
   }
+  if (o.metrics_max_peers < 1 || o.metrics_max_peers > 4096) return bad("metrics_max_peers must be 1..4096");
   if (!o.cluster_name.empty()) {
     if (o.metadata.empty()) return bad("cluster_name needs metadata (an etcd:// URL)");
     if (Status s = metadata::CheckClusterName(o.cluster_name); !s.ok()) return s;
@@ -138,6 +141,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   peers_.set_incarnation(incarnation_);
   peers_.set_max_sessions(opts_.max_sessions);
   host_id_ = options.host_id.empty() ? host::BootId() : options.host_id;
+  metrics_ = std::make_shared<EngineMetrics>(opts_.metrics_max_peers, transport::BackendNames());
   notifies_ = std::make_shared<NotifyQueue>(opts_.notify.queue_messages, opts_.notify.queue_bytes);
   notifier_ = std::make_shared<NotifySender>(
       NotifySender{notifies_, name_, incarnation_});
@@ -158,6 +162,11 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
       return {s.code(), "Initialize: " + s.message()};
     }
   }
+  if (s = StartMetricsServer(); !s.ok()) {
+    if (directory_) directory_->Stop();
+    XLOG(WARN) << "Initialize: " << s.ToString();
+    return {s.code(), "Initialize: " + s.message()};
+  }
   loop_ = std::make_unique<control::ControlLoop>(
       std::move(listener), this,
       control::LoopOptions{opts_.heartbeat_interval, opts_.heartbeat_timeout, !secret_.empty(),
@@ -165,6 +174,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   s = loop_->Start();
   if (!s.ok()) {
     if (directory_) directory_->Stop();
+    metrics_server_.reset();
     return s;
   }
   running_.store(true);
@@ -207,6 +217,7 @@ transport::TargetAccess EngineImpl::RegionAccess(uint64_t addr, uint64_t len, bo
 void EngineImpl::Finalize() {
   if (!running_.exchange(false)) return;
   finalized_ = true;
+  metrics_server_.reset();  // (first: it reads what the rest of Finalize takes down)
   // Peers stop using our memory before Finalize returns (the application may free it next):
   // every session sent our hello hears goodbye, those of Connects under way included (they
   // settle first), and no hello goes out from here on.
@@ -332,6 +343,8 @@ Status EngineImpl::FindPeer(const std::string& remote, Peer* peer) {
 Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                           std::chrono::milliseconds timeout, const TransferOptions& options,
                           bool track, std::shared_ptr<Request>* out) {
+  // (The clock is read for the request's duration only where metrics are counted.)
+  const auto start = opts_.metrics ? Clock::now() : Clock::time_point{};
   Status s = CheckRunning("Transfer");
   if (s.ok() && options.notify) s = CheckNotifyMessage("Transfer", *options.notify);
   Peer peer;
@@ -363,6 +376,7 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
   }
   if (!s.ok()) {
     XLOG(WARN) << OpName(op) << " to '" << remote << "' refused: " << s.ToString();
+    if (metrics_ && (op == Op::kRead || op == Op::kWrite)) metrics_->Refused(op, s.code());
     return s;
   }
   Request::Deliver deliver;
@@ -372,7 +386,7 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
     };
   }
   RequestHandle id = requests_.NextHandle();
-  *out = std::make_shared<Request>(id, op, DeadlineAfter(timeout), peer.state, std::move(plan),
+  *out = std::make_shared<Request>(id, op, start, DeadlineAfter(timeout), peer.state, std::move(plan),
                                    std::move(deliver));
   if (track) requests_.Track(*out);
   return Status::Ok();
@@ -490,8 +504,11 @@ bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferD
   }
   const uint64_t dst = op == Op::kWrite ? mapped : d.local_addr;
   const uint64_t src = op == Op::kWrite ? d.local_addr : mapped;
+  EngineMetrics* m = peer.state->metrics.get();
+  const EngineMetrics::Inline counted = m ? m->BeginInline(op) : EngineMetrics::Inline{};
   pool_->SharedCopy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), d.len);
   route->bytes().fetch_add(d.len, std::memory_order_relaxed);
+  if (m) m->EndInline(counted, peer.state->metrics_slot, op, route->backend_index(), d.len);
   return true;
 }
 

@@ -47,6 +47,7 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
   st->info.pid = hello.pid;
   st->info.transport = "none";
   st->info.outbound = outbound;
+  CountSession(*st, control_fd >= 0);
   transport::PeerContext peer;
   peer.name = hello.name;
   peer.incarnation = hello.incarnation;

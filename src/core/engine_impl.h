@@ -17,6 +17,8 @@
 #include "core/async_connects.h"
 #include "core/backend_set.h"
 #include "core/buffer_pool.h"
+#include "core/metrics.h"
+#include "core/metrics_server.h"
 #include "core/notify_queue.h"
 #include "core/peer_state.h"
 #include "core/peer_table.h"
@@ -84,6 +86,9 @@ class EngineImpl final : public control::ControlHandler {
   Status GetNotifies(std::vector<Notification>* out);
   Status WaitNotifies(std::vector<Notification>* out, std::chrono::milliseconds timeout);
 
+  Status GetMetrics(MetricsSnapshot* out) const;
+  std::string MetricsAddress() const { return metrics_server_ ? metrics_server_->address() : ""; }
+
   // control::ControlHandler (control thread)
   void OnMessage(const std::shared_ptr<control::Session>& s, wire::Message&& msg) override;
   void OnClosed(const std::shared_ptr<control::Session>& s, const std::string& reason) override;
@@ -132,6 +137,13 @@ class EngineImpl final : public control::ControlHandler {
   bool LookupByName(const std::string& name, Peer* peer);
   // The address a cluster name was last looked up at (remote itself otherwise).
   std::string AddressOf(const std::string& remote);
+  // --- metrics (engine_metrics.cc)
+  // Serves the metrics at opts_.metrics_listen, when set.
+  Status StartMetricsServer();
+  // A new session's peer gets its metrics slot; session: a peer's, not this engine's own.
+  void CountSession(PeerState& state, bool session);
+  // The engine's own gauges (regions, sessions, queues), appended to *out.
+  void AddEngineGauges(MetricsSnapshot* out) const;
   // --- notifications (engine_notify.cc)
   // kInvalidArgument when message is longer than the options allow.
   Status CheckNotifyMessage(const char* what, const std::string& message) const;
@@ -229,6 +241,10 @@ class EngineImpl final : public control::ControlHandler {
   log::Limit notify_refusal_log_;  // control thread: oversize notifications from peers
   log::Limit refusal_log_;         // control thread: refused connections (Refuse)
   log::Limit too_many_sessions_log_;  // control thread: hellos past max_sessions
+
+  std::shared_ptr<EngineMetrics> metrics_;  // from Initialize on
+  // Last, so that it stops first: it reads the members above while it serves.
+  std::unique_ptr<MetricsServer> metrics_server_;
 };
 
 // Adds a timeout to now without overflowing on huge values.

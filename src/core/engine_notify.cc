@@ -39,8 +39,12 @@ void EngineImpl::OnNotify(const std::shared_ptr<control::Session>& s, wire::Noti
     // (Leaves once the control loop has read what came with it: one write for a burst.)
     queued = notifies_->Push({peer.info.name, peer.info.incarnation, std::move(m.message)},
                              [&] { s->SendSoon(wire::NotifyAck{m.seq, StatusCode::kOk, ""}); });
-    if (queued.ok()) return;
+    if (queued.ok()) {
+      ++metrics_->events().notifies_received;
+      return;
+    }
   }
+  ++metrics_->events().notifies_refused;
   s->SendSoon(wire::NotifyAck{m.seq, queued.code(), queued.message()});
 }
 
@@ -59,7 +63,10 @@ Status EngineImpl::SendNotify(const std::string& remote, const std::string& mess
   }
   auto answer = std::make_shared<std::promise<Status>>();
   std::future<Status> queued = answer->get_future();
-  notifier_->Send(peer, message, [answer](Status st) { answer->set_value(std::move(st)); });
+  notifier_->Send(peer, message, [answer, metrics = metrics_](Status st) {
+    ++(st.ok() ? metrics->events().notifies_sent : metrics->events().notifies_unsent);
+    answer->set_value(std::move(st));
+  });
   if (queued.wait_until(DeadlineAfter(timeout)) != std::future_status::ready) {
     return {StatusCode::kTimeout, "SendNotify: '" + remote + "' did not confirm the notification "
                                   "in time (it may still be queued there)"};

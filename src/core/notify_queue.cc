@@ -57,4 +57,10 @@ void NotifyQueue::Close() {
   cv_.notify_all();
 }
 
+void NotifyQueue::Queued(uint64_t* messages, uint64_t* bytes) {
+  std::lock_guard lock(mu_);
+  *messages = queue_.size();
+  *bytes = bytes_;
+}
+
 }  // namespace xfer

@@ -36,6 +36,8 @@ class NotifyQueue {
   bool WaitTakeAll(std::vector<Notification>* out, Clock::time_point until);
   // Wakes every waiter for good (Finalize); what is queued stays readable.
   void Close();
+  // How many are queued, and their bytes.
+  void Queued(uint64_t* messages, uint64_t* bytes);
 
  private:
   const uint32_t max_messages_;

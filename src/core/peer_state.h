@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "core/buffer_pool.h"
+#include "core/metrics.h"
 #include "core/planner.h"
 #include "core/remote_regions.h"
 #include "xfer/types.h"
@@ -22,6 +23,9 @@ struct PeerState {
   // The key both sides derived when the control session authenticated (control/auth.h); its
   // tcp data connections prove they know it. Empty without a secret.
   std::string auth_key;
+  // Where this peer's transfers are counted; null when EngineOptions::metrics is off.
+  std::shared_ptr<EngineMetrics> metrics;
+  EngineMetrics::PeerSlot metrics_slot = 0;
 
   // Some route reaches the peer, so transfers can be tried.
   bool Reachable() const { return !routes.routes.empty(); }

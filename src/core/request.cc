@@ -1,22 +1,27 @@
 #include "core/request.h"
 
+#include <algorithm>
+
 #include "util/spin.h"
 
 namespace xfer {
 
-Request::Request(RequestHandle id, Op op, Clock::time_point deadline,
+Request::Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_point deadline,
                  std::shared_ptr<PeerState> peer, Plan plan, Deliver deliver)
     : id_(id),
       op_(op),
+      start_(start),
       deadline_(deadline),
       peer_(std::move(peer)),
       plan_(std::move(plan)),
       pipelined_(PipelinedRoute(peer_, plan_)),
       deliver_(std::move(deliver)),
-      outstanding_(plan_.batches.size()) {}
+      outstanding_(plan_.batches.size()) {
+  if (peer_ && peer_->metrics) peer_->metrics->Started(op_, plan_.bytes);
+}
 
 std::shared_ptr<Request> Request::Completed(RequestHandle id, Op op) {
-  auto r = std::make_shared<Request>(id, op, Clock::time_point::max(), nullptr, Plan{});
+  auto r = std::make_shared<Request>(id, op, Clock::time_point{}, Clock::time_point::max(), nullptr, Plan{});
   r->final_.state = RequestState::kCompleted;
   r->done_.store(true, std::memory_order_release);
   return r;
@@ -138,6 +143,9 @@ void Request::Drive(Clock::time_point until) {
 void Request::EndBatch(size_t i, Status result, std::atomic<uint64_t>* counter) {
   if (result.ok()) {
     counter->fetch_add(plan_.batches[i].bytes, std::memory_order_relaxed);
+    if (EngineMetrics* m = peer_->metrics.get()) {
+      m->Moved(peer_->metrics_slot, op_, BackendOf(i), plan_.batches[i].bytes);
+    }
     succeeded_.fetch_add(1, std::memory_order_relaxed);
   } else {
     {
@@ -178,6 +186,9 @@ void Request::Finish() {
   // The data landed; the request ends when the target has queued the notification (a stop
   // asked for now changes nothing: the notification is on its way).
   deliver_([self = shared_from_this()](Status queued) {
+    if (EngineMetrics* m = self->peer_->metrics.get()) {
+      ++(queued.ok() ? m->events().notifies_sent : m->events().notifies_unsent);
+    }
     if (queued.ok()) return self->Conclude({RequestState::kCompleted, {}, {}});
     RequestStatus failed{RequestState::kFailed, std::move(queued), {}};
     {
@@ -188,7 +199,15 @@ void Request::Finish() {
   });
 }
 
+void Request::CountEnd(StatusCode code) const {
+  EngineMetrics* m = peer_ ? peer_->metrics.get() : nullptr;
+  if (m == nullptr || plan_.batches.empty()) return;
+  m->Ended(peer_->metrics_slot, op_, BackendOf(0), plan_.bytes,
+           std::max<uint64_t>(plan_.desc_ends.size(), 1), start_, code);
+}
+
 void Request::Conclude(RequestStatus st) {
+  CountEnd(st.status.code());
   {
     std::lock_guard lock(mu_);
     final_ = std::move(st);

@@ -24,9 +24,10 @@ class Request : public std::enable_shared_from_this<Request> {
   using Done = std::function<void(Status)>;
   using Deliver = std::function<void(Done done)>;
 
+  // start: when it was submitted (for its duration in the peer's metrics, where counted).
   // deliver: the request's notification (empty: it has none).
-  Request(RequestHandle id, Op op, Clock::time_point deadline, std::shared_ptr<PeerState> peer,
-          Plan plan, Deliver deliver = {});
+  Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_point deadline,
+          std::shared_ptr<PeerState> peer, Plan plan, Deliver deliver = {});
   // A request that was over before its handle was given out (its one copy ran on the caller).
   static std::shared_ptr<Request> Completed(RequestHandle id, Op op);
 
@@ -84,9 +85,14 @@ class Request : public std::enable_shared_from_this<Request> {
   void Conclude(RequestStatus st);
   // The descriptors whose batches all moved their bytes; mu_ held, every batch ended.
   std::vector<uint64_t> Landed() const;
+  // Where the peer's metrics count batch i (EngineMetrics' backend index).
+  int BackendOf(size_t i) const { return peer_->routes.routes[plan_.batches[i].route]->backend_index(); }
+  // Counts the request's end in the peer's metrics, where they are kept.
+  void CountEnd(StatusCode code) const;
 
   const RequestHandle id_;
   const Op op_;
+  const Clock::time_point start_;
   const Clock::time_point deadline_;
   const std::shared_ptr<PeerState> peer_;
   const Plan plan_;

@@ -51,12 +51,16 @@ inline PlanLimits LimitsOf(const Transport& t, const EngineOptions& o) {
   return l;
 }
 
+// The position of a backend's name in BackendNames() (below; 0 for a name not there).
+int BackendIndex(std::string_view name);
+
 // A backend's way to one peer. The planner asks each route of a peer, best first, whether it
 // reaches a (local memory, remote region) pair; the batches of that pair then go over link().
 class Route {
  public:
   Route(std::string_view backend, std::shared_ptr<Link> link, PlanLimits limits)
-      : backend_(backend), link_(std::move(link)), streaming_(link_), limits_(limits) {}
+      : backend_(backend), index_(BackendIndex(backend)), link_(std::move(link)), streaming_(link_),
+        limits_(limits) {}
   virtual ~Route() = default;
   Route(const Route&) = delete;
   Route& operator=(const Route&) = delete;
@@ -78,6 +82,7 @@ class Route {
   virtual bool Stageable() const { return true; }
 
   std::string_view backend() const { return backend_; }
+  int backend_index() const { return index_; }  // in BackendNames()
   Link& link() const { return *link_; }
   const std::shared_ptr<Link>& shared_link() const { return link_; }
   Link& streaming_link() const { return *streaming_; }
@@ -89,6 +94,7 @@ class Route {
 
  private:
   const std::string_view backend_;
+  const int index_;
   const std::shared_ptr<Link> link_;
   std::shared_ptr<Link> streaming_;
   const PlanLimits limits_;

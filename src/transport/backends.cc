@@ -32,4 +32,12 @@ const std::vector<std::string>& BackendNames() {
   return names;
 }
 
+int BackendIndex(std::string_view name) {
+  const auto& names = BackendNames();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return static_cast<int>(i);
+  }
+  return 0;
+}
+
 }  // namespace xfer::transport

@@ -5,6 +5,7 @@
 //                  [--heartbeat-timeout-ms N] [--streams N] [--transport T] [--ucx auto|on|off]
 //                  [--staging auto|always|off] [--staging-buffers N] [--notify-queue N]
 //                  [--secret-file FILE] [--fd-headroom N] [--metadata URL --cluster-name NAME]
+//                  [--metrics-listen HOST:PORT]
 //
 // After Initialize it prints "READY <bound name> <pid>" (or "FAIL <status>" and exits 2).
 // Then each stdin line is one command, answered by exactly one line: "OK [...]" or
@@ -27,6 +28,8 @@
 //                                (fill/sum of GPU memory go through a host copy: cuda::Copy)
 //   connect <name> [timeout_ms]                                           -> OK
 //   disconnect <name>                                                     -> OK
+//   metric <name> [label=value ...]  the sum of a metric's samples with those labels
+//                                (Engine::GetMetrics, MetricsSnapshot::Sum) -> OK <value>
 //   info <name>                  -> OK <transport> <incarnation> <pid> <outbound 0|1> <name>
 //                                   <shm 0|1> <shm_bytes> <transport_bytes>
 //                                   <cuda 0|1> <cuda_bytes> <staged_bytes>
@@ -256,6 +259,27 @@ class Peer {
       xfer::Status s = engine_.Disconnect(name);
       return s.ok() ? "OK" : Err(s);
     }
+    if (cmd == "metric") {
+      std::string metric, label;
+      if (!(in >> metric)) return Bad("usage: metric <name> [label=value ...]");
+      xfer::MetricsSnapshot snapshot;
+      xfer::Status s = engine_.GetMetrics(&snapshot);
+      if (!s.ok()) return Err(s);
+      std::vector<std::pair<std::string, std::string>> want;
+      while (in >> label) {
+        const size_t eq = label.find('=');
+        if (eq == std::string::npos) return Bad("labels are label=value");
+        want.emplace_back(label.substr(0, eq), label.substr(eq + 1));
+      }
+      const xfer::Metric* m = snapshot.Find(metric);
+      double sum = 0;
+      for (const auto& sample : m ? m->samples : std::vector<xfer::MetricSample>{}) {
+        bool match = true;
+        for (const auto& [k, v] : want) match = match && sample.Label(k) == v;
+        if (match) sum += sample.value;
+      }
+      return "OK " + std::to_string(static_cast<uint64_t>(sum));
+    }
     if (cmd == "info") {
       std::string name;
       if (!(in >> name)) return Bad("usage: info <name>");
@@ -480,6 +504,8 @@ int main(int argc, char** argv) {
       options.metadata = value;
     } else if (arg == "--cluster-name") {
       options.cluster_name = value;
+    } else if (arg == "--metrics-listen") {
+      options.metrics_listen = value;
     } else if (arg == "--fd-headroom") {
       fd_headroom = std::stoi(value);
     } else {

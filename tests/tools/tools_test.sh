@@ -293,6 +293,38 @@ serve_etcd)
   expect_exit 1 "no engine named 'nobody'" "$XB" write_bw -n 1 --metadata "$url" nobody
   expect_exit 2 "needs the name of a serve" "$XB" write_bw -n 1 --metadata "$url"
   ;;
+metrics)
+  # --metrics serves the engines' metrics while they run: the client's and the serve's.
+  . "$(dirname "$0")/../../bench/lib.sh"  # free_port
+  # scrape PORT: the body of GET /metrics on 127.0.0.1:PORT (empty when nothing answers).
+  scrape() {
+    { exec 3<>"/dev/tcp/127.0.0.1/$1" && printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3 &&
+      timeout 5 cat <&3; } 2>/dev/null | tr -d '\r' | sed '1,/^$/d'
+  }
+  cport=$(free_port) sport=$(free_port) || fail "no free port"
+  "$XB" serve --listen 127.0.0.1:0 --metrics "127.0.0.1:$sport" --once >"$tmp/srv" 2>&1 &
+  pids+=("$!")
+  for _ in $(seq 100); do grep -q "waiting for clients" "$tmp/srv" && break; sleep 0.1; done
+  port=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$tmp/srv")
+  [ -n "$port" ] || { cat "$tmp/srv"; fail "serve did not start"; }
+  "$XB" write_bw -s 1M -D 3 "${SMALL[@]}" --transport tcp --metrics "127.0.0.1:$cport" "127.0.0.1:$port" >"$tmp/cli" 2>&1 &
+  cli=$!
+  pids+=("$cli")
+  moved=0 served=""
+  for _ in $(seq 50); do
+    sleep 0.1
+    moved=$(scrape "$cport" | awk '/^xfer_transferred_bytes_total\{op="write",backend="tcp"/ { s += $2 } END { print s + 0 }')
+    [ -z "$served" ] && served=$(scrape "$sport" | grep -E '^xfer_sessions 1$')
+    [ "$moved" != 0 ] && [ -n "$served" ] && break
+  done
+  wait "$cli" || { cat "$tmp/cli" "$tmp/srv"; fail "the client failed"; }
+  has_row 1048576 "$tmp/cli" || { cat "$tmp/cli"; fail "no row"; }
+  [ "$moved" != 0 ] || fail "the client's /metrics never showed bytes moved while it ran"
+  [ -n "$served" ] || { cat "$tmp/srv"; fail "the serve side's /metrics never showed the client's session"; }
+  expect_exit 1 "metrics_listen" "$XB" write_bw -n 1 --metrics nonsense
+  "$XB" write_bw -s 64K -n 20 "${SMALL[@]}" --no-metrics >"$tmp/cli" 2>&1 || { cat "$tmp/cli"; fail "--no-metrics"; }
+  grep -q -- "--no-metrics" "$tmp/cli" || { cat "$tmp/cli"; fail "the rerun command lacks --no-metrics"; }
+  ;;
 netns)
   [ "$(id -u)" = 0 ] || skip "netns test needs root (ip netns add)"
   command -v ip >/dev/null || skip "ip (iproute2) not installed"

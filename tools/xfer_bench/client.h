@@ -30,7 +30,10 @@ class LocalTarget {
       int theirs = sv[1];
       thread_ = std::thread([theirs, host_id, secret_file] {
         Ctl ctl(theirs);
-        ServeSession(ctl, "127.0.0.1", host_id, secret_file, true, false);
+        Config side;  // (its metrics are not served: this process's engine's are)
+        side.host_id = host_id;
+        side.secret_file = secret_file;
+        ServeSession(ctl, "127.0.0.1", side, true, false);
       });
       *fd = sv[0];
       return "";

@@ -140,7 +140,7 @@ json ConfigToJson(const Config& c) {
           {"reuse", c.reuse},       {"walk_span", c.walk_span}, {"span", c.span},
           {"verify", c.verify},     {"local_mem", c.local_mem}, {"remote_mem", c.remote_mem},
           {"mem", c.mem},           {"huge_pages", c.huge_pages},
-          {"notify", c.notify},     {"checksum", c.checksum}, {"buffer_pool", c.buffer_pool},                       {"staging_buffers", c.staging_buffers},
+          {"notify", c.notify},     {"checksum", c.checksum}, {"no_metrics", c.no_metrics}, {"buffer_pool", c.buffer_pool},                       {"staging_buffers", c.staging_buffers},
           {"staging_bytes", c.staging_bytes}};
 }
 
@@ -170,6 +170,7 @@ void ConfigFromJson(const json& j, Config* c) {
   c->huge_pages = j.at("huge_pages");
   c->notify = j.value("notify", false);
   c->checksum = j.value("checksum", false);
+  c->no_metrics = j.value("no_metrics", false);
   c->buffer_pool = j.at("buffer_pool");
   c->staging_buffers = j.at("staging_buffers");
   c->staging_bytes = j.at("staging_bytes");
@@ -204,6 +205,8 @@ std::string RerunCommand(const std::string& argv0, const Config& c) {
   if (c.remote_mem != "host") o << " --remote-mem " << c.remote_mem;
   if (c.notify) o << " --notify";
   if (c.checksum) o << " --checksum";
+  if (c.no_metrics) o << " --no-metrics";
+  if (!c.metrics_listen.empty()) o << " --metrics " << c.metrics_listen;
   if (c.buffer_pool) o << " --buffer-pool";
   if (c.staging_buffers) o << " --staging-buffers " << c.staging_buffers;
   if (c.staging_bytes) o << " --staging-buffer-bytes " << c.staging_bytes_arg;

@@ -53,6 +53,8 @@ struct Config {
   std::string metadata;      // etcd://...: peer may be a cluster name (serve: announced as cluster_name)
   std::string cluster_name;  // serve --name
   std::string secret_file;  // EngineOptions::secret_file of this side (never sent to the peer)
+  std::string metrics_listen;  // EngineOptions::metrics_listen of this side (never sent)
+  bool no_metrics = false;     // EngineOptions::metrics = false on both sides
   double connect_timeout = 30;
 
   // serve

@@ -112,6 +112,13 @@ void AddTestOptions(CLI::App* app, Config& c) {
   app->add_flag("--notify", c.notify,
                 "Every request carries a notification (TransferOptions::notify, 16 bytes): it "
                 "completes once the target has queued it; the target drains its queue");
+  app->add_flag("--no-metrics", c.no_metrics,
+                "Engines count nothing on the data path (EngineOptions::metrics = false, both "
+                "sides): to measure what counting costs");
+  app->add_option("--metrics", c.metrics_listen,
+                  "Serve this side's engine's metrics at http://ADDR/metrics (EngineOptions::"
+                  "metrics_listen; Prometheus text format) while it runs")
+      ->type_name("HOST:PORT");
   app->add_flag("--checksum", c.checksum,
                 "Every tcp batch carries a checksum of its payload, checked by the side that "
                 "receives it (EngineOptions::tcp.checksum, both sides)");
@@ -225,6 +232,10 @@ int main(int argc, char** argv) {
                     "etcd://host:port[,...][/prefix]: publish this serve there as --name, for clients "
                     "that name it (needs --listen with a reachable address)");
   serve->add_option("--name", c.cluster_name, "This serve's cluster name (with --metadata)");
+  serve->add_option("--metrics", c.metrics_listen,
+                    "Serve the metrics of each client's engine on this side at http://ADDR/metrics "
+                    "(EngineOptions::metrics_listen) while the client runs")
+      ->type_name("HOST:PORT");
   serve->add_flag("--once", c.once, "Serve one client, then exit");
   serve->add_option("--ctl-fd", c.ctl_fd, "")->group("");  // hidden: local child mode
 

@@ -12,8 +12,8 @@
 
 namespace xfer::bench {
 
-std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::string& host_id,
-                         const std::string& secret_file, bool in_process, bool verbose) {
+std::string ServeSession(Ctl& ctl, const std::string& engine_host, const Config& side,
+                         bool in_process, bool verbose) {
   json hello;
   std::string e = ctl.Recv(&hello, 60000);
   if (!e.empty()) return e;
@@ -33,8 +33,9 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::st
   } catch (const std::exception& ex) {
     return refuse(std::string("bad configuration: ") + ex.what());
   }
-  c.host_id = host_id;
-  c.secret_file = secret_file;
+  c.host_id = side.host_id;
+  c.secret_file = side.secret_file;
+  c.metrics_listen = side.metrics_listen;
   // This side's region is the client's remote memory; its own buffers (bidirectional) the
   // client's local memory: the same test both ways.
   const MemSpec region_mem = MemOf(c.remote_mem), local_mem = MemOf(c.local_mem);
@@ -206,7 +207,7 @@ int RunServe(const Config& c) {
   if (c.ctl_fd >= 0) {  // a local child: one session on the inherited socket
     Ctl ctl(c.ctl_fd);
     // Errors went to the client over the channel; it reports them.
-    std::string e = ServeSession(ctl, "127.0.0.1", c.host_id, c.secret_file, false, false);
+    std::string e = ServeSession(ctl, "127.0.0.1", c, false, false);
     return e.empty() ? 0 : 1;
   }
   std::string err;
@@ -282,7 +283,7 @@ int RunServe(const Config& c) {
     // is one the client can connect to.
     std::string host = SockHost(fd, false);
     Ctl ctl(fd);
-    std::string e = ServeSession(ctl, host.empty() ? "0.0.0.0" : host, c.host_id, c.secret_file, false, true);
+    std::string e = ServeSession(ctl, host.empty() ? "0.0.0.0" : host, c, false, true);
     if (!e.empty()) std::fprintf(stderr, "xfer-bench serve: session ended: %s\n", e.c_str());
     else if (!c.once) std::printf("xfer-bench serve: session done; waiting for the next client\n");
     std::fflush(stdout);

@@ -9,9 +9,9 @@ namespace xfer::bench {
 // Serves one client on `ctl`: the client's configuration, an engine on engine_host (port 0), the
 // region; per size, CPU marks and (bidirectional) the same test toward the client. Returns an
 // error message, empty when the session ended normally.
-// host_id and secret_file: this side's own (the client's are not used).
-std::string ServeSession(Ctl& ctl, const std::string& engine_host, const std::string& host_id,
-                         const std::string& secret_file, bool in_process, bool verbose);
+// side: this side's own host_id, secret_file and metrics_listen (the client's are not used).
+std::string ServeSession(Ctl& ctl, const std::string& engine_host, const Config& side,
+                         bool in_process, bool verbose);
 // `xfer-bench serve`: clients one after the other on --listen, or one local child's session on
 // --ctl-fd. The exit code.
 int RunServe(const Config& c);

@@ -62,6 +62,8 @@ EngineOptions MakeEngineOptions(const Config& c) {
   o.transport = c.transport;
   o.host_id = c.host_id;
   o.secret_file = c.secret_file;
+  o.metrics = !c.no_metrics;
+  o.metrics_listen = c.metrics_listen;
   o.staging = c.buffer_pool ? Staging::kAlways : Staging::kAuto;
   o.tcp.checksum = c.checksum;
   if (c.staging_buffers > 0) o.staging_buffers = c.staging_buffers;

@@ -1,0 +1,289 @@
+#include "core/metrics.h"
+
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <limits>
+
+namespace xfer {
+namespace {
+
+std::atomic<uint64_t> next_metrics_id{1};
+
+// This thread's shard of the engine it last counted for (one entry: a thread mostly serves
+// one engine; a miss looks the shard up under the engine's lock).
+struct ThreadShard {
+  uint64_t owner = 0;
+  void* shard = nullptr;
+};
+thread_local ThreadShard this_thread_shard;
+
+int DurationBucket(EngineMetrics::Clock::duration took) {
+  const double seconds = std::chrono::duration<double>(took).count();
+  int i = 0;
+  while (i < EngineMetrics::kDurationBuckets - 1 && seconds > EngineMetrics::kDurationBounds[i]) ++i;
+  return i;
+}
+
+int DescriptorBucket(uint64_t descriptors) {
+  // Upper bounds 1, 2, 4, ...: the bucket is ceil(log2(descriptors)).
+  const int b = std::bit_width(std::max<uint64_t>(descriptors, 1) - 1);
+  return std::min(b, EngineMetrics::kDescBuckets - 1);
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+EngineMetrics::EngineMetrics(uint32_t max_peers, std::vector<std::string> backends)
+    : id_(next_metrics_id.fetch_add(1)),
+      max_peers_(max_peers),
+      backends_(std::move(backends)),
+      shared_shard_(std::make_unique<Shard>(max_peers + 1, true)) {
+  if (backends_.size() > kBackends) std::abort();  // (a build with more backends: raise kBackends)
+}
+
+EngineMetrics::PeerSlot EngineMetrics::SlotOf(const std::string& peer, bool* seen) {
+  std::lock_guard lock(mu_);
+  auto it = slots_.find(peer);
+  *seen = it != slots_.end();
+  if (*seen) return it->second;
+  const PeerSlot slot = static_cast<PeerSlot>(std::min<size_t>(peer_names_.size(), max_peers_));
+  if (slot < max_peers_) peer_names_.push_back(peer);
+  slots_.emplace(peer, slot);  // (names past the cap map to the "other" slot, remembered too)
+  return slot;
+}
+
+EngineMetrics::Shard& EngineMetrics::Mine() {
+  if (this_thread_shard.owner == id_) return *static_cast<Shard*>(this_thread_shard.shard);
+  return MineSlow();
+}
+
+EngineMetrics::Shard& EngineMetrics::MineSlow() {
+  std::lock_guard lock(mu_);
+  Shard*& shard = shard_of_thread_[std::this_thread::get_id()];
+  if (shard == nullptr) {
+    if (shards_.size() < kMaxShards) {
+      shards_.push_back(std::make_unique<Shard>(max_peers_ + 1, false));
+      shard = shards_.back().get();
+    } else {
+      shard = shared_shard_.get();
+    }
+  }
+  this_thread_shard = {id_, shard};
+  return *shard;
+}
+
+void EngineMetrics::Moved(PeerSlot peer, Op op, int backend, uint64_t bytes) {
+  Shard& s = Mine();
+  s.bytes[Cell(peer, op, backend)].Add(bytes, s.shared);
+}
+
+void EngineMetrics::Started(Op op, uint64_t bytes) {
+  Shard& s = Mine();
+  const int o = static_cast<int>(op);
+  s.started[o].Add(1, s.shared);
+  s.started_bytes[o].Add(bytes, s.shared);
+}
+
+void EngineMetrics::Observe(Shard& s, Op op, int backend, Clock::duration took, uint64_t weight) {
+  Histogram& h = s.duration[static_cast<int>(op)][backend];
+  h.buckets[DurationBucket(took)].Add(weight, s.shared);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
+  h.sum_ns.Add(static_cast<uint64_t>(std::max<int64_t>(ns, 0)) * weight, s.shared);
+}
+
+void EngineMetrics::Ended(PeerSlot peer, Op op, int backend, uint64_t bytes,
+                          uint64_t descriptors, Clock::time_point start, StatusCode code) {
+  Shard& s = Mine();
+  const int o = static_cast<int>(op);
+  Observe(s, op, backend, Clock::now() - start, 1);
+  s.descriptors[o][DescriptorBucket(descriptors)].Add(1, s.shared);
+  s.descriptors_sum[o].Add(descriptors, s.shared);
+  s.ended[o].Add(1, s.shared);
+  s.ended_bytes[o].Add(bytes, s.shared);
+  if (code == StatusCode::kOk) {
+    s.ok[Cell(peer, op, backend)].Add(1, s.shared);
+  } else {
+    std::lock_guard lock(mu_);
+    ++failed_[{peer, o, backend, static_cast<int>(code)}];
+  }
+}
+
+EngineMetrics::Inline EngineMetrics::BeginInline(Op op) {
+  Shard& s = Mine();
+  // (The shared shard's threads race on the count: a timed copy more or less.)
+  const bool timed = s.inline_copies[static_cast<int>(op)].Get() % kInlineSample == 0;
+  return {&s, timed ? Clock::now() : Clock::time_point{}};
+}
+
+void EngineMetrics::EndInline(const Inline& copy, PeerSlot peer, Op op, int backend, uint64_t bytes) {
+  Shard& s = *static_cast<Shard*>(copy.shard);
+  const size_t cell = Cell(peer, op, backend);
+  s.bytes[cell].Add(bytes, s.shared);
+  s.ok[cell].Add(1, s.shared);
+  s.inline_copies[static_cast<int>(op)].Add(1, s.shared);
+  if (copy.start != Clock::time_point{}) Observe(s, op, backend, Clock::now() - copy.start, kInlineSample);
+}
+
+void EngineMetrics::Refused(Op op, StatusCode code) {
+  std::lock_guard lock(mu_);
+  ++refused_[{static_cast<int>(op), static_cast<int>(code)}];
+}
+
+// ------------------------------------------------------------------------------ snapshot
+struct EngineMetrics::Totals {
+  std::vector<uint64_t> bytes, ok;
+  uint64_t duration[kOps][kBackends][kDurationBuckets] = {};
+  uint64_t duration_ns[kOps][kBackends] = {};
+  uint64_t descriptors[kOps][kDescBuckets] = {};
+  uint64_t descriptors_sum[kOps] = {};
+  uint64_t started[kOps] = {}, started_bytes[kOps] = {}, ended[kOps] = {}, ended_bytes[kOps] = {};
+};
+
+EngineMetrics::Totals EngineMetrics::Sum() const {
+  Totals t;
+  t.bytes.assign(shared_shard_->bytes.size(), 0);
+  t.ok.assign(shared_shard_->ok.size(), 0);
+  auto add = [&t](const Shard& s) {
+    for (size_t i = 0; i < s.bytes.size(); ++i) {
+      t.bytes[i] += s.bytes[i].Get();
+      t.ok[i] += s.ok[i].Get();
+    }
+    for (int o = 0; o < kOps; ++o) {
+      for (int b = 0; b < kBackends; ++b) {
+        for (int k = 0; k < kDurationBuckets; ++k) t.duration[o][b][k] += s.duration[o][b].buckets[k].Get();
+        t.duration_ns[o][b] += s.duration[o][b].sum_ns.Get();
+      }
+      for (int k = 0; k < kDescBuckets; ++k) t.descriptors[o][k] += s.descriptors[o][k].Get();
+      t.descriptors_sum[o] += s.descriptors_sum[o].Get();
+      t.descriptors[o][0] += s.inline_copies[o].Get();
+      t.descriptors_sum[o] += s.inline_copies[o].Get();
+      t.started[o] += s.started[o].Get();
+      t.started_bytes[o] += s.started_bytes[o].Get();
+      t.ended[o] += s.ended[o].Get();
+      t.ended_bytes[o] += s.ended_bytes[o].Get();
+    }
+  };
+  for (const auto& s : shards_) add(*s);
+  add(*shared_shard_);
+  return t;
+}
+
+namespace {
+
+Metric NewMetric(std::string name, MetricType type, std::string help) {
+  return {std::move(name), type, std::move(help), {}};
+}
+
+MetricSample HistogramSample(MetricLabels labels, const uint64_t* counts, int n, const double* bounds,
+                       double sum) {
+  MetricSample s = ValueSample(std::move(labels), 0);
+  s.sum = sum;
+  uint64_t cumulative = 0;
+  for (int k = 0; k < n; ++k) {
+    cumulative += counts[k];
+    s.buckets.emplace_back(k + 1 < n ? bounds[k] : std::numeric_limits<double>::infinity(), cumulative);
+  }
+  s.value = static_cast<double>(cumulative);
+  return s;
+}
+
+}  // namespace
+
+void EngineMetrics::Snapshot(MetricsSnapshot* out) const {
+  std::lock_guard lock(mu_);
+  const Totals t = Sum();
+  auto peer_name = [this](size_t slot) { return slot < peer_names_.size() ? peer_names_[slot] : "other"; };
+  auto op_name = [](int o) { return Lower(OpName(static_cast<Op>(o))); };
+
+  Metric bytes = NewMetric("xfer_transferred_bytes_total", MetricType::kCounter,
+                            "Bytes this engine moved to (write) or from (read) peers, by backend and peer.");
+  Metric requests = NewMetric("xfer_requests_total", MetricType::kCounter,
+                               "Requests that ended, by how they ended (status: ok or the failure's code).");
+  for (size_t p = 0; p <= max_peers_; ++p) {
+    for (int o = 0; o < kOps; ++o) {
+      for (size_t b = 0; b < backends_.size(); ++b) {
+        const size_t cell = (p * kOps + o) * kBackends + b;
+        MetricLabels labels{{"op", op_name(o)}, {"backend", backends_[b]}, {"peer", peer_name(p)}};
+        if (t.bytes[cell] != 0) bytes.samples.push_back(ValueSample(labels, static_cast<double>(t.bytes[cell])));
+        if (t.ok[cell] != 0) {
+          labels.emplace_back("status", "ok");
+          requests.samples.push_back(ValueSample(std::move(labels), static_cast<double>(t.ok[cell])));
+        }
+      }
+    }
+  }
+  for (const auto& [key, n] : failed_) {
+    const auto [p, o, b, code] = key;
+    requests.samples.push_back(ValueSample({{"op", op_name(o)}, {"backend", backends_[b]}, {"peer", peer_name(p)},
+                                            {"status", Lower(StatusCodeName(static_cast<StatusCode>(code)))}},
+                                           static_cast<double>(n)));
+  }
+  Metric refused = NewMetric("xfer_requests_refused_total", MetricType::kCounter,
+                              "Requests refused before they started (bad input, unknown or lost peer), by status.");
+  for (const auto& [key, n] : refused_) {
+    refused.samples.push_back(ValueSample({{"op", op_name(key.first)},
+                                           {"status", Lower(StatusCodeName(static_cast<StatusCode>(key.second)))}},
+                                          static_cast<double>(n)));
+  }
+
+  Metric duration = NewMetric("xfer_request_duration_seconds", MetricType::kHistogram,
+                               "Time from submission to the end of a request, by op and backend.");
+  for (int o = 0; o < kOps; ++o) {
+    for (size_t b = 0; b < backends_.size(); ++b) {
+      const uint64_t* counts = t.duration[o][b];
+      if (std::all_of(counts, counts + kDurationBuckets, [](uint64_t c) { return c == 0; })) continue;
+      duration.samples.push_back(HistogramSample({{"op", op_name(o)}, {"backend", backends_[b]}}, counts,
+                                           kDurationBuckets, kDurationBounds, t.duration_ns[o][b] * 1e-9));
+    }
+  }
+  Metric descs = NewMetric("xfer_request_descriptors", MetricType::kHistogram,
+                            "Descriptors per request, by op.");
+  static const auto desc_bounds = [] {
+    std::vector<double> v;
+    for (int k = 0; k + 1 < kDescBuckets; ++k) v.push_back(static_cast<double>(uint64_t{1} << k));
+    return v;
+  }();
+  for (int o = 0; o < kOps; ++o) {
+    descs.samples.push_back(HistogramSample({{"op", op_name(o)}}, t.descriptors[o], kDescBuckets,
+                                      desc_bounds.data(), static_cast<double>(t.descriptors_sum[o])));
+  }
+  Metric in_flight = NewMetric("xfer_requests_in_flight", MetricType::kGauge,
+                                "Requests submitted and not yet ended, by op.");
+  Metric bytes_in_flight = NewMetric("xfer_request_bytes_in_flight", MetricType::kGauge,
+                                      "Bytes of the requests in flight, by op.");
+  for (int o = 0; o < kOps; ++o) {
+    // (Shards are read one after another: clamped, as an end may be seen before its start.)
+    auto gap = [](uint64_t a, uint64_t b) { return static_cast<double>(a > b ? a - b : 0); };
+    in_flight.samples.push_back(ValueSample({{"op", op_name(o)}}, gap(t.started[o], t.ended[o])));
+    bytes_in_flight.samples.push_back(ValueSample({{"op", op_name(o)}}, gap(t.started_bytes[o], t.ended_bytes[o])));
+  }
+
+  for (Metric* m : {&bytes, &requests, &refused, &duration, &descs, &in_flight, &bytes_in_flight}) {
+    out->metrics.push_back(std::move(*m));
+  }
+  auto counter = [out](std::string name, std::string help, const std::atomic<uint64_t>& v) {
+    out->metrics.push_back(NewMetric(std::move(name), MetricType::kCounter, std::move(help)));
+    out->metrics.back().samples.push_back(ValueSample({}, static_cast<double>(v.load(std::memory_order_relaxed))));
+  };
+  counter("xfer_sessions_opened_total", "Control sessions opened with peers, both ways.",
+          events_.sessions_opened);
+  counter("xfer_reconnects_total", "Sessions opened with a peer (by name) that had one before.",
+          events_.reconnects);
+  counter("xfer_notifications_sent_total", "Notifications that peers queued.", events_.notifies_sent);
+  counter("xfer_notifications_unsent_total",
+          "Notifications that peers refused (queue full) or that were lost with the session.",
+          events_.notifies_unsent);
+  counter("xfer_notifications_received_total", "Notifications from peers queued here.",
+          events_.notifies_received);
+  counter("xfer_notifications_refused_total",
+          "Notifications from peers refused here (queue full, or over the size limit).",
+          events_.notifies_refused);
+}
+
+}  // namespace xfer
