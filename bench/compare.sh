@@ -230,6 +230,8 @@ if [ "$RESULTS" != "-" ]; then
     echo '```'
     echo
     cat "$tmp/table.md"
+    echo
+    results_plot compare "$tmp/stats.txt" "xfer against raw system calls, paired rounds" --baseline '^raw'
     if [ -s "$tmp/other.md" ]; then
       echo
       echo "## Other baselines: raw TCP on loopback, ucx_perftest${ucx_version:+ ($ucx_version)}"

@@ -92,6 +92,8 @@ awk -v cells="$CELLS" "$ROUND_TABLE_AWK"'
   echo "Command: \`bench/compare_builds.sh $BEFORE $AFTER\` (DURATION=$DURATION ROUNDS=$ROUNDS CELLS=\"$CELLS\"): per round and cell, xfer-bench of both builds one after the other (which goes first alternating by round), with a target child process each. after/before is the median of the per-round ratios, with the lowest and highest round; 1.00 = no change. GB/s columns are the medians of the rounds."
   echo
   cat "$tmp/table.md"
+  echo
+  results_plot builds "$tmp/stats.txt" "this build (after) against $BEFORE (before)" --baseline '^before'
 } >"$tmp/section.md"
 results_section bench/RESULTS.md builds "$tmp/section.md"
 cat "$tmp/section.md"

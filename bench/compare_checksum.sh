@@ -64,6 +64,8 @@ awk "$ROUND_TABLE_AWK"'
   echo "Command: \`bench/compare_checksum.sh\` (DURATION=$DURATION ROUNDS=$ROUNDS): per round and path, xfer-bench over tcp (\`--mem register\`, a target child process) without and with --checksum one after the other (which goes first alternating by round); staged: \`--buffer-pool\` on both sides. Ratios are medians of the per-round ratios (lowest-highest round)."
   echo
   cat "$tmp/table.md"
+  echo
+  results_plot checksum "$tmp/stats.txt" "tcp with --checksum and without, paired rounds" --curves '_[wr]$' --baseline '^plain'
 } >"$tmp/section.md"
 results_section bench/RESULTS.md checksum "$tmp/section.md"
 cat "$tmp/section.md"

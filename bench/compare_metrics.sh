@@ -2,7 +2,9 @@
 # What counting metrics costs: the same xfer-bench cells with metrics on (the default) and with
 # --no-metrics (EngineOptions::metrics = false), alternating within each round, so each ratio
 # is paired (bench/lib.sh). Per transport: 16 KiB WRITEs one at a time (--reuse: in cache, where
-# the engine's own cost shows most), 16 KiB WRITEs 8 in flight, and 8-byte WRITEs one at a time.
+# the engine's own cost shows most), the same with --spin 0 (no stream spins to take half of an
+# shm copy: the copy stays on the caller, and the cell is steady), 16 KiB WRITEs 8 in flight, and
+# 8-byte WRITEs one at a time.
 # Writes the section "## metrics" of bench/RESULTS.md and prints it.
 #
 #   bench/compare_metrics.sh     env: DURATION=0.5 (s per cell)  ROUNDS=7  TRANSPORTS="shm cma tcp"
@@ -22,6 +24,7 @@ measure() {
   local kind=$1 t=$2 cell=$3 args
   case $cell in
     one) args="write_bw -s 16K --reuse" ;;
+    caller) args="write_bw -s 16K --reuse --spin 0" ;;
     depth8) args="write_bw -s 16K --reuse --depth 8" ;;
     small) args="write_bw -s 8 --reuse" ;;
   esac
@@ -31,7 +34,7 @@ measure() {
     awk -v k="${kind}_${t}_$cell" '/^[0-9]/ { print k, $1, $6; exit }' | in_round >>"$tmp/all.txt" ||
     { echo "compare_metrics: xfer-bench $args --transport $t failed:" >&2; cat "$tmp/err.txt" >&2; exit 1; }
 }
-CELLS="one depth8 small"
+CELLS="one caller depth8 small"
 : >"$tmp/all.txt"
 echo "compare_metrics: $ROUNDS rounds, $DURATION s per cell, transports $TRANSPORTS" >&2
 for r in $(seq 1 "$ROUNDS"); do
@@ -60,6 +63,7 @@ awk -v ts="$TRANSPORTS" "$ROUND_TABLE_AWK"'
     n = split(ts, t, " ")
     for (i = 1; i <= n; i++) {
       row(t[i], "one", 16384, "16 KiB WRITE, one at a time")
+      row(t[i], "caller", 16384, "16 KiB WRITE, one at a time, --spin 0")
       row(t[i], "depth8", 16384, "16 KiB WRITE, 8 in flight")
       row(t[i], "small", 8, "8 B WRITE, one at a time")
     }
@@ -73,6 +77,8 @@ awk -v ts="$TRANSPORTS" "$ROUND_TABLE_AWK"'
   echo "Command: \`bench/compare_metrics.sh\` (DURATION=$DURATION ROUNDS=$ROUNDS TRANSPORTS=\"$TRANSPORTS\"): per round, transport and cell, xfer-bench with --no-metrics and without (metrics on, the default) one after the other (which goes first alternating by round), --reuse, a target child process each. Ratios are medians of the per-round ratios (lowest-highest round); rates are medians of the rounds."
   echo
   cat "$tmp/table.md"
+  echo
+  results_plot metrics "$tmp/stats.txt" "metrics on / off, paired rounds"
 } >"$tmp/section.md"
 results_section bench/RESULTS.md metrics "$tmp/section.md"
 cat "$tmp/section.md"

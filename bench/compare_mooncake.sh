@@ -34,6 +34,12 @@ import json, statistics, sys
 tmp, rounds = sys.argv[1], int(sys.argv[2])
 names = ["mooncake", "xfer_tcp", "xfer_best"]
 runs = {n: [json.load(open(f"{tmp}/{n}.{r}.json"))["steps"] for r in range(1, rounds + 1)] for n in names}
+with open(f"{tmp}/rounds.txt", "w") as f:  # (round_stats' input: the plot's)
+    for n in names:
+        for r, run in enumerate(runs[n], 1):
+            for s in run:
+                if "gbps" in s and s.get("size"):
+                    f.write(f"{r} {n}_{s['step']} {s['size']} {s['gbps']}\n")
 def key(s): return (s["step"], s.get("size"))
 def outcome(s): return {k: s[k] for k in ("rc", "target_rc", "remote_nonzero", "local_nonzero", "data_equal", "sha") if k in s}
 same, rows = True, []
@@ -63,6 +69,11 @@ PY
   echo "Command: \`bench/compare_mooncake.sh\` (ROUNDS=$ROUNDS BYTES=$BYTES): bench/mooncake_style.py against each engine, a target process each, both on loopback with protocol \"tcp\"; xfer.mooncake once forced to its tcp transport (XFER_MOONCAKE_TRANSPORT=tcp) and once choosing its route (shm: one host). GB/s = 1e9 B/s, the median of the rounds; about $BYTES bytes per step and block size (single-block steps: a quarter, at most 4096 calls), after a few untimed calls."
   echo
   cat "$tmp/table.md"
+  echo
+  steps=$(awk '$2 ~ /^mooncake_/ { sub(/^mooncake_/, "", $2); print $2 }' "$tmp/rounds.txt" | sort -u)
+  pairs=$(for s in $steps; do printf ' xfer_tcp_%s/mooncake_%s' "$s" "$s"; done)
+  round_stats "$tmp/rounds.txt" "$pairs" >"$tmp/stats.txt" &&
+    results_plot mooncake "$tmp/stats.txt" "xfer.mooncake against Mooncake's engine (tcp), paired rounds" --baseline '^mooncake_'
 } >"$tmp/section.md"
 results_section bench/RESULTS.md mooncake "$tmp/section.md"
 cat "$tmp/section.md"

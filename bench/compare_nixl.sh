@@ -37,6 +37,11 @@ import json, statistics, sys
 tmp, rounds = sys.argv[1], int(sys.argv[2])
 names = ["nixl", "xfer", "direct", "nixl_tcp", "xfer_tcp"]
 runs = {n: [json.load(open(f"{tmp}/{n}.{r}.json"))["steps"] for r in range(1, rounds + 1)] for n in names}
+with open(f"{tmp}/rounds.txt", "w") as f:  # (round_stats' input: the plot's)
+    for n in names:
+        for r, run in enumerate(runs[n], 1):
+            for s in run:
+                f.write(f"{r} {n} {s['size']} {s['gbps']}\n")
 equal = all(s["data_equal"] for n in names for run in runs[n] for s in run)
 print(f"Every READ brought the target's bytes, on both agents in every round: **{'yes' if equal else 'NO'}**.\n")
 print("| block | blocks per request | NIXL GB/s | xfer.nixl GB/s | xfer.nixl / NIXL | xfer direct GB/s | xfer.nixl / direct | tcp: NIXL GB/s | tcp: xfer.nixl GB/s | tcp: xfer.nixl / NIXL |")
@@ -58,6 +63,11 @@ PY
   echo "Command: \`bench/compare_nixl.sh\` (ROUNDS=$ROUNDS BYTES=$BYTES): bench/nixl_style.py on each agent, a target process each, on loopback: the metadata through the listener, then READs by make_prepped_xfer of up to 1,000 blocks per request, one request at a time, each polled with check_xfer_state until DONE. Each agent chooses its route (one host), then both over tcp (UCX_TLS=tcp,self; XFER_NIXL_TRANSPORT=tcp); \"direct\" moves the same blocks with the xfer.nixl agent's engine, posted and polled the same way (read_async, then done() until it is). GB/s = 1e9 B/s, the median of the rounds; about $BYTES bytes per block size, after two untimed requests."
   echo
   cat "$tmp/table.md"
+  echo
+  round_stats "$tmp/rounds.txt" "xfer/nixl xfer_tcp/nixl_tcp xfer/direct" >"$tmp/stats.txt" &&
+    results_plot nixl "$tmp/stats.txt" "xfer.nixl against NIXL's agent, paired rounds" --baseline '^(nixl|direct)' \
+      --name nixl="NIXL" --name xfer="xfer.nixl" --name nixl_tcp="NIXL, tcp" --name xfer_tcp="xfer.nixl, tcp" \
+      --name direct="xfer, direct"
 } >"$tmp/section.md"
 results_section bench/RESULTS.md nixl "$tmp/section.md"
 cat "$tmp/section.md"

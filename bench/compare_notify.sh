@@ -80,6 +80,8 @@ awk -v ts="$TRANSPORTS" "$ROUND_TABLE_AWK"'
   echo "Command: \`bench/compare_notify.sh\` (DURATION=$DURATION ROUNDS=$ROUNDS TRANSPORTS=\"$TRANSPORTS\"): per round, transport and cell, xfer-bench without and with --notify one after the other (which goes first alternating by round), a target child process each. Ratios are medians of the per-round ratios (lowest-highest round); latencies are medians of the rounds' t_typ."
   echo
   cat "$tmp/table.md"
+  echo
+  results_plot notify "$tmp/stats.txt" "with --notify / without, paired rounds"
 } >"$tmp/section.md"
 results_section bench/RESULTS.md notify "$tmp/section.md"
 cat "$tmp/section.md"

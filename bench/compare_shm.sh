@@ -159,6 +159,9 @@ if [ "$RESULTS" != "-" ]; then
     echo '```'
     echo
     cat "$tmp/table.md"
+    echo
+    results_plot shm "$tmp/stats.txt" "shm against ucx_perftest (posix) and memcpy, paired rounds" \
+      --baseline '^(ucp|memcpy|rawcma)' --reference 'hixl_a3_bandwidth.tsv:scenario=single_machine,op=write,transport=RDMA,direction=H2H,path=direct@HIXL on Ascend A3: WRITE H2H over RDMA, one machine'
   } >"$tmp/results.md"
   results_section "$RESULTS" shm "$tmp/results.md"
   echo "wrote the shm section of $RESULTS"

@@ -113,6 +113,11 @@ if [ "$RESULTS" != "-" ]; then
     echo '```'
     echo
     cat "$tmp/table.md"
+    echo
+    results_plot tcp "$tmp/stats.txt" "tcp against a raw TCP socket, paired rounds" --baseline '^raw' \
+      --name raw="raw TCP socket" --name x1_w="WRITE, 1 link" --name x1_r="READ, 1 link" \
+      --name xn_w="WRITE, $LINKS links" --name xn_r="READ, $LINKS links" \
+      --reference 'perftest_roce100g.tsv:test=write_bw,qps=1@perftest ib_write_bw, 100G RoCE, 1 QP'
   } >"$tmp/results.md"
   results_section "$RESULTS" tcp "$tmp/results.md"
   echo "wrote the tcp section of $RESULTS"

@@ -201,6 +201,9 @@ if [ "$RESULTS" != "-" ]; then
     echo '```'
     echo
     cat "$tmp/table.md"
+    echo
+    results_plot ucx "$tmp/stats.txt" "ucx against ucx_perftest, paired rounds" --baseline '^(put|get)$' \
+      --reference 'perftest_roce100g.tsv:test=write_bw,qps=1@perftest ib_write_bw, 100G RoCE, 1 QP'
   } >"$tmp/results.md"
   results_section "$RESULTS" ucx "$tmp/results.md"
   echo "wrote the ucx section of $RESULTS"

@@ -136,6 +136,23 @@ RESULTS_SECTIONS="tcp shm ucx builds notify python mooncake nixl checksum scale 
 # another script's section, and keeping every other section as it is; a section FILE does not
 # have yet is appended (the head goes first). "## " lines inside ``` blocks never start a
 # section. Sections are separated by one blank line.
+# results_plot NAME STATS TITLE [plot.py options...]: draws round_stats output STATS into
+# bench/img/NAME.png, beside RESULTS.md (bench/plot.py --stats: a line per key measured at
+# several block sizes, the pairs' ratios as bars with their rounds' range), and prints the
+# Markdown line that shows it in the section; where matplotlib is missing, prints nothing and
+# says so on stderr. Run from the repository's root, as the compare scripts are.
+results_plot() {
+  local name=$1 stats=$2 title=$3
+  shift 3
+  mkdir -p bench/img
+  if /usr/bin/python3 bench/plot.py --stats "$stats" --title "$title" -o "bench/img/$name" "$@" >/dev/null; then
+    rm -f "bench/img/$name.svg"  # (RESULTS.md shows the PNG)
+    echo "![$title](img/$name.png)"
+  else
+    echo "results_plot: no plot for the $name section" >&2
+  fi
+}
+
 # peer_venv DIR MODULE PACKAGE: a virtual environment in DIR (it sees Debian's packages, e.g.
 # numpy) with a peer's released wheel PACKAGE from PyPI, installed unless MODULE imports
 # already; prints PACKAGE's version. (The differential checks against Mooncake and NIXL.)

@@ -58,6 +58,8 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--calls", type=int, default=200000, help="8-byte WRITEs per round")
     p.add_argument("--requests", type=int, default=300, help="10,000-descriptor WRITEs per round")
+    p.add_argument("--rounds-file", help="also write each round's figures there, as bench/lib.sh's "
+                   "round_stats reads them (<round> <key> <bytes> <us>)")
     a = p.parse_args()
     d, b = 10000, 64
     peer = Peer(memory="alloc", nbytes=64 << 20)
@@ -77,6 +79,10 @@ def main():
             print(f"| {r + 1} | {cpp['sync8_us']:.3f} | {py['sync8_us']:.3f} | {ratios['sync8_us'][-1]:.2f}"
                   f" | {cpp['descs_us']:.1f} | {py['descs_us']:.1f} | {ratios['descs_us'][-1]:.2f} |", flush=True)
             py_sync8.append(py["sync8_us"])
+            if a.rounds_file:
+                with open(a.rounds_file, "a") as f:
+                    for side, got in (("cpp", cpp), ("py", py)):
+                        f.write(f"{r + 1} {side}_sync8 8 {got['sync8_us']}\n{r + 1} {side}_descs {d * b} {got['descs_us']}\n")
     finally:
         peer.close()
     print()

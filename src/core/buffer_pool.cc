@@ -24,6 +24,7 @@ void BufferPool::Lease::Release() {
 
 Status BufferPool::Acquire(Clock::time_point deadline, Lease* out) {
   std::unique_lock lock(mu_);
+  bool waited = false;  // (one wait counted per Acquire)
   while (free_.empty()) {
     if (static_cast<int>(all_.size()) + allocating_ < count_) {
       // Allocated outside the lock: page-locking a large buffer takes a while.
@@ -43,7 +44,8 @@ Status BufferPool::Acquire(Clock::time_point deadline, Lease* out) {
       cv_.notify_all();
       if (all_.empty()) return {s.code(), "buffer pool: " + s.message()};
     }
-    waits_.fetch_add(1, std::memory_order_relaxed);
+    if (!waited) waits_.fetch_add(1, std::memory_order_relaxed);
+    waited = true;
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && free_.empty()) {
       return {StatusCode::kTimeout, "buffer pool: no staging buffer came free before the deadline"};
     }

@@ -99,6 +99,12 @@ Status CheckOptions(const EngineOptions& o) {
     return bad("notify.queue_bytes must be 4 KiB..16 GiB, and at least notify.max_message_bytes");
   }
   if (o.metrics_max_peers < 1 || o.metrics_max_peers > 4096) return bad("metrics_max_peers must be 1..4096");
+  if (!o.metrics_listen.empty()) {
+    net::Address a;
+    if (!net::ParseAddress(o.metrics_listen, &a).ok() || !a.has_port) {
+      return bad("metrics_listen '" + o.metrics_listen + "' is not host:port");
+    }
+  }
   if (!o.cluster_name.empty()) {
     if (o.metadata.empty()) return bad("cluster_name needs metadata (an etcd:// URL)");
     if (Status s = metadata::CheckClusterName(o.cluster_name); !s.ok()) return s;
@@ -343,8 +349,8 @@ Status EngineImpl::FindPeer(const std::string& remote, Peer* peer) {
 Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                           std::chrono::milliseconds timeout, const TransferOptions& options,
                           bool track, std::shared_ptr<Request>* out) {
-  // (The clock is read for the request's duration only where metrics are counted.)
-  const auto start = opts_.metrics ? Clock::now() : Clock::time_point{};
+  // The request's deadline runs from here, and so does its duration in the metrics.
+  const auto start = Clock::now();
   Status s = CheckRunning("Transfer");
   if (s.ok() && options.notify) s = CheckNotifyMessage("Transfer", *options.notify);
   Peer peer;
@@ -386,7 +392,7 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
     };
   }
   RequestHandle id = requests_.NextHandle();
-  *out = std::make_shared<Request>(id, op, start, DeadlineAfter(timeout), peer.state, std::move(plan),
+  *out = std::make_shared<Request>(id, op, start, DeadlineAfter(start, timeout), peer.state, std::move(plan),
                                    std::move(deliver));
   if (track) requests_.Track(*out);
   return Status::Ok();
@@ -505,10 +511,11 @@ bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferD
   const uint64_t dst = op == Op::kWrite ? mapped : d.local_addr;
   const uint64_t src = op == Op::kWrite ? d.local_addr : mapped;
   EngineMetrics* m = peer.state->metrics.get();
-  const EngineMetrics::Inline counted = m ? m->BeginInline(op) : EngineMetrics::Inline{};
+  const EngineMetrics::Inline counted =
+      m ? m->BeginInline(peer.state->metrics_slot, op, route->backend_index()) : EngineMetrics::Inline{};
   pool_->SharedCopy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), d.len);
   route->bytes().fetch_add(d.len, std::memory_order_relaxed);
-  if (m) m->EndInline(counted, peer.state->metrics_slot, op, route->backend_index(), d.len);
+  if (m) m->EndInline(counted, op, route->backend_index(), d.len);
   return true;
 }
 

@@ -47,7 +47,7 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
   st->info.pid = hello.pid;
   st->info.transport = "none";
   st->info.outbound = outbound;
-  CountSession(*st, control_fd >= 0);
+  LabelPeer(*st);
   transport::PeerContext peer;
   peer.name = hello.name;
   peer.incarnation = hello.incarnation;
@@ -237,6 +237,7 @@ Status EngineImpl::InstallOutbound(const std::shared_ptr<control::Session>& sess
     return Status::Ok();
   }
   loop_->Add(session);
+  metrics_->SessionOpened(remote);
   XLOG(INFO) << "connected to " << remote << " (pid " << hello.pid << ", transport "
              << state->info.transport << ", " << hello.regions.size() << " regions)";
   return Status::Ok();
@@ -395,6 +396,7 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
   s->peer_key = key;
   s->established.store(true);
   peers_.FinishAccept(key, Peer{s, state});
+  metrics_->SessionOpened(key);
   if (!SendHelloAndSubscribe(s).ok()) s->Shutdown("cannot send hello");
 }
 

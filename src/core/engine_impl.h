@@ -140,8 +140,8 @@ class EngineImpl final : public control::ControlHandler {
   // --- metrics (engine_metrics.cc)
   // Serves the metrics at opts_.metrics_listen, when set.
   Status StartMetricsServer();
-  // A new session's peer gets its metrics slot; session: a peer's, not this engine's own.
-  void CountSession(PeerState& state, bool session);
+  // A peer's state gets its label in the metrics (where they are counted).
+  void LabelPeer(PeerState& state);
   // The engine's own gauges (regions, sessions, queues), appended to *out.
   void AddEngineGauges(MetricsSnapshot* out) const;
   // --- notifications (engine_notify.cc)
@@ -247,10 +247,14 @@ class EngineImpl final : public control::ControlHandler {
   std::unique_ptr<MetricsServer> metrics_server_;
 };
 
-// Adds a timeout to now without overflowing on huge values.
-inline std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds t) {
+// Adds a timeout to a time (now) without overflowing on huge values.
+inline std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::steady_clock::time_point from,
+                                                           std::chrono::milliseconds t) {
   constexpr std::chrono::milliseconds kMax = std::chrono::hours(24 * 365);
-  return std::chrono::steady_clock::now() + std::clamp(t, std::chrono::milliseconds(0), kMax);
+  return from + std::clamp(t, std::chrono::milliseconds(0), kMax);
+}
+inline std::chrono::steady_clock::time_point DeadlineAfter(std::chrono::milliseconds t) {
+  return DeadlineAfter(std::chrono::steady_clock::now(), t);
 }
 
 }  // namespace xfer

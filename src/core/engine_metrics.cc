@@ -23,24 +23,17 @@ Status EngineImpl::StartMetricsServer() {
   return MetricsServer::Start(
       opts_.metrics_listen,
       [this] {
-        // (Served from Initialize on: until the engine runs, an empty page.)
-        MetricsSnapshot snapshot;
+        MetricsSnapshot snapshot;  // (until the engine runs: "", which answers 503)
         if (!running_.load() || !GetMetrics(&snapshot).ok()) return std::string();
         return snapshot.PrometheusText();
       },
       &metrics_server_);
 }
 
-void EngineImpl::CountSession(PeerState& state, bool session) {
-  bool seen = false;
-  const EngineMetrics::PeerSlot slot = metrics_->SlotOf(state.info.name, &seen);
-  if (opts_.metrics) {
-    state.metrics = metrics_;
-    state.metrics_slot = slot;
-  }
-  if (!session) return;
-  ++metrics_->events().sessions_opened;
-  if (seen) ++metrics_->events().reconnects;
+void EngineImpl::LabelPeer(PeerState& state) {
+  if (!opts_.metrics) return;
+  state.metrics = metrics_;
+  state.metrics_slot = metrics_->SlotOf(state.info.name);
 }
 
 Status EngineImpl::GetMetrics(MetricsSnapshot* out) const {

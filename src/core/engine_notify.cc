@@ -37,12 +37,11 @@ void EngineImpl::OnNotify(const std::shared_ptr<control::Session>& s, wire::Noti
     // The answer is queued before the application can take the notification: a goodbye (or
     // anything else) it sends after taking it then leaves after the answer, never before.
     // (Leaves once the control loop has read what came with it: one write for a burst.)
-    queued = notifies_->Push({peer.info.name, peer.info.incarnation, std::move(m.message)},
-                             [&] { s->SendSoon(wire::NotifyAck{m.seq, StatusCode::kOk, ""}); });
-    if (queued.ok()) {
-      ++metrics_->events().notifies_received;
-      return;
-    }
+    queued = notifies_->Push({peer.info.name, peer.info.incarnation, std::move(m.message)}, [&] {
+      ++metrics_->events().notifies_received;  // (counted before its sender hears of it)
+      s->SendSoon(wire::NotifyAck{m.seq, StatusCode::kOk, ""});
+    });
+    if (queued.ok()) return;
   }
   ++metrics_->events().notifies_refused;
   s->SendSoon(wire::NotifyAck{m.seq, queued.code(), queued.message()});

@@ -1,6 +1,7 @@
 #include "core/metrics.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cctype>
 #include <limits>
@@ -10,19 +11,21 @@ namespace {
 
 std::atomic<uint64_t> next_metrics_id{1};
 
-// This thread's shard of the engine it last counted for (one entry: a thread mostly serves
-// one engine; a miss looks the shard up under the engine's lock).
-struct ThreadShard {
-  uint64_t owner = 0;
-  void* shard = nullptr;
-};
-thread_local ThreadShard this_thread_shard;
+// The duration buckets' upper bounds in the clock's ticks, compared as integers.
+constexpr auto kDurationTicks = [] {
+  std::array<int64_t, EngineMetrics::kDurationBuckets - 1> ticks{};
+  for (size_t i = 0; i < ticks.size(); ++i) {
+    ticks[i] = std::chrono::duration_cast<EngineMetrics::Clock::duration>(
+                   std::chrono::duration<double>(EngineMetrics::kDurationBounds[i]))
+                   .count();
+  }
+  return ticks;
+}();
 
 int DurationBucket(EngineMetrics::Clock::duration took) {
-  const double seconds = std::chrono::duration<double>(took).count();
-  int i = 0;
-  while (i < EngineMetrics::kDurationBuckets - 1 && seconds > EngineMetrics::kDurationBounds[i]) ++i;
-  return i;
+  // (A bucket counts durations up to and including its bound, as Prometheus' "le" says.)
+  return static_cast<int>(std::lower_bound(kDurationTicks.begin(), kDurationTicks.end(), took.count()) -
+                          kDurationTicks.begin());
 }
 
 int DescriptorBucket(uint64_t descriptors) {
@@ -47,20 +50,25 @@ EngineMetrics::EngineMetrics(uint32_t max_peers, std::vector<std::string> backen
   if (backends_.size() > kBackends) std::abort();  // (a build with more backends: raise kBackends)
 }
 
-EngineMetrics::PeerSlot EngineMetrics::SlotOf(const std::string& peer, bool* seen) {
+EngineMetrics::PeerSlot EngineMetrics::SlotOf(const std::string& peer) {
   std::lock_guard lock(mu_);
-  auto it = slots_.find(peer);
-  *seen = it != slots_.end();
-  if (*seen) return it->second;
-  const PeerSlot slot = static_cast<PeerSlot>(std::min<size_t>(peer_names_.size(), max_peers_));
-  if (slot < max_peers_) peer_names_.push_back(peer);
-  slots_.emplace(peer, slot);  // (names past the cap map to the "other" slot, remembered too)
-  return slot;
+  if (auto it = slots_.find(peer); it != slots_.end()) return it->second;
+  if (peer_names_.size() >= max_peers_) return static_cast<PeerSlot>(max_peers_);  // "other"
+  // (A label value must be UTF-8: a peer's name is whatever its hello said.)
+  std::string label;
+  for (unsigned char c : peer) label.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?');
+  peer_names_.push_back(label);
+  return slots_.emplace(peer, static_cast<PeerSlot>(peer_names_.size() - 1)).first->second;
 }
 
-EngineMetrics::Shard& EngineMetrics::Mine() {
-  if (this_thread_shard.owner == id_) return *static_cast<Shard*>(this_thread_shard.shard);
-  return MineSlow();
+void EngineMetrics::SessionOpened(const std::string& key) {
+  ++events_.sessions_opened;
+  std::lock_guard lock(mu_);
+  if (session_keys_.count(key) != 0) {
+    ++events_.reconnects;
+  } else if (session_keys_.size() < (64u << 10)) {
+    session_keys_.insert(key);
+  }
 }
 
 EngineMetrics::Shard& EngineMetrics::MineSlow() {
@@ -74,7 +82,7 @@ EngineMetrics::Shard& EngineMetrics::MineSlow() {
       shard = shared_shard_.get();
     }
   }
-  this_thread_shard = {id_, shard};
+  this_thread_shard_ = {id_, shard};
   return *shard;
 }
 
@@ -114,22 +122,6 @@ void EngineMetrics::Ended(PeerSlot peer, Op op, int backend, uint64_t bytes,
   }
 }
 
-EngineMetrics::Inline EngineMetrics::BeginInline(Op op) {
-  Shard& s = Mine();
-  // (The shared shard's threads race on the count: a timed copy more or less.)
-  const bool timed = s.inline_copies[static_cast<int>(op)].Get() % kInlineSample == 0;
-  return {&s, timed ? Clock::now() : Clock::time_point{}};
-}
-
-void EngineMetrics::EndInline(const Inline& copy, PeerSlot peer, Op op, int backend, uint64_t bytes) {
-  Shard& s = *static_cast<Shard*>(copy.shard);
-  const size_t cell = Cell(peer, op, backend);
-  s.bytes[cell].Add(bytes, s.shared);
-  s.ok[cell].Add(1, s.shared);
-  s.inline_copies[static_cast<int>(op)].Add(1, s.shared);
-  if (copy.start != Clock::time_point{}) Observe(s, op, backend, Clock::now() - copy.start, kInlineSample);
-}
-
 void EngineMetrics::Refused(Op op, StatusCode code) {
   std::lock_guard lock(mu_);
   ++refused_[{static_cast<int>(op), static_cast<int>(code)}];
@@ -152,7 +144,11 @@ EngineMetrics::Totals EngineMetrics::Sum() const {
   auto add = [&t](const Shard& s) {
     for (size_t i = 0; i < s.bytes.size(); ++i) {
       t.bytes[i] += s.bytes[i].Get();
-      t.ok[i] += s.ok[i].Get();
+      t.ok[i] += s.ok[i].Get() + s.inline_ok[i].Get();
+      // (An inline copy is a request of one descriptor.)
+      const int o = static_cast<int>(i / kBackends % kOps);
+      t.descriptors[o][0] += s.inline_ok[i].Get();
+      t.descriptors_sum[o] += s.inline_ok[i].Get();
     }
     for (int o = 0; o < kOps; ++o) {
       for (int b = 0; b < kBackends; ++b) {
@@ -161,8 +157,6 @@ EngineMetrics::Totals EngineMetrics::Sum() const {
       }
       for (int k = 0; k < kDescBuckets; ++k) t.descriptors[o][k] += s.descriptors[o][k].Get();
       t.descriptors_sum[o] += s.descriptors_sum[o].Get();
-      t.descriptors[o][0] += s.inline_copies[o].Get();
-      t.descriptors_sum[o] += s.inline_copies[o].Get();
       t.started[o] += s.started[o].Get();
       t.started_bytes[o] += s.started_bytes[o].Get();
       t.ended[o] += s.ended[o].Get();
@@ -209,6 +203,7 @@ void EngineMetrics::Snapshot(MetricsSnapshot* out) const {
     for (int o = 0; o < kOps; ++o) {
       for (size_t b = 0; b < backends_.size(); ++b) {
         const size_t cell = (p * kOps + o) * kBackends + b;
+        if (t.bytes[cell] == 0 && t.ok[cell] == 0) continue;
         MetricLabels labels{{"op", op_name(o)}, {"backend", backends_[b]}, {"peer", peer_name(p)}};
         if (t.bytes[cell] != 0) bytes.samples.push_back(ValueSample(labels, static_cast<double>(t.bytes[cell])));
         if (t.ok[cell] != 0) {

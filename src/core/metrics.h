@@ -17,6 +17,7 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "xfer/metrics.h"
@@ -34,6 +35,14 @@ inline MetricSample ValueSample(MetricLabels labels, double value) {
   return s;
 }
 
+// A thread's cached shard (EngineMetrics::Mine): owner is an EngineMetrics' id, never 0 and
+// never reused.
+struct MetricsThreadShard {
+  uint64_t owner = 0;
+  void* shard = nullptr;
+};
+inline thread_local MetricsThreadShard this_thread_shard_;
+
 class EngineMetrics {
  public:
   using Clock = std::chrono::steady_clock;
@@ -50,9 +59,9 @@ class EngineMetrics {
   // Descriptors per request: 1, 2, 4, ... 65536, then +Inf.
   static constexpr int kDescBuckets = 18;
   // Inline copies (a descriptor copied on the caller's thread, well under a microsecond) are
-  // timed one in kInlineSample, each timed one standing for kInlineSample: two clock reads
-  // would cost several percent of such a copy.
-  static constexpr uint64_t kInlineSample = 16;
+  // timed one in kInlineSample (per peer, op and backend), each timed one standing for
+  // kInlineSample: two clock reads would cost several percent of such a copy.
+  static constexpr uint64_t kInlineSample = 64;
 
   // backends: the build's backend names (transport::BackendNames), at most kBackends.
   // max_peers: distinct values of the peer label; later peers are counted as "other".
@@ -60,8 +69,11 @@ class EngineMetrics {
   EngineMetrics(const EngineMetrics&) = delete;
   EngineMetrics& operator=(const EngineMetrics&) = delete;
 
-  // The label slot of a peer (by name); *seen: the name had one before (a reconnect).
-  PeerSlot SlotOf(const std::string& peer, bool* seen);
+  // The label slot of a peer (by name).
+  PeerSlot SlotOf(const std::string& peer);
+  // A session was installed with the peer of that key (PeerTable's): counts it, and as a
+  // reconnect when the key had one before (the first 64 Ki keys are remembered).
+  void SessionOpened(const std::string& key);
 
   // --- the data path (any thread)
   // A batch moved its bytes.
@@ -75,10 +87,23 @@ class EngineMetrics {
   // after it (it moved, and ended ok: Moved and Ended in one, counted on one shard).
   struct Inline {
     void* shard;
+    size_t cell;
     Clock::time_point start;  // when the copy is timed (one in kInlineSample), else zero
   };
-  Inline BeginInline(Op op);
-  void EndInline(const Inline& copy, PeerSlot peer, Op op, int backend, uint64_t bytes);
+  // (Inline, with Mine: they cost a few nanoseconds a copy, a call would add to that.)
+  Inline BeginInline(PeerSlot peer, Op op, int backend) {
+    Shard& s = Mine();
+    const size_t cell = Cell(peer, op, backend);
+    // (The shared shard's threads race on the count: a timed copy more or less.)
+    const bool timed = s.inline_ok[cell].Get() % kInlineSample == 0;
+    return {&s, cell, timed ? Clock::now() : Clock::time_point{}};
+  }
+  void EndInline(const Inline& copy, Op op, int backend, uint64_t bytes) {
+    Shard& s = *static_cast<Shard*>(copy.shard);
+    s.bytes[copy.cell].Add(bytes, s.shared);
+    s.inline_ok[copy.cell].Add(1, s.shared);
+    if (copy.start != Clock::time_point{}) Observe(s, op, backend, Clock::now() - copy.start, kInlineSample);
+  }
 
   // --- rare events
   struct Events {
@@ -114,22 +139,29 @@ class EngineMetrics {
   };
   struct Shard {
     explicit Shard(size_t peer_slots, bool shared)
-        : shared(shared), bytes(peer_slots * kOps * kBackends), ok(peer_slots * kOps * kBackends) {}
+        : shared(shared),
+          bytes(peer_slots * kOps * kBackends),
+          ok(peer_slots * kOps * kBackends),
+          inline_ok(peer_slots * kOps * kBackends) {}
     const bool shared;
-    std::vector<Count> bytes;  // [peer][op][backend]
-    std::vector<Count> ok;     // requests that completed, [peer][op][backend]
+    std::vector<Count> bytes;      // [peer][op][backend]
+    std::vector<Count> ok;         // requests that completed, [peer][op][backend]
+    std::vector<Count> inline_ok;  // inline copies (one descriptor each), [peer][op][backend]
     Histogram duration[kOps][kBackends];
     Count descriptors[kOps][kDescBuckets];
     Count descriptors_sum[kOps];
     Count started[kOps], started_bytes[kOps], ended[kOps], ended_bytes[kOps];
-    // Inline copies: one descriptor each (their descriptor histogram, added at Snapshot).
-    Count inline_copies[kOps];
   };
 
   size_t Cell(PeerSlot peer, Op op, int backend) const {
     return (static_cast<size_t>(peer) * kOps + static_cast<int>(op)) * kBackends + backend;
   }
-  Shard& Mine();
+  // This thread's shard: cached per thread for the engine it last counted for (one entry: a
+  // thread mostly serves one engine; a miss looks the shard up under mu_).
+  Shard& Mine() {
+    if (this_thread_shard_.owner == id_) return *static_cast<Shard*>(this_thread_shard_.shard);
+    return MineSlow();
+  }
   Shard& MineSlow();
   void Observe(Shard& s, Op op, int backend, Clock::duration took, uint64_t weight);
   // The sums over every shard (mu_ held).
@@ -147,6 +179,7 @@ class EngineMetrics {
   std::unique_ptr<Shard> shared_shard_;                               // past kMaxShards
   std::unordered_map<std::string, PeerSlot> slots_;                   // mu_
   std::vector<std::string> peer_names_;                               // by slot; mu_
+  std::unordered_set<std::string> session_keys_;                      // mu_
   // Requests that ended other than completed: (peer, op, backend, code) -> count. mu_
   std::map<std::tuple<PeerSlot, int, int, int>, uint64_t> failed_;
   std::map<std::pair<int, int>, uint64_t> refused_;  // (op, code) -> count; mu_

@@ -274,6 +274,29 @@ plot)
   grep -q "now WRITE" "$tmp/out.svg" || fail "out.svg has no line named after its label"
   [ "$(stat -c %s "$tmp/out.png")" -gt 10000 ] || fail "out.png is nearly empty"
   expect_exit 1 "is not an xfer-bench --json file" /usr/bin/python3 "$plot" -o "$tmp/bad" "$tmp/plot.txt"
+  # --stats: what a compare script's round_stats wrote: lines per block size, ratios as bars,
+  # a reference table's matching rows dashed.
+  . "$(dirname "$0")/../../bench/lib.sh"
+  printf '%s\n' "1 raw 1048576 3.0" "1 x 1048576 2.7" "1 raw 4194304 3.5" "1 x 4194304 3.6" \
+    "2 raw 1048576 3.2" "2 x 1048576 3.0" "2 raw 4194304 3.4" "2 x 4194304 3.3" >"$tmp/rounds.txt"
+  round_stats "$tmp/rounds.txt" "x/raw" >"$tmp/stats.txt" || fail "round_stats"
+  /usr/bin/python3 "$plot" --stats "$tmp/stats.txt" -o "$tmp/st" --baseline '^raw$' --name x="xfer here" \
+    --reference 'perftest_roce100g.tsv:test=write_bw,qps=1@perftest one QP' >"$tmp/plot.txt" 2>&1 \
+    || { cat "$tmp/plot.txt"; fail "plot.py --stats failed"; }
+  for want in "xfer here" "x/raw @ 1M" "x/raw @ 4M" "perftest one QP (reference)"; do
+    grep -q "$want" "$tmp/st.svg" || fail "the --stats plot lacks '$want'"
+  done
+  expect_exit 1 "is not round_stats output" /usr/bin/python3 "$plot" --stats "$tmp/plot.txt" -o "$tmp/bad"
+  expect_exit 1 "no row matches" /usr/bin/python3 "$plot" --stats "$tmp/stats.txt" -o "$tmp/bad" \
+    --reference 'perftest_roce100g.tsv:test=no_such_test'
+  # --grid: xfer-bench table's cells in HIXL's layout, HIXL's own figures beside them.
+  "$XB" table -s 16K,64K -D 0.05 --span 4M --json "$tmp/table.json" >"$tmp/table.txt" 2>&1 \
+    || { cat "$tmp/table.txt"; fail "xfer-bench table --json"; }
+  /usr/bin/python3 "$plot" --grid "$tmp/table.json" -o "$tmp/grid" >"$tmp/plot.txt" 2>&1 \
+    || { cat "$tmp/plot.txt"; fail "plot.py --grid failed"; }
+  for want in "WRITE H2H" "READ D2D" "HIXL A3 RDMA direct" "tcp direct"; do
+    grep -q "$want" "$tmp/grid.svg" || fail "the grid lacks '$want'"
+  done
   ;;
 serve_etcd)
   # A serve published in a real etcd under a cluster name; the client finds it by that name.
@@ -301,7 +324,12 @@ metrics)
     { exec 3<>"/dev/tcp/127.0.0.1/$1" && printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3 &&
       timeout 5 cat <&3; } 2>/dev/null | tr -d '\r' | sed '1,/^$/d'
   }
-  cport=$(free_port) sport=$(free_port) || fail "no free port"
+  cport=$(free_port) && sport=$(free_port) || fail "no free port"
+  [ "$cport" != "$sport" ] || sport=$(free_port) || fail "no free port"
+  if ! "$XB" write_bw -s 4K -n 5 "${SMALL[@]}" --metrics 127.0.0.1:0 >"$tmp/cli" 2>&1; then
+    grep -q "UNSUPPORTED" "$tmp/cli" && skip "no metrics endpoint in this build (libcpp-httplib-dev)"
+    cat "$tmp/cli"; fail "--metrics 127.0.0.1:0"
+  fi
   "$XB" serve --listen 127.0.0.1:0 --metrics "127.0.0.1:$sport" --once >"$tmp/srv" 2>&1 &
   pids+=("$!")
   for _ in $(seq 100); do grep -q "waiting for clients" "$tmp/srv" && break; sleep 0.1; done
