@@ -155,7 +155,12 @@ def draw_references(ax, refs):
 
 
 def draw_ratios(ax, ratios):
-    """Horizontal bars: each pair's median ratio, its rounds' range as a whisker, 1.0 marked."""
+    """Horizontal bars: each pair's median ratio, its rounds' range as a whisker, 1.0 marked;
+    pairs in the order they were named, each by block size."""
+    order = {}
+    for pair, *_ in ratios:
+        order.setdefault(pair, len(order))
+    ratios = sorted(ratios, key=lambda r: (order[r[0]], r[1]))
     labels = [f"{pair} @ {size_label(b)}" for pair, b, *_ in ratios]
     med = [m for _, _, m, _, _ in ratios]
     err = [[m - lo for _, _, m, lo, _ in ratios], [hi - m for _, _, m, _, hi in ratios]]

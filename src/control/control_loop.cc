@@ -148,11 +148,11 @@ void ControlLoop::Tick() {
       continue;
     }
     auto silent = now - s->last_rx.load();
-    // A heartbeat is missed once the peer stayed silent a whole interval past the one in
-    // which it was due.
-    const int64_t missed = std::max<int64_t>(silent / opts_.heartbeat_interval - 1, 0);
-    if (missed > s->heartbeats_missed) counters_.heartbeats_missed += missed - s->heartbeats_missed;
-    s->heartbeats_missed = missed;
+    // Late: silent for half the timeout (the peer's own heartbeat interval is not known here,
+    // its timeout is ours); counted once per silence.
+    const bool late = silent > opts_.heartbeat_timeout / 2;
+    if (late && !s->late) ++counters_.peers_late;
+    s->late = late;
     if (silent > opts_.heartbeat_timeout) {
       ++counters_.peers_declared_dead;
       dead.emplace_back(s, "no heartbeat for " +

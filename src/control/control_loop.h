@@ -50,8 +50,8 @@ class ControlLoop {
 
   // What the loop saw of its peers' liveness (read by any thread).
   struct Counters {
-    // Heartbeat intervals past the first that established sessions stayed silent.
-    std::atomic<uint64_t> heartbeats_missed{0};
+    // Times an established session's peer stayed silent for half the heartbeat timeout.
+    std::atomic<uint64_t> peers_late{0};
     // Sessions closed because the peer stayed silent for heartbeat_timeout.
     std::atomic<uint64_t> peers_declared_dead{0};
   };

@@ -100,7 +100,7 @@ class Session {
   std::string auth_key;
   const Clock::time_point created = Clock::now();
   std::atomic<Clock::time_point> last_rx{Clock::now()};
-  int64_t heartbeats_missed = 0;  // control thread: counted since the last frame came
+  bool late = false;  // control thread: silent for half the heartbeat timeout (ControlLoop)
   Clock::time_point last_tx = Clock::now();  // control loop only
   bool watching_writable = false;             // control loop only: EPOLLOUT is asked for
 

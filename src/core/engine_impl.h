@@ -87,7 +87,7 @@ class EngineImpl final : public control::ControlHandler {
   Status WaitNotifies(std::vector<Notification>* out, std::chrono::milliseconds timeout);
 
   Status GetMetrics(MetricsSnapshot* out) const;
-  std::string MetricsAddress() const { return metrics_server_ ? metrics_server_->address() : ""; }
+  std::string MetricsAddress() const { return metrics_address_; }
 
   // control::ControlHandler (control thread)
   void OnMessage(const std::shared_ptr<control::Session>& s, wire::Message&& msg) override;
@@ -243,6 +243,7 @@ class EngineImpl final : public control::ControlHandler {
   log::Limit too_many_sessions_log_;  // control thread: hellos past max_sessions
 
   std::shared_ptr<EngineMetrics> metrics_;  // from Initialize on
+  std::string metrics_address_;             // where metrics_server_ serves (set by Initialize)
   // Last, so that it stops first: it reads the members above while it serves.
   std::unique_ptr<MetricsServer> metrics_server_;
 };

@@ -20,7 +20,7 @@ void AddValue(MetricsSnapshot* out, std::string name, MetricType type, std::stri
 
 Status EngineImpl::StartMetricsServer() {
   if (opts_.metrics_listen.empty()) return Status::Ok();
-  return MetricsServer::Start(
+  Status s = MetricsServer::Start(
       opts_.metrics_listen,
       [this] {
         MetricsSnapshot snapshot;  // (until the engine runs: "", which answers 503)
@@ -28,6 +28,8 @@ Status EngineImpl::StartMetricsServer() {
         return snapshot.PrometheusText();
       },
       &metrics_server_);
+  if (s.ok()) metrics_address_ = metrics_server_->address();
+  return s;
 }
 
 void EngineImpl::LabelPeer(PeerState& state) {
@@ -66,8 +68,8 @@ void EngineImpl::AddEngineGauges(MetricsSnapshot* out) const {
   if (loop_) {
     const auto& c = loop_->counters();
     AddValue(out, "xfer_heartbeats_missed_total", MetricType::kCounter,
-             "Heartbeat intervals, past the first, that peers stayed silent.",
-             static_cast<double>(c.heartbeats_missed.load()));
+             "Times a peer stayed silent for half the heartbeat timeout (heartbeats late or missed).",
+             static_cast<double>(c.peers_late.load()));
     AddValue(out, "xfer_peers_declared_dead_total", MetricType::kCounter,
              "Sessions ended because the peer stayed silent for the heartbeat timeout.",
              static_cast<double>(c.peers_declared_dead.load()));

@@ -82,7 +82,7 @@ EngineMetrics::Shard& EngineMetrics::MineSlow() {
       shard = shared_shard_.get();
     }
   }
-  this_thread_shard_ = {id_, shard};
+  this_thread_shards_[this_thread_next_shard_++ % kCachedShards] = {id_, shard};
   return *shard;
 }
 

@@ -35,13 +35,15 @@ inline MetricSample ValueSample(MetricLabels labels, double value) {
   return s;
 }
 
-// A thread's cached shard (EngineMetrics::Mine): owner is an EngineMetrics' id, never 0 and
-// never reused.
+// A thread's cached shards (EngineMetrics::Mine), of the last engines it counted for: owner is
+// an EngineMetrics' id, never 0 and never reused.
 struct MetricsThreadShard {
   uint64_t owner = 0;
   void* shard = nullptr;
 };
-inline thread_local MetricsThreadShard this_thread_shard_;
+inline constexpr size_t kCachedShards = 4;
+inline thread_local MetricsThreadShard this_thread_shards_[kCachedShards];
+inline thread_local size_t this_thread_next_shard_ = 0;  // the entry a miss replaces
 
 class EngineMetrics {
  public:
@@ -88,21 +90,25 @@ class EngineMetrics {
   struct Inline {
     void* shard;
     size_t cell;
-    Clock::time_point start;  // when the copy is timed (one in kInlineSample), else zero
+    uint64_t weight;          // 0: not timed
+    Clock::time_point start;  // when timed
   };
   // (Inline, with Mine: they cost a few nanoseconds a copy, a call would add to that.)
   Inline BeginInline(PeerSlot peer, Op op, int backend) {
     Shard& s = Mine();
     const size_t cell = Cell(peer, op, backend);
-    // (The shared shard's threads race on the count: a timed copy more or less.)
-    const bool timed = s.inline_ok[cell].Get() % kInlineSample == 0;
-    return {&s, cell, timed ? Clock::now() : Clock::time_point{}};
+    // The first copy stands for itself, every later timed one for the kInlineSample before it:
+    // the histogram's count trails the copies, never leads them. (The shared shard's threads
+    // race on the count: a timed copy more or less.)
+    const uint64_t n = s.inline_ok[cell].Get();
+    if (n % kInlineSample != 0) return {&s, cell, 0, {}};
+    return {&s, cell, n == 0 ? 1 : kInlineSample, Clock::now()};
   }
   void EndInline(const Inline& copy, Op op, int backend, uint64_t bytes) {
     Shard& s = *static_cast<Shard*>(copy.shard);
     s.bytes[copy.cell].Add(bytes, s.shared);
     s.inline_ok[copy.cell].Add(1, s.shared);
-    if (copy.start != Clock::time_point{}) Observe(s, op, backend, Clock::now() - copy.start, kInlineSample);
+    if (copy.weight != 0) Observe(s, op, backend, Clock::now() - copy.start, copy.weight);
   }
 
   // --- rare events
@@ -156,10 +162,12 @@ class EngineMetrics {
   size_t Cell(PeerSlot peer, Op op, int backend) const {
     return (static_cast<size_t>(peer) * kOps + static_cast<int>(op)) * kBackends + backend;
   }
-  // This thread's shard: cached per thread for the engine it last counted for (one entry: a
-  // thread mostly serves one engine; a miss looks the shard up under mu_).
+  // This thread's shard: cached per thread for the last kCachedShards engines it counted
+  // for; a miss looks the shard up under mu_.
   Shard& Mine() {
-    if (this_thread_shard_.owner == id_) return *static_cast<Shard*>(this_thread_shard_.shard);
+    for (const auto& c : this_thread_shards_) {
+      if (c.owner == id_) return *static_cast<Shard*>(c.shard);
+    }
     return MineSlow();
   }
   Shard& MineSlow();

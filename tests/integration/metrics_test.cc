@@ -108,7 +108,7 @@ class Metrics : public PeerFixture {
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
     o.heartbeat_interval = 100ms;
-    o.heartbeat_timeout = 600ms;
+    o.heartbeat_timeout = 3000ms;  // (late: 1.5 s silent; the peer beats every 500 ms)
     return o;
   }
 };
@@ -146,12 +146,13 @@ TEST_F(Metrics, SessionsReconnectsHeartbeatsAndDeadPeers) {
   EXPECT_EQ(m.Sum("xfer_sessions_opened_total"), 2);
   EXPECT_EQ(m.Sum("xfer_reconnects_total"), 1);
   EXPECT_EQ(m.Sum("xfer_peers_declared_dead_total"), 0);
+  EXPECT_EQ(m.Sum("xfer_heartbeats_missed_total"), 0) << "a live peer (heartbeats every 500 ms) counted late";
   // A frozen peer misses heartbeats, then is declared dead.
   peer_.Signal(SIGSTOP);
-  EXPECT_TRUE(PollUntil([&] { return Snapshot(engine_).Sum("xfer_peers_declared_dead_total") == 1; }, 5s));
+  EXPECT_TRUE(PollUntil([&] { return Snapshot(engine_).Sum("xfer_peers_declared_dead_total") == 1; }, 10s));
   peer_.Signal(SIGCONT);
   m = Snapshot(engine_);
-  EXPECT_GE(m.Sum("xfer_heartbeats_missed_total"), 3);  // 600 ms silent at 100 ms intervals
+  EXPECT_EQ(m.Sum("xfer_heartbeats_missed_total"), 1);  // (late once, then dead)
   EXPECT_EQ(m.Sum("xfer_sessions"), 0);
 }
 
@@ -262,7 +263,7 @@ TEST_F(MetricsEndpoint, ScrapesFollowTheBytesDuringAndAfterTransfers) {
   double last = 0;
   int rose = 0;
   for (int i = 0; i < 10; ++i) {
-    std::this_thread::sleep_for(30ms);
+    std::this_thread::sleep_for(50ms);
     const double now = Scraped(Scrape(), "xfer_transferred_bytes_total");
     EXPECT_GE(now, last) << "a counter went down";
     rose += now > last ? 1 : 0;
@@ -270,7 +271,7 @@ TEST_F(MetricsEndpoint, ScrapesFollowTheBytesDuringAndAfterTransfers) {
   }
   stop = true;
   writer.join();
-  EXPECT_GE(rose, 5) << "the byte counter did not move while bytes did";
+  EXPECT_GE(rose, 3) << "the byte counter did not move while bytes did";
   const std::string body = Scrape();
   EXPECT_EQ(Scraped(body, "xfer_transferred_bytes_total"), written.load());
   EXPECT_EQ(Scraped(body, "xfer_transferred_bytes_total"), Snapshot(engine_).Sum("xfer_transferred_bytes_total"));
