@@ -258,27 +258,38 @@ xfer_revision() {
 # to DIR/etcd.pid (called as $(etcd_start DIR), it runs in a subshell): the caller kills it
 # ("kill $(cat DIR/etcd.pid)").
 etcd_start() {
-  local dir=$1 client peer
+  local dir=$1 client peer pid try
   command -v etcd >/dev/null || { echo "etcd is not installed (apt-get install etcd-server)" >&2; return 1; }
-  client=$(free_port) peer=$(free_port)
-  etcd --name bench --data-dir "$dir/data" --listen-client-urls "http://127.0.0.1:$client" \
-    --advertise-client-urls "http://127.0.0.1:$client" --listen-peer-urls "http://127.0.0.1:$peer" \
-    --initial-advertise-peer-urls "http://127.0.0.1:$peer" --initial-cluster "bench=http://127.0.0.1:$peer" \
-    >"$dir/etcd.log" 2>&1 &
-  echo $! >"$dir/etcd.pid"
-  for _ in $(seq 200); do
-    grep -q "serving insecure client requests" "$dir/etcd.log" && { echo "127.0.0.1:$client"; return 0; }
-    sleep 0.1
+  for try in 1 2 3; do  # (a port free when chosen can be taken before etcd binds it: again)
+    client=$(free_port) && peer=$(free_port) || return 1
+    [ "$client" != "$peer" ] || continue
+    etcd --name bench --data-dir "$dir/data" --listen-client-urls "http://127.0.0.1:$client" \
+      --advertise-client-urls "http://127.0.0.1:$client" --listen-peer-urls "http://127.0.0.1:$peer" \
+      --initial-advertise-peer-urls "http://127.0.0.1:$peer" --initial-cluster "bench=http://127.0.0.1:$peer" \
+      >"$dir/etcd.log" 2>&1 &
+    pid=$!
+    echo "$pid" >"$dir/etcd.pid"
+    for _ in $(seq 200); do
+      grep -q "serving insecure client requests" "$dir/etcd.log" && { echo "127.0.0.1:$client"; return 0; }
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && break  # (running, but not serving: not a port clash)
+    grep -q "address already in use" "$dir/etcd.log" || break
+    rm -rf "$dir/data"
   done
   echo "etcd did not start: $(tail -3 "$dir/etcd.log")" >&2
   return 1
 }
-
 # free_port: a loopback TCP port nothing listens on now.
+# Below the kernel's ephemeral range (ip_local_port_range), so that no outgoing connection's
+# local port takes it between the choice and the bind.
 free_port() {
-  local p
+  local p low=32768
+  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  [ "$low" -gt 12000 ] || low=32768
   for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((10000 + RANDOM % (low - 10000)))
     (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
   done
   return 1

@@ -4,7 +4,6 @@ promtool's linter), and a real Prometheus scrapes an engine during transfers."""
 
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 
 import xfer
+from conftest import _free_port
 
 
 def _fetch(url, timeout=10):
@@ -102,12 +102,6 @@ def test_endpoint_parses_as_the_exposition_format(served):
     with pytest.raises(urllib.error.HTTPError) as e:
         _fetch(f"http://{engine.metrics_address}/other")
     assert e.value.code == 404
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
