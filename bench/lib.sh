@@ -102,7 +102,7 @@ ROUND_TABLE_AWK='
 # ucx_run NAME TLS SIZE ARGS...: one ucx_perftest server and client on loopback (UCX_TLS=TLS),
 # ARGS the test (e.g. -t ucp_put_bw); prints "NAME SIZE <GB/s>" from the client's "overall"
 # bandwidth (MB/s = 2^20 B/s, converted to 1e9 B/s), nothing when it did not run. Iterations:
-# about $UCX_BYTES per run ($UCX_TCP_BYTES over tcp), at least 20, at most 200000.
+# about $UCX_BYTES per run ($UCX_TCP_BYTES over tcp), at least 20, at most $UCX_MAX_N (200000).
 UCX_BYTES=${UCX_BYTES:-1G}
 UCX_TCP_BYTES=${UCX_TCP_BYTES:-64M}
 ucx_port=${ucx_port:-$((13500 + RANDOM % 1000))}
@@ -110,7 +110,7 @@ ucx_run() {
   local name=$1 tls=$2 size=$3 budget n w out srv
   shift 3
   budget=$(to_bytes "$UCX_BYTES"); [ "$tls" = tcp ] && budget=$(to_bytes "$UCX_TCP_BYTES")
-  n=$(( budget / size )); [ $n -lt 20 ] && n=20; [ $n -gt 200000 ] && n=200000
+  n=$(( budget / size )); [ $n -lt 20 ] && n=20; [ $n -gt "${UCX_MAX_N:-200000}" ] && n=${UCX_MAX_N:-200000}
   w=$(( n / 10 )); [ $w -lt 5 ] && w=5
   ucx_port=$((ucx_port + 1))
   UCX_TLS=$tls timeout 60 ucx_perftest -p $ucx_port "$@" -s "$size" -n $n -w $w >/dev/null 2>&1 &
@@ -129,7 +129,7 @@ ucx_run() {
 # the file to the first of the sections below), compare_tcp.sh the section "## tcp ...",
 # compare_shm.sh "## shm ...", compare_ucx.sh "## ucx ...", compare_builds.sh "## builds ...".
 # A new script adds its name here.
-RESULTS_SECTIONS="tcp shm ucx builds notify python mooncake nixl checksum scale plot metrics GPU"  # GPU: written by hand (bench/gpu/device_check.sh results)
+RESULTS_SECTIONS="tcp shm ucx small builds notify python mooncake nixl checksum scale plot metrics GPU"  # GPU: written by hand (bench/gpu/device_check.sh results)
 
 # results_section FILE NAME CONTENT: writes the file CONTENT into FILE as the section NAME (""
 # for the head), replacing that section from its "## NAME" line up to the next line that starts

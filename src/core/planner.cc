@@ -22,9 +22,16 @@ std::string DescName(size_t i, const TransferDesc& d) {
 }  // namespace
 
 bool LocalMemoryCheck::Allows(uint64_t addr, uint64_t len, bool need_write, MemType* type) {
+  if (addr >= last_begin_ && addr < last_end_ && len <= last_end_ - addr) {  // (no wrap-around)
+    if (type != nullptr) *type = last_type_;
+    return true;
+  }
   if (type != nullptr) *type = MemType::kHost;
-  if (auto t = registry_.TypeOf(addr, len)) {
-    if (type != nullptr) *type = *t;
+  if (auto a = registry_.Access(addr, len, false)) {
+    last_begin_ = a->begin;
+    last_end_ = a->end;
+    last_type_ = a->type;
+    if (type != nullptr) *type = a->type;
     return true;
   }
   if (!loaded_) {
@@ -143,7 +150,7 @@ class RunBuilder {
 
   Status Add(size_t i, const TransferDesc& d) {
     if (Status s = CheckDescriptor(i, d); !s.ok()) return s;
-    std::shared_ptr<RemoteRegion> region;
+    RemoteRegion* region = nullptr;
     if (Status s = Region(i, d, &region); !s.ok()) return s;
     MemType local_type = MemType::kHost;
     if (!local_.Allows(d.local_addr, d.len, op_ == Op::kRead, &local_type)) {
@@ -153,11 +160,11 @@ class RunBuilder {
                   " memory of this process (GPU memory must be registered)"};
     }
     const bool device = local_type == MemType::kCuda;
-    if (last_region_ != region.get() || last_device_ != device) {
+    if (last_region_ != region || last_device_ != device) {
       if (Status s = ChooseRoute(routes_, *region, device, &route_); !s.ok()) {
         return {s.code(), DescName(i, d) + ": " + s.message()};
       }
-      last_region_ = region.get();
+      last_region_ = region;
       last_device_ = device;
     }
     // In mapped memory the remote address becomes the address of the mapping here.
@@ -168,42 +175,41 @@ class RunBuilder {
     if (!runs_.empty()) {
       Run& r = runs_.back();
       if (r.slice.local + r.slice.len == d.local_addr && r.slice.remote + r.slice.len == remote_addr &&
-          r.region == region.get() && r.choice.route == route_.route &&
+          r.region == region && r.choice.route == route_.route &&
           r.choice.staged == route_.staged && r.device == device) {
         r.slice.len += d.len;
         return Status::Ok();
       }
     }
-    runs_.push_back({{d.local_addr, remote_addr, d.len}, route_, device, region.get()});
+    runs_.push_back({{d.local_addr, remote_addr, d.len}, route_, device, region});
     return Status::Ok();
   }
   const std::vector<Run>& runs() const { return runs_; }
 
  private:
   // The region holding the descriptor's remote range (the previous descriptor's when it holds
-  // this one too), added to the plan's regions.
-  Status Region(size_t i, const TransferDesc& d, std::shared_ptr<RemoteRegion>* out) {
+  // this one too), added to the plan's regions (which own it).
+  Status Region(size_t i, const TransferDesc& d, RemoteRegion** out) {
     RemoteRegion* last = last_region_;
     if (last != nullptr && d.remote_addr >= last->info.addr &&
         d.remote_addr + d.len <= last->info.addr + last->info.len) {
-      *out = plan_->regions.back();
+      *out = last;
       return Status::Ok();
     }
-    *out = remote_.Find(d.remote_addr, d.len, op_ == Op::kWrite);
-    if (!*out) {
+    std::shared_ptr<RemoteRegion> found = remote_.Find(d.remote_addr, d.len, op_ == Op::kWrite);
+    if (!found) {
       return {StatusCode::kRemoteAccessDenied,
               DescName(i, d) + ": remote range is not inside one registered region of the peer"};
     }
-    if (op_ == Op::kWrite && (*out)->info.access == PeerAccess::kReadOnly) {
+    if (op_ == Op::kWrite && found->info.access == PeerAccess::kReadOnly) {
       return {StatusCode::kRemoteAccessDenied,
-              DescName(i, d) + ": the peer's region '" + (*out)->info.tag + "' at " +
-                  text::Hex((*out)->info.addr) + " is read-only for peers"};
+              DescName(i, d) + ": the peer's region '" + found->info.tag + "' at " +
+                  text::Hex(found->info.addr) + " is read-only for peers"};
     }
+    *out = found.get();
     auto& regions = plan_->regions;
-    auto pos = std::find(regions.begin(), regions.end(), *out);
-    if (pos == regions.end()) pos = regions.insert(regions.end(), *out);
-    std::iter_swap(pos, regions.end() - 1);  // the last-used region at the back, for the above
-    last_region_ = nullptr;                   // routed by the caller
+    if (std::find(regions.begin(), regions.end(), found) == regions.end()) regions.push_back(std::move(found));
+    last_region_ = nullptr;  // routed by the caller
     return Status::Ok();
   }
 
@@ -271,6 +277,7 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
     if (Status s = runs.Add(i, descs[i]); !s.ok()) return s;
     if (many) plan->desc_ends.push_back(plan->bytes);
   }
+  plan->slices.reserve(runs.runs().size());  // (more only where a run is cut into slices)
   PackBatches(runs.runs(), routes, plan);
   return Status::Ok();
 }

@@ -51,7 +51,9 @@ struct Plan {
 
 // Answers whether this process may read (WRITE requests) or write (READ requests) a local
 // range, and what memory it is: registered memory is trusted; other host memory is checked
-// against the process's mappings, read from /proc/self/maps at most once per plan.
+// against the process's mappings, read from /proc/self/maps at most once per plan. A range
+// inside the registered region found last is answered without asking the registry again (a
+// plan is checked against the regions as they were when it was made).
 class LocalMemoryCheck {
  public:
   explicit LocalMemoryCheck(const Registry& registry) : registry_(registry) {}
@@ -60,6 +62,8 @@ class LocalMemoryCheck {
  private:
   struct Mapping { uint64_t begin, end; bool readable, writable; };
   const Registry& registry_;
+  uint64_t last_begin_ = 0, last_end_ = 0;  // the registered region found last
+  MemType last_type_ = MemType::kHost;
   bool loaded_ = false;
   std::vector<Mapping> maps_;
 };

@@ -18,7 +18,7 @@ Status Registry::Add(const wire::WireRegion& region, bool allocated, MemHandle* 
   std::lock_guard lock(mu_);
   auto [lo, hi] = by_addr_.equal_range(addr);
   for (auto it = lo; it != hi; ++it) {
-    Entry& e = by_handle_.at(it->second);
+    Entry& e = *it->second;
     if (e.region.info.len == len && e.region.info.type == region.info.type &&
         e.region.info.access == region.info.access && !allocated && !e.allocated) {
       ++e.refs;
@@ -32,8 +32,8 @@ Status Registry::Add(const wire::WireRegion& region, bool allocated, MemHandle* 
   e.region = region;
   e.region.id = h;
   e.allocated = allocated;
-  by_handle_.emplace(h, std::move(e));
-  by_addr_.emplace(addr, h);
+  auto at = by_handle_.emplace(h, std::move(e)).first;
+  by_addr_.emplace(addr, &at->second);
   max_len_ = std::max(max_len_, len);
   *handle = h;
   *added = true;
@@ -62,7 +62,7 @@ Status Registry::Remove(MemHandle handle, bool* removed, bool free) {
   if (*removed) {
     auto [lo, hi] = by_addr_.equal_range(it->second.region.info.addr);
     for (auto a = lo; a != hi; ++a) {
-      if (a->second == handle) {
+      if (a->second == &it->second) {
         by_addr_.erase(a);
         break;
       }
@@ -79,12 +79,12 @@ std::optional<Registry::RangeAccess> Registry::Access(uint64_t addr, uint64_t le
   // read-only one that holds the range does not end the search for one that grants WRITE.
   for (auto it = by_addr_.upper_bound(addr); it != by_addr_.begin();) {
     --it;
-    const RegionInfo& r = by_handle_.at(it->second).region.info;
+    const RegionInfo& r = it->second->region.info;
     if (addr - r.addr >= max_len_) break;  // this one and every one below end before addr
     if (addr + len > r.addr + r.len) continue;
     const bool writable = r.access == PeerAccess::kReadWrite;
-    if (writable || !want_write) return RangeAccess{r.type, writable};
-    if (!found) found = RangeAccess{r.type, false};
+    if (writable || !want_write) return RangeAccess{r.type, writable, r.addr, r.addr + r.len};
+    if (!found) found = RangeAccess{r.type, false, r.addr, r.addr + r.len};
   }
   return found;
 }

@@ -31,10 +31,12 @@ class Registry {
   }
   // What peers may do with [addr, addr+len): its memory type, and whether a region that holds
   // all of it grants WRITE (with want_write, whether any of them does; without, the first one
-  // found says). Nullopt when no registered region holds it all.
+  // found says), and that region's bounds (a range inside them gets the same answer while the
+  // region stays). Nullopt when no registered region holds it all.
   struct RangeAccess {
     MemType type = MemType::kHost;
     bool writable = false;
+    uint64_t begin = 0, end = 0;
   };
   std::optional<RangeAccess> Access(uint64_t addr, uint64_t len, bool want_write) const;
   std::vector<wire::WireRegion> Snapshot() const;
@@ -49,7 +51,7 @@ class Registry {
   mutable std::mutex mu_;
   MemHandle next_ = 1;
   std::map<MemHandle, Entry> by_handle_;
-  std::multimap<uint64_t, MemHandle> by_addr_;
+  std::multimap<uint64_t, Entry*> by_addr_;  // (into by_handle_, whose nodes stay put)
   // The longest region ever added: bounds the walk of Access down the starts below an address
   // (a lookup outside every region costs O(log n), not a walk over all of them).
   uint64_t max_len_ = 0;

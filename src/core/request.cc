@@ -20,13 +20,6 @@ Request::Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_p
   if (peer_ && peer_->metrics) peer_->metrics->Started(op_, plan_.bytes);
 }
 
-std::shared_ptr<Request> Request::Completed(RequestHandle id, Op op) {
-  auto r = std::make_shared<Request>(id, op, Clock::time_point{}, Clock::time_point::max(), nullptr, Plan{});
-  r->final_.state = RequestState::kCompleted;
-  r->done_.store(true, std::memory_order_release);
-  return r;
-}
-
 void Request::Stop(StopReason reason, Status why) {
   std::lock_guard lock(mu_);  // rare: keeps the first reason and its error together
   if (stop_.load() != StopReason::kNone) return;

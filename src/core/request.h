@@ -28,8 +28,6 @@ class Request : public std::enable_shared_from_this<Request> {
   // deliver: the request's notification (empty: it has none).
   Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_point deadline,
           std::shared_ptr<PeerState> peer, Plan plan, Deliver deliver = {});
-  // A request that was over before its handle was given out (its one copy ran on the caller).
-  static std::shared_ptr<Request> Completed(RequestHandle id, Op op);
 
   RequestHandle id() const { return id_; }
   bool done() const { return done_.load(std::memory_order_acquire); }

@@ -7,10 +7,20 @@ void RequestTable::Track(const std::shared_ptr<Request>& req) {
   requests_.emplace(req->id(), req);
 }
 
-std::shared_ptr<Request> RequestTable::Find(RequestHandle h) const {
+RequestHandle RequestTable::TrackCompleted() {
+  const RequestHandle h = NextHandle();
+  std::lock_guard lock(mu_);
+  requests_.emplace(h, nullptr);
+  return h;
+}
+
+bool RequestTable::Find(RequestHandle h, bool take_completed, std::shared_ptr<Request>* req) {
   std::lock_guard lock(mu_);
   auto it = requests_.find(h);
-  return it == requests_.end() ? nullptr : it->second;
+  if (it == requests_.end()) return false;
+  *req = it->second;
+  if (!*req && take_completed) requests_.erase(it);
+  return true;
 }
 
 std::shared_ptr<Request> RequestTable::TakeIfDone(RequestHandle h, const RequestStatus& st) {
@@ -25,7 +35,9 @@ std::shared_ptr<Request> RequestTable::TakeIfDone(RequestHandle h, const Request
 
 void RequestTable::CancelAll() {
   std::lock_guard lock(mu_);
-  for (auto& [h, r] : requests_) r->Cancel();
+  for (auto& [h, r] : requests_) {
+    if (r) r->Cancel();
+  }
 }
 
 void RequestTable::Clear() {

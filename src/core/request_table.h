@@ -15,8 +15,13 @@ class RequestTable {
  public:
   RequestHandle NextHandle() { return next_.fetch_add(1, std::memory_order_relaxed); }
   void Track(const std::shared_ptr<Request>& req);
-  // The request under h, or null (never issued, or its end was reported already).
-  std::shared_ptr<Request> Find(RequestHandle h) const;
+  // A new handle for a request that was over before its handle was given out (its one copy
+  // ran on the caller): tracked by its handle alone, without a Request.
+  RequestHandle TrackCompleted();
+  // Looks h up: false when it is unknown (never issued, or its end was reported already).
+  // *req is the request, or null for one tracked by TrackCompleted; with take_completed, such
+  // a one is forgotten as it is found (its end is reported now, once).
+  bool Find(RequestHandle h, bool take_completed, std::shared_ptr<Request>* req);
   // When st is terminal: removes the request and returns it, or null when another thread took
   // it first (its end is reported once). Null for a waiting st.
   std::shared_ptr<Request> TakeIfDone(RequestHandle h, const RequestStatus& st);
@@ -26,7 +31,7 @@ class RequestTable {
 
  private:
   mutable std::mutex mu_;
-  std::unordered_map<RequestHandle, std::shared_ptr<Request>> requests_;  // mu_
+  std::unordered_map<RequestHandle, std::shared_ptr<Request>> requests_;  // mu_; null: completed
   std::atomic<RequestHandle> next_{1};
 };
 

@@ -161,7 +161,9 @@ void StreamPool::Stop() {
 
 std::unique_lock<StreamPool::ExecSlot> StreamPool::Slot() {
   if (stream_pool == this) return std::unique_lock<ExecSlot>(*stream_slot);
-  size_t slot = std::hash<std::thread::id>{}(std::this_thread::get_id()) % kInlineSlots;
+  // A thread's inline slot, the same in every pool: threads numbered as they first get here.
+  static std::atomic<unsigned> threads{0};
+  thread_local const unsigned slot = threads.fetch_add(1, std::memory_order_relaxed) % kInlineSlots;
   return std::unique_lock<ExecSlot>(inline_slots_[slot]);
 }
 

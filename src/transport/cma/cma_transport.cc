@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -19,6 +20,8 @@ namespace xfer::transport {
 namespace {
 
 constexpr size_t kIovMax = IOV_MAX;  // 1024 on Linux: the kernel's limit per call
+
+bool ByRemote(const Slice& a, const Slice& b) { return a.remote < b.remote; }
 
 Status ErrnoStatus(int err, int32_t pid, Op op) {
   std::string what = std::string("process_vm_") + (op == Op::kWrite ? "writev" : "readv") +
@@ -44,6 +47,15 @@ class CmaLink final : public Link {
       return {StatusCode::kConnectionLost, "cma: peer process " + std::to_string(pid_) +
                                                " exited (its pid is not used again)"};
     }
+    // The kernel pins the remote pages of each remote iovec on its own, which is most of what
+    // a small block costs: in remote-address order, remote ranges that touch go as one remote
+    // iovec, whatever their local sides.
+    Slice sorted[kIovMax];
+    if (batch.size() <= kIovMax && !std::is_sorted(batch.begin(), batch.end(), ByRemote)) {
+      std::copy(batch.begin(), batch.end(), sorted);
+      std::sort(sorted, sorted + batch.size(), ByRemote);
+      batch = std::span<const Slice>(sorted, batch.size());
+    }
     // The kernel may move fewer bytes than asked (it stops at the first fault or signal):
     // resume from the first byte not moved, rebuilding the iovecs from there.
     iovec local[kIovMax];
@@ -51,16 +63,23 @@ class CmaLink final : public Link {
     size_t first = 0;
     uint64_t skip = 0;  // bytes of batch[first] already moved
     while (first < batch.size()) {
-      size_t n = 0;
+      size_t nl = 0, nr = 0;
       uint64_t want = 0;
-      for (size_t i = first; i < batch.size() && n < kIovMax; ++i, ++n) {
-        uint64_t off = i == first ? skip : 0;
-        local[n] = {reinterpret_cast<void*>(batch[i].local + off), batch[i].len - off};
-        remote[n] = {reinterpret_cast<void*>(batch[i].remote + off), batch[i].len - off};
-        want += batch[i].len - off;
+      for (size_t i = first; i < batch.size() && nl < kIovMax; ++i) {
+        const uint64_t off = i == first ? skip : 0, len = batch[i].len - off;
+        auto* at = reinterpret_cast<uint8_t*>(batch[i].remote + off);
+        if (nr > 0 && static_cast<uint8_t*>(remote[nr - 1].iov_base) + remote[nr - 1].iov_len == at) {
+          remote[nr - 1].iov_len += len;
+        } else if (nr < kIovMax) {
+          remote[nr++] = {at, len};
+        } else {
+          break;
+        }
+        local[nl++] = {reinterpret_cast<void*>(batch[i].local + off), len};
+        want += len;
       }
-      ssize_t got = op == Op::kWrite ? ::process_vm_writev(pid_, local, n, remote, n, 0)
-                                     : ::process_vm_readv(pid_, local, n, remote, n, 0);
+      ssize_t got = op == Op::kWrite ? ::process_vm_writev(pid_, local, nl, remote, nr, 0)
+                                     : ::process_vm_readv(pid_, local, nl, remote, nr, 0);
       if (got < 0) {
         if (errno == EINTR) continue;
         return ErrnoStatus(errno, pid_, op);

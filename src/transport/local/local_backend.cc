@@ -6,6 +6,22 @@
 namespace xfer::transport {
 namespace {
 
+// The peer's memory is this process's own: it is "mapped" where it is, so a small transfer is
+// a memcpy on the caller (Route::CopiesInline), as over shm.
+class LocalRoute final : public Route {
+ public:
+  using Route::Route;
+  bool Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
+    if (local != MemType::kHost || r.info.type != MemType::kHost) return false;
+    *mapped = reinterpret_cast<uint8_t*>(r.info.addr);
+    return true;
+  }
+  std::string WhyNot(MemType, const RemoteRegion&) const override { return "local: moves host memory only"; }
+  bool CopiesInline(uint64_t len) const override {
+    return len <= limits().slice_bytes && len < limits().streaming_bytes;
+  }
+};
+
 class LocalBackend final : public Backend {
  public:
   std::string_view name() const override { return "local"; }
@@ -21,7 +37,7 @@ class LocalBackend final : public Backend {
     e.incarnation = peer.incarnation;
     Status s = transport_.Connect(e, &link);
     if (!s.ok()) return s;
-    *route = std::make_shared<HostRoute>("local", std::move(link), LimitsOf(transport_, options_));
+    *route = std::make_shared<LocalRoute>("local", std::move(link), LimitsOf(transport_, options_));
     return Status::Ok();
   }
 
