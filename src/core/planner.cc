@@ -22,7 +22,8 @@ std::string DescName(size_t i, const TransferDesc& d) {
 }  // namespace
 
 bool LocalMemoryCheck::Allows(uint64_t addr, uint64_t len, bool need_write, MemType* type) {
-  if (addr >= last_begin_ && addr < last_end_ && len <= last_end_ - addr) {  // (no wrap-around)
+  if (addr + len < addr) return false;  // wraps past the end of the address space
+  if (addr >= last_begin_ && addr < last_end_ && len <= last_end_ - addr) {
     if (type != nullptr) *type = last_type_;
     return true;
   }

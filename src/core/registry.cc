@@ -81,7 +81,7 @@ std::optional<Registry::RangeAccess> Registry::Access(uint64_t addr, uint64_t le
     --it;
     const RegionInfo& r = it->second->region.info;
     if (addr - r.addr >= max_len_) break;  // this one and every one below end before addr
-    if (addr + len > r.addr + r.len) continue;
+    if (addr - r.addr > r.len || len > r.len - (addr - r.addr)) continue;  // (no wrap-around)
     const bool writable = r.access == PeerAccess::kReadWrite;
     if (writable || !want_write) return RangeAccess{r.type, writable, r.addr, r.addr + r.len};
     if (!found) found = RangeAccess{r.type, false, r.addr, r.addr + r.len};

@@ -213,6 +213,37 @@ class PlannerRouteTest : public PlannerTest {
   PeerRoutes routes_;
 };
 
+TEST(LocalMemoryCheck, EachRangeGetsTheAnswerOfItsOwnRegion) {
+  // The check remembers the region it found last; a range outside it is asked about afresh.
+  std::vector<char> host(8192), device(8192);
+  const auto h0 = reinterpret_cast<uint64_t>(host.data()), d0 = reinterpret_cast<uint64_t>(device.data());
+  Registry registry;
+  MemHandle h;
+  bool added;
+  ASSERT_TRUE(registry.Add(HostRegion(h0, 4096, ""), false, &h, &added).ok());
+  wire::WireRegion gpu;
+  gpu.info = RegionInfo{d0, 4096, MemType::kCuda, 0, "", false};
+  ASSERT_TRUE(registry.Add(gpu, false, &h, &added).ok());
+  LocalMemoryCheck check(registry);
+  MemType t = MemType::kCuda;
+  EXPECT_TRUE(check.Allows(h0 + 64, 64, true, &t));
+  EXPECT_EQ(t, MemType::kHost);
+  EXPECT_TRUE(check.Allows(d0 + 64, 64, true, &t));
+  EXPECT_EQ(t, MemType::kCuda);
+  EXPECT_TRUE(check.Allows(d0 + 128, 64, true, &t));
+  EXPECT_EQ(t, MemType::kCuda);
+  // Past the registered GPU region's end: unregistered host memory (checked against the maps).
+  EXPECT_TRUE(check.Allows(d0 + 4096 - 8, 64, true, &t));
+  EXPECT_EQ(t, MemType::kHost);
+  EXPECT_TRUE(check.Allows(d0 + 4096, 64, true, &t));
+  EXPECT_EQ(t, MemType::kHost);
+  EXPECT_TRUE(check.Allows(h0, 4096, true, &t));
+  EXPECT_EQ(t, MemType::kHost);
+  // A range that wraps past the end of the address space is never inside the last region.
+  EXPECT_FALSE(check.Allows(h0 + 8, UINT64_MAX - 4, false, &t));
+  EXPECT_FALSE(check.Allows(0x10, 8, false, &t));
+}
+
 TEST_F(PlannerRouteTest, HostPairsTakeTheFirstRouteThatReachesThem) {
   AddHostLink();
   AddStagingTargetLink();

@@ -55,6 +55,7 @@ TEST(Registry, ContainsHandlesOverlaps) {
   EXPECT_TRUE(r.Contains(0x1000, 0x1000));
   EXPECT_FALSE(r.Contains(0x1f00, 0x101));
   EXPECT_FALSE(r.Contains(0xfff, 2));
+  EXPECT_FALSE(r.Contains(0x1900, UINT64_MAX - 0x1000)) << "a range that wraps around is in no region";
 }
 
 wire::WireRegion ReadOnly(wire::WireRegion r) {
