@@ -23,8 +23,9 @@ std::string DescName(size_t i, const TransferDesc& d) {
 
 bool LocalMemoryCheck::Allows(uint64_t addr, uint64_t len, bool need_write, MemType* type) {
   if (addr + len < addr) return false;  // wraps past the end of the address space
-  if (addr >= last_begin_ && addr < last_end_ && len <= last_end_ - addr) {
-    if (type != nullptr) *type = last_type_;
+  MemType known;
+  if (Remembered(addr, len, &known)) {
+    if (type != nullptr) *type = known;
     return true;
   }
   if (type != nullptr) *type = MemType::kHost;
@@ -168,6 +169,30 @@ class RunBuilder {
       last_region_ = region;
       last_device_ = device;
     }
+    Append(d);
+    return Status::Ok();
+  }
+
+  // Add's common case at a fraction of its cost (no Status, no lookup): a descriptor of
+  // non-zero length whose remote range lies in the previous descriptor's region and whose
+  // local range lies in the registered region found last, of the same kind. False: call Add.
+  bool AddLikeLast(const TransferDesc& d) {
+    const RemoteRegion* r = last_region_;
+    MemType type;
+    if (r == nullptr || d.len == 0 || d.remote_addr < r->info.addr ||
+        d.remote_addr - r->info.addr >= r->info.len || d.len > r->info.len - (d.remote_addr - r->info.addr) ||
+        !local_.Remembered(d.local_addr, d.len, &type) || (type == MemType::kCuda) != last_device_) {
+      return false;
+    }
+    Append(d);
+    return true;
+  }
+  const std::vector<Run>& runs() const { return runs_; }
+
+ private:
+  // Adds a checked descriptor of last_region_ on route_, to the last run when it continues it.
+  void Append(const TransferDesc& d) {
+    RemoteRegion* region = last_region_;
     // In mapped memory the remote address becomes the address of the mapping here.
     const uint64_t remote_addr =
         route_.base ? reinterpret_cast<uint64_t>(route_.base) + (d.remote_addr - region->info.addr)
@@ -177,17 +202,14 @@ class RunBuilder {
       Run& r = runs_.back();
       if (r.slice.local + r.slice.len == d.local_addr && r.slice.remote + r.slice.len == remote_addr &&
           r.region == region && r.choice.route == route_.route &&
-          r.choice.staged == route_.staged && r.device == device) {
+          r.choice.staged == route_.staged && r.device == last_device_) {
         r.slice.len += d.len;
-        return Status::Ok();
+        return;
       }
     }
-    runs_.push_back({{d.local_addr, remote_addr, d.len}, route_, device, region});
-    return Status::Ok();
+    runs_.push_back({{d.local_addr, remote_addr, d.len}, route_, last_device_, region});
   }
-  const std::vector<Run>& runs() const { return runs_; }
 
- private:
   // The region holding the descriptor's remote range (the previous descriptor's when it holds
   // this one too), added to the plan's regions (which own it).
   Status Region(size_t i, const TransferDesc& d, RemoteRegion** out) {
@@ -233,13 +255,20 @@ void PackBatches(const std::vector<Run>& runs, const PeerRoutes& routes, Plan* p
     current.begin = current.end;
     current.bytes = 0;
   };
+  PlanLimits lim;
+  uint64_t slice = 1, batch_cap = 1;
+  size_t max_slices = 1;
+  const Run* prev = nullptr;
   for (const Run& run : runs) {
     const transport::Slice& r = run.slice;
-    const PlanLimits lim = LimitsOf(routes, run.choice);
-    plan->batches_in_flight = std::min(plan->batches_in_flight, lim.batches_in_flight);
-    const uint64_t slice = std::max<uint64_t>(lim.slice_bytes, 1);
-    const uint64_t batch_cap = std::max<uint64_t>(lim.batch_bytes, 1);
-    const size_t max_slices = std::max<size_t>(lim.max_slices_per_batch, 1);
+    if (prev == nullptr || prev->choice.route != run.choice.route || prev->choice.staged != run.choice.staged) {
+      lim = LimitsOf(routes, run.choice);  // (once per change of route: runs of one route share it)
+      plan->batches_in_flight = std::min(plan->batches_in_flight, lim.batches_in_flight);
+      slice = std::max<uint64_t>(lim.slice_bytes, 1);
+      batch_cap = std::max<uint64_t>(lim.batch_bytes, 1);
+      max_slices = std::max<size_t>(lim.max_slices_per_batch, 1);
+    }
+    prev = &run;
     const bool streaming = r.len >= lim.streaming_bytes;
     const bool device = run.choice.staged && run.device;
     if (current.end > current.begin &&
@@ -275,7 +304,9 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
   const bool many = descs.size() > 1;
   if (many) plan->desc_ends.reserve(descs.size());
   for (size_t i = 0; i < descs.size(); ++i) {
-    if (Status s = runs.Add(i, descs[i]); !s.ok()) return s;
+    if (!runs.AddLikeLast(descs[i])) {
+      if (Status s = runs.Add(i, descs[i]); !s.ok()) return s;
+    }
     if (many) plan->desc_ends.push_back(plan->bytes);
   }
   plan->slices.reserve(runs.runs().size());  // (more only where a run is cut into slices)
