@@ -50,11 +50,12 @@ class CmaLink final : public Link {
     // The kernel pins the remote pages of each remote iovec on its own, which is most of what
     // a small block costs: in remote-address order, remote ranges that touch go as one remote
     // iovec, whatever their local sides.
-    Slice sorted[kIovMax];
-    if (batch.size() <= kIovMax && !std::is_sorted(batch.begin(), batch.end(), ByRemote)) {
-      std::copy(batch.begin(), batch.end(), sorted);
-      std::sort(sorted, sorted + batch.size(), ByRemote);
-      batch = std::span<const Slice>(sorted, batch.size());
+    // (Stable: slices with one remote start keep their order.)
+    thread_local std::vector<Slice> sorted;
+    if (batch.size() > 1 && batch.size() <= kIovMax && !std::is_sorted(batch.begin(), batch.end(), ByRemote)) {
+      sorted.assign(batch.begin(), batch.end());
+      std::stable_sort(sorted.begin(), sorted.end(), ByRemote);
+      batch = sorted;
     }
     // The kernel may move fewer bytes than asked (it stops at the first fault or signal):
     // resume from the first byte not moved, rebuilding the iovecs from there.
