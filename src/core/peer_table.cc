@@ -10,11 +10,37 @@ Status StillAccepting(const std::string& remote) {
 
 }  // namespace
 
+uint64_t PeerTable::NextVersion() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 bool PeerTable::Find(const std::string& key, Peer* out) const {
+  // The peer this thread found last, held weakly (a peer that goes away is not kept alive
+  // by a thread that stopped transferring to it).
+  struct Found {
+    const PeerTable* table = nullptr;
+    uint64_t version = 0;
+    std::string key;
+    std::weak_ptr<control::Session> session;
+    std::weak_ptr<PeerState> state;
+  };
+  thread_local Found last;
+  const uint64_t version = version_.load(std::memory_order_acquire);
+  if (last.table == this && last.version == version && last.key == key) {
+    Peer p{last.session.lock(), last.state.lock()};
+    if (p.session && p.state) {
+      *out = std::move(p);
+      return true;
+    }
+  }
   std::lock_guard lock(mu_);
   auto it = peers_.find(key);
   if (it == peers_.end()) return false;
   *out = it->second;
+  // (The version read above, not the current one: a change since then makes the next call
+  // look again.)
+  last = {this, version, key, out->session, out->state};
   return true;
 }
 
@@ -67,6 +93,7 @@ bool PeerTable::InstallClaimed(const std::string& remote, const Peer& peer) {
   connecting_.erase(remote);
   if (peers_.count(remote)) return false;
   peers_[remote] = peer;
+  Changed();
   return true;
 }
 
@@ -104,6 +131,7 @@ Status PeerTable::BeginAccept(const std::string& key, uint64_t incarnation, Peer
   if (it != peers_.end()) {  // same name, new incarnation: the peer restarted
     *replaced = it->second;
     peers_.erase(it);
+    Changed();
   }
   return Status::Ok();
 }
@@ -112,6 +140,7 @@ void PeerTable::FinishAccept(const std::string& key, const Peer& peer) {
   {
     std::lock_guard lock(mu_);
     peers_[key] = peer;
+    Changed();
     accepting_.erase(key);
   }
   changed_.notify_all();
@@ -122,6 +151,7 @@ bool PeerTable::RemoveSession(const std::string& key, const std::shared_ptr<cont
   auto it = peers_.find(key);
   if (it == peers_.end() || it->second.session != s) return false;
   peers_.erase(it);
+  Changed();
   return true;
 }
 
@@ -131,6 +161,7 @@ bool PeerTable::Take(const std::string& key, Peer* out) {
   if (it == peers_.end()) return false;
   *out = it->second;
   peers_.erase(it);
+  Changed();
   return true;
 }
 

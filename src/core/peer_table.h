@@ -3,6 +3,7 @@
 // stays, the same way on both sides: the one opened by the smaller incarnation.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -29,6 +30,8 @@ class PeerTable {
   void set_incarnation(uint64_t mine) { mine_ = mine; }
   // Sessions, claimed and being accepted ones included, that Claim and BeginAccept allow.
   void set_max_sessions(size_t n) { max_sessions_ = n; }
+  // (Without the table's lock while the table is as this thread last found it: threads that
+  // transfer to different peers share no lock here.)
   bool Find(const std::string& key, Peer* out) const;
   // True while a live peer of that incarnation has a session with us.
   bool HasLive(uint64_t incarnation) const;
@@ -69,6 +72,11 @@ class PeerTable {
 
   uint64_t mine_ = 0;  // this engine's incarnation
   size_t max_sessions_ = SIZE_MAX;
+  // Changes with every change of peers_ (under mu_); no two tables share a value.
+  std::atomic<uint64_t> version_{NextVersion()};
+  static uint64_t NextVersion();
+  void Changed() { version_.store(NextVersion(), std::memory_order_release); }  // mu_ held
+
   mutable std::mutex mu_;
   std::map<std::string, Peer> peers_;  // by name (outbound: as the user wrote it)
   std::set<std::string> connecting_;   // Connect() calls in progress

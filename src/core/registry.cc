@@ -34,6 +34,7 @@ Status Registry::Add(const wire::WireRegion& region, bool allocated, MemHandle* 
   e.allocated = allocated;
   auto at = by_handle_.emplace(h, std::move(e)).first;
   by_addr_.emplace(addr, &at->second);
+  version_.store(NextVersion(), std::memory_order_release);
   max_len_ = std::max(max_len_, len);
   *handle = h;
   *added = true;
@@ -68,6 +69,7 @@ Status Registry::Remove(MemHandle handle, bool* removed, bool free) {
       }
     }
     by_handle_.erase(it);
+    version_.store(NextVersion(), std::memory_order_release);
   }
   return Status::Ok();
 }
@@ -87,6 +89,29 @@ std::optional<Registry::RangeAccess> Registry::Access(uint64_t addr, uint64_t le
     if (!found) found = RangeAccess{r.type, false, r.addr, r.addr + r.len};
   }
   return found;
+}
+
+uint64_t Registry::NextVersion() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::optional<MemType> Registry::TypeOfRecent(uint64_t addr, uint64_t len) const {
+  struct Found {
+    const Registry* registry = nullptr;
+    uint64_t version = 0, begin = 0, end = 0;
+    MemType type = MemType::kHost;
+  };
+  thread_local Found last;
+  const uint64_t version = version_.load(std::memory_order_acquire);
+  if (last.registry == this && last.version == version && addr >= last.begin && addr < last.end &&
+      len <= last.end - addr) {
+    return last.type;
+  }
+  auto a = Access(addr, len, false);  // (at this version or a later one: either answer is current)
+  if (!a) return std::nullopt;
+  last = {this, version, a->begin, a->end, a->type};
+  return a->type;
 }
 
 std::vector<wire::WireRegion> Registry::Snapshot() const {

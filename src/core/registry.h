@@ -1,6 +1,7 @@
 // Local memory regions registered with this engine.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -39,6 +40,10 @@ class Registry {
     uint64_t begin = 0, end = 0;
   };
   std::optional<RangeAccess> Access(uint64_t addr, uint64_t len, bool want_write) const;
+  // TypeOf for a thread that asks again and again (the inline copies): the answer of the
+  // region this thread found last, without the lock, while no region was added or removed
+  // since; else TypeOf's.
+  std::optional<MemType> TypeOfRecent(uint64_t addr, uint64_t len) const;
   std::vector<wire::WireRegion> Snapshot() const;
   bool Lookup(MemHandle handle, wire::WireRegion* out) const;
 
@@ -48,6 +53,9 @@ class Registry {
     bool allocated = false;
     int refs = 1;
   };
+  // Changes with every region added or removed; no two registries share a value.
+  std::atomic<uint64_t> version_{NextVersion()};
+  static uint64_t NextVersion();
   mutable std::mutex mu_;
   MemHandle next_ = 1;
   std::map<MemHandle, Entry> by_handle_;

@@ -2,47 +2,62 @@
 
 namespace xfer {
 
+RequestHandle RequestTable::NextHandle() {
+  // A thread's shard, the same in every table: threads numbered as they first get here.
+  static std::atomic<unsigned> threads{0};
+  thread_local const unsigned mine = threads.fetch_add(1, std::memory_order_relaxed) % kShards;
+  return shards_[mine].next.fetch_add(1, std::memory_order_relaxed) * kShards + mine;
+}
+
 void RequestTable::Track(const std::shared_ptr<Request>& req) {
-  std::lock_guard lock(mu_);
-  requests_.emplace(req->id(), req);
+  Shard& s = ShardOf(req->id());
+  std::lock_guard lock(s.mu);
+  s.requests.emplace(req->id(), req);
 }
 
 RequestHandle RequestTable::TrackCompleted() {
   const RequestHandle h = NextHandle();
-  std::lock_guard lock(mu_);
-  requests_.emplace(h, nullptr);
+  Shard& s = ShardOf(h);
+  std::lock_guard lock(s.mu);
+  s.requests.emplace(h, nullptr);
   return h;
 }
 
 bool RequestTable::Find(RequestHandle h, bool take_completed, std::shared_ptr<Request>* req) {
-  std::lock_guard lock(mu_);
-  auto it = requests_.find(h);
-  if (it == requests_.end()) return false;
+  Shard& s = ShardOf(h);
+  std::lock_guard lock(s.mu);
+  auto it = s.requests.find(h);
+  if (it == s.requests.end()) return false;
   *req = it->second;
-  if (!*req && take_completed) requests_.erase(it);
+  if (!*req && take_completed) s.requests.erase(it);
   return true;
 }
 
 std::shared_ptr<Request> RequestTable::TakeIfDone(RequestHandle h, const RequestStatus& st) {
   if (st.state == RequestState::kWaiting) return nullptr;
-  std::lock_guard lock(mu_);
-  auto it = requests_.find(h);
-  if (it == requests_.end()) return nullptr;
+  Shard& s = ShardOf(h);
+  std::lock_guard lock(s.mu);
+  auto it = s.requests.find(h);
+  if (it == s.requests.end()) return nullptr;
   auto r = it->second;
-  requests_.erase(it);
+  s.requests.erase(it);
   return r;
 }
 
 void RequestTable::CancelAll() {
-  std::lock_guard lock(mu_);
-  for (auto& [h, r] : requests_) {
-    if (r) r->Cancel();
+  for (Shard& s : shards_) {
+    std::lock_guard lock(s.mu);
+    for (auto& [h, r] : s.requests) {
+      if (r) r->Cancel();
+    }
   }
 }
 
 void RequestTable::Clear() {
-  std::lock_guard lock(mu_);
-  requests_.clear();
+  for (Shard& s : shards_) {
+    std::lock_guard lock(s.mu);
+    s.requests.clear();
+  }
 }
 
 }  // namespace xfer

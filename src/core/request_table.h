@@ -11,9 +11,11 @@
 
 namespace xfer {
 
+// Sharded by the thread that issued a request (a handle names its shard), so that threads
+// issuing and waiting for their own requests share no lock.
 class RequestTable {
  public:
-  RequestHandle NextHandle() { return next_.fetch_add(1, std::memory_order_relaxed); }
+  RequestHandle NextHandle();
   void Track(const std::shared_ptr<Request>& req);
   // A new handle for a request that was over before its handle was given out (its one copy
   // ran on the caller): tracked by its handle alone, without a Request.
@@ -30,9 +32,14 @@ class RequestTable {
   void Clear();
 
  private:
-  mutable std::mutex mu_;
-  std::unordered_map<RequestHandle, std::shared_ptr<Request>> requests_;  // mu_; null: completed
-  std::atomic<RequestHandle> next_{1};
+  static constexpr unsigned kShards = 16;
+  struct alignas(64) Shard {
+    std::mutex mu;
+    std::unordered_map<RequestHandle, std::shared_ptr<Request>> requests;  // mu; null: completed
+    std::atomic<RequestHandle> next{1};  // handle = next * kShards + the shard's index
+  };
+  Shard& ShardOf(RequestHandle h) { return shards_[h % kShards]; }
+  Shard shards_[kShards];
 };
 
 }  // namespace xfer

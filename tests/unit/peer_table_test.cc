@@ -1,0 +1,73 @@
+// The peer table's Find answers from what the calling thread found last only while the table
+// is unchanged: a peer removed, replaced by its restart or installed anew is seen at once.
+#include "core/peer_table.h"
+
+#include <gtest/gtest.h>
+
+namespace xfer {
+namespace {
+
+PeerTable::Peer MakePeer(uint64_t incarnation, bool outbound) {
+  PeerTable::Peer p;
+  p.session = std::make_shared<control::Session>(net::Fd(), outbound, "127.0.0.1:1");
+  p.state = std::make_shared<PeerState>();
+  p.state->info.incarnation = incarnation;
+  return p;
+}
+
+TEST(PeerTable, FindSeesEveryChangeOfTheTable) {
+  PeerTable table;
+  table.set_incarnation(1);
+  const auto deadline = PeerTable::Clock::now() + std::chrono::seconds(1);
+  PeerTable::Peer found;
+  EXPECT_FALSE(table.Find("a", &found));
+
+  const PeerTable::Peer first = MakePeer(10, true);
+  ASSERT_TRUE(table.Claim("a", deadline).ok());
+  ASSERT_TRUE(table.InstallClaimed("a", first));
+  for (int i = 0; i < 2; ++i) {  // (the second from what this thread found last)
+    ASSERT_TRUE(table.Find("a", &found));
+    EXPECT_EQ(found.state, first.state);
+  }
+  EXPECT_FALSE(table.Find("b", &found)) << "another name answered with the last one's peer";
+
+  // The peer restarts: its new incarnation's session takes the old one's place.
+  ASSERT_TRUE(table.RemoveSession("a", first.session));
+  EXPECT_FALSE(table.Find("a", &found)) << "a removed peer was found";
+  const PeerTable::Peer second = MakePeer(20, false);
+  PeerTable::Peer replaced;
+  ASSERT_TRUE(table.BeginAccept("a", 20, &replaced).ok());
+  table.FinishAccept("a", second);
+  ASSERT_TRUE(table.Find("a", &found));
+  EXPECT_EQ(found.state, second.state);
+  const PeerTable::Peer third = MakePeer(30, false);
+  ASSERT_TRUE(table.BeginAccept("a", 30, &replaced).ok());
+  EXPECT_EQ(replaced.state, second.state);
+  EXPECT_FALSE(table.Find("a", &found)) << "found while its restart is being accepted";
+  table.FinishAccept("a", third);
+  ASSERT_TRUE(table.Find("a", &found));
+  EXPECT_EQ(found.state, third.state);
+
+  ASSERT_TRUE(table.Take("a", &found));
+  EXPECT_FALSE(table.Find("a", &found)) << "a peer taken by Disconnect was found";
+}
+
+TEST(PeerTable, APeerThatWentAwayIsNotKeptAliveByAThreadThatFoundIt) {
+  PeerTable table;
+  const auto deadline = PeerTable::Clock::now() + std::chrono::seconds(1);
+  std::weak_ptr<PeerState> gone;
+  {
+    PeerTable::Peer p = MakePeer(10, true);
+    gone = p.state;
+    ASSERT_TRUE(table.Claim("a", deadline).ok());
+    ASSERT_TRUE(table.InstallClaimed("a", p));
+    PeerTable::Peer found;
+    ASSERT_TRUE(table.Find("a", &found));
+    PeerTable::Peer taken;
+    ASSERT_TRUE(table.Take("a", &taken));
+  }
+  EXPECT_TRUE(gone.expired());
+}
+
+}  // namespace
+}  // namespace xfer
