@@ -96,15 +96,17 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
       };
       std::vector<Slot> ring(depth);
       size_t head = 0, inflight = 0;
-      auto submit = [&](Slot& s) {
+      // A request's time runs from its submission (now: the clock read just before, as the
+      // one-at-a-time loop does: one clock read per request) to the read after its Wait.
+      auto submit = [&](Slot& s, uint64_t now) {
         BuildDescs(part, req++, &descs);
-        s.t0 = NowNs();
+        s.t0 = now;
         ++submitted;
         return engine_->TransferAsync(peer_, op, descs, timeout, transfer_, &s.h);
       };
       bool failed = false;
-      for (size_t i = 0; i < depth && more(NowNs()); ++i) {
-        Status st = submit(ring[i]);
+      for (uint64_t now = NowNs(); inflight < depth && more(now); now = NowNs()) {
+        Status st = submit(ring[inflight], now);
         if (!st.ok()) {
           fail(st);
           failed = true;
@@ -126,7 +128,7 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
         complete(s.t0, now);
         if (!failed && more(now)) {
           Slot& n = ring[(head + inflight) % depth];
-          st = submit(n);
+          st = submit(n, now);
           if (!st.ok()) {
             fail(st);
             failed = true;
