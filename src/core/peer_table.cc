@@ -18,17 +18,25 @@ uint64_t PeerTable::NextVersion() {
 bool PeerTable::Find(const std::string& key, Peer* out) const {
   // The peer this thread found last, held weakly (a peer that goes away is not kept alive
   // by a thread that stopped transferring to it).
+  // (Once the thread's copy was destroyed, at its exit or the process's, a call from a later
+  // destructor takes the lock: `gone`, trivially destructible, outlives it.)
+  thread_local bool gone = false;
   struct Found {
     const PeerTable* table = nullptr;
     uint64_t version = 0;
     std::string key;
     std::weak_ptr<control::Session> session;
     std::weak_ptr<PeerState> state;
+    ~Found() { gone = true; }
   };
-  thread_local Found last;
   const uint64_t version = version_.load(std::memory_order_acquire);
-  if (last.table == this && last.version == version && last.key == key) {
-    Peer p{last.session.lock(), last.state.lock()};
+  Found* last = nullptr;
+  if (!gone) {
+    thread_local Found mine;
+    last = &mine;
+  }
+  if (last != nullptr && last->table == this && last->version == version && last->key == key) {
+    Peer p{last->session.lock(), last->state.lock()};
     if (p.session && p.state) {
       *out = std::move(p);
       return true;
@@ -40,7 +48,13 @@ bool PeerTable::Find(const std::string& key, Peer* out) const {
   *out = it->second;
   // (The version read above, not the current one: a change since then makes the next call
   // look again.)
-  last = {this, version, key, out->session, out->state};
+  if (last != nullptr) {  // (field by field: a temporary Found's destructor would set gone)
+    last->table = this;
+    last->version = version;
+    last->key = key;
+    last->session = out->session;
+    last->state = out->state;
+  }
   return true;
 }
 

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 namespace xfer {
 namespace {
 
@@ -67,6 +70,31 @@ TEST(PeerTable, APeerThatWentAwayIsNotKeptAliveByAThreadThatFoundIt) {
     ASSERT_TRUE(table.Take("a", &taken));
   }
   EXPECT_TRUE(gone.expired());
+}
+
+TEST(PeerTable, FindFromADestructorAfterTheThreadsCacheIsGone) {
+  // A thread_local destroyed after Find's own (constructed before it) may still call Find: it
+  // takes the lock then (ASan saw the destroyed cache used before).
+  PeerTable table;
+  const PeerTable::Peer p = MakePeer(10, true);
+  ASSERT_TRUE(table.Claim("a", PeerTable::Clock::now() + std::chrono::seconds(1)).ok());
+  ASSERT_TRUE(table.InstallClaimed("a", p));
+  std::atomic<int> found_at_exit{0};
+  std::thread([&] {
+    struct AtExit {
+      PeerTable* table;
+      std::atomic<int>* found;
+      ~AtExit() {
+        PeerTable::Peer f;
+        if (table->Find("a", &f) && f.state != nullptr) ++*found;
+      }
+    };
+    thread_local AtExit at_exit{&table, &found_at_exit};
+    (void)at_exit;
+    PeerTable::Peer f;
+    EXPECT_TRUE(table.Find("a", &f));
+  }).join();
+  EXPECT_EQ(found_at_exit.load(), 1);
 }
 
 }  // namespace
