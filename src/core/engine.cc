@@ -487,7 +487,7 @@ bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferD
   }
   std::shared_ptr<RemoteRegion> region = peer.state->regions.Find(d.remote_addr, d.len, op == Op::kWrite);
   if (!region || (op == Op::kWrite && region->info.access == PeerAccess::kReadOnly) ||
-      regions_.registry().TypeOfRecent(d.local_addr, d.len) != MemType::kHost) {
+      regions_.registry().TypeOf(d.local_addr, d.len) != MemType::kHost) {
     return false;  // (the planned path refuses a WRITE into a read-only region)
   }
   // The route the planner would choose: the first that reaches the pair.

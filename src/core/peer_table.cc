@@ -10,11 +10,6 @@ Status StillAccepting(const std::string& remote) {
 
 }  // namespace
 
-uint64_t PeerTable::NextVersion() {
-  static std::atomic<uint64_t> next{1};
-  return next.fetch_add(1, std::memory_order_relaxed);
-}
-
 bool PeerTable::Find(const std::string& key, Peer* out) const {
   // The peer this thread found last, held weakly (a peer that goes away is not kept alive
   // by a thread that stopped transferring to it).

@@ -15,6 +15,7 @@
 
 #include "control/session.h"
 #include "core/peer_state.h"
+#include "util/thread_cache.h"
 #include "xfer/status.h"
 
 namespace xfer {
@@ -72,10 +73,9 @@ class PeerTable {
 
   uint64_t mine_ = 0;  // this engine's incarnation
   size_t max_sessions_ = SIZE_MAX;
-  // Changes with every change of peers_ (under mu_); no two tables share a value.
-  std::atomic<uint64_t> version_{NextVersion()};
-  static uint64_t NextVersion();
-  void Changed() { version_.store(NextVersion(), std::memory_order_release); }  // mu_ held
+  // Changes with every change of peers_ (under mu_).
+  std::atomic<uint64_t> version_{NextTableVersion()};
+  void Changed() { version_.store(NextTableVersion(), std::memory_order_release); }  // mu_ held
 
   mutable std::mutex mu_;
   std::map<std::string, Peer> peers_;  // by name (outbound: as the user wrote it)

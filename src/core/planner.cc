@@ -179,8 +179,7 @@ class RunBuilder {
   bool AddLikeLast(const TransferDesc& d) {
     const RemoteRegion* r = last_region_;
     MemType type;
-    if (r == nullptr || d.len == 0 || d.remote_addr < r->info.addr ||
-        d.remote_addr - r->info.addr >= r->info.len || d.len > r->info.len - (d.remote_addr - r->info.addr) ||
+    if (r == nullptr || d.len == 0 || !RangeInside(d.remote_addr, d.len, r->info.addr, r->info.len) ||
         !local_.Remembered(d.local_addr, d.len, &type) || (type == MemType::kCuda) != last_device_) {
       return false;
     }
@@ -214,8 +213,7 @@ class RunBuilder {
   // this one too), added to the plan's regions (which own it).
   Status Region(size_t i, const TransferDesc& d, RemoteRegion** out) {
     RemoteRegion* last = last_region_;
-    if (last != nullptr && d.remote_addr >= last->info.addr &&
-        d.remote_addr + d.len <= last->info.addr + last->info.len) {
+    if (last != nullptr && RangeInside(d.remote_addr, d.len, last->info.addr, last->info.len)) {
       *out = last;
       return Status::Ok();
     }

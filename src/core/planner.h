@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/remote_regions.h"
+#include "util/range.h"
 #include "transport/backend.h"
 #include "xfer/status.h"
 #include "xfer/types.h"
@@ -61,7 +62,7 @@ class LocalMemoryCheck {
   // Allows' answer for a range inside the registered region found last, at no cost; false
   // when the range is not inside it (then ask Allows).
   bool Remembered(uint64_t addr, uint64_t len, MemType* type) const {
-    if (addr < last_begin_ || addr >= last_end_ || len > last_end_ - addr) return false;
+    if (!RangeInside(addr, len, last_begin_, last_end_ - last_begin_)) return false;
     *type = last_type_;
     return true;
   }

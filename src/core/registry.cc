@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "util/log.h"
+#include "util/range.h"
+#include "util/thread_cache.h"
 
 namespace xfer {
 
@@ -34,7 +36,7 @@ Status Registry::Add(const wire::WireRegion& region, bool allocated, MemHandle* 
   e.allocated = allocated;
   auto at = by_handle_.emplace(h, std::move(e)).first;
   by_addr_.emplace(addr, &at->second);
-  version_.store(NextVersion(), std::memory_order_release);
+  version_.store(NextTableVersion(), std::memory_order_release);
   max_len_ = std::max(max_len_, len);
   *handle = h;
   *added = true;
@@ -69,7 +71,7 @@ Status Registry::Remove(MemHandle handle, bool* removed, bool free) {
       }
     }
     by_handle_.erase(it);
-    version_.store(NextVersion(), std::memory_order_release);
+    version_.store(NextTableVersion(), std::memory_order_release);
   }
   return Status::Ok();
 }
@@ -83,7 +85,7 @@ std::optional<Registry::RangeAccess> Registry::Access(uint64_t addr, uint64_t le
     --it;
     const RegionInfo& r = it->second->region.info;
     if (addr - r.addr >= max_len_) break;  // this one and every one below end before addr
-    if (addr - r.addr > r.len || len > r.len - (addr - r.addr)) continue;  // (no wrap-around)
+    if (!RangeInside(addr, len, r.addr, r.len)) continue;
     const bool writable = r.access == PeerAccess::kReadWrite;
     if (writable || !want_write) return RangeAccess{r.type, writable, r.addr, r.addr + r.len};
     if (!found) found = RangeAccess{r.type, false, r.addr, r.addr + r.len};
@@ -91,12 +93,7 @@ std::optional<Registry::RangeAccess> Registry::Access(uint64_t addr, uint64_t le
   return found;
 }
 
-uint64_t Registry::NextVersion() {
-  static std::atomic<uint64_t> next{1};
-  return next.fetch_add(1, std::memory_order_relaxed);
-}
-
-std::optional<MemType> Registry::TypeOfRecent(uint64_t addr, uint64_t len) const {
+std::optional<MemType> Registry::TypeOf(uint64_t addr, uint64_t len) const {
   struct Found {
     const Registry* registry = nullptr;
     uint64_t version = 0, begin = 0, end = 0;
@@ -104,8 +101,8 @@ std::optional<MemType> Registry::TypeOfRecent(uint64_t addr, uint64_t len) const
   };
   thread_local Found last;
   const uint64_t version = version_.load(std::memory_order_acquire);
-  if (last.registry == this && last.version == version && addr >= last.begin && addr < last.end &&
-      len <= last.end - addr) {
+  if (last.registry == this && last.version == version &&
+      RangeInside(addr, len, last.begin, last.end - last.begin)) {
     return last.type;
   }
   auto a = Access(addr, len, false);  // (at this version or a later one: either answer is current)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "control/wire.h"
+#include "util/thread_cache.h"
 #include "xfer/status.h"
 #include "xfer/types.h"
 
@@ -25,11 +26,6 @@ class Registry {
   Status Remove(MemHandle handle, bool* removed, bool free = false);
   // True when [addr, addr+len) lies inside one registered region.
   bool Contains(uint64_t addr, uint64_t len) const { return Access(addr, len, false).has_value(); }
-  // The memory type of the registered region holding all of [addr, addr+len), if any.
-  std::optional<MemType> TypeOf(uint64_t addr, uint64_t len) const {
-    auto a = Access(addr, len, false);
-    return a ? std::optional<MemType>(a->type) : std::nullopt;
-  }
   // What peers may do with [addr, addr+len): its memory type, and whether a region that holds
   // all of it grants WRITE (with want_write, whether any of them does; without, the first one
   // found says), and that region's bounds (a range inside them gets the same answer while the
@@ -40,10 +36,10 @@ class Registry {
     uint64_t begin = 0, end = 0;
   };
   std::optional<RangeAccess> Access(uint64_t addr, uint64_t len, bool want_write) const;
-  // TypeOf for a thread that asks again and again (the inline copies): the answer of the
-  // region this thread found last, without the lock, while no region was added or removed
-  // since; else TypeOf's.
-  std::optional<MemType> TypeOfRecent(uint64_t addr, uint64_t len) const;
+  // The memory type of the registered region holding all of [addr, addr+len), if any. For a
+  // thread that asks again and again (the inline copies): the region this thread found last
+  // answers, without the lock, while no region was added or removed since.
+  std::optional<MemType> TypeOf(uint64_t addr, uint64_t len) const;
   std::vector<wire::WireRegion> Snapshot() const;
   bool Lookup(MemHandle handle, wire::WireRegion* out) const;
 
@@ -53,9 +49,7 @@ class Registry {
     bool allocated = false;
     int refs = 1;
   };
-  // Changes with every region added or removed; no two registries share a value.
-  std::atomic<uint64_t> version_{NextVersion()};
-  static uint64_t NextVersion();
+  std::atomic<uint64_t> version_{NextTableVersion()};  // changes with every region added or removed
   mutable std::mutex mu_;
   MemHandle next_ = 1;
   std::map<MemHandle, Entry> by_handle_;

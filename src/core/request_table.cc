@@ -1,11 +1,11 @@
 #include "core/request_table.h"
 
+#include "util/thread_cache.h"
+
 namespace xfer {
 
 RequestHandle RequestTable::NextHandle() {
-  // A thread's shard, the same in every table: threads numbered as they first get here.
-  static std::atomic<unsigned> threads{0};
-  thread_local const unsigned mine = threads.fetch_add(1, std::memory_order_relaxed) % kShards;
+  const unsigned mine = ThisThreadIndex() % kShards;  // (the same shard in every table)
   return shards_[mine].next.fetch_add(1, std::memory_order_relaxed) * kShards + mine;
 }
 

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "util/spin.h"
+#include "util/thread_cache.h"
 
 namespace xfer {
 namespace {
@@ -161,10 +162,7 @@ void StreamPool::Stop() {
 
 std::unique_lock<StreamPool::ExecSlot> StreamPool::Slot() {
   if (stream_pool == this) return std::unique_lock<ExecSlot>(*stream_slot);
-  // A thread's inline slot, the same in every pool: threads numbered as they first get here.
-  static std::atomic<unsigned> threads{0};
-  thread_local const unsigned slot = threads.fetch_add(1, std::memory_order_relaxed) % kInlineSlots;
-  return std::unique_lock<ExecSlot>(inline_slots_[slot]);
+  return std::unique_lock<ExecSlot>(inline_slots_[ThisThreadIndex() % kInlineSlots]);
 }
 
 void StreamPool::Fence(std::chrono::steady_clock::time_point deadline,

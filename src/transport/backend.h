@@ -91,6 +91,8 @@ class Route {
 
  protected:
   void set_streaming_link(std::shared_ptr<Link> l) { streaming_ = std::move(l); }
+  // One slice that the plain link would take (what a mapping route copies inline).
+  bool OneSlice(uint64_t len) const { return len <= limits_.slice_bytes && len < limits_.streaming_bytes; }
 
  private:
   const std::string_view backend_;

@@ -89,25 +89,25 @@ TEST(Registry, EachRegistrationGrantsItsOwnAccess) {
   EXPECT_FALSE(r.Access(0x2000, 1, true).has_value());
 }
 
-TEST(Registry, TypeOfRecentForgetsWhatWasRemovedOrReplaced) {
+TEST(Registry, TypeOfForgetsWhatWasRemovedOrReplaced) {
   // The thread's remembered region holds only while no region was added or removed.
   Registry r;
   MemHandle h, other;
   bool added, removed;
   ASSERT_TRUE(r.Add(HostRegion(0x1000, 0x1000, ""), false, &h, &added).ok());
-  EXPECT_EQ(r.TypeOfRecent(0x1100, 0x100), MemType::kHost);
-  EXPECT_EQ(r.TypeOfRecent(0x1200, 0x100), MemType::kHost);  // (remembered)
-  EXPECT_FALSE(r.TypeOfRecent(0x1f00, 0x200).has_value());   // past its end
+  EXPECT_EQ(r.TypeOf(0x1100, 0x100), MemType::kHost);
+  EXPECT_EQ(r.TypeOf(0x1200, 0x100), MemType::kHost);  // (remembered)
+  EXPECT_FALSE(r.TypeOf(0x1f00, 0x200).has_value());   // past its end
   ASSERT_TRUE(r.Remove(h, &removed).ok());
   ASSERT_TRUE(removed);
-  EXPECT_FALSE(r.TypeOfRecent(0x1200, 0x100).has_value()) << "answered from a removed region";
+  EXPECT_FALSE(r.TypeOf(0x1200, 0x100).has_value()) << "answered from a removed region";
   wire::WireRegion gpu = HostRegion(0x1000, 0x1000, "");
   gpu.info.type = MemType::kCuda;
   ASSERT_TRUE(r.Add(gpu, false, &other, &added).ok());
-  EXPECT_EQ(r.TypeOfRecent(0x1200, 0x100), MemType::kCuda);
+  EXPECT_EQ(r.TypeOf(0x1200, 0x100), MemType::kCuda);
   // Another registry is another answer, whatever this thread remembered of the first.
   Registry fresh;
-  EXPECT_FALSE(fresh.TypeOfRecent(0x1200, 0x100).has_value());
+  EXPECT_FALSE(fresh.TypeOf(0x1200, 0x100).has_value());
 }
 
 TEST(RemoteRegions, FindPrefersARegionThatGrantsWrite) {

@@ -17,9 +17,7 @@ class LocalRoute final : public Route {
     return true;
   }
   std::string WhyNot(MemType, const RemoteRegion&) const override { return "local: moves host memory only"; }
-  bool CopiesInline(uint64_t len) const override {
-    return len <= limits().slice_bytes && len < limits().streaming_bytes;
-  }
+  bool CopiesInline(uint64_t len) const override { return OneSlice(len); }
 };
 
 class LocalBackend final : public Backend {

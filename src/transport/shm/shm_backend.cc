@@ -61,9 +61,7 @@ class ShmRoute final : public Route {
     return FindBlob(r.blobs, "shm") == nullptr ? "shm: the region is not the peer's AllocMem memory"
                                                : "shm: the region could not be mapped (the log says why)";
   }
-  bool CopiesInline(uint64_t len) const override {
-    return len <= limits().slice_bytes && len < limits().streaming_bytes;
-  }
+  bool CopiesInline(uint64_t len) const override { return OneSlice(len); }
   bool Stageable() const override { return false; }
 
  private:
