@@ -90,6 +90,24 @@ class Engine {
   Status TransferAsync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                        std::chrono::milliseconds timeout, const TransferOptions& options,
                        RequestHandle* request);
+
+  // Prepared lists (docs/prepared_lists.md): ranges checked once, then moved by index, with
+  // no per-descriptor check or lookup in each request. A local list holds ranges of this
+  // process (registered, or readable memory of it); a remote list holds ranges of one peer's
+  // registered regions (remote: as in TransferSync) and is tied to that peer's session.
+  // kInvalidArgument (local) or kRemoteAccessDenied (remote) names the first bad entry.
+  Status PrepareLocalList(const std::vector<MemRange>& ranges, ListHandle* list);
+  Status PrepareRemoteList(const std::string& remote, const std::vector<MemRange>& ranges,
+                           ListHandle* list);
+  // Forgets the list; requests already submitted over it run on.
+  Status ReleaseList(ListHandle list);
+  // TransferSync and TransferAsync over prepared lists: the same semantics, the descriptors
+  // being the pairs of descs (RequestStatus::landed: indices of pairs).
+  Status TransferSync(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,
+                      const TransferOptions& options = {}, RequestStatus* result = nullptr);
+  Status TransferAsync(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,
+                       const TransferOptions& options, RequestHandle* request);
+
   // A terminal status (anything but kWaiting) is reported once; the handle is then released.
   Status GetTransferStatus(RequestHandle request, RequestStatus* status);
   // Waits up to timeout for the request to end. When it ended, returns its final status (ok

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,9 @@ using MemHandle = uint64_t;
 // Handle of an asynchronous request. 0 is never a valid handle.
 using RequestHandle = uint64_t;
 using ConnectHandle = uint64_t;  // Engine::ConnectAsync
+// Handle of a prepared descriptor list (Engine::PrepareLocalList, PrepareRemoteList). 0 is
+// never a valid handle.
+using ListHandle = uint64_t;
 
 // One contiguous piece of a transfer. WRITE copies [local_addr, +len) to the peer's
 // [remote_addr, +len); READ copies the other way. A descriptor lies within one remote region.
@@ -26,6 +30,23 @@ struct TransferDesc {
   uint64_t local_addr = 0;
   uint64_t remote_addr = 0;
   uint64_t len = 0;
+};
+
+// An entry of a prepared list: [addr, addr+len) in this process (a local list) or in one of
+// the peer's registered regions (a remote list).
+struct MemRange {
+  uint64_t addr = 0;
+  uint64_t len = 0;
+};
+
+// A request over prepared lists: pair k moves the local list's entry local_index[k] to (WRITE)
+// or from (READ) the remote list's entry remote_index[k]; the two entries must have the same
+// length. The spans need to stay valid only for the call that takes them.
+struct PreparedDescs {
+  ListHandle local = 0;
+  std::span<const uint32_t> local_index;
+  ListHandle remote = 0;
+  std::span<const uint32_t> remote_index;
 };
 
 // What a region's peers may do with it (Engine::RegisterMem, AllocOptions::access). Each

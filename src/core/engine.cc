@@ -51,6 +51,21 @@ Status Engine::TransferAsync(const std::string& r, Op op, const std::vector<Tran
                              RequestHandle* h) {
   return impl_->TransferAsync(r, op, d, t, o, h);
 }
+Status Engine::PrepareLocalList(const std::vector<MemRange>& r, ListHandle* l) {
+  return impl_->PrepareLocalList(r, l);
+}
+Status Engine::PrepareRemoteList(const std::string& remote, const std::vector<MemRange>& r, ListHandle* l) {
+  return impl_->PrepareRemoteList(remote, r, l);
+}
+Status Engine::ReleaseList(ListHandle l) { return impl_->ReleaseList(l); }
+Status Engine::TransferSync(Op op, const PreparedDescs& d, std::chrono::milliseconds t,
+                            const TransferOptions& o, RequestStatus* result) {
+  return impl_->TransferSync(op, d, t, o, result);
+}
+Status Engine::TransferAsync(Op op, const PreparedDescs& d, std::chrono::milliseconds t,
+                             const TransferOptions& o, RequestHandle* h) {
+  return impl_->TransferAsync(op, d, t, o, h);
+}
 Status Engine::GetTransferStatus(RequestHandle h, RequestStatus* s) { return impl_->GetTransferStatus(h, s); }
 Status Engine::Wait(RequestHandle h, std::chrono::milliseconds t, RequestStatus* s) { return impl_->Wait(h, t, s); }
 Status Engine::Cancel(RequestHandle h) { return impl_->Cancel(h); }
@@ -240,6 +255,7 @@ void EngineImpl::Finalize() {
   pool_->Stop();  // runs what is queued: canceled batches end at once
   backends_.StopServing();
   requests_.Clear();
+  lists_.Clear();  // (their sessions, closed by now, go with them)
   regions_.ReleaseAll();  // peers were told goodbye: none uses the memory any more
   backends_.Clear();      // (UCX goes after the mappings of our regions)
 }
@@ -380,11 +396,20 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
       }
     }
   }
-  if (!s.ok()) {
-    XLOG(WARN) << OpName(op) << " to '" << remote << "' refused: " << s.ToString();
-    if (metrics_ && (op == Op::kRead || op == Op::kWrite)) metrics_->Refused(op, s.code());
-    return s;
-  }
+  if (!s.ok()) return Refused(op, remote, s);
+  return NewRequest(op, start, timeout, peer, std::move(plan), options, track, out);
+}
+
+Status EngineImpl::Refused(Op op, const std::string& remote, const Status& s) {
+  XLOG(WARN) << OpName(op) << (remote.empty() ? " over prepared lists" : " to '" + remote + "'")
+             << " refused: " << s.ToString();
+  if (metrics_ && (op == Op::kRead || op == Op::kWrite)) metrics_->Refused(op, s.code());
+  return s;
+}
+
+Status EngineImpl::NewRequest(Op op, Clock::time_point start, std::chrono::milliseconds timeout,
+                              const Peer& peer, Plan&& plan, const TransferOptions& options,
+                              bool track, std::shared_ptr<Request>* out) {
   Request::Deliver deliver;
   if (options.notify) {
     deliver = [notifier = notifier_, peer, message = *options.notify](Request::Done done) mutable {
@@ -486,36 +511,41 @@ bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferD
     return false;
   }
   std::shared_ptr<RemoteRegion> region = peer.state->regions.Find(d.remote_addr, d.len, op == Op::kWrite);
-  if (!region || (op == Op::kWrite && region->info.access == PeerAccess::kReadOnly) ||
-      regions_.registry().TypeOf(d.local_addr, d.len) != MemType::kHost) {
-    return false;  // (the planned path refuses a WRITE into a read-only region)
+  if (!region || regions_.registry().TypeOf(d.local_addr, d.len) != MemType::kHost) return false;
+  return InlineCopy(peer, op, *region, d.local_addr, d.remote_addr, d.len);
+}
+
+bool EngineImpl::InlineCopy(const Peer& peer, Op op, RemoteRegion& region, uint64_t local,
+                            uint64_t remote, uint64_t len) {
+  if (op == Op::kWrite && region.info.access == PeerAccess::kReadOnly) {
+    return false;  // (the planned path refuses it, and says why)
   }
   // The route the planner would choose: the first that reaches the pair.
   transport::Route* route = nullptr;
   uint8_t* base = nullptr;
   for (const auto& r : peer.state->routes.routes) {
-    if (r->Reach(MemType::kHost, *region, &base)) {
+    if (r->Reach(MemType::kHost, region, &base)) {
       route = r.get();
       break;
     }
   }
-  if (route == nullptr || base == nullptr || !route->CopiesInline(d.len)) return false;
-  const uint64_t mapped = reinterpret_cast<uint64_t>(base) + (d.remote_addr - region->info.addr);
+  if (route == nullptr || base == nullptr || !route->CopiesInline(len)) return false;
+  const uint64_t mapped = reinterpret_cast<uint64_t>(base) + (remote - region.info.addr);
   // The same order of checks as a planned batch, under an execution slot (the fence of a
   // deregistration waits for it).
   auto slot = pool_->Slot();
   if (!peer.state->alive.load(std::memory_order_acquire) ||
-      region->revoked.load(std::memory_order_acquire)) {
+      region.revoked.load(std::memory_order_acquire)) {
     return false;  // the planned path says why
   }
-  const uint64_t dst = op == Op::kWrite ? mapped : d.local_addr;
-  const uint64_t src = op == Op::kWrite ? d.local_addr : mapped;
+  const uint64_t dst = op == Op::kWrite ? mapped : local;
+  const uint64_t src = op == Op::kWrite ? local : mapped;
   EngineMetrics* m = peer.state->metrics.get();
   const EngineMetrics::Inline counted =
       m ? m->BeginInline(peer.state->metrics_slot, op, route->backend_index()) : EngineMetrics::Inline{};
-  pool_->SharedCopy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), d.len);
-  route->bytes().fetch_add(d.len, std::memory_order_relaxed);
-  if (m) m->EndInline(counted, op, route->backend_index(), d.len);
+  pool_->SharedCopy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), len);
+  route->bytes().fetch_add(len, std::memory_order_relaxed);
+  if (m) m->EndInline(counted, op, route->backend_index(), len);
   return true;
 }
 
@@ -531,9 +561,14 @@ Status EngineImpl::TransferSync(const std::string& remote, Op op,
   }
   std::shared_ptr<Request> req;
   Status s = Submit(remote, op, descs, timeout, options, false, &req);
-  if (!s.ok()) {
-    if (result != nullptr) *result = {RequestState::kFailed, s, {}};
-    return s;
+  return RunSync(s, req, timeout, result);
+}
+
+Status EngineImpl::RunSync(const Status& submitted, const std::shared_ptr<Request>& req,
+                           std::chrono::milliseconds timeout, RequestStatus* result) {
+  if (!submitted.ok()) {
+    if (result != nullptr) *result = {RequestState::kFailed, submitted, {}};
+    return submitted;
   }
   // The request's own deadline ends it; the extra second only bounds the drain of batches
   // already in flight when the deadline passed.
@@ -568,7 +603,6 @@ Status EngineImpl::TransferAsync(const std::string& remote, Op op,
   // copied here, as a sync one is, and the request is over when its handle comes back (a
   // hand-off to a stream would cost more than the copy). Larger copies go to the streams: the
   // caller is not held.
-  constexpr uint64_t kAsyncInlineBytes = 64 << 10;
   if (descs.size() == 1 && descs[0].len <= kAsyncInlineBytes && !options.notify &&
       TryInlineCopy(remote, op, descs[0], timeout)) {
     *request = requests_.TrackCompleted();
@@ -578,6 +612,11 @@ Status EngineImpl::TransferAsync(const std::string& remote, Op op,
   Status s = Submit(remote, op, descs, timeout, options, true, &req);
   if (!s.ok()) return s;
   *request = req->id();
+  Start(req);
+  return Status::Ok();
+}
+
+void EngineImpl::Start(const std::shared_ptr<Request>& req) {
   // Likewise a planned request that is one small memcpy (several descriptors, say): the copy
   // costs less than handing it to a stream.
   if (req->IsSmallCopy(kAsyncInlineBytes)) {
@@ -587,7 +626,6 @@ Status EngineImpl::TransferAsync(const std::string& remote, Op op,
   } else {
     Dispatch(req, false);
   }
-  return Status::Ok();
 }
 
 namespace {

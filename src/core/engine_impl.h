@@ -22,6 +22,7 @@
 #include "core/notify_queue.h"
 #include "core/peer_state.h"
 #include "core/peer_table.h"
+#include "core/prepared_lists.h"
 #include "core/region_service.h"
 #include "core/registry.h"
 #include "core/request.h"
@@ -77,6 +78,14 @@ class EngineImpl final : public control::ControlHandler {
   Status TransferAsync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                        std::chrono::milliseconds timeout, const TransferOptions& options,
                        RequestHandle* request);
+  Status PrepareLocalList(const std::vector<MemRange>& ranges, ListHandle* list);
+  Status PrepareRemoteList(const std::string& remote, const std::vector<MemRange>& ranges,
+                           ListHandle* list);
+  Status ReleaseList(ListHandle list);
+  Status TransferSync(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,
+                      const TransferOptions& options, RequestStatus* result);
+  Status TransferAsync(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,
+                       const TransferOptions& options, RequestHandle* request);
   Status GetTransferStatus(RequestHandle request, RequestStatus* status);
   Status Wait(RequestHandle request, std::chrono::milliseconds timeout, RequestStatus* status);
   Status Cancel(RequestHandle request);
@@ -109,6 +118,19 @@ class EngineImpl final : public control::ControlHandler {
   Status Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                 std::chrono::milliseconds timeout, const TransferOptions& options, bool track,
                 std::shared_ptr<Request>* out);
+  // Submit's end: a refusal logged and counted (returned; remote "": before the prepared
+  // lists, and so the peer, were known), or the request made.
+  Status Refused(Op op, const std::string& remote, const Status& s);
+  Status NewRequest(Op op, Clock::time_point start, std::chrono::milliseconds timeout,
+                    const Peer& peer, Plan&& plan, const TransferOptions& options, bool track,
+                    std::shared_ptr<Request>* out);
+  // TransferSync's part once submitted (submitted: how that went) and TransferAsync's.
+  Status RunSync(const Status& submitted, const std::shared_ptr<Request>& req,
+                 std::chrono::milliseconds timeout, RequestStatus* result);
+  void Start(const std::shared_ptr<Request>& req);
+  // An async request that is one copy of up to this many bytes runs on the caller: the copy
+  // costs less than a hand-off to a stream.
+  static constexpr uint64_t kAsyncInlineBytes = 64 << 10;
   void Dispatch(const std::shared_ptr<Request>& req, bool caller_helps);
   void HelpWith(Request& req, Clock::time_point until);
   // Starts every batch of a pipelined request on its link.
@@ -128,6 +150,20 @@ class EngineImpl final : public control::ControlHandler {
   // planned path (which explains refusals).
   bool TryInlineCopy(const std::string& remote, Op op, const TransferDesc& d,
                     std::chrono::milliseconds timeout);
+  // Its copy, once the remote range is known to lie in region (and the local one in host
+  // memory this process may read, or for READ write).
+  bool InlineCopy(const Peer& peer, Op op, RemoteRegion& region, uint64_t local,
+                  uint64_t remote, uint64_t len);
+  // --- prepared lists (engine_prepared.cc)
+  // Submit over prepared lists.
+  Status SubmitPrepared(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,
+                        const TransferOptions& options, bool track, std::shared_ptr<Request>* out);
+  // TryInlineCopy of a prepared request of one pair of at most max_len bytes.
+  bool TryInlinePrepared(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,
+                         uint64_t max_len);
+  // The local list with handle h, checked again first when a region was registered or
+  // deregistered since it was checked.
+  std::shared_ptr<const LocalList> CurrentLocal(ListHandle h, std::shared_ptr<const LocalList> list);
   // --- cluster metadata (engine_cluster.cc)
   // Publishes this engine (when it listens and has a cluster name) and starts the lookups.
   Status StartDirectory(bool listens);
@@ -235,6 +271,7 @@ class EngineImpl final : public control::ControlHandler {
   bool settling_ = false;  // Finalize has begun: no session begins connecting (connecting_mu_)
 
   RequestTable requests_;
+  ListTable lists_;
 
   std::shared_ptr<NotifyQueue> notifies_;  // received, not yet taken; from Initialize on
   std::shared_ptr<const NotifySender> notifier_;

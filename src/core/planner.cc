@@ -144,7 +144,8 @@ struct Run {
 // descriptors in one region with the same kind of local memory share one routing decision.
 class RunBuilder {
  public:
-  RunBuilder(Op op, const RemoteRegions& remote, LocalMemoryCheck& local, const PeerRoutes& routes,
+  // local: null when every descriptor is prepared (AddPrepared only).
+  RunBuilder(Op op, const RemoteRegions* remote, LocalMemoryCheck* local, const PeerRoutes& routes,
              Plan* plan, size_t descriptors)
       : op_(op), remote_(remote), local_(local), routes_(routes), plan_(plan) {
     runs_.reserve(descriptors);
@@ -155,20 +156,29 @@ class RunBuilder {
     RemoteRegion* region = nullptr;
     if (Status s = Region(i, d, &region); !s.ok()) return s;
     MemType local_type = MemType::kHost;
-    if (!local_.Allows(d.local_addr, d.len, op_ == Op::kRead, &local_type)) {
+    if (!local_->Allows(d.local_addr, d.len, op_ == Op::kRead, &local_type)) {
       return {StatusCode::kInvalidArgument,
               DescName(i, d) + ": local range is not registered and not " +
                   (op_ == Op::kRead ? "writable" : "readable") +
                   " memory of this process (GPU memory must be registered)"};
     }
-    const bool device = local_type == MemType::kCuda;
-    if (last_region_ != region || last_device_ != device) {
-      if (Status s = ChooseRoute(routes_, *region, device, &route_); !s.ok()) {
-        return {s.code(), DescName(i, d) + ": " + s.message()};
-      }
-      last_region_ = region;
-      last_device_ = device;
+    if (Status s = Route(i, d, region, local_type == MemType::kCuda); !s.ok()) return s;
+    Append(d);
+    return Status::Ok();
+  }
+
+  // A descriptor whose ranges were checked when its lists were prepared: its remote range lies
+  // in `prepared` (looked up again when the peer has revoked that region since), and its local
+  // side is GPU memory or not.
+  Status AddPrepared(size_t i, const TransferDesc& d, const std::shared_ptr<RemoteRegion>& prepared,
+                     bool device) {
+    RemoteRegion* region = prepared.get();
+    if (region != last_region_) {
+      Status s = prepared->revoked.load(std::memory_order_acquire) ? Region(i, d, &region)
+                                                                   : Admit(i, d, prepared);
+      if (!s.ok()) return s;
     }
+    if (Status s = Route(i, d, region, device); !s.ok()) return s;
     Append(d);
     return Status::Ok();
   }
@@ -180,7 +190,7 @@ class RunBuilder {
     const RemoteRegion* r = last_region_;
     MemType type;
     if (r == nullptr || d.len == 0 || !RangeInside(d.remote_addr, d.len, r->info.addr, r->info.len) ||
-        !local_.Remembered(d.local_addr, d.len, &type) || (type == MemType::kCuda) != last_device_) {
+        !local_->Remembered(d.local_addr, d.len, &type) || (type == MemType::kCuda) != last_device_) {
       return false;
     }
     Append(d);
@@ -217,26 +227,45 @@ class RunBuilder {
       *out = last;
       return Status::Ok();
     }
-    std::shared_ptr<RemoteRegion> found = remote_.Find(d.remote_addr, d.len, op_ == Op::kWrite);
+    std::shared_ptr<RemoteRegion> found = remote_ ? remote_->Find(d.remote_addr, d.len, op_ == Op::kWrite)
+                                                  : nullptr;
     if (!found) {
       return {StatusCode::kRemoteAccessDenied,
               DescName(i, d) + ": remote range is not inside one registered region of the peer"};
     }
-    if (op_ == Op::kWrite && found->info.access == PeerAccess::kReadOnly) {
-      return {StatusCode::kRemoteAccessDenied,
-              DescName(i, d) + ": the peer's region '" + found->info.tag + "' at " +
-                  text::Hex(found->info.addr) + " is read-only for peers"};
-    }
     *out = found.get();
+    return Admit(i, d, found);
+  }
+
+  // Admits a region the descriptor's remote range lies in (not the previous descriptor's):
+  // refuses a WRITE into a read-only one, and adds it to the plan's regions.
+  Status Admit(size_t i, const TransferDesc& d, const std::shared_ptr<RemoteRegion>& region) {
+    if (op_ == Op::kWrite && region->info.access == PeerAccess::kReadOnly) {
+      return {StatusCode::kRemoteAccessDenied,
+              DescName(i, d) + ": the peer's region '" + region->info.tag + "' at " +
+                  text::Hex(region->info.addr) + " is read-only for peers"};
+    }
     auto& regions = plan_->regions;
-    if (std::find(regions.begin(), regions.end(), found) == regions.end()) regions.push_back(std::move(found));
+    if (std::find(regions.begin(), regions.end(), region) == regions.end()) regions.push_back(region);
     last_region_ = nullptr;  // routed by the caller
     return Status::Ok();
   }
 
+  // Chooses the descriptor's route, unless it is the previous descriptor's (same region, same
+  // kind of local memory).
+  Status Route(size_t i, const TransferDesc& d, RemoteRegion* region, bool device) {
+    if (last_region_ == region && last_device_ == device) return Status::Ok();
+    if (Status s = ChooseRoute(routes_, *region, device, &route_); !s.ok()) {
+      return {s.code(), DescName(i, d) + ": " + s.message()};
+    }
+    last_region_ = region;
+    last_device_ = device;
+    return Status::Ok();
+  }
+
   const Op op_;
-  const RemoteRegions& remote_;
-  LocalMemoryCheck& local_;
+  const RemoteRegions* const remote_;
+  LocalMemoryCheck* const local_;
   const PeerRoutes& routes_;
   Plan* const plan_;
   std::vector<Run> runs_;
@@ -298,7 +327,7 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
                 LocalMemoryCheck& local, const PeerRoutes& routes, Plan* plan) {
   if (descs.empty()) return {StatusCode::kInvalidArgument, "no descriptors"};
   *plan = Plan{};
-  RunBuilder runs(op, remote, local, routes, plan, descs.size());
+  RunBuilder runs(op, &remote, &local, routes, plan, descs.size());
   const bool many = descs.size() > 1;
   if (many) plan->desc_ends.reserve(descs.size());
   for (size_t i = 0; i < descs.size(); ++i) {
@@ -308,6 +337,51 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
     if (many) plan->desc_ends.push_back(plan->bytes);
   }
   plan->slices.reserve(runs.runs().size());  // (more only where a run is cut into slices)
+  PackBatches(runs.runs(), routes, plan);
+  return Status::Ok();
+}
+
+namespace {
+std::string PairName(size_t k) { return "pair " + std::to_string(k); }
+}  // namespace
+
+Status MakePreparedPlan(Op op, const PreparedPairs& pairs, const PeerRoutes& routes, Plan* plan) {
+  const size_t n = pairs.local_index.size();
+  if (n == 0) return {StatusCode::kInvalidArgument, "no descriptors"};
+  *plan = Plan{};
+  RunBuilder runs(op, pairs.current, nullptr, routes, plan, n);
+  const bool many = n > 1;
+  if (many) plan->desc_ends.reserve(n);
+  for (size_t k = 0; k < n; ++k) {
+    const uint32_t li = pairs.local_index[k], ri = pairs.remote_index[k];
+    if (li >= pairs.local.size() || ri >= pairs.remote.size()) {
+      const bool local = li >= pairs.local.size();
+      return {StatusCode::kInvalidArgument,
+              PairName(k) + ": " + (local ? "local" : "remote") + " index " + std::to_string(local ? li : ri) +
+                  " is past the end of the list (" +
+                  std::to_string(local ? pairs.local.size() : pairs.remote.size()) + " entries)"};
+    }
+    const LocalEntry& l = pairs.local[li];
+    const RemoteEntry& r = pairs.remote[ri];
+    if (l.len != r.len) {
+      return {StatusCode::kInvalidArgument, PairName(k) + ": local entry " + std::to_string(li) + " has " +
+                                                std::to_string(l.len) + " bytes, remote entry " +
+                                                std::to_string(ri) + " " + std::to_string(r.len)};
+    }
+    if (!l.usable || (op == Op::kRead && !l.writable)) {
+      return {StatusCode::kInvalidArgument,
+              PairName(k) + ": local entry " + std::to_string(li) + " {" + Hex(l.addr) + ", len " +
+                  std::to_string(l.len) + "} is " +
+                  (l.usable ? "not writable memory of this process"
+                            : "no longer registered nor readable memory of this process")};
+    }
+    const TransferDesc d{l.addr, r.addr, l.len};
+    if (Status s = runs.AddPrepared(k, d, pairs.regions[r.region], l.type == MemType::kCuda); !s.ok()) {
+      return s;
+    }
+    if (many) plan->desc_ends.push_back(plan->bytes);
+  }
+  plan->slices.reserve(runs.runs().size());
   PackBatches(runs.runs(), routes, plan);
   return Status::Ok();
 }

@@ -79,6 +79,32 @@ class LocalMemoryCheck {
 Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions& remote,
                 LocalMemoryCheck& local, const PeerRoutes& routes, Plan* plan);
 
+// Entries of prepared lists (core/prepared_lists.h), as checked when they were prepared.
+struct LocalEntry {
+  uint64_t addr = 0, len = 0;
+  MemType type = MemType::kHost;
+  bool usable = true;     // readable memory of this process (else no longer, since it was prepared)
+  bool writable = false;  // ...that a READ may write into
+};
+struct RemoteEntry {
+  uint64_t addr = 0, len = 0;
+  uint32_t region = 0;  // index into the list's regions
+};
+// A request over prepared lists: pair k is local[local_index[k]] with remote[remote_index[k]].
+struct PreparedPairs {
+  std::span<const LocalEntry> local;
+  std::span<const uint32_t> local_index;
+  std::span<const RemoteEntry> remote;
+  std::span<const std::shared_ptr<RemoteRegion>> regions;  // as the remote list found them
+  std::span<const uint32_t> remote_index;
+  const RemoteRegions* current = nullptr;  // the peer's regions now: an entry whose region was
+                                           // revoked is looked up there again
+};
+
+// MakePlan for prepared pairs (same sizes of index spans, checked by the caller): checks only
+// what may differ per request (indices, lengths, the op's access) and routes each region once.
+Status MakePreparedPlan(Op op, const PreparedPairs& pairs, const PeerRoutes& routes, Plan* plan);
+
 // The descriptors (ascending indices) none of whose bytes is in a batch of `unmoved` (the
 // batches that failed or were dropped, in any order): those that landed whole.
 std::vector<uint64_t> LandedDescriptors(const Plan& plan, const std::vector<uint32_t>& unmoved);

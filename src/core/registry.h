@@ -41,6 +41,9 @@ class Registry {
   // answers, without the lock, while no region was added or removed since.
   std::optional<MemType> TypeOf(uint64_t addr, uint64_t len) const;
   std::vector<wire::WireRegion> Snapshot() const;
+  // Changes whenever a region is added or removed (read it before looking regions up: an answer
+  // then holds while it is unchanged).
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
   bool Lookup(MemHandle handle, wire::WireRegion* out) const;
 
  private:
