@@ -157,10 +157,11 @@ struct Layout {
     return reuse ? j : (req * batch + j) % local_slots;
   }
   uint64_t LocalOff(uint64_t req, uint64_t j) const { return LocalSlot(req, j) * block; }
-  uint64_t RemoteOff(uint64_t req, uint64_t j) const {
+  uint64_t RemoteSlot(uint64_t req, uint64_t j) const {
     uint64_t g = reuse ? j : (req * batch + j);
-    return Swap(g % remote_slots, remote_slots) * block;
+    return Swap(g % remote_slots, remote_slots);
   }
+  uint64_t RemoteOff(uint64_t req, uint64_t j) const { return RemoteSlot(req, j) * block; }
   // Requests that make one full pass over the span (1 for reuse).
   uint64_t RequestsPerPass() const {
     if (reuse) return 1;

@@ -197,6 +197,40 @@ std::vector<TransferDesc> FromColumns(pyb::handle local, pyb::handle remote, pyb
 
 }  // namespace
 
+std::vector<MemRange> ToRanges(pyb::handle addr, pyb::handle length) {
+  const Column a(addr, "addr", false), n(length, "length", true);
+  if (n.size() && *n.size() != *a.size()) {
+    RaiseInvalid("addr and length differ in length (" + std::to_string(*a.size()) + ", " +
+                 std::to_string(*n.size()) + ")");
+  }
+  std::vector<MemRange> out(*a.size());
+  for (Py_ssize_t i = 0; i < *a.size(); ++i) out[i] = {a[i], n[i]};
+  return out;
+}
+
+std::vector<uint32_t> ToIndices(pyb::handle index, const char* what) {
+  const Column c(index, what, false);
+  std::vector<uint32_t> out(*c.size());
+  const uint64_t* p = c.contiguous();
+  uint64_t top = 0;  // every value or-ed: past 2**32-1 (or negative) when its top half is set
+  if (p != nullptr) {  // the fast path: numpy int64/uint64
+    for (Py_ssize_t i = 0; i < *c.size(); ++i) {
+      out[i] = static_cast<uint32_t>(p[i]);
+      top |= p[i];
+    }
+    if ((top >> 32) == 0) return out;
+  }
+  for (Py_ssize_t i = 0; i < *c.size(); ++i) {  // (names the bad value)
+    const uint64_t v = c[i];
+    if (v > UINT32_MAX) {
+      RaiseInvalid(std::string(what) + "[" + std::to_string(i) + "] = " + std::to_string(v) +
+                   " is past the largest list index (2**32-1)");
+    }
+    out[i] = static_cast<uint32_t>(v);
+  }
+  return out;
+}
+
 std::vector<TransferDesc> ToDescs(pyb::handle descs, pyb::handle local, pyb::handle remote,
                                   pyb::handle length) {
   const bool columns = !local.is_none() || !remote.is_none() || !length.is_none();

@@ -13,4 +13,11 @@ namespace xfer::py {
 std::vector<TransferDesc> ToDescs(pybind11::handle descs, pybind11::handle local,
                                   pybind11::handle remote, pybind11::handle length);
 
+// Ranges of a prepared list: addr a 1-D integer array or a sequence of ints; length the same,
+// or one int for every range.
+std::vector<MemRange> ToRanges(pybind11::handle addr, pybind11::handle length);
+// Indices into a prepared list: a 1-D integer array or a sequence of ints (what: its name in
+// errors); a value past 2**32-1 raises InvalidArgumentError.
+std::vector<uint32_t> ToIndices(pybind11::handle index, const char* what);
+
 }  // namespace xfer::py

@@ -1,4 +1,5 @@
 #include "py_engine.h"
+#include "py_prepared.h"
 
 #include <pybind11/stl.h>
 
@@ -143,10 +144,6 @@ void PyEngine::Close() {
 
 bool PyEngine::Closed() { return core_->closed; }
 
-namespace {
-
-PeerAccess AccessOf(bool read_only) { return read_only ? PeerAccess::kReadOnly : PeerAccess::kReadWrite; }
-
 std::optional<std::string> NotifyMessage(pyb::handle notify) {
   if (notify.is_none()) return std::nullopt;
   if (PyBytes_Check(notify.ptr())) return notify.cast<std::string>();
@@ -158,6 +155,10 @@ std::optional<std::string> NotifyMessage(pyb::handle notify) {
   }
   RaiseInvalid("a notification must be bytes, str or a bytes-like object");
 }
+
+namespace {
+
+PeerAccess AccessOf(bool read_only) { return read_only ? PeerAccess::kReadOnly : PeerAccess::kReadWrite; }
 
 void Transfer(PyEngine& self, Op op, const std::string& peer, pyb::handle descs, pyb::handle local,
               pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
@@ -358,6 +359,7 @@ False when it is still running after timeout seconds. `await request` waits in a
               "Starts a READ (arguments as read()) whose deadline is now + timeout; returns a Request. "
               "Bad input raises at once. The local memory must stay valid until the request ends.");
   DefTransfer(engine, "write_async", Op::kWrite, "Starts a WRITE (arguments as write()); returns a Request.");
+  BindPrepared(m, engine);
   engine
       .def(pyb::init<const std::string&, const pyb::kwargs&>(), pyb::arg("name"))
       .def("close", &PyEngine::Close)

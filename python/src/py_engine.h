@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <pthread.h>
 
 #include <shared_mutex>
@@ -131,6 +132,9 @@ class PyEngine {
  private:
   std::shared_ptr<Core> core_;
 };
+
+// A notify= argument: None, bytes, str (as UTF-8) or a bytes-like object.
+std::optional<std::string> NotifyMessage(pybind11::handle notify);
 
 // Adds Engine, Request and the value types to the module.
 void BindEngine(pybind11::module_& m);

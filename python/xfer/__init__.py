@@ -24,12 +24,12 @@ from ._errors import (AlreadyConnectedError, CanceledError, ConnectionLostError,
                       RemoteAccessDeniedError, ResourceExhaustedError, TimeoutError,
                       UnsupportedError, XferError)
 from ._xfer import (Buffer, ClusterPeer, Metric, Metrics, MetricSample, Notification, PeerInfo,
-                    Region, RegionInfo, Request, State, option_names)
+                    PreparedList, Region, RegionInfo, Request, State, option_names)
 from . import _xfer
 
 __version__ = "0.1.0"
 __all__ = [
-    "Engine", "Buffer", "Region", "Request", "State", "Notification", "PeerInfo", "RegionInfo",
+    "Engine", "Buffer", "Region", "Request", "PreparedList", "State", "Notification", "PeerInfo", "RegionInfo",
     "ClusterPeer", "Connecting", "Metrics", "Metric", "MetricSample",
     "XferError", "InvalidArgumentError", "NotConnectedError",
     "AlreadyConnectedError", "UnsupportedError", "ResourceExhaustedError",

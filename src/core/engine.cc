@@ -397,7 +397,8 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
     }
   }
   if (!s.ok()) return Refused(op, remote, s);
-  return NewRequest(op, start, timeout, peer, std::move(plan), options, track, out);
+  return NewRequest(op, start, timeout, peer, std::make_shared<const Plan>(std::move(plan)), options,
+                    track, out);
 }
 
 Status EngineImpl::Refused(Op op, const std::string& remote, const Status& s) {
@@ -408,7 +409,8 @@ Status EngineImpl::Refused(Op op, const std::string& remote, const Status& s) {
 }
 
 Status EngineImpl::NewRequest(Op op, Clock::time_point start, std::chrono::milliseconds timeout,
-                              const Peer& peer, Plan&& plan, const TransferOptions& options,
+                              const Peer& peer, std::shared_ptr<const Plan> plan,
+                              const TransferOptions& options,
                               bool track, std::shared_ptr<Request>* out) {
   Request::Deliver deliver;
   if (options.notify) {

@@ -122,7 +122,8 @@ class EngineImpl final : public control::ControlHandler {
   // lists, and so the peer, were known), or the request made.
   Status Refused(Op op, const std::string& remote, const Status& s);
   Status NewRequest(Op op, Clock::time_point start, std::chrono::milliseconds timeout,
-                    const Peer& peer, Plan&& plan, const TransferOptions& options, bool track,
+                    const Peer& peer, std::shared_ptr<const Plan> plan,
+                    const TransferOptions& options, bool track,
                     std::shared_ptr<Request>* out);
   // TransferSync's part once submitted (submitted: how that went) and TransferAsync's.
   Status RunSync(const Status& submitted, const std::shared_ptr<Request>& req,

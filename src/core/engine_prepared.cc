@@ -95,12 +95,20 @@ Status EngineImpl::SubmitPrepared(Op op, const PreparedDescs& d, std::chrono::mi
   } else if (!peer.Reachable()) {
     s = {StatusCode::kUnsupported, "no transport of this engine reaches peer '" + remote->remote + "'"};
   }
-  Plan plan;
+  std::shared_ptr<const Plan> plan;
   if (s.ok()) {
     local = CurrentLocal(d.local, std::move(local));
+    plan = remote->last_plan.Find(op, local.get(), d.local_index, d.remote_index);
+  }
+  if (s.ok() && !plan) {
+    Plan made;
     const PreparedPairs pairs{local->entries, d.local_index, remote->entries, remote->regions,
                               d.remote_index, &peer.regions};
-    s = MakePreparedPlan(op, pairs, peer.routes, &plan);
+    s = MakePreparedPlan(op, pairs, peer.routes, &made);
+    if (s.ok()) {
+      plan = std::make_shared<const Plan>(std::move(made));
+      remote->last_plan.Keep(op, local, d.local_index, d.remote_index, plan);
+    }
   }
   if (!s.ok()) return Refused(op, remote->remote, s);
   return NewRequest(op, start, timeout, remote->peer, std::move(plan), options, track, out);

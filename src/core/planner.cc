@@ -357,7 +357,7 @@ Status MakePreparedPlan(Op op, const PreparedPairs& pairs, const PeerRoutes& rou
     if (li >= pairs.local.size() || ri >= pairs.remote.size()) {
       const bool local = li >= pairs.local.size();
       return {StatusCode::kInvalidArgument,
-              PairName(k) + ": " + (local ? "local" : "remote") + " index " + std::to_string(local ? li : ri) +
+              PairName(k) + ": " + (local ? "local index " : "remote index ") + std::to_string(local ? li : ri) +
                   " is past the end of the list (" +
                   std::to_string(local ? pairs.local.size() : pairs.remote.size()) + " entries)"};
     }

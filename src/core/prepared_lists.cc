@@ -1,5 +1,7 @@
 #include "core/prepared_lists.h"
 
+#include <algorithm>
+
 #include "core/registry.h"
 #include "util/text.h"
 
@@ -67,6 +69,30 @@ Status FindRemoteEntries(const std::vector<MemRange>& ranges, const RemoteRegion
   return Status::Ok();
 }
 
+std::shared_ptr<const Plan> PlanCache::Find(Op op, const LocalList* local,
+                                             std::span<const uint32_t> local_index,
+                                             std::span<const uint32_t> remote_index) const {
+  std::lock_guard lock(mu_);
+  if (!plan_ || op != op_ || local != local_.get() || !std::ranges::equal(local_index, local_index_) ||
+      !std::ranges::equal(remote_index, remote_index_)) {
+    return nullptr;
+  }
+  for (const auto& r : plan_->regions) {
+    if (r->revoked.load(std::memory_order_acquire)) return nullptr;  // (planned again: looked up afresh)
+  }
+  return plan_;
+}
+
+void PlanCache::Keep(Op op, std::shared_ptr<const LocalList> local, std::span<const uint32_t> local_index,
+                     std::span<const uint32_t> remote_index, std::shared_ptr<const Plan> plan) {
+  std::lock_guard lock(mu_);
+  op_ = op;
+  local_ = std::move(local);
+  local_index_.assign(local_index.begin(), local_index.end());
+  remote_index_.assign(remote_index.begin(), remote_index.end());
+  plan_ = std::move(plan);
+}
+
 ListHandle ListTable::Add(std::shared_ptr<const LocalList> list) {
   std::lock_guard lock(mu_);
   local_.emplace(next_, std::move(list));
@@ -86,17 +112,18 @@ bool ListTable::Remove(ListHandle h) {
 
 Status ListTable::Get(ListHandle local, ListHandle remote, std::shared_ptr<const LocalList>* l,
                       std::shared_ptr<const RemoteList>* r) const {
-  auto unknown = [](const char* side, ListHandle h, bool other_kind) {
+  // side: "local list" or "remote list"; other_kind: h is a list of the other kind.
+  auto unknown = [](const std::string& side, ListHandle h, bool other_kind) {
+    const std::string other = side[0] == 'l' ? "remote list" : "local list";
     return Status(StatusCode::kInvalidArgument,
-                  std::string(side) + " list " + std::to_string(h) +
-                      (other_kind ? std::string(" is a ") + (side[0] == 'l' ? "remote" : "local") + " list"
-                                  : " is unknown (never prepared, or released)"));
+                  side + " " + std::to_string(h) +
+                      (other_kind ? " is a " + other : " is unknown (never prepared, or released)"));
   };
   std::lock_guard lock(mu_);
   auto li = local_.find(local);
-  if (li == local_.end()) return unknown("local", local, remote_.contains(local));
+  if (li == local_.end()) return unknown("local list", local, remote_.contains(local));
   auto ri = remote_.find(remote);
-  if (ri == remote_.end()) return unknown("remote", remote, local_.contains(remote));
+  if (ri == remote_.end()) return unknown("remote list", remote, local_.contains(remote));
   *l = li->second;
   *r = ri->second;
   return Status::Ok();

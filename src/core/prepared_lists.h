@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -24,11 +25,31 @@ struct LocalList {
   uint64_t registry_version = 0;  // the registry's version when the entries were checked
 };
 
+// The plan of the last request over a remote list, for the next one with the same op, local
+// list and pairs (a request posted again, as NIXL's xfer handles are): it is reused while the
+// local list is the one it was made from (not checked again since) and no region it touches
+// was revoked.
+class PlanCache {
+ public:
+  std::shared_ptr<const Plan> Find(Op op, const LocalList* local, std::span<const uint32_t> local_index,
+                                   std::span<const uint32_t> remote_index) const;
+  void Keep(Op op, std::shared_ptr<const LocalList> local, std::span<const uint32_t> local_index,
+            std::span<const uint32_t> remote_index, std::shared_ptr<const Plan> plan);
+
+ private:
+  mutable std::mutex mu_;
+  Op op_ = Op::kRead;                       // mu_
+  std::shared_ptr<const LocalList> local_;  // mu_ (held: its address is not reused meanwhile)
+  std::vector<uint32_t> local_index_, remote_index_;  // mu_
+  std::shared_ptr<const Plan> plan_;                  // mu_; null: none kept
+};
+
 struct RemoteList {
   std::string remote;   // the peer, as the caller named it
   PeerTable::Peer peer;  // its session and state when the list was prepared
   std::vector<RemoteEntry> entries;
   std::vector<std::shared_ptr<RemoteRegion>> regions;  // those the entries lie in
+  mutable PlanCache last_plan;
 };
 
 // Makes the entries of a local list from ranges and checks them against the registry and this

@@ -7,13 +7,14 @@
 namespace xfer {
 
 Request::Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_point deadline,
-                 std::shared_ptr<PeerState> peer, Plan plan, Deliver deliver)
+                 std::shared_ptr<PeerState> peer, std::shared_ptr<const Plan> plan, Deliver deliver)
     : id_(id),
       op_(op),
       start_(start),
       deadline_(deadline),
       peer_(std::move(peer)),
-      plan_(std::move(plan)),
+      shared_plan_(std::move(plan)),
+      plan_(*shared_plan_),
       pipelined_(PipelinedRoute(peer_, plan_)),
       deliver_(std::move(deliver)),
       outstanding_(plan_.batches.size()) {

@@ -27,7 +27,7 @@ class Request : public std::enable_shared_from_this<Request> {
   // start: when it was submitted (for its duration in the peer's metrics, where counted).
   // deliver: the request's notification (empty: it has none).
   Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_point deadline,
-          std::shared_ptr<PeerState> peer, Plan plan, Deliver deliver = {});
+          std::shared_ptr<PeerState> peer, std::shared_ptr<const Plan> plan, Deliver deliver = {});
 
   RequestHandle id() const { return id_; }
   bool done() const { return done_.load(std::memory_order_acquire); }
@@ -93,7 +93,8 @@ class Request : public std::enable_shared_from_this<Request> {
   const Clock::time_point start_;
   const Clock::time_point deadline_;
   const std::shared_ptr<PeerState> peer_;
-  const Plan plan_;
+  const std::shared_ptr<const Plan> shared_plan_;  // (shared: a prepared request's plan is reused)
+  const Plan& plan_;
   transport::Route* const pipelined_;  // null: batches run on streams and callers
   const Deliver deliver_;
 

@@ -219,9 +219,37 @@ TEST_F(Prepared, PeerDeregistrationAndReRegistration) {
   XT_EXPECT_CODE(Move(Op::kWrite, l, {1}, rl, {1}), StatusCode::kRemoteAccessDenied);
   XT_EXPECT_CODE(MoveAsync(Op::kWrite, l, {1, 2}, rl, {1, 2}), StatusCode::kRemoteAccessDenied);
   // The same memory registered again: the list finds it.
-  peer_.Reg(r.addr, r.len);
+  PeerRegion again = peer_.Reg(r.addr, r.len);
   ASSERT_TRUE(PollUntil([&] { return Move(Op::kWrite, l, {1, 2}, rl, {1, 2}).ok(); }, 5s));
   EXPECT_EQ(peer_.SumRange(r.addr + 4096, 8192), Hash64(src.data() + 4096, 8192));
+  // The same request again, after another deregistration: the plan kept from the last one
+  // must not be used (its region was revoked), and once registered again it works.
+  ASSERT_TRUE(peer_.Call("dereg " + std::to_string(again.handle)).ok);
+  XT_EXPECT_CODE(Move(Op::kWrite, l, {1, 2}, rl, {1, 2}), StatusCode::kRemoteAccessDenied);
+  peer_.Reg(r.addr, r.len);
+  peer_.FillRange(r.addr, r.len, 99);
+  ASSERT_TRUE(PollUntil([&] { return Move(Op::kWrite, l, {1, 2}, rl, {1, 2}).ok(); }, 5s));
+  EXPECT_EQ(peer_.SumRange(r.addr + 4096, 8192), Hash64(src.data() + 4096, 8192));
+}
+
+TEST_F(Prepared, TheSameRequestPostedAgainMovesTheDataOfTheMoment) {
+  const PeerRegion r = peer_.ShmAlloc(64 * 64);
+  LocalBuffer src(64 * 64), back(64 * 64);
+  const ListHandle l = Local(Blocks(src.addr(), 64, 64));
+  const ListHandle into = Local(Blocks(back.addr(), 64, 64));
+  const ListHandle rl = Remote(Blocks(r.addr, 64, 64));
+  std::vector<uint32_t> all(64), reversed(64);
+  std::iota(all.begin(), all.end(), 0);
+  std::iota(reversed.rbegin(), reversed.rend(), 0);
+  for (int round = 0; round < 3; ++round) {
+    src.Fill(round);
+    XT_ASSERT_OK(Move(Op::kWrite, l, all, rl, reversed));
+    for (int i : {0, 17, 63}) {
+      EXPECT_EQ(peer_.SumRange(r.addr + (63 - i) * 64, 64), Hash64(src.data() + i * 64, 64)) << round << " " << i;
+    }
+    XT_ASSERT_OK(MoveAsync(Op::kRead, into, reversed, rl, all));  // back: block i into 63 - i
+    for (int i : {0, 17, 63}) EXPECT_EQ(std::memcmp(back.data() + i * 64, src.data() + i * 64, 64), 0) << round;
+  }
 }
 
 TEST_F(Prepared, LocalMemoryUnmappedAfterDeregistration) {
@@ -237,7 +265,9 @@ TEST_F(Prepared, LocalMemoryUnmappedAfterDeregistration) {
   XT_ASSERT_OK(Move(Op::kRead, l, {0, 1}, rl, {0, 1}));
   XT_ASSERT_OK(engine_.DeregisterMem(h));
   munmap(p, len);
-  // Nothing crashes: the registry changed, so the list's entries are checked again.
+  // Nothing crashes: the registry changed, so the list's entries are checked again (and the
+  // plan kept from the same request before is not used).
+  XT_EXPECT_CODE(Move(Op::kRead, l, {0, 1}, rl, {0, 1}), StatusCode::kInvalidArgument);
   const xfer::Status s = Move(Op::kRead, l, {0}, rl, {0});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
   EXPECT_NE(s.message().find("no longer"), std::string::npos) << s.ToString();

@@ -137,7 +137,8 @@ json ConfigToJson(const Config& c) {
           {"streams", c.streams},   {"slice_bytes", c.slice_bytes},
           {"batch_bytes", c.batch_bytes},                       {"spin_us", c.spin_us},
           {"transport", c.transport},                           {"bidir", c.bidir},
-          {"reuse", c.reuse},       {"walk_span", c.walk_span}, {"span", c.span},
+          {"reuse", c.reuse},       {"prepared", c.prepared},
+          {"walk_span", c.walk_span}, {"span", c.span},
           {"verify", c.verify},     {"local_mem", c.local_mem}, {"remote_mem", c.remote_mem},
           {"mem", c.mem},           {"huge_pages", c.huge_pages},
           {"notify", c.notify},     {"checksum", c.checksum}, {"no_metrics", c.no_metrics}, {"buffer_pool", c.buffer_pool},                       {"staging_buffers", c.staging_buffers},
@@ -161,6 +162,7 @@ void ConfigFromJson(const json& j, Config* c) {
   c->transport = j.at("transport");
   c->bidir = j.at("bidir");
   c->reuse = j.at("reuse");
+  c->prepared = j.value("prepared", false);
   c->walk_span = j.at("walk_span");
   c->span = j.at("span");
   c->verify = j.at("verify");
@@ -211,6 +213,7 @@ std::string RerunCommand(const std::string& argv0, const Config& c) {
   if (c.staging_buffers) o << " --staging-buffers " << c.staging_buffers;
   if (c.staging_bytes) o << " --staging-buffer-bytes " << c.staging_bytes_arg;
   if (c.bidir) o << " --bidirectional";
+  if (c.prepared) o << " --prepared";
   if (c.reuse) o << " --reuse";
   else if (!c.span_arg.empty()) o << " --span " << c.span_arg;
   if (c.verify) o << " --verify";

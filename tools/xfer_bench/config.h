@@ -41,6 +41,7 @@ struct Config {
   uint64_t staging_bytes = 0;     // 0 = the engine's default
   bool bidir = false;
   bool reuse = false;
+  bool prepared = false;  // requests by index over prepared lists (Engine::PrepareLocalList...)
   uint64_t walk_span = kDefaultSpan;
   std::string span_arg;    // --span as typed
   bool verify = false;

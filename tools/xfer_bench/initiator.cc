@@ -37,14 +37,27 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
     auto fail = [&](const Status& st) {
       set_err(test + " " + std::to_string(block) + " B: " + st.ToString());
     };
+    PreparedPart prepared;
+    if (c_.prepared) {
+      if (Status st = Prepare(part, &prepared); !st.ok()) fail(st);
+    }
+    auto sync = [&](uint64_t r) {
+      if (c_.prepared) return engine_->TransferSync(op, SelectPairs(part, r, &prepared), timeout, transfer_);
+      BuildDescs(part, r, &descs);
+      return engine_->TransferSync(peer_, op, descs, timeout, transfer_);
+    };
+    auto async = [&](uint64_t r, RequestHandle* h) {
+      if (c_.prepared) return engine_->TransferAsync(op, SelectPairs(part, r, &prepared), timeout, transfer_, h);
+      BuildDescs(part, r, &descs);
+      return engine_->TransferAsync(peer_, op, descs, timeout, transfer_, h);
+    };
     // Warm-up.
     {
       uint64_t n = c_.warmup >= 0 ? uint64_t(c_.warmup) : std::max<uint64_t>(8, part.lay.RequestsPerPass());
       uint64_t t0 = NowNs();
       for (uint64_t i = 0; i < n && !stop; ++i) {
         if (c_.warmup < 0 && NowNs() - t0 > 1000000000ull) break;
-        BuildDescs(part, req++, &descs);
-        Status st = engine_->TransferSync(peer_, op, descs, timeout, transfer_);
+        Status st = sync(req++);
         if (!st.ok()) {
           fail(st);
           break;
@@ -78,9 +91,8 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
       const bool time_call = IsLat(test);
       uint64_t now = NowNs();
       while (more(now)) {
-        BuildDescs(part, req++, &descs);
         const uint64_t t0 = time_call ? NowNs() : now;
-        Status st = engine_->TransferSync(peer_, op, descs, timeout, transfer_);
+        Status st = sync(req++);
         now = NowNs();
         ++submitted;
         if (!st.ok()) {
@@ -99,10 +111,9 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
       // A request's time runs from its submission (now: the clock read just before, as the
       // one-at-a-time loop does: one clock read per request) to the read after its Wait.
       auto submit = [&](Slot& s, uint64_t now) {
-        BuildDescs(part, req++, &descs);
         s.t0 = now;
         ++submitted;
-        return engine_->TransferAsync(peer_, op, descs, timeout, transfer_, &s.h);
+        return async(req++, &s.h);
       };
       bool failed = false;
       for (uint64_t now = NowNs(); inflight < depth && more(now); now = NowNs()) {
@@ -138,6 +149,7 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
         }
       }
     }
+    if (c_.prepared) Release(prepared);
     ends[size_t(t)] = end;
     dones[size_t(t)] = done;
     finished.fetch_add(1);
@@ -264,6 +276,28 @@ std::string Initiator::Verify(uint64_t block) {
     }
   }
   return "ok";
+}
+
+Status Initiator::Prepare(const Part& p, PreparedPart* out) const {
+  // Every block of the thread's part of each span, in slot order (a slot's index is its number).
+  constexpr uint64_t kMaxEntries = 1 << 22;
+  if (p.lay.local_slots > kMaxEntries || p.lay.remote_slots > kMaxEntries) {
+    return {xfer::StatusCode::kInvalidArgument,
+            "--prepared: more than " + std::to_string(kMaxEntries) +
+                " blocks per thread to prepare; use --reuse or a smaller --span"};
+  }
+  std::vector<MemRange> local(p.lay.local_slots), remote(p.lay.remote_slots);
+  for (uint64_t s = 0; s < local.size(); ++s) local[s] = {local_->addr() + p.lbase + s * p.lay.block, p.lay.block};
+  for (uint64_t s = 0; s < remote.size(); ++s) remote[s] = {remote_addr_ + p.rbase + s * p.lay.block, p.lay.block};
+  Status st = engine_->PrepareLocalList(local, &out->local);
+  if (st.ok()) st = engine_->PrepareRemoteList(peer_, remote, &out->remote);
+  return st;
+}
+
+void Initiator::Release(const PreparedPart& pp) const {
+  for (ListHandle h : {pp.local, pp.remote}) {
+    if (h != 0) (void)engine_->ReleaseList(h);
+  }
 }
 
 Status FindRegion(Engine& e, const std::string& peer, const char* tag, const MemSpec& mem,

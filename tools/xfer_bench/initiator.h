@@ -71,6 +71,25 @@ class Initiator {
     }
   }
 
+  // --prepared: one thread's every local and remote block as two prepared lists; a request
+  // names its blocks by slot.
+  struct PreparedPart {
+    ListHandle local = 0, remote = 0;
+    std::vector<uint32_t> local_index, remote_index;  // the request's, reused
+  };
+  Status Prepare(const Part& p, PreparedPart* out) const;
+  void Release(const PreparedPart& pp) const;
+  // The request's pairs (PreparedPart::*_index) as BuildDescs would give its descriptors.
+  PreparedDescs SelectPairs(const Part& p, uint64_t req, PreparedPart* pp) const {
+    pp->local_index.resize(p.lay.batch);
+    pp->remote_index.resize(p.lay.batch);
+    for (uint64_t j = 0; j < p.lay.batch; ++j) {
+      pp->local_index[j] = uint32_t(p.lay.LocalSlot(req, j));
+      pp->remote_index[j] = uint32_t(p.lay.RemoteSlot(req, j));
+    }
+    return {pp->local, pp->local_index, pp->remote, pp->remote_index};
+  }
+
   const Config& c_;
   const TransferOptions transfer_ = c_.notify ? TransferOptions{"xfer-bench done"} : TransferOptions{};
   Engine* engine_;

@@ -137,6 +137,9 @@ void AddTestOptions(CLI::App* app, Config& c) {
   app->add_flag("--reuse", c.reuse,
                 "Every request uses the same buffers (as perftest); default: walk a span larger "
                 "than the CPU caches");
+  app->add_flag("--prepared", c.prepared,
+                "Requests by index over prepared lists of every block (Engine::PrepareLocalList, "
+                "PrepareRemoteList), checked once, instead of descriptors checked per request");
   app->add_option("--span", c.span_arg, "Bytes walked per side without --reuse (default 256M)")
       ->type_name("BYTES");
   app->add_flag("--verify", c.verify, "Check the data after each size (not timed)");

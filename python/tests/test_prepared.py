@@ -1,0 +1,81 @@
+"""Prepared lists: ranges checked once, transfers by index, over every transport."""
+
+import hashlib
+
+import numpy as np
+import pytest
+
+import xfer
+
+
+def sha(a):
+    return hashlib.sha1(a.tobytes()).hexdigest()
+
+
+def test_blocks_by_index_both_ways(pair):
+    engine, peer, route = pair
+    n, block = 256, 4096
+    src = np.random.default_rng(3).integers(0, 256, n * block, dtype=np.uint8)
+    back = np.zeros_like(src)
+    engine.register(src)
+    offsets = np.arange(n, dtype=np.uint64) * block
+    with engine.prepare_local(src.ctypes.data + offsets, block) as mine, \
+            engine.prepare_local(back.ctypes.data + offsets, block) as into, \
+            engine.prepare_remote(peer.name, peer.addr + offsets, block) as theirs:
+        assert (len(mine), mine.peer, theirs.peer) == (n, None, peer.name)
+        order = np.random.default_rng(4).permutation(n)  # local block i -> remote block order[i]
+        engine.write_prepared(mine, np.arange(n // 2), theirs, order[:n // 2])
+        for i in range(n // 2, n):  # one pair at a time, async
+            assert engine.write_prepared_async(mine, [i], theirs, [int(order[i])]).wait(30)
+        for i in (0, 1, n - 1):
+            assert peer.sha(int(order[i]) * block, block) == sha(src[i * block:(i + 1) * block])
+        engine.read_prepared(into, list(range(n)), theirs, order.tolist())
+        assert np.array_equal(back, src)
+        assert engine.read_prepared_async(into, [0], theirs, [int(order[0])]).wait(30)
+    assert engine.peer_info(peer.name).moved.get(route, 0) >= 2 * n * block
+
+
+def test_bad_input_raises_and_names_it(make_peer):
+    peer = make_peer(nbytes=1 << 16)
+    with xfer.Engine("127.0.0.1") as engine:
+        engine.connect(peer.name)
+        buf = np.zeros(1 << 16, np.uint8)
+        with pytest.raises(xfer.InvalidArgumentError, match="entry 1"):
+            engine.prepare_local([buf.ctypes.data, 8], 4096)
+        with pytest.raises(xfer.RemoteAccessDeniedError, match="entry 0"):
+            engine.prepare_remote(peer.name, [peer.addr + (1 << 16) - 10], 4096)
+        with pytest.raises(xfer.InvalidArgumentError, match="differ in length"):
+            engine.prepare_local([buf.ctypes.data], [1, 2])
+        mine = engine.prepare_local(buf.ctypes.data + np.arange(4) * 4096, 4096)
+        theirs = engine.prepare_remote(peer.name, peer.addr + np.arange(4) * 4096, 4096)
+        with pytest.raises(xfer.InvalidArgumentError, match="pair 1: remote index 4"):
+            engine.write_prepared(mine, [0, 1], theirs, [0, 4])
+        with pytest.raises(xfer.InvalidArgumentError, match="negative"):
+            engine.write_prepared(mine, np.array([-1]), theirs, [0])
+        with pytest.raises(xfer.InvalidArgumentError, match="2\\*\\*32"):
+            engine.write_prepared(mine, [1 << 32], theirs, [0])
+        with pytest.raises(xfer.InvalidArgumentError, match="a local list given as the remote"):
+            engine.write_prepared(mine, [0], mine, [0])
+        with pytest.raises(xfer.InvalidArgumentError, match="1 entries, remote_index 2"):
+            engine.write_prepared(mine, [0], theirs, [0, 1])
+        theirs.release()
+        assert theirs.released and "released" in repr(theirs)
+        with pytest.raises(xfer.InvalidArgumentError, match="released"):
+            engine.read_prepared(mine, [0], theirs, [0])
+        with pytest.raises(xfer.InvalidArgumentError, match="released already"):
+            theirs.release()
+    mine.release()  # after close(): nothing left to release, and no error
+
+
+def test_a_failed_request_names_the_pairs_that_landed(make_peer):
+    peer = make_peer(nbytes=1 << 20)
+    with xfer.Engine("127.0.0.1") as engine:
+        engine.connect(peer.name)
+        buf = np.zeros(1 << 20, np.uint8)
+        mine = engine.prepare_local([buf.ctypes.data], 1 << 20)
+        theirs = engine.prepare_remote(peer.name, [peer.addr], 1 << 20)
+        peer.kill()
+        with pytest.raises(xfer.ConnectionLostError) as e:
+            for _ in range(100):  # (until the engine has seen the death)
+                engine.write_prepared(mine, [0], theirs, [0], timeout=5)
+        assert e.value.landed == []
