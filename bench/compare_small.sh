@@ -13,6 +13,8 @@
 #          over the same buffers (bench/raw_cma's memcpy column)
 #   walk   shm, 16 KiB, 256 KiB and 8 MiB walking 256 MiB per side (cold memory); against
 #          memcpy over the same pattern
+#   p64, pcma, pd1  the b64, cma and d1 cells over prepared lists (xfer-bench --prepared:
+#          requests by index; the same request again reuses its plan)
 #   share  the sharing rule (docs/transports.md, shm): shm one at a time, 16..128 KiB, --reuse
 #          and walking, as the engine runs by default (a spinning stream copies half of each
 #          copy from 16 KiB) against --spin 0 (the caller copies it all)
@@ -56,6 +58,9 @@ cell_args() {
     b64) echo "-s 64 --batch 1000 --transport shm --mem alloc --reuse" ;;
     cma) echo "-s 64 --batch 1000 --transport cma --mem register --reuse" ;;
     local) echo "-s 16K --transport local --reuse" ;;
+    p64) echo "-s 64 --batch 1000 --transport shm --mem alloc --reuse --prepared" ;;
+    pcma) echo "-s 64 --batch 1000 --transport cma --mem register --reuse --prepared" ;;
+    pd1) echo "-s 16K --transport shm --mem alloc --reuse --prepared" ;;
     walk) echo "-s 16K,256K,8M --transport shm --mem alloc" ;;
     share_reuse) echo "-s 16K,32K,64K,128K --transport shm --mem alloc --reuse" ;;
     alone_reuse) echo "-s 16K,32K,64K,128K --transport shm --mem alloc --reuse --spin 0" ;;
@@ -63,7 +68,7 @@ cell_args() {
     alone_walk) echo "-s 16K,32K,64K,128K --transport shm --mem alloc --spin 0" ;;
   esac
 }
-CELLS="d1 d8 b64 cma local walk share_reuse alone_reuse share_walk alone_walk"
+CELLS="d1 d8 b64 cma local p64 pcma pd1 walk share_reuse alone_reuse share_walk alone_walk"
 BEFORE_CELLS="d1 d8 b64 cma local walk"  # (an earlier build runs these too)
 # Baselines: NAME|command (SIZE replaced), each printing "<key> <bytes> <GB/s>" lines.
 raw() {  # raw KEY_PREFIX ARGS...: bench/raw_cma's columns as "<prefix>_<column> <bytes> <GB/s>"
@@ -115,6 +120,8 @@ done
 pairs="x_d1_w/ucp_put x_d1_r/ucp_get x_d8_w/ucp_put x_d8_r/ucp_get x_b64_w/ucp_put x_b64_r/ucp_get"
 pairs+=" x_cma_w/batch_write x_cma_r/batch_read x_local_w/reuse_memcpy x_local_r/reuse_memcpy"
 pairs+=" x_walk_w/walk_memcpy x_walk_r/walk_memcpy"
+pairs+=" x_p64_w/ucp_put x_p64_r/ucp_get x_pcma_w/batch_write x_pcma_r/batch_read x_pd1_w/ucp_put x_pd1_r/ucp_get"
+pairs+=" x_p64_w/x_b64_w x_p64_r/x_b64_r x_pcma_w/x_cma_w x_pcma_r/x_cma_r x_pd1_w/x_d1_w x_pd1_r/x_d1_r"
 for p in reuse walk; do pairs+=" x_share_${p}_w/x_alone_${p}_w x_share_${p}_r/x_alone_${p}_r"; done
 if [ -n "$BEFORE" ]; then
   for c in $BEFORE_CELLS; do pairs+=" x_${c}_w/before_${c}_w x_${c}_r/before_${c}_r"; done
@@ -127,6 +134,11 @@ awk -v have_ucx=$have_ucx -v before="$BEFORE" "$ROUND_TABLE_AWK"'
     k = "x_" cell "_" op
     printf "| %s | %s | %s | %s | %s |%s\n", what, f(g(k " " b)), bname, f(g(base " " b)), fr(k "/" base " " b),
       before == "" ? "" : " " fr(k "/before_" cell "_" op " " b) " |"
+  }
+  function prow(what, cell, plain, op, b, base, bname,   k) {
+    k = "x_" cell "_" op
+    printf "| %s | %s | %s | %s | %s | %s |\n", what, f(g(k " " b)), bname, f(g(base " " b)), fr(k "/" base " " b),
+      fr(k "/x_" plain "_" op " " b)
   }
   function goal(text, key, b, min,   q) {
     q = g(key " " b)
@@ -151,6 +163,17 @@ awk -v have_ucx=$have_ucx -v before="$BEFORE" "$ROUND_TABLE_AWK"'
       row("shm " kib(ws[i]) " READ, walking 256 MiB", "walk", "r", ws[i], "walk_memcpy", "memcpy, same walk")
     }
     print ""
+    print "Over prepared lists (xfer-bench --prepared), against the same baselines and against the same cell with descriptors:"
+    print ""
+    print "| cell | xfer GB/s | baseline | baseline GB/s | xfer/baseline | prepared/descriptors |"
+    print "|---|---:|---|---:|---:|---:|"
+    prow("shm 64 B x 1000 WRITE, prepared", "p64", "b64", "w", 64, "ucp_put", "ucp_put_bw posix, 64 B")
+    prow("shm 64 B x 1000 READ, prepared", "p64", "b64", "r", 64, "ucp_get", "ucp_get posix, 64 B")
+    prow("cma 64 B x 1000 WRITE, prepared", "pcma", "cma", "w", 64, "batch_write", "process_vm_writev, 1000 iovecs")
+    prow("cma 64 B x 1000 READ, prepared", "pcma", "cma", "r", 64, "batch_read", "process_vm_readv, 1000 iovecs")
+    prow("shm 16 KiB WRITE one at a time, prepared", "pd1", "d1", "w", 16384, "ucp_put", "ucp_put_bw posix")
+    prow("shm 16 KiB READ one at a time, prepared", "pd1", "d1", "r", 16384, "ucp_get", "ucp_get posix")
+    print ""
     print "The sharing rule: shm, one request at a time, as the engine runs by default (from 16 KiB a spinning stream copies half of each copy) / with --spin 0 (the caller copies it all):"
     print ""
     print "| block | WRITE, in cache (--reuse) | READ, in cache | WRITE, walking 256 MiB | READ, walking 256 MiB |"
@@ -162,8 +185,9 @@ awk -v have_ucx=$have_ucx -v before="$BEFORE" "$ROUND_TABLE_AWK"'
         fr("x_share_walk_w/x_alone_walk_w " b), fr("x_share_walk_r/x_alone_walk_r " b)
     }
     print ""
-    printf "Rates: 64 B cells %s M descriptors/s (xfer WRITE, shm), %s M messages/s (ucp_put_bw); cma %s M descriptors/s (WRITE), %s M (process_vm_writev).\n",
-      rate("x_b64_w", 64, 1e6), rate("ucp_put", 64, 1e6), rate("x_cma_w", 64, 1e6), rate("batch_write", 64, 1e6)
+    printf "Rates: 64 B cells %s M descriptors/s (xfer WRITE, shm; %s prepared), %s M messages/s (ucp_put_bw); cma %s M descriptors/s (WRITE; %s prepared), %s M (process_vm_writev).\n",
+      rate("x_b64_w", 64, 1e6), rate("x_p64_w", 64, 1e6), rate("ucp_put", 64, 1e6), rate("x_cma_w", 64, 1e6),
+      rate("x_pcma_w", 64, 1e6), rate("batch_write", 64, 1e6)
     print ""
     print "GB/s (1e9 B/s): medians of the rounds. Ratios: medians of the per-round ratios (lowest-highest round), floored to 0.01. \"-\": not run."
     print ""
@@ -173,6 +197,7 @@ awk -v have_ucx=$have_ucx -v before="$BEFORE" "$ROUND_TABLE_AWK"'
       goal("shm 16 KiB WRITE 8 in flight >= 0.9x ucp_put_bw", "x_d8_w/ucp_put", 16384, 0.9)
       goal("shm 16 KiB READ 8 in flight >= 0.9x ucp_get", "x_d8_r/ucp_get", 16384, 0.9)
       goal("shm 64 B x 1000 WRITE >= 0.9x ucp_put_bw 64 B message rate", "x_b64_w/ucp_put", 64, 0.9)
+      goal("shm 64 B x 1000 WRITE over prepared lists >= 0.9x ucp_put_bw 64 B message rate", "x_p64_w/ucp_put", 64, 0.9)
     } else {
       print "- the goals against ucx_perftest: NOT CHECKED (no ucx_perftest)"
     }

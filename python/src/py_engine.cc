@@ -156,6 +156,11 @@ std::optional<std::string> NotifyMessage(pyb::handle notify) {
   RaiseInvalid("a notification must be bytes, str or a bytes-like object");
 }
 
+TransferCall::TransferCall(const Core& core, pyb::handle timeout_s, pyb::handle notify)
+    : timeout(ToTimeout(timeout_s, core.timeout)) {
+  options.notify = NotifyMessage(notify);
+}
+
 namespace {
 
 PeerAccess AccessOf(bool read_only) { return read_only ? PeerAccess::kReadOnly : PeerAccess::kReadWrite; }
@@ -163,30 +168,19 @@ PeerAccess AccessOf(bool read_only) { return read_only ? PeerAccess::kReadOnly :
 void Transfer(PyEngine& self, Op op, const std::string& peer, pyb::handle descs, pyb::handle local,
               pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
   const std::vector<TransferDesc> d = ToDescs(descs, local, remote, length);
-  const milliseconds t = ToTimeout(timeout, self.core()->timeout);
-  TransferOptions options;
-  options.notify = NotifyMessage(notify);
-  RequestStatus result;
-  const Status st = self.core()->Call(
-      [&](Engine& e) { return e.TransferSync(peer, op, d, t, options, &result); });
-  if (!st.ok()) Raise(st, &result.landed);
+  TransferCall(*self.core(), timeout, notify).Sync(*self.core(), [&](Engine& e, auto t, auto& o, auto* result) {
+    return e.TransferSync(peer, op, d, t, o, result);
+  });
 }
 
 std::unique_ptr<PyRequest> TransferAsync(PyEngine& self, Op op, const std::string& peer,
                                          pyb::handle descs, pyb::handle local, pyb::handle remote,
                                          pyb::handle length, pyb::handle timeout,
                                          pyb::handle notify) {
-  const std::shared_ptr<Core>& core = self.core();
   const std::vector<TransferDesc> d = ToDescs(descs, local, remote, length);
-  const milliseconds t = ToTimeout(timeout, core->timeout);
-  TransferOptions options;
-  options.notify = NotifyMessage(notify);
-  RequestHandle handle = 0;
-  Check(core->Call([&](Engine& e) {
-    core->ReapOrphans();
-    return e.TransferAsync(peer, op, d, t, options, &handle);
-  }));
-  return std::make_unique<PyRequest>(core, handle);
+  return TransferCall(*self.core(), timeout, notify).Async(self.core(), [&](Engine& e, auto t, auto& o, auto* h) {
+    return e.TransferAsync(peer, op, d, t, o, h);
+  });
 }
 
 pyb::list Notifications(const std::vector<Notification>& v) {

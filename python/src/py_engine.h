@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "py_errors.h"
 #include "xfer/engine.h"
 
 namespace xfer::py {
@@ -135,6 +136,37 @@ class PyEngine {
 
 // A notify= argument: None, bytes, str (as UTF-8) or a bytes-like object.
 std::optional<std::string> NotifyMessage(pybind11::handle notify);
+
+// What every transfer method shares: timeout= and notify= converted (with the GIL), then the
+// engine called without it.
+struct TransferCall {
+  std::chrono::milliseconds timeout;
+  TransferOptions options;
+  TransferCall(const Core& core, pybind11::handle timeout_s, pybind11::handle notify);
+  // f(engine, timeout, options, &result) is a TransferSync; its failure raises (with .landed).
+  template <class F>
+  void Sync(Core& core, F&& f) const;
+  // f(engine, timeout, options, &handle) is a TransferAsync; returns its Request.
+  template <class F>
+  std::unique_ptr<PyRequest> Async(const std::shared_ptr<Core>& core, F&& f) const;
+};
+
+template <class F>
+void TransferCall::Sync(Core& core, F&& f) const {
+  RequestStatus result;
+  const Status st = core.Call([&](Engine& e) { return f(e, timeout, options, &result); });
+  if (!st.ok()) Raise(st, &result.landed);
+}
+
+template <class F>
+std::unique_ptr<PyRequest> TransferCall::Async(const std::shared_ptr<Core>& core, F&& f) const {
+  RequestHandle handle = 0;
+  Check(core->Call([&](Engine& e) {
+    core->ReapOrphans();
+    return f(e, timeout, options, &handle);
+  }));
+  return std::make_unique<PyRequest>(core, handle);
+}
 
 // Adds Engine, Request and the value types to the module.
 void BindEngine(pybind11::module_& m);

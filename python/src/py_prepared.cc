@@ -8,7 +8,6 @@
 
 namespace xfer::py {
 namespace pyb = pybind11;
-using std::chrono::milliseconds;
 
 PyPreparedList::~PyPreparedList() {
   const bool release = !released_;
@@ -53,29 +52,19 @@ void TransferPrepared(PyEngine& self, Op op, const PyPreparedList& local, pyb::h
                       const PyPreparedList& remote, pyb::handle remote_index, pyb::handle timeout,
                       pyb::handle notify) {
   const Pairs p(local, local_index, remote, remote_index);
-  const milliseconds t = ToTimeout(timeout, self.core()->timeout);
-  TransferOptions options;
-  options.notify = NotifyMessage(notify);
-  RequestStatus result;
-  const Status st = self.core()->Call([&](Engine& e) { return e.TransferSync(op, p.descs, t, options, &result); });
-  if (!st.ok()) Raise(st, &result.landed);
+  TransferCall(*self.core(), timeout, notify).Sync(*self.core(), [&](Engine& e, auto t, auto& o, auto* result) {
+    return e.TransferSync(op, p.descs, t, o, result);
+  });
 }
 
 std::unique_ptr<PyRequest> TransferPreparedAsync(PyEngine& self, Op op, const PyPreparedList& local,
                                                  pyb::handle local_index, const PyPreparedList& remote,
                                                  pyb::handle remote_index, pyb::handle timeout,
                                                  pyb::handle notify) {
-  const std::shared_ptr<Core>& core = self.core();
   const Pairs p(local, local_index, remote, remote_index);
-  const milliseconds t = ToTimeout(timeout, core->timeout);
-  TransferOptions options;
-  options.notify = NotifyMessage(notify);
-  RequestHandle handle = 0;
-  Check(core->Call([&](Engine& e) {
-    core->ReapOrphans();
-    return e.TransferAsync(op, p.descs, t, options, &handle);
-  }));
-  return std::make_unique<PyRequest>(core, handle);
+  return TransferCall(*self.core(), timeout, notify).Async(self.core(), [&](Engine& e, auto t, auto& o, auto* h) {
+    return e.TransferAsync(op, p.descs, t, o, h);
+  });
 }
 
 constexpr const char* kPreparedDoc = R"(over prepared lists: pair k moves local entry

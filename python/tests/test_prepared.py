@@ -79,3 +79,20 @@ def test_a_failed_request_names_the_pairs_that_landed(make_peer):
             for _ in range(100):  # (until the engine has seen the death)
                 engine.write_prepared(mine, [0], theirs, [0], timeout=5)
         assert e.value.landed == []
+
+
+def test_the_same_request_again_moves_the_data_of_the_moment(make_peer):
+    peer = make_peer(memory="alloc", nbytes=1 << 16)
+    with xfer.Engine("127.0.0.1") as engine:
+        engine.connect(peer.name)
+        src = np.zeros(64 * 64, np.uint8)
+        engine.register(src)
+        mine = engine.prepare_local(src.ctypes.data + np.arange(64) * 64, 64)
+        theirs = engine.prepare_remote(peer.name, peer.addr + np.arange(64) * 64, 64)
+        ids, reversed_ids = np.arange(64), np.arange(63, -1, -1)
+        for value in (1, 2, 3):
+            src[:] = value
+            src[:64] = np.arange(64, dtype=np.uint8) + value  # block 0 -> remote block 63
+            engine.write_prepared(mine, ids, theirs, reversed_ids)
+            assert peer.sha(63 * 64, 64) == sha(src[:64])
+            assert peer.sha(0, 64) == sha(src[63 * 64:])
