@@ -512,7 +512,7 @@ bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferD
       !LookupPeer(remote, &peer) || !peer.state->copies_inline || peer.state->routes.stage_all) {
     return false;
   }
-  std::shared_ptr<RemoteRegion> region = peer.state->regions.Find(d.remote_addr, d.len, op == Op::kWrite);
+  std::shared_ptr<RemoteRegion> region = peer.state->regions.FindRemembered(d.remote_addr, d.len, op == Op::kWrite);
   if (!region || regions_.registry().TypeOf(d.local_addr, d.len) != MemType::kHost) return false;
   return InlineCopy(peer, op, *region, d.local_addr, d.remote_addr, d.len);
 }

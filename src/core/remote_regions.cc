@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "util/range.h"
+
 namespace xfer {
 namespace {
 
@@ -155,6 +157,37 @@ std::shared_ptr<RemoteRegion> RemoteRegions::Find(uint64_t addr, uint64_t len, b
   if (a && (!write || a->info.access == PeerAccess::kReadWrite)) return a;
   auto b = recent_.Find(addr, len, write);
   return b && (!a || b->info.access == PeerAccess::kReadWrite) ? b : a;
+}
+
+std::shared_ptr<RemoteRegion> RemoteRegions::FindRemembered(uint64_t addr, uint64_t len, bool write) const {
+  // (As PeerTable::Find's: `gone`, trivially destructible, outlives the thread's copy.)
+  thread_local bool gone = false;
+  struct Found {
+    uint64_t table = 0;
+    std::weak_ptr<RemoteRegion> region;
+    uint64_t begin = 0, len = 0;
+    bool writable = false;
+    ~Found() { gone = true; }
+  };
+  Found* last = nullptr;
+  if (!gone) {
+    thread_local Found mine;
+    last = &mine;
+  }
+  if (last != nullptr && last->table == table_id_ && RangeInside(addr, len, last->begin, last->len) &&
+      (!write || last->writable)) {
+    std::shared_ptr<RemoteRegion> r = last->region.lock();
+    if (r && !r->revoked.load(std::memory_order_acquire)) return r;
+  }
+  std::shared_ptr<RemoteRegion> r = Find(addr, len, write);
+  if (r && last != nullptr) {
+    last->table = table_id_;
+    last->region = r;
+    last->begin = r->info.addr;
+    last->len = r->info.len;
+    last->writable = r->info.access == PeerAccess::kReadWrite;
+  }
+  return r;
 }
 
 std::vector<RegionInfo> RemoteRegions::List() const {

@@ -10,6 +10,7 @@
 
 #include "control/wire.h"
 #include "transport/remote_region.h"
+#include "util/thread_cache.h"
 
 namespace xfer {
 
@@ -33,6 +34,10 @@ class RemoteRegions {
   // The region that holds all of [addr, addr+len), or null; with write, one that grants
   // WRITE where there is one (a read-only one otherwise: the caller says why not).
   std::shared_ptr<RemoteRegion> Find(uint64_t addr, uint64_t len, bool write = false) const;
+  // Find for a thread that asks again and again (the inline copies): the region this thread
+  // found last answers, without the lock, while it holds the range, is not revoked and (write)
+  // grants WRITE. (A region added since cannot make that answer wrong.)
+  std::shared_ptr<RemoteRegion> FindRemembered(uint64_t addr, uint64_t len, bool write) const;
   std::vector<RegionInfo> List() const;
   size_t size() const {
     std::lock_guard lock(mu_);
@@ -60,6 +65,7 @@ class RemoteRegions {
   static constexpr size_t kRecent = 1024;
   void MergeRecent();   // mu_ held
   void DropRevoked();   // compacts both indexes once revoked entries are half of them; mu_ held
+  const uint64_t table_id_ = NextTableVersion();  // (unique: tells tables apart in FindRemembered)
   mutable std::mutex mu_;
   Index all_, recent_;                                                      // mu_
   std::unordered_map<uint64_t, std::shared_ptr<RemoteRegion>> by_id_;       // mu_: live ones

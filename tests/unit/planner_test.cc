@@ -62,6 +62,42 @@ class PlannerTest : public ::testing::Test {
   RemoteRegions remote_;
 };
 
+// Prepared pairs plan as their descriptors would: the same slices; only what a request may get
+// wrong is checked (indices, lengths, a READ into memory that is not writable).
+TEST_F(PlannerTest, PreparedPairsPlanAsTheirDescriptors) {
+  std::vector<LocalEntry> local;
+  std::vector<RemoteEntry> remote;
+  for (uint64_t i = 0; i < 8; ++i) {
+    local.push_back({L(i * 64), 64, MemType::kHost, true, true});
+    remote.push_back({kRemote + (1 << 20) - 4 * 64 + i * 64, 64, i < 4 ? 0u : 1u});  // across two regions
+  }
+  std::vector<std::shared_ptr<RemoteRegion>> regions = {remote_.Find(kRemote, 1), remote_.Find(kRemote + (1 << 20), 1)};
+  std::vector<uint32_t> li = {0, 1, 2, 3, 4, 5}, ri = {0, 1, 2, 3, 4, 5};
+  PeerRoutes routes;
+  routes.routes.push_back(std::make_shared<TestRoute>("link", PlanLimits{}, HostPairs));
+  Plan p, q;
+  ASSERT_TRUE(MakePreparedPlan(Op::kWrite, {local, li, remote, regions, ri, &remote_}, routes, &p).ok());
+  std::vector<TransferDesc> d;
+  for (size_t k = 0; k < li.size(); ++k) d.push_back({local[li[k]].addr, remote[ri[k]].addr, 64});
+  ASSERT_TRUE(Make(Op::kWrite, d, &q).ok());
+  ASSERT_EQ(p.slices.size(), 2u);  // coalesced within each region
+  EXPECT_EQ(p.slices.size(), q.slices.size());
+  EXPECT_EQ(p.regions.size(), 2u);
+  EXPECT_EQ(p.bytes, q.bytes);
+  EXPECT_EQ(p.desc_ends, q.desc_ends);
+  std::vector<uint32_t> bad = {0, 8};
+  EXPECT_EQ(MakePreparedPlan(Op::kWrite, {local, std::span<const uint32_t>(li).first(2), remote, regions, bad, &remote_},
+                             routes, &p).code(),
+            StatusCode::kInvalidArgument);
+  local[1].writable = false;
+  EXPECT_EQ(MakePreparedPlan(Op::kRead, {local, li, remote, regions, ri, &remote_}, routes, &p).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MakePreparedPlan(Op::kWrite, {local, li, remote, regions, ri, &remote_}, routes, &p).ok());
+  remote[2].len = 32;
+  EXPECT_EQ(MakePreparedPlan(Op::kWrite, {local, li, remote, regions, ri, &remote_}, routes, &p).code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(PlannerTest, CoalescesAdjacentDescriptors) {
   std::vector<TransferDesc> d;
   for (uint64_t i = 0; i < 100; ++i) d.push_back({L(i * 64), kRemote + i * 64, 64});

@@ -122,6 +122,27 @@ TEST(RemoteRegions, FindPrefersARegionThatGrantsWrite) {
   EXPECT_EQ(rr.Find(0x1400, 0x10, true)->info.access, PeerAccess::kReadOnly);
 }
 
+// The remembering lookup answers as Find does: never with a revoked region, never a read-only
+// one for a WRITE when a writable one holds the range, never another table's region.
+TEST(RemoteRegions, FindRememberedAnswersAsFindDoes) {
+  RemoteRegions rr, other;
+  rr.Reset({{1, RegionInfo{0x1000, 0x2000, MemType::kHost, -1, "ro", false, PeerAccess::kReadOnly}, {}},
+            {2, RegionInfo{0x800, 0x2000, MemType::kHost, -1, "rw", false}, {}}});
+  other.Reset({{7, RegionInfo{0x1000, 0x2000, MemType::kHost, -1, "theirs", false}, {}}});
+  EXPECT_EQ(rr.FindRemembered(0x2900, 0x10, false)->id, 1u);  // the read-only one alone holds it
+  EXPECT_EQ(rr.FindRemembered(0x1400, 0x10, true)->id, 2u);   // remembered: read-only; WRITE: looks
+  EXPECT_EQ(rr.FindRemembered(0x1500, 0x10, true)->id, 2u);   // remembered, writable
+  EXPECT_EQ(other.FindRemembered(0x1500, 0x10, true)->id, 7u);  // another table: its own region
+  EXPECT_EQ(rr.FindRemembered(0x1500, 0x10, true)->id, 2u);
+  rr.Revoke(2);
+  auto r = rr.FindRemembered(0x1500, 0x10, true);  // the remembered one was revoked
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->id, 1u);
+  EXPECT_FALSE(rr.FindRemembered(0x700, 0x10, false));
+  rr.Revoke(1);
+  EXPECT_FALSE(rr.FindRemembered(0x1500, 0x10, false));
+}
+
 // A peer that adds 100,000 regions one by one, then removes half of them, costs no quadratic
 // work (before: every add re-sorted the whole table: many minutes here; now well under a
 // second, a few under the sanitizers); every lookup
