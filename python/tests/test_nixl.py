@@ -108,6 +108,27 @@ def test_prepped_lists_many_requests_in_flight_each_notifies_the_owner():
         d.transfer(h)
 
 
+def test_a_prepped_handle_posted_again_moves_the_data_of_the_moment():
+    """make_prepped_xfer's handles run over the engine's prepared lists (posted again, they
+    reuse their plan); once the remote agent is gone they fall back to the plain path."""
+    p, d, kv, room = pair()
+    local = d.prep_xfer_dlist("", d.get_xfer_descs(blocks(room), "DRAM"))
+    remote = d.prep_xfer_dlist("P", d.get_xfer_descs(blocks(kv), "DRAM"))
+    h = d.make_prepped_xfer("READ", local, np.arange(8), remote, np.arange(8, 16))
+    assert h.prepared is not None, "the handle does not use the engine's prepared lists"
+    for value in (3, 4, 5):
+        kv[8 * BLOCK:16 * BLOCK] = value
+        d.transfer(h)
+        wait_for(lambda: d.check_xfer_state(h) == "DONE")
+        assert (room[:8 * BLOCK] == value).all()
+    p.close()
+    with pytest.raises(nixl.nixlRemoteDisconnectError):
+        for _ in range(100):  # (until D has seen P leave)
+            d.transfer(h)
+            wait_for(lambda: d.check_xfer_state(h) == "DONE")
+    assert h.prepared is None, "a list of a dead session is still used"
+
+
 def test_writes_standalone_notifications_and_tag_matching():
     p, d, kv, room = pair()
     room[:] = 9

@@ -90,11 +90,33 @@ class _Handle:
 
 
 class _Prepped(_Handle):
-    """prep_xfer_dlist's handle: one side's descriptors (peer: None for local memory)."""
+    """prep_xfer_dlist's handle: one side's descriptors (peer: None for local memory), and the
+    engine's prepared list of them, made at the first make_prepped_xfer that uses it."""
 
     def __init__(self, peer, rows):
         super().__init__()
         self.peer, self.rows = peer, rows
+        self._list = None
+
+    def engine_list(self, engine):
+        """The engine's prepared list of the rows (xfer.PreparedList), or None where the
+        engine cannot prepare it now (no rows; a peer not connected yet): the transfers then
+        take the plain path, which says why they fail, if they do."""
+        with self.lock:
+            if self._list is None and len(self.rows):
+                addr, length = self.rows[:, 0], self.rows[:, 1]
+                try:
+                    self._list = (engine.prepare_local(addr, length) if self.peer is None
+                                  else engine.prepare_remote(self.peer, addr, length))
+                except XferError as e:
+                    log.debug("xfer.nixl: the descriptor list is not prepared (%s); plain transfers", e)
+            return self._list
+
+    def forget_list(self, stale):
+        """Drops the engine's list when it is stale (its peer's session ended)."""
+        with self.lock:
+            if self._list is stale:
+                self._list = None
 
 
 class _Xfer(_Handle):
@@ -104,6 +126,7 @@ class _Xfer(_Handle):
         super().__init__()
         self.op, self.peer, self.notif = op, peer, notif
         self.local, self.remote, self.lengths = local, remote, lengths
+        self.prepared = None  # (local _Prepped, its list, indices, remote _Prepped, its list, indices)
         self.request = None
         self.start = self.posted = self.ended = 0.0
 
@@ -423,9 +446,17 @@ class nixl_agent:
         if local_xfer_side.peer is not None:
             raise nb.nixlInvalidParamError("make_prepped_xfer: the local side was prepared for an agent's "
                                            "memory (prep it with \"NIXL_INIT_AGENT\")")
-        local = local_xfer_side.rows[_indices(local_indices, len(local_xfer_side.rows))]
-        remote = remote_xfer_side.rows[_indices(remote_indices, len(remote_xfer_side.rows))]
-        return self._xfer(operation, local, remote, remote_xfer_side.peer, notif_msg)
+        local_ids = _indices(local_indices, len(local_xfer_side.rows))
+        remote_ids = _indices(remote_indices, len(remote_xfer_side.rows))
+        local = local_xfer_side.rows[local_ids]
+        remote = remote_xfer_side.rows[remote_ids]
+        xfer = self._xfer(operation, local, remote, remote_xfer_side.peer, notif_msg)
+        if len(local_ids) and remote_xfer_side.peer is not None:
+            mine, theirs = (local_xfer_side.engine_list(self._engine),
+                            remote_xfer_side.engine_list(self._engine))
+            if mine is not None and theirs is not None:
+                xfer.prepared = (local_xfer_side, mine, local_ids, remote_xfer_side, theirs, remote_ids)
+        return xfer
 
     def initialize_xfer(self, operation, local_descs, remote_descs, remote_agent, notif_msg=b"",
                         backends=None):
@@ -470,14 +501,30 @@ class nixl_agent:
                 handle.request = None
                 handle.posted = handle.ended = time.time()
                 return "DONE"
-            move = self._engine.read_async if handle.op == "READ" else self._engine.write_async
-            handle.request = move(handle.peer, local=handle.local, remote=handle.remote,
-                                  length=handle.lengths,
-                                  notify=self._agents.framed(notif) if notif else None)
+            framed = self._agents.framed(notif) if notif else None
+            handle.request = self._post_prepared(handle, framed) if handle.prepared else None
+            if handle.request is None:
+                move = self._engine.read_async if handle.op == "READ" else self._engine.write_async
+                handle.request = move(handle.peer, local=handle.local, remote=handle.remote,
+                                      length=handle.lengths, notify=framed)
         except XferError as e:
             _raise_nixl(e)
         handle.posted = time.time()
         return self.check_xfer_state(handle)
+
+    def _post_prepared(self, handle, framed):
+        """Posts a make_prepped_xfer handle over the engine's prepared lists: no descriptor is
+        checked or looked up again, and a handle posted again reuses its plan. None when the
+        remote list's session has ended (the handle then takes the plain path from now on,
+        which connects again where it can)."""
+        local, mine, local_ids, remote, theirs, remote_ids = handle.prepared
+        move = self._engine.read_prepared_async if handle.op == "READ" else self._engine.write_prepared_async
+        try:
+            return move(mine, local_ids, theirs, remote_ids, notify=framed)
+        except _errors.ConnectionLostError:
+            handle.prepared = None
+            remote.forget_list(theirs)
+            return None
 
     def check_xfer_state(self, handle):
         if handle.released:
