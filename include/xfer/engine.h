@@ -94,8 +94,10 @@ class Engine {
   // Prepared lists (docs/prepared_lists.md): ranges checked once, then moved by index, with
   // no per-descriptor check or lookup in each request. A local list holds ranges of this
   // process (registered, or readable memory of it); a remote list holds ranges of one peer's
-  // registered regions (remote: as in TransferSync) and is tied to that peer's session.
-  // kInvalidArgument (local) or kRemoteAccessDenied (remote) names the first bad entry.
+  // registered regions (remote: as in TransferSync) and is tied to that peer's session. A
+  // refusal names the first bad entry: kInvalidArgument (malformed, or local memory this
+  // process cannot read), kRemoteAccessDenied (outside the peer's regions). Local ranges must
+  // stay mapped while the list is used, as a request's local buffers must.
   Status PrepareLocalList(const std::vector<MemRange>& ranges, ListHandle* list);
   Status PrepareRemoteList(const std::string& remote, const std::vector<MemRange>& ranges,
                            ListHandle* list);

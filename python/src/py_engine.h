@@ -121,7 +121,8 @@ class PyRequest {
 class PyEngine {
  public:
   PyEngine(const std::string& name, const pybind11::kwargs& options);
-  // Closes the engine, unless the program still holds its Buffers, Requests or Regions: then
+  // Closes the engine, unless the program still holds its Buffers, Requests, Regions or
+  // PreparedLists: then
   // the engine runs on until the last of them is gone.
   ~PyEngine();
   // Finalize. Refused (BufferError) while views of alloc() memory are alive. Calls in other

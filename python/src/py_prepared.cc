@@ -38,12 +38,13 @@ namespace {
 struct Pairs {
   PreparedDescs descs;
   std::vector<uint32_t> local_index, remote_index;
-  Pairs(const PyPreparedList& local, pyb::handle local_index_, const PyPreparedList& remote,
-        pyb::handle remote_index_)
+  Pairs(const Core& engine, const PyPreparedList& local, pyb::handle local_index_,
+        const PyPreparedList& remote, pyb::handle remote_index_)
       : local_index(ToIndices(local_index_, "local_index")),
         remote_index(ToIndices(remote_index_, "remote_index")) {
     if (local.peer()) RaiseInvalid("local: a remote list (of peer '" + *local.peer() + "') given as the local one");
     if (!remote.peer()) RaiseInvalid("remote: a local list given as the remote one");
+    if (local.core() != &engine || remote.core() != &engine) RaiseInvalid("a list prepared by another engine");
     descs = {local.handle("the local"), local_index, remote.handle("the remote"), remote_index};
   }
 };
@@ -51,7 +52,7 @@ struct Pairs {
 void TransferPrepared(PyEngine& self, Op op, const PyPreparedList& local, pyb::handle local_index,
                       const PyPreparedList& remote, pyb::handle remote_index, pyb::handle timeout,
                       pyb::handle notify) {
-  const Pairs p(local, local_index, remote, remote_index);
+  const Pairs p(*self.core(), local, local_index, remote, remote_index);
   TransferCall(*self.core(), timeout, notify).Sync(*self.core(), [&](Engine& e, auto t, auto& o, auto* result) {
     return e.TransferSync(op, p.descs, t, o, result);
   });
@@ -61,7 +62,7 @@ std::unique_ptr<PyRequest> TransferPreparedAsync(PyEngine& self, Op op, const Py
                                                  pyb::handle local_index, const PyPreparedList& remote,
                                                  pyb::handle remote_index, pyb::handle timeout,
                                                  pyb::handle notify) {
-  const Pairs p(local, local_index, remote, remote_index);
+  const Pairs p(*self.core(), local, local_index, remote, remote_index);
   return TransferCall(*self.core(), timeout, notify).Async(self.core(), [&](Engine& e, auto t, auto& o, auto* h) {
     return e.TransferAsync(op, p.descs, t, o, h);
   });

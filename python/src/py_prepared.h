@@ -24,6 +24,7 @@ class PyPreparedList {
   size_t size() const { return size_; }
   const std::optional<std::string>& peer() const { return peer_; }
   bool released() const { return released_; }
+  const Core* core() const { return core_.get(); }
 
  private:
   std::shared_ptr<Core> core_;  // (reset, without the GIL, by the destructor)

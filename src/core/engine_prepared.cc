@@ -105,6 +105,12 @@ Status EngineImpl::SubmitPrepared(Op op, const PreparedDescs& d, std::chrono::mi
     const PreparedPairs pairs{local->entries, d.local_index, remote->entries, remote->regions,
                               d.remote_index, &peer.regions};
     s = MakePreparedPlan(op, pairs, peer.routes, &made);
+    // The peer may have registered the region again a moment ago: catch up with its updates
+    // once (as Submit does).
+    if (s.code() == StatusCode::kRemoteAccessDenied && remote->peer.session &&
+        SyncWith(remote->peer.session, DeadlineAfter(std::min(timeout, opts_.heartbeat_timeout)))) {
+      s = MakePreparedPlan(op, pairs, peer.routes, &made);
+    }
     if (s.ok()) {
       plan = std::make_shared<const Plan>(std::move(made));
       remote->last_plan.Keep(op, local, d.local_index, d.remote_index, plan);
@@ -136,7 +142,12 @@ bool EngineImpl::TryInlinePrepared(Op op, const PreparedDescs& d, std::chrono::m
       !peer.copies_inline || peer.routes.stage_all) {
     return false;
   }
-  return InlineCopy(remote->peer, op, *remote->regions[r.region], l.addr, r.addr, l.len);
+  std::shared_ptr<RemoteRegion> region = remote->regions[r.region];
+  if (region->revoked.load(std::memory_order_acquire)) {  // (registered again since, perhaps)
+    region = peer.regions.FindRemembered(r.addr, r.len, op == Op::kWrite);
+    if (!region) return false;
+  }
+  return InlineCopy(remote->peer, op, *region, l.addr, r.addr, l.len);
 }
 
 Status EngineImpl::TransferSync(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,

@@ -14,8 +14,9 @@ namespace xfer {
 using text::Hex;
 namespace {
 
-std::string DescName(size_t i, const TransferDesc& d) {
-  return "descriptor " + std::to_string(i) + " {local " + Hex(d.local_addr) + ", remote " +
+// noun: "descriptor", or "pair" (a request over prepared lists).
+std::string DescName(size_t i, const TransferDesc& d, const char* noun = "descriptor") {
+  return std::string(noun) + " " + std::to_string(i) + " {local " + Hex(d.local_addr) + ", remote " +
          Hex(d.remote_addr) + ", len " + std::to_string(d.len) + "}";
 }
 
@@ -158,7 +159,7 @@ class RunBuilder {
     MemType local_type = MemType::kHost;
     if (!local_->Allows(d.local_addr, d.len, op_ == Op::kRead, &local_type)) {
       return {StatusCode::kInvalidArgument,
-              DescName(i, d) + ": local range is not registered and not " +
+              DescName(i, d, noun_) + ": local range is not registered and not " +
                   (op_ == Op::kRead ? "writable" : "readable") +
                   " memory of this process (GPU memory must be registered)"};
     }
@@ -231,7 +232,7 @@ class RunBuilder {
                                                   : nullptr;
     if (!found) {
       return {StatusCode::kRemoteAccessDenied,
-              DescName(i, d) + ": remote range is not inside one registered region of the peer"};
+              DescName(i, d, noun_) + ": remote range is not inside one registered region of the peer"};
     }
     *out = found.get();
     return Admit(i, d, found);
@@ -242,7 +243,7 @@ class RunBuilder {
   Status Admit(size_t i, const TransferDesc& d, const std::shared_ptr<RemoteRegion>& region) {
     if (op_ == Op::kWrite && region->info.access == PeerAccess::kReadOnly) {
       return {StatusCode::kRemoteAccessDenied,
-              DescName(i, d) + ": the peer's region '" + region->info.tag + "' at " +
+              DescName(i, d, noun_) + ": the peer's region '" + region->info.tag + "' at " +
                   text::Hex(region->info.addr) + " is read-only for peers"};
     }
     auto& regions = plan_->regions;
@@ -256,7 +257,7 @@ class RunBuilder {
   Status Route(size_t i, const TransferDesc& d, RemoteRegion* region, bool device) {
     if (last_region_ == region && last_device_ == device) return Status::Ok();
     if (Status s = ChooseRoute(routes_, *region, device, &route_); !s.ok()) {
-      return {s.code(), DescName(i, d) + ": " + s.message()};
+      return {s.code(), DescName(i, d, noun_) + ": " + s.message()};
     }
     last_region_ = region;
     last_device_ = device;
@@ -266,6 +267,7 @@ class RunBuilder {
   const Op op_;
   const RemoteRegions* const remote_;
   LocalMemoryCheck* const local_;
+  const char* const noun_ = local_ != nullptr ? "descriptor" : "pair";  // (in refusals; after local_)
   const PeerRoutes& routes_;
   Plan* const plan_;
   std::vector<Run> runs_;

@@ -1,6 +1,7 @@
 #include "core/prepared_lists.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "core/registry.h"
 #include "util/text.h"
@@ -53,7 +54,10 @@ Status FindRemoteEntries(const std::vector<MemRange>& ranges, const RemoteRegion
     if (const char* bad = Malformed(r.addr, r.len)) {
       return {StatusCode::kInvalidArgument, EntryName(i, r.addr, r.len) + ": " + bad};
     }
-    if (last == nullptr || !RangeInside(r.addr, r.len, last->info.addr, last->info.len)) {
+    // (The region before answers only when it grants WRITE: a read-only one may hide a
+    // writable one that holds this range too.)
+    if (last == nullptr || last->info.access != PeerAccess::kReadWrite ||
+        !RangeInside(r.addr, r.len, last->info.addr, last->info.len)) {
       std::shared_ptr<RemoteRegion> found = regions.Find(r.addr, r.len, true);
       if (!found) {
         return {StatusCode::kRemoteAccessDenied, EntryName(i, r.addr, r.len) +
@@ -93,16 +97,23 @@ void PlanCache::Keep(Op op, std::shared_ptr<const LocalList> local, std::span<co
   plan_ = std::move(plan);
 }
 
+ListHandle ListTable::NextHandle() {
+  static std::atomic<ListHandle> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 ListHandle ListTable::Add(std::shared_ptr<const LocalList> list) {
+  const ListHandle h = NextHandle();
   std::lock_guard lock(mu_);
-  local_.emplace(next_, std::move(list));
-  return next_++;
+  local_.emplace(h, std::move(list));
+  return h;
 }
 
 ListHandle ListTable::Add(std::shared_ptr<const RemoteList> list) {
+  const ListHandle h = NextHandle();
   std::lock_guard lock(mu_);
-  remote_.emplace(next_, std::move(list));
-  return next_++;
+  remote_.emplace(h, std::move(list));
+  return h;
 }
 
 bool ListTable::Remove(ListHandle h) {

@@ -63,8 +63,9 @@ Status CheckLocalEntries(const Registry& registry, std::vector<LocalEntry>* entr
 Status FindRemoteEntries(const std::vector<MemRange>& ranges, const RemoteRegions& regions,
                          RemoteList* list);
 
-// The engine's prepared lists by handle. Handles of both kinds come from one sequence, so a
-// handle of one kind given as the other is told apart from an unknown one.
+// The engine's prepared lists by handle. Handles of both kinds, of every engine of the process,
+// come from one sequence: a handle of one kind given as the other is told apart from an unknown
+// one, and another engine's handle is unknown here.
 class ListTable {
  public:
   ListHandle Add(std::shared_ptr<const LocalList> list);
@@ -80,8 +81,8 @@ class ListTable {
   void Clear();
 
  private:
+  static ListHandle NextHandle();
   mutable std::mutex mu_;
-  ListHandle next_ = 1;
   std::unordered_map<ListHandle, std::shared_ptr<const LocalList>> local_;    // mu_
   std::unordered_map<ListHandle, std::shared_ptr<const RemoteList>> remote_;  // mu_
 };

@@ -81,7 +81,12 @@ TEST_F(PlannerTest, PreparedPairsPlanAsTheirDescriptors) {
   for (size_t k = 0; k < li.size(); ++k) d.push_back({local[li[k]].addr, remote[ri[k]].addr, 64});
   ASSERT_TRUE(Make(Op::kWrite, d, &q).ok());
   ASSERT_EQ(p.slices.size(), 2u);  // coalesced within each region
-  EXPECT_EQ(p.slices.size(), q.slices.size());
+  ASSERT_EQ(p.slices.size(), q.slices.size());
+  for (size_t k = 0; k < p.slices.size(); ++k) {
+    EXPECT_EQ(p.slices[k].local, q.slices[k].local);
+    EXPECT_EQ(p.slices[k].remote, q.slices[k].remote);
+    EXPECT_EQ(p.slices[k].len, q.slices[k].len);
+  }
   EXPECT_EQ(p.regions.size(), 2u);
   EXPECT_EQ(p.bytes, q.bytes);
   EXPECT_EQ(p.desc_ends, q.desc_ends);
