@@ -1,5 +1,7 @@
 #include "core/request_table.h"
 
+#include <algorithm>
+
 #include "util/thread_cache.h"
 
 namespace xfer {
@@ -19,17 +21,25 @@ RequestHandle RequestTable::TrackCompleted() {
   const RequestHandle h = NextHandle();
   Shard& s = ShardOf(h);
   std::lock_guard lock(s.mu);
-  s.requests.emplace(h, nullptr);
+  // (At the end, unless a thread sharing the shard took a later handle and got here first.)
+  s.completed.insert(std::upper_bound(s.completed.begin(), s.completed.end(), h), h);
   return h;
 }
 
 bool RequestTable::Find(RequestHandle h, bool take_completed, std::shared_ptr<Request>* req) {
   Shard& s = ShardOf(h);
   std::lock_guard lock(s.mu);
+  auto c = s.completed.empty() || s.completed.front() == h
+               ? s.completed.begin()
+               : std::lower_bound(s.completed.begin(), s.completed.end(), h);
+  if (c != s.completed.end() && *c == h) {
+    req->reset();
+    if (take_completed) s.completed.erase(c);
+    return true;
+  }
   auto it = s.requests.find(h);
   if (it == s.requests.end()) return false;
   *req = it->second;
-  if (!*req && take_completed) s.requests.erase(it);
   return true;
 }
 
@@ -57,6 +67,7 @@ void RequestTable::Clear() {
   for (Shard& s : shards_) {
     std::lock_guard lock(s.mu);
     s.requests.clear();
+    s.completed.clear();
   }
 }
 

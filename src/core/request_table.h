@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -35,7 +36,10 @@ class RequestTable {
   static constexpr unsigned kShards = 16;
   struct alignas(64) Shard {
     std::mutex mu;
-    std::unordered_map<RequestHandle, std::shared_ptr<Request>> requests;  // mu; null: completed
+    std::unordered_map<RequestHandle, std::shared_ptr<Request>> requests;  // mu
+    // TrackCompleted's handles, ascending (mu): a thread that waits for its requests in the
+    // order it issued them takes the first, at no cost but the lock.
+    std::deque<RequestHandle> completed;
     std::atomic<RequestHandle> next{1};  // handle = next * kShards + the shard's index
   };
   Shard& ShardOf(RequestHandle h) { return shards_[h % kShards]; }
