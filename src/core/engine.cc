@@ -383,22 +383,27 @@ Status EngineImpl::Submit(const std::string& remote, Op op, const std::vector<Tr
   if (s.ok()) {
     LocalMemoryCheck local(regions_.registry());
     s = MakePlan(op, descs, peer.state->regions, local, peer.state->routes, &plan);
-    // The peer may have registered the region a moment ago: catch up with its updates once.
-    if (s.code() == StatusCode::kRemoteAccessDenied && peer.session) {
-      const auto sync_deadline = DeadlineAfter(std::min(timeout, opts_.heartbeat_timeout));
-      if (SyncWith(peer.session, sync_deadline)) {
-        s = MakePlan(op, descs, peer.state->regions, local, peer.state->routes, &plan);
-      } else if (!peer.state->alive.load() || peer.session->closed()) {
-        s = {StatusCode::kConnectionLost, "peer '" + remote + "' went away"};
-      } else if (timeout < opts_.heartbeat_timeout && Clock::now() >= sync_deadline) {
-        s = {StatusCode::kTimeout, "the deadline passed while catching up with the peer's region "
-                                   "updates (as last known: " + s.message() + ")"};
-      }
+    if (s.code() == StatusCode::kRemoteAccessDenied && CaughtUp(peer, remote, timeout, &s)) {
+      s = MakePlan(op, descs, peer.state->regions, local, peer.state->routes, &plan);
     }
   }
   if (!s.ok()) return Refused(op, remote, s);
   return NewRequest(op, start, timeout, peer, std::make_shared<const Plan>(std::move(plan)), options,
                     track, out);
+}
+
+bool EngineImpl::CaughtUp(const Peer& peer, const std::string& remote, std::chrono::milliseconds timeout,
+                          Status* s) {
+  if (!peer.session) return false;  // (this engine itself: nothing to catch up with)
+  const auto deadline = DeadlineAfter(std::min(timeout, opts_.heartbeat_timeout));
+  if (SyncWith(peer.session, deadline)) return true;
+  if (!peer.state->alive.load() || peer.session->closed()) {
+    *s = {StatusCode::kConnectionLost, "peer '" + remote + "' went away"};
+  } else if (timeout < opts_.heartbeat_timeout && Clock::now() >= deadline) {
+    *s = {StatusCode::kTimeout, "the deadline passed while catching up with the peer's region "
+                                "updates (as last known: " + s->message() + ")"};
+  }
+  return false;
 }
 
 Status EngineImpl::Refused(Op op, const std::string& remote, const Status& s) {

@@ -118,6 +118,12 @@ class EngineImpl final : public control::ControlHandler {
   Status Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                 std::chrono::milliseconds timeout, const TransferOptions& options, bool track,
                 std::shared_ptr<Request>* out);
+  // After a plan refused with kRemoteAccessDenied (*s): the peer may have registered the
+  // region a moment ago, so this engine catches up with its region updates once (within timeout
+  // and the heartbeat timeout). True: caught up, plan again. False: *s stands, or says why the
+  // catch-up failed (kConnectionLost, kTimeout).
+  bool CaughtUp(const Peer& peer, const std::string& remote, std::chrono::milliseconds timeout,
+                Status* s);
   // Submit's end: a refusal logged and counted (returned; remote "": before the prepared
   // lists, and so the peer, were known), or the request made.
   Status Refused(Op op, const std::string& remote, const Status& s);

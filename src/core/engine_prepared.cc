@@ -35,9 +35,7 @@ Status EngineImpl::PrepareRemoteList(const std::string& remote, const std::vecto
   if (s.ok()) {
     l->remote = remote;
     s = FindRemoteEntries(ranges, l->peer.state->regions, l.get());
-    // The peer may have registered the region a moment ago: catch up with its updates once.
-    if (s.code() == StatusCode::kRemoteAccessDenied && l->peer.session &&
-        SyncWith(l->peer.session, DeadlineAfter(opts_.heartbeat_timeout))) {
+    if (s.code() == StatusCode::kRemoteAccessDenied && CaughtUp(l->peer, remote, opts_.heartbeat_timeout, &s)) {
       s = FindRemoteEntries(ranges, l->peer.state->regions, l.get());
     }
   }
@@ -105,10 +103,7 @@ Status EngineImpl::SubmitPrepared(Op op, const PreparedDescs& d, std::chrono::mi
     const PreparedPairs pairs{local->entries, d.local_index, remote->entries, remote->regions,
                               d.remote_index, &peer.regions};
     s = MakePreparedPlan(op, pairs, peer.routes, &made);
-    // The peer may have registered the region again a moment ago: catch up with its updates
-    // once (as Submit does).
-    if (s.code() == StatusCode::kRemoteAccessDenied && remote->peer.session &&
-        SyncWith(remote->peer.session, DeadlineAfter(std::min(timeout, opts_.heartbeat_timeout)))) {
+    if (s.code() == StatusCode::kRemoteAccessDenied && CaughtUp(remote->peer, remote->remote, timeout, &s)) {
       s = MakePreparedPlan(op, pairs, peer.routes, &made);
     }
     if (s.ok()) {

@@ -75,26 +75,32 @@ Status FindRemoteEntries(const std::vector<MemRange>& ranges, const RemoteRegion
 
 std::shared_ptr<const Plan> PlanCache::Find(Op op, const LocalList* local,
                                              std::span<const uint32_t> local_index,
-                                             std::span<const uint32_t> remote_index) const {
+                                             std::span<const uint32_t> remote_index) {
   std::lock_guard lock(mu_);
-  if (!plan_ || op != op_ || local != local_.get() || !std::ranges::equal(local_index, local_index_) ||
-      !std::ranges::equal(remote_index, remote_index_)) {
-    return nullptr;
+  for (Kept& k : kept_) {
+    if (!k.plan || k.op != op || k.local.get() != local || !std::ranges::equal(local_index, k.local_index) ||
+        !std::ranges::equal(remote_index, k.remote_index)) {
+      continue;
+    }
+    const bool stale = std::ranges::any_of(k.plan->regions, [](const auto& r) {
+      return r->revoked.load(std::memory_order_acquire);  // (planned again: looked up afresh)
+    });
+    if (!stale) return k.plan;
+    k.plan.reset();
   }
-  for (const auto& r : plan_->regions) {
-    if (r->revoked.load(std::memory_order_acquire)) return nullptr;  // (planned again: looked up afresh)
-  }
-  return plan_;
+  return nullptr;
 }
 
 void PlanCache::Keep(Op op, std::shared_ptr<const LocalList> local, std::span<const uint32_t> local_index,
                      std::span<const uint32_t> remote_index, std::shared_ptr<const Plan> plan) {
   std::lock_guard lock(mu_);
-  op_ = op;
-  local_ = std::move(local);
-  local_index_.assign(local_index.begin(), local_index.end());
-  remote_index_.assign(remote_index.begin(), remote_index.end());
-  plan_ = std::move(plan);
+  Kept& k = kept_[next_];
+  next_ = (next_ + 1) % kPlans;
+  k.op = op;
+  k.local = std::move(local);
+  k.local_index.assign(local_index.begin(), local_index.end());
+  k.remote_index.assign(remote_index.begin(), remote_index.end());
+  k.plan = std::move(plan);
 }
 
 ListHandle ListTable::NextHandle() {

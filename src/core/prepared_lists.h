@@ -25,23 +25,28 @@ struct LocalList {
   uint64_t registry_version = 0;  // the registry's version when the entries were checked
 };
 
-// The plan of the last request over a remote list, for the next one with the same op, local
-// list and pairs (a request posted again, as NIXL's xfer handles are): it is reused while the
-// local list is the one it was made from (not checked again since) and no region it touches
-// was revoked.
+// The plans of the last requests over a remote list (kPlans at most), for the next one with
+// the same op, local list and pairs (a request posted again, as NIXL's xfer handles are): a plan
+// is reused while the local list is the one it was made from (not checked again since) and no
+// region it touches was revoked.
 class PlanCache {
  public:
   std::shared_ptr<const Plan> Find(Op op, const LocalList* local, std::span<const uint32_t> local_index,
-                                   std::span<const uint32_t> remote_index) const;
+                                   std::span<const uint32_t> remote_index);  // (drops stale plans)
   void Keep(Op op, std::shared_ptr<const LocalList> local, std::span<const uint32_t> local_index,
             std::span<const uint32_t> remote_index, std::shared_ptr<const Plan> plan);
 
  private:
-  mutable std::mutex mu_;
-  Op op_ = Op::kRead;                       // mu_
-  std::shared_ptr<const LocalList> local_;  // mu_ (held: its address is not reused meanwhile)
-  std::vector<uint32_t> local_index_, remote_index_;  // mu_
-  std::shared_ptr<const Plan> plan_;                  // mu_; null: none kept
+  static constexpr size_t kPlans = 8;
+  struct Kept {
+    Op op = Op::kRead;
+    std::shared_ptr<const LocalList> local;  // (held: its address is not reused meanwhile)
+    std::vector<uint32_t> local_index, remote_index;
+    std::shared_ptr<const Plan> plan;  // null: an empty place
+  };
+  std::mutex mu_;
+  Kept kept_[kPlans];  // mu_
+  size_t next_ = 0;    // mu_: the place the next plan takes (the oldest)
 };
 
 struct RemoteList {

@@ -38,7 +38,8 @@ class RequestTable {
     std::mutex mu;
     std::unordered_map<RequestHandle, std::shared_ptr<Request>> requests;  // mu
     // TrackCompleted's handles, ascending (mu): a thread that waits for its requests in the
-    // order it issued them takes the first, at no cost but the lock.
+    // order it issued them takes the first, at no cost but the lock. (One taken out of order
+    // costs a move of the handles after it: a few nanoseconds each.)
     std::deque<RequestHandle> completed;
     std::atomic<RequestHandle> next{1};  // handle = next * kShards + the shard's index
   };

@@ -96,27 +96,34 @@ class _Prepped(_Handle):
     def __init__(self, peer, rows):
         super().__init__()
         self.peer, self.rows = peer, rows
-        self._list = None
+        self._list = None     # the engine's list; False: it cannot be prepared (tried once)
+        self._engine = None   # the engine it was prepared by
 
     def engine_list(self, engine):
         """The engine's prepared list of the rows (xfer.PreparedList), or None where the
-        engine cannot prepare it now (no rows; a peer not connected yet): the transfers then
-        take the plain path, which says why they fail, if they do."""
+        engine cannot prepare it (no rows; descriptors outside registered memory; a peer not
+        connected yet, tried again next time; a list of another agent's engine): the transfers
+        then take the plain path, which says why they fail, if they do."""
         with self.lock:
-            if self._list is None and len(self.rows):
+            if self._list is None and len(self.rows) and not self.released:
                 addr, length = self.rows[:, 0], self.rows[:, 1]
                 try:
                     self._list = (engine.prepare_local(addr, length) if self.peer is None
                                   else engine.prepare_remote(self.peer, addr, length))
+                    self._engine = engine
+                except (_errors.NotConnectedError, _errors.ConnectionLostError) as e:
+                    log.debug("xfer.nixl: the descriptor list is not prepared yet (%s)", e)
                 except XferError as e:
                     log.debug("xfer.nixl: the descriptor list is not prepared (%s); plain transfers", e)
-            return self._list
+                    self._list = False
+            return self._list if self._list and self._engine is engine else None
 
-    def forget_list(self, stale):
-        """Drops the engine's list when it is stale (its peer's session ended)."""
+    def forget_list(self, stale=None):
+        """Drops the engine's list (stale: only when it is that one, whose session ended).
+        Handles made from it keep their own reference."""
         with self.lock:
-            if self._list is stale:
-                self._list = None
+            if stale is None or self._list is stale:
+                self._list = self._engine = None
 
 
 class _Xfer(_Handle):
@@ -514,9 +521,10 @@ class nixl_agent:
 
     def _post_prepared(self, handle, framed):
         """Posts a make_prepped_xfer handle over the engine's prepared lists: no descriptor is
-        checked or looked up again, and a handle posted again reuses its plan. None when the
-        remote list's session has ended (the handle then takes the plain path from now on,
-        which connects again where it can)."""
+        checked or looked up again, and a handle posted again reuses its plan (while it is
+        among the last 8 posted over its remote list). None when the remote list's session has
+        ended: the handle then takes the plain path from now on, which reaches the agent again
+        once the agent layer has connected to it again."""
         local, mine, local_ids, remote, theirs, remote_ids = handle.prepared
         move = self._engine.read_prepared_async if handle.op == "READ" else self._engine.write_prepared_async
         try:
@@ -584,6 +592,7 @@ class nixl_agent:
 
     def release_dlist_handle(self, handle):
         handle.released = True
+        handle.forget_list()  # (the engine's list goes with the last handle made from it)
 
     # ------------------------------------------------------------ notifications
     def send_notif(self, remote_agent_name, notif_msg, backend=None):
