@@ -169,14 +169,17 @@ class RunBuilder {
   }
 
   // A descriptor whose ranges were checked when its lists were prepared: its remote range lies
-  // in `prepared` (looked up again when the peer has revoked that region since), and its local
-  // side is GPU memory or not.
+  // in `prepared` (looked up again when the peer has revoked that region since, or for a WRITE
+  // when it is read-only), and its local side is GPU memory or not.
   Status AddPrepared(size_t i, const TransferDesc& d, const std::shared_ptr<RemoteRegion>& prepared,
                      bool device) {
     RemoteRegion* region = prepared.get();
     if (region != last_region_) {
-      Status s = prepared->revoked.load(std::memory_order_acquire) ? Region(i, d, &region)
-                                                                   : Admit(i, d, prepared);
+      // Looked up afresh: a region revoked since, and for a WRITE a read-only one (the peer
+      // may have registered a writable one that holds the range since).
+      const bool again = prepared->revoked.load(std::memory_order_acquire) ||
+                         (op_ == Op::kWrite && prepared->info.access == PeerAccess::kReadOnly);
+      Status s = again ? Region(i, d, &region) : Admit(i, d, prepared);
       if (!s.ok()) return s;
     }
     if (Status s = Route(i, d, region, device); !s.ok()) return s;

@@ -257,7 +257,8 @@ TEST_F(Prepared, TheSameRequestPostedAgainMovesTheDataOfTheMoment) {
 }
 
 // An entry in a read-only region and in a writable one inside it: a WRITE to it is allowed,
-// whatever the entry before it was found in.
+// whatever the entry before it was found in, and even when the list was prepared before this
+// engine heard of the writable one.
 TEST_F(Prepared, AnEntryTakesTheWritableRegionThatHoldsIt) {
   const PeerRegion ro = peer_.Alloc(3 * 4096, "ro", PeerAccess::kReadOnly);
   peer_.Reg(ro.addr + 4096, 2 * 4096, "rw");
@@ -268,6 +269,14 @@ TEST_F(Prepared, AnEntryTakesTheWritableRegionThatHoldsIt) {
   XT_EXPECT_CODE(Move(Op::kWrite, l, {0}, rl, {0}), StatusCode::kRemoteAccessDenied);
   XT_ASSERT_OK(Move(Op::kWrite, l, {1}, rl, {1}));
   EXPECT_EQ(peer_.SumRange(ro.addr + 4096, 4096), Hash64(src.data() + 4096, 4096));
+  // Prepared while only the read-only region is known here: the writable one registered later
+  // takes the WRITE.
+  const PeerRegion ro2 = peer_.Alloc(2 * 4096, "ro2", PeerAccess::kReadOnly);
+  const ListHandle early = Remote(Blocks(ro2.addr, 2, 4096));
+  peer_.Reg(ro2.addr + 4096, 4096, "rw2");
+  XT_ASSERT_OK(Move(Op::kWrite, l, {1}, early, {1}));
+  EXPECT_EQ(peer_.SumRange(ro2.addr + 4096, 4096), Hash64(src.data() + 4096, 4096));
+  XT_EXPECT_CODE(Move(Op::kWrite, l, {0}, early, {0}), StatusCode::kRemoteAccessDenied);
 }
 
 TEST_F(Prepared, AnotherEnginesListIsUnknown) {
