@@ -162,12 +162,20 @@ class EngineImpl final : public control::ControlHandler {
   bool InlineCopy(const Peer& peer, Op op, RemoteRegion& region, uint64_t local,
                   uint64_t remote, uint64_t len);
   // --- prepared lists (engine_prepared.cc)
+  // A request's two lists, looked up once for both of the steps below (status: why not found).
+  struct FoundLists {
+    Status status;
+    std::shared_ptr<const LocalList> local;
+    std::shared_ptr<const RemoteList> remote;
+  };
+  FoundLists FindLists(const PreparedDescs& descs) const;
   // Submit over prepared lists.
-  Status SubmitPrepared(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,
-                        const TransferOptions& options, bool track, std::shared_ptr<Request>* out);
+  Status SubmitPrepared(Op op, const PreparedDescs& descs, FoundLists found,
+                        std::chrono::milliseconds timeout, const TransferOptions& options, bool track,
+                        std::shared_ptr<Request>* out);
   // TryInlineCopy of a prepared request of one pair of at most max_len bytes.
-  bool TryInlinePrepared(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,
-                         uint64_t max_len);
+  bool TryInlinePrepared(Op op, const PreparedDescs& descs, const FoundLists& found,
+                         std::chrono::milliseconds timeout, uint64_t max_len);
   // The local list with handle h, checked again first when a region was registered or
   // deregistered since it was checked.
   std::shared_ptr<const LocalList> CurrentLocal(ListHandle h, std::shared_ptr<const LocalList> list);

@@ -70,9 +70,9 @@ std::shared_ptr<const LocalList> EngineImpl::CurrentLocal(ListHandle h,
   return checked;
 }
 
-Status EngineImpl::SubmitPrepared(Op op, const PreparedDescs& d, std::chrono::milliseconds timeout,
-                                  const TransferOptions& options, bool track,
-                                  std::shared_ptr<Request>* out) {
+Status EngineImpl::SubmitPrepared(Op op, const PreparedDescs& d, FoundLists found,
+                                  std::chrono::milliseconds timeout, const TransferOptions& options,
+                                  bool track, std::shared_ptr<Request>* out) {
   const auto start = Clock::now();  // (the deadline and the duration run from here)
   Status s = CheckRunning("Transfer");
   if (s.ok() && options.notify) s = CheckNotifyMessage("Transfer", *options.notify);
@@ -82,10 +82,10 @@ Status EngineImpl::SubmitPrepared(Op op, const PreparedDescs& d, std::chrono::mi
                                            " entries, remote_index " + std::to_string(d.remote_index.size())};
   }
   if (s.ok() && d.local_index.empty()) s = {StatusCode::kInvalidArgument, "no descriptors"};
-  std::shared_ptr<const LocalList> local;
-  std::shared_ptr<const RemoteList> remote;
-  if (s.ok()) s = lists_.Get(d.local, d.remote, &local, &remote);
+  if (s.ok()) s = found.status;
   if (!s.ok()) return Refused(op, "", s);
+  std::shared_ptr<const LocalList> local = std::move(found.local);
+  const std::shared_ptr<const RemoteList> remote = std::move(found.remote);
   const PeerState& peer = *remote->peer.state;
   if (!peer.alive.load()) {
     s = {StatusCode::kConnectionLost,
@@ -115,15 +115,20 @@ Status EngineImpl::SubmitPrepared(Op op, const PreparedDescs& d, std::chrono::mi
   return NewRequest(op, start, timeout, remote->peer, std::move(plan), options, track, out);
 }
 
-bool EngineImpl::TryInlinePrepared(Op op, const PreparedDescs& d, std::chrono::milliseconds timeout,
-                                   uint64_t max_len) {
+EngineImpl::FoundLists EngineImpl::FindLists(const PreparedDescs& d) const {
+  FoundLists f;
+  f.status = lists_.Get(d.local, d.remote, &f.local, &f.remote);
+  return f;
+}
+
+bool EngineImpl::TryInlinePrepared(Op op, const PreparedDescs& d, const FoundLists& found,
+                                   std::chrono::milliseconds timeout, uint64_t max_len) {
   if ((op != Op::kRead && op != Op::kWrite) || timeout.count() <= 0 || d.local_index.size() != 1 ||
-      d.remote_index.size() != 1 || !running_.load(std::memory_order_relaxed)) {
+      d.remote_index.size() != 1 || !running_.load(std::memory_order_relaxed) || !found.status.ok()) {
     return false;
   }
-  std::shared_ptr<const LocalList> local;
-  std::shared_ptr<const RemoteList> remote;
-  if (!lists_.Get(d.local, d.remote, &local, &remote).ok()) return false;
+  const LocalList* local = found.local.get();
+  const RemoteList* remote = found.remote.get();
   const uint32_t li = d.local_index[0], ri = d.remote_index[0];
   // Anything unusual takes the planned path, which explains refusals.
   if (li >= local->entries.size() || ri >= remote->entries.size() ||
@@ -147,24 +152,26 @@ bool EngineImpl::TryInlinePrepared(Op op, const PreparedDescs& d, std::chrono::m
 
 Status EngineImpl::TransferSync(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,
                                 const TransferOptions& options, RequestStatus* result) {
-  if (!options.notify && TryInlinePrepared(op, descs, timeout, UINT64_MAX)) {
+  FoundLists found = FindLists(descs);
+  if (!options.notify && TryInlinePrepared(op, descs, found, timeout, UINT64_MAX)) {
     if (result != nullptr) *result = {RequestState::kCompleted, {}, {}};
     return Status::Ok();
   }
   std::shared_ptr<Request> req;
-  Status s = SubmitPrepared(op, descs, timeout, options, false, &req);
+  Status s = SubmitPrepared(op, descs, std::move(found), timeout, options, false, &req);
   return RunSync(s, req, timeout, result);
 }
 
 Status EngineImpl::TransferAsync(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,
                                  const TransferOptions& options, RequestHandle* request) {
   if (request == nullptr) return {StatusCode::kInvalidArgument, "TransferAsync: null request pointer"};
-  if (!options.notify && TryInlinePrepared(op, descs, timeout, kAsyncInlineBytes)) {
+  FoundLists found = FindLists(descs);
+  if (!options.notify && TryInlinePrepared(op, descs, found, timeout, kAsyncInlineBytes)) {
     *request = requests_.TrackCompleted();
     return Status::Ok();
   }
   std::shared_ptr<Request> req;
-  Status s = SubmitPrepared(op, descs, timeout, options, true, &req);
+  Status s = SubmitPrepared(op, descs, std::move(found), timeout, options, true, &req);
   if (!s.ok()) return s;
   *request = req->id();
   Start(req);
