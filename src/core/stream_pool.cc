@@ -110,11 +110,29 @@ void StreamPool::SharedCopy(void* dst, const void* src, size_t len) {
     std::memmove(dst, src, len);
     return;
   }
-  int free = kFree;
-  if (len < kMinSharedCopy || spin_.count() <= 0 ||
-      !offer_.state.compare_exchange_strong(free, kFilling, std::memory_order_acquire)) {
+  if (len < kMinSharedCopy || spin_.count() <= 0) {
     std::memcpy(dst, src, len);
     return;
+  }
+  thread_local uint32_t tick = 0;
+  const ShareRule::Choice choice = share_rule_.Choose(len, ++tick);
+  const auto start = choice.timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  ShareRule::Mode ran = ShareRule::kAlone;
+  if (choice.mode == ShareRule::kAlone) {
+    std::memcpy(dst, src, len);
+  } else if (CopyWithHelper(dst, src, len)) {
+    ran = ShareRule::kShare;
+  } else if (choice.timed) {
+    share_rule_.Unmeasured(len, ShareRule::kShare);
+  }
+  if (choice.timed) share_rule_.Record(len, ran, std::chrono::steady_clock::now() - start);
+}
+
+bool StreamPool::CopyWithHelper(void* dst, const void* src, size_t len) {
+  int free = kFree;
+  if (!offer_.state.compare_exchange_strong(free, kFilling, std::memory_order_acquire)) {
+    std::memcpy(dst, src, len);  // another thread's copy holds the offer
+    return false;
   }
   if (!helper_.load(std::memory_order_relaxed)) {
     offer_.state.store(kFree, std::memory_order_release);
@@ -128,7 +146,7 @@ void StreamPool::SharedCopy(void* dst, const void* src, size_t len) {
         !waking_.exchange(true, std::memory_order_relaxed)) {
       Submit(Pick(), [] {});
     }
-    return;
+    return false;
   }
   // The second half starts on a cache line of dst, so the two cores never write the same line.
   const uintptr_t d = reinterpret_cast<uintptr_t>(dst);
@@ -146,6 +164,7 @@ void StreamPool::SharedCopy(void* dst, const void* src, size_t len) {
     while (offer_.state.load(std::memory_order_acquire) != kDone) backoff.Pause();
   }
   offer_.state.store(kFree, std::memory_order_release);
+  return true;
 }
 
 void StreamPool::Stop() {

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/share_rule.h"
+
 namespace xfer {
 
 class StreamPool {
@@ -41,14 +43,16 @@ class StreamPool {
   std::unique_lock<ExecSlot> Slot();
   void Fence(std::chrono::steady_clock::time_point deadline, const std::function<void()>& on_late);
 
-  // memcpy(dst, src, len) on the calling thread, which holds its slot; an idle stream
-  // that is spinning (one at most: the helper) copies the second half meanwhile. A sleeping
-  // stream is not waited for: the caller then copies it all, and when copies come close
-  // together wakes one to spin for the next.
+  // memcpy(dst, src, len) on the calling thread, which holds its slot. From kMinSharedCopy
+  // bytes, where the share rule finds it faster (ShareRule: measured as the copies go), an
+  // idle stream that is spinning (one at most: the helper) copies the second half meanwhile.
+  // A sleeping stream is not waited for: the caller then copies it all, and when copies come
+  // close together wakes one to spin for the next.
   void SharedCopy(void* dst, const void* src, size_t len);
   uint64_t shared_halves() const { return shared_halves_.load(std::memory_order_relaxed); }
+  const ShareRule& share_rule() const { return share_rule_; }
   // Below this, half a copy takes less than handing the other half to another core.
-  static constexpr size_t kMinSharedCopy = 16 << 10;
+  static constexpr size_t kMinSharedCopy = ShareRule::kMinLen;
 
  private:
   struct Stream {
@@ -62,6 +66,8 @@ class StreamPool {
   };
   void Run(Stream& s);
   bool TryHelp();  // a spinning stream takes the posted half of a SharedCopy, if there is one
+  // SharedCopy's copy with the helper; false when there was none (the caller copied it all).
+  bool CopyWithHelper(void* dst, const void* src, size_t len);
 
   // The half of a SharedCopy offered to the streams.
   enum : int { kFree, kFilling, kPosted, kTaken, kDone };
@@ -72,6 +78,7 @@ class StreamPool {
     size_t len = 0;
   };
   Offer offer_;
+  ShareRule share_rule_;
   std::atomic<bool> helper_{false};  // a stream spins now, ready to take half of a copy
   std::atomic<bool> waking_{false};  // SharedCopy woke a stream that has not spun yet
   std::atomic<int64_t> last_alone_{0};  // steady_clock ticks of the last copy nobody shared

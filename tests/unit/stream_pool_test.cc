@@ -153,6 +153,25 @@ TEST(StreamPool, SharedCopyWithoutSpinningStreamsCopiesAlone) {
   EXPECT_EQ(pool.shared_halves(), 0u);
 }
 
+// SharedCopy times its copies for the share rule (tests/unit/share_rule_test.cc tests the rule
+// itself): both ways of copying get measured while copies go on, and every copy lands whole.
+TEST(StreamPool, SharedCopyMeasuresBothWaysOfCopying) {
+  StreamPool pool(2, std::chrono::milliseconds(50));
+  constexpr size_t kLen = StreamPool::kMinSharedCopy;
+  std::vector<uint8_t> a(kLen), b(kLen);
+  const auto until = Clock::now() + std::chrono::seconds(5);  // (a loaded machine: more copies)
+  const ShareRule& rule = pool.share_rule();
+  for (int i = 0; i < 20000 || (Clock::now() < until && (rule.AverageCost(kLen, ShareRule::kShare) == 0 ||
+                                                        rule.AverageCost(kLen, ShareRule::kAlone) == 0));
+       ++i) {
+    a[static_cast<size_t>(i) % kLen] = static_cast<uint8_t>(i);
+    pool.SharedCopy(b.data(), a.data(), kLen);
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), kLen), 0);
+  }
+  EXPECT_NE(rule.AverageCost(kLen, ShareRule::kAlone), 0u) << "copies alone were never timed";
+  EXPECT_NE(rule.AverageCost(kLen, ShareRule::kShare), 0u) << "shared copies were never timed";
+}
+
 TEST(StreamPool, PickPrefersTheFirstIdleStream) {
   StreamPool pool(3, std::chrono::microseconds(0));
   for (int i = 0; i < 4; ++i) EXPECT_EQ(pool.Pick(), 0) << "not round-robin while all are idle";
