@@ -16,8 +16,9 @@
 #   p64, pcma, pd1  the b64, cma and d1 cells over prepared lists (xfer-bench --prepared:
 #          requests by index; the same request again reuses its plan)
 #   share  the sharing rule (docs/transports.md, shm): shm one at a time, 16..128 KiB, --reuse
-#          and walking, as the engine runs by default (a spinning stream copies half of each
-#          copy from 16 KiB) against --spin 0 (the caller copies it all)
+#          and walking, as the engine runs by default (from 16 KiB, a spinning stream copies
+#          half of a copy where the engine measures that to be faster) against --spin 0 (the
+#          caller copies it all)
 # With BEFORE=DIR (a build of an earlier revision, with its tools/xfer-bench), the cells above
 # but share also run from that build in the same rounds, and the table adds after/before.
 # Prints the table and the goals, and writes them into bench/RESULTS.md as the section
@@ -174,7 +175,7 @@ awk -v have_ucx=$have_ucx -v before="$BEFORE" "$ROUND_TABLE_AWK"'
     prow("shm 16 KiB WRITE one at a time, prepared", "pd1", "d1", "w", 16384, "ucp_put", "ucp_put_bw posix")
     prow("shm 16 KiB READ one at a time, prepared", "pd1", "d1", "r", 16384, "ucp_get", "ucp_get posix")
     print ""
-    print "The sharing rule: shm, one request at a time, as the engine runs by default (from 16 KiB a spinning stream copies half of each copy) / with --spin 0 (the caller copies it all):"
+    print "The sharing rule: shm, one request at a time, as the engine runs by default (from 16 KiB a spinning stream copies half of a copy where the engine measures that to be faster) / with --spin 0 (the caller copies it all):"
     print ""
     print "| block | WRITE, in cache (--reuse) | READ, in cache | WRITE, walking 256 MiB | READ, walking 256 MiB |"
     print "|---|---:|---:|---:|---:|"
