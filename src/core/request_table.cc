@@ -20,6 +20,8 @@ void RequestTable::Track(const std::shared_ptr<Request>& req) {
 RequestHandle RequestTable::TrackCompleted() {
   const RequestHandle h = NextHandle();
   Shard& s = ShardOf(h);
+  RequestHandle free = 0;
+  if (RingPlace(s, h).compare_exchange_strong(free, h, std::memory_order_acq_rel)) return h;
   std::lock_guard lock(s.mu);
   // (At the end, unless a thread sharing the shard took a later handle and got here first.)
   s.completed.insert(std::upper_bound(s.completed.begin(), s.completed.end(), h), h);
@@ -28,6 +30,14 @@ RequestHandle RequestTable::TrackCompleted() {
 
 bool RequestTable::Find(RequestHandle h, bool take_completed, std::shared_ptr<Request>* req) {
   Shard& s = ShardOf(h);
+  std::atomic<RequestHandle>& place = RingPlace(s, h);
+  if (RequestHandle there = h; place.load(std::memory_order_acquire) == h) {
+    // (A handle is in the ring or elsewhere, never both: when another thread takes it first,
+    // it is unknown from then on.)
+    if (take_completed && !place.compare_exchange_strong(there, 0, std::memory_order_acq_rel)) return false;
+    req->reset();
+    return true;
+  }
   std::lock_guard lock(s.mu);
   auto c = s.completed.empty() || s.completed.front() == h
                ? s.completed.begin()
@@ -68,6 +78,7 @@ void RequestTable::Clear() {
     std::lock_guard lock(s.mu);
     s.requests.clear();
     s.completed.clear();
+    for (auto& place : s.ring) place.store(0, std::memory_order_relaxed);
   }
 }
 

@@ -45,5 +45,44 @@ TEST(RequestTable, HandlesFromManyThreadsAreUniqueAndReportedOnce) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
+// A thread that keeps a few requests in flight (as xfer-bench --depth does), its handles
+// raced for by a second thread: each is reported exactly once, whoever takes it.
+TEST(RequestTable, AHandleRacedForIsTakenOnce) {
+  RequestTable table;
+  constexpr int kRounds = 20000, kDepth = 8;
+  std::atomic<RequestHandle> offered[kDepth] = {};
+  std::atomic<bool> done{false};
+  std::atomic<int> taken_by_other{0};
+  std::thread other([&] {
+    std::shared_ptr<Request> req;
+    while (!done.load()) {
+      for (auto& o : offered) {
+        const RequestHandle h = o.load();
+        if (h != 0 && table.Find(h, true, &req)) ++taken_by_other;
+      }
+    }
+  });
+  int taken_here = 0, unknown = 0;
+  std::vector<RequestHandle> ring(kDepth, 0);
+  for (int i = 0; i < kRounds; ++i) {
+    const int k = i % kDepth;
+    std::shared_ptr<Request> req;
+    if (ring[k] != 0) (table.Find(ring[k], true, &req) ? taken_here : unknown)++;
+    ring[k] = table.TrackCompleted();
+    offered[k].store(ring[k]);
+  }
+  for (RequestHandle h : ring) {
+    std::shared_ptr<Request> req;
+    (table.Find(h, true, &req) ? taken_here : unknown)++;
+  }
+  done = true;
+  other.join();
+  EXPECT_EQ(taken_here + taken_by_other.load(), kRounds) << "a handle was reported twice or never";
+  EXPECT_EQ(unknown, taken_by_other.load());
+  table.Clear();
+  std::shared_ptr<Request> req;
+  EXPECT_FALSE(table.Find(table.TrackCompleted() - kRounds * 16, false, &req)) << "an old handle came back";
+}
+
 }  // namespace
 }  // namespace xfer
