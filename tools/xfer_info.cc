@@ -24,6 +24,7 @@
 #include <string>
 
 #include "transport/cuda/cuda_api.h"
+#include "util/nics.h"
 #include "transport/ucx/ucx_transport.h"
 #include "util/crypto.h"
 #include "util/host.h"
@@ -359,6 +360,12 @@ int main(int argc, char** argv) {
               "staging_buffers", d.staging_buffers, (unsigned long long)d.staging_buffer_bytes);
   std::printf("  %-22s %d (data connections per peer)\n", "tcp.links", d.tcp.links);
   std::printf("  %-22s %s\n", "tcp.least_loaded", d.tcp.least_loaded ? "true" : "false");
+  std::printf("  %-22s (none: one route, the kernel's) interfaces here that it may name:", "tcp.nics");
+  for (const xfer::net::Nic& n : xfer::net::LocalNics()) {
+    std::printf(" %s %s/%d%s;", n.name.c_str(), n.address.c_str(), n.prefix,
+                !n.up ? " (down: refused)" : n.loopback ? " (loopback)" : "");
+  }
+  std::printf("\n");
   std::printf("  %-22s %s (auto: offered when an RDMA device is present)\n", "ucx.mode",
               std::string(xfer::UcxModeName(d.ucx.mode)).c_str());
   std::printf("  %-22s %d (per peer, a worker each)\n", "ucx.endpoints", d.ucx.endpoints);

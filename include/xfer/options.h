@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace xfer {
 
@@ -29,6 +30,8 @@ enum class UcxMode : uint8_t {
 // "auto", "always", "off" / "auto", "on", "off"; false for anything else.
 bool ParseStaging(std::string_view text, Staging* out);
 bool ParseUcxMode(std::string_view text, UcxMode* out);
+// A comma-separated list ("eth1,eth2", as the tools take tcp.nics): its non-empty items.
+std::vector<std::string> SplitList(std::string_view text);
 std::string_view StagingName(Staging s);
 std::string_view UcxModeName(UcxMode m);
 
@@ -128,6 +131,13 @@ struct EngineOptions {
     // kDataCorrupted. Guards against corruption that TCP's own 16-bit checksum lets through
     // (faulty NICs, switches, memory).
     bool checksum = false;
+    // The network interfaces this engine's tcp data connections use: each an interface name
+    // ("eth1") or one of this host's IPv4 addresses. Empty (the default): one route, the one
+    // the kernel picks for the peer's address. As a target, the engine also serves data
+    // connections on each of these NICs and tells its peers their addresses; as an initiator,
+    // it opens its connections from them, at least one per usable pair of its NICs and the
+    // peer's (docs/transports.md, "Several NICs").
+    std::vector<std::string> nics{};
   } tcp;
   struct Ucx {
     // RDMA through UCX (builds with libucx-dev), preferred over tcp for peers on other hosts

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "py_errors.h"
 
@@ -49,6 +50,15 @@ bool Bool(pyb::handle v, const std::string& name) {
 std::string Text(pyb::handle v, const std::string& name) {
   if (!PyUnicode_Check(v.ptr())) RaiseInvalid(name + " must be a string");
   return v.cast<std::string>();
+}
+
+// A list of strings: a list or tuple of str, or one str of comma-separated items.
+std::vector<std::string> TextList(pyb::handle v, const std::string& name) {
+  std::vector<std::string> out;
+  if (PyUnicode_Check(v.ptr())) return SplitList(v.cast<std::string>());
+  if (!PyList_Check(v.ptr()) && !PyTuple_Check(v.ptr())) RaiseInvalid(name + " must be a list of strings");
+  for (pyb::handle item : v) out.push_back(Text(item, name + " items"));
+  return out;
 }
 
 template <class Rep, class Period>
@@ -102,6 +112,7 @@ const std::map<std::string, Setter>& Setters() {
       XFER_INT("tcp_links", tcp.links),
       XFER_BOOL("tcp_least_loaded", tcp.least_loaded),
       XFER_BOOL("tcp_checksum", tcp.checksum),
+      {"tcp_nics", [](EngineOptions& o, pyb::handle v) { o.tcp.nics = TextList(v, "tcp_nics"); }},
       {"ucx_mode",
        [](EngineOptions& o, pyb::handle v) {
          if (!ParseUcxMode(Text(v, "ucx_mode"), &o.ucx.mode)) {

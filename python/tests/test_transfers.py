@@ -296,6 +296,21 @@ def test_checksummed_tcp_batches_move_data_both_ways(make_peer):
     assert xfer.DataCorruptedError.code == "DATA_CORRUPTED"
 
 
+def test_tcp_nics_name_the_interfaces_data_connections_use(make_peer):
+    # (Loopback only here; tests/fault/multinic_test.cc spreads a request over two NICs.)
+    peer = make_peer(memory="alloc", nbytes=1 << 20, options={"transport": "tcp", "tcp_nics": "lo"})
+    with xfer.Engine("127.0.0.1", transport="tcp", tcp_nics=["127.0.0.1"]) as engine:
+        engine.connect(peer.name)
+        data = random_bytes(1 << 20, 9)
+        engine.register(data)
+        engine.write(peer.name, [(data.ctypes.data, peer.addr, data.nbytes)])
+        assert peer.sha(0, data.nbytes) == sha(data)
+    with pytest.raises(xfer.InvalidArgumentError, match="no-such-nic0"):
+        xfer.Engine("127.0.0.1", tcp_nics="lo,no-such-nic0")
+    with pytest.raises(xfer.InvalidArgumentError, match="tcp_nics must be a list of strings"):
+        xfer.Engine("127.0.0.1", tcp_nics=7)
+
+
 def test_peers_authenticate_with_a_shared_secret(make_peer, tmp_path):
     secret = tmp_path / "secret"
     secret.write_bytes(np.random.default_rng(8).bytes(32))

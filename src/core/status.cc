@@ -47,6 +47,16 @@ constexpr std::string_view kStagingNames[] = {"auto", "always", "off"};
 }  // namespace
 
 bool ParseStaging(std::string_view text, Staging* out) { return text::ParseEnum(text, kStagingNames, out); }
+
+std::vector<std::string> SplitList(std::string_view text) {
+  std::vector<std::string> out;
+  while (!text.empty()) {
+    const size_t comma = std::min(text.find(','), text.size());
+    if (comma > 0) out.emplace_back(text.substr(0, comma));
+    text.remove_prefix(std::min(comma + 1, text.size()));
+  }
+  return out;
+}
 std::string_view StagingName(Staging s) { return text::EnumName(s, kStagingNames); }
 
 }  // namespace xfer

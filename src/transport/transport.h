@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "xfer/status.h"
 #include "xfer/types.h"
@@ -31,6 +32,9 @@ struct PeerEndpoint {
   uint16_t tcp_port = 0;    // the peer's tcp data port; 0 = none
   std::string auth_key;     // the authenticated control session's key; "" without a secret
   int pidfd = -1;           // same host: the peer process, verified (a transport dups it)
+  // The peer's tcp data addresses, one per NIC it serves on (its tcp.nics; "host:port" each):
+  // empty when it names none (then host:tcp_port).
+  std::vector<std::string> tcp_nics{};
 };
 
 using Clock = std::chrono::steady_clock;

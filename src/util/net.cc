@@ -154,7 +154,8 @@ Status Listen(const Address& addr, Fd* out, Address* bound) {
   return Status::Ok();
 }
 
-Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* out, const std::atomic<bool>* proceed) {
+Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* out, const std::atomic<bool>* proceed,
+                  const Source* from) {
   sockaddr_storage ss{};
   socklen_t len = 0;
   Status s = Resolve(addr, &ss, &len);
@@ -162,6 +163,18 @@ Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* out, cons
   Fd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) return {StatusCode::kResourceExhausted, Errno("socket")};
   SetNoDelay(fd.get());
+  if (from != nullptr && !from->address.empty()) {
+    if (!from->device.empty()) {  // (best effort: without the privilege, the address alone)
+      ::setsockopt(fd.get(), SOL_SOCKET, SO_BINDTODEVICE, from->device.c_str(),
+                   static_cast<socklen_t>(from->device.size()));
+    }
+    sockaddr_storage src{};
+    socklen_t src_len = 0;
+    if (s = Resolve(Address{from->address, 0, true}, &src, &src_len); !s.ok()) return s;
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&src), src_len) != 0) {
+      return {StatusCode::kConnectionLost, Errno(("bind to " + from->address).c_str())};
+    }
+  }
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
     if (errno != EINPROGRESS) {
       return {StatusCode::kConnectionLost, Errno(("connect " + addr.ToString()).c_str())};

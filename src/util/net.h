@@ -50,11 +50,19 @@ class Fd {
 
 // Binds and listens (non-blocking). *bound receives the address actually bound (port filled).
 Status Listen(const Address& addr, Fd* fd, Address* bound);
+// Where a connection leaves from: a local address to bind, and the interface it belongs to.
+// The socket is bound to the interface too (SO_BINDTODEVICE) when the process may (root or
+// CAP_NET_RAW): it then leaves through that NIC whatever the routing table prefers.
+struct Source {
+  std::string address;
+  std::string device;
+};
 // Connects with a deadline; the returned socket is non-blocking with TCP_NODELAY. proceed,
 // when given, is looked at every 50 ms while the connection is pending: false gives up
-// (kCanceled), e.g. when the engine is finalized.
+// (kCanceled), e.g. when the engine is finalized. from: where it leaves from (default: where
+// the kernel's route says).
 Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* fd,
-                  const std::atomic<bool>* proceed = nullptr);
+                  const std::atomic<bool>* proceed = nullptr, const Source* from = nullptr);
 // Sends / receives exactly len bytes on a non-blocking socket, waiting with poll up to deadline.
 // Receives first retry for up to `spin` before they sleep in poll: a sleep and wake-up costs
 // tens of microseconds on a VM, more than a small message's whole round trip.

@@ -90,6 +90,8 @@ TEST(IntegrationOptions, NonsenseValuesAreRefusedAtInitialize) {
        }},
       {"unknown transport", [](xfer::EngineOptions* o) { o->transport = "carrier-pigeon"; }},
       {"tcp.links 0", [](xfer::EngineOptions* o) { o->tcp.links = 0; }},
+      {"tcp.nics unknown", [](xfer::EngineOptions* o) { o->tcp.nics = {"no-such-nic0"}; }},
+      {"tcp.nics twice", [](xfer::EngineOptions* o) { o->tcp.nics = {"lo", "127.0.0.1"}; }},
       {"ucx.endpoints 65", [](xfer::EngineOptions* o) { o->ucx.endpoints = 65; }},
       {"ucx.mode 7", [](xfer::EngineOptions* o) { o->ucx.mode = static_cast<xfer::UcxMode>(7); }},
       {"staging 7", [](xfer::EngineOptions* o) { o->staging = static_cast<xfer::Staging>(7); }},

@@ -508,6 +508,8 @@ int main(int argc, char** argv) {
       options.metrics_listen = value;
     } else if (arg == "--fd-headroom") {
       fd_headroom = std::stoi(value);
+    } else if (arg == "--tcp-nics") {
+      options.tcp.nics = xfer::SplitList(value);
     } else {
       std::fprintf(stderr, "xfer_test_peer: unknown argument %s\n", arg.c_str());
       return 2;

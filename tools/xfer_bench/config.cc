@@ -141,7 +141,7 @@ json ConfigToJson(const Config& c) {
           {"walk_span", c.walk_span}, {"span", c.span},
           {"verify", c.verify},     {"local_mem", c.local_mem}, {"remote_mem", c.remote_mem},
           {"mem", c.mem},           {"huge_pages", c.huge_pages},
-          {"notify", c.notify},     {"checksum", c.checksum}, {"no_metrics", c.no_metrics}, {"buffer_pool", c.buffer_pool},                       {"staging_buffers", c.staging_buffers},
+          {"notify", c.notify},     {"checksum", c.checksum}, {"nics", c.nics}, {"no_metrics", c.no_metrics}, {"buffer_pool", c.buffer_pool},                       {"staging_buffers", c.staging_buffers},
           {"staging_bytes", c.staging_bytes}};
 }
 
@@ -163,6 +163,7 @@ void ConfigFromJson(const json& j, Config* c) {
   c->bidir = j.at("bidir");
   c->reuse = j.at("reuse");
   c->prepared = j.value("prepared", false);
+  c->nics = j.value("nics", std::string());
   c->walk_span = j.at("walk_span");
   c->span = j.at("span");
   c->verify = j.at("verify");
@@ -207,6 +208,7 @@ std::string RerunCommand(const std::string& argv0, const Config& c) {
   if (c.remote_mem != "host") o << " --remote-mem " << c.remote_mem;
   if (c.notify) o << " --notify";
   if (c.checksum) o << " --checksum";
+  if (!c.nics.empty()) o << " --nics " << c.nics;
   if (c.no_metrics) o << " --no-metrics";
   if (!c.metrics_listen.empty()) o << " --metrics " << c.metrics_listen;
   if (c.buffer_pool) o << " --buffer-pool";

@@ -35,6 +35,7 @@ struct Config {
   bool huge_pages = false;  // AllocOptions::huge_pages (alloc only)
   bool notify = false;       // every request carries a notification (TransferOptions::notify)
   bool checksum = false;     // EngineOptions::tcp.checksum on both sides
+  std::string nics;          // EngineOptions::tcp.nics of this side, comma-separated
   bool buffer_pool = false;  // EngineOptions::staging = Staging::kAlways on both sides
   int staging_buffers = 0;   // EngineOptions::staging_buffers; 0 = the engine's default
   std::string staging_bytes_arg;  // EngineOptions::staging_buffer_bytes as typed

@@ -80,6 +80,11 @@ void AddTestOptions(CLI::App* app, Config& c) {
   app->add_option("--spin", c.spin_us,
                   "EngineOptions::spin in us: how long waiters and idle streams spin before they sleep")
       ->check(CLI::Range(int64_t(0), int64_t(1000000)));
+  app->add_option("--nics", c.nics,
+                  "EngineOptions::tcp.nics of this side: the network interfaces (names or local "
+                  "IPv4 addresses, comma-separated) its tcp data connections use; a target serves "
+                  "on each, an initiator connects from each (default: the one route the kernel picks)")
+      ->type_name("LIST");
   app->add_option("--transport", c.transport,
                   "Force a transport: local, shm (only AllocMem memory, by memcpy from a mapping), "
                   "cma, ucx, tcp (forcing cma, ucx or tcp disables shm and cuda), cuda (only "

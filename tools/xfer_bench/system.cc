@@ -66,6 +66,7 @@ EngineOptions MakeEngineOptions(const Config& c) {
   o.metrics_listen = c.metrics_listen;
   o.staging = c.buffer_pool ? Staging::kAlways : Staging::kAuto;
   o.tcp.checksum = c.checksum;
+  o.tcp.nics = SplitList(c.nics);
   if (c.staging_buffers > 0) o.staging_buffers = c.staging_buffers;
   if (c.staging_bytes > 0) o.staging_buffer_bytes = c.staging_bytes;
   return o;

@@ -5,6 +5,7 @@
 #include "util/bytes.h"
 #include "util/checksum.h"
 #include "util/log.h"
+#include "util/nics.h"
 
 namespace xfer::transport {
 namespace {
@@ -30,7 +31,8 @@ class TcpBackend final : public Backend {
     if (o.tcp.checksum && !checksum::Available()) {
       return {StatusCode::kUnsupported, "tcp.checksum needs a build with libxxhash (libxxhash-dev)"};
     }
-    return Status::Ok();
+    std::vector<net::Nic> nics;
+    return net::ResolveNics(o.tcp.nics, &nics);
   }
 
   Status Start(const EngineContext& ctx) override {
@@ -43,10 +45,10 @@ class TcpBackend final : public Backend {
     hooks.is_peer = ctx.is_peer;
     hooks.authenticate = ctx.authenticate;
     hooks.peer_auth_key = ctx.peer_auth_key;
-    transport_ = std::make_unique<TcpTransport>(
-        TcpOptions{o.tcp.links, o.tcp.least_loaded, std::min<std::chrono::milliseconds>(o.heartbeat_timeout, std::chrono::hours(24)),
-                   o.spin, o.tcp.checksum},
-        hooks);
+    TcpOptions to{o.tcp.links, o.tcp.least_loaded, std::min<std::chrono::milliseconds>(o.heartbeat_timeout, std::chrono::hours(24)),
+                  o.spin, o.tcp.checksum, {}};
+    if (Status s = net::ResolveNics(o.tcp.nics, &to.nics); !s.ok()) return s;
+    transport_ = std::make_unique<TcpTransport>(std::move(to), hooks);
     if (Status s = transport_->Start(ctx.listen_host); !s.ok()) {
       XLOG(WARN) << "tcp transport not offered: cannot listen on " << ctx.listen_host << ": "
                  << s.message();
@@ -55,20 +57,27 @@ class TcpBackend final : public Backend {
     }
     return Status::Ok();
   }
+  // Our data port, then (when tcp.nics names any) u8 count, and per NIC: u8 length, its
+  // address, u16 port. (A peer that reads only the port ignores the rest.)
   std::optional<std::string> HelloBlob() const override {
     std::string b;
     bytes::Put(&b, transport_->port());
+    const auto& nics = transport_->nic_addresses();
+    if (nics.empty()) return b;
+    bytes::Put(&b, static_cast<uint8_t>(nics.size()));
+    for (const net::Address& a : nics) {
+      bytes::Put(&b, static_cast<uint8_t>(a.host.size()));
+      b += a.host;
+      bytes::Put(&b, a.port);
+    }
     return b;
   }
 
   Status Connect(const PeerContext& peer, std::shared_ptr<Route>* route) override {
-    std::string_view blob = peer.blob;
-    uint16_t port = 0;
-    if (!bytes::Take(&blob, &port) || !blob.empty() || port == 0) {
-      return {StatusCode::kUnsupported, "tcp: the peer's hello entry is malformed"};
-    }
+    PeerEndpoint at{peer.pid, peer.incarnation, 0, peer.host, 0, peer.auth_key, -1, {}};
+    if (!ParseHello(peer.blob, &at)) return {StatusCode::kUnsupported, "tcp: the peer's hello entry is malformed"};
     std::shared_ptr<Link> link;
-    Status s = transport_->Connect(PeerEndpoint{peer.pid, peer.incarnation, 0, peer.host, port, peer.auth_key, -1}, &link);
+    Status s = transport_->Connect(at, &link);
     if (!s.ok()) return s;
     *route = std::make_shared<TcpRoute>(std::move(link), LimitsOf(*transport_, options_));
     return Status::Ok();
@@ -79,6 +88,24 @@ class TcpBackend final : public Backend {
   void StopServing() override { transport_->Stop(); }
 
  private:
+  static bool ParseHello(std::string_view blob, PeerEndpoint* at) {
+    uint8_t count = 0;
+    if (!bytes::Take(&blob, &at->tcp_port) || at->tcp_port == 0) return false;
+    if (blob.empty()) return true;
+    if (!bytes::Take(&blob, &count) || count == 0 || count > kMaxNics) return false;
+    for (uint8_t i = 0; i < count; ++i) {
+      uint8_t len = 0;
+      uint16_t port = 0;
+      if (!bytes::Take(&blob, &len) || len == 0 || blob.size() < len) return false;
+      net::Address a{std::string(blob.substr(0, len)), 0, true};
+      blob.remove_prefix(len);
+      if (!bytes::Take(&blob, &port) || port == 0) return false;
+      a.port = port;
+      at->tcp_nics.push_back(a.ToString());
+    }
+    return blob.empty();
+  }
+  static constexpr uint8_t kMaxNics = 16;
   EngineOptions options_;
   std::unique_ptr<TcpTransport> transport_;  // null until started
 };

@@ -118,9 +118,17 @@ TcpTransport::~TcpTransport() { Stop(); }
 
 Status TcpTransport::Start(const std::string& host) {
   net::Address bound;
-  Status s = net::Listen(net::Address{host, 0, true}, &listener_, &bound);
+  listeners_.emplace_back();
+  Status s = net::Listen(net::Address{host, 0, true}, &listeners_.back(), &bound);
   if (!s.ok()) return s;
   port_ = bound.port;
+  for (const net::Nic& nic : opts_.nics) {  // (one more listener on each NIC)
+    listeners_.emplace_back();
+    if (s = net::Listen(net::Address{nic.address, 0, true}, &listeners_.back(), &bound); !s.ok()) {
+      return {s.code(), "tcp.nics: cannot listen on " + nic.name + " (" + nic.address + "): " + s.message()};
+    }
+    nic_addresses_.push_back(bound);
+  }
   if (s = serving_.Start(); !s.ok()) return s;
   acceptor_ = std::thread([this] { AcceptLoop(); });
   return Status::Ok();
@@ -128,7 +136,9 @@ Status TcpTransport::Start(const std::string& host) {
 
 void TcpTransport::Stop() {
   if (stop_.exchange(true)) return;
-  if (listener_.valid()) ::shutdown(listener_.get(), SHUT_RDWR);  // wakes the acceptor's poll
+  for (auto& l : listeners_) {
+    if (l.valid()) ::shutdown(l.get(), SHUT_RDWR);  // wakes the acceptor's poll
+  }
   if (acceptor_.joinable()) acceptor_.join();
   std::list<std::shared_ptr<Service>> all;
   {
@@ -150,7 +160,9 @@ void TcpTransport::AcceptLoop() {
     // The listener while accepting (not while out of descriptors), and every handshake.
     polled.clear();
     const bool accepting = accept_pause_.Over();
-    if (accepting) polled.push_back({listener_.get(), POLLIN, 0});
+    if (accepting) {
+      for (const auto& l : listeners_) polled.push_back({l.get(), POLLIN, 0});
+    }
     auto wake = Clock::now() + (accepting ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(10));
     for (const Handshaking& h : handshaking) {
       polled.push_back({h.fd.get(), h.events(), 0});
@@ -159,14 +171,17 @@ void TcpTransport::AcceptLoop() {
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
     ::poll(polled.data(), polled.size(), static_cast<int>(std::clamp<int64_t>(wait + 1, 0, 1000)));
     ReapServices();
-    size_t i = accepting ? 1 : 0;
+    const size_t listening = accepting ? listeners_.size() : 0;
+    size_t i = listening;
     for (auto it = handshaking.begin(); it != handshaking.end(); ++i) {
       const bool ready = polled[i].revents != 0;
       it = !ready && Clock::now() < it->deadline ? std::next(it)
            : Advance(*it)                        ? std::next(it)
                                                  : handshaking.erase(it);
     }
-    if (accepting && (polled[0].revents & POLLIN)) Accept(&handshaking);
+    for (size_t l = 0; l < listening; ++l) {
+      if (polled[l].revents & POLLIN) Accept(listeners_[l].get(), &handshaking);
+    }
   }
 }
 
@@ -181,9 +196,9 @@ void TcpTransport::ReapServices() {
   }
 }
 
-void TcpTransport::Accept(std::list<Handshaking>* handshaking) {
+void TcpTransport::Accept(int listener, std::list<Handshaking>* handshaking) {
   for (int n = 0; n < 16 && !stop_.load(); ++n) {  // (a burst at a time, then the handshakes' turn)
-    int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       accept_pause_.Shortage(errno);  // out of descriptors: accepting again now would spin
       return;

@@ -84,18 +84,62 @@ struct Stream {
   }
 };
 
+// One way to the peer: from one of our NICs (or from where the kernel routes), to one of its
+// data addresses.
+struct Path {
+  net::Source from;  // empty address: the kernel's choice
+  net::Address to;
+};
+
+// The paths to a peer. Without NICs of ours: one to each data address it gives. With them:
+// each pair of our NIC and its address in that NIC's subnet; when no pair shares a subnet
+// (routed networks), our NICs and its addresses paired in order.
+std::vector<Path> PathsTo(const PeerEndpoint& peer, const std::vector<net::Nic>& nics) {
+  std::vector<net::Address> theirs;
+  for (const std::string& a : peer.tcp_nics) {
+    net::Address parsed;
+    if (net::ParseAddress(a, &parsed).ok() && parsed.has_port) theirs.push_back(parsed);
+  }
+  if (theirs.empty()) theirs.push_back(net::Address{peer.host, peer.tcp_port, true});
+  std::vector<Path> paths;
+  if (nics.empty()) {
+    for (const auto& t : theirs) paths.push_back(Path{{}, t});
+    return paths;
+  }
+  for (const net::Nic& n : nics) {
+    for (const auto& t : theirs) {
+      if (n.OnLink(t.host)) paths.push_back(Path{{n.address, n.name}, t});
+    }
+  }
+  if (paths.empty()) {
+    for (size_t i = 0; i < std::max(nics.size(), theirs.size()); ++i) {
+      const net::Nic& n = nics[i % nics.size()];
+      paths.push_back(Path{{n.address, n.name}, theirs[i % theirs.size()]});
+    }
+  }
+  return paths;
+}
+
 class TcpLink final : public Link {
  public:
   TcpLink(PeerEndpoint peer, uint64_t my_incarnation, TcpOptions opts)
-      : peer_(std::move(peer)), me_(my_incarnation), opts_(opts) {
-    for (int i = 0; i < std::max(opts.links, 1); ++i) conns_.push_back(std::make_unique<Conn>());
+      : peer_(std::move(peer)), me_(my_incarnation), opts_(opts), paths_(PathsTo(peer_, opts_.nics)) {
+    // At least one connection per path, and tcp.links in all.
+    const size_t n = std::max(static_cast<size_t>(std::max(opts.links, 1)), paths_.size());
+    for (size_t i = 0; i < n; ++i) {
+      conns_.push_back(std::make_unique<Conn>());
+      conns_.back()->path = &paths_[i % paths_.size()];
+    }
   }
 
   Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override {
+    uint64_t bytes = 0;
+    for (const Slice& s : batch) bytes += s.len;
     Conn& c = Pick();
     // (Stamped before the count rises: Interrupt never sees it busy with an older stamp.)
     if (c.busy.load() == 0) c.busy_from.store(Clock::now());
     c.busy.fetch_add(1);
+    c.queued_bytes.fetch_add(bytes);
     const uint64_t epoch = c.interrupts.load();
     Status s = Attempt(c, epoch, op, batch, deadline);
     // Damaged on the way (a checksum did not match): batches are idempotent, so once more.
@@ -103,6 +147,7 @@ class TcpLink final : public Link {
       XLOG(WARN) << s.message() << " (peer " << peer_.host << "); trying the batch once more";
       s = Attempt(c, epoch, op, batch, deadline);
     }
+    c.queued_bytes.fetch_sub(bytes);
     c.busy.fetch_sub(1);
     if (!s.ok() && shut_.load()) return Gone();
     return s;
@@ -141,6 +186,8 @@ class TcpLink final : public Link {
 
  private:
   struct Conn {
+    const Path* path = nullptr;        // where its streams go (one of paths_)
+    std::atomic<uint64_t> queued_bytes{0};  // of the batches on it now
     std::mutex send_mu;                // one frame on the wire at a time
     std::mutex stream_mu;              // guards replacing stream against Shutdown()
     std::shared_ptr<Stream> stream;    // the current connection; replaced once broken
@@ -162,7 +209,18 @@ class TcpLink final : public Link {
     return {StatusCode::kConnectionLost, "tcp: the session with " + peer_.host + " ended"};
   }
 
+  // Over several paths: the connection with the fewest bytes queued, so that each path gets
+  // batches as fast as it moves them (a slower NIC drains its queue slower, and so gets fewer).
   Conn& Pick() {
+    if (paths_.size() > 1) {
+      const size_t first = rr_.fetch_add(1) % conns_.size();  // (ties: in turn)
+      Conn* best = conns_[first].get();
+      for (size_t i = 1; i < conns_.size(); ++i) {
+        Conn* c = conns_[(first + i) % conns_.size()].get();
+        if (c->queued_bytes.load() < best->queued_bytes.load()) best = c;
+      }
+      return *best;
+    }
     if (opts_.least_loaded) {
       Conn* best = conns_[0].get();
       for (auto& c : conns_) {
@@ -275,8 +333,9 @@ class TcpLink final : public Link {
   // handshake, so that Shutdown breaks a handshake that a hung peer never answers.
   Status Open(Conn& c, uint64_t epoch, Clock::time_point deadline, std::shared_ptr<Stream>* out) {
     auto st = std::make_shared<Stream>();
-    Status s = net::ConnectTcp(net::Address{peer_.host, peer_.tcp_port, true}, deadline, &st->fd);
-    if (!s.ok()) return OpenFailed("", s);
+    const Path& path = *c.path;
+    Status s = net::ConnectTcp(path.to, deadline, &st->fd, nullptr, path.from.address.empty() ? nullptr : &path.from);
+    if (!s.ok()) return OpenFailed(path.from.address.empty() ? "" : "from " + path.from.device + ": ", s);
     {
       std::lock_guard l(c.stream_mu);
       if (shut_.load()) return Gone();
@@ -398,6 +457,7 @@ class TcpLink final : public Link {
   const PeerEndpoint peer_;
   const uint64_t me_;
   const TcpOptions opts_;
+  const std::vector<Path> paths_;  // (conns point into it)
   std::vector<std::unique_ptr<Conn>> conns_;
   std::atomic<uint32_t> rr_{0};
   std::atomic<bool> shut_{false};

@@ -41,6 +41,7 @@
 #include "transport/transport.h"
 #include "util/log.h"
 #include "util/net.h"
+#include "util/nics.h"
 #include "util/serve_pool.h"
 
 namespace xfer::transport {
@@ -54,6 +55,9 @@ struct TcpOptions {
   std::chrono::milliseconds io_timeout{3000};
   std::chrono::microseconds spin{50};  // receivers spin this long before they sleep
   bool checksum = false;  // this initiator's batches carry a checksum of their payload
+  // The NICs to serve on and to connect from (EngineOptions::tcp.nics, resolved); empty: the
+  // listen address alone, and whatever source the kernel picks.
+  std::vector<net::Nic> nics{};
 };
 
 using TcpTargetAccess = TargetAccess;  // how the target may touch a range a batch names
@@ -79,10 +83,12 @@ class TcpTransport final : public Transport {
   TcpTransport(TcpOptions opts, TcpTargetHooks hooks);
   ~TcpTransport() override;  // Stop()
 
-  // Listens for data connections on host (port chosen by the OS).
+  // Listens for data connections on host (port chosen by the OS), and on each of opts.nics.
   Status Start(const std::string& host);
   void Stop();
   uint16_t port() const { return port_; }
+  // Where peers reach us on each of opts.nics (address and port), in their order.
+  const std::vector<net::Address>& nic_addresses() const { return nic_addresses_; }
   // Closes the data connections a peer opened to us (it is gone).
   void DropPeer(uint64_t incarnation);
 
@@ -125,7 +131,7 @@ class TcpTransport final : public Transport {
   // Accepts new data connections and moves their handshakes on (no thread of their own until
   // the peer has proved itself); a connection whose handshake passes joins serving_.
   void AcceptLoop();
-  void Accept(std::list<Handshaking>* handshaking);
+  void Accept(int listener, std::list<Handshaking>* handshaking);
   bool Advance(Handshaking& h);  // false: the handshake is over (admitted, refused or failed)
   void Admit(Handshaking& h, StatusCode verdict);  // sends the verdict; kOk: starts serving
   void ReapServices();  // forgets the connections that ended
@@ -150,7 +156,8 @@ class TcpTransport final : public Transport {
 
   const TcpOptions opts_;
   const TcpTargetHooks hooks_;
-  net::Fd listener_;
+  std::vector<net::Fd> listeners_;  // host's, then one per NIC (set before the acceptor starts)
+  std::vector<net::Address> nic_addresses_;
   net::AcceptPause accept_pause_{"tcp data listener"};  // (AcceptLoop only)
   uint16_t port_ = 0;
   std::thread acceptor_;

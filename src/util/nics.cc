@@ -1,0 +1,71 @@
+#include "util/nics.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <bit>
+
+namespace xfer::net {
+namespace {
+
+bool ToIpv4(const std::string& dotted, uint32_t* host_order) {
+  in_addr a{};
+  if (::inet_pton(AF_INET, dotted.c_str(), &a) != 1) return false;
+  *host_order = ntohl(a.s_addr);
+  return true;
+}
+
+}  // namespace
+
+bool Nic::OnLink(const std::string& addr) const {
+  uint32_t mine = 0, theirs = 0;
+  if (!ToIpv4(address, &mine) || !ToIpv4(addr, &theirs)) return false;
+  const uint32_t mask = prefix <= 0 ? 0 : ~uint32_t{0} << (32 - std::min(prefix, 32));
+  return (mine & mask) == (theirs & mask);
+}
+
+std::vector<Nic> LocalNics() {
+  std::vector<Nic> out;
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return out;
+  for (const ifaddrs* i = all; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    Nic n;
+    n.name = i->ifa_name;
+    char text[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
+    n.address = text;
+    if (i->ifa_netmask != nullptr) {
+      n.prefix = std::popcount(ntohl(reinterpret_cast<const sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr));
+    }
+    n.up = (i->ifa_flags & IFF_UP) != 0 && (i->ifa_flags & IFF_RUNNING) != 0;
+    n.loopback = (i->ifa_flags & IFF_LOOPBACK) != 0;
+    out.push_back(std::move(n));
+  }
+  ::freeifaddrs(all);
+  return out;
+}
+
+Status ResolveNics(const std::vector<std::string>& wanted, std::vector<Nic>* out) {
+  out->clear();
+  const std::vector<Nic> here = LocalNics();
+  for (const std::string& w : wanted) {
+    auto it = std::find_if(here.begin(), here.end(), [&](const Nic& n) { return n.name == w || n.address == w; });
+    if (it == here.end()) {
+      const bool named = ::if_nametoindex(w.c_str()) != 0;
+      return {StatusCode::kInvalidArgument,
+              "tcp.nics: '" + w + "' is " + (named ? "an interface without an IPv4 address" : "neither an interface nor an IPv4 address of this host")};
+    }
+    if (!it->up) return {StatusCode::kInvalidArgument, "tcp.nics: interface " + it->name + " is down"};
+    if (std::any_of(out->begin(), out->end(), [&](const Nic& n) { return n.address == it->address; })) {
+      return {StatusCode::kInvalidArgument, "tcp.nics: " + w + " is named twice"};
+    }
+    out->push_back(*it);
+  }
+  return Status::Ok();
+}
+
+}  // namespace xfer::net

@@ -1,0 +1,123 @@
+// Two hosts joined by two NICs: each engine runs in its own network namespace, the two joined
+// by two veth pairs in two subnets, and both engines name both NICs in tcp.nics. Nothing
+// leaves the namespaces this test creates (and removes). Needs root; skips with the reason
+// otherwise.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "test_common.h"
+
+namespace xfer_test {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool Shell(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
+
+// A counter of an interface inside a namespace, from the kernel (not from xfer).
+uint64_t Counter(const std::string& ns, const std::string& dev, const std::string& what) {
+  const std::string cmd = "ip netns exec " + ns + " cat /sys/class/net/" + dev + "/statistics/" + what;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return 0;
+  unsigned long long v = 0;
+  if (std::fscanf(p, "%llu", &v) != 1) v = 0;
+  ::pclose(p);
+  return v;
+}
+
+class TwoNics : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+    const std::string id = std::to_string(getpid());
+    ns_a_ = "xfer-na-" + id;
+    ns_b_ = "xfer-nb-" + id;
+    std::vector<std::string> cmds = {"ip netns add " + ns_a_, "ip netns add " + ns_b_};
+    made_ = true;
+    for (int n = 0; n < 2; ++n) {  // NIC n: veth a<n> in A, b<n> in B, subnet 10.23<3+n>.x.0/30
+      const std::string a = "na" + std::to_string(n) + "-" + id, b = "nb" + std::to_string(n) + "-" + id;
+      const std::string net = "10.23" + std::to_string(3 + n) + "." + std::to_string(getpid() % 250) + ".";
+      dev_a_.push_back(a);
+      dev_b_.push_back(b);
+      ip_a_.push_back(net + "1");
+      ip_b_.push_back(net + "2");
+      for (const std::string& c : {"ip link add " + a + " type veth peer name " + b,
+                                   "ip link set " + a + " netns " + ns_a_, "ip link set " + b + " netns " + ns_b_,
+                                   "ip -n " + ns_a_ + " addr add " + net + "1/30 dev " + a,
+                                   "ip -n " + ns_b_ + " addr add " + net + "2/30 dev " + b,
+                                   "ip -n " + ns_a_ + " link set " + a + " up",
+                                   "ip -n " + ns_b_ + " link set " + b + " up"}) {
+        cmds.push_back(c);
+      }
+    }
+    cmds.push_back("ip -n " + ns_a_ + " link set lo up");
+    cmds.push_back("ip -n " + ns_b_ + " link set lo up");
+    for (const auto& c : cmds) {
+      if (!Shell(c)) GTEST_SKIP() << "cannot build the two-NIC network ('" << c << "' failed)";
+    }
+    std::string err;
+    ASSERT_TRUE(a_.Start(Options(ns_a_, ip_a_[0], "host-a", dev_a_[0] + "," + ip_a_[1]), &err)) << err;
+    ASSERT_TRUE(b_.Start(Options(ns_b_, ip_b_[0], "host-b", dev_b_[0] + "," + dev_b_[1]), &err)) << err;
+    ASSERT_TRUE(PollUntil([&] { return a_.Call("connect " + b_.name() + " 2000").ok; }, 10s))
+        << "host a cannot reach host b";
+  }
+  void TearDown() override {
+    if (!made_) return;
+    a_.KillNow();
+    b_.KillNow();
+    Shell("ip netns del " + ns_a_);
+    Shell("ip netns del " + ns_b_);
+  }
+  // (nics: one by name, one by address on host a, to take both forms.)
+  static PeerOptions Options(const std::string& ns, const std::string& ip, const std::string& host,
+                             const std::string& nics) {
+    PeerOptions o;
+    o.extra_args = {"--transport", "tcp", "--tcp-nics", nics};
+    o.netns = ns;
+    o.name = ip + ":0";
+    o.host_id = host;
+    o.heartbeat_ms = 200;
+    o.heartbeat_timeout_ms = 1500;
+    return o;
+  }
+  uint64_t Bytes(const std::string& what, int nic) { return Counter(ns_a_, dev_a_[size_t(nic)], what); }
+
+  std::string ns_a_, ns_b_;
+  std::vector<std::string> dev_a_, dev_b_, ip_a_, ip_b_;
+  bool made_ = false;
+  PeerProcess a_, b_;
+};
+
+// A 64 MiB WRITE and READ: the data verifies, and each NIC carried a fair part of it by the
+// kernel's own counters.
+TEST_F(TwoNics, ARequestsBatchesGoOverBothNics) {
+  constexpr uint64_t kLen = 64 << 20;
+  const PeerRegion region = b_.Alloc(kLen, "landing");
+  const uint64_t local = a_.Buf(kLen);
+  ASSERT_NE(local, 0u);
+  a_.FillRange(local, kLen, 5);
+  const uint64_t tx0 = Bytes("tx_bytes", 0), tx1 = Bytes("tx_bytes", 1);
+  Reply w = a_.Xfer("write", b_.name(), 30000, local, region.addr, kLen);
+  ASSERT_TRUE(w.ok) << w.line;
+  EXPECT_EQ(b_.SumRange(region.addr, kLen), a_.SumRange(local, kLen));
+  const uint64_t sent0 = Bytes("tx_bytes", 0) - tx0, sent1 = Bytes("tx_bytes", 1) - tx1;
+  EXPECT_GE(sent0, kLen / 5) << "NIC 0 sent " << sent0 << " of a " << kLen << "-byte WRITE, NIC 1 " << sent1;
+  EXPECT_GE(sent1, kLen / 5) << "NIC 1 sent " << sent1 << " of a " << kLen << "-byte WRITE, NIC 0 " << sent0;
+  EXPECT_GE(sent0 + sent1, kLen);
+
+  b_.FillRange(region.addr, kLen, 6);
+  const uint64_t rx0 = Bytes("rx_bytes", 0), rx1 = Bytes("rx_bytes", 1);
+  Reply r = a_.Xfer("read", b_.name(), 30000, local, region.addr, kLen);
+  ASSERT_TRUE(r.ok) << r.line;
+  EXPECT_EQ(a_.SumRange(local, kLen), b_.SumRange(region.addr, kLen));
+  const uint64_t got0 = Bytes("rx_bytes", 0) - rx0, got1 = Bytes("rx_bytes", 1) - rx1;
+  EXPECT_GE(got0, kLen / 5) << "NIC 0 received " << got0 << " of a " << kLen << "-byte READ, NIC 1 " << got1;
+  EXPECT_GE(got1, kLen / 5) << "NIC 1 received " << got1 << " of a " << kLen << "-byte READ, NIC 0 " << got0;
+}
+
+}  // namespace
+}  // namespace xfer_test
