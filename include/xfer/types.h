@@ -113,6 +113,9 @@ struct PeerInfo {
     uint64_t bytes = 0;
   };
   std::vector<Moved> moved;
+  // tcp over several NICs (EngineOptions::tcp.nics): the bytes of `moved`'s "tcp" by pair of
+  // NICs, each named "eth1 (10.0.1.1) -> 10.0.1.2:4100" (our NIC, its address). Empty over one.
+  std::vector<Moved> nic_pairs;
 
   bool Reaches(std::string_view backend) const {
     for (const auto& r : routes) {

@@ -330,6 +330,11 @@ of its samples carrying those labels; metrics.text() is the Prometheus text form
         for (const auto& mv : p.moved) d[pyb::str(mv.path)] = mv.bytes;
         return d;
       }, "bytes moved to or from the peer, by route (and \"staged\")")
+      .def_property_readonly("nic_pairs", [](const PeerInfo& p) {
+        pyb::dict d;
+        for (const auto& mv : p.nic_pairs) d[pyb::str(mv.path)] = mv.bytes;
+        return d;
+      }, "tcp over several NICs (tcp_nics): the tcp bytes by pair of NICs; empty over one")
       .def("__repr__", [](const PeerInfo& p) {
         return "<xfer.PeerInfo " + p.name + " via " + p.transport + ">";
       });

@@ -305,6 +305,7 @@ def test_tcp_nics_name_the_interfaces_data_connections_use(make_peer):
         engine.register(data)
         engine.write(peer.name, [(data.ctypes.data, peer.addr, data.nbytes)])
         assert peer.sha(0, data.nbytes) == sha(data)
+        assert engine.peer_info(peer.name).nic_pairs == {}  # (one pair: lo to lo)
     with pytest.raises(xfer.InvalidArgumentError, match="no-such-nic0"):
         xfer.Engine("127.0.0.1", tcp_nics="lo,no-such-nic0")
     with pytest.raises(xfer.InvalidArgumentError, match="tcp_nics must be a list of strings"):

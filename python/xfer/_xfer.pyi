@@ -38,6 +38,7 @@ class PeerInfo:
     outbound: bool
     routes: list[str]
     moved: dict[str, int]
+    nic_pairs: dict[str, int]
 
 class MetricSample:
     labels: dict[str, str]

@@ -39,6 +39,9 @@ Status BackendSet::Start(const transport::EngineContext& ctx) {
       return {StatusCode::kUnsupported,
               "transport '" + forced_ + "' forced, but " + e.off};
     }
+    // (A backend that cannot honour an option it was given, e.g. a NIC it cannot serve on,
+    // fails Initialize rather than go quietly unoffered.)
+    if (!e.started && s.code() == StatusCode::kInvalidArgument) return s;
     all_.push_back(std::move(e));
   }
   return Status::Ok();

@@ -318,6 +318,7 @@ Status EngineImpl::GetPeerInfo(const std::string& remote, PeerInfo* info) {
   for (const auto& r : st.routes.routes) {  // (built here: the routes are the one record)
     info->routes.emplace_back(r->backend());
     info->moved.push_back({std::string(r->backend()), r->bytes().load(std::memory_order_relaxed)});
+    for (auto& [path, bytes] : r->link().PathBytes()) info->nic_pairs.push_back({std::move(path), bytes});
   }
   info->moved.push_back({"staged", st.staged_bytes.load(std::memory_order_relaxed)});
   return Status::Ok();

@@ -114,18 +114,17 @@ void StreamPool::SharedCopy(void* dst, const void* src, size_t len) {
     std::memcpy(dst, src, len);
     return;
   }
-  thread_local uint32_t tick = 0;
-  const ShareRule::Choice choice = share_rule_.Choose(len, ++tick);
+  thread_local uint32_t ticks[ShareRule::kClasses] = {};  // (each class times its own copies)
+  const ShareRule::Choice choice = share_rule_.Choose(len, ++ticks[ShareRule::ClassOf(len)]);
   const auto start = choice.timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-  ShareRule::Mode ran = ShareRule::kAlone;
   if (choice.mode == ShareRule::kAlone) {
     std::memcpy(dst, src, len);
-  } else if (CopyWithHelper(dst, src, len)) {
-    ran = ShareRule::kShare;
-  } else if (choice.timed) {
-    share_rule_.Unmeasured(len, ShareRule::kShare);
+  } else if (!CopyWithHelper(dst, src, len)) {
+    // Copied alone (perhaps with a stream's wake-up after it): not a sample of either way.
+    if (choice.timed) share_rule_.Unmeasured(len, ShareRule::kShare);
+    return;
   }
-  if (choice.timed) share_rule_.Record(len, ran, std::chrono::steady_clock::now() - start);
+  if (choice.timed) share_rule_.Record(len, choice.mode, std::chrono::steady_clock::now() - start, choice.ends_trial);
 }
 
 bool StreamPool::CopyWithHelper(void* dst, const void* src, size_t len) {

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "xfer/status.h"
@@ -73,6 +74,8 @@ class Link {
   // The peer is gone or leaving: batches in progress end soon (a pipelined link lets what was
   // posted complete first, for a second, two at most), and later ones fail.
   virtual void Shutdown() {}
+  // A link over several network paths (tcp over several NICs): the bytes each moved, by name.
+  virtual std::vector<std::pair<std::string, uint64_t>> PathBytes() const { return {}; }
   // A fence has waited for this link's batches as long as it may. When a connection busy since
   // before `since` has finished no batch since, the peer stalls: the batches on every busy
   // connection of the link that finished none since end at once with kConnectionLost and are

@@ -171,6 +171,8 @@ Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* out, cons
     sockaddr_storage src{};
     socklen_t src_len = 0;
     if (s = Resolve(Address{from->address, 0, true}, &src, &src_len); !s.ok()) return s;
+    const int no_port = 1;  // (the port is chosen at connect, per destination: no port held)
+    ::setsockopt(fd.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &no_port, sizeof no_port);
     if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&src), src_len) != 0) {
       return {StatusCode::kConnectionLost, Errno(("bind to " + from->address).c_str())};
     }

@@ -51,8 +51,9 @@ class Fd {
 // Binds and listens (non-blocking). *bound receives the address actually bound (port filled).
 Status Listen(const Address& addr, Fd* fd, Address* bound);
 // Where a connection leaves from: a local address to bind, and the interface it belongs to.
-// The socket is bound to the interface too (SO_BINDTODEVICE) when the process may (root or
-// CAP_NET_RAW): it then leaves through that NIC whatever the routing table prefers.
+// The socket is bound to the interface too (SO_BINDTODEVICE) where the kernel allows it (any
+// process from Linux 5.7; before it, root or CAP_NET_RAW): it then leaves through that NIC
+// whatever the routing table prefers.
 struct Source {
   std::string address;
   std::string device;

@@ -27,6 +27,14 @@ bool Nic::OnLink(const std::string& addr) const {
   return (mine & mask) == (theirs & mask);
 }
 
+bool IsRemoteIpv4(const std::string& addr, const std::string& peer_host) {
+  uint32_t a = 0, peer = 0;
+  if (!ToIpv4(addr, &a)) return false;
+  const auto loopback = [](uint32_t v) { return (v >> 24) == 127; };
+  if ((a >> 24) == 0 || (a >> 28) == 0xE) return false;  // unspecified, multicast
+  return !loopback(a) || (ToIpv4(peer_host, &peer) && loopback(peer)) || peer_host == "localhost";
+}
+
 std::vector<Nic> LocalNics() {
   std::vector<Nic> out;
   ifaddrs* all = nullptr;
@@ -51,6 +59,7 @@ std::vector<Nic> LocalNics() {
 
 Status ResolveNics(const std::vector<std::string>& wanted, std::vector<Nic>* out) {
   out->clear();
+  if (wanted.empty()) return Status::Ok();
   const std::vector<Nic> here = LocalNics();
   for (const std::string& w : wanted) {
     auto it = std::find_if(here.begin(), here.end(), [&](const Nic& n) { return n.name == w || n.address == w; });

@@ -293,6 +293,16 @@ class Peer {
              (info.Reaches("cuda") ? "1" : "0") + " " + std::to_string(info.BytesVia("cuda")) + " " +
              std::to_string(info.BytesVia("staged"));
     }
+    if (cmd == "nic_pairs") {  // GetPeerInfo's nic_pairs: "OK <count> <bytes>..." in its order
+      std::string name;
+      if (!(in >> name)) return Bad("usage: nic_pairs <name>");
+      xfer::PeerInfo info;
+      xfer::Status s = engine_.GetPeerInfo(name, &info);
+      if (!s.ok()) return Err(s);
+      std::string out = "OK " + std::to_string(info.nic_pairs.size());
+      for (const auto& p : info.nic_pairs) out += " " + std::to_string(p.bytes);
+      return out;
+    }
     if (cmd == "regions") {
       std::string name;
       if (!(in >> name)) return Bad("usage: regions <name>");

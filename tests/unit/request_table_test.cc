@@ -79,9 +79,11 @@ TEST(RequestTable, AHandleRacedForIsTakenOnce) {
   other.join();
   EXPECT_EQ(taken_here + taken_by_other.load(), kRounds) << "a handle was reported twice or never";
   EXPECT_EQ(unknown, taken_by_other.load());
-  table.Clear();
   std::shared_ptr<Request> req;
-  EXPECT_FALSE(table.Find(table.TrackCompleted() - kRounds * 16, false, &req)) << "an old handle came back";
+  for (RequestHandle h : ring) EXPECT_FALSE(table.Find(h, false, &req)) << "a handle taken came back";
+  const RequestHandle left = table.TrackCompleted();
+  table.Clear();
+  EXPECT_FALSE(table.Find(left, false, &req)) << "Clear left a handle in the ring";
 }
 
 }  // namespace

@@ -48,6 +48,7 @@ TEST(ShareRule, UsesTheCheaperModeAndTriesTheOtherInShortRuns) {
     const ShareRule::Choice c = rule.Choose(k16K, ShareRule::kPeriod * 3 + t);
     EXPECT_EQ(c.mode, ShareRule::kAlone);
     EXPECT_EQ(c.timed, t >= 2);
+    EXPECT_EQ(c.ends_trial, t == 3);
   }
 }
 
@@ -56,7 +57,9 @@ TEST(ShareRule, AModeThatKeepsLosingIsTriedLessOften) {
   rule.Record(k16K, ShareRule::kShare, nanoseconds(200));
   rule.Record(k16K, ShareRule::kAlone, nanoseconds(400));
   for (uint32_t i = 1; i <= ShareRule::kMaxBackoff + 2; ++i) {
-    rule.Record(k16K, ShareRule::kAlone, nanoseconds(400));  // a trial alone loses again
+    rule.Record(k16K, ShareRule::kAlone, nanoseconds(400));  // a trial alone loses again:
+    EXPECT_EQ(rule.Backoff(k16K), std::min(i - 1, ShareRule::kMaxBackoff)) << "not counted before its end";
+    rule.Record(k16K, ShareRule::kAlone, nanoseconds(400), true);  // its last copy
     EXPECT_EQ(rule.Backoff(k16K), std::min(i, ShareRule::kMaxBackoff));
   }
   const uint32_t every = 1u << ShareRule::kMaxBackoff;
@@ -92,7 +95,7 @@ TEST(ShareRule, FollowsAChangeWithinAFewSamples) {
   // its exploration samples; they bring it back once they are fast again.
   samples = 0;
   while (rule.Preferred(k16K) == ShareRule::kAlone) {
-    rule.Record(k16K, ShareRule::kShare, nanoseconds(150));
+    rule.Record(k16K, ShareRule::kShare, nanoseconds(150), samples % 2 == 1);
     ASSERT_LT(++samples, 40);
   }
 }

@@ -237,6 +237,11 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
     for (const auto& m : pi1.moved) {
       if (m.path != "shm" && m.path != "cuda" && m.path != "staged") row->transport_bytes += moved(m.path);
     }
+    for (const auto& m : pi1.nic_pairs) {
+      uint64_t before = 0;
+      for (const auto& b : pi0.nic_pairs) before = b.path == m.path ? b.bytes : before;
+      row->nic_bytes.emplace_back(m.path, int64_t(m.bytes - before));
+    }
   }
   if (c_.verify) row->verify = Verify(block);
   return true;

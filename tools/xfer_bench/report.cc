@@ -55,6 +55,7 @@ std::string Bench::HugeNote() const {
 void Bench::PrintPaths(const std::string& test) {
   if (!c_.bidir) {
     std::printf("# path: %s\n", PathText(SumPaths(rows_, test, "", c_.batch)).c_str());
+    if (const std::string nics = NicText(rows_, test, ""); !nics.empty()) std::printf("# nics: %s\n", nics.c_str());
   } else {
     std::printf("# path ->: %s\n", PathText(SumPaths(rows_, test, "->", c_.batch)).c_str());
     std::printf("# path <-: %s\n", PathText(SumPaths(rows_, test, "<-", c_.batch)).c_str());

@@ -1,5 +1,8 @@
 #include "row.h"
 
+#include <algorithm>
+#include <cstdio>
+
 namespace xfer::bench {
 
 json OptNum(double v) { return v >= 0 ? json(v) : json(nullptr); }
@@ -35,7 +38,8 @@ json RowToJson(const Row& r) {
           {"shm_bytes", r.shm_bytes >= 0 ? json(r.shm_bytes) : json(nullptr)},
           {"transport_bytes", r.transport_bytes >= 0 ? json(r.transport_bytes) : json(nullptr)},
           {"cuda_bytes", r.cuda_bytes >= 0 ? json(r.cuda_bytes) : json(nullptr)},
-          {"staged_bytes", r.staged_bytes >= 0 ? json(r.staged_bytes) : json(nullptr)}};
+          {"staged_bytes", r.staged_bytes >= 0 ? json(r.staged_bytes) : json(nullptr)},
+          {"nic_bytes", r.nic_bytes}};
 }
 
 Row RowFromJson(const json& j) {
@@ -65,6 +69,7 @@ Row RowFromJson(const json& j) {
   r.transport_bytes = j.at("transport_bytes").is_null() ? -1 : j.at("transport_bytes").get<int64_t>();
   r.cuda_bytes = j.at("cuda_bytes").is_null() ? -1 : j.at("cuda_bytes").get<int64_t>();
   r.staged_bytes = j.at("staged_bytes").is_null() ? -1 : j.at("staged_bytes").get<int64_t>();
+  if (j.contains("nic_bytes")) r.nic_bytes = j.at("nic_bytes").get<std::vector<std::pair<std::string, int64_t>>>();
   return r;
 }
 
@@ -112,6 +117,27 @@ PathTotals SumPaths(const std::vector<Row>& rows, const std::string& test, const
   }
   if (!any) p.known = false;
   return p;
+}
+
+std::string NicText(const std::vector<Row>& rows, const std::string& test, const std::string& dir) {
+  std::vector<std::pair<std::string, int64_t>> sum;
+  int64_t total = 0;
+  for (const Row& r : rows) {
+    if (r.test != test || r.dir != dir) continue;
+    for (const auto& [pair, bytes] : r.nic_bytes) {
+      auto it = std::find_if(sum.begin(), sum.end(), [&](const auto& e) { return e.first == pair; });
+      if (it == sum.end()) it = sum.insert(sum.end(), {pair, 0});
+      it->second += bytes;
+      total += bytes;
+    }
+  }
+  std::string s;
+  for (const auto& [pair, bytes] : sum) {
+    char pct[16];
+    std::snprintf(pct, sizeof pct, "%.0f%%", total > 0 ? 100.0 * double(bytes) / double(total) : 0.0);
+    s += (s.empty() ? "" : ", ") + pair + " " + pct + " (" + std::to_string(bytes) + " bytes)";
+  }
+  return s;
 }
 
 Row SumRows(const Row& a, const Row& b) {

@@ -1,6 +1,10 @@
 // One measured row, its JSON form, and the bytes of a test's rows by path.
 #pragma once
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "config.h"
 
 namespace xfer::bench {
@@ -28,11 +32,16 @@ struct Row {
   int64_t transport_bytes = -1;
   int64_t cuda_bytes = -1;
   int64_t staged_bytes = -1;
+  // tcp over several NICs: the transport's bytes in the timed window by pair of NICs
+  // (GetPeerInfo's nic_pairs); empty over one.
+  std::vector<std::pair<std::string, int64_t>> nic_bytes;
 };
 
 json OptNum(double v);
 json RowToJson(const Row& r);
 Row RowFromJson(const json& j);
+// "eth1 (..) -> .. 52% (N bytes), ...": a test's rows' bytes by pair of NICs; "" when none.
+std::string NicText(const std::vector<Row>& rows, const std::string& test, const std::string& dir);
 // The sum of the two directions of a bidirectional size.
 Row SumRows(const Row& a, const Row& b);
 

@@ -31,6 +31,10 @@ class TcpBackend final : public Backend {
     if (o.tcp.checksum && !checksum::Available()) {
       return {StatusCode::kUnsupported, "tcp.checksum needs a build with libxxhash (libxxhash-dev)"};
     }
+    if (o.tcp.nics.size() > kMaxNics) {
+      return {StatusCode::kInvalidArgument, "tcp.nics names " + std::to_string(o.tcp.nics.size()) +
+                                                " interfaces; at most " + std::to_string(kMaxNics)};
+    }
     std::vector<net::Nic> nics;
     return net::ResolveNics(o.tcp.nics, &nics);
   }
@@ -58,7 +62,8 @@ class TcpBackend final : public Backend {
     return Status::Ok();
   }
   // Our data port, then (when tcp.nics names any) u8 count, and per NIC: u8 length, its
-  // address, u16 port. (A peer that reads only the port ignores the rest.)
+  // address, u16 port. (An engine that names no NICs sends the port alone, as earlier versions
+  // did; those refuse the longer entry, and tcp is then not offered between the two.)
   std::optional<std::string> HelloBlob() const override {
     std::string b;
     bytes::Put(&b, transport_->port());
@@ -101,7 +106,10 @@ class TcpBackend final : public Backend {
       blob.remove_prefix(len);
       if (!bytes::Take(&blob, &port) || port == 0) return false;
       a.port = port;
-      at->tcp_nics.push_back(a.ToString());
+      // Only an IPv4 address that can be another host's is used: no names (no lookups on the
+      // peer's word), no loopback or unspecified address unless the peer is reached on
+      // loopback. Others are left out (a peer's NIC list is a hint; its host and port stay).
+      if (net::IsRemoteIpv4(a.host, at->host)) at->tcp_nics.push_back(a.ToString());
     }
     return blob.empty();
   }

@@ -125,7 +125,8 @@ Status TcpTransport::Start(const std::string& host) {
   for (const net::Nic& nic : opts_.nics) {  // (one more listener on each NIC)
     listeners_.emplace_back();
     if (s = net::Listen(net::Address{nic.address, 0, true}, &listeners_.back(), &bound); !s.ok()) {
-      return {s.code(), "tcp.nics: cannot listen on " + nic.name + " (" + nic.address + "): " + s.message()};
+      return {StatusCode::kInvalidArgument,
+              "tcp.nics: cannot listen on " + nic.name + " (" + nic.address + "): " + s.message()};
     }
     nic_addresses_.push_back(bound);
   }

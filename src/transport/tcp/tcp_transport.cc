@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "transport/tcp/tcp_paths.h"
 #include "transport/tcp/tcp_wire.h"
 #include "util/checksum.h"
 #include "util/crypto.h"
@@ -84,73 +85,52 @@ struct Stream {
   }
 };
 
-// One way to the peer: from one of our NICs (or from where the kernel routes), to one of its
-// data addresses.
-struct Path {
-  net::Source from;  // empty address: the kernel's choice
-  net::Address to;
-};
-
-// The paths to a peer. Without NICs of ours: one to each data address it gives. With them:
-// each pair of our NIC and its address in that NIC's subnet; when no pair shares a subnet
-// (routed networks), our NICs and its addresses paired in order.
-std::vector<Path> PathsTo(const PeerEndpoint& peer, const std::vector<net::Nic>& nics) {
-  std::vector<net::Address> theirs;
-  for (const std::string& a : peer.tcp_nics) {
-    net::Address parsed;
-    if (net::ParseAddress(a, &parsed).ok() && parsed.has_port) theirs.push_back(parsed);
-  }
-  if (theirs.empty()) theirs.push_back(net::Address{peer.host, peer.tcp_port, true});
-  std::vector<Path> paths;
-  if (nics.empty()) {
-    for (const auto& t : theirs) paths.push_back(Path{{}, t});
-    return paths;
-  }
-  for (const net::Nic& n : nics) {
-    for (const auto& t : theirs) {
-      if (n.OnLink(t.host)) paths.push_back(Path{{n.address, n.name}, t});
-    }
-  }
-  if (paths.empty()) {
-    for (size_t i = 0; i < std::max(nics.size(), theirs.size()); ++i) {
-      const net::Nic& n = nics[i % nics.size()];
-      paths.push_back(Path{{n.address, n.name}, theirs[i % theirs.size()]});
-    }
-  }
-  return paths;
-}
-
 class TcpLink final : public Link {
  public:
   TcpLink(PeerEndpoint peer, uint64_t my_incarnation, TcpOptions opts)
       : peer_(std::move(peer)), me_(my_incarnation), opts_(opts), paths_(PathsTo(peer_, opts_.nics)) {
-    // At least one connection per path, and tcp.links in all.
-    const size_t n = std::max(static_cast<size_t>(std::max(opts.links, 1)), paths_.size());
+    // tcp.links connections, at least one per path, and as many on each path.
+    const size_t links = static_cast<size_t>(std::max(opts.links, 1));
+    const size_t n = (links + paths_.size() - 1) / paths_.size() * paths_.size();
     for (size_t i = 0; i < n; ++i) {
       conns_.push_back(std::make_unique<Conn>());
-      conns_.back()->path = &paths_[i % paths_.size()];
+      conns_.back()->path = paths_[i % paths_.size()].get();
     }
   }
 
+  // Over several paths, a batch that lost its connection goes again on another path while
+  // its deadline allows (batches are idempotent); the lost path is avoided for its back-off.
   Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override {
     uint64_t bytes = 0;
     for (const Slice& s : batch) bytes += s.len;
-    Conn& c = Pick();
-    // (Stamped before the count rises: Interrupt never sees it busy with an older stamp.)
-    if (c.busy.load() == 0) c.busy_from.store(Clock::now());
-    c.busy.fetch_add(1);
-    c.queued_bytes.fetch_add(bytes);
-    const uint64_t epoch = c.interrupts.load();
-    Status s = Attempt(c, epoch, op, batch, deadline);
-    // Damaged on the way (a checksum did not match): batches are idempotent, so once more.
-    if (s.code() == StatusCode::kDataCorrupted && !shut_.load() && Clock::now() < deadline) {
-      XLOG(WARN) << s.message() << " (peer " << peer_.host << "); trying the batch once more";
-      s = Attempt(c, epoch, op, batch, deadline);
+    Conn* c = &Pick();
+    for (;;) {
+      bool interrupted = false;
+      Status s = ExecuteOnConn(*c, op, batch, bytes, deadline, &interrupted);
+      if (s.ok()) {
+        if (c->path->Worked(bytes)) XLOG(INFO) << "tcp: the path " << c->path->Name() << " works again";
+        return s;
+      }
+      if (shut_.load()) return Gone();
+      if (s.code() != StatusCode::kConnectionLost || interrupted || paths_.size() < 2 ||
+          Clock::now() >= deadline) {
+        return s;
+      }
+      const auto backoff = c->path->backoff();
+      if (c->path->Lost()) {
+        XLOG(WARN) << "tcp: the path " << c->path->Name() << " lost its connection (" << s.message()
+                   << "); its batches go over the other paths; tried again in " << backoff.count() << " ms";
+      }
+      c = PickAvoiding(Clock::now());
+      if (c == nullptr) return s;  // every path is avoided now
     }
-    c.queued_bytes.fetch_sub(bytes);
-    c.busy.fetch_sub(1);
-    if (!s.ok() && shut_.load()) return Gone();
-    return s;
+  }
+
+  std::vector<std::pair<std::string, uint64_t>> PathBytes() const override {
+    std::vector<std::pair<std::string, uint64_t>> out;
+    if (paths_.size() < 2) return out;
+    for (const auto& p : paths_) out.emplace_back(p->Name(), p->bytes());
+    return out;
   }
 
   void Shutdown() override {
@@ -186,7 +166,7 @@ class TcpLink final : public Link {
 
  private:
   struct Conn {
-    const Path* path = nullptr;        // where its streams go (one of paths_)
+    Path* path = nullptr;              // where its streams go (one of paths_)
     std::atomic<uint64_t> queued_bytes{0};  // of the batches on it now
     std::mutex send_mu;                // one frame on the wire at a time
     std::mutex stream_mu;              // guards replacing stream against Shutdown()
@@ -209,17 +189,46 @@ class TcpLink final : public Link {
     return {StatusCode::kConnectionLost, "tcp: the session with " + peer_.host + " ended"};
   }
 
-  // Over several paths: the connection with the fewest bytes queued, so that each path gets
-  // batches as fast as it moves them (a slower NIC drains its queue slower, and so gets fewer).
+  // One batch on connection c: *interrupted when a fence's Interrupt ended it (not a path's
+  // fault: it is not tried elsewhere).
+  Status ExecuteOnConn(Conn& c, Op op, std::span<const Slice> batch, uint64_t bytes,
+                       Clock::time_point deadline, bool* interrupted) {
+    // (Stamped before the count rises: Interrupt never sees it busy with an older stamp.)
+    if (c.busy.load() == 0) c.busy_from.store(Clock::now());
+    c.busy.fetch_add(1);
+    c.queued_bytes.fetch_add(bytes);
+    const uint64_t epoch = c.interrupts.load();
+    Status s = Attempt(c, epoch, op, batch, deadline);
+    // Damaged on the way (a checksum did not match): batches are idempotent, so once more.
+    if (s.code() == StatusCode::kDataCorrupted && !shut_.load() && Clock::now() < deadline) {
+      XLOG(WARN) << s.message() << " (peer " << peer_.host << "); trying the batch once more";
+      s = Attempt(c, epoch, op, batch, deadline);
+    }
+    *interrupted = c.interrupts.load() != epoch;
+    c.queued_bytes.fetch_sub(bytes);
+    c.busy.fetch_sub(1);
+    return s;
+  }
+
+  // Over several paths: the connection with the fewest bytes queued, of a path not avoided
+  // (so that each path gets batches as fast as it moves them: a slower NIC drains its queue
+  // slower, and so gets fewer). Null when every path is avoided.
+  Conn* PickAvoiding(Clock::time_point now) {
+    const size_t first = rr_.fetch_add(1) % conns_.size();  // (ties: in turn)
+    Conn* best = nullptr;
+    for (size_t i = 0; i < conns_.size(); ++i) {
+      Conn* c = conns_[(first + i) % conns_.size()].get();
+      if (c->path->Avoided(now)) continue;
+      if (best == nullptr || c->queued_bytes.load() < best->queued_bytes.load()) best = c;
+    }
+    return best;
+  }
+
   Conn& Pick() {
     if (paths_.size() > 1) {
-      const size_t first = rr_.fetch_add(1) % conns_.size();  // (ties: in turn)
-      Conn* best = conns_[first].get();
-      for (size_t i = 1; i < conns_.size(); ++i) {
-        Conn* c = conns_[(first + i) % conns_.size()].get();
-        if (c->queued_bytes.load() < best->queued_bytes.load()) best = c;
-      }
-      return *best;
+      // (Every path avoided: the least loaded all the same; its batch finds out.)
+      Conn* c = PickAvoiding(Clock::now());
+      return c != nullptr ? *c : *PickAvoiding(Clock::time_point::max());
     }
     if (opts_.least_loaded) {
       Conn* best = conns_[0].get();
@@ -333,7 +342,7 @@ class TcpLink final : public Link {
   // handshake, so that Shutdown breaks a handshake that a hung peer never answers.
   Status Open(Conn& c, uint64_t epoch, Clock::time_point deadline, std::shared_ptr<Stream>* out) {
     auto st = std::make_shared<Stream>();
-    const Path& path = *c.path;
+    const Path& path = *c.path;  // (its from and to never change)
     Status s = net::ConnectTcp(path.to, deadline, &st->fd, nullptr, path.from.address.empty() ? nullptr : &path.from);
     if (!s.ok()) return OpenFailed(path.from.address.empty() ? "" : "from " + path.from.device + ": ", s);
     {
@@ -457,7 +466,7 @@ class TcpLink final : public Link {
   const PeerEndpoint peer_;
   const uint64_t me_;
   const TcpOptions opts_;
-  const std::vector<Path> paths_;  // (conns point into it)
+  const std::vector<std::unique_ptr<Path>> paths_;  // (conns point to them)
   std::vector<std::unique_ptr<Conn>> conns_;
   std::atomic<uint32_t> rr_{0};
   std::atomic<bool> shut_{false};

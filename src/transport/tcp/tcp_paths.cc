@@ -1,0 +1,66 @@
+#include "transport/tcp/tcp_paths.h"
+
+#include <algorithm>
+
+namespace xfer::transport {
+namespace {
+constexpr std::chrono::milliseconds kFirstBackoff{100}, kMaxBackoff{5000};
+}  // namespace
+
+std::string Path::Name() const {
+  const std::string dest = "-> " + to.ToString();
+  return from.address.empty() ? dest : from.device + " (" + from.address + ") " + dest;
+}
+
+std::chrono::milliseconds Path::backoff() const {
+  const uint32_t n = std::min<uint32_t>(losses_.load(), 6);
+  return std::min(kMaxBackoff, kFirstBackoff * (1 << n));
+}
+
+bool Path::Lost() {
+  const auto wait = backoff();
+  const uint32_t before = losses_.fetch_add(1);
+  avoid_until_.store((Clock::now() + wait).time_since_epoch().count());
+  return before == 0;
+}
+
+bool Path::Worked(uint64_t bytes) {
+  bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  if (losses_.load(std::memory_order_relaxed) == 0) return false;
+  avoid_until_.store(0);
+  return losses_.exchange(0) != 0;
+}
+
+std::vector<std::unique_ptr<Path>> PathsTo(const PeerEndpoint& peer, const std::vector<net::Nic>& nics) {
+  std::vector<std::unique_ptr<Path>> paths;
+  auto add = [&](net::Source from, const net::Address& to) {
+    paths.push_back(std::make_unique<Path>());
+    paths.back()->from = std::move(from);
+    paths.back()->to = to;
+  };
+  const net::Address main{peer.host, peer.tcp_port, true};
+  if (nics.empty()) {  // (one route, as ever: the peer's NICs may not be reachable from here)
+    add({}, main);
+    return paths;
+  }
+  std::vector<net::Address> theirs;
+  for (const std::string& a : peer.tcp_nics) {
+    net::Address parsed;
+    if (net::ParseAddress(a, &parsed).ok() && parsed.has_port) theirs.push_back(parsed);
+  }
+  if (theirs.empty()) theirs.push_back(main);
+  for (const net::Nic& n : nics) {
+    for (const auto& t : theirs) {
+      if (n.OnLink(t.host)) add({n.address, n.name}, t);
+    }
+  }
+  if (paths.empty()) {
+    for (size_t i = 0; i < std::max(nics.size(), theirs.size()); ++i) {
+      const net::Nic& n = nics[i % nics.size()];
+      add({n.address, n.name}, theirs[i % theirs.size()]);
+    }
+  }
+  return paths;
+}
+
+}  // namespace xfer::transport

@@ -1,0 +1,45 @@
+// The ways from this engine to a tcp peer over several NICs (TcpOptions::nics, the peer's
+// advertised addresses), and what each one is worth now: a path that lost a connection is
+// avoided for a while (doubling, from 100 ms to 5 s), then tried again.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+#include "util/net.h"
+#include "util/nics.h"
+
+namespace xfer::transport {
+
+struct Path {
+  net::Source from;  // empty address: the kernel's choice
+  net::Address to;
+  std::string Name() const;  // "eth1 (10.0.0.1) -> 10.0.0.2:4100", or "-> host:port"
+
+  // --- health (any thread)
+  // The path lost a connection: it is avoided for its back-off, which doubles. True when this
+  // is news (it was up): the caller logs it.
+  bool Lost();
+  // A batch moved on it: true when it had been lost (it is back: the caller logs it).
+  bool Worked(uint64_t bytes);
+  bool Avoided(Clock::time_point now) const { return now.time_since_epoch().count() < avoid_until_.load(); }
+  std::chrono::milliseconds backoff() const;  // the one its next loss brings
+  uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> avoid_until_{0};  // steady_clock ticks
+  std::atomic<uint32_t> losses_{0};      // in a row
+  std::atomic<uint64_t> bytes_{0};
+};
+
+// The paths to a peer. Without NICs of ours: one, to its host and tcp_port, from where the
+// kernel routes. With them: each pair of our NIC and a data address it gave (its host and
+// tcp_port when it gave none) in that NIC's subnet; when no pair shares a subnet (routed
+// networks), our NICs and its addresses paired in order.
+std::vector<std::unique_ptr<Path>> PathsTo(const PeerEndpoint& peer, const std::vector<net::Nic>& nics);
+
+}  // namespace xfer::transport

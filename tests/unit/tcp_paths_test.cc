@@ -1,0 +1,76 @@
+// The tcp transport's paths over several NICs: which pairs of NICs it uses, and how a lost
+// path is avoided, then tried again.
+#include "transport/tcp/tcp_paths.h"
+
+#include <gtest/gtest.h>
+
+namespace xfer::transport {
+namespace {
+
+PeerEndpoint Peer(std::vector<std::string> addresses) {
+  PeerEndpoint p;
+  p.host = "10.9.9.9";
+  p.tcp_port = 4000;
+  p.tcp_nics = std::move(addresses);
+  return p;
+}
+net::Nic NicOf(const std::string& name, const std::string& address, int prefix) {
+  return net::Nic{name, address, prefix, true, false};
+}
+std::vector<std::string> Names(const std::vector<std::unique_ptr<Path>>& paths) {
+  std::vector<std::string> out;
+  for (const auto& p : paths) out.push_back(p->Name());
+  return out;
+}
+
+TEST(TcpPaths, WithoutNicsOneRouteToThePeersHostAsEver) {
+  EXPECT_EQ(Names(PathsTo(Peer({}), {})), (std::vector<std::string>{"-> 10.9.9.9:4000"}));
+  EXPECT_EQ(Names(PathsTo(Peer({"10.0.1.2:5", "10.0.2.2:6"}), {})), (std::vector<std::string>{"-> 10.9.9.9:4000"}))
+      << "the peer's NICs may not be reachable from here";
+}
+
+TEST(TcpPaths, AddressesThatDoNotParseAreLeftOut) {
+  EXPECT_EQ(Names(PathsTo(Peer({"garbage", "10.0.3.2:7"}), {NicOf("eth1", "10.0.3.1", 24)})),
+            (std::vector<std::string>{"eth1 (10.0.3.1) -> 10.0.3.2:7"}));
+  EXPECT_EQ(Names(PathsTo(Peer({"no port"}), {NicOf("eth9", "10.9.9.1", 24)})),
+            (std::vector<std::string>{"eth9 (10.9.9.1) -> 10.9.9.9:4000"}));
+}
+
+TEST(TcpPaths, EachNicPairsWithTheAddressesInItsSubnet) {
+  const std::vector<net::Nic> nics = {NicOf("eth1", "10.0.1.1", 24), NicOf("eth2", "10.0.2.1", 24)};
+  EXPECT_EQ(Names(PathsTo(Peer({"10.0.2.2:6", "10.0.1.2:5"}), nics)),
+            (std::vector<std::string>{"eth1 (10.0.1.1) -> 10.0.1.2:5", "eth2 (10.0.2.1) -> 10.0.2.2:6"}));
+  // A peer with one address in eth1's subnet: eth2 is not used.
+  EXPECT_EQ(Names(PathsTo(Peer({"10.0.1.2:5"}), nics)), (std::vector<std::string>{"eth1 (10.0.1.1) -> 10.0.1.2:5"}));
+}
+
+TEST(TcpPaths, WithoutASharedSubnetNicsAndAddressesPairInOrder) {
+  const std::vector<net::Nic> nics = {NicOf("eth1", "192.168.1.1", 24), NicOf("eth2", "192.168.2.1", 24)};
+  EXPECT_EQ(Names(PathsTo(Peer({}), nics)),
+            (std::vector<std::string>{"eth1 (192.168.1.1) -> 10.9.9.9:4000", "eth2 (192.168.2.1) -> 10.9.9.9:4000"}));
+  EXPECT_EQ(Names(PathsTo(Peer({"10.0.1.2:5", "10.0.2.2:6", "10.0.3.2:7"}), nics)),
+            (std::vector<std::string>{"eth1 (192.168.1.1) -> 10.0.1.2:5", "eth2 (192.168.2.1) -> 10.0.2.2:6",
+                                      "eth1 (192.168.1.1) -> 10.0.3.2:7"}));
+}
+
+TEST(TcpPaths, ALostPathIsAvoidedForABackoffThatDoubles) {
+  Path p;
+  const auto now = Clock::now();
+  EXPECT_FALSE(p.Avoided(now));
+  EXPECT_EQ(p.backoff(), std::chrono::milliseconds(100));
+  EXPECT_TRUE(p.Lost()) << "the first loss is news";
+  EXPECT_TRUE(p.Avoided(Clock::now()));
+  EXPECT_FALSE(p.Avoided(Clock::now() + std::chrono::milliseconds(150)));
+  EXPECT_FALSE(p.Lost()) << "a second loss in a row is not";
+  EXPECT_EQ(p.backoff(), std::chrono::milliseconds(400));
+  for (int i = 0; i < 10; ++i) p.Lost();
+  EXPECT_EQ(p.backoff(), std::chrono::milliseconds(5000)) << "capped";
+  EXPECT_TRUE(p.Worked(100)) << "back";
+  EXPECT_FALSE(p.Avoided(Clock::now()));
+  EXPECT_FALSE(p.Worked(50));
+  EXPECT_EQ(p.bytes(), 150u);
+  EXPECT_EQ(p.backoff(), std::chrono::milliseconds(100)) << "starts over";
+}
+
+}  // namespace
+}  // namespace xfer::transport
