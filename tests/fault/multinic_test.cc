@@ -1,23 +1,16 @@
 // Two hosts joined by two NICs: each engine runs in its own network namespace, the two joined
-// by two veth pairs in two subnets, and both engines name both NICs in tcp.nics. Nothing
-// leaves the namespaces this test creates (and removes). Needs root; skips with the reason
-// otherwise.
-#include <unistd.h>
-
+// by two veth pairs in two subnets (namespaces.h), and both engines name both NICs in tcp.nics.
 #include <cstdio>
-#include <cstdlib>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "test_common.h"
+#include "namespaces.h"
 
 namespace xfer_test {
 namespace {
 
 using namespace std::chrono_literals;
-
-bool Shell(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
 
 // A counter of an interface inside a namespace, from the kernel (not from xfer).
 uint64_t Counter(const std::string& ns, const std::string& dev, const std::string& what) {
@@ -30,67 +23,25 @@ uint64_t Counter(const std::string& ns, const std::string& dev, const std::strin
   return v;
 }
 
-class TwoNics : public ::testing::Test {
+class TwoNics : public TwoNamespaces {
  protected:
   void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
-    const std::string id = std::to_string(getpid());
-    ns_a_ = "xfer-na-" + id;
-    ns_b_ = "xfer-nb-" + id;
-    std::vector<std::string> cmds = {"ip netns add " + ns_a_, "ip netns add " + ns_b_};
-    made_ = true;
-    for (int n = 0; n < 2; ++n) {  // NIC n: veth a<n> in A, b<n> in B, subnet 10.23<3+n>.x.0/30
-      const std::string a = "na" + std::to_string(n) + "-" + id, b = "nb" + std::to_string(n) + "-" + id;
-      const std::string net = "10.23" + std::to_string(3 + n) + "." + std::to_string(getpid() % 250) + ".";
-      dev_a_.push_back(a);
-      dev_b_.push_back(b);
-      ip_a_.push_back(net + "1");
-      ip_b_.push_back(net + "2");
-      for (const std::string& c : {"ip link add " + a + " type veth peer name " + b,
-                                   "ip link set " + a + " netns " + ns_a_, "ip link set " + b + " netns " + ns_b_,
-                                   "ip -n " + ns_a_ + " addr add " + net + "1/30 dev " + a,
-                                   "ip -n " + ns_b_ + " addr add " + net + "2/30 dev " + b,
-                                   "ip -n " + ns_a_ + " link set " + a + " up",
-                                   "ip -n " + ns_b_ + " link set " + b + " up"}) {
-        cmds.push_back(c);
-      }
-    }
-    cmds.push_back("ip -n " + ns_a_ + " link set lo up");
-    cmds.push_back("ip -n " + ns_b_ + " link set lo up");
-    for (const auto& c : cmds) {
-      if (!Shell(c)) GTEST_SKIP() << "cannot build the two-NIC network ('" << c << "' failed)";
-    }
+    if (std::string why; !Build(2, &why)) GTEST_SKIP() << why;
+    // (NICs on host a named one by name, one by address, to take both forms.)
     std::string err;
-    ASSERT_TRUE(a_.Start(Options(ns_a_, ip_a_[0], "host-a", dev_a_[0] + "," + ip_a_[1]), &err)) << err;
-    ASSERT_TRUE(b_.Start(Options(ns_b_, ip_b_[0], "host-b", dev_b_[0] + "," + dev_b_[1]), &err)) << err;
+    ASSERT_TRUE(a_.Start(PeerIn(ns_a_, ip_a_[0], "host-a", Args(dev_a_[0] + "," + ip_a_[1])), &err)) << err;
+    ASSERT_TRUE(b_.Start(PeerIn(ns_b_, ip_b_[0], "host-b", Args(dev_b_[0] + "," + dev_b_[1])), &err)) << err;
     ASSERT_TRUE(PollUntil([&] { return a_.Call("connect " + b_.name() + " 2000").ok; }, 10s))
         << "host a cannot reach host b";
   }
   void TearDown() override {
-    if (!made_) return;
     a_.KillNow();
     b_.KillNow();
-    Shell("ip netns del " + ns_a_);
-    Shell("ip netns del " + ns_b_);
-    for (const auto& d : dev_a_) Shell("ip link del " + d);  // (left here when SetUp stopped early)
+    Remove();
   }
-  // (nics: one by name, one by address on host a, to take both forms.)
-  static PeerOptions Options(const std::string& ns, const std::string& ip, const std::string& host,
-                             const std::string& nics) {
-    PeerOptions o;
-    o.extra_args = {"--transport", "tcp", "--tcp-nics", nics};
-    o.netns = ns;
-    o.name = ip + ":0";
-    o.host_id = host;
-    o.heartbeat_ms = 200;
-    o.heartbeat_timeout_ms = 1500;
-    return o;
-  }
+  static std::vector<std::string> Args(const std::string& nics) { return {"--transport", "tcp", "--tcp-nics", nics}; }
   uint64_t Bytes(const std::string& what, int nic) { return Counter(ns_a_, dev_a_[size_t(nic)], what); }
 
-  std::string ns_a_, ns_b_;
-  std::vector<std::string> dev_a_, dev_b_, ip_a_, ip_b_;
-  bool made_ = false;
   PeerProcess a_, b_;
 };
 
@@ -167,18 +118,12 @@ TEST_F(TwoNics, LosingEveryNicFailsTheRequest) {
   constexpr uint64_t kLen = 64 << 20;
   const PeerRegion region = b_.Alloc(kLen);
   const uint64_t local = a_.Buf(kLen);
-  Reply req = a_.Call("axfer write " + b_.name() + " 60000 " + std::to_string(local) + " " +
-                      std::to_string(region.addr) + " " + std::to_string(kLen) + " 64");
-  ASSERT_TRUE(req.ok) << req.line;
+  const std::string req = StartLongWrite(a_, b_.name(), local, region.addr, kLen);
+  ASSERT_FALSE(req.empty());
   std::this_thread::sleep_for(50ms);
   ASSERT_TRUE(Shell("ip -n " + ns_a_ + " link set " + dev_a_[0] + " down"));
   ASSERT_TRUE(Shell("ip -n " + ns_a_ + " link set " + dev_a_[1] + " down"));
-  const auto t0 = Clock::now();
-  Reply done = a_.Call("wait " + req.words.at(0) + " 15000", 20s);
-  ASSERT_TRUE(done.ok) << done.line;
-  EXPECT_EQ(done.words.at(0), "FAILED") << done.line;
-  EXPECT_EQ(done.words.at(1), "CONNECTION_LOST") << done.line;
-  EXPECT_LT(SecondsSince(t0), 1.5 + 2.0) << "not ended within the heartbeat timeout";
+  ExpectLostWithinHeartbeat(a_, req, Clock::now());
 }
 
 }  // namespace

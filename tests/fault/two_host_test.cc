@@ -1,78 +1,35 @@
 // Two hosts on one machine: each engine runs in its own network namespace, the two joined by
-// a veth pair, with distinct host ids. Nothing leaves the namespaces this test creates (and
-// removes). Needs root; skips with the reason otherwise.
-#include <unistd.h>
-
+// a veth pair, with distinct host ids (namespaces.h).
 #include <algorithm>
-#include <cstdlib>
 #include <vector>
 
-#include "test_common.h"
+#include "namespaces.h"
 
 namespace xfer_test {
 namespace {
 
 using namespace std::chrono_literals;
 
-bool Shell(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
-
-class FaultTwoHosts : public ::testing::Test {
+class FaultTwoHosts : public TwoNamespaces {
  protected:
   void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
-    const std::string id = std::to_string(getpid());
-    ns_a_ = "xfer-a-" + id;
-    ns_b_ = "xfer-b-" + id;
-    veth_a_ = "xa" + id;
-    veth_b_ = "xb" + id;
-    const std::string net = "10.231." + std::to_string(getpid() % 250) + ".";
-    ip_a_ = net + "1";
-    ip_b_ = net + "2";
-    made_ = true;
-    const std::string cmds[] = {
-        "ip netns add " + ns_a_,
-        "ip netns add " + ns_b_,
-        "ip link add " + veth_a_ + " type veth peer name " + veth_b_,
-        "ip link set " + veth_a_ + " netns " + ns_a_,
-        "ip link set " + veth_b_ + " netns " + ns_b_,
-        "ip -n " + ns_a_ + " addr add " + ip_a_ + "/30 dev " + veth_a_,
-        "ip -n " + ns_b_ + " addr add " + ip_b_ + "/30 dev " + veth_b_,
-        "ip -n " + ns_a_ + " link set lo up",
-        "ip -n " + ns_b_ + " link set lo up",
-        "ip -n " + ns_a_ + " link set " + veth_a_ + " up",
-        "ip -n " + ns_b_ + " link set " + veth_b_ + " up",
-    };
-    for (const auto& c : cmds) {
-      if (!Shell(c)) GTEST_SKIP() << "cannot build the two-host network ('" << c << "' failed)";
-    }
+    if (std::string why; !Build(1, &why)) GTEST_SKIP() << why;
     std::string err;
-    ASSERT_TRUE(a_.Start(Options(ns_a_, ip_a_, HostId("host-a")), &err)) << err;
-    ASSERT_TRUE(b_.Start(Options(ns_b_, ip_b_, HostId("host-b")), &err)) << err;
+    ASSERT_TRUE(a_.Start(PeerIn(ns_a_, ip_a_[0], HostId("host-a"), PeerArgs()), &err)) << err;
+    ASSERT_TRUE(b_.Start(PeerIn(ns_b_, ip_b_[0], HostId("host-b"), PeerArgs()), &err)) << err;
     ASSERT_TRUE(PollUntil([&] { return a_.Call("connect " + b_.name() + " 2000").ok; }, 10s))
         << "host a cannot reach host b";
   }
   void TearDown() override {
-    if (!made_) return;
-    Shell("ip -n " + ns_a_ + " link set " + veth_a_ + " up");  // let the peers say goodbye
+    if (built_) Shell("ip -n " + ns_a_ + " link set " + dev_a_[0] + " up");  // let the peers say goodbye
     a_.KillNow();
     b_.KillNow();
-    Shell("ip netns del " + ns_a_);
-    Shell("ip netns del " + ns_b_);
+    Remove();
   }
   // Distinct ids: two hosts. Empty: the engines' own (boot) id, so one host in two namespaces.
   virtual std::string HostId(const std::string& fake) { return fake; }
   // tcp: these tests are about it (ucx, preferred when built in, has its own below).
   virtual std::vector<std::string> PeerArgs() { return {"--transport", "tcp"}; }
-  PeerOptions Options(const std::string& ns, const std::string& ip, const std::string& host) {
-    PeerOptions o;
-    o.extra_args = PeerArgs();
-    o.netns = ns;
-    o.name = ip + ":0";
-    o.host_id = host;
-    o.heartbeat_ms = 200;
-    o.heartbeat_timeout_ms = 1500;
-    return o;
-  }
 
   // a_ WRITEs each size into a region of b_, then READs it back; both sides compared.
   void MoveSizesBothWays(std::initializer_list<uint64_t> sizes, PeerRegion* region,
@@ -94,8 +51,6 @@ class FaultTwoHosts : public ::testing::Test {
     }
   }
 
-  std::string ns_a_, ns_b_, veth_a_, veth_b_, ip_a_, ip_b_;
-  bool made_ = false;
   PeerProcess a_, b_;
 };
 
@@ -184,20 +139,14 @@ TEST_F(FaultTwoHosts, CuttingTheLinkFailsTheRequestThenNewTransfersWork) {
   constexpr uint64_t kLen = 64 << 20;
   const PeerRegion region = b_.Alloc(kLen);
   const uint64_t local = a_.Buf(kLen);
-  // 64 x 64 MiB: far more than moves before the cut.
-  Reply req = a_.Call("axfer write " + b_.name() + " 60000 " + std::to_string(local) + " " +
-                      std::to_string(region.addr) + " " + std::to_string(kLen) + " 64");
-  ASSERT_TRUE(req.ok) << req.line;
+  const std::string req = StartLongWrite(a_, b_.name(), local, region.addr, kLen);
+  ASSERT_FALSE(req.empty());
   std::this_thread::sleep_for(100ms);
-  ASSERT_TRUE(Shell("ip -n " + ns_a_ + " link set " + veth_a_ + " down"));
-  const auto t0 = Clock::now();
-  Reply done = a_.Call("wait " + req.words.at(0) + " 15000", 20s);
-  ASSERT_TRUE(done.ok) << done.line;
-  EXPECT_EQ(done.words.at(0), "FAILED") << done.line;
-  EXPECT_EQ(done.words.at(1), "CONNECTION_LOST") << done.line;
-  EXPECT_LT(SecondsSince(t0), 1.5 + 2.0) << "not detected within the heartbeat timeout";
+  ASSERT_TRUE(Shell("ip -n " + ns_a_ + " link set " + dev_a_[0] + " down"));
+  ExpectLostWithinHeartbeat(a_, req, Clock::now());
+  if (HasFatalFailure()) return;
 
-  ASSERT_TRUE(Shell("ip -n " + ns_a_ + " link set " + veth_a_ + " up"));
+  ASSERT_TRUE(Shell("ip -n " + ns_a_ + " link set " + dev_a_[0] + " up"));
   // Both sides have dropped the dead session; a new one works.
   ASSERT_TRUE(PollUntil([&] { return a_.Call("connect " + b_.name() + " 1000").ok; }, 10s));
   a_.FillRange(local, 4096, 3);
