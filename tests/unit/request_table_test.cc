@@ -45,12 +45,11 @@ TEST(RequestTable, HandlesFromManyThreadsAreUniqueAndReportedOnce) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
-// A thread that keeps a few requests in flight (as xfer-bench --depth does), its handles
-// raced for by a second thread: each is reported exactly once, whoever takes it.
-TEST(RequestTable, AHandleRacedForIsTakenOnce) {
-  RequestTable table;
-  constexpr int kRounds = 20000, kDepth = 8;
-  std::atomic<RequestHandle> offered[kDepth] = {};
+// A thread that keeps `depth` requests in flight (as xfer-bench --depth does), its handles
+// raced for by a second thread: each is reported exactly once, whoever takes it. (More than
+// the ring's 256 places in flight: the rest wait in the sorted list, raced for the same way.)
+void RaceForHandles(RequestTable& table, int depth, int rounds) {
+  std::vector<std::atomic<RequestHandle>> offered(static_cast<size_t>(depth));
   std::atomic<bool> done{false};
   std::atomic<int> taken_by_other{0};
   std::thread other([&] {
@@ -63,9 +62,9 @@ TEST(RequestTable, AHandleRacedForIsTakenOnce) {
     }
   });
   int taken_here = 0, unknown = 0;
-  std::vector<RequestHandle> ring(kDepth, 0);
-  for (int i = 0; i < kRounds; ++i) {
-    const int k = i % kDepth;
+  std::vector<RequestHandle> ring(static_cast<size_t>(depth), 0);
+  for (int i = 0; i < rounds; ++i) {
+    const size_t k = static_cast<size_t>(i % depth);
     std::shared_ptr<Request> req;
     if (ring[k] != 0) (table.Find(ring[k], true, &req) ? taken_here : unknown)++;
     ring[k] = table.TrackCompleted();
@@ -77,10 +76,17 @@ TEST(RequestTable, AHandleRacedForIsTakenOnce) {
   }
   done = true;
   other.join();
-  EXPECT_EQ(taken_here + taken_by_other.load(), kRounds) << "a handle was reported twice or never";
+  EXPECT_EQ(taken_here + taken_by_other.load(), rounds) << "a handle was reported twice or never";
   EXPECT_EQ(unknown, taken_by_other.load());
   std::shared_ptr<Request> req;
   for (RequestHandle h : ring) EXPECT_FALSE(table.Find(h, false, &req)) << "a handle taken came back";
+}
+
+TEST(RequestTable, AHandleRacedForIsTakenOnce) {
+  RequestTable table;
+  RaceForHandles(table, 8, 20000);
+  RaceForHandles(table, 600, 20000);  // (past the ring)
+  std::shared_ptr<Request> req;
   const RequestHandle left = table.TrackCompleted();
   table.Clear();
   EXPECT_FALSE(table.Find(left, false, &req)) << "Clear left a handle in the ring";
