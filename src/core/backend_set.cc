@@ -35,13 +35,13 @@ Status BackendSet::Start(const transport::EngineContext& ctx) {
     Status s = e.backend->Start(ctx);
     e.started = s.ok();
     e.off = s.message();
+    // (A backend that cannot honour an option it was given, e.g. a NIC it cannot serve on,
+    // fails Initialize rather than go quietly unoffered.)
+    if (!e.started && s.code() == StatusCode::kInvalidArgument) return s;
     if (!e.started && forced_ == e.backend->name()) {
       return {StatusCode::kUnsupported,
               "transport '" + forced_ + "' forced, but " + e.off};
     }
-    // (A backend that cannot honour an option it was given, e.g. a NIC it cannot serve on,
-    // fails Initialize rather than go quietly unoffered.)
-    if (!e.started && s.code() == StatusCode::kInvalidArgument) return s;
     all_.push_back(std::move(e));
   }
   return Status::Ok();

@@ -31,7 +31,7 @@ bool IsRemoteIpv4(const std::string& addr, const std::string& peer_host) {
   uint32_t a = 0, peer = 0;
   if (!ToIpv4(addr, &a)) return false;
   const auto loopback = [](uint32_t v) { return (v >> 24) == 127; };
-  if ((a >> 24) == 0 || (a >> 28) == 0xE) return false;  // unspecified, multicast
+  if ((a >> 24) == 0 || (a >> 28) >= 0xE) return false;  // unspecified, multicast, reserved, broadcast
   return !loopback(a) || (ToIpv4(peer_host, &peer) && loopback(peer)) || peer_host == "localhost";
 }
 

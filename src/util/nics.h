@@ -19,8 +19,9 @@ struct Nic {
   bool OnLink(const std::string& addr) const;
 };
 
-// True when addr is a dotted IPv4 address a peer may send us to: not unspecified (0.0.0.0/8)
-// or multicast, and not loopback unless the peer itself (peer_host) is on loopback.
+// True when addr is a dotted IPv4 address a peer may send us to: not unspecified (0.0.0.0/8),
+// multicast, reserved or broadcast (224.0.0.0 and up), and not loopback unless the peer itself
+// (peer_host) is on loopback.
 bool IsRemoteIpv4(const std::string& addr, const std::string& peer_host);
 
 // Every IPv4 address of every interface (an interface with two addresses appears twice).

@@ -46,6 +46,8 @@ TEST(Nics, APeerMayOnlySendUsToAnotherHostsAddress) {
   EXPECT_TRUE(IsRemoteIpv4("127.0.0.1", "127.0.0.1"));
   EXPECT_FALSE(IsRemoteIpv4("0.0.0.0", "10.0.0.9"));
   EXPECT_FALSE(IsRemoteIpv4("224.0.0.1", "10.0.0.9"));
+  EXPECT_FALSE(IsRemoteIpv4("255.255.255.255", "10.0.0.9"));
+  EXPECT_FALSE(IsRemoteIpv4("240.0.0.1", "10.0.0.9"));
   EXPECT_FALSE(IsRemoteIpv4("example.com", "10.0.0.9")) << "no names: no lookups on a peer's word";
   EXPECT_FALSE(IsRemoteIpv4("::1", "10.0.0.9"));
 }

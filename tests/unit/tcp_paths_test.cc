@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 namespace xfer::transport {
 namespace {
 
@@ -55,16 +57,19 @@ TEST(TcpPaths, WithoutASharedSubnetNicsAndAddressesPairInOrder) {
 
 TEST(TcpPaths, ALostPathIsAvoidedForABackoffThatDoubles) {
   Path p;
-  const auto now = Clock::now();
-  EXPECT_FALSE(p.Avoided(now));
-  EXPECT_EQ(p.backoff(), std::chrono::milliseconds(100));
-  EXPECT_TRUE(p.Lost()) << "the first loss is news";
-  EXPECT_TRUE(p.Avoided(Clock::now()));
-  EXPECT_FALSE(p.Avoided(Clock::now() + std::chrono::milliseconds(150)));
-  EXPECT_FALSE(p.Lost()) << "a second loss in a row is not";
-  EXPECT_EQ(p.backoff(), std::chrono::milliseconds(400));
-  for (int i = 0; i < 10; ++i) p.Lost();
-  EXPECT_EQ(p.backoff(), std::chrono::milliseconds(5000)) << "capped";
+  EXPECT_FALSE(p.Avoided(Clock::now()));
+  const auto before = Clock::now();
+  EXPECT_EQ(p.Lost(), std::chrono::milliseconds(100)) << "the first loss";
+  EXPECT_TRUE(p.Avoided(before + std::chrono::milliseconds(99)));
+  EXPECT_FALSE(p.Avoided(Clock::now() + std::chrono::milliseconds(101)));
+  EXPECT_EQ(p.Lost(), std::chrono::milliseconds(0)) << "other batches failing with it: no new loss";
+  EXPECT_EQ(p.backoff(), std::chrono::milliseconds(200));
+  while (p.backoff() < std::chrono::milliseconds(800)) {  // losses in a row, each after the last's back-off
+    while (p.Avoided(Clock::now())) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto got = p.Lost();
+    EXPECT_EQ(got * 2, p.backoff()) << "doubling";
+  }
+  EXPECT_EQ(p.backoff(), std::chrono::milliseconds(800));
   EXPECT_TRUE(p.Worked(100)) << "back";
   EXPECT_FALSE(p.Avoided(Clock::now()));
   EXPECT_FALSE(p.Worked(50));

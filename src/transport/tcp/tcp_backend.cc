@@ -54,9 +54,10 @@ class TcpBackend final : public Backend {
     if (Status s = net::ResolveNics(o.tcp.nics, &to.nics); !s.ok()) return s;
     transport_ = std::make_unique<TcpTransport>(std::move(to), hooks);
     if (Status s = transport_->Start(ctx.listen_host); !s.ok()) {
+      transport_.reset();
+      if (s.code() == StatusCode::kInvalidArgument) return s;  // a NIC of tcp.nics: Initialize fails
       XLOG(WARN) << "tcp transport not offered: cannot listen on " << ctx.listen_host << ": "
                  << s.message();
-      transport_.reset();
       return {s.code(), "tcp cannot listen here: " + s.message()};
     }
     return Status::Ok();

@@ -17,11 +17,16 @@ std::chrono::milliseconds Path::backoff() const {
   return std::min(kMaxBackoff, kFirstBackoff * (1 << n));
 }
 
-bool Path::Lost() {
+std::chrono::milliseconds Path::Lost() {
+  const auto now = Clock::now();
+  int64_t until = avoid_until_.load();
   const auto wait = backoff();
-  const uint32_t before = losses_.fetch_add(1);
-  avoid_until_.store((Clock::now() + wait).time_since_epoch().count());
-  return before == 0;
+  const int64_t next = (now + wait).time_since_epoch().count();
+  do {
+    if (now.time_since_epoch().count() < until) return std::chrono::milliseconds(0);  // (avoided already)
+  } while (!avoid_until_.compare_exchange_weak(until, next));
+  losses_.fetch_add(1);
+  return wait;
 }
 
 bool Path::Worked(uint64_t bytes) {

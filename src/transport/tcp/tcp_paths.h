@@ -21,13 +21,14 @@ struct Path {
   std::string Name() const;  // "eth1 (10.0.0.1) -> 10.0.0.2:4100", or "-> host:port"
 
   // --- health (any thread)
-  // The path lost a connection: it is avoided for its back-off, which doubles. True when this
-  // is news (it was up): the caller logs it.
-  bool Lost();
+  // A batch lost its connection on the path. Unless the path is avoided already (other batches
+  // on it fail at the same time), it is now, for its back-off, which then doubles: returns that
+  // time (the caller logs it), or 0 when it was avoided already.
+  std::chrono::milliseconds Lost();
   // A batch moved on it: true when it had been lost (it is back: the caller logs it).
   bool Worked(uint64_t bytes);
   bool Avoided(Clock::time_point now) const { return now.time_since_epoch().count() < avoid_until_.load(); }
-  std::chrono::milliseconds backoff() const;  // the one its next loss brings
+  std::chrono::milliseconds backoff() const;  // what its next loss brings
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
  private:

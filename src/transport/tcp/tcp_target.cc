@@ -120,7 +120,7 @@ Status TcpTransport::Start(const std::string& host) {
   net::Address bound;
   listeners_.emplace_back();
   Status s = net::Listen(net::Address{host, 0, true}, &listeners_.back(), &bound);
-  if (!s.ok()) return s;
+  if (!s.ok()) return {StatusCode::kUnsupported, s.message()};  // (tcp is then not offered)
   port_ = bound.port;
   for (const net::Nic& nic : opts_.nics) {  // (one more listener on each NIC)
     listeners_.emplace_back();

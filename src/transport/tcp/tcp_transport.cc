@@ -75,9 +75,19 @@ struct Stream {
     if (broken) return false;
     why = reason;
     broken = true;
-    ::shutdown(fd.get(), SHUT_RDWR);
+    Abort(fd.get());
     turn.notify_all();
     return true;
+  }
+  // Resets the connection and drops what it has not sent yet: a frame queued behind a stall
+  // belongs to a batch that fails, or goes again on another connection, and must never land
+  // after it (shutdown or close would still send it once the path comes back). Connecting a
+  // TCP socket to AF_UNSPEC does that, and the descriptor stays valid for the threads using it.
+  static void Abort(int fd) {
+    sockaddr unspec{};
+    unspec.sa_family = AF_UNSPEC;
+    ::connect(fd, &unspec, sizeof unspec);
+    ::shutdown(fd, SHUT_RDWR);
   }
   bool IsBroken() {
     std::lock_guard l(mu);
@@ -108,7 +118,9 @@ class TcpLink final : public Link {
       bool interrupted = false;
       Status s = ExecuteOnConn(*c, op, batch, bytes, deadline, &interrupted);
       if (s.ok()) {
-        if (c->path->Worked(bytes)) XLOG(INFO) << "tcp: the path " << c->path->Name() << " works again";
+        if (paths_.size() > 1 && c->path->Worked(bytes)) {
+          XLOG(INFO) << "tcp: the path " << c->path->Name() << " works again";
+        }
         return s;
       }
       if (shut_.load()) return Gone();
@@ -116,10 +128,10 @@ class TcpLink final : public Link {
           Clock::now() >= deadline) {
         return s;
       }
-      const auto backoff = c->path->backoff();
-      if (c->path->Lost()) {
-        XLOG(WARN) << "tcp: the path " << c->path->Name() << " lost its connection (" << s.message()
-                   << "); its batches go over the other paths; tried again in " << backoff.count() << " ms";
+      if (const auto avoided = c->path->Lost(); avoided.count() > 0) {
+        XLOG(WARN) << "tcp: a connection on the path " << c->path->Name() << " failed (" << s.message()
+                   << "); batches go over the other paths, and this one is tried again in "
+                   << avoided.count() << " ms";
       }
       c = PickAvoiding(Clock::now());
       if (c == nullptr) return s;  // every path is avoided now
