@@ -31,7 +31,7 @@ RequestHandle RequestTable::TrackCompleted() {
 bool RequestTable::Find(RequestHandle h, bool take_completed, std::shared_ptr<Request>* req) {
   Shard& s = ShardOf(h);
   std::atomic<RequestHandle>& place = RingPlace(s, h);
-  if (RequestHandle there = h; place.load(std::memory_order_acquire) == h) {
+  if (RequestHandle there = h; h != 0 && place.load(std::memory_order_acquire) == h) {  // (0: a free place)
     // (A handle is in the ring or elsewhere, never both: when another thread takes it first,
     // it is unknown from then on.)
     if (take_completed && !place.compare_exchange_strong(there, 0, std::memory_order_acq_rel)) return false;

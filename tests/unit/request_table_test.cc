@@ -82,6 +82,16 @@ void RaceForHandles(RequestTable& table, int depth, int rounds) {
   for (RequestHandle h : ring) EXPECT_FALSE(table.Find(h, false, &req)) << "a handle taken came back";
 }
 
+TEST(RequestTable, HandlesNeverIssuedAreUnknown) {
+  RequestTable table;
+  std::shared_ptr<Request> req;
+  // (0 marks a free place in the ring: it must not read as a handle found there.)
+  for (RequestHandle h : {RequestHandle{0}, RequestHandle{16}, RequestHandle{123456789}}) {
+    EXPECT_FALSE(table.Find(h, false, &req)) << h;
+    EXPECT_FALSE(table.Find(h, true, &req)) << h;
+  }
+}
+
 TEST(RequestTable, AHandleRacedForIsTakenOnce) {
   RequestTable table;
   RaceForHandles(table, 8, 20000);
