@@ -133,7 +133,7 @@ class TcpLink final : public Link {
                    << "); batches go over the other paths, and this one is tried again in "
                    << avoided.count() << " ms";
       }
-      c = PickAvoiding(Clock::now());
+      c = LeastQueued(true);
       if (c == nullptr) return s;  // every path is avoided now
     }
   }
@@ -222,15 +222,16 @@ class TcpLink final : public Link {
     return s;
   }
 
-  // Over several paths: the connection with the fewest bytes queued, of a path not avoided
-  // (so that each path gets batches as fast as it moves them: a slower NIC drains its queue
-  // slower, and so gets fewer). Null when every path is avoided.
-  Conn* PickAvoiding(Clock::time_point now) {
+  // Over several paths: the connection with the fewest bytes queued (so that each path gets
+  // batches as fast as it moves them: a slower NIC drains its queue slower, and so gets fewer),
+  // of a path not avoided when skip_avoided. Null when every path is avoided.
+  Conn* LeastQueued(bool skip_avoided) {
+    const auto now = Clock::now();
     const size_t first = rr_.fetch_add(1) % conns_.size();  // (ties: in turn)
     Conn* best = nullptr;
     for (size_t i = 0; i < conns_.size(); ++i) {
       Conn* c = conns_[(first + i) % conns_.size()].get();
-      if (c->path->Avoided(now)) continue;
+      if (skip_avoided && c->path->Avoided(now)) continue;
       if (best == nullptr || c->queued_bytes.load() < best->queued_bytes.load()) best = c;
     }
     return best;
@@ -239,8 +240,8 @@ class TcpLink final : public Link {
   Conn& Pick() {
     if (paths_.size() > 1) {
       // (Every path avoided: the least loaded all the same; its batch finds out.)
-      Conn* c = PickAvoiding(Clock::now());
-      return c != nullptr ? *c : *PickAvoiding(Clock::time_point::max());
+      Conn* c = LeastQueued(true);
+      return c != nullptr ? *c : *LeastQueued(false);
     }
     if (opts_.least_loaded) {
       Conn* best = conns_[0].get();
