@@ -179,6 +179,7 @@ void Request::Finish() {
   if (st.state != RequestState::kCompleted || !deliver_) return Conclude(std::move(st));
   // The data landed; the request ends when the target has queued the notification (a stop
   // asked for now changes nothing: the notification is on its way).
+  awaiting_answer_.store(true, std::memory_order_release);
   deliver_([self = shared_from_this()](Status queued) {
     if (EngineMetrics* m = self->peer_->metrics.get()) {
       ++(queued.ok() ? m->events().notifies_sent : m->events().notifies_unsent);
@@ -225,7 +226,8 @@ RequestStatus Request::WaitUntil(Clock::time_point until, std::chrono::microseco
   if (!done_.load(std::memory_order_acquire)) {  // (a clock read costs ~30 ns on this VM)
     auto spin_until = std::min(until, Clock::now() + spin);
     Backoff backoff;
-    while (!done_.load(std::memory_order_acquire) && Clock::now() < spin_until) {
+    while (!done_.load(std::memory_order_acquire) &&
+           !awaiting_answer_.load(std::memory_order_acquire) && Clock::now() < spin_until) {
       backoff.Pause();
     }
   }

@@ -103,6 +103,10 @@ class Request : public std::enable_shared_from_this<Request> {
   std::atomic<size_t> succeeded_{0};  // batches that moved their bytes
   std::atomic<StopReason> stop_{StopReason::kNone};
   std::atomic<bool> done_{false};
+  // The data landed and the request waits for its notification's answer, which comes through
+  // the control thread: a waiter sleeps rather than spin (a spinning waiter would keep that
+  // thread off a core on a small host, and the round trip outlasts the spin anyway).
+  std::atomic<bool> awaiting_answer_{false};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
