@@ -82,6 +82,39 @@ TEST_F(TwoNics, ARequestsBatchesGoOverBothNics) {
   EXPECT_GE(got1, kLen / 5) << "NIC 1 received " << got1 << " of a " << kLen << "-byte READ, NIC 0 " << got0;
 }
 
+// NIC 0 limited (tc tbf, both ways) to three times NIC 1's rate: the batches of a WRITE and
+// of a READ split about 3:1 (NIC 1: a quarter), as measured while they run, not 1:1 as
+// configured pairs would give. (Both NICs limited far below what veth moves here, so that
+// the rates, not the machine, set the split.)
+TEST_F(TwoNics, TheSplitFollowsTheNicsRates) {
+  constexpr uint64_t kLen = 64 << 20;
+  for (int nic = 0; nic < 2; ++nic) {
+    const std::string rate = nic == 0 ? "600mbit" : "200mbit";
+    for (const auto& [ns, dev] : {std::pair{ns_a_, dev_a_[size_t(nic)]}, std::pair{ns_b_, dev_b_[size_t(nic)]}}) {
+      ASSERT_TRUE(Shell("ip netns exec " + ns + " tc qdisc replace dev " + dev + " root tbf rate " + rate +
+                        " burst 64kb latency 200ms"));
+    }
+  }
+  const PeerRegion region = b_.Alloc(kLen, "landing");
+  const uint64_t local = a_.Buf(kLen);
+  ASSERT_NE(local, 0u);
+  a_.FillRange(local, kLen, 21);
+  for (const std::string op : {"write", "read"}) {
+    SCOPED_TRACE(op);
+    Reply before = a_.Call("nic_pairs " + b_.name());
+    ASSERT_TRUE(before.ok) << before.line;
+    Reply x = a_.Xfer(op.c_str(), b_.name(), 30000, local, region.addr, kLen);
+    ASSERT_TRUE(x.ok) << x.line;
+    EXPECT_EQ(b_.SumRange(region.addr, kLen), a_.SumRange(local, kLen));
+    Reply after = a_.Call("nic_pairs " + b_.name());
+    const double slow = double(after.u64(2) - before.u64(2)), fast = double(after.u64(1) - before.u64(1));
+    EXPECT_EQ(uint64_t(slow + fast), kLen) << after.line;
+    const double share = slow / (slow + fast);
+    EXPECT_GT(share, 0.12) << "the slow NIC carried " << slow << " bytes of " << kLen;
+    EXPECT_LT(share, 0.38) << "the slow NIC (a third of the other's rate) carried " << slow << " bytes of " << kLen;
+  }
+}
+
 // One NIC taken down in the middle of a 1 GiB WRITE, then of a READ: the batches of the
 // lost path go over the other, each request completes and its data verifies. What the lost
 // path had not sent never lands later, when the NIC is back (the target still waits for it).
