@@ -390,6 +390,43 @@ netns)
     echo "note: no tcp transport in this build; distinct host ids not tested"
   fi
   ;;
+netns_nics)
+  # Two namespaces joined by two veth pairs ("two NICs"): serve names its NICs, the client
+  # its own, and a WRITE's bytes go over both pairs (the "# nics:" line).
+  [ "$(id -u)" = 0 ] || skip "netns test needs root (ip netns add)"
+  command -v ip >/dev/null || skip "ip (iproute2) not installed"
+  [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  tcp +available' || skip "no tcp transport in this build"
+  r=$(($$ % 64 * 4))
+  S=xns$$ C=xnc$$
+  ip netns add "$S" 2>"$tmp/e" || skip "ip netns add failed: $(head -1 "$tmp/e")"
+  cleanup_extra+=("ip netns del $S")
+  ip netns add "$C" || fail "ip netns add $C"
+  cleanup_extra+=("ip netns del $C")
+  for n in 0 1; do
+    ip link add "xn$$s$n" netns "$S" type veth peer name "xn$$c$n" netns "$C" 2>"$tmp/e" \
+      || skip "veth not available: $(head -1 "$tmp/e")"
+    ip -n "$S" addr add 10.23$((3 + n)).0.$((r + 1))/30 dev "xn$$s$n" || fail "addr"
+    ip -n "$C" addr add 10.23$((3 + n)).0.$((r + 2))/30 dev "xn$$c$n" || fail "addr"
+    { ip -n "$S" link set "xn$$s$n" up && ip -n "$C" link set "xn$$c$n" up; } || fail "link up"
+  done
+  for n in "$S" "$C"; do ip -n "$n" link set lo up; done
+  # (A veth runs, IFF_RUNNING, a moment after it is up: the engines refuse a NIC that does not.)
+  for _ in $(seq 50); do
+    [ "$(ip netns exec "$C" cat /sys/class/net/xn$$c0/operstate /sys/class/net/xn$$c1/operstate | sort -u)" = up ] && break
+    sleep 0.1
+  done
+  SRV=10.233.0.$((r + 1)):18515
+  ip netns exec "$S" "$XB" serve --listen "$SRV" --nics "xn$$s0,xn$$s1" >"$tmp/srv" 2>&1 &
+  pids+=("$!")
+  ip netns exec "$C" "$XB" write_bw -s 1M -n 64 --host-id host-a --transport tcp --nics "xn$$c0,xn$$c1" \
+      "${SMALL[@]}" "$SRV" >"$tmp/cli" 2>&1 || { cat "$tmp/cli" "$tmp/srv"; fail "client in $C exited"; }
+  has_row 1048576 "$tmp/cli" || { cat "$tmp/cli"; fail "no row"; }
+  grep -E "^# nics: " "$tmp/cli" >"$tmp/nics" || { cat "$tmp/cli"; fail "no '# nics:' line"; }
+  for n in 0 1; do
+    grep -qE "10\.23$((3 + n))\.0\.$((r + 2))[^,]*->[^,]*10\.23$((3 + n))\.0\.$((r + 1))[^,]* [1-9][0-9]*%" "$tmp/nics" \
+      || { cat "$tmp/cli" "$tmp/srv"; fail "NIC pair $n carried nothing"; }
+  done
+  ;;
 info)
   [ -n "$XI" ] || skip "XFER_INFO not set"
   "$XI" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "xfer-info exited"; }

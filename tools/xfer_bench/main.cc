@@ -244,6 +244,10 @@ int main(int argc, char** argv) {
                     "Serve the metrics of each client's engine on this side at http://ADDR/metrics "
                     "(EngineOptions::metrics_listen) while the client runs")
       ->type_name("HOST:PORT");
+  serve->add_option("--nics", c.nics,
+                    "EngineOptions::tcp.nics of this side: the network interfaces (names or local IPv4 "
+                    "addresses, comma-separated) it serves tcp data on (default: the address clients reach)")
+      ->type_name("LIST");
   serve->add_flag("--once", c.once, "Serve one client, then exit");
   serve->add_option("--ctl-fd", c.ctl_fd, "")->group("");  // hidden: local child mode
 

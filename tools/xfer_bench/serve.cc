@@ -36,6 +36,9 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const Config&
   c.host_id = side.host_id;
   c.secret_file = side.secret_file;
   c.metrics_listen = side.metrics_listen;
+  // NICs are a host's own: a serve uses those named on its command line; a local child (same
+  // host) those of the client.
+  if (side.ctl_fd < 0) c.nics = side.nics;
   // This side's region is the client's remote memory; its own buffers (bidirectional) the
   // client's local memory: the same test both ways.
   const MemSpec region_mem = MemOf(c.remote_mem), local_mem = MemOf(c.local_mem);
