@@ -86,7 +86,8 @@ run() {
     cat "$out" "$tmp/srv.txt" >&2
     exit 1
   fi
-  awk -v k="${setting}_${nics}_$op" '/^[0-9]/ { print k, $1, $3; exit }' "$out" | in_round >>"$tmp/all.txt"
+  # (GB/s from the Gb/s column, which keeps a digit more: 0.96 Gb/s, where GB/s reads 0.12)
+  awk -v k="${setting}_${nics}_$op" '/^[0-9]/ { printf "%s %s %.5f\n", k, $1, $4 / 8; exit }' "$out" | in_round >>"$tmp/all.txt"
   if [ "$nics" = 2 ]; then
     # "# nics: c0 (A) -> B:port 70% (n bytes), c1 (C) -> D:port 30% (m bytes)": NIC 1's share.
     awk -v k="share_${setting}_$op" -v b="$(to_bytes "$size")" -v net1="($(net 1)." '

@@ -176,5 +176,61 @@ TEST_F(TwoNics, LosingEveryNicFailsTheRequest) {
   ExpectLostWithinHeartbeat(a_, req, Clock::now());
 }
 
+#if XFER_HAVE_UCX
+// ucx takes its devices from UCX's own environment (UCX_NET_DEVICES), not from tcp.nics: with
+// only the second NIC named on both hosts, a WRITE's and a READ's bytes go over it, and the
+// first NIC carries little more than the control session. (UCX over its tcp transport here;
+// it puts an endpoint on one device, so two listed devices cannot be shown as two rails.)
+class TwoNicsUcx : public TwoNamespaces {
+ protected:
+  void SetUp() override {
+    if (std::string why; !Build(2, &why)) GTEST_SKIP() << why;
+    std::string err;
+    PeerOptions a = PeerIn(ns_a_, ip_a_[0], "host-a", {"--transport", "ucx"});
+    a.env = {"UCX_TLS=tcp", "UCX_NET_DEVICES=" + dev_a_[1]};
+    ASSERT_TRUE(a_.Start(a, &err)) << err;
+    PeerOptions b = PeerIn(ns_b_, ip_b_[0], "host-b", {"--transport", "ucx"});
+    b.env = {"UCX_TLS=tcp", "UCX_NET_DEVICES=" + dev_b_[1]};
+    ASSERT_TRUE(b_.Start(b, &err)) << err;
+    ASSERT_TRUE(PollUntil([&] { return a_.Call("connect " + b_.name() + " 2000").ok; }, 10s))
+        << "host a cannot reach host b";
+  }
+  void TearDown() override {
+    a_.KillNow();
+    b_.KillNow();
+    Remove();
+  }
+  uint64_t Bytes(const std::string& what, int nic) { return Counter(ns_a_, dev_a_[size_t(nic)], what); }
+
+  PeerProcess a_, b_;
+};
+
+TEST_F(TwoNicsUcx, UcxNetDevicesChoosesTheNic) {
+  constexpr uint64_t kLen = 16 << 20;
+  Reply info = a_.Call("info " + b_.name());
+  ASSERT_TRUE(info.ok) << info.line;
+  ASSERT_EQ(info.words.at(0), "ucx") << info.line;
+  const PeerRegion region = b_.Alloc(kLen, "landing");
+  const uint64_t local = a_.Buf(kLen);
+  ASSERT_NE(local, 0u);
+  for (const std::string op : {"write", "read"}) {
+    SCOPED_TRACE(op);
+    const std::string counter = op == "write" ? "tx_bytes" : "rx_bytes";
+    if (op == "write") {
+      a_.FillRange(local, kLen, 31);
+    } else {
+      b_.FillRange(region.addr, kLen, 32);
+    }
+    const uint64_t nic0 = Bytes(counter, 0), nic1 = Bytes(counter, 1);
+    Reply x = a_.Xfer(op.c_str(), b_.name(), 30000, local, region.addr, kLen);
+    ASSERT_TRUE(x.ok) << x.line;
+    EXPECT_EQ(b_.SumRange(region.addr, kLen), a_.SumRange(local, kLen));
+    const uint64_t moved0 = Bytes(counter, 0) - nic0, moved1 = Bytes(counter, 1) - nic1;
+    EXPECT_GE(moved1, kLen) << "the NIC UCX_NET_DEVICES names moved " << moved1 << " bytes, the other " << moved0;
+    EXPECT_LT(moved0, kLen / 10) << "the NIC UCX_NET_DEVICES leaves out moved " << moved0 << " bytes";
+  }
+}
+#endif
+
 }  // namespace
 }  // namespace xfer_test

@@ -84,6 +84,10 @@ bool PeerProcess::Start(const PeerOptions& o, std::string* error,
     return false;
   }
   std::vector<std::string> args = {XFER_TEST_PEER_PATH, "--name", o.name};
+  if (!o.env.empty()) {
+    args.insert(args.begin(), o.env.begin(), o.env.end());
+    args.insert(args.begin(), "env");
+  }
   if (!o.netns.empty()) args.insert(args.begin(), {"ip", "netns", "exec", o.netns});
   if (!o.host_id.empty()) args.insert(args.end(), {"--host-id", o.host_id});
   if (o.heartbeat_ms > 0) args.insert(args.end(), {"--heartbeat-ms", std::to_string(o.heartbeat_ms)});

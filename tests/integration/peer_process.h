@@ -23,6 +23,7 @@ struct PeerOptions {
   int heartbeat_timeout_ms = 0;  // 0: the engine's default
   std::vector<std::string> extra_args;
   std::string netns;  // run inside this network namespace (ip netns exec), as another host
+  std::vector<std::string> env;  // NAME=VALUE set for the peer alone (e.g. UCX_NET_DEVICES)
 };
 
 // A reply line split into words. ok is true for "OK ..." replies.
