@@ -152,8 +152,8 @@ if [ "$RESULTS" != "-" ]; then
     echo "Command: \`bench/compare_multinic.sh${1:+ $1}\` (DURATION=$DURATION ROUNDS=$ROUNDS SIZES=\"$SIZES\" RATE=$RATE LINKS=$LINKS DEPTH=$DEPTH): two network namespaces joined by two veth pairs; \`xfer-bench serve --nics s0,s1\` in one, and in the other, alternating within each round:"
     echo
     echo '```'
-    q "$XB" TEST -s SIZE --nics c0 "${common[@]}" "$SRV"; echo
-    q "$XB" TEST -s SIZE --nics c0,c1 "${common[@]}" "$SRV"; echo
+    q "$BUILD/tools/xfer-bench" TEST -s SIZE --nics c0 "${common[@]}" "$SRV"; echo
+    q "$BUILD/tools/xfer-bench" TEST -s SIZE --nics c0,c1 "${common[@]}" "$SRV"; echo
     echo '```'
     echo
     echo "NIC-bound: each NIC limited to $RATE both ways with \`tc qdisc ... tbf\`, as a real NIC limits a link between hosts. Unlimited: veth moves what the cores copy, so both NICs share the same $(nproc) cores: the machine is the limit."

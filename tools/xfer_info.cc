@@ -25,6 +25,7 @@
 
 #include "transport/cuda/cuda_api.h"
 #include "util/nics.h"
+#include "util/pci_locality.h"
 #include "transport/ucx/ucx_transport.h"
 #include "util/crypto.h"
 #include "util/host.h"
@@ -362,10 +363,15 @@ int main(int argc, char** argv) {
   std::printf("  %-22s %s\n", "tcp.least_loaded", d.tcp.least_loaded ? "true" : "false");
   std::printf("  %-22s (none: one route, the kernel's) interfaces here that it may name:", "tcp.nics");
   for (const xfer::net::Nic& n : xfer::net::LocalNics()) {
-    std::printf(" %s %s/%d%s;", n.name.c_str(), n.address.c_str(), n.prefix,
-                !n.up ? " (down: refused)" : n.loopback ? " (loopback)" : "");
+    // (Where it sits on the PCIe tree: what "near:BUS_ID" entries rank by.)
+    const xfer::pci::Place at = xfer::pci::PlaceOfNic("/sys", n.name);
+    const std::string place = at.path.empty() ? std::string(n.loopback ? "" : ", virtual")
+                              : ", PCI " + at.path.back() +
+                                    (at.numa_node >= 0 ? ", NUMA node " + std::to_string(at.numa_node) : "");
+    std::printf(" %s %s/%d%s%s;", n.name.c_str(), n.address.c_str(), n.prefix,
+                !n.up ? " (down: refused)" : n.loopback ? " (loopback)" : "", place.c_str());
   }
-  std::printf("\n");
+  std::printf(" or near:BUS_ID, the ones nearest a GPU's PCI bus id\n");
   std::printf("  %-22s %s (auto: offered when an RDMA device is present)\n", "ucx.mode",
               std::string(xfer::UcxModeName(d.ucx.mode)).c_str());
   std::printf("  %-22s %d (per peer, a worker each)\n", "ucx.endpoints", d.ucx.endpoints);

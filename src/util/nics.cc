@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <bit>
 
+#include "util/pci_locality.h"
+
 namespace xfer::net {
 namespace {
 
@@ -57,16 +59,54 @@ std::vector<Nic> LocalNics() {
   return out;
 }
 
-Status ResolveNics(const std::vector<std::string>& wanted, std::vector<Nic>* out) {
+namespace {
+
+// "near:BUS_ID": the usable NICs nearest that PCI device (all those of the nearest class).
+Status ExpandNear(const std::string& entry, const std::vector<Nic>& here, const std::string& sysfs,
+                  std::vector<std::string>* names) {
+  const std::string bus_id = entry.substr(5);
+  if (pci::PlaceOfPciDevice(sysfs, bus_id).path.empty()) {
+    return {StatusCode::kInvalidArgument,
+            "tcp.nics: '" + entry + "': no PCI device " + bus_id + " on this host (a bus id as 0000:3b:00.0)"};
+  }
+  std::vector<std::string> usable;
+  for (const Nic& n : here) {
+    if (n.up && !n.loopback && std::find(usable.begin(), usable.end(), n.name) == usable.end()) usable.push_back(n.name);
+  }
+  const std::vector<pci::RankedNic> ranked = pci::RankNics(sysfs, bus_id, usable);
+  if (ranked.empty() || ranked[0].distance == pci::Distance::kUnknown) {
+    return {StatusCode::kInvalidArgument, "tcp.nics: '" + entry + "': no interface here that is up, has an IPv4 "
+                                          "address and sits on the PCI tree (virtual ones have no place on it)"};
+  }
+  for (const auto& r : ranked) {
+    if (r.distance == ranked[0].distance) names->push_back(r.name);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ResolveNics(const std::vector<std::string>& wanted, std::vector<Nic>* out, const std::string& sysfs) {
   out->clear();
   if (wanted.empty()) return Status::Ok();
   const std::vector<Nic> here = LocalNics();
+  std::vector<std::string> named, nearby;  // (an interface "near:" chose may be named too)
   for (const std::string& w : wanted) {
+    if (w.rfind("near:", 0) != 0) {
+      named.push_back(w);
+    } else if (Status s = ExpandNear(w, here, sysfs, &nearby); !s.ok()) {
+      return s;
+    }
+  }
+  for (const std::string& n : nearby) {
+    if (std::find(named.begin(), named.end(), n) == named.end()) named.push_back(n);
+  }
+  for (const std::string& w : named) {
     auto it = std::find_if(here.begin(), here.end(), [&](const Nic& n) { return n.name == w || n.address == w; });
     if (it == here.end()) {
-      const bool named = ::if_nametoindex(w.c_str()) != 0;
+      const bool is_interface = ::if_nametoindex(w.c_str()) != 0;
       return {StatusCode::kInvalidArgument,
-              "tcp.nics: '" + w + "' is " + (named ? "an interface without an IPv4 address" : "neither an interface nor an IPv4 address of this host")};
+              "tcp.nics: '" + w + "' is " + (is_interface ? "an interface without an IPv4 address" : "neither an interface nor an IPv4 address of this host")};
     }
     if (!it->up) return {StatusCode::kInvalidArgument, "tcp.nics: interface " + it->name + " is down"};
     if (std::any_of(out->begin(), out->end(), [&](const Nic& n) { return n.address == it->address; })) {

@@ -26,9 +26,13 @@ bool IsRemoteIpv4(const std::string& addr, const std::string& peer_host);
 
 // Every IPv4 address of every interface (an interface with two addresses appears twice).
 std::vector<Nic> LocalNics();
-// The NICs a list names: each entry an interface name or one of this host's IPv4 addresses.
-// Fails (kInvalidArgument, naming the entry) for an unknown name or address, an interface
-// that is down or has no IPv4 address, or an entry named twice.
-Status ResolveNics(const std::vector<std::string>& wanted, std::vector<Nic>* out);
+// The NICs a list names: each entry an interface name, one of this host's IPv4 addresses, or
+// "near:BUS_ID": the interfaces (up, IPv4, not loopback) nearest the PCI device BUS_ID on the
+// PCIe tree, every one of the nearest class (pci_locality.h; read under `sysfs`). Fails
+// (kInvalidArgument, naming the entry) for an unknown name, address or bus id, an interface
+// that is down or has no IPv4 address, an entry named twice, or a "near:" entry no usable
+// interface on the PCI tree answers.
+Status ResolveNics(const std::vector<std::string>& wanted, std::vector<Nic>* out,
+                   const std::string& sysfs = "/sys");
 
 }  // namespace xfer::net
