@@ -53,10 +53,12 @@ for n in 0 1; do
 done
 ip -n "$S" link set lo up
 ip -n "$C" link set lo up
-for _ in $(seq 50); do  # (a veth runs a moment after it is up; engines refuse one that does not)
-  [ "$(ip netns exec "$C" cat "/sys/class/net/c0-$$/operstate" "/sys/class/net/c1-$$/operstate" | sort -u)" = up ] && break
-  sleep 0.1
-done
+# (A veth runs a moment after it is up; engines refuse one that does not.)
+running() {
+  [ "$( { ip netns exec "$C" cat /sys/class/net/c{0,1}-$$/operstate; ip netns exec "$S" cat /sys/class/net/s{0,1}-$$/operstate; } | sort -u)" = up ]
+}
+for _ in $(seq 50); do running && break; sleep 0.1; done
+running || { echo "compare_multinic: the veth pairs did not come up within 5 s" >&2; exit 1; }
 # limit RATE|none: both NICs, both directions.
 limit() {
   local n ns dev
@@ -152,8 +154,7 @@ if [ "$RESULTS" != "-" ]; then
     echo "Command: \`bench/compare_multinic.sh${1:+ $1}\` (DURATION=$DURATION ROUNDS=$ROUNDS SIZES=\"$SIZES\" RATE=$RATE LINKS=$LINKS DEPTH=$DEPTH): two network namespaces joined by two veth pairs; \`xfer-bench serve --nics s0,s1\` in one, and in the other, alternating within each round:"
     echo
     echo '```'
-    q "$BUILD/tools/xfer-bench" TEST -s SIZE --nics c0 "${common[@]}" "$SRV"; echo
-    q "$BUILD/tools/xfer-bench" TEST -s SIZE --nics c0,c1 "${common[@]}" "$SRV"; echo
+    for nics in c0 c0,c1; do echo "$(q "$BUILD/tools/xfer-bench") TEST -s SIZE --nics $nics $(q "${common[@]}" "$SRV")"; done
     echo '```'
     echo
     echo "NIC-bound: each NIC limited to $RATE both ways with \`tc qdisc ... tbf\`, as a real NIC limits a link between hosts. Unlimited: veth moves what the cores copy, so both NICs share the same $(nproc) cores: the machine is the limit."

@@ -586,7 +586,7 @@ Status EngineImpl::RunSync(const Status& submitted, const std::shared_ptr<Reques
   } else {
     Dispatch(req, true);
   }
-  RequestStatus st = req->WaitUntil(until, opts_.spin);
+  RequestStatus st = req->WaitUntil(until, opts_.spin, [this] { return pool_->Busy(); });
   if (st.state == RequestState::kWaiting) {
     // A batch still running, or a notification the peer has not answered yet (the session's
     // heartbeat bounds that wait).
@@ -683,7 +683,7 @@ Status EngineImpl::Wait(RequestHandle h, std::chrono::milliseconds timeout, Requ
     } else {
       HelpWith(*req, until);
     }
-    st = req->WaitUntil(until, opts_.spin);
+    st = req->WaitUntil(until, opts_.spin, [this] { return pool_->Busy(); });
   }
   if (st.state == RequestState::kWaiting) {
     if (status != nullptr) *status = st;

@@ -222,12 +222,13 @@ RequestStatus Request::Poll() {
   return {};
 }
 
-RequestStatus Request::WaitUntil(Clock::time_point until, std::chrono::microseconds spin) {
+RequestStatus Request::WaitUntil(Clock::time_point until, std::chrono::microseconds spin,
+                                 const std::function<bool()>& cores_busy) {
   if (!done_.load(std::memory_order_acquire)) {  // (a clock read costs ~30 ns on this VM)
     auto spin_until = std::min(until, Clock::now() + spin);
     Backoff backoff;
-    while (!done_.load(std::memory_order_acquire) &&
-           !awaiting_answer_.load(std::memory_order_acquire) && Clock::now() < spin_until) {
+    for (unsigned step = 1; !done_.load(std::memory_order_acquire) && Clock::now() < spin_until; ++step) {
+      if (step % 16 == 0 && cores_busy && awaiting_answer_.load(std::memory_order_acquire) && cores_busy()) break;
       backoff.Pause();
     }
   }

@@ -1,5 +1,7 @@
 #include "core/stream_pool.h"
 
+#include <algorithm>
+
 #include <cstring>
 #include <functional>
 
@@ -38,6 +40,12 @@ void StreamPool::Submit(int stream, Task task) {
     s.pending.fetch_add(1, std::memory_order_release);
   }
   s.cv.notify_one();
+}
+
+bool StreamPool::Busy() const {
+  return std::any_of(streams_.begin(), streams_.end(), [](const auto& s) {
+    return s->running.load(std::memory_order_relaxed) || s->pending.load(std::memory_order_relaxed) != 0;
+  });
 }
 
 int StreamPool::Pick() {

@@ -25,6 +25,8 @@ class StreamPool {
   ~StreamPool();  // Stop()
 
   int size() const { return static_cast<int>(streams_.size()); }
+  // Whether a stream runs a task or has one queued (a hint: it may change at once).
+  bool Busy() const;
   void Submit(int stream, Task task);
   // A stream for the next task: the first idle one (so that a lone caller keeps one stream
   // warm while the others sleep, rather than more threads spinning than there are cores),

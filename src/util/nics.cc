@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "util/log.h"
 #include "util/pci_locality.h"
 
 namespace xfer::net {
@@ -78,9 +79,14 @@ Status ExpandNear(const std::string& entry, const std::vector<Nic>& here, const 
     return {StatusCode::kInvalidArgument, "tcp.nics: '" + entry + "': no interface here that is up, has an IPv4 "
                                           "address and sits on the PCI tree (virtual ones have no place on it)"};
   }
+  std::string chosen;
   for (const auto& r : ranked) {
-    if (r.distance == ranked[0].distance) names->push_back(r.name);
+    if (r.distance != ranked[0].distance) break;
+    names->push_back(r.name);
+    chosen += " " + r.name;
   }
+  XLOG(INFO) << "tcp.nics " << entry << ":" << chosen << " (" << pci::DistanceName(ranked[0].distance)
+             << "; classes nearest first: PXB, PHB, NODE, SYS)";
   return Status::Ok();
 }
 
@@ -90,16 +96,13 @@ Status ResolveNics(const std::vector<std::string>& wanted, std::vector<Nic>* out
   out->clear();
   if (wanted.empty()) return Status::Ok();
   const std::vector<Nic> here = LocalNics();
-  std::vector<std::string> named, nearby;  // (an interface "near:" chose may be named too)
+  std::vector<std::string> named, nearby;
   for (const std::string& w : wanted) {
     if (w.rfind("near:", 0) != 0) {
       named.push_back(w);
     } else if (Status s = ExpandNear(w, here, sysfs, &nearby); !s.ok()) {
       return s;
     }
-  }
-  for (const std::string& n : nearby) {
-    if (std::find(named.begin(), named.end(), n) == named.end()) named.push_back(n);
   }
   for (const std::string& w : named) {
     auto it = std::find_if(here.begin(), here.end(), [&](const Nic& n) { return n.name == w || n.address == w; });
@@ -113,6 +116,12 @@ Status ResolveNics(const std::vector<std::string>& wanted, std::vector<Nic>* out
       return {StatusCode::kInvalidArgument, "tcp.nics: " + w + " is named twice"};
     }
     out->push_back(*it);
+  }
+  // The ones "near:" chose, after those named: an interface also named (by name or address),
+  // or chosen by two entries, counts once.
+  for (const std::string& w : nearby) {
+    auto it = std::find_if(here.begin(), here.end(), [&](const Nic& n) { return n.name == w; });
+    if (std::none_of(out->begin(), out->end(), [&](const Nic& n) { return n.name == w; })) out->push_back(*it);
   }
   return Status::Ok();
 }

@@ -15,10 +15,11 @@ bool AllHex(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isxdigit(c); });
 }
 
-// A host bridge's directory name: "pci0000:3a".
+// A host bridge's directory name: "pci0000:3a" (a domain of up to 8 digits: VMD's has 5).
 bool IsHostBridge(const std::string& s) {
-  return s.size() == 10 && s.compare(0, 3, "pci") == 0 && AllHex(s.substr(3, 4)) && s[7] == ':' &&
-         AllHex(s.substr(8, 2));
+  const size_t colon = s.find(':');
+  return s.compare(0, 3, "pci") == 0 && colon != std::string::npos && colon >= 7 && colon <= 11 &&
+         AllHex(s.substr(3, colon - 3)) && s.size() == colon + 3 && AllHex(s.substr(colon + 1));
 }
 
 // The NUMA node of the device at `dir` or of its nearest ancestor that gives one.
@@ -49,8 +50,9 @@ Place PlaceOf(const std::string& sysfs, const fs::path& link) {
     }
     const std::string s = part.string();
     if (p.path.empty()) {
-      if (!IsHostBridge(s)) return {};  // (devices/virtual/...: not on the PCI tree)
-      p.path.push_back(s);
+      // The tree starts at a host bridge, below devices/ or deeper (platform devices,
+      // Hyper-V's VMBus); devices/virtual/... never reaches one.
+      if (IsHostBridge(s)) p.path.push_back(s);
     } else if (!NormalizeBusId(s).empty()) {
       p.path.push_back(s);
       last_pci = walked;
@@ -77,8 +79,8 @@ const char* DistanceName(Distance d) {
 }
 
 std::string NormalizeBusId(const std::string& bus_id) {
-  // [domain:]bus:device.function, the domain 4 hex digits (8 as nvidia-smi prints it: the
-  // upper 4 zero), bus and device 2, function 1.
+  // [domain:]bus:device.function: the domain 4 to 8 hex digits (nvidia-smi prints 8, VMD's
+  // have 5; leading zeros beyond 4 digits dropped), bus and device 2, function 1.
   std::string s = bus_id;
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   const size_t dot = s.rfind('.');
@@ -89,8 +91,8 @@ std::string NormalizeBusId(const std::string& bus_id) {
   const std::string bus = s.substr(colon1 == std::string::npos ? 0 : colon1 + 1,
                                    colon2 - (colon1 == std::string::npos ? 0 : colon1 + 1));
   const std::string dev = s.substr(colon2 + 1, dot - colon2 - 1), fn = s.substr(dot + 1);
-  if (domain.size() == 8 && domain.compare(0, 4, "0000") == 0) domain = domain.substr(4);
-  if (domain.size() != 4 || bus.size() != 2 || dev.size() != 2 || fn.size() != 1) return {};
+  while (domain.size() > 4 && domain[0] == '0') domain.erase(0, 1);
+  if (domain.size() < 4 || domain.size() > 8 || bus.size() != 2 || dev.size() != 2 || fn.size() != 1) return {};
   if (!AllHex(domain) || !AllHex(bus) || !AllHex(dev) || fn[0] < '0' || fn[0] > '7') return {};
   return domain + ":" + bus + ":" + dev + "." + fn;
 }

@@ -411,10 +411,9 @@ netns_nics)
   done
   for n in "$S" "$C"; do ip -n "$n" link set lo up; done
   # (A veth runs, IFF_RUNNING, a moment after it is up: the engines refuse a NIC that does not.)
-  for _ in $(seq 50); do
-    [ "$(ip netns exec "$C" cat /sys/class/net/xn$$c0/operstate /sys/class/net/xn$$c1/operstate | sort -u)" = up ] && break
-    sleep 0.1
-  done
+  running() { [ "$( { ip netns exec "$C" cat /sys/class/net/xn$$c{0,1}/operstate; ip netns exec "$S" cat /sys/class/net/xn$$s{0,1}/operstate; } | sort -u)" = up ]; }
+  for _ in $(seq 50); do running && break; sleep 0.1; done
+  running || fail "the veth pairs did not come up within 5 s"
   SRV=10.233.0.$((r + 1)):18515
   ip netns exec "$S" "$XB" serve --listen "$SRV" --nics "xn$$s0,xn$$s1" >"$tmp/srv" 2>&1 &
   pids+=("$!")

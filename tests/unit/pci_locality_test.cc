@@ -114,12 +114,26 @@ TEST_F(TwoSocketServer, ANumaNodeIsFoundAboveTheFunction) {
   EXPECT_EQ(D("0000:1a:00.0", "eth9"), Distance::kSystem);
 }
 
+TEST_F(FakeSysfs, TheTreeMayStartBelowAPlatformDevice) {
+  // (Hyper-V's virtual PCI, device-tree hosts: the host bridge is not right below devices/.)
+  Pci("LNXSYSTM:00/VMBUS:00/5620e0c7-8062-4dce-aeb7-520c7ef76171/pci5620:00/5620:00:00.0", 0);
+  Net("eth1", "LNXSYSTM:00/VMBUS:00/5620e0c7-8062-4dce-aeb7-520c7ef76171/pci5620:00/5620:00:00.0");
+  Pci("pci0000:00/0000:00:02.0", 0);
+  const Place nic = PlaceOfNic(sysfs(), "eth1");
+  ASSERT_EQ(nic.path.size(), 2u);
+  EXPECT_EQ(nic.path[0], "pci5620:00");
+  EXPECT_EQ(Between(PlaceOfPciDevice(sysfs(), "0000:00:02.0"), nic), Distance::kNumaNode);
+  Pci("pci10000:00/10000:00:02.0/10000:01:00.0", 0);  // behind VMD
+  EXPECT_EQ(PlaceOfPciDevice(sysfs(), "10000:01:00.0").path.size(), 3u);
+}
+
 TEST(PciBusId, IsNormalizedOrRefused) {
   EXPECT_EQ(NormalizeBusId("0000:3B:00.0"), "0000:3b:00.0");
   EXPECT_EQ(NormalizeBusId("3b:00.1"), "0000:3b:00.1");
   EXPECT_EQ(NormalizeBusId("00000000:3B:00.0"), "0000:3b:00.0");
   EXPECT_EQ(NormalizeBusId("0001:3b:00.0"), "0001:3b:00.0");
-  for (const char* bad : {"", "3b", "3b:00", "zz:00.0", "0000:3b:00.8", "0000:3b:000.0", "../../etc:00.0", "1:3b:00.0"}) {
+  EXPECT_EQ(NormalizeBusId("10000:01:00.0"), "10000:01:00.0") << "a VMD domain";
+  for (const char* bad : {"", "3b", "3b:00", "zz:00.0", "0000:3b:00.8", "0000:3b:000.0", "../../etc:00.0", "1:3b:00.0", "123456789:3b:00.0"}) {
     EXPECT_EQ(NormalizeBusId(bad), "") << bad;
   }
   EXPECT_TRUE(PlaceOfPciDevice("/nonexistent-sysfs", "0000:3b:00.0").path.empty());
@@ -152,10 +166,14 @@ TEST_F(NearEntries, NearAGpuNamesTheNearestInterfaces) {
   ASSERT_TRUE(s.ok()) << s.message();
   ASSERT_EQ(nics.size(), 1u);
   EXPECT_EQ(nics[0].name, nic_);
-  // Named as well: once.
-  s = net::ResolveNics({nic_, "near:0000:00:02.0"}, &nics, sysfs());
-  ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(nics.size(), 1u);
+  // Named as well, by name or by address, or chosen twice: once.
+  for (const std::vector<std::string>& list :
+       {std::vector<std::string>{nic_, "near:0000:00:02.0"}, {nics[0].address, "near:0000:00:02.0"},
+        {"near:0000:00:02.0", "near:0000:00:02.0"}}) {
+    s = net::ResolveNics(list, &nics, sysfs());
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(nics.size(), 1u);
+  }
 }
 
 TEST_F(NearEntries, NearWithoutAnAnswerIsRefusedWithTheReason) {

@@ -81,8 +81,8 @@ void AddTestOptions(CLI::App* app, Config& c) {
                   "EngineOptions::spin in us: how long waiters and idle streams spin before they sleep")
       ->check(CLI::Range(int64_t(0), int64_t(1000000)));
   app->add_option("--nics", c.nics,
-                  "EngineOptions::tcp.nics of this side: the network interfaces (names or local "
-                  "IPv4 addresses, comma-separated) its tcp data connections use; a target serves "
+                  "EngineOptions::tcp.nics of this side: the network interfaces (names, local "
+                  "IPv4 addresses or near:BUS_ID, comma-separated) its tcp data connections use; a target serves "
                   "on each, an initiator connects from each (default: the one route the kernel picks)")
       ->type_name("LIST");
   app->add_option("--transport", c.transport,
@@ -245,8 +245,9 @@ int main(int argc, char** argv) {
                     "(EngineOptions::metrics_listen) while the client runs")
       ->type_name("HOST:PORT");
   serve->add_option("--nics", c.nics,
-                    "EngineOptions::tcp.nics of this side: the network interfaces (names or local IPv4 "
-                    "addresses, comma-separated) it serves tcp data on (default: the address clients reach)")
+                    "EngineOptions::tcp.nics of this side: the network interfaces (names, local IPv4 "
+                    "addresses or near:BUS_ID, comma-separated) it serves tcp data on (default: the "
+                    "address clients reach; a client's --nics are its own)")
       ->type_name("LIST");
   serve->add_flag("--once", c.once, "Serve one client, then exit");
   serve->add_option("--ctl-fd", c.ctl_fd, "")->group("");  // hidden: local child mode

@@ -31,12 +31,13 @@ class TcpBackend final : public Backend {
     if (o.tcp.checksum && !checksum::Available()) {
       return {StatusCode::kUnsupported, "tcp.checksum needs a build with libxxhash (libxxhash-dev)"};
     }
-    if (o.tcp.nics.size() > kMaxNics) {
-      return {StatusCode::kInvalidArgument, "tcp.nics names " + std::to_string(o.tcp.nics.size()) +
+    std::vector<net::Nic> nics;
+    if (Status s = net::ResolveNics(o.tcp.nics, &nics); !s.ok()) return s;
+    if (nics.size() > kMaxNics) {  // (counted once "near:" entries are expanded)
+      return {StatusCode::kInvalidArgument, "tcp.nics names " + std::to_string(nics.size()) +
                                                 " interfaces; at most " + std::to_string(kMaxNics)};
     }
-    std::vector<net::Nic> nics;
-    return net::ResolveNics(o.tcp.nics, &nics);
+    return Status::Ok();
   }
 
   Status Start(const EngineContext& ctx) override {
