@@ -23,17 +23,13 @@ uint64_t Counter(const std::string& ns, const std::string& dev, const std::strin
   return v;
 }
 
-class TwoNics : public TwoNamespaces {
+// Peers a and b, each in its namespace, the two joined by two veth pairs ("two NICs").
+class TwoHostsTwoNics : public TwoNamespaces {
  protected:
-  void SetUp() override {
-    if (std::string why; !Build(2, &why)) GTEST_SKIP() << why;
-    // (NICs on host a named one by name, one by address, to take both forms.)
+  // Starts the peers and connects a to b (a's options, then b's, from the namespaces built).
+  void StartPeers(const PeerOptions& a, const PeerOptions& b) {
     std::string err;
-    ASSERT_TRUE(a_.Start(PeerIn(ns_a_, ip_a_[0], "host-a", Args(dev_a_[0] + "," + ip_a_[1])), &err)) << err;
-    // (The target waits long for a frame's rest, so that a frame left on a lost path would
-    // still land if the initiator let it: ARequestSurvivesTheLossOfOneNic checks it does not.)
-    PeerOptions b = PeerIn(ns_b_, ip_b_[0], "host-b", Args(dev_b_[0] + "," + dev_b_[1]));
-    b.heartbeat_timeout_ms = 20000;
+    ASSERT_TRUE(a_.Start(a, &err)) << err;
     ASSERT_TRUE(b_.Start(b, &err)) << err;
     ASSERT_TRUE(PollUntil([&] { return a_.Call("connect " + b_.name() + " 2000").ok; }, 10s))
         << "host a cannot reach host b";
@@ -43,10 +39,23 @@ class TwoNics : public TwoNamespaces {
     b_.KillNow();
     Remove();
   }
-  static std::vector<std::string> Args(const std::string& nics) { return {"--transport", "tcp", "--tcp-nics", nics}; }
   uint64_t Bytes(const std::string& what, int nic) { return Counter(ns_a_, dev_a_[size_t(nic)], what); }
 
   PeerProcess a_, b_;
+};
+
+class TwoNics : public TwoHostsTwoNics {
+ protected:
+  void SetUp() override {
+    if (std::string why; !Build(2, &why)) GTEST_SKIP() << why;
+    // (NICs on host a named one by name, one by address, to take both forms.)
+    // (The target waits long for a frame's rest, so that a frame left on a lost path would
+    // still land if the initiator let it: ARequestSurvivesTheLossOfOneNic checks it does not.)
+    PeerOptions b = PeerIn(ns_b_, ip_b_[0], "host-b", Args(dev_b_[0] + "," + dev_b_[1]));
+    b.heartbeat_timeout_ms = 20000;
+    StartPeers(PeerIn(ns_a_, ip_a_[0], "host-a", Args(dev_a_[0] + "," + ip_a_[1])), b);
+  }
+  static std::vector<std::string> Args(const std::string& nics) { return {"--transport", "tcp", "--tcp-nics", nics}; }
 };
 
 // A 64 MiB WRITE and READ: the data verifies, and each NIC carried a fair part of it by the
@@ -183,28 +192,16 @@ TEST_F(TwoNics, LosingEveryNicFailsTheRequest) {
 // only the second NIC named on both hosts, a WRITE's and a READ's bytes go over it, and the
 // first NIC carries little more than the control session. (UCX over its tcp transport here;
 // it puts an endpoint on one device, so two listed devices cannot be shown as two rails.)
-class TwoNicsUcx : public TwoNamespaces {
+class TwoNicsUcx : public TwoHostsTwoNics {
  protected:
   void SetUp() override {
     if (std::string why; !Build(2, &why)) GTEST_SKIP() << why;
-    std::string err;
     PeerOptions a = PeerIn(ns_a_, ip_a_[0], "host-a", {"--transport", "ucx"});
     a.env = {"UCX_TLS=tcp", "UCX_NET_DEVICES=" + dev_a_[1]};
-    ASSERT_TRUE(a_.Start(a, &err)) << err;
     PeerOptions b = PeerIn(ns_b_, ip_b_[0], "host-b", {"--transport", "ucx"});
     b.env = {"UCX_TLS=tcp", "UCX_NET_DEVICES=" + dev_b_[1]};
-    ASSERT_TRUE(b_.Start(b, &err)) << err;
-    ASSERT_TRUE(PollUntil([&] { return a_.Call("connect " + b_.name() + " 2000").ok; }, 10s))
-        << "host a cannot reach host b";
+    StartPeers(a, b);
   }
-  void TearDown() override {
-    a_.KillNow();
-    b_.KillNow();
-    Remove();
-  }
-  uint64_t Bytes(const std::string& what, int nic) { return Counter(ns_a_, dev_a_[size_t(nic)], what); }
-
-  PeerProcess a_, b_;
 };
 
 TEST_F(TwoNicsUcx, UcxNetDevicesChoosesTheNic) {

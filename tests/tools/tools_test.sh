@@ -40,6 +40,41 @@ shm_ok() { [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  shm +ava
 # Whether GPU memory is usable here (a CUDA build and a GPU), as xfer-info probes it.
 gpu_ok() { [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  cuda +available'; }
 
+# two_hosts N: namespaces $S (server side) and $C (client side), removed at exit, joined by N
+# veth pairs: pair n is xh$$s$n in $S and xh$$c$n in $C, in a /30 of its own (host_ip). Returns
+# once every end runs (an engine refuses an interface that is up but not yet running). Skips
+# where this machine cannot (not root, no iproute2, no veth).
+two_hosts() {
+  local n ns
+  [ "$(id -u)" = 0 ] || skip "netns test needs root (ip netns add)"
+  command -v ip >/dev/null || skip "ip (iproute2) not installed"
+  S=xhs$$ C=xhc$$
+  ip netns add "$S" 2>"$tmp/e" || skip "ip netns add failed: $(head -1 "$tmp/e")"
+  cleanup_extra+=("ip netns del $S")
+  ip netns add "$C" || fail "ip netns add $C"
+  cleanup_extra+=("ip netns del $C")
+  for ((n = 0; n < $1; n++)); do
+    ip link add "xh$$s$n" netns "$S" type veth peer name "xh$$c$n" netns "$C" 2>"$tmp/e" \
+      || skip "veth not available: $(head -1 "$tmp/e")"
+    ip -n "$S" addr add "$(host_ip $n 1)/30" dev "xh$$s$n" || fail "addr"
+    ip -n "$C" addr add "$(host_ip $n 2)/30" dev "xh$$c$n" || fail "addr"
+    { ip -n "$S" link set "xh$$s$n" up && ip -n "$C" link set "xh$$c$n" up; } || fail "link up"
+  done
+  for ns in "$S" "$C"; do ip -n "$ns" link set lo up; done
+  for _ in $(seq 50); do running "$1" && return; sleep 0.1; done
+  fail "the veth pairs did not come up within 5 s"
+}
+# host_ip N K: pair N's address in $S (K=1) or in $C (K=2).
+host_ip() { echo "10.$((233 + $1)).0.$(($$ % 64 * 4 + $2))"; }
+# running N: every end of the N pairs runs.
+running() {
+  local n
+  for ((n = 0; n < $1; n++)); do
+    ip netns exec "$S" cat "/sys/class/net/xh$$s$n/operstate"
+    ip netns exec "$C" cat "/sys/class/net/xh$$c$n/operstate"
+  done | { ! grep -qv '^up$'; }
+}
+
 case "$case_name" in
 args)
   expect_exit 2 "bad size" "$XB" write_bw -s 12Q
@@ -354,21 +389,8 @@ metrics)
   grep -q -- "--no-metrics" "$tmp/cli" || { cat "$tmp/cli"; fail "the rerun command lacks --no-metrics"; }
   ;;
 netns)
-  [ "$(id -u)" = 0 ] || skip "netns test needs root (ip netns add)"
-  command -v ip >/dev/null || skip "ip (iproute2) not installed"
-  r=$(($$ % 64 * 4))
-  S=xbs$$ C=xbc$$
-  ip netns add "$S" 2>"$tmp/e" || skip "ip netns add failed: $(head -1 "$tmp/e")"
-  cleanup_extra+=("ip netns del $S")
-  ip netns add "$C" || fail "ip netns add $C"
-  cleanup_extra+=("ip netns del $C")
-  ip link add "xbv$$a" netns "$S" type veth peer name "xbv$$b" netns "$C" 2>"$tmp/e" \
-    || skip "veth not available: $(head -1 "$tmp/e")"
-  ip -n "$S" addr add 10.231.0.$((r + 1))/30 dev "xbv$$a" || fail "addr"
-  ip -n "$C" addr add 10.231.0.$((r + 2))/30 dev "xbv$$b" || fail "addr"
-  for n in "$S" "$C"; do ip -n "$n" link set lo up; done
-  { ip -n "$S" link set "xbv$$a" up && ip -n "$C" link set "xbv$$b" up; } || fail "link up"
-  SRV=10.231.0.$((r + 1)):18515
+  two_hosts 1
+  SRV=$(host_ip 0 1):18515
   # Same host id (one kernel): the engines pick cma across the namespaces (same pid namespace).
   ip netns exec "$C" "$XB" write_bw -s 64K -n 50 "${SMALL[@]}" "$SRV" >"$tmp/cli" 2>&1 &
   cli=$!
@@ -393,36 +415,17 @@ netns)
 netns_nics)
   # Two namespaces joined by two veth pairs ("two NICs"): serve names its NICs, the client
   # its own, and a WRITE's bytes go over both pairs (the "# nics:" line).
-  [ "$(id -u)" = 0 ] || skip "netns test needs root (ip netns add)"
-  command -v ip >/dev/null || skip "ip (iproute2) not installed"
   [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  tcp +available' || skip "no tcp transport in this build"
-  r=$(($$ % 64 * 4))
-  S=xns$$ C=xnc$$
-  ip netns add "$S" 2>"$tmp/e" || skip "ip netns add failed: $(head -1 "$tmp/e")"
-  cleanup_extra+=("ip netns del $S")
-  ip netns add "$C" || fail "ip netns add $C"
-  cleanup_extra+=("ip netns del $C")
-  for n in 0 1; do
-    ip link add "xn$$s$n" netns "$S" type veth peer name "xn$$c$n" netns "$C" 2>"$tmp/e" \
-      || skip "veth not available: $(head -1 "$tmp/e")"
-    ip -n "$S" addr add 10.23$((3 + n)).0.$((r + 1))/30 dev "xn$$s$n" || fail "addr"
-    ip -n "$C" addr add 10.23$((3 + n)).0.$((r + 2))/30 dev "xn$$c$n" || fail "addr"
-    { ip -n "$S" link set "xn$$s$n" up && ip -n "$C" link set "xn$$c$n" up; } || fail "link up"
-  done
-  for n in "$S" "$C"; do ip -n "$n" link set lo up; done
-  # (A veth runs, IFF_RUNNING, a moment after it is up: the engines refuse a NIC that does not.)
-  running() { [ "$( { ip netns exec "$C" cat /sys/class/net/xn$$c{0,1}/operstate; ip netns exec "$S" cat /sys/class/net/xn$$s{0,1}/operstate; } | sort -u)" = up ]; }
-  for _ in $(seq 50); do running && break; sleep 0.1; done
-  running || fail "the veth pairs did not come up within 5 s"
-  SRV=10.233.0.$((r + 1)):18515
-  ip netns exec "$S" "$XB" serve --listen "$SRV" --nics "xn$$s0,xn$$s1" >"$tmp/srv" 2>&1 &
+  two_hosts 2
+  SRV=$(host_ip 0 1):18515
+  ip netns exec "$S" "$XB" serve --listen "$SRV" --nics "xh$$s0,xh$$s1" >"$tmp/srv" 2>&1 &
   pids+=("$!")
-  ip netns exec "$C" "$XB" write_bw -s 1M -n 64 --host-id host-a --transport tcp --nics "xn$$c0,xn$$c1" \
+  ip netns exec "$C" "$XB" write_bw -s 1M -n 64 --host-id host-a --transport tcp --nics "xh$$c0,xh$$c1" \
       "${SMALL[@]}" "$SRV" >"$tmp/cli" 2>&1 || { cat "$tmp/cli" "$tmp/srv"; fail "client in $C exited"; }
   has_row 1048576 "$tmp/cli" || { cat "$tmp/cli"; fail "no row"; }
   grep -E "^# nics: " "$tmp/cli" >"$tmp/nics" || { cat "$tmp/cli"; fail "no '# nics:' line"; }
   for n in 0 1; do
-    grep -qE "10\.23$((3 + n))\.0\.$((r + 2))[^,]*->[^,]*10\.23$((3 + n))\.0\.$((r + 1))[^,]* [1-9][0-9]*%" "$tmp/nics" \
+    grep -qE "$(host_ip $n 2)[^,]*->[^,]*$(host_ip $n 1)[^,]* [1-9][0-9]*%" "$tmp/nics" \
       || { cat "$tmp/cli" "$tmp/srv"; fail "NIC pair $n carried nothing"; }
   done
   ;;
