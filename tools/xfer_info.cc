@@ -12,8 +12,10 @@
 #include <unistd.h>
 
 #include <dlfcn.h>
+#include <net/if.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -370,6 +372,17 @@ int main(int argc, char** argv) {
                                     (at.numa_node >= 0 ? ", NUMA node " + std::to_string(at.numa_node) : "");
     std::printf(" %s %s/%d%s%s;", n.name.c_str(), n.address.c_str(), n.prefix,
                 !n.up ? " (down: refused)" : n.loopback ? " (loopback)" : "", place.c_str());
+  }
+  // Interfaces without an IPv4 address cannot be named: listed, so that none goes unexplained.
+  if (struct if_nameindex* all = ::if_nameindex(); all != nullptr) {
+    const auto nics = xfer::net::LocalNics();
+    for (struct if_nameindex* i = all; i->if_name != nullptr; ++i) {
+      const std::string name = i->if_name;
+      if (std::none_of(nics.begin(), nics.end(), [&](const xfer::net::Nic& n) { return n.name == name; })) {
+        std::printf(" %s (no IPv4 address: refused);", name.c_str());
+      }
+    }
+    ::if_freenameindex(all);
   }
   std::printf(" or near:BUS_ID, the ones nearest a GPU's PCI bus id\n");
   std::printf("  %-22s %s (auto: offered when an RDMA device is present)\n", "ucx.mode",

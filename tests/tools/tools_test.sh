@@ -417,6 +417,12 @@ netns_nics)
   # its own, and a WRITE's bytes go over both pairs (the "# nics:" line).
   [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  tcp +available' || skip "no tcp transport in this build"
   two_hosts 2
+  # xfer-info names the interfaces that may be named, and why the others may not.
+  ip link add "xh$$c2" netns "$C" type veth peer name "xh$$c3" netns "$C" || fail "veth"
+  ip netns exec "$C" "$XI" --no-engine >"$tmp/info" 2>&1 || { cat "$tmp/info"; fail "xfer-info in $C exited"; }
+  for pat in "xh$$c0 $(host_ip 0 2)/30, virtual;" "xh$$c1 $(host_ip 1 2)/30, virtual;" "xh$$c2 \(no IPv4 address: refused\)"; do
+    grep -E "^  tcp\.nics " "$tmp/info" | grep -qE "$pat" || { grep "tcp.nics" "$tmp/info"; fail "xfer-info: no /$pat/"; }
+  done
   SRV=$(host_ip 0 1):18515
   ip netns exec "$S" "$XB" serve --listen "$SRV" --nics "xh$$s0,xh$$s1" >"$tmp/srv" 2>&1 &
   pids+=("$!")
