@@ -310,6 +310,9 @@ def test_tcp_nics_name_the_interfaces_data_connections_use(make_peer):
         xfer.Engine("127.0.0.1", tcp_nics="lo,no-such-nic0")
     with pytest.raises(xfer.InvalidArgumentError, match="tcp_nics must be a list of strings"):
         xfer.Engine("127.0.0.1", tcp_nics=7)
+    # "near:BUS_ID": the interfaces nearest a PCI device; a bus id not on this host is refused.
+    with pytest.raises(xfer.InvalidArgumentError, match="no PCI device 0000:fe:1f.7 on this host"):
+        xfer.Engine("127.0.0.1", tcp_nics=["near:0000:fe:1f.7"])
 
 
 def test_peers_authenticate_with_a_shared_secret(make_peer, tmp_path):
