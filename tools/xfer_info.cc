@@ -364,7 +364,8 @@ int main(int argc, char** argv) {
   std::printf("  %-22s %d (data connections per peer)\n", "tcp.links", d.tcp.links);
   std::printf("  %-22s %s\n", "tcp.least_loaded", d.tcp.least_loaded ? "true" : "false");
   std::printf("  %-22s (none: one route, the kernel's) interfaces here that it may name:", "tcp.nics");
-  for (const xfer::net::Nic& n : xfer::net::LocalNics()) {
+  const std::vector<xfer::net::Nic> nics = xfer::net::LocalNics();
+  for (const xfer::net::Nic& n : nics) {
     // (Where it sits on the PCIe tree: what "near:BUS_ID" entries rank by.)
     const xfer::pci::Place at = xfer::pci::PlaceOfNic("/sys", n.name);
     const std::string place = at.path.empty() ? std::string(n.loopback ? "" : ", virtual")
@@ -375,7 +376,6 @@ int main(int argc, char** argv) {
   }
   // Interfaces without an IPv4 address cannot be named: listed, so that none goes unexplained.
   if (struct if_nameindex* all = ::if_nameindex(); all != nullptr) {
-    const auto nics = xfer::net::LocalNics();
     for (struct if_nameindex* i = all; i->if_name != nullptr; ++i) {
       const std::string name = i->if_name;
       if (std::none_of(nics.begin(), nics.end(), [&](const xfer::net::Nic& n) { return n.name == name; })) {

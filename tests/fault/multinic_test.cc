@@ -176,15 +176,10 @@ TEST_F(TwoNics, ARequestSurvivesTheLossOfOneNic) {
 // Both NICs down: the request fails with CONNECTION_LOST once the heartbeat timeout ends the
 // session, not later.
 TEST_F(TwoNics, LosingEveryNicFailsTheRequest) {
-  constexpr uint64_t kLen = 64 << 20;
-  const PeerRegion region = b_.Alloc(kLen);
-  const uint64_t local = a_.Buf(kLen);
-  const std::string req = StartLongWrite(a_, b_.name(), local, region.addr, kLen);
-  ASSERT_FALSE(req.empty());
-  std::this_thread::sleep_for(50ms);
-  ASSERT_TRUE(Shell("ip -n " + ns_a_ + " link set " + dev_a_[0] + " down"));
-  ASSERT_TRUE(Shell("ip -n " + ns_a_ + " link set " + dev_a_[1] + " down"));
-  ExpectLostWithinHeartbeat(a_, req, Clock::now());
+  const CutWrite w = StartWriteThenCut(a_, b_, ns_a_, dev_a_, 50ms);
+  ASSERT_FALSE(w.req.empty());
+  ASSERT_FALSE(HasFailure());
+  ExpectLostWithinHeartbeat(a_, w.req, Clock::now());
 }
 
 #if XFER_HAVE_UCX

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_common.h"
@@ -79,14 +80,26 @@ class TwoNamespaces : public ::testing::Test {
   bool built_ = false;
 };
 
-// Starts an async WRITE of 64 x len bytes from a's local to remote at peer: far more than
-// moves before a cut that follows. Returns its handle ("" after a failed assertion).
-inline std::string StartLongWrite(PeerProcess& a, const std::string& peer, uint64_t local, uint64_t remote,
-                                  uint64_t len) {
-  Reply req = a.Call("axfer write " + peer + " 60000 " + std::to_string(local) + " " +
-                     std::to_string(remote) + " " + std::to_string(len) + " 64");
+// An async WRITE of 64 x 64 MiB from a to b (far more than moves before the cut), then, `after`
+// it started, host a's interfaces `devs` in namespace ns taken down: the cut is made when this
+// returns. req (the request's handle) is "" after a failed assertion.
+struct CutWrite {
+  PeerRegion region;
+  uint64_t local = 0;
+  std::string req;
+};
+inline CutWrite StartWriteThenCut(PeerProcess& a, PeerProcess& b, const std::string& ns,
+                                  const std::vector<std::string>& devs, std::chrono::milliseconds after) {
+  constexpr uint64_t kLen = 64 << 20;
+  CutWrite w{b.Alloc(kLen), a.Buf(kLen), ""};
+  Reply req = a.Call("axfer write " + b.name() + " 60000 " + std::to_string(w.local) + " " +
+                     std::to_string(w.region.addr) + " " + std::to_string(kLen) + " 64");
   EXPECT_TRUE(req.ok) << req.line;
-  return req.ok ? req.words.at(0) : "";
+  if (!req.ok) return w;
+  w.req = req.words.at(0);
+  std::this_thread::sleep_for(after);
+  for (const auto& d : devs) EXPECT_TRUE(Shell("ip -n " + ns + " link set " + d + " down")) << d;
+  return w;
 }
 
 // The request ends FAILED with CONNECTION_LOST within the heartbeat timeout (1.5 s in these

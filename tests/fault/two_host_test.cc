@@ -136,15 +136,13 @@ TEST_F(FaultTwoHostsUcx, UcxMovesDataBothWaysAcrossTheLink) {
 #endif
 
 TEST_F(FaultTwoHosts, CuttingTheLinkFailsTheRequestThenNewTransfersWork) {
-  constexpr uint64_t kLen = 64 << 20;
-  const PeerRegion region = b_.Alloc(kLen);
-  const uint64_t local = a_.Buf(kLen);
-  const std::string req = StartLongWrite(a_, b_.name(), local, region.addr, kLen);
-  ASSERT_FALSE(req.empty());
-  std::this_thread::sleep_for(100ms);
-  ASSERT_TRUE(Shell("ip -n " + ns_a_ + " link set " + dev_a_[0] + " down"));
-  ExpectLostWithinHeartbeat(a_, req, Clock::now());
+  const CutWrite cut = StartWriteThenCut(a_, b_, ns_a_, {dev_a_[0]}, 100ms);
+  ASSERT_FALSE(cut.req.empty());
+  ASSERT_FALSE(HasFailure());
+  ExpectLostWithinHeartbeat(a_, cut.req, Clock::now());
   if (HasFatalFailure()) return;
+  const PeerRegion& region = cut.region;
+  const uint64_t local = cut.local;
 
   ASSERT_TRUE(Shell("ip -n " + ns_a_ + " link set " + dev_a_[0] + " up"));
   // Both sides have dropped the dead session; a new one works.

@@ -31,13 +31,7 @@ class TcpBackend final : public Backend {
     if (o.tcp.checksum && !checksum::Available()) {
       return {StatusCode::kUnsupported, "tcp.checksum needs a build with libxxhash (libxxhash-dev)"};
     }
-    std::vector<net::Nic> nics;
-    if (Status s = net::ResolveNics(o.tcp.nics, &nics); !s.ok()) return s;
-    if (nics.size() > kMaxNics) {  // (counted once "near:" entries are expanded)
-      return {StatusCode::kInvalidArgument, "tcp.nics names " + std::to_string(nics.size()) +
-                                                " interfaces; at most " + std::to_string(kMaxNics)};
-    }
-    return Status::Ok();
+    return Status::Ok();  // (tcp.nics: resolved once, in Start, which fails Initialize as well)
   }
 
   Status Start(const EngineContext& ctx) override {
@@ -52,7 +46,7 @@ class TcpBackend final : public Backend {
     hooks.peer_auth_key = ctx.peer_auth_key;
     TcpOptions to{o.tcp.links, o.tcp.least_loaded, std::min<std::chrono::milliseconds>(o.heartbeat_timeout, std::chrono::hours(24)),
                   o.spin, o.tcp.checksum, {}};
-    if (Status s = net::ResolveNics(o.tcp.nics, &to.nics); !s.ok()) return s;
+    if (Status s = ResolveNics(o.tcp.nics, &to.nics); !s.ok()) return s;
     transport_ = std::make_unique<TcpTransport>(std::move(to), hooks);
     if (Status s = transport_->Start(ctx.listen_host); !s.ok()) {
       transport_.reset();
@@ -95,6 +89,16 @@ class TcpBackend final : public Backend {
   void StopServing() override { transport_->Stop(); }
 
  private:
+  // The NICs tcp.nics names (kInvalidArgument: Initialize fails), at most kMaxNics once
+  // "near:" entries are expanded.
+  static Status ResolveNics(const std::vector<std::string>& wanted, std::vector<net::Nic>* nics) {
+    if (Status s = net::ResolveNics(wanted, nics); !s.ok()) return s;
+    if (nics->size() > kMaxNics) {
+      return {StatusCode::kInvalidArgument, "tcp.nics names " + std::to_string(nics->size()) +
+                                                " interfaces; at most " + std::to_string(kMaxNics)};
+    }
+    return Status::Ok();
+  }
   static bool ParseHello(std::string_view blob, PeerEndpoint* at) {
     uint8_t count = 0;
     if (!bytes::Take(&blob, &at->tcp_port) || at->tcp_port == 0) return false;
