@@ -47,7 +47,7 @@
 //                                   <reordered> <other> [first problem]
 //   nstream <read|write> <remote> <local> <remote_base> <size,size,...> <count> <depth> [seed]
 //                                RunNotifiedStream -> OK <completed> <failed> <bad_reads> [error]
-//   unmap <addr> <len>           munmap a range (to fake a region whose memory went away)
+//   unmap <addr> <len>           make a range inaccessible (to fake a region whose memory went away)
 //   finalize [addr len seed]     engine.Finalize() but keep running (memory stays mapped); with
 //                                arguments, pattern-fill that range the moment Finalize returns
 //   sleep <ms> | ping | exit
@@ -242,7 +242,11 @@ class Peer {
     if (cmd == "unmap") {
       uint64_t addr = 0, len = 0;
       if (!(in >> addr >> len)) return Bad("usage: unmap <addr> <len>");
-      if (munmap(reinterpret_cast<void*>(addr), len) != 0) return "ERR INTERNAL munmap failed";
+      // In place, in one step: a hole left by munmap could be filled by another thread's mmap.
+      if (mmap(reinterpret_cast<void*>(addr), len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+               0) == MAP_FAILED) {
+        return "ERR INTERNAL mmap PROT_NONE failed";
+      }
       return "OK";
     }
     if (cmd == "connect") {
