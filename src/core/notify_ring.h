@@ -1,0 +1,95 @@
+// A one-way ring of notifications in memory that two engines on one host share: the sender
+// writes messages, the target reads them, and neither waits for the other. A message is queued
+// at the target once Write returns: no round trip, and no thread woken but a target's reader
+// asleep on the ring.
+//
+// Neither side trusts the other. Each keeps its own index privately and only publishes it; the
+// other's index and every record length are read from the shared memory once, checked, and
+// used from the local copy, so memory the other process scribbles on can garble messages but
+// never makes either side read or write outside the ring. A ring found inconsistent answers
+// kConnectionLost from then on (the caller drops it, and the session with that peer).
+//
+// Layout: a header of three cache lines (magic and capacity; the writer's head and doorbell;
+// the reader's tail and waiting flag), then `capacity` bytes of records. A record is an 8-byte
+// length, then the message, padded to 8 bytes; it never wraps: where it would not fit before
+// the end, a pad record fills the rest and the record starts over at the beginning.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xfer/status.h"
+
+namespace xfer {
+
+class NotifyRing {
+ public:
+  static constexpr uint64_t kHeaderBytes = 192;
+  static constexpr uint64_t kMinCapacity = 4096;
+  static constexpr uint64_t kMaxCapacity = 1ull << 30;
+
+  // The bytes a ring of `capacity` record bytes takes (capacity: a power of two, kMinCapacity
+  // to kMaxCapacity).
+  static constexpr uint64_t BytesFor(uint64_t capacity) { return kHeaderBytes + capacity; }
+  // The largest message a ring of `capacity` bytes carries.
+  static constexpr uint64_t MaxMessage(uint64_t capacity) { return capacity / 2 - 8; }
+
+  // The target: lays out an empty ring over `bytes` of zeroed shared memory, 64-byte aligned;
+  // its capacity is bytes - kHeaderBytes, which must be a power of two in range.
+  static Status Format(void* memory, uint64_t bytes);
+  // Either side: a ring over memory that Format laid out, here or in the other process. The
+  // capacity is read once, here, and must match `bytes`.
+  static Status Attach(void* memory, uint64_t bytes, NotifyRing* out);
+
+  NotifyRing() = default;
+  NotifyRing(NotifyRing&&) = default;
+  NotifyRing& operator=(NotifyRing&&) = default;
+  NotifyRing(const NotifyRing&) = delete;  // (one writer, one reader: two copies would race)
+  NotifyRing& operator=(const NotifyRing&) = delete;
+
+  // The sender: appends `message` (0..MaxMessage bytes), and wakes the reader when it sleeps
+  // on the ring. kResourceExhausted when it does not fit until the target reads more;
+  // kInvalidArgument for a bad size; kConnectionLost once the target's tail was found
+  // inconsistent.
+  Status Write(std::string_view message);
+  // The target: takes every whole message written so far, in order, onto the end of *out.
+  // Messages over max_message bytes, or any inconsistent index or length, end the ring:
+  // kConnectionLost with the reason (messages taken before it stay in *out).
+  Status ReadAll(uint64_t max_message, std::vector<std::string>* out);
+  // The target: whether a message is waiting (a quick look; ReadAll decides).
+  bool HasMessages() const;
+
+  // The target, to sleep until a message comes: BeginWait says the reader is about to sleep
+  // and returns the doorbell's value; then look for messages (HasMessages, ReadAll) and, if
+  // there are none, sleep on doorbell() while it holds that value (WaitDoorbell, or with
+  // other words at once); EndWait after waking. A Write after BeginWait either is seen by
+  // that look or changes the doorbell and wakes the sleeper.
+  uint32_t BeginWait();
+  void EndWait();
+
+  std::atomic<uint32_t>* doorbell() const { return doorbell_; }
+  uint64_t capacity() const { return capacity_; }
+  bool broken() const { return !broken_.empty(); }
+
+ private:
+  Status Broken(std::string why);
+
+  uint8_t* data_ = nullptr;
+  uint64_t capacity_ = 0;
+  std::atomic<uint64_t>* head_ = nullptr;  // shared: the writer's, bytes written so far
+  std::atomic<uint64_t>* tail_ = nullptr;  // shared: the reader's, bytes taken so far
+  std::atomic<uint32_t>* doorbell_ = nullptr;  // shared: the writer's, bumped per message
+  std::atomic<uint32_t>* waiting_ = nullptr;   // shared: the reader's, nonzero while it sleeps
+  uint64_t my_head_ = 0;  // the writer's own copy (authoritative on the writer's side)
+  uint64_t my_tail_ = 0;  // the reader's own copy (authoritative on the reader's side)
+  std::string broken_;    // why the ring was given up, or empty
+};
+
+// Sleeps while *doorbell still holds `seen`, until woken or `timeout_ns` passes; false when
+// the time passed (spurious wake-ups are possible: the caller looks again).
+bool WaitDoorbell(std::atomic<uint32_t>* doorbell, uint32_t seen, int64_t timeout_ns);
+
+}  // namespace xfer
