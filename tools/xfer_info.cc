@@ -114,7 +114,7 @@ std::string ProbeCma() {
   return why;
 }
 
-// Probes what shm needs (src/transport/shm/shm_memory.h): a memfd in a forked child, taken by
+// Probes what shm needs (src/util/shared_memory.h): a memfd in a forked child, taken by
 // this process with pidfd_open + pidfd_getfd (the ptrace access check, as for cma) and mapped
 // shared; the bytes the child wrote must show. Empty = works, else why not.
 std::string ProbeShm() {

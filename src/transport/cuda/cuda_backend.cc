@@ -20,7 +20,7 @@ class CopyEngineLink final : public Link {
 
 class CudaRoute final : public Route {
  public:
-  CudaRoute(const PeerContext& peer, std::unique_ptr<shm::PeerMapper> mapper, PlanLimits limits)
+  CudaRoute(const PeerContext& peer, std::unique_ptr<shared_memory::PeerMapper> mapper, PlanLimits limits)
       : Route("cuda", std::make_shared<CopyEngineLink>(), limits),
         mapper_(std::move(mapper)),
         peer_name_(peer.name),
@@ -80,7 +80,7 @@ class CudaRoute final : public Route {
     return base;
   }
 
-  const std::unique_ptr<shm::PeerMapper> mapper_;  // null in this process, or when refused
+  const std::unique_ptr<shared_memory::PeerMapper> mapper_;  // null in this process, or when refused
   const std::string peer_name_;
   const uint64_t peer_incarnation_;
   const bool same_process_;
@@ -145,9 +145,9 @@ class CudaBackend final : public Backend {
 
   Status Connect(const PeerContext& peer, std::shared_ptr<Route>* route) override {
     if (!peer.same_host) return {StatusCode::kUnsupported, "cuda: the peer is on another host"};
-    std::unique_ptr<shm::PeerMapper> mapper;  // takes VMM descriptors, maps AllocMem memory
+    std::unique_ptr<shared_memory::PeerMapper> mapper;  // takes VMM descriptors, maps AllocMem memory
     if (!peer.same_process) {
-      if (Status s = shm::PeerMapper::Open(peer.pid, peer.pidfd, &mapper); !s.ok()) {
+      if (Status s = shared_memory::PeerMapper::Open(peer.pid, peer.pidfd, &mapper); !s.ok()) {
         XLOG(INFO) << "peer " << peer.name << ": its VMM GPU memory and AllocMem memory are out "
                    << "of cuda's reach: " << s.ToString();
       }

@@ -1,5 +1,4 @@
 # Backend "shm": no dependency beyond the C++ library and Linux.
 target_sources(xfer PRIVATE
-  ${CMAKE_CURRENT_LIST_DIR}/shm_memory.cc
   ${CMAKE_CURRENT_LIST_DIR}/shm_backend.cc
 )

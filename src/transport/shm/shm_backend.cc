@@ -11,6 +11,11 @@
 namespace xfer::transport::shm {
 namespace {
 
+using shared_memory::Available;
+using shared_memory::Mapping;
+using shared_memory::Segment;
+using shared_memory::SegmentName;
+
 // A region's blob: the owner's memfd descriptor (i32) and the key in the memfd's name (u64).
 std::string RegionBlob(int32_t fd, uint64_t key) {
   std::string b;

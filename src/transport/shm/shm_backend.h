@@ -6,9 +6,11 @@
 #include <string>
 
 #include "transport/remote_region.h"
-#include "transport/shm/shm_memory.h"
+#include "util/shared_memory.h"
 
 namespace xfer::transport::shm {
+
+using shared_memory::PeerMapper;
 
 // Where the peer's AllocMem region r is mapped here, mapping it on first use (once, shared by
 // every backend that asks: cuda copies into it too); null when r is not AllocMem memory or

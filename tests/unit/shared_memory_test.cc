@@ -10,9 +10,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "transport/shm/shm_memory.h"
+#include "util/shared_memory.h"
 
-namespace xfer::transport::shm {
+namespace xfer::shared_memory {
 namespace {
 
 TEST(ShmSegment, IsSealedAgainstResizing) {
@@ -93,4 +93,4 @@ TEST(ShmSegment, ReadOnlyForPeersIsSealedAgainstEveryOtherWritableMapping) {
 }
 
 }  // namespace
-}  // namespace xfer::transport::shm
+}  // namespace xfer::shared_memory

@@ -1,6 +1,7 @@
-// Transport "shm": memory the engine allocates (Engine::AllocMem) lives in a memfd. A peer on
-// the same host takes a duplicate of the descriptor through pidfd_getfd, maps it once, and
-// from then on moves bytes with plain memcpy: no system call per transfer, no round trip.
+// Memory two processes of one host share: its owner makes a memfd (Segment), and a peer takes
+// a duplicate of the descriptor through pidfd_getfd and maps it (PeerMapper). The shm
+// transport keeps AllocMem memory in such segments; same-host notification rings live in them
+// too.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +10,7 @@
 
 #include "xfer/status.h"
 
-namespace xfer::transport::shm {
+namespace xfer::shared_memory {
 
 // True when this kernel lets us take descriptors from other processes (pidfd_getfd).
 bool Available(std::string* why);
@@ -79,4 +80,4 @@ class PeerMapper {
   int32_t pid_;
 };
 
-}  // namespace xfer::transport::shm
+}  // namespace xfer::shared_memory

@@ -1,4 +1,4 @@
-#include "transport/shm/shm_memory.h"
+#include "util/shared_memory.h"
 
 #include <fcntl.h>
 #include <linux/memfd.h>
@@ -15,7 +15,7 @@
 #include "util/process_check.h"
 #include "util/text.h"
 
-namespace xfer::transport::shm {
+namespace xfer::shared_memory {
 using text::Errno;
 namespace {
 
@@ -93,20 +93,20 @@ std::string SegmentName(uint64_t incarnation, uint64_t key) {
 
 Status Segment::Create(uint64_t len, bool huge_pages, bool peers_write, const std::string& name,
                        std::unique_ptr<Segment>* out) {
-  if (len == 0) return {StatusCode::kInvalidArgument, "AllocMem: zero length"};
+  if (len == 0) return {StatusCode::kInvalidArgument, "shared memory: zero length"};
   std::unique_ptr<Segment> s(new Segment());
   std::string why;
   bool ok = false;
   if (huge_pages) {
     ok = MakeMapped(name, len, true, peers_write, &s->fd_, &s->base_, &s->len_, &why);
     if (!ok) {
-      XLOG(WARN) << "AllocMem: the kernel refused huge pages for " << len << " bytes (" << why
+      XLOG(WARN) << "shared memory: the kernel refused huge pages for " << len << " bytes (" << why
                  << "); using normal pages";
     }
   }
   if (!ok && !MakeMapped(name, len, false, peers_write, &s->fd_, &s->base_, &s->len_, &why)) {
     return {errno == ENOMEM ? StatusCode::kResourceExhausted : StatusCode::kInternal,
-            "AllocMem: " + std::to_string(len) + " bytes of shared memory: " + why};
+            std::to_string(len) + " bytes of shared memory: " + why};
   }
   *out = std::move(s);
   return Status::Ok();
@@ -121,7 +121,7 @@ Mapping::~Mapping() { ::munmap(base_, len_); }
 
 Status PeerMapper::Open(int32_t pid, int pidfd, std::unique_ptr<PeerMapper>* out) {
   const int fd = pidfd >= 0 ? ::fcntl(pidfd, F_DUPFD_CLOEXEC, 0) : host::PidfdOpen(pid);
-  if (fd < 0) return {StatusCode::kUnsupported, "shm: " + Errno(pidfd >= 0 ? "dup" : "pidfd_open")};
+  if (fd < 0) return {StatusCode::kUnsupported, "shared memory: " + Errno(pidfd >= 0 ? "dup" : "pidfd_open")};
   out->reset(new PeerMapper(fd, pid));
   return Status::Ok();
 }
@@ -138,7 +138,7 @@ Status PeerMapper::TakeFd(int32_t remote_fd, int* fd) const {
 
 Status PeerMapper::Map(int32_t remote_fd, const std::string& name, uint64_t len, bool writable,
                        std::shared_ptr<Mapping>* out) const {
-  const std::string who = "shm: segment " + name + " of pid " + std::to_string(pid_);
+  const std::string who = "shared memory: segment " + name + " of pid " + std::to_string(pid_);
   int fd = -1;
   if (Status s = TakeFd(remote_fd, &fd); !s.ok()) return {s.code(), who + ": " + s.message()};
   char link[256] = {};
@@ -173,4 +173,4 @@ Status PeerMapper::Map(int32_t remote_fd, const std::string& name, uint64_t len,
   return Status::Ok();
 }
 
-}  // namespace xfer::transport::shm
+}  // namespace xfer::shared_memory
