@@ -109,6 +109,7 @@ const std::map<std::string, Setter>& Setters() {
       XFER_INT("max_unsent_bytes", max_unsent_bytes),
       XFER_INT("max_sessions", max_sessions),
       XFER_INT("notify_queue_bytes", notify.queue_bytes),
+      XFER_INT("notify_ring_bytes", notify.ring_bytes),
       XFER_INT("tcp_links", tcp.links),
       XFER_BOOL("tcp_least_loaded", tcp.least_loaded),
       XFER_BOOL("tcp_checksum", tcp.checksum),

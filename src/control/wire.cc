@@ -163,6 +163,13 @@ void EncodeBody(Writer& w, const NotifyAck& m) {
   w.U32(static_cast<uint32_t>(m.code));
   w.Str(m.why);
 }
+void EncodeBody(Writer& w, const NotifyRingOffer& m) {
+  w.U64(m.seq);
+  w.I32(m.fd);
+  w.U64(m.key);
+  w.U64(m.bytes);
+  w.U32(m.max_message);
+}
 void EncodeBody(Writer& w, const AuthChallenge& m) { w.Str(m.nonce); }
 void EncodeBody(Writer& w, const AuthProof& m) { w.Str(m.name); w.U64(m.incarnation); w.Str(m.mac); }
 
@@ -193,6 +200,9 @@ bool DecodeBody(Reader& r, NotifyAck* m) {
   m->code = static_cast<StatusCode>(code);
   return true;
 }
+bool DecodeBody(Reader& r, NotifyRingOffer* m) {
+  return r.U64(&m->seq) && r.I32(&m->fd) && r.U64(&m->key) && r.U64(&m->bytes) && r.U32(&m->max_message);
+}
 
 bool DecodeBody(Reader& r, AuthChallenge* m) {
   if (!r.Str(&m->nonce, kAuthNonceBytes)) return false;
@@ -217,6 +227,7 @@ template <> MsgType TypeOf<Notify>() { return MsgType::kNotify; }
 template <> MsgType TypeOf<NotifyAck>() { return MsgType::kNotifyAck; }
 template <> MsgType TypeOf<AuthChallenge>() { return MsgType::kAuthChallenge; }
 template <> MsgType TypeOf<AuthProof>() { return MsgType::kAuthProof; }
+template <> MsgType TypeOf<NotifyRingOffer>() { return MsgType::kNotifyRingOffer; }
 
 template <class T>
 bool DecodeAs(std::span<const uint8_t> payload, Message* out, std::string* error) {
@@ -270,7 +281,7 @@ bool DecodeHeader(std::span<const uint8_t> bytes, Header* out, std::string* erro
     return false;
   }
   if (type < static_cast<uint16_t>(MsgType::kHello) ||
-      type > static_cast<uint16_t>(MsgType::kAuthProof)) {
+      type > static_cast<uint16_t>(kLastMsgType)) {
     *error = "unknown message type " + std::to_string(type);
     return false;
   }
@@ -296,6 +307,7 @@ bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out,
     case MsgType::kGoodbye: return DecodeAs<Goodbye>(payload, out, error);
     case MsgType::kNotify: return DecodeAs<Notify>(payload, out, error);
     case MsgType::kNotifyAck: return DecodeAs<NotifyAck>(payload, out, error);
+    case MsgType::kNotifyRingOffer: return DecodeAs<NotifyRingOffer>(payload, out, error);
     case MsgType::kAuthChallenge: return DecodeAs<AuthChallenge>(payload, out, error);
     case MsgType::kAuthProof: return DecodeAs<AuthProof>(payload, out, error);
   }
@@ -315,6 +327,7 @@ const char* MsgTypeName(MsgType type) {
     case MsgType::kGoodbye: return "Goodbye";
     case MsgType::kNotify: return "Notify";
     case MsgType::kNotifyAck: return "NotifyAck";
+    case MsgType::kNotifyRingOffer: return "NotifyRingOffer";
     case MsgType::kAuthChallenge: return "AuthChallenge";
     case MsgType::kAuthProof: return "AuthProof";
   }

@@ -20,7 +20,7 @@
 namespace xfer::wire {
 
 inline constexpr uint32_t kMagic = 0x31524658;  // "XFR1" as little-endian bytes
-inline constexpr uint16_t kVersion = 7;
+inline constexpr uint16_t kVersion = 8;
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 inline constexpr uint32_t kMaxString = 64 << 10;  // UCX worker addresses can run to kilobytes
@@ -45,7 +45,9 @@ enum class MsgType : uint16_t {
   kNotifyAck = 10, // the peer queued it (code ok) or why not
   kAuthChallenge = 11,  // authentication (a secret set): each side's nonce and identity
   kAuthProof = 12,      // the HMAC that proves the sender knows the secret
+  kNotifyRingOffer = 13,  // same host: a ring for the sender's notifications (NotifyAck answers)
 };
+inline constexpr MsgType kLastMsgType = MsgType::kNotifyRingOffer;
 
 // A registered region as its owner advertises it: what it is, and per backend what peers need
 // to reach it (a UCX remote key, a CUDA IPC handle, a memfd's identity).
@@ -86,6 +88,18 @@ struct NotifyAck {
   bool operator==(const NotifyAck&) const = default;
 };
 
+// Same host: the sender's notifications to this peer can go into shared memory (a NotifyRing
+// in the memfd that descriptor `fd` of the sender's process holds, named after the sender's
+// incarnation and key; `bytes` long), none larger than max_message. NotifyAck{seq} answers.
+struct NotifyRingOffer {
+  uint64_t seq = 0;
+  int32_t fd = -1;
+  uint64_t key = 0;
+  uint64_t bytes = 0;
+  uint32_t max_message = 0;
+  bool operator==(const NotifyRingOffer&) const = default;
+};
+
 // Authentication (control/auth.h has the exchange): each side's fresh nonce, then each side's
 // identity with the HMAC that proves it knows the secret.
 struct AuthChallenge {
@@ -105,7 +119,8 @@ inline constexpr uint32_t kMaxAuthName = 1024;
 inline constexpr uint32_t kMaxPayloadBeforeAuth = 4096;
 
 using Message = std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck,
-                             Heartbeat, Goodbye, Notify, NotifyAck, AuthChallenge, AuthProof>;
+                             Heartbeat, Goodbye, Notify, NotifyAck, AuthChallenge, AuthProof,
+                             NotifyRingOffer>;
 
 struct Header {
   MsgType type{};

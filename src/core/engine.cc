@@ -113,6 +113,9 @@ Status CheckOptions(const EngineOptions& o) {
   if (n.queue_bytes < (4 << 10) || n.queue_bytes > (16ull << 30) || n.queue_bytes < n.max_message_bytes) {
     return bad("notify.queue_bytes must be 4 KiB..16 GiB, and at least notify.max_message_bytes");
   }
+  if (n.ring_bytes != 0 && (n.ring_bytes < (4 << 10) || n.ring_bytes > (1ull << 30))) {
+    return bad("notify.ring_bytes must be 0 (no ring) or 4 KiB..1 GiB");
+  }
   if (o.metrics_max_peers < 1 || o.metrics_max_peers > 4096) return bad("metrics_max_peers must be 1..4096");
   if (!o.metrics_listen.empty()) {
     net::Address a;
@@ -166,6 +169,11 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   notifies_ = std::make_shared<NotifyQueue>(opts_.notify.queue_messages, opts_.notify.queue_bytes);
   notifier_ = std::make_shared<NotifySender>(
       NotifySender{notifies_, name_, incarnation_});
+  inbox_ = std::make_unique<NotifyInbox>(opts_.notify.max_message_bytes);
+  if (std::string why; opts_.notify.ring_bytes != 0 && !(rings_possible_ = shared_memory::Available(&why))) {
+    XLOG(INFO) << "notifications to peers on this host go over the control session: no shared rings here ("
+               << why << ")";
+  }
   if (opts_.staging != Staging::kOff) {
     staging_ = std::make_shared<BufferPool>(opts_.staging_buffers, opts_.staging_buffer_bytes);
   }

@@ -69,9 +69,16 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
   }
   peer.same_process = peer.same_host && hello.pid == ::getpid();
   peer.pidfd = pidfd.get();
+  const bool itself = hello.incarnation == incarnation_;
+  if (pidfd.valid() && !itself) {
+    if (!shared_memory::PeerMapper::Open(hello.pid, pidfd.get(), &st->mapper).ok()) st->mapper.reset();
+    if (rings_possible_) {
+      st->outbox = NotifyOutbox::Make(incarnation_, next_ring_key_.fetch_add(1), opts_.notify.ring_bytes,
+                                      opts_.notify.max_message_bytes);
+    }
+  }
   // (The routes live in the peer's state, which outlives them.)
   peer.find_region = [regions = &st->regions](uint64_t a, uint64_t l, bool w) { return regions->Find(a, l, w); };
-  const bool itself = hello.incarnation == incarnation_;
   st->routes.routes = backends_.Connect(peer, hello.backends, itself, transport_error);
   st->routes.staging = staging_ != nullptr;
   st->routes.stage_all = opts_.staging == Staging::kAlways;
@@ -238,6 +245,7 @@ Status EngineImpl::InstallOutbound(const std::shared_ptr<control::Session>& sess
   }
   loop_->Add(session);
   metrics_->SessionOpened(remote);
+  OfferNotifyRing(session, state);
   XLOG(INFO) << "connected to " << remote << " (pid " << hello.pid << ", transport "
              << state->info.transport << ", " << hello.regions.size() << " regions)";
   return Status::Ok();
@@ -399,6 +407,7 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
   peers_.FinishAccept(key, Peer{s, state});
   metrics_->SessionOpened(key);
   if (!SendHelloAndSubscribe(s).ok()) s->Shutdown("cannot send hello");
+  OfferNotifyRing(s, state);
 }
 
 void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {
@@ -441,6 +450,8 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
             XLOG(WARN) << "peer " << s->peer_key << " answered a notification never sent; closing";
             s->Shutdown("protocol error: unexpected notification answer");
           }
+        } else if constexpr (std::is_same_v<T, wire::NotifyRingOffer>) {
+          OnNotifyRingOffer(s, m);
         } else if constexpr (std::is_same_v<T, wire::Sync>) {
           s->SendSoon(wire::SyncAck{m.seq});
         } else if constexpr (std::is_same_v<T, wire::Goodbye>) {

@@ -200,6 +200,12 @@ class EngineImpl final : public control::ControlHandler {
   Status CheckNotifyMessage(const char* what, const std::string& message) const;
   // A notification from the peer of session s (control thread): queue it, answer.
   void OnNotify(const std::shared_ptr<control::Session>& s, wire::Notify&& m);
+  // Moves what the queue and the rings hold onto *out; false when there was nothing.
+  bool TakeNotifies(std::vector<Notification>* out);
+  // A same-host peer offers its notification ring (control thread): map it, answer.
+  void OnNotifyRingOffer(const std::shared_ptr<control::Session>& s, const wire::NotifyRingOffer& m);
+  // Offers the session's peer this engine's ring for it, when it has one (the session is up).
+  void OfferNotifyRing(const std::shared_ptr<control::Session>& s, const std::shared_ptr<PeerState>& peer);
   // --- control plane (engine_control.cc)
   // Connect's steps, once the name is claimed (PeerTable::Claim): open the session and read
   // the peer's answer, then install the peer; AbandonConnect undoes the claim.
@@ -289,6 +295,9 @@ class EngineImpl final : public control::ControlHandler {
   ListTable lists_;
 
   std::shared_ptr<NotifyQueue> notifies_;  // received, not yet taken; from Initialize on
+  std::unique_ptr<NotifyInbox> inbox_;     // same-host peers' notification rings; from Initialize on
+  bool rings_possible_ = false;            // this host lets us share notification rings
+  std::atomic<uint64_t> next_ring_key_{1};
   std::shared_ptr<const NotifySender> notifier_;
   log::Limit notify_refusal_log_;  // control thread: oversize notifications from peers
   log::Limit refusal_log_;         // control thread: refused connections (Refuse)

@@ -1,6 +1,7 @@
 // Notifications: a message to a peer's queue, alone (SendNotify) or after a request's data
 // (TransferOptions::notify, delivered by Request::Finish through Notify). Each goes over the
-// peer's control session, whose frames the peer reads in order on one thread: notifications
+// peer's control session, whose frames the peer reads in order on one thread, or, to a peer on
+// this host that took this engine's ring, into that ring (core/notify_rings.h): notifications
 // from one engine to another are queued in the order they were sent.
 #include <future>
 
@@ -19,6 +20,20 @@ Status EngineImpl::CheckNotifyMessage(const char* what, const std::string& messa
 
 void NotifySender::Send(const PeerTable::Peer& peer, std::string message, Request::Done done) const {
   if (!peer.session) return done(own->Push({name, incarnation, std::move(message)}));
+  if (const std::shared_ptr<NotifyOutbox>& box = peer.state->outbox) {
+    Status written;
+    if (box->TryWrite(message, &written)) {
+      if (written.code() == StatusCode::kConnectionLost) {
+        XLOG(WARN) << "peer " << peer.session->peer_key << ": " << written.message() << "; closing its session";
+        peer.session->Shutdown("its notification ring is inconsistent");
+      }
+      return done(std::move(written));
+    }
+    done = [box, done = std::move(done)](Status answer) {
+      box->SessionAnswered();
+      done(std::move(answer));
+    };
+  }
   uint64_t seq = 0;
   auto frame = [&](uint64_t n) { return wire::Notify{n, std::move(message)}; };
   (void)peer.session->SendNumbered(frame, &seq, std::move(done));  // done: the answer, or the loss
@@ -45,6 +60,21 @@ void EngineImpl::OnNotify(const std::shared_ptr<control::Session>& s, wire::Noti
   }
   ++metrics_->events().notifies_refused;
   s->SendSoon(wire::NotifyAck{m.seq, queued.code(), queued.message()});
+}
+
+void EngineImpl::OfferNotifyRing(const std::shared_ptr<control::Session>& s, const std::shared_ptr<PeerState>& peer) {
+  if (!peer->outbox) return;
+  uint64_t seq = 0;
+  auto offer = [&](uint64_t n) { return peer->outbox->Offer(n); };
+  (void)s->SendNumbered(offer, &seq, [box = peer->outbox, key = s->peer_key](Status answer) {
+    box->Answered(answer, key);
+  });
+}
+
+void EngineImpl::OnNotifyRingOffer(const std::shared_ptr<control::Session>& s, const wire::NotifyRingOffer& m) {
+  const Status taken = inbox_->Accept(s, s->peer, s->peer->mapper.get(), m);
+  if (!taken.ok()) XLOG(INFO) << "peer " << s->peer_key << " offered a notification ring, not taken: " << taken.message();
+  s->SendSoon(wire::NotifyAck{m.seq, taken.code(), taken.message()});
 }
 
 Status EngineImpl::SendNotify(const std::string& remote, const std::string& message,
@@ -76,14 +106,40 @@ Status EngineImpl::SendNotify(const std::string& remote, const std::string& mess
 Status EngineImpl::GetNotifies(std::vector<Notification>* out) {
   if (!notifies_) return {StatusCode::kInvalidArgument, "GetNotifies: engine is not initialized"};
   if (out == nullptr) return {StatusCode::kInvalidArgument, "GetNotifies: null output"};
-  notifies_->TakeAll(out);
+  TakeNotifies(out);
   return Status::Ok();
+}
+
+bool EngineImpl::TakeNotifies(std::vector<Notification>* out) {
+  const size_t before = out->size();
+  notifies_->TakeAll(out);  // (first: a sender's notifications over the session came before its ring's)
+  const size_t queued = out->size();
+  inbox_->TakeAll(out);
+  metrics_->events().notifies_received += out->size() - queued;
+  return out->size() > before;
 }
 
 Status EngineImpl::WaitNotifies(std::vector<Notification>* out, std::chrono::milliseconds timeout) {
   if (!notifies_) return {StatusCode::kInvalidArgument, "WaitNotifies: engine is not initialized"};
   if (out == nullptr) return {StatusCode::kInvalidArgument, "WaitNotifies: null output"};
-  if (notifies_->WaitTakeAll(out, DeadlineAfter(timeout))) return Status::Ok();
+  const auto until = DeadlineAfter(timeout);
+  std::vector<futex::Watch> watches;
+  std::vector<std::shared_ptr<shared_memory::Mapping>> hold;  // (rings watched stay mapped)
+  bool took = false;
+  for (;;) {
+    watches.clear();
+    hold.clear();
+    watches.push_back({notifies_->changes(), notifies_->BeginWait(), false});
+    watches.push_back({inbox_->changes(), inbox_->changes()->load(std::memory_order_seq_cst), false});
+    inbox_->BeginWait(&watches, &hold);
+    took = TakeNotifies(out);
+    const bool over = took || notifies_->closed() || Clock::now() >= until;
+    if (!over) futex::WaitAny(watches, until);
+    inbox_->EndWait();
+    notifies_->EndWait();
+    if (over) break;
+  }
+  if (took) return Status::Ok();
   if (!running_.load()) {
     return {StatusCode::kCanceled, "WaitNotifies: the engine was finalized (nothing is queued)"};
   }

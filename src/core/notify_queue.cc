@@ -1,5 +1,6 @@
 #include "core/notify_queue.h"
 
+#include "util/futex.h"
 #include "util/log.h"
 
 namespace xfer {
@@ -23,6 +24,7 @@ Status NotifyQueue::Push(Notification n, const std::function<void()>& before_vis
   if (before_visible) before_visible();  // (under the lock: no TakeAll sees it before)
   lock.unlock();
   cv_.notify_all();
+  Changed();
   return Status::Ok();
 }
 
@@ -55,7 +57,27 @@ void NotifyQueue::Close() {
     closed_ = true;
   }
   cv_.notify_all();
+  Changed();
 }
+
+bool NotifyQueue::closed() {
+  std::lock_guard lock(mu_);
+  return closed_;
+}
+
+void NotifyQueue::Changed() {
+  // (Sequentially consistent with BeginWait: either the waiter's look finds the change, or
+  // this sees the waiter.)
+  changes_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) != 0) futex::Wake(&changes_, false);
+}
+
+uint32_t NotifyQueue::BeginWait() {
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  return changes_.load(std::memory_order_seq_cst);
+}
+
+void NotifyQueue::EndWait() { sleepers_.fetch_sub(1, std::memory_order_relaxed); }
 
 void NotifyQueue::Queued(uint64_t* messages, uint64_t* bytes) {
   std::lock_guard lock(mu_);

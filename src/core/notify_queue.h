@@ -3,6 +3,7 @@
 // is told why), never dropped.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -36,6 +37,12 @@ class NotifyQueue {
   bool WaitTakeAll(std::vector<Notification>* out, Clock::time_point until);
   // Wakes every waiter for good (Finalize); what is queued stays readable.
   void Close();
+  bool closed();
+  // A word bumped by every Push and by Close, for a waiter that watches other words too
+  // (futex::WaitAny): BeginWait says it may sleep and returns the word's value; EndWait after.
+  std::atomic<uint32_t>* changes() { return &changes_; }
+  uint32_t BeginWait();
+  void EndWait();
   // How many are queued, and their bytes.
   void Queued(uint64_t* messages, uint64_t* bytes);
 
@@ -48,6 +55,9 @@ class NotifyQueue {
   uint64_t bytes_ = 0;              // mu_: the queued messages' bytes
   uint64_t refused_ = 0;            // mu_: refusals since the queue was last drained
   bool closed_ = false;             // mu_
+  std::atomic<uint32_t> changes_{0};
+  std::atomic<uint32_t> sleepers_{0};
+  void Changed();
 };
 
 }  // namespace xfer

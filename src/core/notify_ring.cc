@@ -1,14 +1,9 @@
 #include "core/notify_ring.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <climits>
 #include <cstring>
-#include <ctime>
+
+#include "util/futex.h"
 
 namespace xfer {
 namespace {
@@ -122,8 +117,7 @@ Status NotifyRing::Write(std::string_view message) {
   // this message, or this sees it waiting.)
   doorbell_->fetch_add(1, std::memory_order_seq_cst);
   if (waiting_->load(std::memory_order_seq_cst) != 0) {
-    // (Not FUTEX_PRIVATE_FLAG: the sleeper is in another process.)
-    (void)syscall(SYS_futex, reinterpret_cast<uint32_t*>(doorbell_), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+    futex::Wake(doorbell_, true);  // (the sleeper is in another process)
   }
   return Status::Ok();
 }
@@ -168,6 +162,28 @@ Status NotifyRing::ReadAll(uint64_t max_message, std::vector<std::string>* out) 
   return status;
 }
 
+void NotifyRing::Count(uint64_t max_message, uint64_t* messages, uint64_t* bytes) const {
+  *messages = *bytes = 0;
+  if (data_ == nullptr || !broken_.empty()) return;
+  const uint64_t head = head_->load(std::memory_order_acquire);
+  if (head - my_tail_ > capacity_ || head % 8 != 0) return;
+  const uint64_t limit = std::min(max_message, MaxMessage(capacity_));
+  for (uint64_t at = my_tail_; at != head;) {
+    const uint64_t pos = at & (capacity_ - 1);
+    const uint64_t len = LoadOnce(data_ + pos);
+    if (len == kPad) {
+      if (capacity_ - pos > head - at) return;
+      at += capacity_ - pos;
+      continue;
+    }
+    const uint64_t size = 8 + Round8(len);
+    if (len > limit || size > head - at || pos + size > capacity_) return;
+    ++*messages;
+    *bytes += len;
+    at += size;
+  }
+}
+
 bool NotifyRing::HasMessages() const {
   return data_ != nullptr && broken_.empty() && head_->load(std::memory_order_acquire) != my_tail_;
 }
@@ -178,12 +194,5 @@ uint32_t NotifyRing::BeginWait() {
 }
 
 void NotifyRing::EndWait() { waiting_->store(0, std::memory_order_relaxed); }
-
-bool WaitDoorbell(std::atomic<uint32_t>* doorbell, uint32_t seen, int64_t timeout_ns) {
-  if (timeout_ns <= 0) return false;
-  timespec ts{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
-  const long r = syscall(SYS_futex, reinterpret_cast<uint32_t*>(doorbell), FUTEX_WAIT, seen, &ts, nullptr, 0);
-  return !(r != 0 && errno == ETIMEDOUT);
-}
 
 }  // namespace xfer

@@ -61,11 +61,14 @@ class NotifyRing {
   Status ReadAll(uint64_t max_message, std::vector<std::string>* out);
   // The target: whether a message is waiting (a quick look; ReadAll decides).
   bool HasMessages() const;
+  // The target: the whole messages waiting and their bytes, taking none (stops at anything
+  // ReadAll would refuse).
+  void Count(uint64_t max_message, uint64_t* messages, uint64_t* bytes) const;
 
   // The target, to sleep until a message comes: BeginWait says the reader is about to sleep
   // and returns the doorbell's value; then look for messages (HasMessages, ReadAll) and, if
-  // there are none, sleep on doorbell() while it holds that value (WaitDoorbell, or with
-  // other words at once); EndWait after waking. A Write after BeginWait either is seen by
+  // there are none, sleep on doorbell() while it holds that value (futex::WaitAny, shared);
+  // EndWait after waking. A Write after BeginWait either is seen by
   // that look or changes the doorbell and wakes the sleeper.
   uint32_t BeginWait();
   void EndWait();
@@ -87,9 +90,5 @@ class NotifyRing {
   uint64_t my_tail_ = 0;  // the reader's own copy (authoritative on the reader's side)
   std::string broken_;    // why the ring was given up, or empty
 };
-
-// Sleeps while *doorbell still holds `seen`, until woken or `timeout_ns` passes; false when
-// the time passed (spurious wake-ups are possible: the caller looks again).
-bool WaitDoorbell(std::atomic<uint32_t>* doorbell, uint32_t seen, int64_t timeout_ns);
 
 }  // namespace xfer

@@ -6,6 +6,7 @@
 
 #include "core/buffer_pool.h"
 #include "core/metrics.h"
+#include "core/notify_rings.h"
 #include "core/planner.h"
 #include "core/remote_regions.h"
 #include "xfer/types.h"
@@ -26,6 +27,13 @@ struct PeerState {
   // Where this peer's transfers are counted; null when EngineOptions::metrics is off.
   std::shared_ptr<EngineMetrics> metrics;
   EngineMetrics::PeerSlot metrics_slot = 0;
+
+  // A peer on this host whose process holds the control connection: takes the descriptors of
+  // the memory it shares with us (its notification ring). Null elsewhere.
+  std::unique_ptr<shared_memory::PeerMapper> mapper;
+  // This engine's notification ring for the peer (on this host, EngineOptions::notify.ring_bytes
+  // on); null when notifications to it go over the control session only.
+  std::shared_ptr<NotifyOutbox> outbox;
 
   // Some route reaches the peer, so transfers can be tried.
   bool Reachable() const { return !routes.routes.empty(); }

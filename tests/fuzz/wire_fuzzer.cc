@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   // Also try the raw bytes as every payload type.
-  for (uint16_t t = 1; t <= static_cast<uint16_t>(MsgType::kAuthProof); ++t) {
+  for (uint16_t t = 1; t <= static_cast<uint16_t>(kLastMsgType); ++t) {
     Message m;
     DecodePayload(static_cast<MsgType>(t), bytes, &m, &why);
   }

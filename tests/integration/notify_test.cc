@@ -34,6 +34,7 @@ struct Setup {
   bool staged = false;        // staging = always
   std::string region = "host";  // "host" (alloc), "shm" (AllocMem), "gpu" (cudaMalloc'd)
   std::string route;          // where the bytes must show in PeerInfo::moved
+  bool ring = true;           // notifications through a same-host ring (else the session)
 };
 
 void PrintTo(const Setup& s, std::ostream* os) { *os << s.name; }
@@ -55,6 +56,7 @@ class NotifyOver : public PeerFixture, public ::testing::WithParamInterface<Setu
     o.streams = 4;
     o.tcp.links = 3;
     if (GetParam().staged) o.staging = xfer::Staging::kAlways;
+    if (!GetParam().ring) o.notify.ring_bytes = 0;
     return o;
   }
   PeerOptions RemoteOptions() override {
@@ -109,6 +111,7 @@ INSTANTIATE_TEST_SUITE_P(
     Transports, NotifyOver,
     ::testing::Values(Setup{"shm", "", false, "shm", "shm"}, Setup{"cma", "cma", false, "host", "cma"},
                       Setup{"tcp", "tcp", false, "host", "tcp"},
+                      Setup{"tcp_session", "tcp", false, "host", "tcp", false},
 #ifdef XFER_TEST_UCX
                       Setup{"ucx", "ucx", false, "host", "ucx"},
 #endif
@@ -162,6 +165,7 @@ class Notifications : public PeerFixture {
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
     o.transport = "tcp";  // the target's own threads move the data: SIGSTOP holds it
+    o.notify.ring_bytes = 0;  // over the session: the target's queue and its bounds
     o.heartbeat_timeout = 10s;
     o.streams = 1;
     o.tcp.links = 1;
@@ -343,6 +347,7 @@ TEST(NotifyStalledPeer, OthersAreServedAndEverythingCompletesLater) {
   xfer::Engine e;
   xfer::EngineOptions eo;
   eo.heartbeat_timeout = 30s;
+  eo.notify.ring_bytes = 0;  // the notifications pile up in the control connection
   XT_ASSERT_OK(e.Initialize("127.0.0.1:0", eo));
   XT_ASSERT_OK(e.Connect(stalled.name(), 10s));
   XT_ASSERT_OK(e.Connect(other.name(), 10s));
@@ -376,6 +381,90 @@ TEST(NotifyStalledPeer, OthersAreServedAndEverythingCompletesLater) {
   const Watched w = WatchedBy(stalled, kN);
   EXPECT_EQ(w.other, static_cast<uint64_t>(kN)) << w.line;
   EXPECT_EQ(other.Call("notifies").u64(0), 5u);
+}
+
+// ---------------------------------------------------------------- same-host rings
+// This engine's ring to the peer holds 4 KiB (36 notifications of 100 bytes, 112 a record).
+class NotifyRings : public PeerFixture {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.notify.ring_bytes = 4096;
+    o.notify.max_message_bytes = 100;
+    o.heartbeat_timeout = 30s;
+    return o;
+  }
+  PeerOptions RemoteOptions() override {
+    PeerOptions o;
+    o.heartbeat_timeout_ms = 30000;  // a target stopped for a while is not declared dead
+    return o;
+  }
+  static std::string Message(int i) {
+    std::string m = "n" + std::to_string(i) + ":";
+    return m + std::string(100 - m.size(), '.');
+  }
+};
+
+// With the target stopped (SIGSTOP), notifications are still queued at it, at once, until its
+// ring is full; then they are refused, and a request's data lands all the same. Once the
+// target runs again it finds every one, in order.
+TEST_F(NotifyRings, QueuedWhileTheTargetIsStoppedUntilItsRingIsFull) {
+  const PeerRegion r = peer_.ShmAlloc(1 << 20);
+  std::vector<xfer::RegionInfo> known;
+  XT_ASSERT_OK(engine_.GetRemoteRegions(peer_.name(), &known));
+  // Over the session, after the ring's offer: once answered, the ring is open.
+  XT_ASSERT_OK(engine_.SendNotify(peer_.name(), "first", 10s));
+  peer_.Signal(SIGSTOP);
+  int accepted = 0;
+  xfer::Status s;
+  while (accepted < 100 && (s = engine_.SendNotify(peer_.name(), Message(accepted), 5s)).ok()) ++accepted;
+  XT_EXPECT_CODE(s, StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("ring is full"), std::string::npos) << s.ToString();
+  EXPECT_EQ(accepted, 36);
+  LocalBuffer src(1 << 20);
+  src.Fill(4);
+  xfer::TransferOptions o;
+  o.notify = Message(99);  // (a shorter one would still fit)
+  xfer::RequestStatus st;
+  XT_EXPECT_CODE(engine_.TransferSync(peer_.name(), Op::kWrite, {{src.addr(), r.addr, 1 << 20}}, 10s, o, &st),
+                 StatusCode::kResourceExhausted);
+  EXPECT_EQ(st.landed, (std::vector<uint64_t>{0})) << "the data landed; only the notification was refused";
+  peer_.Signal(SIGCONT);
+  EXPECT_EQ(peer_.Sum(r), src.Hash());
+  const Reply got = peer_.Call("notifies");
+  ASSERT_TRUE(got.ok) << got.line;
+  ASSERT_EQ(got.u64(0), 37u) << got.line;
+  const size_t first = got.line.find(":first "), n0 = got.line.find(":n0:"), n35 = got.line.find(":n35:");
+  EXPECT_TRUE(first != std::string::npos && n0 > first && n35 != std::string::npos && n35 > n0) << got.line;
+  XT_EXPECT_OK(engine_.SendNotify(peer_.name(), "again", 5s));
+  EXPECT_EQ(peer_.Call("notifies").u64(0), 1u);
+}
+
+// A peer that writes nonsense into its ring to us loses its session; this engine serves on.
+// (Both with the default limits: a peer whose messages may be larger than this engine takes
+// is refused its ring, and its notifications go over the session.)
+class NotifyRingFromPeer : public PeerFixture {};
+TEST_F(NotifyRingFromPeer, ARingFoundInconsistentClosesItsSessionOnly) {
+  ASSERT_TRUE(peer_.Call("notify " + engine_.LocalName() + " 10000 before").ok);  // (the ring opens)
+  ASSERT_TRUE(peer_.Call("notify " + engine_.LocalName() + " 10000 in-ring").ok);
+  std::vector<xfer::Notification> got;
+  while (got.size() < 2) XT_ASSERT_OK(engine_.WaitNotifies(&got, 10s));
+  EXPECT_EQ(got[1].message, "in-ring");
+  const Reply garbled = peer_.Call("garble_notify_rings");
+  ASSERT_TRUE(garbled.ok) << garbled.line;
+  ASSERT_GE(garbled.u64(0), 1u) << "the peer has no ring to garble";
+  got.clear();
+  XT_EXPECT_OK(engine_.GetNotifies(&got));
+  EXPECT_TRUE(got.empty());
+  xfer::PeerInfo info;
+  EXPECT_TRUE(PollUntil([&] { return !engine_.GetPeerInfo(peer_.name(), &info).ok(); }, 10s))
+      << "the session with the peer that garbled its ring is still up";
+  PeerProcess other;
+  std::string err;
+  ASSERT_TRUE(other.Start({}, &err)) << err;
+  XT_ASSERT_OK(engine_.Connect(other.name(), 10s));
+  XT_EXPECT_OK(engine_.SendNotify(other.name(), "still serving", 10s));
+  EXPECT_EQ(other.Call("notifies").u64(0), 1u);
 }
 
 // ---------------------------------------------------------------- this process as the target

@@ -4,6 +4,7 @@
 //   xfer_test_peer --name 127.0.0.1:0 [--host-id X] [--heartbeat-ms N]
 //                  [--heartbeat-timeout-ms N] [--streams N] [--transport T] [--ucx auto|on|off]
 //                  [--staging auto|always|off] [--staging-buffers N] [--notify-queue N]
+//                  [--notify-ring BYTES]
 //                  [--secret-file FILE] [--fd-headroom N] [--metadata URL --cluster-name NAME]
 //                  [--metrics-listen HOST:PORT]
 //
@@ -48,6 +49,8 @@
 //   nstream <read|write> <remote> <local> <remote_base> <size,size,...> <count> <depth> [seed]
 //                                RunNotifiedStream -> OK <completed> <failed> <bad_reads> [error]
 //   unmap <addr> <len>           make a range inaccessible (to fake a region whose memory went away)
+//   garble_notify_rings          write a write index no ring can have into this engine's
+//                                notification rings to same-host peers -> OK <rings garbled>
 //   finalize [addr len seed]     engine.Finalize() but keep running (memory stays mapped); with
 //                                arguments, pattern-fill that range the moment Finalize returns
 //   sleep <ms> | ping | exit
@@ -63,6 +66,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -238,6 +243,21 @@ class Peer {
       engine_.Finalize();
       if (fill) xfer_test::FillPattern(reinterpret_cast<void*>(r.addr), r.len, seed);
       return "OK";
+    }
+    if (cmd == "garble_notify_rings") {
+      // This process's mappings of its own rings, by their memfd names (core/notify_rings.h);
+      // the writer's index is the word at byte 64 (core/notify_ring.cc).
+      std::ifstream maps("/proc/self/maps");
+      std::string line;
+      int garbled = 0;
+      while (std::getline(maps, line)) {
+        if (line.find("/memfd:xfer-notify.") == std::string::npos) continue;
+        const uint64_t base = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+        const uint64_t wild = ~uint64_t{0} - 7;
+        std::memcpy(reinterpret_cast<void*>(base + 64), &wild, sizeof wild);
+        ++garbled;
+      }
+      return "OK " + std::to_string(garbled);
     }
     if (cmd == "unmap") {
       uint64_t addr = 0, len = 0;
@@ -512,6 +532,8 @@ int main(int argc, char** argv) {
       options.staging_buffers = std::stoi(value);
     } else if (arg == "--notify-queue") {
       options.notify.queue_messages = static_cast<uint32_t>(std::stoul(value));
+    } else if (arg == "--notify-ring") {
+      options.notify.ring_bytes = std::stoull(value);
     } else if (arg == "--secret-file") {
       options.secret_file = value;
     } else if (arg == "--metadata") {

@@ -47,7 +47,8 @@ TEST(WireCodec, EveryMessageRoundTrips) {
                               NotifyAck{8, StatusCode::kOk, ""},
                               NotifyAck{9, StatusCode::kResourceExhausted, "queue full"},
                               AuthChallenge{std::string(kAuthNonceBytes, '\x07')},
-                              AuthProof{"10.0.0.1:5555", 42, std::string(kAuthMacBytes, '\xaa')}};
+                              AuthProof{"10.0.0.1:5555", 42, std::string(kAuthMacBytes, '\xaa')},
+                              NotifyRingOffer{11, 7, 3, 4096 + 192, 4096}};
   for (const auto& m : all) EXPECT_EQ(RoundTrip(m), m);
 }
 

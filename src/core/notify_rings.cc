@@ -1,0 +1,169 @@
+#include "core/notify_rings.h"
+
+#include <bit>
+#include <cstdio>
+
+#include "control/session.h"
+#include "core/peer_state.h"
+
+namespace xfer {
+
+std::string NotifyRingName(uint64_t incarnation, uint64_t key) {
+  char b[64];
+  std::snprintf(b, sizeof b, "xfer-notify.%016llx.%llu", static_cast<unsigned long long>(incarnation),
+                static_cast<unsigned long long>(key));
+  return b;
+}
+
+std::shared_ptr<NotifyOutbox> NotifyOutbox::Make(uint64_t incarnation, uint64_t key, uint64_t ring_bytes,
+                                                 uint32_t max_message) {
+  uint64_t capacity = std::bit_ceil(std::max<uint64_t>(ring_bytes, 2 * (uint64_t{max_message} + 8)));
+  capacity = std::clamp(capacity, NotifyRing::kMinCapacity, NotifyRing::kMaxCapacity);
+  std::shared_ptr<NotifyOutbox> box(new NotifyOutbox());
+  box->key_ = key;
+  box->bytes_ = NotifyRing::BytesFor(capacity);
+  box->max_message_ = max_message;
+  // Writable by the peer: it publishes its read index in the ring.
+  Status s = shared_memory::Segment::Create(box->bytes_, false, true, NotifyRingName(incarnation, key),
+                                            &box->segment_);
+  if (s.ok()) s = NotifyRing::Format(box->segment_->data(), box->bytes_);
+  if (s.ok()) s = NotifyRing::Attach(box->segment_->data(), box->bytes_, &box->ring_);
+  if (!s.ok()) {
+    XLOG(WARN) << "no notification ring for a peer on this host (" << s.message()
+               << "): its notifications go over the control session";
+    return nullptr;
+  }
+  return box;
+}
+
+wire::NotifyRingOffer NotifyOutbox::Offer(uint64_t seq) const {
+  return {seq, segment_->fd(), key_, bytes_, max_message_};
+}
+
+void NotifyOutbox::Answered(const Status& answer, const std::string& peer) {
+  if (!answer.ok()) {
+    XLOG(INFO) << "notifications to " << peer << " go over the control session, not a ring: " << answer.message();
+    return;
+  }
+  std::lock_guard lock(mu_);
+  open_ = true;
+}
+
+bool NotifyOutbox::TryWrite(const std::string& message, Status* result) {
+  std::lock_guard lock(mu_);
+  if (!open_ || on_session_ > 0) {
+    ++on_session_;
+    return false;
+  }
+  *result = ring_.Write(message);
+  if (result->code() == StatusCode::kResourceExhausted) {
+    if (uint64_t more = 0; full_log_.Due(&more)) {
+      XLOG(WARN) << "a notification refused: " << result->message() << log::Limit::More(more);
+    }
+  }
+  return true;
+}
+
+void NotifyOutbox::SessionAnswered() {
+  std::lock_guard lock(mu_);
+  if (on_session_ > 0) --on_session_;
+}
+
+Status NotifyInbox::Accept(const std::shared_ptr<control::Session>& session, const std::shared_ptr<PeerState>& peer,
+                           const shared_memory::PeerMapper* mapper, const wire::NotifyRingOffer& offer) {
+  if (mapper == nullptr) {
+    return {StatusCode::kUnsupported, "a notification ring is for a peer on this host, whose process this engine "
+                                      "can take descriptors from"};
+  }
+  if (offer.max_message > max_message_) {
+    return {StatusCode::kUnsupported, "notifications of up to " + std::to_string(offer.max_message) +
+                                          " bytes; this engine takes up to " + std::to_string(max_message_) +
+                                          " (EngineOptions::notify.max_message_bytes)"};
+  }
+  if (offer.bytes > NotifyRing::BytesFor(NotifyRing::kMaxCapacity)) {
+    return {StatusCode::kInvalidArgument, "a notification ring of " + std::to_string(offer.bytes) + " bytes"};
+  }
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& r : rings_) {
+      if (r->session.lock() == session) {
+        return {StatusCode::kInvalidArgument, "a second notification ring on one session"};
+      }
+    }
+  }
+  auto in = std::make_unique<Inbound>();
+  in->sender = peer->info.name;
+  in->incarnation = peer->info.incarnation;
+  in->peer = peer;
+  in->session = session;
+  const std::string name = NotifyRingName(peer->info.incarnation, offer.key);
+  if (Status s = mapper->Map(offer.fd, name, offer.bytes, true, &in->mapping); !s.ok()) return s;
+  if (Status s = NotifyRing::Attach(in->mapping->base(), offer.bytes, &in->ring); !s.ok()) return s;
+  {
+    std::lock_guard lock(mu_);  // (offers come on the session's control thread: one at a time)
+    rings_.push_back(std::move(in));
+  }
+  Changed();
+  return Status::Ok();
+}
+
+void NotifyInbox::TakeAll(std::vector<Notification>* out) {
+  std::vector<std::string> messages;
+  std::vector<std::shared_ptr<control::Session>> to_close;
+  bool dropped = false;
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < rings_.size();) {
+      Inbound& in = *rings_[i];
+      messages.clear();
+      const Status s = in.ring.ReadAll(max_message_, &messages);
+      for (std::string& m : messages) out->push_back({in.sender, in.incarnation, std::move(m)});
+      const auto peer = in.peer.lock();
+      const bool gone = peer == nullptr || !peer->alive.load(std::memory_order_acquire);
+      if (s.ok() && !(gone && !in.ring.HasMessages())) {
+        ++i;
+        continue;
+      }
+      if (!s.ok()) {
+        XLOG(WARN) << "peer " << in.sender << ": " << s.message() << "; closing its session";
+        if (auto session = in.session.lock()) to_close.push_back(std::move(session));
+      }
+      rings_.erase(rings_.begin() + static_cast<std::ptrdiff_t>(i));
+      dropped = true;
+    }
+  }
+  if (dropped) Changed();
+  for (const auto& session : to_close) session->Shutdown("its notification ring is inconsistent");
+}
+
+void NotifyInbox::Pending(uint64_t* messages, uint64_t* bytes) {
+  *messages = *bytes = 0;
+  std::lock_guard lock(mu_);
+  for (const auto& in : rings_) {
+    uint64_t m = 0, b = 0;
+    in->ring.Count(max_message_, &m, &b);
+    *messages += m;
+    *bytes += b;
+  }
+}
+
+void NotifyInbox::BeginWait(std::vector<futex::Watch>* watches,
+                            std::vector<std::shared_ptr<shared_memory::Mapping>>* hold) {
+  std::lock_guard lock(mu_);
+  for (const auto& in : rings_) {
+    watches->push_back({in->ring.doorbell(), in->ring.BeginWait(), true});
+    hold->push_back(in->mapping);
+  }
+}
+
+void NotifyInbox::Changed() {
+  changes_.fetch_add(1, std::memory_order_seq_cst);
+  futex::Wake(&changes_, false);
+}
+
+void NotifyInbox::EndWait() {
+  std::lock_guard lock(mu_);
+  for (const auto& in : rings_) in->ring.EndWait();
+}
+
+}  // namespace xfer
