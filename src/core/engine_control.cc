@@ -104,6 +104,7 @@ std::shared_ptr<PeerState> EngineImpl::MakePeerState(const wire::Hello& hello, b
 
 std::vector<std::shared_ptr<RemoteRegion>> EngineImpl::DropPeerState(PeerState& state) {
   state.alive.store(false);
+  if (state.outbox) state.outbox->Close();
   auto gone = state.regions.RevokeAll();
   for (const auto& r : state.routes.routes) r->link().Shutdown();
   backends_.DropPeer(state.info.incarnation);
@@ -238,6 +239,7 @@ Status EngineImpl::InstallOutbound(const std::shared_ptr<control::Session>& sess
   session->peer = state;
   session->peer_key = remote;
   session->established.store(true);
+  OfferNotifyRing(session, state);  // (before any notification can be sent on the session)
   if (!peers_.InstallClaimed(remote, Peer{session, state})) {
     session->Close();  // a crossing session from the peer got in first: it stays
     regions_.Unsubscribe(session);
@@ -245,7 +247,6 @@ Status EngineImpl::InstallOutbound(const std::shared_ptr<control::Session>& sess
   }
   loop_->Add(session);
   metrics_->SessionOpened(remote);
-  OfferNotifyRing(session, state);
   XLOG(INFO) << "connected to " << remote << " (pid " << hello.pid << ", transport "
              << state->info.transport << ", " << hello.regions.size() << " regions)";
   return Status::Ok();
@@ -407,7 +408,7 @@ void EngineImpl::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello
   peers_.FinishAccept(key, Peer{s, state});
   metrics_->SessionOpened(key);
   if (!SendHelloAndSubscribe(s).ok()) s->Shutdown("cannot send hello");
-  OfferNotifyRing(s, state);
+  OfferNotifyRing(s, state);  // (after the hello, which the peer reads first)
 }
 
 void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {
@@ -481,6 +482,7 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
 void EngineImpl::OnClosed(const std::shared_ptr<control::Session>& s, const std::string& reason) {
   regions_.Unsubscribe(s);
   if (s->peer) DropPeerState(*s->peer);
+  inbox_->Retire(s);
   const bool was_peer = peers_.RemoveSession(s->peer_key, s);
   if (was_peer || s->established.load()) {
     XLOG(INFO) << "session with " << (s->peer_key.empty() ? s->remote_addr() : s->peer_key)

@@ -43,13 +43,11 @@ Status EngineImpl::GetMetrics(MetricsSnapshot* out) const {
   if (!metrics_) return {StatusCode::kInvalidArgument, "GetMetrics: engine is not initialized"};
   out->metrics.clear();
   metrics_->Snapshot(out);
-  // Notifications in same-host peers' rings are received here too: the counter holds those
-  // taken from the rings, and those still in them are added here.
-  uint64_t in_rings = 0, in_rings_bytes = 0;
-  inbox_->Pending(&in_rings, &in_rings_bytes);
+  // Notifications from same-host peers' rings count as received once taken from the rings
+  // (until then they count as queued: AddEngineGauges).
   for (Metric& m : out->metrics) {
     if (m.name == "xfer_notifications_received_total" && !m.samples.empty()) {
-      m.samples[0].value += static_cast<double>(in_rings);
+      m.samples[0].value += static_cast<double>(inbox_->taken());
     }
   }
   AddEngineGauges(out);

@@ -23,7 +23,7 @@ void NotifySender::Send(const PeerTable::Peer& peer, std::string message, Reques
   if (const std::shared_ptr<NotifyOutbox>& box = peer.state->outbox) {
     Status written;
     if (box->TryWrite(message, &written)) {
-      if (written.code() == StatusCode::kConnectionLost) {
+      if (written.code() == StatusCode::kConnectionLost && box->Inconsistent()) {
         XLOG(WARN) << "peer " << peer.session->peer_key << ": " << written.message() << "; closing its session";
         peer.session->Shutdown("its notification ring is inconsistent");
       }
@@ -52,11 +52,13 @@ void EngineImpl::OnNotify(const std::shared_ptr<control::Session>& s, wire::Noti
     // The answer is queued before the application can take the notification: a goodbye (or
     // anything else) it sends after taking it then leaves after the answer, never before.
     // (Leaves once the control loop has read what came with it: one write for a burst.)
-    queued = notifies_->Push({peer.info.name, peer.info.incarnation, std::move(m.message)}, [&] {
+    // (After what the peer's ring holds: sent before it.)
+    queued = inbox_->QueueAfterRing(s, {peer.info.name, peer.info.incarnation, std::move(m.message)}, [&] {
       ++metrics_->events().notifies_received;  // (counted before its sender hears of it)
       s->SendSoon(wire::NotifyAck{m.seq, StatusCode::kOk, ""});
     });
     if (queued.ok()) return;
+    if (queued.code() == StatusCode::kConnectionLost) return s->Shutdown(queued.message());
   }
   ++metrics_->events().notifies_refused;
   s->SendSoon(wire::NotifyAck{m.seq, queued.code(), queued.message()});
@@ -110,32 +112,25 @@ Status EngineImpl::GetNotifies(std::vector<Notification>* out) {
   return Status::Ok();
 }
 
-bool EngineImpl::TakeNotifies(std::vector<Notification>* out) {
-  const size_t before = out->size();
-  notifies_->TakeAll(out);  // (first: a sender's notifications over the session came before its ring's)
-  const size_t queued = out->size();
-  inbox_->TakeAll(out);
-  metrics_->events().notifies_received += out->size() - queued;
-  return out->size() > before;
-}
+bool EngineImpl::TakeNotifies(std::vector<Notification>* out) { return inbox_->TakeAll(out); }
 
 Status EngineImpl::WaitNotifies(std::vector<Notification>* out, std::chrono::milliseconds timeout) {
   if (!notifies_) return {StatusCode::kInvalidArgument, "WaitNotifies: engine is not initialized"};
   if (out == nullptr) return {StatusCode::kInvalidArgument, "WaitNotifies: null output"};
   const auto until = DeadlineAfter(timeout);
+  // Asleep on the queue's word (bumped by every push, and when a ring comes or goes) and on
+  // the rings' doorbells.
   std::vector<futex::Watch> watches;
-  std::vector<std::shared_ptr<shared_memory::Mapping>> hold;  // (rings watched stay mapped)
+  NotifyInbox::Marks marks;
   bool took = false;
   for (;;) {
     watches.clear();
-    hold.clear();
     watches.push_back({notifies_->changes(), notifies_->BeginWait(), false});
-    watches.push_back({inbox_->changes(), inbox_->changes()->load(std::memory_order_seq_cst), false});
-    inbox_->BeginWait(&watches, &hold);
+    inbox_->BeginWait(&watches, &marks);
     took = TakeNotifies(out);
     const bool over = took || notifies_->closed() || Clock::now() >= until;
     if (!over) futex::WaitAny(watches, until);
-    inbox_->EndWait();
+    inbox_->EndWait(&marks);
     notifies_->EndWait();
     if (over) break;
   }

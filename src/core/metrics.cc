@@ -275,7 +275,7 @@ void EngineMetrics::Snapshot(MetricsSnapshot* out) const {
           "Notifications that peers refused (queue full) or that were lost with the session.",
           events_.notifies_unsent);
   counter("xfer_notifications_received_total",
-          "Notifications from peers queued here (in the queue or in a same-host peer's ring).",
+          "Notifications from peers queued here (from a same-host peer's ring: once taken).",
           events_.notifies_received);
   counter("xfer_notifications_refused_total",
           "Notifications from peers refused here (queue full, or over the size limit).",

@@ -24,8 +24,18 @@ Status NotifyQueue::Push(Notification n, const std::function<void()>& before_vis
   if (before_visible) before_visible();  // (under the lock: no TakeAll sees it before)
   lock.unlock();
   cv_.notify_all();
-  Changed();
+  Nudge();
   return Status::Ok();
+}
+
+void NotifyQueue::PushAccepted(Notification n) {
+  {
+    std::lock_guard lock(mu_);
+    bytes_ += n.message.size();
+    queue_.push_back(std::move(n));
+  }
+  cv_.notify_all();
+  Nudge();
 }
 
 bool NotifyQueue::TakeAll(std::vector<Notification>* out) {
@@ -57,7 +67,7 @@ void NotifyQueue::Close() {
     closed_ = true;
   }
   cv_.notify_all();
-  Changed();
+  Nudge();
 }
 
 bool NotifyQueue::closed() {
@@ -65,7 +75,7 @@ bool NotifyQueue::closed() {
   return closed_;
 }
 
-void NotifyQueue::Changed() {
+void NotifyQueue::Nudge() {
   // (Sequentially consistent with BeginWait: either the waiter's look finds the change, or
   // this sees the waiter.)
   changes_.fetch_add(1, std::memory_order_seq_cst);

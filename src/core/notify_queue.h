@@ -31,6 +31,8 @@ class NotifyQueue {
   // not call back into the queue): e.g. the answer to its sender, which must leave before
   // anything the application sends after taking it.
   Status Push(Notification n, const std::function<void()>& before_visible = nullptr);
+  // Queues n past the bounds: one its sender was already told is queued (in a ring).
+  void PushAccepted(Notification n);
   // Moves everything queued to the end of *out; false when there was nothing.
   bool TakeAll(std::vector<Notification>* out);
   // TakeAll once something is queued, or false when `until` passes (or Close is called) first.
@@ -43,6 +45,8 @@ class NotifyQueue {
   std::atomic<uint32_t>* changes() { return &changes_; }
   uint32_t BeginWait();
   void EndWait();
+  // Bumps the word and wakes its waiters (something else they watch for changed).
+  void Nudge();
   // How many are queued, and their bytes.
   void Queued(uint64_t* messages, uint64_t* bytes);
 
@@ -57,7 +61,6 @@ class NotifyQueue {
   bool closed_ = false;             // mu_
   std::atomic<uint32_t> changes_{0};
   std::atomic<uint32_t> sleepers_{0};
-  void Changed();
 };
 
 }  // namespace xfer

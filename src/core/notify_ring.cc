@@ -13,7 +13,7 @@ constexpr uint64_t kPad = ~0ull;                     // a record that fills the 
 // Offsets in the header: each side writes its own cache line only.
 constexpr uint64_t kMagicAt = 0, kCapacityAt = 8;  // line 0: written once, by Format
 constexpr uint64_t kHeadAt = 64, kDoorbellAt = 72;  // line 1: the writer's
-constexpr uint64_t kTailAt = 128, kWaitingAt = 136;  // line 2: the reader's
+constexpr uint64_t kTailAt = 128, kWaitingAt = 136, kClosedAt = 140;  // line 2: the reader's
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "the ring's indices are shared between processes: they must be lock-free");
@@ -69,6 +69,7 @@ Status NotifyRing::Attach(void* memory, uint64_t bytes, NotifyRing* out) {
   r.tail_ = reinterpret_cast<std::atomic<uint64_t>*>(base + kTailAt);
   r.doorbell_ = reinterpret_cast<std::atomic<uint32_t>*>(base + kDoorbellAt);
   r.waiting_ = reinterpret_cast<std::atomic<uint32_t>*>(base + kWaitingAt);
+  r.closed_ = reinterpret_cast<std::atomic<uint32_t>*>(base + kClosedAt);
   r.my_head_ = r.head_->load(std::memory_order_acquire);
   r.my_tail_ = r.tail_->load(std::memory_order_acquire);
   if (r.my_head_ - r.my_tail_ > capacity || r.my_head_ % 8 != 0 || r.my_tail_ % 8 != 0) {
@@ -89,6 +90,9 @@ Status NotifyRing::Write(std::string_view message) {
   if (message.size() > MaxMessage(capacity_)) {
     return {StatusCode::kInvalidArgument, "notification ring: a message of " + std::to_string(message.size()) +
                                               " bytes (at most " + std::to_string(MaxMessage(capacity_)) + ")"};
+  }
+  if (closed_->load(std::memory_order_seq_cst) != 0) {
+    return {StatusCode::kConnectionLost, "the target closed its notification ring"};
   }
   const uint64_t tail = tail_->load(std::memory_order_acquire);
   const uint64_t used = my_head_ - tail;  // (a tail ahead of the head wraps to a huge value)
@@ -112,12 +116,18 @@ Status NotifyRing::Write(std::string_view message) {
   std::memcpy(data_ + pos, &len, sizeof len);
   std::memcpy(data_ + pos + 8, message.data(), message.size());
   my_head_ += pad + size;
-  head_->store(my_head_, std::memory_order_release);
+  head_->store(my_head_, std::memory_order_seq_cst);  // (seq_cst: see Close)
   // (Sequentially consistent with BeginWait's store and load: either the reader's look finds
   // this message, or this sees it waiting.)
   doorbell_->fetch_add(1, std::memory_order_seq_cst);
   if (waiting_->load(std::memory_order_seq_cst) != 0) {
     futex::Wake(doorbell_, true);  // (the sleeper is in another process)
+  }
+  // (Sequentially consistent with Close: either the target's last ReadAll finds this message,
+  // or this sees the ring closed.)
+  if (closed_->load(std::memory_order_seq_cst) != 0) {
+    return {StatusCode::kConnectionLost,
+            "the target closed its notification ring (the notification may or may not have been queued)"};
   }
   return Status::Ok();
 }
@@ -125,7 +135,7 @@ Status NotifyRing::Write(std::string_view message) {
 Status NotifyRing::ReadAll(uint64_t max_message, std::vector<std::string>* out) {
   if (!broken_.empty()) return {StatusCode::kConnectionLost, broken_};
   if (data_ == nullptr) return {StatusCode::kInvalidArgument, "notification ring: not attached"};
-  const uint64_t head = head_->load(std::memory_order_acquire);
+  const uint64_t head = head_->load(std::memory_order_seq_cst);  // (after Close's store)
   if (head - my_tail_ > capacity_ || head % 8 != 0) {
     return Broken("the writer's index " + std::to_string(head) + " is not within " +
                   std::to_string(capacity_) + " bytes ahead of the reader's " + std::to_string(my_tail_));
@@ -194,5 +204,9 @@ uint32_t NotifyRing::BeginWait() {
 }
 
 void NotifyRing::EndWait() { waiting_->store(0, std::memory_order_relaxed); }
+
+void NotifyRing::Close() {
+  if (closed_ != nullptr) closed_->store(1, std::memory_order_seq_cst);
+}
 
 }  // namespace xfer

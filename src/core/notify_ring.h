@@ -10,7 +10,7 @@
 // kConnectionLost from then on (the caller drops it, and the session with that peer).
 //
 // Layout: a header of three cache lines (magic and capacity; the writer's head and doorbell;
-// the reader's tail and waiting flag), then `capacity` bytes of records. A record is an 8-byte
+// the reader's tail, waiting flag and closed flag), then `capacity` bytes of records. A record is an 8-byte
 // length, then the message, padded to 8 bytes; it never wraps: where it would not fit before
 // the end, a pad record fills the rest and the record starts over at the beginning.
 #pragma once
@@ -53,8 +53,12 @@ class NotifyRing {
   // The sender: appends `message` (0..MaxMessage bytes), and wakes the reader when it sleeps
   // on the ring. kResourceExhausted when it does not fit until the target reads more;
   // kInvalidArgument for a bad size; kConnectionLost once the target's tail was found
-  // inconsistent.
+  // inconsistent, or the target closed the ring (then the message may or may not have been
+  // taken).
   Status Write(std::string_view message);
+  // The target: no more messages will be read. A Write either ends before the ReadAll that
+  // follows this (which takes its message) or answers kConnectionLost.
+  void Close();
   // The target: takes every whole message written so far, in order, onto the end of *out.
   // Messages over max_message bytes, or any inconsistent index or length, end the ring:
   // kConnectionLost with the reason (messages taken before it stay in *out).
@@ -86,6 +90,7 @@ class NotifyRing {
   std::atomic<uint64_t>* tail_ = nullptr;  // shared: the reader's, bytes taken so far
   std::atomic<uint32_t>* doorbell_ = nullptr;  // shared: the writer's, bumped per message
   std::atomic<uint32_t>* waiting_ = nullptr;   // shared: the reader's, nonzero while it sleeps
+  std::atomic<uint32_t>* closed_ = nullptr;    // shared: the reader's, nonzero once it stopped
   uint64_t my_head_ = 0;  // the writer's own copy (authoritative on the writer's side)
   uint64_t my_tail_ = 0;  // the reader's own copy (authoritative on the reader's side)
   std::string broken_;    // why the ring was given up, or empty

@@ -51,22 +51,31 @@ void NotifyOutbox::Answered(const Status& answer, const std::string& peer) {
 
 bool NotifyOutbox::TryWrite(const std::string& message, Status* result) {
   std::lock_guard lock(mu_);
-  if (!open_ || on_session_ > 0) {
-    ++on_session_;
-    return false;
+  if (closed_) {
+    *result = {StatusCode::kConnectionLost, "the session with the peer has ended"};
+    return true;
   }
-  *result = ring_.Write(message);
-  if (result->code() == StatusCode::kResourceExhausted) {
-    if (uint64_t more = 0; full_log_.Due(&more)) {
-      XLOG(WARN) << "a notification refused: " << result->message() << log::Limit::More(more);
-    }
+  if (open_ && on_session_ == 0) {
+    *result = ring_.Write(message);
+    if (result->code() != StatusCode::kResourceExhausted) return true;
   }
-  return true;
+  ++on_session_;  // (the ring is full, or not open yet, or waits for the session to drain)
+  return false;
 }
 
 void NotifyOutbox::SessionAnswered() {
   std::lock_guard lock(mu_);
   if (on_session_ > 0) --on_session_;
+}
+
+bool NotifyOutbox::Inconsistent() {
+  std::lock_guard lock(mu_);
+  return ring_.broken();
+}
+
+void NotifyOutbox::Close() {
+  std::lock_guard lock(mu_);
+  closed_ = true;
 }
 
 Status NotifyInbox::Accept(const std::shared_ptr<control::Session>& session, const std::shared_ptr<PeerState>& peer,
@@ -80,8 +89,10 @@ Status NotifyInbox::Accept(const std::shared_ptr<control::Session>& session, con
                                           " bytes; this engine takes up to " + std::to_string(max_message_) +
                                           " (EngineOptions::notify.max_message_bytes)"};
   }
-  if (offer.bytes > NotifyRing::BytesFor(NotifyRing::kMaxCapacity)) {
-    return {StatusCode::kInvalidArgument, "a notification ring of " + std::to_string(offer.bytes) + " bytes"};
+  if (offer.bytes > max_ring_bytes_) {
+    return {StatusCode::kUnsupported, "a notification ring of " + std::to_string(offer.bytes) +
+                                          " bytes; this engine takes up to " + std::to_string(max_ring_bytes_) +
+                                          " (EngineOptions::notify.queue_bytes)"};
   }
   {
     std::lock_guard lock(mu_);
@@ -91,49 +102,83 @@ Status NotifyInbox::Accept(const std::shared_ptr<control::Session>& session, con
       }
     }
   }
-  auto in = std::make_unique<Inbound>();
+  auto in = std::make_shared<Inbound>();
   in->sender = peer->info.name;
   in->incarnation = peer->info.incarnation;
-  in->peer = peer;
   in->session = session;
   const std::string name = NotifyRingName(peer->info.incarnation, offer.key);
-  if (Status s = mapper->Map(offer.fd, name, offer.bytes, true, &in->mapping); !s.ok()) return s;
+  if (Status s = mapper->MapExactly(offer.fd, name, offer.bytes, &in->mapping); !s.ok()) return s;
   if (Status s = NotifyRing::Attach(in->mapping->base(), offer.bytes, &in->ring); !s.ok()) return s;
   {
     std::lock_guard lock(mu_);  // (offers come on the session's control thread: one at a time)
     rings_.push_back(std::move(in));
   }
-  Changed();
+  queue_->Nudge();  // (a waiter looks again, and watches this ring too)
   return Status::Ok();
 }
 
-void NotifyInbox::TakeAll(std::vector<Notification>* out) {
+bool NotifyInbox::Read(Inbound& in, std::vector<Notification>* out) {
   std::vector<std::string> messages;
+  const Status s = in.ring.ReadAll(max_message_, &messages);
+  for (std::string& m : messages) out->push_back({in.sender, in.incarnation, std::move(m)});
+  taken_.fetch_add(messages.size(), std::memory_order_relaxed);
+  if (!s.ok()) XLOG(WARN) << "peer " << in.sender << ": " << s.message() << "; closing its session";
+  return s.ok();
+}
+
+void NotifyInbox::Drop(size_t i) {
+  rings_[i]->ring.Close();
+  rings_.erase(rings_.begin() + static_cast<std::ptrdiff_t>(i));
+  queue_->Nudge();
+}
+
+bool NotifyInbox::TakeAll(std::vector<Notification>* out) {
+  const size_t before = out->size();
   std::vector<std::shared_ptr<control::Session>> to_close;
-  bool dropped = false;
   {
     std::lock_guard lock(mu_);
+    queue_->TakeAll(out);
     for (size_t i = 0; i < rings_.size();) {
-      Inbound& in = *rings_[i];
-      messages.clear();
-      const Status s = in.ring.ReadAll(max_message_, &messages);
-      for (std::string& m : messages) out->push_back({in.sender, in.incarnation, std::move(m)});
-      const auto peer = in.peer.lock();
-      const bool gone = peer == nullptr || !peer->alive.load(std::memory_order_acquire);
-      if (s.ok() && !(gone && !in.ring.HasMessages())) {
+      if (Read(*rings_[i], out)) {
         ++i;
         continue;
       }
-      if (!s.ok()) {
-        XLOG(WARN) << "peer " << in.sender << ": " << s.message() << "; closing its session";
-        if (auto session = in.session.lock()) to_close.push_back(std::move(session));
-      }
-      rings_.erase(rings_.begin() + static_cast<std::ptrdiff_t>(i));
-      dropped = true;
+      if (auto session = rings_[i]->session.lock()) to_close.push_back(std::move(session));
+      Drop(i);
     }
   }
-  if (dropped) Changed();
   for (const auto& session : to_close) session->Shutdown("its notification ring is inconsistent");
+  return out->size() > before;
+}
+
+Status NotifyInbox::QueueAfterRing(const std::shared_ptr<control::Session>& session, Notification n,
+                                   const std::function<void()>& before_visible) {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < rings_.size(); ++i) {
+    if (rings_[i]->session.lock() != session) continue;
+    std::vector<Notification> earlier;
+    const bool consistent = Read(*rings_[i], &earlier);
+    for (Notification& e : earlier) queue_->PushAccepted(std::move(e));
+    if (!consistent) {
+      Drop(i);
+      return {StatusCode::kConnectionLost, "its notification ring is inconsistent"};
+    }
+    break;
+  }
+  return queue_->Push(std::move(n), before_visible);
+}
+
+void NotifyInbox::Retire(const std::shared_ptr<control::Session>& session) {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < rings_.size(); ++i) {
+    if (rings_[i]->session.lock() != session) continue;
+    rings_[i]->ring.Close();  // (first: a write after the reading below reports itself lost)
+    std::vector<Notification> last;
+    (void)Read(*rings_[i], &last);
+    for (Notification& n : last) queue_->PushAccepted(std::move(n));
+    Drop(i);
+    return;
+  }
 }
 
 void NotifyInbox::Pending(uint64_t* messages, uint64_t* bytes) {
@@ -147,23 +192,22 @@ void NotifyInbox::Pending(uint64_t* messages, uint64_t* bytes) {
   }
 }
 
-void NotifyInbox::BeginWait(std::vector<futex::Watch>* watches,
-                            std::vector<std::shared_ptr<shared_memory::Mapping>>* hold) {
+void NotifyInbox::BeginWait(std::vector<futex::Watch>* watches, Marks* marks) {
   std::lock_guard lock(mu_);
   for (const auto& in : rings_) {
-    watches->push_back({in->ring.doorbell(), in->ring.BeginWait(), true});
-    hold->push_back(in->mapping);
+    const uint32_t seen = in->ring.BeginWait();  // (marks it; harmless when already marked)
+    ++in->waiters;
+    watches->push_back({in->ring.doorbell(), seen, true});
+    marks->push_back(in);
   }
 }
 
-void NotifyInbox::Changed() {
-  changes_.fetch_add(1, std::memory_order_seq_cst);
-  futex::Wake(&changes_, false);
-}
-
-void NotifyInbox::EndWait() {
+void NotifyInbox::EndWait(Marks* marks) {
   std::lock_guard lock(mu_);
-  for (const auto& in : rings_) in->ring.EndWait();
+  for (const auto& in : *marks) {
+    if (--in->waiters == 0) in->ring.EndWait();
+  }
+  marks->clear();
 }
 
 }  // namespace xfer

@@ -1,19 +1,27 @@
 // Notifications between engines on one host through shared memory (NotifyRing), with no round
 // trip: each engine makes one ring per same-host peer, in a memfd segment of its own, and
 // offers it over the control session (wire::NotifyRingOffer); the peer maps it and answers.
-// From then on a notification to that peer is queued at the peer once it is in the ring.
+// From then on a notification to that peer is queued at the peer once it is in the ring. When
+// the ring is full, it goes over the session instead (and waits for the answer), and the
+// peer's queue bounds it as any other.
 //
-// Order: a sender moves a peer's notifications to the ring only while none it sent over the
-// session awaits its answer, so those were queued first; then all go through the ring.
+// Order, per sender and target:
+// - the sender writes into the ring only while no notification it sent over the session
+//   awaits its answer (those were queued at the target first);
+// - the target, given a notification over the session, first moves what that sender's ring
+//   holds into its queue (those were written first);
+// - the target's readers take the queue, then the rings, under one lock with the above.
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "control/wire.h"
+#include "core/notify_queue.h"
 #include "core/notify_ring.h"
 #include "util/futex.h"
 #include "util/log.h"
@@ -44,11 +52,16 @@ class NotifyOutbox {
   // The peer's answer to the offer: ok opens the ring.
   void Answered(const Status& answer, const std::string& peer);
 
-  // Puts message into the ring when it is open and no notification sent over the session
-  // waits for its answer: true, with the outcome in *result (ok: queued at the peer). False:
-  // send it over the session, and call SessionAnswered once it is answered.
+  // Puts message into the ring when it is open, has room, and no notification sent over the
+  // session waits for its answer: true, with the outcome in *result (ok: queued at the peer;
+  // kConnectionLost: the peer left the ring inconsistent). False: send it over the session,
+  // and call SessionAnswered once it is answered.
   bool TryWrite(const std::string& message, Status* result);
   void SessionAnswered();
+  // The session with the peer ended: every later TryWrite answers kConnectionLost.
+  void Close();
+  // The peer left the ring inconsistent (TryWrite answered kConnectionLost for it).
+  bool Inconsistent();
 
  private:
   NotifyOutbox() = default;
@@ -58,46 +71,67 @@ class NotifyOutbox {
   uint64_t key_ = 0, bytes_ = 0;
   uint32_t max_message_ = 0;
   bool open_ = false;           // mu_: the peer took the ring
+  bool closed_ = false;         // mu_: the session ended
   uint64_t on_session_ = 0;     // mu_: sent over the session, not answered yet
-  log::Limit full_log_;         // mu_
 };
 
 // The target's side: every ring same-host peers offered, read by GetNotifies and WaitNotifies.
 class NotifyInbox {
+  struct Inbound;
+
  public:
-  explicit NotifyInbox(uint32_t max_message) : max_message_(max_message) {}
+  // queue: the engine's (outlives this); max_message, max_ring_bytes: the largest notification
+  // and ring this engine takes.
+  NotifyInbox(NotifyQueue* queue, uint32_t max_message, uint64_t max_ring_bytes)
+      : queue_(queue), max_message_(max_message), max_ring_bytes_(max_ring_bytes) {}
 
   // A peer's offer (control thread): maps its ring through the peer's mapper, or says why not.
   Status Accept(const std::shared_ptr<control::Session>& session, const std::shared_ptr<PeerState>& peer,
                 const shared_memory::PeerMapper* mapper, const wire::NotifyRingOffer& offer);
-  // Moves every message in the rings onto *out. A ring found inconsistent is dropped and its
-  // peer's session closed; a ring whose peer is gone is dropped once empty.
-  void TakeAll(std::vector<Notification>* out);
-  // The messages waiting in the rings and their bytes (for the metrics).
+  // Moves everything in the queue, then every message in the rings, onto *out (false:
+  // nothing). A ring found inconsistent is dropped and its peer's session closed.
+  bool TakeAll(std::vector<Notification>* out);
+  // A notification that came over `session` (control thread): first what that peer's ring
+  // holds moves into the queue (sent before it, and queued already: past the bounds), then
+  // queue->Push(n, before_visible) says whether n is queued. kConnectionLost when the peer's
+  // ring is inconsistent (it is dropped; the caller closes the session).
+  Status QueueAfterRing(const std::shared_ptr<control::Session>& session, Notification n,
+                        const std::function<void()>& before_visible);
+  // The session ended (control thread): its ring is closed, what it holds moves into the
+  // queue (readable as the queue's, and ahead of anything from the peer's next session), and
+  // it is unmapped.
+  void Retire(const std::shared_ptr<control::Session>& session);
+  // The messages waiting in the rings and their bytes, and those taken from them so far (for
+  // the metrics).
   void Pending(uint64_t* messages, uint64_t* bytes);
+  uint64_t taken() const { return taken_.load(std::memory_order_relaxed); }
 
-  // Waiting for messages: BeginWait marks every ring's reader asleep and adds a watch on its
-  // doorbell to *watches, and the ring's memory to *hold (kept mapped while watched); EndWait
-  // clears the marks.
-  void BeginWait(std::vector<futex::Watch>* watches, std::vector<std::shared_ptr<shared_memory::Mapping>>* hold);
-  void EndWait();
-  // A word bumped when a ring is added or dropped (a waiter then looks again).
-  std::atomic<uint32_t>* changes() { return &changes_; }
+  // Waiting for messages: BeginWait marks each ring's reader asleep (one count per waiter) and
+  // adds a watch on its doorbell to *watches; EndWait takes those marks back. The rings stay
+  // mapped while marked.
+  using Marks = std::vector<std::shared_ptr<Inbound>>;
+  void BeginWait(std::vector<futex::Watch>* watches, Marks* marks);
+  void EndWait(Marks* marks);
 
  private:
   struct Inbound {
     std::string sender;
     uint64_t incarnation = 0;
-    std::weak_ptr<PeerState> peer;
     std::weak_ptr<control::Session> session;
     std::shared_ptr<shared_memory::Mapping> mapping;
     NotifyRing ring;
+    uint32_t waiters = 0;  // mu_: WaitNotifies calls asleep on it
   };
-  void Changed();
+  // Reads one ring onto *out (mu_ held); false when it is inconsistent.
+  bool Read(Inbound& in, std::vector<Notification>* out);
+  // Drops rings_[i] (mu_ held); a waiter asleep on it is woken to look again.
+  void Drop(size_t i);
+  NotifyQueue* const queue_;
   const uint32_t max_message_;
+  const uint64_t max_ring_bytes_;
   std::mutex mu_;
-  std::vector<std::unique_ptr<Inbound>> rings_;  // mu_
-  std::atomic<uint32_t> changes_{0};
+  std::vector<std::shared_ptr<Inbound>> rings_;  // mu_
+  std::atomic<uint64_t> taken_{0};
 };
 
 }  // namespace xfer

@@ -52,6 +52,14 @@ void Wake(std::atomic<uint32_t>* word, bool shared) {
 void WaitAny(std::span<const Watch> words, std::chrono::steady_clock::time_point until) {
   using namespace std::chrono;
   if (words.empty()) return;
+  if (words.size() == 1) {
+    const auto now = steady_clock::now();
+    if (now >= until) return;
+    const timespec rel = ToTimespec(duration_cast<nanoseconds>(until - now));
+    (void)::syscall(SYS_futex, reinterpret_cast<uint32_t*>(words[0].word),
+                    words[0].shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE, words[0].seen, &rel, nullptr, 0);
+    return;
+  }
   if (words.size() <= kMaxWords && !waitv_missing.load(std::memory_order_relaxed)) {
     WaitV v[kMaxWords];
     for (size_t i = 0; i < words.size(); ++i) {
@@ -60,7 +68,9 @@ void WaitAny(std::span<const Watch> words, std::chrono::steady_clock::time_point
     // (An absolute time on CLOCK_MONOTONIC, the clock steady_clock reads.)
     const timespec abs = ToTimespec(duration_cast<nanoseconds>(until.time_since_epoch()));
     const long r = ::syscall(SYS_futex_waitv, v, words.size(), 0, &abs, CLOCK_MONOTONIC);
-    if (r >= 0 || errno != ENOSYS) return;
+    // (ENOSYS: before Linux 5.16; EPERM: a seccomp filter that predates it; EINVAL: flags it
+    // does not know. Then slices, from now on.)
+    if (r >= 0 || (errno != ENOSYS && errno != EPERM && errno != EINVAL)) return;
     waitv_missing.store(true, std::memory_order_relaxed);
   }
   // Slices of 1 ms on the first word, checking the others between them.

@@ -20,9 +20,10 @@ struct Watch {
 };
 
 // Sleeps until one of the words no longer holds what was seen, a wake-up, or `until`
-// (spurious wake-ups are possible: the caller looks again). Up to 128 words are watched at
-// once (futex_waitv); past that, or on a kernel without futex_waitv (before Linux 5.16), the
-// sleep is cut into slices of 1 ms and the words are checked between them.
+// (spurious wake-ups are possible: the caller looks again). One word: a plain futex wait.
+// Up to 128 words are watched at once (futex_waitv); past that, or where futex_waitv is
+// missing (before Linux 5.16) or refused (a seccomp filter), the sleep is cut into slices of
+// 1 ms on the first word and the others are checked between them.
 void WaitAny(std::span<const Watch> words, std::chrono::steady_clock::time_point until);
 
 }  // namespace xfer::futex

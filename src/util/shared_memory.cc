@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <linux/memfd.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -138,6 +140,16 @@ Status PeerMapper::TakeFd(int32_t remote_fd, int* fd) const {
 
 Status PeerMapper::Map(int32_t remote_fd, const std::string& name, uint64_t len, bool writable,
                        std::shared_ptr<Mapping>* out) const {
+  return MapSegment(remote_fd, name, len, writable, false, out);
+}
+
+Status PeerMapper::MapExactly(int32_t remote_fd, const std::string& name, uint64_t len,
+                              std::shared_ptr<Mapping>* out) const {
+  return MapSegment(remote_fd, name, len, true, true, out);
+}
+
+Status PeerMapper::MapSegment(int32_t remote_fd, const std::string& name, uint64_t len, bool writable,
+                              bool exactly, std::shared_ptr<Mapping>* out) const {
   const std::string who = "shared memory: segment " + name + " of pid " + std::to_string(pid_);
   int fd = -1;
   if (Status s = TakeFd(remote_fd, &fd); !s.ok()) return {s.code(), who + ": " + s.message()};
@@ -147,6 +159,7 @@ Status PeerMapper::Map(int32_t remote_fd, const std::string& name, uint64_t len,
   // "/memfd:NAME (deleted)"
   const std::string want = "/memfd:" + name + " ";
   struct stat st {};
+  struct statfs fs {};
   Status s;
   if (n <= 0 || std::strncmp(link, want.c_str(), want.size()) != 0) {
     s = {StatusCode::kRemoteAccessDenied, who + ": descriptor " + std::to_string(remote_fd) +
@@ -156,11 +169,15 @@ Status PeerMapper::Map(int32_t remote_fd, const std::string& name, uint64_t len,
   } else if ((::fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) == 0) {
     // Its owner could shrink it under our mapping, and a copy would then die of SIGBUS.
     s = {StatusCode::kRemoteAccessDenied, who + ": segment is not sealed against shrinking"};
+  } else if (exactly && (::fstatfs(fd, &fs) != 0 || fs.f_type == HUGETLBFS_MAGIC)) {
+    s = {StatusCode::kRemoteAccessDenied, who + ": segment of huge pages"};
   }
   void* p = MAP_FAILED;
-  const uint64_t whole = static_cast<uint64_t>(st.st_size);  // huge pages: whole pages only
+  // Huge pages: whole pages only, so the whole segment.
+  const uint64_t page = static_cast<uint64_t>(::getpagesize());
+  const uint64_t mapped = exactly ? RoundUp(len, page) : static_cast<uint64_t>(st.st_size);
   if (s.ok()) {
-    p = ::mmap(nullptr, whole, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+    p = ::mmap(nullptr, mapped, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       // EPERM: a writable mapping of a segment its owner sealed read-only for peers.
       s = {errno == EPERM ? StatusCode::kRemoteAccessDenied : StatusCode::kResourceExhausted,
@@ -169,7 +186,7 @@ Status PeerMapper::Map(int32_t remote_fd, const std::string& name, uint64_t len,
   }
   ::close(fd);
   if (!s.ok()) return s;
-  *out = std::make_shared<Mapping>(static_cast<uint8_t*>(p), whole);
+  *out = std::make_shared<Mapping>(static_cast<uint8_t*>(p), mapped);
   return Status::Ok();
 }
 

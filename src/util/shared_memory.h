@@ -70,12 +70,19 @@ class PeerMapper {
   // at least len bytes, and maps it (read-only unless writable).
   Status Map(int32_t remote_fd, const std::string& name, uint64_t len, bool writable,
              std::shared_ptr<Mapping>* out) const;
+  // The same for a small segment both sides write (a notification ring): maps exactly len
+  // bytes (rounded up to whole pages), writable, and refuses huge-page segments (whose owner
+  // could punch holes that fault in this process).
+  Status MapExactly(int32_t remote_fd, const std::string& name, uint64_t len,
+                    std::shared_ptr<Mapping>* out) const;
   // A duplicate of the peer's descriptor remote_fd in this process (the caller closes it):
   // how GPU memory exported as a file descriptor (CUDA VMM) reaches us.
   Status TakeFd(int32_t remote_fd, int* fd) const;
 
  private:
   explicit PeerMapper(int pidfd, int32_t pid) : pidfd_(pidfd), pid_(pid) {}
+  Status MapSegment(int32_t remote_fd, const std::string& name, uint64_t len, bool writable, bool exactly,
+                    std::shared_ptr<Mapping>* out) const;
   int pidfd_;
   int32_t pid_;
 };

@@ -406,37 +406,42 @@ class NotifyRings : public PeerFixture {
 };
 
 // With the target stopped (SIGSTOP), notifications are still queued at it, at once, until its
-// ring is full; then they are refused, and a request's data lands all the same. Once the
-// target runs again it finds every one, in order.
-TEST_F(NotifyRings, QueuedWhileTheTargetIsStoppedUntilItsRingIsFull) {
+// ring is full; then they go over the session and wait for it. Once it runs again it finds
+// every one, in the order they were sent.
+TEST_F(NotifyRings, WhileTheTargetIsStoppedTheyQueueInItsRingThenWait) {
   const PeerRegion r = peer_.ShmAlloc(1 << 20);
   std::vector<xfer::RegionInfo> known;
   XT_ASSERT_OK(engine_.GetRemoteRegions(peer_.name(), &known));
   // Over the session, after the ring's offer: once answered, the ring is open.
   XT_ASSERT_OK(engine_.SendNotify(peer_.name(), "first", 10s));
   peer_.Signal(SIGSTOP);
-  int accepted = 0;
-  xfer::Status s;
-  while (accepted < 100 && (s = engine_.SendNotify(peer_.name(), Message(accepted), 5s)).ok()) ++accepted;
-  XT_EXPECT_CODE(s, StatusCode::kResourceExhausted);
-  EXPECT_NE(s.message().find("ring is full"), std::string::npos) << s.ToString();
-  EXPECT_EQ(accepted, 36);
+  for (int i = 0; i < 36; ++i) XT_ASSERT_OK(engine_.SendNotify(peer_.name(), Message(i), 10s));
+  // The ring is full: the next one waits for the stopped target's answer.
+  XT_EXPECT_CODE(engine_.SendNotify(peer_.name(), Message(36), 300ms), StatusCode::kTimeout);
   LocalBuffer src(1 << 20);
   src.Fill(4);
   xfer::TransferOptions o;
-  o.notify = Message(99);  // (a shorter one would still fit)
+  o.notify = Message(37);
+  xfer::RequestHandle h = 0;
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, {{src.addr(), r.addr, 1 << 20}}, 30s, o, &h));
+  std::this_thread::sleep_for(100ms);
   xfer::RequestStatus st;
-  XT_EXPECT_CODE(engine_.TransferSync(peer_.name(), Op::kWrite, {{src.addr(), r.addr, 1 << 20}}, 10s, o, &st),
-                 StatusCode::kResourceExhausted);
-  EXPECT_EQ(st.landed, (std::vector<uint64_t>{0})) << "the data landed; only the notification was refused";
+  XT_ASSERT_OK(engine_.GetTransferStatus(h, &st));
+  EXPECT_EQ(st.state, RequestState::kWaiting) << "completed while the target could queue nothing";
   peer_.Signal(SIGCONT);
+  const Outcome out = WaitFor(engine_, h);
+  EXPECT_EQ(out.status.state, RequestState::kCompleted) << out.status.status.ToString();
   EXPECT_EQ(peer_.Sum(r), src.Hash());
   const Reply got = peer_.Call("notifies");
   ASSERT_TRUE(got.ok) << got.line;
-  ASSERT_EQ(got.u64(0), 37u) << got.line;
-  const size_t first = got.line.find(":first "), n0 = got.line.find(":n0:"), n35 = got.line.find(":n35:");
-  EXPECT_TRUE(first != std::string::npos && n0 > first && n35 != std::string::npos && n35 > n0) << got.line;
-  XT_EXPECT_OK(engine_.SendNotify(peer_.name(), "again", 5s));
+  ASSERT_EQ(got.u64(0), 39u) << got.line;
+  size_t at = got.line.find(":first ");
+  for (int i = 0; i < 38 && at != std::string::npos; ++i) {
+    const size_t next = got.line.find(":n" + std::to_string(i) + ":");
+    EXPECT_GT(next, at) << "n" << i << " out of order: " << got.line;
+    at = next;
+  }
+  XT_EXPECT_OK(engine_.SendNotify(peer_.name(), "again", 5s));  // through the ring again
   EXPECT_EQ(peer_.Call("notifies").u64(0), 1u);
 }
 
@@ -465,6 +470,29 @@ TEST_F(NotifyRingFromPeer, ARingFoundInconsistentClosesItsSessionOnly) {
   XT_ASSERT_OK(engine_.Connect(other.name(), 10s));
   XT_EXPECT_OK(engine_.SendNotify(other.name(), "still serving", 10s));
   EXPECT_EQ(other.Call("notifies").u64(0), 1u);
+}
+
+// Two threads wait at once; one gives up (its timeout) while the other still waits: the next
+// notification from the peer's ring still wakes the one that waits.
+TEST_F(NotifyRingFromPeer, AWaiterLeavingDoesNotLeaveTheOtherAsleep) {
+  ASSERT_TRUE(peer_.Call("notify " + engine_.LocalName() + " 10000 opens-the-ring").ok);
+  std::vector<xfer::Notification> got;
+  XT_ASSERT_OK(engine_.WaitNotifies(&got, 10s));
+  double waited = 0;
+  std::vector<xfer::Notification> mine;
+  std::thread patient([&] {
+    const auto t0 = Clock::now();
+    XT_EXPECT_OK(engine_.WaitNotifies(&mine, 20s));  // (a wake-up lost shows as the whole 20 s)
+    waited = SecondsSince(t0);
+  });
+  std::this_thread::sleep_for(100ms);
+  std::vector<xfer::Notification> none;
+  XT_EXPECT_CODE(engine_.WaitNotifies(&none, 300ms), StatusCode::kTimeout);  // asleep, then gone
+  ASSERT_TRUE(peer_.Call("notify " + engine_.LocalName() + " 10000 one").ok);
+  patient.join();
+  ASSERT_EQ(mine.size(), 1u);
+  EXPECT_EQ(mine[0].message, "one");
+  EXPECT_LT(waited, 15.0) << "the waiter slept through the notification";
 }
 
 // ---------------------------------------------------------------- this process as the target

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -304,9 +305,23 @@ uint64_t PeerProcess::SumRange(uint64_t addr, uint64_t len) {
   return r.u64(0);
 }
 
+char PeerProcess::State() const {
+  std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const size_t close = line.rfind(')');  // "pid (comm) S ..."
+  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+}
+
 void PeerProcess::Signal(int sig) {
   if (pid_ <= 0) return;
   kill(pid_, sig);
+  if (sig == SIGSTOP) {
+    // The stop takes effect a moment later (each thread stops on its way to user space): wait
+    // for it, so that nothing the test does next is served by the process still running.
+    const auto until = Clock::now() + std::chrono::seconds(5);
+    while (Clock::now() < until && State() != 'T') std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   if (sig == SIGKILL) killed_ = true;
   if (sig == SIGSTOP) stopped_ = true;
   if (sig == SIGCONT) stopped_ = false;

@@ -92,7 +92,10 @@ class PeerProcess {
   uint64_t SumRange(uint64_t addr, uint64_t len);
 
   // Signals. Kill(SIGKILL) does not reap; WaitExit does.
+  // Sends sig; SIGSTOP returns once the process has stopped (or after 5 s).
   void Signal(int sig);
+  // The process's state letter in /proc (R, S, T, Z, ...; '?' when gone).
+  char State() const;
   // Waits for the child to end; returns false on timeout. *status gets the waitpid status.
   bool WaitExit(std::chrono::milliseconds timeout, int* status = nullptr);
   // Asks the peer to exit ("exit"), waits, and reports whether it exited with status 0.

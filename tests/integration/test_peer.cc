@@ -49,8 +49,9 @@
 //   nstream <read|write> <remote> <local> <remote_base> <size,size,...> <count> <depth> [seed]
 //                                RunNotifiedStream -> OK <completed> <failed> <bad_reads> [error]
 //   unmap <addr> <len>           make a range inaccessible (to fake a region whose memory went away)
-//   garble_notify_rings          write a write index no ring can have into this engine's
-//                                notification rings to same-host peers -> OK <rings garbled>
+//   garble_notify_rings          write a write index no ring can have into every notification
+//                                ring mapped here (this engine's, and those peers offered it)
+//                                -> OK <rings garbled>
 //   finalize [addr len seed]     engine.Finalize() but keep running (memory stays mapped); with
 //                                arguments, pattern-fill that range the moment Finalize returns
 //   sleep <ms> | ping | exit
