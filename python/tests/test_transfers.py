@@ -244,6 +244,21 @@ def test_notifications_come_after_the_data_in_order(pair):
         engine.send_notify(peer.name, "x" * 4097)
 
 
+@pytest.mark.parametrize("ring_bytes", [0, 4096])
+def test_notifications_through_a_small_ring_or_none_keep_their_order(make_peer, ring_bytes):
+    # 4 KiB holds 256 of these (the peer takes none until the end): the rest go over the
+    # control session, in order all the same.
+    peer = make_peer(memory="alloc", nbytes=1 << 20, options={})
+    with xfer.Engine("127.0.0.1", notify_ring_bytes=ring_bytes, notify_max_message_bytes=16) as engine:
+        engine.connect(peer.name)
+        for k in range(500):
+            engine.send_notify(peer.name, f"{k:08d}")
+        got = peer.call("notifies", 500, 30)["notifies"]
+        assert [bytes.fromhex(m) for _, _, m in got] == [f"{k:08d}".encode() for k in range(500)]
+    with pytest.raises(xfer.InvalidArgumentError, match="ring_bytes"):
+        xfer.Engine("127.0.0.1", notify_ring_bytes=100)
+
+
 def test_many_python_threads_transfer_at_once(pair):
     engine, peer, _ = pair
     threads, rounds, chunk = 8, 50, 64 << 10
