@@ -164,11 +164,7 @@ void EncodeBody(Writer& w, const NotifyAck& m) {
   w.Str(m.why);
 }
 void EncodeBody(Writer& w, const NotifyRingOffer& m) {
-  w.U64(m.seq);
-  w.I32(m.fd);
-  w.U64(m.key);
-  w.U64(m.bytes);
-  w.U32(m.max_message);
+  w.U64(m.seq); w.I32(m.fd); w.U64(m.key); w.U64(m.bytes); w.U32(m.max_message);
 }
 void EncodeBody(Writer& w, const AuthChallenge& m) { w.Str(m.nonce); }
 void EncodeBody(Writer& w, const AuthProof& m) { w.Str(m.name); w.U64(m.incarnation); w.Str(m.mac); }
