@@ -169,7 +169,8 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   notifies_ = std::make_shared<NotifyQueue>(opts_.notify.queue_messages, opts_.notify.queue_bytes);
   notifier_ = std::make_shared<NotifySender>(
       NotifySender{notifies_, name_, incarnation_});
-  inbox_ = std::make_unique<NotifyInbox>(notifies_.get(), opts_.notify.max_message_bytes,
+  inbox_ = std::make_unique<NotifyInbox>(notifies_.get(), &metrics_->events().notifies_received,
+                                         opts_.notify.max_message_bytes,
                                          NotifyRing::kHeaderBytes + opts_.notify.queue_bytes);
   if (std::string why; opts_.notify.ring_bytes != 0 && !(rings_possible_ = shared_memory::Available(&why))) {
     XLOG(INFO) << "notifications to peers on this host go over the control session: no shared rings here ("

@@ -43,13 +43,6 @@ Status EngineImpl::GetMetrics(MetricsSnapshot* out) const {
   if (!metrics_) return {StatusCode::kInvalidArgument, "GetMetrics: engine is not initialized"};
   out->metrics.clear();
   metrics_->Snapshot(out);
-  // Notifications from same-host peers' rings count as received once taken from the rings
-  // (until then they count as queued: AddEngineGauges).
-  for (Metric& m : out->metrics) {
-    if (m.name == "xfer_notifications_received_total" && !m.samples.empty()) {
-      m.samples[0].value += static_cast<double>(inbox_->taken());
-    }
-  }
   AddEngineGauges(out);
   return Status::Ok();
 }

@@ -49,11 +49,12 @@ void EngineImpl::OnNotify(const std::shared_ptr<control::Session>& s, wire::Noti
                  << log::Limit::More(more);
     }
   } else {
-    // The answer is queued before the application can take the notification: a goodbye (or
-    // anything else) it sends after taking it then leaves after the answer, never before.
-    // (Leaves once the control loop has read what came with it: one write for a burst.)
-    // (After what the peer's ring holds: sent before it.)
-    queued = inbox_->QueueAfterRing(s, {peer.info.name, peer.info.incarnation, std::move(m.message)}, [&] {
+    // Queued after what the peer's ring holds (sent before it). The answer is queued before
+    // the application can take the notification: a goodbye (or anything else) it sends after
+    // taking it then leaves after the answer, never before. (It leaves once the control loop
+    // has read what came with it: one write for a burst.)
+    Notification n{peer.info.name, peer.info.incarnation, std::move(m.message)};
+    queued = inbox_->QueueAfterRing(s, std::move(n), [&] {
       ++metrics_->events().notifies_received;  // (counted before its sender hears of it)
       s->SendSoon(wire::NotifyAck{m.seq, StatusCode::kOk, ""});
     });
@@ -75,7 +76,9 @@ void EngineImpl::OfferNotifyRing(const std::shared_ptr<control::Session>& s, con
 
 void EngineImpl::OnNotifyRingOffer(const std::shared_ptr<control::Session>& s, const wire::NotifyRingOffer& m) {
   const Status taken = inbox_->Accept(s, s->peer, s->peer->mapper.get(), m);
-  if (!taken.ok()) XLOG(INFO) << "peer " << s->peer_key << " offered a notification ring, not taken: " << taken.message();
+  if (!taken.ok()) {
+    XLOG(INFO) << "peer " << s->peer_key << " offered a notification ring, not taken: " << taken.message();
+  }
   s->SendSoon(wire::NotifyAck{m.seq, taken.code(), taken.message()});
 }
 

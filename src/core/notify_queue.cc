@@ -23,7 +23,6 @@ Status NotifyQueue::Push(Notification n, const std::function<void()>& before_vis
   queue_.push_back(std::move(n));
   if (before_visible) before_visible();  // (under the lock: no TakeAll sees it before)
   lock.unlock();
-  cv_.notify_all();
   Nudge();
   return Status::Ok();
 }
@@ -34,7 +33,6 @@ void NotifyQueue::PushAccepted(Notification n) {
     bytes_ += n.message.size();
     queue_.push_back(std::move(n));
   }
-  cv_.notify_all();
   Nudge();
 }
 
@@ -54,11 +52,14 @@ bool NotifyQueue::TakeAll(std::vector<Notification>* out) {
 }
 
 bool NotifyQueue::WaitTakeAll(std::vector<Notification>* out, Clock::time_point until) {
-  {
-    std::unique_lock lock(mu_);
-    cv_.wait_until(lock, until, [&] { return !queue_.empty() || closed_; });
+  for (;;) {
+    const futex::Watch watch{&changes_, BeginWait(), false};
+    const bool took = TakeAll(out);
+    const bool over = took || closed() || Clock::now() >= until;
+    if (!over) futex::WaitAny({&watch, 1}, until);
+    EndWait();
+    if (over) return took;
   }
-  return TakeAll(out);
 }
 
 void NotifyQueue::Close() {
@@ -66,7 +67,6 @@ void NotifyQueue::Close() {
     std::lock_guard lock(mu_);
     closed_ = true;
   }
-  cv_.notify_all();
   Nudge();
 }
 

@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -40,8 +39,9 @@ class NotifyQueue {
   // Wakes every waiter for good (Finalize); what is queued stays readable.
   void Close();
   bool closed();
-  // A word bumped by every Push and by Close, for a waiter that watches other words too
-  // (futex::WaitAny): BeginWait says it may sleep and returns the word's value; EndWait after.
+  // A word bumped by every Push and by Close, which WaitTakeAll sleeps on, and a waiter that
+  // watches other words too (futex::WaitAny): BeginWait says it may sleep and returns the
+  // word's value; EndWait after.
   std::atomic<uint32_t>* changes() { return &changes_; }
   uint32_t BeginWait();
   void EndWait();
@@ -54,7 +54,6 @@ class NotifyQueue {
   const uint32_t max_messages_;
   const uint64_t max_bytes_;
   std::mutex mu_;
-  std::condition_variable cv_;
   std::deque<Notification> queue_;  // mu_
   uint64_t bytes_ = 0;              // mu_: the queued messages' bytes
   uint64_t refused_ = 0;            // mu_: refusals since the queue was last drained

@@ -84,7 +84,7 @@ Status NotifyRing::Broken(std::string why) {
   return {StatusCode::kConnectionLost, broken_};
 }
 
-Status NotifyRing::Write(std::string_view message) {
+Status NotifyRing::Write(std::string_view message, bool* wake) {
   if (!broken_.empty()) return {StatusCode::kConnectionLost, broken_};
   if (data_ == nullptr) return {StatusCode::kInvalidArgument, "notification ring: not attached"};
   if (message.size() > MaxMessage(capacity_)) {
@@ -120,8 +120,11 @@ Status NotifyRing::Write(std::string_view message) {
   // (Sequentially consistent with BeginWait's store and load: either the reader's look finds
   // this message, or this sees it waiting.)
   doorbell_->fetch_add(1, std::memory_order_seq_cst);
-  if (waiting_->load(std::memory_order_seq_cst) != 0) {
-    futex::Wake(doorbell_, true);  // (the sleeper is in another process)
+  const bool asleep = waiting_->load(std::memory_order_seq_cst) != 0;
+  if (wake != nullptr) {
+    *wake = asleep;
+  } else if (asleep) {
+    WakeReader();
   }
   // (Sequentially consistent with Close: either the target's last ReadAll finds this message,
   // or this sees the ring closed.)
@@ -136,67 +139,70 @@ Status NotifyRing::ReadAll(uint64_t max_message, std::vector<std::string>* out) 
   if (!broken_.empty()) return {StatusCode::kConnectionLost, broken_};
   if (data_ == nullptr) return {StatusCode::kInvalidArgument, "notification ring: not attached"};
   const uint64_t head = head_->load(std::memory_order_seq_cst);  // (after Close's store)
-  if (head - my_tail_ > capacity_ || head % 8 != 0) {
+  if (!HeadInRange(head)) {
     return Broken("the writer's index " + std::to_string(head) + " is not within " +
                   std::to_string(capacity_) + " bytes ahead of the reader's " + std::to_string(my_tail_));
   }
-  Status status = Status::Ok();
-  while (my_tail_ != head) {
-    const uint64_t pos = my_tail_ & (capacity_ - 1);
-    const uint64_t left = head - my_tail_;  // >= 8: both indices are multiples of 8
-    const uint64_t len = LoadOnce(data_ + pos);
-    if (len == kPad) {
-      if (capacity_ - pos > left) {
-        status = Broken("a pad record at " + std::to_string(my_tail_) + " runs past the writer's index");
-        break;
-      }
-      my_tail_ += capacity_ - pos;
-      continue;
-    }
-    const uint64_t limit = std::min(max_message, MaxMessage(capacity_));
-    if (len > limit) {
-      status = Broken("a message of " + std::to_string(len) + " bytes (at most " + std::to_string(limit) + ")");
-      break;
-    }
-    const uint64_t size = 8 + Round8(len);
-    if (size > left || pos + size > capacity_) {
-      status = Broken("a message of " + std::to_string(len) + " bytes at " + std::to_string(my_tail_) +
-                      " runs past the writer's index or the ring's end");
-      break;
-    }
-    out->emplace_back(reinterpret_cast<const char*>(data_ + pos + 8), len);
-    my_tail_ += size;
-  }
+  std::string why;
+  my_tail_ = Walk(head, max_message, &why, [&](const uint8_t* message, uint64_t len) {
+    out->emplace_back(reinterpret_cast<const char*>(message), len);
+  });
   // (Published after the copies: the writer reuses the bytes from then on.)
   tail_->store(my_tail_, std::memory_order_release);
-  return status;
+  return why.empty() ? Status::Ok() : Broken(std::move(why));
 }
 
 void NotifyRing::Count(uint64_t max_message, uint64_t* messages, uint64_t* bytes) const {
   *messages = *bytes = 0;
   if (data_ == nullptr || !broken_.empty()) return;
   const uint64_t head = head_->load(std::memory_order_acquire);
-  if (head - my_tail_ > capacity_ || head % 8 != 0) return;
+  if (!HeadInRange(head)) return;
+  std::string why;
+  (void)Walk(head, max_message, &why, [&](const uint8_t*, uint64_t len) {
+    ++*messages;
+    *bytes += len;
+  });
+}
+
+bool NotifyRing::HeadInRange(uint64_t head) const { return head - my_tail_ <= capacity_ && head % 8 == 0; }
+
+template <class OnMessage>
+uint64_t NotifyRing::Walk(uint64_t head, uint64_t max_message, std::string* why, OnMessage on_message) const {
   const uint64_t limit = std::min(max_message, MaxMessage(capacity_));
-  for (uint64_t at = my_tail_; at != head;) {
+  uint64_t at = my_tail_;
+  while (at != head) {
     const uint64_t pos = at & (capacity_ - 1);
+    const uint64_t left = head - at;  // >= 8: both indices are multiples of 8
     const uint64_t len = LoadOnce(data_ + pos);
     if (len == kPad) {
-      if (capacity_ - pos > head - at) return;
+      if (capacity_ - pos > left) {
+        *why = "a pad record at " + std::to_string(at) + " runs past the writer's index";
+        break;
+      }
       at += capacity_ - pos;
       continue;
     }
+    if (len > limit) {
+      *why = "a message of " + std::to_string(len) + " bytes (at most " + std::to_string(limit) + ")";
+      break;
+    }
     const uint64_t size = 8 + Round8(len);
-    if (len > limit || size > head - at || pos + size > capacity_) return;
-    ++*messages;
-    *bytes += len;
+    if (size > left || pos + size > capacity_) {
+      *why = "a message of " + std::to_string(len) + " bytes at " + std::to_string(at) +
+             " runs past the writer's index or the ring's end";
+      break;
+    }
+    on_message(data_ + pos + 8, len);
     at += size;
   }
+  return at;
 }
 
 bool NotifyRing::HasMessages() const {
   return data_ != nullptr && broken_.empty() && head_->load(std::memory_order_acquire) != my_tail_;
 }
+
+void NotifyRing::WakeReader() const { futex::Wake(doorbell_, true); }  // (the sleeper: another process)
 
 uint32_t NotifyRing::BeginWait() {
   waiting_->store(1, std::memory_order_seq_cst);

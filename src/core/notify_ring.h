@@ -51,11 +51,13 @@ class NotifyRing {
   NotifyRing& operator=(const NotifyRing&) = delete;
 
   // The sender: appends `message` (0..MaxMessage bytes), and wakes the reader when it sleeps
-  // on the ring. kResourceExhausted when it does not fit until the target reads more;
+  // on the ring; given `wake`, says in it instead whether to (WakeReader, once the caller has
+  // let go of its locks). kResourceExhausted when it does not fit until the target reads more;
   // kInvalidArgument for a bad size; kConnectionLost once the target's tail was found
   // inconsistent, or the target closed the ring (then the message may or may not have been
   // taken).
-  Status Write(std::string_view message);
+  Status Write(std::string_view message, bool* wake = nullptr);
+  void WakeReader() const;
   // The target: no more messages will be read. A Write either ends before the ReadAll that
   // follows this (which takes its message) or answers kConnectionLost.
   void Close();
@@ -83,6 +85,13 @@ class NotifyRing {
 
  private:
   Status Broken(std::string why);
+  // Whether the writer's index `head` is where a consistent ring can have it.
+  bool HeadInRange(uint64_t head) const;
+  // Walks the records from the reader's index to head (checked: HeadInRange), calling
+  // on_message(bytes, len) for each message, and returns the index it reached: head, or the
+  // record it refused, with the reason in *why.
+  template <class OnMessage>
+  uint64_t Walk(uint64_t head, uint64_t max_message, std::string* why, OnMessage on_message) const;
 
   uint8_t* data_ = nullptr;
   uint64_t capacity_ = 0;

@@ -5,6 +5,7 @@
 
 #include "control/session.h"
 #include "core/peer_state.h"
+#include "util/log.h"
 
 namespace xfer {
 
@@ -50,17 +51,22 @@ void NotifyOutbox::Answered(const Status& answer, const std::string& peer) {
 }
 
 bool NotifyOutbox::TryWrite(const std::string& message, Status* result) {
-  std::lock_guard lock(mu_);
-  if (closed_) {
-    *result = {StatusCode::kConnectionLost, "the session with the peer has ended"};
-    return true;
+  bool wake = false;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) {
+      *result = {StatusCode::kConnectionLost, "the session with the peer has ended"};
+      return true;
+    }
+    const bool ring = open_ && on_session_ == 0;
+    if (ring) *result = ring_.Write(message, &wake);
+    if (!ring || result->code() == StatusCode::kResourceExhausted) {
+      ++on_session_;  // (the ring is not open yet, waits for the session to drain, or is full)
+      return false;
+    }
   }
-  if (open_ && on_session_ == 0) {
-    *result = ring_.Write(message);
-    if (result->code() != StatusCode::kResourceExhausted) return true;
-  }
-  ++on_session_;  // (the ring is full, or not open yet, or waits for the session to drain)
-  return false;
+  if (wake) ring_.WakeReader();  // (a system call: not under the lock)
+  return true;
 }
 
 void NotifyOutbox::SessionAnswered() {
@@ -121,7 +127,7 @@ bool NotifyInbox::Read(Inbound& in, std::vector<Notification>* out) {
   std::vector<std::string> messages;
   const Status s = in.ring.ReadAll(max_message_, &messages);
   for (std::string& m : messages) out->push_back({in.sender, in.incarnation, std::move(m)});
-  taken_.fetch_add(messages.size(), std::memory_order_relaxed);
+  received_->fetch_add(messages.size(), std::memory_order_relaxed);
   if (!s.ok()) XLOG(WARN) << "peer " << in.sender << ": " << s.message() << "; closing its session";
   return s.ok();
 }

@@ -24,7 +24,6 @@
 #include "core/notify_queue.h"
 #include "core/notify_ring.h"
 #include "util/futex.h"
-#include "util/log.h"
 #include "util/shared_memory.h"
 #include "xfer/status.h"
 #include "xfer/types.h"
@@ -80,10 +79,11 @@ class NotifyInbox {
   struct Inbound;
 
  public:
-  // queue: the engine's (outlives this); max_message, max_ring_bytes: the largest notification
-  // and ring this engine takes.
-  NotifyInbox(NotifyQueue* queue, uint32_t max_message, uint64_t max_ring_bytes)
-      : queue_(queue), max_message_(max_message), max_ring_bytes_(max_ring_bytes) {}
+  // queue: the engine's; received: the count of notifications received, which messages taken
+  // from the rings join (both outlive this); max_message, max_ring_bytes: the largest
+  // notification and ring this engine takes.
+  NotifyInbox(NotifyQueue* queue, std::atomic<uint64_t>* received, uint32_t max_message, uint64_t max_ring_bytes)
+      : queue_(queue), received_(received), max_message_(max_message), max_ring_bytes_(max_ring_bytes) {}
 
   // A peer's offer (control thread): maps its ring through the peer's mapper, or says why not.
   Status Accept(const std::shared_ptr<control::Session>& session, const std::shared_ptr<PeerState>& peer,
@@ -101,10 +101,8 @@ class NotifyInbox {
   // queue (readable as the queue's, and ahead of anything from the peer's next session), and
   // it is unmapped.
   void Retire(const std::shared_ptr<control::Session>& session);
-  // The messages waiting in the rings and their bytes, and those taken from them so far (for
-  // the metrics).
+  // The messages waiting in the rings and their bytes (for the metrics).
   void Pending(uint64_t* messages, uint64_t* bytes);
-  uint64_t taken() const { return taken_.load(std::memory_order_relaxed); }
 
   // Waiting for messages: BeginWait marks each ring's reader asleep (one count per waiter) and
   // adds a watch on its doorbell to *watches; EndWait takes those marks back. The rings stay
@@ -127,11 +125,11 @@ class NotifyInbox {
   // Drops rings_[i] (mu_ held); a waiter asleep on it is woken to look again.
   void Drop(size_t i);
   NotifyQueue* const queue_;
+  std::atomic<uint64_t>* const received_;
   const uint32_t max_message_;
   const uint64_t max_ring_bytes_;
   std::mutex mu_;
   std::vector<std::shared_ptr<Inbound>> rings_;  // mu_
-  std::atomic<uint64_t> taken_{0};
 };
 
 }  // namespace xfer
