@@ -189,11 +189,11 @@ Cell RunCell(const Config& cfg, const std::string& op, uint64_t block, uint64_t 
 
   uint64_t dur_ns = uint64_t(cfg.duration * 1e9);
   uint64_t cpu0 = ProcessCpuNs();
-  uint64_t start = NowNs(), now = start, n = 0;
+  uint64_t start = LoopClock::Now(), now = start, n = 0;  // (xfer-bench's clock)
   for (;;) {
     calls += one(req++);
     ++n;
-    now = NowNs();
+    now = LoopClock::Now();
     if (cfg.iters ? n >= cfg.iters : now - start >= dur_ns) break;
   }
   Cell c;
