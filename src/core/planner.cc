@@ -141,15 +141,81 @@ struct Run {
   const RemoteRegion* region;
 };
 
-// Validates and routes descriptors one by one, and coalesces them into runs. Consecutive
-// descriptors in one region with the same kind of local memory share one routing decision.
+// Cuts runs into slices and packs the slices into batches, each of one route and kind, as
+// the runs come (so that no list of runs is written and read back: at 64 B a descriptor that
+// costs more than the descriptor's own bytes).
+class BatchPacker {
+ public:
+  BatchPacker(const PeerRoutes& routes, Plan* plan) : routes_(routes), plan_(plan) {}
+
+  void Add(const Run& run) {
+    const transport::Slice& r = run.slice;
+    if (!limited_ || route_ != run.choice.route || staged_ != run.choice.staged) {
+      SetLimits(run.choice);  // (once per change of route: runs of one route share them)
+    }
+    const bool streaming = r.len >= lim_.streaming_bytes;
+    const bool device = run.choice.staged && run.device;
+    if (current_.end > current_.begin &&
+        (current_.route != run.choice.route || current_.staged != run.choice.staged ||
+         current_.streaming != streaming || current_.device != device)) {
+      CloseBatch();
+    }
+    current_.route = run.choice.route;
+    current_.staged = run.choice.staged;
+    current_.streaming = streaming;
+    current_.device = device;
+    for (uint64_t off = 0; off < r.len; off += slice_) {
+      const uint64_t n = std::min(slice_, r.len - off);
+      if (current_.end > current_.begin &&
+          (current_.bytes + n > batch_cap_ || current_.end - current_.begin >= max_slices_)) {
+        CloseBatch();
+      }
+      plan_->slices.push_back({r.local + off, r.remote + off, n});
+      ++current_.end;
+      current_.bytes += n;
+    }
+  }
+  void Finish() { CloseBatch(); }
+
+ private:
+  void SetLimits(const Choice& c) {
+    lim_ = LimitsOf(routes_, c);
+    plan_->batches_in_flight = std::min(plan_->batches_in_flight, lim_.batches_in_flight);
+    slice_ = std::max<uint64_t>(lim_.slice_bytes, 1);
+    batch_cap_ = std::max<uint64_t>(lim_.batch_bytes, 1);
+    max_slices_ = std::max<size_t>(lim_.max_slices_per_batch, 1);
+    limited_ = true;
+    route_ = c.route;
+    staged_ = c.staged;
+  }
+  void CloseBatch() {
+    if (current_.end > current_.begin) plan_->batches.push_back(current_);
+    current_.begin = current_.end;
+    current_.bytes = 0;
+  }
+
+  const PeerRoutes& routes_;
+  Plan* const plan_;
+  Plan::Batch current_;
+  PlanLimits lim_;  // of the route of the run packed last (route_, staged_), once limited_
+  bool limited_ = false;
+  uint8_t route_ = 0;
+  bool staged_ = false;
+  uint64_t slice_ = 1, batch_cap_ = 1;
+  size_t max_slices_ = 1;
+};
+
+// Validates and routes descriptors one by one, coalesces them into runs, and hands each run
+// to a BatchPacker once the next descriptor does not continue it. Consecutive descriptors in
+// one region with the same kind of local memory share one routing decision.
 class RunBuilder {
  public:
   // local: null when every descriptor is prepared (AddPrepared only).
   RunBuilder(Op op, const RemoteRegions* remote, LocalMemoryCheck* local, const PeerRoutes& routes,
              Plan* plan, size_t descriptors)
-      : op_(op), remote_(remote), local_(local), routes_(routes), plan_(plan) {
-    runs_.reserve(descriptors);
+      : op_(op), remote_(remote), local_(local), routes_(routes), plan_(plan), packer_(routes, plan) {
+    // (More only where a run is cut into slices; fewer where descriptors coalesce.)
+    plan->slices.reserve(std::min<size_t>(descriptors, 4096));
   }
 
   Status Add(size_t i, const TransferDesc& d) {
@@ -200,7 +266,12 @@ class RunBuilder {
     Append(d);
     return true;
   }
-  const std::vector<Run>& runs() const { return runs_; }
+  // Packs the last run and closes the last batch. (After the last descriptor.)
+  void Finish() {
+    if (open_) packer_.Add(run_);
+    open_ = false;
+    packer_.Finish();
+  }
 
  private:
   // Adds a checked descriptor of last_region_ on route_, to the last run when it continues it.
@@ -211,16 +282,18 @@ class RunBuilder {
         route_.base ? reinterpret_cast<uint64_t>(route_.base) + (d.remote_addr - region->info.addr)
                     : d.remote_addr;
     plan_->bytes += d.len;
-    if (!runs_.empty()) {
-      Run& r = runs_.back();
+    if (open_) {
+      Run& r = run_;
       if (r.slice.local + r.slice.len == d.local_addr && r.slice.remote + r.slice.len == remote_addr &&
           r.region == region && r.choice.route == route_.route &&
           r.choice.staged == route_.staged && r.device == last_device_) {
         r.slice.len += d.len;
         return;
       }
+      packer_.Add(run_);
     }
-    runs_.push_back({{d.local_addr, remote_addr, d.len}, route_, last_device_, region});
+    run_ = {{d.local_addr, remote_addr, d.len}, route_, last_device_, region};
+    open_ = true;
   }
 
   // The region holding the descriptor's remote range (the previous descriptor's when it holds
@@ -273,58 +346,13 @@ class RunBuilder {
   const char* const noun_ = local_ != nullptr ? "descriptor" : "pair";  // (in refusals; after local_)
   const PeerRoutes& routes_;
   Plan* const plan_;
-  std::vector<Run> runs_;
+  BatchPacker packer_;
+  Run run_{};          // the run the last descriptor went into, not packed yet
+  bool open_ = false;  // ...once there is one
   RemoteRegion* last_region_ = nullptr;  // region of the previous descriptor
   bool last_device_ = false;             // ...whether its local side was GPU memory
   Choice route_;                         // ...and its route
 };
-
-// Cuts runs into slices and packs the slices into batches, each of one route and kind.
-void PackBatches(const std::vector<Run>& runs, const PeerRoutes& routes, Plan* plan) {
-  Plan::Batch current;
-  auto close_batch = [&] {
-    if (current.end > current.begin) plan->batches.push_back(current);
-    current.begin = current.end;
-    current.bytes = 0;
-  };
-  PlanLimits lim;
-  uint64_t slice = 1, batch_cap = 1;
-  size_t max_slices = 1;
-  const Run* prev = nullptr;
-  for (const Run& run : runs) {
-    const transport::Slice& r = run.slice;
-    if (prev == nullptr || prev->choice.route != run.choice.route || prev->choice.staged != run.choice.staged) {
-      lim = LimitsOf(routes, run.choice);  // (once per change of route: runs of one route share it)
-      plan->batches_in_flight = std::min(plan->batches_in_flight, lim.batches_in_flight);
-      slice = std::max<uint64_t>(lim.slice_bytes, 1);
-      batch_cap = std::max<uint64_t>(lim.batch_bytes, 1);
-      max_slices = std::max<size_t>(lim.max_slices_per_batch, 1);
-    }
-    prev = &run;
-    const bool streaming = r.len >= lim.streaming_bytes;
-    const bool device = run.choice.staged && run.device;
-    if (current.end > current.begin &&
-        (current.route != run.choice.route || current.staged != run.choice.staged ||
-         current.streaming != streaming || current.device != device)) {
-      close_batch();
-    }
-    current.route = run.choice.route;
-    current.staged = run.choice.staged;
-    current.streaming = streaming;
-    current.device = device;
-    for (uint64_t off = 0; off < r.len; off += slice) {
-      uint64_t n = std::min(slice, r.len - off);
-      if (current.end > current.begin &&
-          (current.bytes + n > batch_cap || current.end - current.begin >= max_slices)) {
-        close_batch();
-      }
-      plan->slices.push_back({r.local + off, r.remote + off, n});
-      ++current.end;
-      current.bytes += n;
-    }
-  }
-  close_batch();
-}
 
 }  // namespace
 
@@ -341,8 +369,7 @@ Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions&
     }
     if (many) plan->desc_ends.push_back(plan->bytes);
   }
-  plan->slices.reserve(runs.runs().size());  // (more only where a run is cut into slices)
-  PackBatches(runs.runs(), routes, plan);
+  runs.Finish();
   return Status::Ok();
 }
 
@@ -386,8 +413,7 @@ Status MakePreparedPlan(Op op, const PreparedPairs& pairs, const PeerRoutes& rou
     }
     if (many) plan->desc_ends.push_back(plan->bytes);
   }
-  plan->slices.reserve(runs.runs().size());
-  PackBatches(runs.runs(), routes, plan);
+  runs.Finish();
   return Status::Ok();
 }
 
