@@ -55,13 +55,24 @@ class LoopClock {
       std::fclose(f);
     }
     if (std::strcmp(src, "tsc\n") != 0) return;
-    const uint64_t t0 = NowNs(), c0 = __builtin_ia32_rdtsc();
-    uint64_t t1 = t0, c1 = c0;
-    while (t1 - t0 < 10000000ull) {
-      t1 = NowNs();
-      c1 = __builtin_ia32_rdtsc();
+    // Each end of the calibration: a TSC read between two clock reads close together (an
+    // interrupt between them would skew every figure of the run), its time their midpoint.
+    auto pair = [](uint64_t* ns, uint64_t* tsc) {
+      for (int tries = 0; tries < 100; ++tries) {
+        const uint64_t before = NowNs(), ticks = __builtin_ia32_rdtsc(), after = NowNs();
+        if (after - before <= 2000) {
+          *ns = before + (after - before) / 2;
+          *tsc = ticks;
+          return true;
+        }
+      }
+      return false;
+    };
+    uint64_t t0 = 0, c0 = 0, t1 = 0, c1 = 0;
+    if (!pair(&t0, &c0)) return;
+    while (NowNs() - t0 < 10000000ull) {
     }
-    if (c1 <= c0) return;
+    if (!pair(&t1, &c1) || c1 <= c0) return;
     // Cheaper? (A hypervisor may trap the instruction.)
     constexpr int kReads = 2000;
     uint64_t sink = 0;
@@ -86,8 +97,8 @@ class LoopClock {
 #endif
     return NowNs();
   }
-  uint64_t base_ns_ = 0, base_tsc_ = 0;
-  double ns_per_tick_ = 0;
+  [[maybe_unused]] uint64_t base_ns_ = 0, base_tsc_ = 0;  // (read on x86-64 only)
+  [[maybe_unused]] double ns_per_tick_ = 0;
 };
 
 // CPU time (user + system) of this whole process, all threads, in ns.

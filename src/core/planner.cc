@@ -214,8 +214,9 @@ class RunBuilder {
   RunBuilder(Op op, const RemoteRegions* remote, LocalMemoryCheck* local, const PeerRoutes& routes,
              Plan* plan, size_t descriptors)
       : op_(op), remote_(remote), local_(local), routes_(routes), plan_(plan), packer_(routes, plan) {
-    // (More only where a run is cut into slices; fewer where descriptors coalesce.)
-    plan->slices.reserve(std::min<size_t>(descriptors, 4096));
+    // (More only where a run is cut into slices; fewer where descriptors coalesce: Finish
+    // gives back what coalescing left unused.)
+    plan->slices.reserve(descriptors);
   }
 
   Status Add(size_t i, const TransferDesc& d) {
@@ -271,6 +272,8 @@ class RunBuilder {
     if (open_) packer_.Add(run_);
     open_ = false;
     packer_.Finish();
+    auto& slices = plan_->slices;
+    if (slices.capacity() > 64 && slices.size() < slices.capacity() / 4) slices.shrink_to_fit();
   }
 
  private:

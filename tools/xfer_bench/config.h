@@ -16,7 +16,7 @@ struct Config {
   std::vector<uint64_t> sizes;
   uint64_t iters = 0;      // requests per size (all threads together); 0 = use the duration
   double duration = 1.0;   // seconds per size
-  int64_t warmup = -1;     // requests per thread; -1 = one pass over the span (>= 8, <= 1 s)
+  int64_t warmup = -1;     // requests per thread; -1 = one pass over the span (>= 8 and 10 ms, <= 1 s)
   uint64_t batch = 1;      // descriptors per request
   uint64_t depth = 1;      // requests in flight, per thread
   int threads = 1;         // client threads issuing requests concurrently

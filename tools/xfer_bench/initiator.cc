@@ -61,8 +61,9 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
       BuildDescs(part, r, &descs);
       return engine_->TransferAsync(peer_, op, descs, timeout, transfer_, h);
     };
-    // Warm-up: by default a pass over the span and at least 10 ms, at most 1 s. Its pace sizes
-    // the latency samples' storage, which is allocated and touched here, not in the timed loop.
+    // Warm-up: by default a pass over the span and at least 10 ms, at most 1 s. Its pace (one
+    // request at a time; the timed loop may keep `depth` in flight) sizes the latency samples'
+    // storage, which is allocated and touched here, not in the timed loop.
     uint64_t warm_ns = 0, warm_reqs = 0;
     {
       const bool by_default = c_.warmup < 0;
@@ -81,9 +82,10 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
     auto& smp = samples[size_t(t)];
     {
       const uint64_t expected = c_.iters ? quota
-                                : warm_reqs > 0 && warm_ns > 0 ? uint64_t(double(dur_ns) / double(warm_ns) * double(warm_reqs) * 2)
+                                : warm_reqs > 0 && warm_ns > 0 ? uint64_t(double(dur_ns) / double(warm_ns) * double(warm_reqs) * double(2 * depth))
                                                                : 4096;
-      smp.resize(std::clamp<uint64_t>(expected, 4096, kMaxSamples));
+      constexpr uint64_t kMaxPrepared = 4 << 20;  // (32 MB: more grows as it comes)
+      smp.resize(std::clamp<uint64_t>(expected, 4096, kMaxPrepared));
       smp.clear();  // (the capacity stays, its pages touched)
     }
     {

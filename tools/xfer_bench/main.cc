@@ -55,7 +55,7 @@ void AddTestOptions(CLI::App* app, Config& c) {
       ->check(CLI::Range(0.001, 3600.0))
       ->capture_default_str();
   app->add_option("-w,--warmup", c.warmup,
-                  "Warm-up requests per size and thread (default: one pass over the buffers, >= 8, <= 1 s)")
+                  "Warm-up requests per size and thread (default: one pass over the buffers, >= 8 and >= 10 ms, <= 1 s)")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--batch", c.batch, "Descriptors per request")
       ->check(CLI::Range(uint64_t(1), uint64_t(1000000)))

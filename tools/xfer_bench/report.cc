@@ -108,7 +108,7 @@ void Bench::PrintHeader(const std::string& transport_note) {
   std::string run = c_.iters ? std::to_string(c_.iters) + " requests per size"
                              : std::string(dur) + " s per size";
   std::string warm = c_.warmup >= 0 ? std::to_string(c_.warmup) + " requests per thread"
-                                    : "one pass over the buffers (at least 8 requests, at most 1 s)";
+                                    : "one pass over the buffers (at least 8 requests and 10 ms, at most 1 s)";
   std::printf("# run:       %s; warm-up %s%s\n", run.c_str(), warm.c_str(),
               c_.verify ? "; --verify: data checked after each size (not timed)" : "");
   if (c_.reuse)
