@@ -153,7 +153,7 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
         Status st = engine_->Wait(s.h, timeout);
         uint64_t now = LoopClock::Now();
         --inflight;
-        head = (head + 1) % depth;
+        head = head + 1 == depth ? 0 : head + 1;  // (no division a request)
         if (!st.ok()) {
           if (!failed) fail(st);
           failed = true;
@@ -161,7 +161,8 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
         }
         complete(s.t0, now);
         if (!failed && more(now)) {
-          Slot& n = ring[(head + inflight) % depth];
+          const size_t tail = head + inflight;
+          Slot& n = ring[tail >= depth ? tail - depth : tail];
           st = submit(n, now);
           if (!st.ok()) {
             fail(st);
