@@ -116,7 +116,8 @@ class PeerProcess {
   std::string buffer_;
 };
 
-// A fresh TCP port on 127.0.0.1 that nothing listens on (bound then closed).
+// A fresh TCP port on 127.0.0.1 that nothing listens on (bound then closed), below the
+// ephemeral range where it can be (so no port-0 bind or connection takes it meanwhile).
 int UnusedPort();
 
 }  // namespace xfer_test
