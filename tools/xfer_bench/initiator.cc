@@ -81,9 +81,12 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
     }
     auto& smp = samples[size_t(t)];
     {
-      const uint64_t expected = c_.iters ? quota
-                                : warm_reqs > 0 && warm_ns > 0 ? uint64_t(double(dur_ns) / double(warm_ns) * double(warm_reqs) * double(2 * depth))
-                                                               : 4096;
+      uint64_t expected = 4096;  // (without a pace to go by)
+      if (c_.iters) {
+        expected = quota;
+      } else if (warm_reqs > 0 && warm_ns > 0) {
+        expected = uint64_t(double(dur_ns) / double(warm_ns) * double(warm_reqs) * double(2 * depth));
+      }
       constexpr uint64_t kMaxPrepared = 4 << 20;  // (32 MB: more grows as it comes)
       smp.resize(std::clamp<uint64_t>(expected, 4096, kMaxPrepared));
       smp.clear();  // (the capacity stays, its pages touched)
