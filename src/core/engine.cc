@@ -263,6 +263,7 @@ void EngineImpl::Finalize() {
   notifies_->Close();  // (what is queued stays readable)
   requests_.CancelAll();
   pool_->Stop();  // runs what is queued: canceled batches end at once
+  ForgetInlineTargets(nullptr);
   backends_.StopServing();
   requests_.Clear();
   lists_.Clear();  // (their sessions, closed by now, go with them)
@@ -342,6 +343,7 @@ Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
   s = regions_.BeginRemove(handle, free, &removal);
   if (!s.ok() || !removal.removed) return s;
   FenceBatches(nullptr, deadline);  // our own transfers from or into the region have finished
+  if (self_) ForgetInlineTargets(self_.get());
   backends_.Fence(deadline);  // and so have peers' batches that our backends' threads execute
   regions_.FinishRemove(removal, deadline);
   if (directory_) directory_->TagsChanged();
@@ -519,51 +521,107 @@ void EngineImpl::FenceBatches(PeerState* peer, Clock::time_point deadline) {
 
 bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferDesc& d,
                                std::chrono::milliseconds timeout) {
-  Peer peer;
   // Anything unusual (including a peer to connect to first) takes the planned path.
   if ((op != Op::kRead && op != Op::kWrite) || timeout.count() <= 0 || d.len == 0 ||
       d.local_addr == 0 || d.remote_addr == 0 || d.local_addr + d.len < d.local_addr ||
       d.remote_addr + d.len < d.remote_addr || !running_.load(std::memory_order_relaxed) ||
-      !LookupPeer(remote, &peer) || !peer.state->copies_inline || peer.state->routes.stage_all) {
+      regions_.registry().TypeOf(d.local_addr, d.len) != MemType::kHost) {
     return false;
   }
-  std::shared_ptr<RemoteRegion> region = peer.state->regions.FindRemembered(d.remote_addr, d.len, op == Op::kWrite);
-  if (!region || regions_.registry().TypeOf(d.local_addr, d.len) != MemType::kHost) return false;
-  return InlineCopy(peer, op, *region, d.local_addr, d.remote_addr, d.len);
-}
-
-bool EngineImpl::InlineCopy(const Peer& peer, Op op, RemoteRegion& region, uint64_t local,
-                            uint64_t remote, uint64_t len) {
-  if (op == Op::kWrite && region.info.access == PeerAccess::kReadOnly) {
-    return false;  // (the planned path refuses it, and says why)
-  }
-  // The route the planner would choose: the first that reaches the pair.
-  transport::Route* route = nullptr;
-  uint8_t* base = nullptr;
-  for (const auto& r : peer.state->routes.routes) {
-    if (r->Reach(MemType::kHost, region, &base)) {
-      route = r.get();
-      break;
+  // (Read before the lookup: a change of the peers since then makes the next copy look again.)
+  const uint64_t version = peers_.version();
+  {
+    InlineTarget forgotten;  // (released after the slot)
+    int k;
+    auto slot = pool_->Slot(&k);
+    if (k >= 0 && inline_forgotten_[k].load(std::memory_order_relaxed)) {
+      forgotten = std::exchange(inline_targets_[k], {});
+      inline_forgotten_[k].store(false, std::memory_order_relaxed);
+    }
+    if (k >= 0) {
+      const InlineTarget& t = inline_targets_[k];
+      if (t.Serves(remote, version, d.remote_addr, d.len, op == Op::kWrite) &&
+          CopyInSlot(*t.state, *t.route, *t.region, t.mapped, op, d.local_addr, d.remote_addr, d.len)) {
+        return true;
+      }
     }
   }
-  if (route == nullptr || base == nullptr || !route->CopiesInline(len)) return false;
-  const uint64_t mapped = reinterpret_cast<uint64_t>(base) + (remote - region.info.addr);
-  // The same order of checks as a planned batch, under an execution slot (the fence of a
-  // deregistration waits for it).
+  Peer peer;
+  if (!LookupPeer(remote, &peer) || !peer.state->copies_inline || peer.state->routes.stage_all) return false;
+  std::shared_ptr<RemoteRegion> region = peer.state->regions.FindRemembered(d.remote_addr, d.len, op == Op::kWrite);
+  uint64_t mapped = 0;
+  transport::Route* route = region ? InlineRoute(*peer.state, op, *region, &mapped) : nullptr;
+  if (route == nullptr) return false;
+  InlineTarget replaced;  // (released after the slot: its peer's state may end with it)
+  int k;
+  auto slot = pool_->Slot(&k);
+  if (!CopyInSlot(*peer.state, *route, *region, mapped, op, d.local_addr, d.remote_addr, d.len)) return false;
+  // A cluster name is not remembered: the address it stands for may change while the peers stay.
+  if (k >= 0 && !(directory_ && metadata::IsClusterName(remote))) {
+    replaced = std::exchange(inline_targets_[k],
+                             InlineTarget{remote, version, std::move(peer.state), std::move(region), route, mapped});
+  }
+  return true;
+}
+
+transport::Route* EngineImpl::InlineRoute(const PeerState& peer, Op op, RemoteRegion& region, uint64_t* mapped) {
+  if (op == Op::kWrite && region.info.access == PeerAccess::kReadOnly) {
+    return nullptr;  // (the planned path refuses it, and says why)
+  }
+  // The route the planner would choose: the first that reaches the pair.
+  for (const auto& r : peer.routes.routes) {
+    uint8_t* base = nullptr;
+    if (r->Reach(MemType::kHost, region, &base)) {
+      *mapped = reinterpret_cast<uint64_t>(base);
+      return base != nullptr ? r.get() : nullptr;
+    }
+  }
+  return nullptr;
+}
+
+bool EngineImpl::InlineCopy(const PeerState& peer, Op op, RemoteRegion& region, uint64_t local,
+                            uint64_t remote, uint64_t len) {
+  uint64_t mapped = 0;
+  transport::Route* route = InlineRoute(peer, op, region, &mapped);
+  if (route == nullptr) return false;
   auto slot = pool_->Slot();
-  if (!peer.state->alive.load(std::memory_order_acquire) ||
+  return CopyInSlot(peer, *route, region, mapped, op, local, remote, len);
+}
+
+bool EngineImpl::CopyInSlot(const PeerState& state, transport::Route& route, RemoteRegion& region,
+                            uint64_t mapped, Op op, uint64_t local, uint64_t remote, uint64_t len) {
+  // The same order of checks as a planned batch, under the execution slot (the fence of a
+  // deregistration waits for it).
+  if (!route.CopiesInline(len) || !state.alive.load(std::memory_order_acquire) ||
       region.revoked.load(std::memory_order_acquire)) {
     return false;  // the planned path says why
   }
-  const uint64_t dst = op == Op::kWrite ? mapped : local;
-  const uint64_t src = op == Op::kWrite ? local : mapped;
-  EngineMetrics* m = peer.state->metrics.get();
+  const uint64_t at = mapped + (remote - region.info.addr);
+  const uint64_t dst = op == Op::kWrite ? at : local;
+  const uint64_t src = op == Op::kWrite ? local : at;
+  // (Counted before the copy, which cannot fail: a locked add right after it would wait for
+  // its stores.)
+  route.bytes().fetch_add(len, std::memory_order_relaxed);
+  EngineMetrics* m = state.metrics.get();
   const EngineMetrics::Inline counted =
-      m ? m->BeginInline(peer.state->metrics_slot, op, route->backend_index()) : EngineMetrics::Inline{};
+      m ? m->BeginInline(state.metrics_slot, op, route.backend_index()) : EngineMetrics::Inline{};
   pool_->SharedCopy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), len);
-  route->bytes().fetch_add(len, std::memory_order_relaxed);
-  if (m) m->EndInline(counted, op, route->backend_index(), len);
+  if (m) m->EndInline(counted, op, route.backend_index(), len);
   return true;
+}
+
+void EngineImpl::ForgetInlineTargets(const PeerState* peer) {
+  for (int k = 0; k < StreamPool::kInlineSlots; ++k) {
+    InlineTarget forgotten;  // (released after the slot)
+    std::unique_lock slot(pool_->InlineSlot(k), std::try_to_lock);
+    if (!slot.owns_lock()) {
+      // Busy (perhaps with a batch that waits for a peer): not waited for, on the control
+      // thread. The slot's next inline copy drops the target instead.
+      inline_forgotten_[k].store(true, std::memory_order_relaxed);
+    } else if (peer == nullptr || inline_targets_[k].state.get() == peer) {
+      forgotten = std::exchange(inline_targets_[k], {});
+    }
+  }
 }
 
 Status EngineImpl::TransferSync(const std::string& remote, Op op,

@@ -108,6 +108,7 @@ std::vector<std::shared_ptr<RemoteRegion>> EngineImpl::DropPeerState(PeerState& 
   auto gone = state.regions.RevokeAll();
   for (const auto& r : state.routes.routes) r->link().Shutdown();
   backends_.DropPeer(state.info.incarnation);
+  ForgetInlineTargets(&state);
   return gone;
 }
 
@@ -436,6 +437,7 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
         } else if constexpr (std::is_same_v<T, wire::RegionRemove>) {
           auto gone = peer.regions.Revoke(m.id);
           FenceBatches(&peer, ControlFenceDeadline());  // batches into the region that already started have finished
+          ForgetInlineTargets(&peer);
           if (gone) gone->CloseAll();
           s->SendSoon(wire::RegionRemoveAck{m.id, m.seq});
         } else if constexpr (std::is_same_v<T, wire::RegionRemoveAck> ||

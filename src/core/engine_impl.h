@@ -17,6 +17,7 @@
 #include "core/async_connects.h"
 #include "core/backend_set.h"
 #include "core/buffer_pool.h"
+#include "core/inline_target.h"
 #include "core/metrics.h"
 #include "core/metrics_server.h"
 #include "core/notify_queue.h"
@@ -157,10 +158,20 @@ class EngineImpl final : public control::ControlHandler {
   // planned path (which explains refusals).
   bool TryInlineCopy(const std::string& remote, Op op, const TransferDesc& d,
                     std::chrono::milliseconds timeout);
-  // Its copy, once the remote range is known to lie in region (and the local one in host
+  // The route that copies to region inline, as the planner would choose it, with where the
+  // region is mapped here; null when there is none (or a WRITE into read-only memory).
+  transport::Route* InlineRoute(const PeerState& peer, Op op, RemoteRegion& region, uint64_t* mapped);
+  // An inline copy, once the remote range is known to lie in region (and the local one in host
   // memory this process may read, or for READ write).
-  bool InlineCopy(const Peer& peer, Op op, RemoteRegion& region, uint64_t local,
+  bool InlineCopy(const PeerState& peer, Op op, RemoteRegion& region, uint64_t local,
                   uint64_t remote, uint64_t len);
+  // The copy itself, by the caller that holds the execution slot: false (nothing copied) when
+  // the route does not copy len bytes inline, or the peer or region ended.
+  bool CopyInSlot(const PeerState& state, transport::Route& route, RemoteRegion& region, uint64_t mapped,
+                  Op op, uint64_t local, uint64_t remote, uint64_t len);
+  // Forgets the inline targets of that peer (null: all of them): their references go, at once
+  // where the slot is free, else at the slot's next inline copy.
+  void ForgetInlineTargets(const PeerState* peer);
   // --- prepared lists (engine_prepared.cc)
   // A request's two lists, looked up once for both of the steps below (status: why not found).
   struct FoundLists {
@@ -276,6 +287,9 @@ class EngineImpl final : public control::ControlHandler {
   BackendSet backends_;
 
   std::unique_ptr<StreamPool> pool_;
+  InlineTarget inline_targets_[StreamPool::kInlineSlots];  // each under its inline slot of pool_
+  // Set when ForgetInlineTargets found the slot busy: its target no longer serves.
+  std::atomic<bool> inline_forgotten_[StreamPool::kInlineSlots] = {};
   std::unique_ptr<control::ControlLoop> loop_;
   std::shared_ptr<PeerState> self_;  // transfers to our own name
 

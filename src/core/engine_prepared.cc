@@ -142,12 +142,14 @@ bool EngineImpl::TryInlinePrepared(Op op, const PreparedDescs& d, const FoundLis
       !peer.copies_inline || peer.routes.stage_all) {
     return false;
   }
-  std::shared_ptr<RemoteRegion> region = remote->regions[r.region];
+  RemoteRegion* region = remote->regions[r.region].get();  // (the list holds it)
+  std::shared_ptr<RemoteRegion> again;
   if (region->revoked.load(std::memory_order_acquire)) {  // (registered again since, perhaps)
-    region = peer.regions.FindRemembered(r.addr, r.len, op == Op::kWrite);
-    if (!region) return false;
+    again = peer.regions.FindRemembered(r.addr, r.len, op == Op::kWrite);
+    if (!again) return false;
+    region = again.get();
   }
-  return InlineCopy(remote->peer, op, *region, l.addr, r.addr, l.len);
+  return InlineCopy(peer, op, *region, l.addr, r.addr, l.len);
 }
 
 Status EngineImpl::TransferSync(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,

@@ -34,6 +34,9 @@ class PeerTable {
   // (Without the table's lock while the table is as this thread last found it: threads that
   // transfer to different peers share no lock here.)
   bool Find(const std::string& key, Peer* out) const;
+  // Changes whenever a peer comes or goes: an answer of Find holds while it is the one read
+  // before that Find.
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
   // True while a live peer of that incarnation has a session with us.
   bool HasLive(uint64_t incarnation) const;
   // The auth_key of the live peer of that incarnation ("" when none).

@@ -187,8 +187,17 @@ void StreamPool::Stop() {
 }
 
 std::unique_lock<StreamPool::ExecSlot> StreamPool::Slot() {
-  if (stream_pool == this) return std::unique_lock<ExecSlot>(*stream_slot);
-  return std::unique_lock<ExecSlot>(inline_slots_[ThisThreadIndex() % kInlineSlots]);
+  int unused;
+  return Slot(&unused);
+}
+
+std::unique_lock<StreamPool::ExecSlot> StreamPool::Slot(int* inline_slot) {
+  if (stream_pool == this) {
+    *inline_slot = -1;
+    return std::unique_lock<ExecSlot>(*stream_slot);
+  }
+  *inline_slot = static_cast<int>(ThisThreadIndex() % kInlineSlots);
+  return std::unique_lock<ExecSlot>(inline_slots_[*inline_slot]);
 }
 
 void StreamPool::Fence(std::chrono::steady_clock::time_point deadline,

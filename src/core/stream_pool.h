@@ -43,6 +43,12 @@ class StreamPool {
   // Link::Interrupt), and again every 10 ms until that slot is free.
   using ExecSlot = std::timed_mutex;
   std::unique_lock<ExecSlot> Slot();
+  // The same; *inline_slot: the index of the inline slot taken (data that the slot guards,
+  // per index, is this thread's while it holds it), or -1 on a stream's own thread.
+  std::unique_lock<ExecSlot> Slot(int* inline_slot);
+  // Inline slot k (0 <= k < kInlineSlots), to reach what it guards from another thread.
+  ExecSlot& InlineSlot(int k) { return inline_slots_[k]; }
+  static constexpr int kInlineSlots = 16;
   void Fence(std::chrono::steady_clock::time_point deadline, const std::function<void()>& on_late);
 
   // memcpy(dst, src, len) on the calling thread, which holds its slot. From kMinSharedCopy
@@ -89,7 +95,6 @@ class StreamPool {
 
   const std::chrono::microseconds spin_;
   std::vector<std::unique_ptr<Stream>> streams_;
-  static constexpr int kInlineSlots = 16;
   ExecSlot inline_slots_[kInlineSlots];
   std::atomic<bool> stopping_{false};
   std::mutex stop_mu_;

@@ -178,6 +178,47 @@ TEST_F(IntegrationShm, PeerKilledWithItsMemoryMappedHere) {
   ASSERT_TRUE(PollUntil([&] { return MappedSegments() == 0; }, 10s));
 }
 
+TEST_F(IntegrationShm, InlineCopiesLeaveNoMappingOfAKilledPeer) {
+  // Inline copies remember the peer and region they copied to last (per execution slot): the
+  // peer's end lets go of them, those of a thread that has stopped copying included.
+  const PeerRegion r = peer_.ShmAlloc(1 << 20);
+  LocalBuffer src(64 << 10);
+  src.Fill(6);
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(engine_.RegisterMem(src.data(), src.len(), xfer::MemType::kHost, &h));
+  std::thread other([&] {
+    for (uint64_t i = 0; i < 16; ++i) XT_EXPECT_OK(Write({{src.addr() + i * 4096, r.addr + i * 4096, 4096}}));
+  });
+  other.join();
+  for (uint64_t i = 0; i < 16; ++i) XT_ASSERT_OK(Write({{src.addr() + i * 4096, r.addr + i * 4096, 4096}}));
+  EXPECT_EQ(peer_.SumRange(r.addr, 64 << 10), src.Hash());
+  EXPECT_GE(MappedSegments(), 1);
+  peer_.KillNow();
+  EXPECT_TRUE(PollUntil([&] { return MappedSegments() == 0; }, 10s)) << MappedSegments() << " mappings left";
+  XT_EXPECT_OK(engine_.DeregisterMem(h));
+}
+
+TEST_F(IntegrationShm, InlineCopiesFollowARegionFreedAndAllocatedAgain) {
+  // The region an inline copy remembers is checked on every copy: once it is freed, copies
+  // into its range are refused, and they land in the region allocated there next.
+  LocalBuffer src(4096);
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(engine_.RegisterMem(src.data(), src.len(), xfer::MemType::kHost, &h));
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(round);
+    const PeerRegion r = peer_.ShmAlloc(1 << 20);
+    for (int i = 0; i < 3; ++i) {
+      src.Fill(round * 10 + i);
+      XT_ASSERT_OK(Write({{src.addr(), r.addr + 8192, 4096}}));
+      EXPECT_EQ(peer_.SumRange(r.addr + 8192, 4096), src.Hash());
+    }
+    Reply f = peer_.Call("free " + std::to_string(r.handle));
+    ASSERT_TRUE(f.ok) << f.line;
+    EXPECT_EQ(Write({{src.addr(), r.addr + 8192, 4096}}).code(), StatusCode::kRemoteAccessDenied);
+  }
+  XT_EXPECT_OK(engine_.DeregisterMem(h));
+}
+
 TEST_F(IntegrationShm, HugePagesRefusedFallBackToNormalPages) {
   // This machine reserves no huge pages unless someone set vm.nr_hugepages: either way the
   // allocation must work (with a log line when it fell back).
