@@ -167,6 +167,7 @@ void ControlLoop::Tick() {
     }
   }
   for (auto& [s, why] : dead) CloseSession(s, why);
+  handler_->OnTick();
 }
 
 void ControlLoop::Run() {

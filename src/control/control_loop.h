@@ -22,6 +22,8 @@ class ControlHandler {
   virtual void OnMessage(const std::shared_ptr<Session>& s, wire::Message&& msg) = 0;
   // The session is gone (closed by either side, silent too long, or malformed input).
   virtual void OnClosed(const std::shared_ptr<Session>& s, const std::string& reason) = 0;
+  // Once per heartbeat interval or so, on the control thread, after the loop's own checks.
+  virtual void OnTick() {}
 };
 
 struct LoopOptions {

@@ -263,7 +263,7 @@ void EngineImpl::Finalize() {
   notifies_->Close();  // (what is queued stays readable)
   requests_.CancelAll();
   pool_->Stop();  // runs what is queued: canceled batches end at once
-  ForgetInlineTargets(nullptr);
+  ForgetAllInlineTargets(DeadlineAfter(opts_.heartbeat_timeout));  // (a caller's copy may hold a slot)
   backends_.StopServing();
   requests_.Clear();
   lists_.Clear();  // (their sessions, closed by now, go with them)
@@ -343,7 +343,7 @@ Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
   s = regions_.BeginRemove(handle, free, &removal);
   if (!s.ok() || !removal.removed) return s;
   FenceBatches(nullptr, deadline);  // our own transfers from or into the region have finished
-  if (self_) ForgetInlineTargets(self_.get());
+  ForgetInlineTargets(self_.get());
   backends_.Fence(deadline);  // and so have peers' batches that our backends' threads execute
   regions_.FinishRemove(removal, deadline);
   if (directory_) directory_->TagsChanged();
@@ -351,12 +351,16 @@ Status EngineImpl::DeregisterMem(MemHandle handle, bool free) {
 }
 
 // ---------------------------------------------------------------- data path
-bool EngineImpl::LookupPeer(const std::string& remote, Peer* peer) {
+bool EngineImpl::LookupPeer(const std::string& remote, Peer* peer, bool* by_name) {
+  if (by_name != nullptr) *by_name = false;
   if (remote == name_) {  // (first: a client-only engine's name has no port either)
     *peer = Peer{nullptr, self_};
     return true;
   }
-  if (directory_ && metadata::IsClusterName(remote)) return LookupByName(remote, peer);
+  if (directory_ && metadata::IsClusterName(remote)) {
+    if (by_name != nullptr) *by_name = true;
+    return LookupByName(remote, peer);
+  }
   return peers_.Find(remote, peer);
 }
 
@@ -534,11 +538,11 @@ bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferD
     InlineTarget forgotten;  // (released after the slot)
     int k;
     auto slot = pool_->Slot(&k);
-    if (k >= 0 && inline_forgotten_[k].load(std::memory_order_relaxed)) {
-      forgotten = std::exchange(inline_targets_[k], {});
-      inline_forgotten_[k].store(false, std::memory_order_relaxed);
-    }
     if (k >= 0) {
+      if (inline_forgotten_[k].load(std::memory_order_relaxed)) {
+        forgotten = std::exchange(inline_targets_[k], {});
+        inline_forgotten_[k].store(false, std::memory_order_relaxed);
+      }
       const InlineTarget& t = inline_targets_[k];
       if (t.Serves(remote, version, d.remote_addr, d.len, op == Op::kWrite) &&
           CopyInSlot(*t.state, *t.route, *t.region, t.mapped, op, d.local_addr, d.remote_addr, d.len)) {
@@ -547,24 +551,21 @@ bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferD
     }
   }
   Peer peer;
-  if (!LookupPeer(remote, &peer) || !peer.state->copies_inline || peer.state->routes.stage_all) return false;
-  std::shared_ptr<RemoteRegion> region = peer.state->regions.FindRemembered(d.remote_addr, d.len, op == Op::kWrite);
-  uint64_t mapped = 0;
-  transport::Route* route = region ? InlineRoute(*peer.state, op, *region, &mapped) : nullptr;
-  if (route == nullptr) return false;
-  InlineTarget replaced;  // (released after the slot: its peer's state may end with it)
-  int k;
-  auto slot = pool_->Slot(&k);
-  if (!CopyInSlot(*peer.state, *route, *region, mapped, op, d.local_addr, d.remote_addr, d.len)) return false;
-  // A cluster name is not remembered: the address it stands for may change while the peers stay.
-  if (k >= 0 && !(directory_ && metadata::IsClusterName(remote))) {
-    replaced = std::exchange(inline_targets_[k],
-                             InlineTarget{remote, version, std::move(peer.state), std::move(region), route, mapped});
+  bool by_name = false;
+  if (!LookupPeer(remote, &peer, &by_name) || !peer.state->copies_inline || peer.state->routes.stage_all) {
+    return false;
   }
-  return true;
+  std::shared_ptr<RemoteRegion> region = peer.state->regions.FindRemembered(d.remote_addr, d.len, op == Op::kWrite);
+  if (!region) return false;
+  RemoteRegion& r = *region;
+  const PeerState& state = *peer.state;
+  if (by_name) return InlineCopy(state, op, r, d.local_addr, d.remote_addr, d.len);
+  InlineTarget target{remote, version, std::move(peer.state), std::move(region)};
+  return InlineCopy(state, op, r, d.local_addr, d.remote_addr, d.len, &target);
 }
 
-transport::Route* EngineImpl::InlineRoute(const PeerState& peer, Op op, RemoteRegion& region, uint64_t* mapped) {
+transport::Route* EngineImpl::InlineRoute(const PeerState& peer, Op op, RemoteRegion& region, uint64_t len,
+                                          uint64_t* mapped) {
   if (op == Op::kWrite && region.info.access == PeerAccess::kReadOnly) {
     return nullptr;  // (the planned path refuses it, and says why)
   }
@@ -573,19 +574,26 @@ transport::Route* EngineImpl::InlineRoute(const PeerState& peer, Op op, RemoteRe
     uint8_t* base = nullptr;
     if (r->Reach(MemType::kHost, region, &base)) {
       *mapped = reinterpret_cast<uint64_t>(base);
-      return base != nullptr ? r.get() : nullptr;
+      return base != nullptr && r->CopiesInline(len) ? r.get() : nullptr;
     }
   }
   return nullptr;
 }
 
 bool EngineImpl::InlineCopy(const PeerState& peer, Op op, RemoteRegion& region, uint64_t local,
-                            uint64_t remote, uint64_t len) {
+                            uint64_t remote, uint64_t len, InlineTarget* remember) {
   uint64_t mapped = 0;
-  transport::Route* route = InlineRoute(peer, op, region, &mapped);
+  transport::Route* route = InlineRoute(peer, op, region, len, &mapped);
   if (route == nullptr) return false;
-  auto slot = pool_->Slot();
-  return CopyInSlot(peer, *route, region, mapped, op, local, remote, len);
+  int k;
+  auto slot = pool_->Slot(&k);
+  if (!CopyInSlot(peer, *route, region, mapped, op, local, remote, len)) return false;
+  if (remember != nullptr && k >= 0) {
+    remember->route = route;
+    remember->mapped = mapped;
+    std::swap(inline_targets_[k], *remember);  // (the slot's old target leaves with *remember, after the slot)
+  }
+  return true;
 }
 
 bool EngineImpl::CopyInSlot(const PeerState& state, transport::Route& route, RemoteRegion& region,
@@ -610,16 +618,40 @@ bool EngineImpl::CopyInSlot(const PeerState& state, transport::Route& route, Rem
   return true;
 }
 
-void EngineImpl::ForgetInlineTargets(const PeerState* peer) {
+namespace {
+// Lets go of the targets that forget(target) picks, each under its slot, and of those marked
+// before; a slot still busy at the deadline is marked instead. (Each target is released after
+// its slot: its peer's state may end with it.)
+template <typename Pick>
+void ForgetTargets(StreamPool& pool, InlineTarget* targets, std::atomic<bool>* marked,
+                   std::chrono::steady_clock::time_point deadline, Pick forget) {
   for (int k = 0; k < StreamPool::kInlineSlots; ++k) {
-    InlineTarget forgotten;  // (released after the slot)
-    std::unique_lock slot(pool_->InlineSlot(k), std::try_to_lock);
-    if (!slot.owns_lock()) {
-      // Busy (perhaps with a batch that waits for a peer): not waited for, on the control
-      // thread. The slot's next inline copy drops the target instead.
-      inline_forgotten_[k].store(true, std::memory_order_relaxed);
-    } else if (peer == nullptr || inline_targets_[k].state.get() == peer) {
-      forgotten = std::exchange(inline_targets_[k], {});
+    InlineTarget forgotten;
+    std::unique_lock slot(pool.InlineSlot(k), std::defer_lock);
+    if (!slot.try_lock_until(deadline)) {
+      marked[k].store(true, std::memory_order_relaxed);
+    } else if (marked[k].exchange(false, std::memory_order_relaxed) || forget(targets[k])) {
+      forgotten = std::exchange(targets[k], {});
+    }
+  }
+}
+}  // namespace
+
+void EngineImpl::ForgetInlineTargets(const PeerState* peer, const RemoteRegion* region) {
+  ForgetTargets(*pool_, inline_targets_, inline_forgotten_, {}, [&](const InlineTarget& t) {
+    return t.state.get() == peer && (region == nullptr || t.region.get() == region);
+  });
+}
+
+void EngineImpl::ForgetAllInlineTargets(Clock::time_point deadline) {
+  ForgetTargets(*pool_, inline_targets_, inline_forgotten_, deadline, [](const InlineTarget&) { return true; });
+}
+
+void EngineImpl::OnTick() {
+  for (const auto& marked : inline_forgotten_) {
+    if (marked.load(std::memory_order_relaxed)) {
+      ForgetInlineTargets(nullptr);  // (the marked ones: no target has a null peer)
+      return;
     }
   }
 }

@@ -437,8 +437,10 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
         } else if constexpr (std::is_same_v<T, wire::RegionRemove>) {
           auto gone = peer.regions.Revoke(m.id);
           FenceBatches(&peer, ControlFenceDeadline());  // batches into the region that already started have finished
-          ForgetInlineTargets(&peer);
-          if (gone) gone->CloseAll();
+          if (gone) {
+            ForgetInlineTargets(&peer, gone.get());
+            gone->CloseAll();
+          }
           s->SendSoon(wire::RegionRemoveAck{m.id, m.seq});
         } else if constexpr (std::is_same_v<T, wire::RegionRemoveAck> ||
                              std::is_same_v<T, wire::SyncAck>) {

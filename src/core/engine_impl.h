@@ -102,6 +102,7 @@ class EngineImpl final : public control::ControlHandler {
   // control::ControlHandler (control thread)
   void OnMessage(const std::shared_ptr<control::Session>& s, wire::Message&& msg) override;
   void OnClosed(const std::shared_ptr<control::Session>& s, const std::string& reason) override;
+  void OnTick() override;  // inline targets forgotten while their slot was busy
 
  private:
   using Peer = PeerTable::Peer;
@@ -110,8 +111,10 @@ class EngineImpl final : public control::ControlHandler {
   // Starts the backends (Initialize); listen_host: where they listen, if they do.
   Status StartBackends(const std::string& listen_host);
   // --- data path (engine.cc)
-  // The session with remote (or this engine itself), without connecting.
-  bool LookupPeer(const std::string& remote, Peer* peer);
+  // The session with remote (or this engine itself), without connecting. *by_name (when not
+  // null): whether remote was looked up as a cluster name, whose address may change while the
+  // peers stay the same.
+  bool LookupPeer(const std::string& remote, Peer* peer, bool* by_name = nullptr);
   // LookupPeer, or auto-connect when the options say so.
   Status FindPeer(const std::string& remote, Peer* peer);
   // track: keep the request in requests_ under its handle (async requests; a sync one is
@@ -158,20 +161,25 @@ class EngineImpl final : public control::ControlHandler {
   // planned path (which explains refusals).
   bool TryInlineCopy(const std::string& remote, Op op, const TransferDesc& d,
                     std::chrono::milliseconds timeout);
-  // The route that copies to region inline, as the planner would choose it, with where the
-  // region is mapped here; null when there is none (or a WRITE into read-only memory).
-  transport::Route* InlineRoute(const PeerState& peer, Op op, RemoteRegion& region, uint64_t* mapped);
+  // The route that copies len bytes to region inline, as the planner would choose it, with
+  // where the region is mapped here; null when there is none (or a WRITE into read-only memory).
+  transport::Route* InlineRoute(const PeerState& peer, Op op, RemoteRegion& region, uint64_t len,
+                                uint64_t* mapped);
   // An inline copy, once the remote range is known to lie in region (and the local one in host
-  // memory this process may read, or for READ write).
+  // memory this process may read, or for READ write). With remember (its route and mapping are
+  // filled in here), the copy's slot remembers that target.
   bool InlineCopy(const PeerState& peer, Op op, RemoteRegion& region, uint64_t local,
-                  uint64_t remote, uint64_t len);
+                  uint64_t remote, uint64_t len, InlineTarget* remember = nullptr);
   // The copy itself, by the caller that holds the execution slot: false (nothing copied) when
   // the route does not copy len bytes inline, or the peer or region ended.
   bool CopyInSlot(const PeerState& state, transport::Route& route, RemoteRegion& region, uint64_t mapped,
                   Op op, uint64_t local, uint64_t remote, uint64_t len);
-  // Forgets the inline targets of that peer (null: all of them): their references go, at once
-  // where the slot is free, else at the slot's next inline copy.
-  void ForgetInlineTargets(const PeerState* peer);
+  // Lets go of the inline targets of that peer (and region, when not null), and of those marked
+  // earlier; a slot busy now is not waited for (the control thread calls this) but marked:
+  // its target goes at the slot's next inline copy, or at the next try (OnTick).
+  void ForgetInlineTargets(const PeerState* peer, const RemoteRegion* region = nullptr);
+  // Every target, waiting until the deadline for busy slots (Finalize).
+  void ForgetAllInlineTargets(Clock::time_point deadline);
   // --- prepared lists (engine_prepared.cc)
   // A request's two lists, looked up once for both of the steps below (status: why not found).
   struct FoundLists {
@@ -288,7 +296,7 @@ class EngineImpl final : public control::ControlHandler {
 
   std::unique_ptr<StreamPool> pool_;
   InlineTarget inline_targets_[StreamPool::kInlineSlots];  // each under its inline slot of pool_
-  // Set when ForgetInlineTargets found the slot busy: its target no longer serves.
+  // Marked by ForgetInlineTargets when it found the slot busy: its target no longer serves.
   std::atomic<bool> inline_forgotten_[StreamPool::kInlineSlots] = {};
   std::unique_ptr<control::ControlLoop> loop_;
   std::shared_ptr<PeerState> self_;  // transfers to our own name

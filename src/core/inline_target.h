@@ -1,11 +1,12 @@
 // What an inline copy (EngineImpl::TryInlineCopy) found of the peer and region it copied to
 // last: kept per inline execution slot (StreamPool::Slot), read and written only under that
-// slot, so that the next copy through the slot to the same peer and region looks up no table
-// and counts no reference (after a copy of a few KiB, each of those is a cache miss or a
-// locked instruction that waits for the copy's stores).
-// A target holds its peer's state and region alive: the engine forgets it when the peer is
-// dropped or the region revoked (and a copy elsewhere through the slot replaces it). A copy
-// still checks, under the slot, that both are current: a fence orders it with their end.
+// slot, so that the next copy through the slot to the same peer and region looks them up in no
+// table and counts no reference (after a copy of a few KiB, each of those is a cache miss or a
+// locked instruction that waits for the copy's stores); it reads the peer table's version.
+// A target holds its peer's state and region alive. The engine lets go of it when the peer is
+// dropped or the region revoked: at once where the slot is free, else at the slot's next inline
+// copy or the control thread's next tick (EngineImpl::ForgetInlineTargets). A copy still checks,
+// under the slot, that both are current: a fence orders it with their end.
 #pragma once
 
 #include <cstdint>

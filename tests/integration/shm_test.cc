@@ -2,6 +2,8 @@
 // here and moved with memcpy; other memory of the same peer still goes through cma.
 #include <sys/mman.h>
 
+#include <csignal>
+
 #include <fstream>
 #include <random>
 #include <thread>
@@ -195,6 +197,42 @@ TEST_F(IntegrationShm, InlineCopiesLeaveNoMappingOfAKilledPeer) {
   EXPECT_GE(MappedSegments(), 1);
   peer_.KillNow();
   EXPECT_TRUE(PollUntil([&] { return MappedSegments() == 0; }, 10s)) << MappedSegments() << " mappings left";
+  XT_EXPECT_OK(engine_.DeregisterMem(h));
+}
+
+TEST_F(IntegrationShm, InlineTargetOfASlotBusyWhenItsPeerDiesGoesOnceTheSlotIsFree) {
+  // A thread copies inline to the peer, then waits in a tcp batch to a second, stopped peer,
+  // holding its execution slot, when the first peer dies. The control thread does not wait for
+  // the slot; once the batch has timed out and the thread is gone, the dead peer's mapping
+  // goes too (the slot never copies inline again).
+  PeerProcess stopped;
+  PeerOptions o;
+  o.host_id = "another-host";
+  o.extra_args = {"--transport", "tcp"};
+  std::string err;
+  ASSERT_TRUE(stopped.Start(o, &err)) << err;
+  XT_ASSERT_OK(engine_.Connect(stopped.name(), 10s));
+  const PeerRegion far = stopped.Alloc(4096);
+  const PeerRegion r = peer_.ShmAlloc(1 << 20);
+  LocalBuffer src(4096);
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(engine_.RegisterMem(src.data(), src.len(), xfer::MemType::kHost, &h));
+  stopped.Signal(SIGSTOP);
+  std::atomic<bool> inline_done{false};
+  xfer::Status held;
+  std::thread copier([&] {
+    XT_EXPECT_OK(Write({{src.addr(), r.addr, 4096}}));
+    inline_done = true;
+    held = engine_.TransferSync(stopped.name(), Op::kWrite, {{src.addr(), far.addr, 4096}}, 1500ms);
+  });
+  ASSERT_TRUE(PollUntil([&] { return inline_done.load(); }, 10s));
+  std::this_thread::sleep_for(300ms);  // (the copier waits in its tcp batch now)
+  EXPECT_GE(MappedSegments(), 1);
+  peer_.KillNow();
+  copier.join();
+  stopped.Signal(SIGCONT);
+  EXPECT_EQ(held.code(), StatusCode::kTimeout) << held.ToString();
+  EXPECT_TRUE(PollUntil([&] { return MappedSegments() == 0; }, 5s)) << MappedSegments() << " mappings left";
   XT_EXPECT_OK(engine_.DeregisterMem(h));
 }
 
