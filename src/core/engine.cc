@@ -535,10 +535,12 @@ bool EngineImpl::TryInlineCopy(const std::string& remote, Op op, const TransferD
   // (Read before the lookup: a change of the peers since then makes the next copy look again.)
   const uint64_t version = peers_.version();
   {
+    // (Not waited for: a busy slot may hold a batch to a peer that copies nothing inline; the
+    // lookup below finds out, and InlineCopy then waits where it copies.)
     InlineTarget forgotten;  // (released after the slot)
     int k;
-    auto slot = pool_->Slot(&k);
-    if (k >= 0) {
+    auto slot = pool_->TryInlineSlot(&k);
+    if (slot.owns_lock()) {
       if (inline_forgotten_[k].load(std::memory_order_relaxed)) {
         forgotten = std::exchange(inline_targets_[k], {});
         inline_forgotten_[k].store(false, std::memory_order_relaxed);
@@ -621,11 +623,12 @@ bool EngineImpl::CopyInSlot(const PeerState& state, transport::Route& route, Rem
 namespace {
 // Lets go of the targets that forget(target) picks, each under its slot, and of those marked
 // before; a slot still busy at the deadline is marked instead. (Each target is released after
-// its slot: its peer's state may end with it.)
+// its slot: its peer's state may end with it.) marked_only: visits the marked slots alone.
 template <typename Pick>
 void ForgetTargets(StreamPool& pool, InlineTarget* targets, std::atomic<bool>* marked,
-                   std::chrono::steady_clock::time_point deadline, Pick forget) {
+                   std::chrono::steady_clock::time_point deadline, bool marked_only, Pick forget) {
   for (int k = 0; k < StreamPool::kInlineSlots; ++k) {
+    if (marked_only && !marked[k].load(std::memory_order_relaxed)) continue;
     InlineTarget forgotten;
     std::unique_lock slot(pool.InlineSlot(k), std::defer_lock);
     if (!slot.try_lock_until(deadline)) {
@@ -638,22 +641,17 @@ void ForgetTargets(StreamPool& pool, InlineTarget* targets, std::atomic<bool>* m
 }  // namespace
 
 void EngineImpl::ForgetInlineTargets(const PeerState* peer, const RemoteRegion* region) {
-  ForgetTargets(*pool_, inline_targets_, inline_forgotten_, {}, [&](const InlineTarget& t) {
-    return t.state.get() == peer && (region == nullptr || t.region.get() == region);
+  ForgetTargets(*pool_, inline_targets_, inline_forgotten_, {}, false, [&](const InlineTarget& t) {
+    return t.state && t.state.get() == peer && (region == nullptr || t.region.get() == region);
   });
 }
 
 void EngineImpl::ForgetAllInlineTargets(Clock::time_point deadline) {
-  ForgetTargets(*pool_, inline_targets_, inline_forgotten_, deadline, [](const InlineTarget&) { return true; });
+  ForgetTargets(*pool_, inline_targets_, inline_forgotten_, deadline, false, [](const InlineTarget&) { return true; });
 }
 
 void EngineImpl::OnTick() {
-  for (const auto& marked : inline_forgotten_) {
-    if (marked.load(std::memory_order_relaxed)) {
-      ForgetInlineTargets(nullptr);  // (the marked ones: no target has a null peer)
-      return;
-    }
-  }
+  ForgetTargets(*pool_, inline_targets_, inline_forgotten_, {}, true, [](const InlineTarget&) { return false; });
 }
 
 Status EngineImpl::TransferSync(const std::string& remote, Op op,

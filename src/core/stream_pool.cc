@@ -200,6 +200,15 @@ std::unique_lock<StreamPool::ExecSlot> StreamPool::Slot(int* inline_slot) {
   return std::unique_lock<ExecSlot>(inline_slots_[*inline_slot]);
 }
 
+std::unique_lock<StreamPool::ExecSlot> StreamPool::TryInlineSlot(int* inline_slot) {
+  if (stream_pool == this) {
+    *inline_slot = -1;
+    return {};
+  }
+  *inline_slot = static_cast<int>(ThisThreadIndex() % kInlineSlots);
+  return std::unique_lock<ExecSlot>(inline_slots_[*inline_slot], std::try_to_lock);
+}
+
 void StreamPool::Fence(std::chrono::steady_clock::time_point deadline,
                        const std::function<void()>& on_late) {
   // Once late, on_late again every 10 ms: batches that started after the fence may take the

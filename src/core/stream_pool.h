@@ -46,6 +46,9 @@ class StreamPool {
   // The same; *inline_slot: the index of the inline slot taken (data that the slot guards,
   // per index, is this thread's while it holds it), or -1 on a stream's own thread.
   std::unique_lock<ExecSlot> Slot(int* inline_slot);
+  // This thread's inline slot if it is free now (the lock owns nothing otherwise, and on a
+  // stream's own thread, where *inline_slot is -1).
+  std::unique_lock<ExecSlot> TryInlineSlot(int* inline_slot);
   // Inline slot k (0 <= k < kInlineSlots), to reach what it guards from another thread.
   ExecSlot& InlineSlot(int k) { return inline_slots_[k]; }
   static constexpr int kInlineSlots = 16;
