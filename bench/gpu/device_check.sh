@@ -31,7 +31,7 @@
 #               cuda:0 both sides), then D2D/H2D/D2H WRITE/READ 16K..64M (cuda path), staged
 #               over tcp, --mem register, bidirectional, latency  -> runs.txt, runs.json
 #      table    xfer-bench table -s 64K,1M,8M -D 0.2        -> table.txt, table.json
-#      buildrest ninja of the fault tests (only the suite runs them)    -> build.log
+#      buildrest ninja of everything else (fault tests, examples: only the suite runs them) -> build.log
 #      suite    the rest of ctest (GPU present: host memory gets pinned)   -> suite.log
 #
 #    Time: the whole run stays within XFER_CHECK_BUDGET_S (default 360 s; the machine's start
@@ -366,9 +366,10 @@ else
 fi
 
 # Everything else, while the budget lasts: with a GPU present, registered host memory is pinned
-# (cudaHostRegister), which the host-only tests then exercise too. First the fault tests' build.
+# (cudaHostRegister), which the host-only tests then exercise too. First the build of the rest
+# (the fault tests, the examples and the bench programs that the suite runs).
 if [ -f "$BUILD/build.ninja" ] && [ "${STATUS[cmake]}" != failed ]; then
-  stage buildrest 0 "$OUT/build.log" ninja -C "$BUILD" -j "$JOBS" xfer_fault_tests
+  stage buildrest 0 "$OUT/build.log" ninja -C "$BUILD" -j "$JOBS"
 else
   not_run buildrest "not configured"
 fi
@@ -376,7 +377,7 @@ if [ -x "$BUILD/tests/unit/xfer_unit_tests" ]; then
   # Test binaries the budget left unbuilt are not failures (a build that failed is one already).
   skip='Cuda|Gpu|Staging|tools_netns'
   if [ "${STATUS[build]}" != ok ] || [ "${STATUS[buildrest]}" != ok ]; then skip="$skip|_NOT_BUILT"; fi
-  stage suite 0 "$OUT/suite.log" bash -c "cd '$BUILD' && ctest -E '$skip' --timeout 60 -j 8"
+  stage suite 0 "$OUT/suite.log" bash -c "cd '$BUILD' && ctest -E '$skip' --timeout 60 -j 8 --output-on-failure"
   {
     if [ "${STATUS[suite]}" != skipped ] && [ "${skip%_NOT_BUILT}" != "$skip" ]; then
       echo "  (tests whose binary the budget left unbuilt were left out)"

@@ -160,7 +160,8 @@ struct EngineOptions {
   struct Cuda {
     // With a GPU present, host memory registered with the engine (RegisterMem, AllocMem) is
     // page-locked (cudaHostRegister), so copies between it and GPU memory run at the PCIe
-    // link's speed. Off: left pageable.
+    // link's speed; so is a same-host peer's AllocMem memory where this engine maps it for such
+    // copies. Off: left pageable.
     bool pin_host_memory = true;
   } cuda;
 };

@@ -111,16 +111,9 @@ class HttpMetricsServer final : public MetricsServer {
 
 }  // namespace
 
-Status MetricsServer::Start(const std::string& listen, Render render, std::unique_ptr<MetricsServer>* out) {
-  net::Address addr;
-  Status s = net::ParseAddress(listen, &addr);
-  if (s.ok() && !addr.has_port) s = {StatusCode::kInvalidArgument, "no port"};
-  if (!s.ok()) {
-    return {StatusCode::kInvalidArgument,
-            "metrics_listen '" + listen + "' is not host:port (" + s.message() + ")"};
-  }
+Status MetricsServer::Start(const net::Address& addr, Render render, std::unique_ptr<MetricsServer>* out) {
   auto server = std::make_unique<HttpMetricsServer>(std::move(render));
-  s = server->Listen(addr);
+  Status s = server->Listen(addr);
   if (!s.ok()) return s;
   XLOG(INFO) << "metrics at http://" << server->address() << "/metrics";
   *out = std::move(server);

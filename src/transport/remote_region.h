@@ -64,13 +64,14 @@ struct RemoteRegion {
     count_.store(n + 1, std::memory_order_release);  // publishes o
     return o.base;
   }
-  // Closes what was opened, for good. Called once the region is revoked and no batch uses it
-  // any more, before the owner is told: CUDA forbids the owner to free memory that another
-  // process still has open.
+  // Closes what was opened, for good, the last opened first (an opening may build on an
+  // earlier one: cuda page-locks shm's mapping). Called once the region is revoked and no batch
+  // uses it any more, before the owner is told: CUDA forbids the owner to free memory that
+  // another process still has open.
   void CloseAll() {
     std::lock_guard lock(open_mu_);
     closed_.store(true);
-    for (size_t i = 0; i < count_.load(std::memory_order_relaxed); ++i) opened_[i].handle.reset();
+    for (size_t i = count_.load(std::memory_order_relaxed); i > 0; --i) opened_[i - 1].handle.reset();
   }
 
  private:

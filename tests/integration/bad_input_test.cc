@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "test_common.h"
+#include "transport/cuda/cuda_api.h"
 
 namespace xfer_test {
 namespace {
@@ -308,8 +309,11 @@ TEST_F(IntegrationBadInput, BadRegistrations) {
                  StatusCode::kInvalidArgument);
   XT_EXPECT_CODE(engine_.RegisterMem(src_->data(), 0, xfer::MemType::kHost, &h),
                  StatusCode::kInvalidArgument);
+  // Host memory as kCuda: not GPU memory where a GPU is usable, else no GPU memory at all.
+  std::string why;
   XT_EXPECT_CODE(engine_.RegisterMem(src_->data(), 4096, xfer::MemType::kCuda, &h),
-                 StatusCode::kUnsupported);
+                 xfer::transport::cuda::Available(&why) ? StatusCode::kInvalidArgument
+                                                        : StatusCode::kUnsupported);
   XT_EXPECT_CODE(engine_.DeregisterMem(0), StatusCode::kInvalidArgument);
   XT_EXPECT_CODE(engine_.DeregisterMem(0x7777777), StatusCode::kInvalidArgument);
   const Reply r = peer_.Call("regions " + engine_.LocalName());

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "test_common.h"
+#include "transport/cuda/cuda_api.h"
 
 namespace xfer_test {
 namespace {
@@ -294,7 +295,14 @@ TEST_F(IntegrationShm, DeregisterMemRefusesAllocMemAndFreeMemRefusesRegistered) 
   XT_EXPECT_OK(engine_.FreeMem(h));
   EXPECT_EQ(engine_.FreeMem(h).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(engine_.AllocMem(0, xfer::MemType::kHost, &p, &h).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(engine_.AllocMem(4096, xfer::MemType::kCuda, &p, &h).code(), StatusCode::kUnsupported);
+  std::string why;
+  if (xfer::transport::cuda::Available(&why)) {  // (GPU memory is AllocMem's too, then)
+    XT_EXPECT_OK(engine_.AllocMem(4096, xfer::MemType::kCuda, &p, &h));
+    EXPECT_EQ(engine_.DeregisterMem(h).code(), StatusCode::kInvalidArgument);
+    XT_EXPECT_OK(engine_.FreeMem(h));
+  } else {
+    EXPECT_EQ(engine_.AllocMem(4096, xfer::MemType::kCuda, &p, &h).code(), StatusCode::kUnsupported);
+  }
 }
 
 TEST_F(IntegrationShm, PeerWritesIntoOurAllocMemThroughShm) {

@@ -216,10 +216,19 @@ class Peer {
       if (!(in >> h)) return Bad("usage: dereg <handle>");
       uint64_t seed = 0;
       const bool fill = static_cast<bool>(in >> seed);
+      auto it = handles_.find(h);
+      // GPU memory is filled from a host copy of the pattern, made before DeregisterMem so
+      // that the fill follows its return as closely as a host region's does.
+      std::vector<unsigned char> pattern;
+      const bool device = fill && it != handles_.end() && IsDevice(it->second.addr);
+      if (device) {
+        pattern.resize(it->second.len);
+        xfer_test::FillPattern(pattern.data(), pattern.size(), seed);
+      }
       xfer::Status s = engine_.DeregisterMem(h);
       if (!s.ok()) return Err(s);
       // The memory stays mapped (and in handles_) for sum/fill.
-      auto it = handles_.find(h);
+      if (device) return CopyToDevice(pattern, it->second.addr);
       if (fill && it != handles_.end()) {
         xfer_test::FillPattern(reinterpret_cast<void*>(it->second.addr), it->second.len, seed);
       }
@@ -386,14 +395,18 @@ class Peer {
     return "ERR " + std::string(xfer::StatusCodeName(s.code())) + " " + s.message();
   }
 
+  static bool IsDevice(uint64_t addr) {
+    xfer::MemType type = xfer::MemType::kHost;
+    int32_t device = -1;
+    xfer::transport::cuda::Classify(reinterpret_cast<void*>(addr), &type, &device);
+    return type == xfer::MemType::kCuda;
+  }
+
   static std::string FillOrSum(bool fill, Range r, std::istringstream& in) {
     void* p = reinterpret_cast<void*>(r.addr);
     uint64_t seed = 0;
     if (fill && !(in >> seed)) return Bad("missing seed");
-    xfer::MemType type = xfer::MemType::kHost;
-    int32_t device = -1;
-    xfer::transport::cuda::Classify(p, &type, &device);
-    if (type == xfer::MemType::kCuda) return DeviceFillOrSum(fill, r, seed);
+    if (IsDevice(r.addr)) return DeviceFillOrSum(fill, r, seed);
     if (!fill) return "OK " + std::to_string(xfer_test::Hash64(p, r.len));
     xfer_test::FillPattern(p, r.len, seed);
     return "OK";
@@ -402,16 +415,22 @@ class Peer {
   // GPU memory: the same pattern and hash, through a host copy of the whole range.
   static std::string DeviceFillOrSum(bool fill, Range r, uint64_t seed) {
     std::vector<unsigned char> host(r.len);
-    const xfer::transport::Slice slice{reinterpret_cast<uintptr_t>(host.data()), r.addr, r.len};
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     if (fill) {
       xfer_test::FillPattern(host.data(), r.len, seed);
-      xfer::Status s = xfer::transport::cuda::Copy(xfer::Op::kWrite, {&slice, 1}, deadline);
-      return s.ok() ? "OK" : Err(s);
+      return CopyToDevice(host, r.addr);
     }
-    xfer::Status s = xfer::transport::cuda::Copy(xfer::Op::kRead, {&slice, 1}, deadline);
+    const xfer::transport::Slice slice{reinterpret_cast<uintptr_t>(host.data()), r.addr, r.len};
+    xfer::Status s = xfer::transport::cuda::Copy(xfer::Op::kRead, {&slice, 1},
+                                                 std::chrono::steady_clock::now() + std::chrono::seconds(60));
     if (!s.ok()) return Err(s);
     return "OK " + std::to_string(xfer_test::Hash64(host.data(), r.len));
+  }
+
+  static std::string CopyToDevice(const std::vector<unsigned char>& host, uint64_t addr) {
+    const xfer::transport::Slice slice{reinterpret_cast<uintptr_t>(host.data()), addr, host.size()};
+    xfer::Status s = xfer::transport::cuda::Copy(xfer::Op::kWrite, {&slice, 1},
+                                                 std::chrono::steady_clock::now() + std::chrono::seconds(60));
+    return s.ok() ? "OK" : Err(s);
   }
 
   std::string HandleNotify(const std::string& cmd, std::istringstream& in) {

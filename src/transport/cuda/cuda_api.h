@@ -66,8 +66,9 @@ Status Open(const std::string& blob, uint64_t len, const TakeFd& take_fd,
 // take: memory must not be released under a copy in flight).
 Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::time_point deadline);
 
-// Page-locks host memory so copies to and from it run at the PCIe link's speed (cudaHostRegister).
-Status PinHost(void* p, uint64_t len);
+// Page-locks host memory so copies to and from it run at the PCIe link's speed (cudaHostRegister;
+// read_only: memory mapped without write permission, which copies only read).
+Status PinHost(void* p, uint64_t len, bool read_only = false);
 void UnpinHost(void* p);
 // Page-locked host memory for staging buffers (cudaHostAlloc).
 Status AllocPinned(uint64_t len, void** p);

@@ -1,7 +1,8 @@
 // Backend "cuda": GPU memory on this host, moved by the copy engines (cuda_api.h). A
 // same-host peer's device regions are opened here (CUDA IPC, or a VMM allocation's file
-// descriptor), its AllocMem host memory mapped (shm), and batches become cudaMemcpyAsync
-// calls. It also classifies and allocates GPU memory, and page-locks registered host memory.
+// descriptor), its AllocMem host memory mapped (shm) and page-locked here too, and batches
+// become cudaMemcpyAsync calls. It also classifies and allocates GPU memory, and page-locks
+// registered host memory.
 #include "transport/backend.h"
 #include "transport/cuda/cuda_api.h"
 #include "transport/shm/shm_backend.h"
@@ -20,19 +21,21 @@ class CopyEngineLink final : public Link {
 
 class CudaRoute final : public Route {
  public:
-  CudaRoute(const PeerContext& peer, std::unique_ptr<shared_memory::PeerMapper> mapper, PlanLimits limits)
+  CudaRoute(const PeerContext& peer, std::unique_ptr<shared_memory::PeerMapper> mapper, PlanLimits limits,
+            bool pin_host_memory)
       : Route("cuda", std::make_shared<CopyEngineLink>(), limits),
         mapper_(std::move(mapper)),
         peer_name_(peer.name),
         peer_incarnation_(peer.incarnation),
-        same_process_(peer.same_process) {}
+        same_process_(peer.same_process),
+        pin_host_memory_(pin_host_memory) {}
 
   bool Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
     if (local != MemType::kCuda && r.info.type != MemType::kCuda) return false;
     if (same_process_) {
       *mapped = reinterpret_cast<uint8_t*>(r.info.addr);
     } else if (r.info.type == MemType::kHost) {
-      *mapped = mapper_ ? shm::MapRegion(*mapper_, peer_name_, peer_incarnation_, r) : nullptr;
+      *mapped = mapper_ ? MapHost(r) : nullptr;
     } else {
       *mapped = OpenDevice(r);
     }
@@ -48,6 +51,34 @@ class CudaRoute final : public Route {
   bool Stageable() const override { return false; }
 
  private:
+  // The peer's AllocMem host memory, mapped (shm's mapping, shared) and page-locked in this
+  // process on first use: the owner's page-locking does not carry over, and copies between
+  // pageable memory and a GPU run at a fraction of the link's speed. If it cannot be locked,
+  // the mapping is used as it is (the log says why).
+  uint8_t* MapHost(RemoteRegion& r) {
+    uint8_t* const base = shm::MapRegion(*mapper_, peer_name_, peer_incarnation_, r);
+    if (base == nullptr || !pin_host_memory_) return base;
+    static const char kPinned = 0;  // the key of the page-locking, closed before the mapping
+    Status failure;
+    r.OpenOnce(
+        &kPinned,
+        [&](std::shared_ptr<void>* handle, uint8_t** at) {
+          Status s = PinHost(base, r.info.len, r.info.access != PeerAccess::kReadWrite);
+          if (s.ok()) {
+            *handle = std::shared_ptr<void>(base, [](void* p) { UnpinHost(p); });
+            *at = base;
+          }
+          return s;
+        },
+        &failure);
+    if (!failure.ok()) {
+      XLOG(INFO) << "host region " << r.id << " of peer " << peer_name_
+                 << " stays pageable here (its copies to and from GPU memory run slower): "
+                 << failure.ToString();
+    }
+    return base;
+  }
+
   uint8_t* OpenDevice(RemoteRegion& r) {
     static const char kOpened = 0;  // the key of the region opened here
     Status failure;
@@ -84,6 +115,7 @@ class CudaRoute final : public Route {
   const std::string peer_name_;
   const uint64_t peer_incarnation_;
   const bool same_process_;
+  const bool pin_host_memory_;  // EngineOptions::cuda.pin_host_memory
 };
 
 class CudaBackend final : public Backend {
@@ -156,7 +188,7 @@ class CudaBackend final : public Backend {
     // hide a hand-off between streams, and batches of small ones amortize the wait for their
     // completion.
     PlanLimits limits = WithOverrides({4ull << 20, 16ull << 20, 4096}, options_);
-    *route = std::make_shared<CudaRoute>(peer, std::move(mapper), limits);
+    *route = std::make_shared<CudaRoute>(peer, std::move(mapper), limits, options_.cuda.pin_host_memory);
     return Status::Ok();
   }
 

@@ -52,7 +52,7 @@ void Classify(const void* p, MemType* type, int32_t* device) {
   }
 }
 
-Status PinHost(void* p, uint64_t len) {
+Status PinHost(void* p, uint64_t len, bool read_only) {
   const std::string what =
       "page-lock " + Hex(reinterpret_cast<uint64_t>(p)) + " (" + std::to_string(len) + " bytes)";
   if (p == nullptr || len == 0)
@@ -64,7 +64,8 @@ Status PinHost(void* p, uint64_t len) {
     ++it->second;
     return Status::Ok();
   }
-  const cudaError_t e = cudaHostRegister(p, len, cudaHostRegisterPortable);
+  const cudaError_t e =
+      cudaHostRegister(p, len, cudaHostRegisterPortable | (read_only ? cudaHostRegisterReadOnly : 0u));
   if (e == cudaErrorHostMemoryAlreadyRegistered) {  // by its owner: already page-locked, not ours
     cudaGetLastError();
     return Status::Ok();

@@ -31,7 +31,7 @@ Status Open(const std::string&, uint64_t, const TakeFd&, std::shared_ptr<Mapping
 
 Status Copy(Op, std::span<const Slice>, std::chrono::steady_clock::time_point) { return No("copy"); }
 
-Status PinHost(void*, uint64_t) { return No("page-lock host memory"); }
+Status PinHost(void*, uint64_t, bool) { return No("page-lock host memory"); }
 void UnpinHost(void*) {}
 Status AllocPinned(uint64_t, void** p) {
   if (p != nullptr) *p = nullptr;
