@@ -59,31 +59,22 @@ class CudaRoute final : public Route {
     uint8_t* const base = shm::MapRegion(*mapper_, peer_name_, peer_incarnation_, r);
     if (base == nullptr || !pin_host_memory_) return base;
     static const char kPinned = 0;  // the key of the page-locking, closed before the mapping
-    Status failure;
-    r.OpenOnce(
-        &kPinned,
-        [&](std::shared_ptr<void>* handle, uint8_t** at) {
-          Status s = PinHost(base, r.info.len, r.info.access != PeerAccess::kReadWrite);
-          if (s.ok()) {
-            *handle = std::shared_ptr<void>(base, [](void* p) { UnpinHost(p); });
-            *at = base;
-          }
-          return s;
-        },
-        &failure);
-    if (!failure.ok()) {
-      XLOG(INFO) << "host region " << r.id << " of peer " << peer_name_
-                 << " stays pageable here (its copies to and from GPU memory run slower): "
-                 << failure.ToString();
-    }
+    OpenOrLog(r, &kPinned, "stays pageable here (its copies to and from GPU memory run slower)",
+              [&](std::shared_ptr<void>* handle, uint8_t** at) {
+                Status s = PinHost(base, r.info.len, r.info.access != PeerAccess::kReadWrite);
+                if (s.ok()) {
+                  *handle = std::shared_ptr<void>(base, [](void* p) { UnpinHost(p); });
+                  *at = base;
+                }
+                return s;
+              });
     return base;
   }
 
   uint8_t* OpenDevice(RemoteRegion& r) {
     static const char kOpened = 0;  // the key of the region opened here
-    Status failure;
-    uint8_t* base = r.OpenOnce(
-        &kOpened,
+    return OpenOrLog(
+        r, &kOpened, "cannot be opened (its transfers take another route, where one reaches GPU memory)",
         [&](std::shared_ptr<void>* handle, uint8_t** at) {
           const std::string* blob = FindBlob(r.blobs, "cuda");
           if (blob == nullptr) return Status{StatusCode::kUnsupported, "the peer could not export it"};
@@ -101,12 +92,17 @@ class CudaRoute final : public Route {
             *handle = std::move(m);
           }
           return s;
-        },
-        &failure);
+        });
+  }
+
+  // r.OpenOnce(key, open), with one log line if the opening fails ("<region> <outcome>: why").
+  template <class Opener>
+  uint8_t* OpenOrLog(RemoteRegion& r, RemoteRegion::OpenKey key, const char* outcome, Opener&& open) {
+    Status failure;
+    uint8_t* const base = r.OpenOnce(key, std::forward<Opener>(open), &failure);
     if (!failure.ok()) {
-      XLOG(WARN) << "cannot open GPU region " << r.id << " of peer " << peer_name_
-                 << " (its transfers take another route, where one reaches GPU memory): "
-                 << failure.ToString();
+      XLOG(WARN) << (r.info.type == MemType::kCuda ? "GPU" : "host") << " region " << r.id << " of peer "
+                 << peer_name_ << " " << outcome << ": " << failure.ToString();
     }
     return base;
   }
