@@ -20,16 +20,8 @@ void AddValue(MetricsSnapshot* out, std::string name, MetricType type, std::stri
 
 Status EngineImpl::StartMetricsServer() {
   if (opts_.metrics_listen.empty()) return Status::Ok();
-  // A malformed value is refused as such in every build, before the build is asked.
-  net::Address addr;
-  Status s = net::ParseAddress(opts_.metrics_listen, &addr);
-  if (s.ok() && !addr.has_port) s = {StatusCode::kInvalidArgument, "no port"};
-  if (!s.ok()) {
-    return {StatusCode::kInvalidArgument,
-            "metrics_listen '" + opts_.metrics_listen + "' is not host:port (" + s.message() + ")"};
-  }
-  s = MetricsServer::Start(
-      addr,
+  Status s = MetricsServer::Start(
+      opts_.metrics_listen,
       [this] {
         MetricsSnapshot snapshot;  // (until the engine runs: "", which answers 503)
         if (!running_.load() || !GetMetrics(&snapshot).ok()) return std::string();

@@ -111,9 +111,16 @@ class HttpMetricsServer final : public MetricsServer {
 
 }  // namespace
 
-Status MetricsServer::Start(const net::Address& addr, Render render, std::unique_ptr<MetricsServer>* out) {
+Status MetricsServer::Start(const std::string& listen, Render render, std::unique_ptr<MetricsServer>* out) {
+  net::Address addr;
+  Status s = net::ParseAddress(listen, &addr);
+  if (s.ok() && !addr.has_port) s = {StatusCode::kInvalidArgument, "no port"};
+  if (!s.ok()) {
+    return {StatusCode::kInvalidArgument,
+            "metrics_listen '" + listen + "' is not host:port (" + s.message() + ")"};
+  }
   auto server = std::make_unique<HttpMetricsServer>(std::move(render));
-  Status s = server->Listen(addr);
+  s = server->Listen(addr);
   if (!s.ok()) return s;
   XLOG(INFO) << "metrics at http://" << server->address() << "/metrics";
   *out = std::move(server);

@@ -8,7 +8,6 @@
 #include <memory>
 #include <string>
 
-#include "util/net.h"
 #include "xfer/status.h"
 
 namespace xfer {
@@ -17,9 +16,8 @@ class MetricsServer {
  public:
   using Render = std::function<std::string()>;  // the body of /metrics; "" answers 503
 
-  // listen: the address of EngineOptions::metrics_listen, parsed and with a port (0: a free
-  // one). kUnsupported in a build without cpp-httplib.
-  static Status Start(const net::Address& listen, Render render, std::unique_ptr<MetricsServer>* out);
+  // listen: "host:port" (port 0: a free one). kUnsupported in a build without cpp-httplib.
+  static Status Start(const std::string& listen, Render render, std::unique_ptr<MetricsServer>* out);
   virtual ~MetricsServer() = default;  // stops serving
   virtual std::string address() const = 0;  // "host:port" as bound
 };

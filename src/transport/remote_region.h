@@ -80,7 +80,9 @@ struct RemoteRegion {
     std::shared_ptr<void> handle;  // released by CloseAll; key and base stay for readers
     uint8_t* base = nullptr;
   };
-  static constexpr size_t kMaxOpened = 4;  // backends that open regions: shm, cuda
+  // Openings per region: shm's mapping, and cuda's page-locking of it or its IPC open. (The
+  // array's elements are destroyed last first, as CloseAll releases them.)
+  static constexpr size_t kMaxOpened = 4;
   // The published entry for key, or null (then the caller takes the lock).
   uint8_t* const* Known(OpenKey key) const {
     if (closed_.load(std::memory_order_acquire)) {
