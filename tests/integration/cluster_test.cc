@@ -205,7 +205,7 @@ TEST_F(ClusterTest, ListPeersAnswersFromAWatchThatFollowsEveryChange) {
 
   // etcd hangs: the watch's view still answers, at once; an engine without a watch yet waits
   // for etcd (a second per endpoint) and fails.
-  etcd_.Freeze();
+  ASSERT_TRUE(etcd_.Freeze());
   const auto t0 = Clock::now();
   EXPECT_TRUE(Entry(decode, "prefill-0").has_value());
   EXPECT_LT(SecondsSince(t0), 0.5);
@@ -220,6 +220,16 @@ TEST_F(ClusterTest, ListPeersAnswersFromAWatchThatFollowsEveryChange) {
   const auto killed = Clock::now();
   ASSERT_TRUE(PollUntil([&] { return !Entry(decode, "prefill-0").has_value(); }, 10s));
   EXPECT_LT(SecondsSince(killed), 4.0);
+}
+
+// The frozen etcd above must answer nothing: a stop signal stops etcd's threads one by one,
+// and one still running served the newcomer's ListPeers in a loaded parallel run.
+TEST_F(ClusterTest, FreezeReturnsOnceEveryThreadOfEtcdHasStopped) {
+  for (int round = 0; round < 10; ++round) {
+    ASSERT_TRUE(etcd_.Freeze());
+    EXPECT_TRUE(EveryThreadStopped(etcd_.pid())) << "round " << round;
+    etcd_.Thaw();
+  }
 }
 
 TEST_F(ClusterTest, OneEndpointOfTwoDownIsPassedOver) {

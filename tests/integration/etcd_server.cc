@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "peer_process.h"  // UnusedPort
+#include "peer_process.h"  // UnusedPort, StopProcess
 
 namespace xfer_test {
 
@@ -60,9 +60,7 @@ void EtcdServer::Kill() {
   pid_ = -1;
 }
 
-void EtcdServer::Freeze() {
-  if (pid_ > 0) kill(pid_, SIGSTOP);
-}
+bool EtcdServer::Freeze() { return pid_ > 0 && StopProcess(pid_); }
 
 void EtcdServer::Thaw() {
   if (pid_ > 0) kill(pid_, SIGCONT);

@@ -23,7 +23,8 @@ class EtcdServer {
   // SIGKILL, as a crash would.
   void Kill();
   // SIGSTOP / SIGCONT: an etcd that hangs (its connections stay open and answer nothing).
-  void Freeze();
+  // Freeze returns once every thread of etcd has stopped (false: not within 5 s).
+  bool Freeze();
   void Thaw();
   // Starts it again on the same ports; fresh: with an empty data directory (etcd lost every
   // key and lease), else with the data it had.
@@ -34,6 +35,7 @@ class EtcdServer {
     return "etcd://" + endpoint() + (prefix.empty() ? "" : "/" + prefix);
   }
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
 
  private:
   bool Launch(std::string* error);

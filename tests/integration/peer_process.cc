@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -29,6 +30,15 @@ namespace xfer_test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The state letter in a /proc stat file ('?' when it cannot be read).
+char StateIn(const std::string& stat_path) {
+  std::ifstream in(stat_path);
+  std::string line;
+  std::getline(in, line);
+  const size_t close = line.rfind(')');  // "pid (comm) S ..."
+  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+}
 
 void IgnoreSigpipeOnce() {
   static const bool done = [] {
@@ -306,22 +316,14 @@ uint64_t PeerProcess::SumRange(uint64_t addr, uint64_t len) {
   return r.u64(0);
 }
 
-char PeerProcess::State() const {
-  std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  const size_t close = line.rfind(')');  // "pid (comm) S ..."
-  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
-}
+char PeerProcess::State() const { return StateIn("/proc/" + std::to_string(pid_) + "/stat"); }
 
 void PeerProcess::Signal(int sig) {
   if (pid_ <= 0) return;
-  kill(pid_, sig);
   if (sig == SIGSTOP) {
-    // The stop takes effect a moment later (each thread stops on its way to user space): wait
-    // for it, so that nothing the test does next is served by the process still running.
-    const auto until = Clock::now() + std::chrono::seconds(5);
-    while (Clock::now() < until && State() != 'T') std::this_thread::sleep_for(std::chrono::microseconds(100));
+    StopProcess(pid_);  // (nothing the test does next is served by the process still running)
+  } else {
+    kill(pid_, sig);
   }
   if (sig == SIGKILL) killed_ = true;
   if (sig == SIGSTOP) stopped_ = true;
@@ -413,6 +415,29 @@ int UnusedPort() {
   }
   int port = 0;
   return BindsNow(&port) ? port : 0;
+}
+
+bool EveryThreadStopped(pid_t pid) {
+  std::error_code ec;
+  std::filesystem::directory_iterator tasks("/proc/" + std::to_string(pid) + "/task", ec);
+  if (ec) return false;
+  bool any = false;
+  for (const auto& task : tasks) {
+    const char state = StateIn(task.path().string() + "/stat");
+    if (state != 'T' && state != '?') return false;  // ('?': the thread ended meanwhile)
+    any = any || state == 'T';
+  }
+  return any;
+}
+
+bool StopProcess(pid_t pid, std::chrono::milliseconds timeout) {
+  if (kill(pid, SIGSTOP) != 0) return false;
+  const auto until = Clock::now() + timeout;
+  while (!EveryThreadStopped(pid)) {
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
 }
 
 }  // namespace xfer_test

@@ -120,4 +120,11 @@ class PeerProcess {
 // ephemeral range where it can be (so no port-0 bind or connection takes it meanwhile).
 int UnusedPort();
 
+// Sends SIGSTOP to pid and returns once every thread of it has stopped (true), or after the
+// timeout (false). A stop signal wakes one thread, which stops the others as each next runs:
+// until the last has, a process under load may still answer requests.
+bool StopProcess(pid_t pid, std::chrono::milliseconds timeout = 5s);
+// Whether every thread of pid is stopped by a signal (state T in /proc/pid/task/*/stat).
+bool EveryThreadStopped(pid_t pid);
+
 }  // namespace xfer_test
