@@ -17,11 +17,14 @@
 #include "control/wire.h"
 #include "util/net.h"
 
-namespace xfer {
-struct PeerState;
-}
-
 namespace xfer::control {
+
+// What the engine keeps about a session's peer (the core's peer state), opaque to the control
+// plane.
+class SessionContext {
+ public:
+  virtual ~SessionContext() = default;
+};
 
 class Session {
  public:
@@ -88,9 +91,9 @@ class Session {
   // The peer answered frame seq with a status (NotifyAck); false when nothing expected it.
   bool Answer(uint64_t seq, Status status);
 
-  // Set by the engine once the hello exchange is done, with the peer's data-path state.
+  // Set by the engine once the hello exchange is done, with what it keeps about the peer.
   std::atomic<bool> established{false};
-  std::shared_ptr<PeerState> peer;
+  std::shared_ptr<SessionContext> context;
   std::string peer_key;  // key in the engine's peer table
   // An accepted session's authentication (engine with a secret; control thread only): the
   // handshake under way, and whether the peer has proved it knows the secret.

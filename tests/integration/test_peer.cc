@@ -255,7 +255,7 @@ class Peer {
       return "OK";
     }
     if (cmd == "garble_notify_rings") {
-      // This process's mappings of its own rings, by their memfd names (core/notify_rings.h);
+      // This process's mappings of its own rings, by their memfd names (core/notify/notify_rings.h);
       // the writer's index is the word at byte 64 (core/notify_ring.cc).
       std::ifstream maps("/proc/self/maps");
       std::string line;

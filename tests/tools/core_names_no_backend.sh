@@ -14,14 +14,14 @@ words=$(echo "$names" | grep -vx local | paste -sd'|')
 caps=$(echo "$names" | grep -vx local | sed 's/^./\U&/' | paste -sd'|')
 pattern="\\b($words)\\b|\\b($caps)[A-Z_a-z]*|\"($(echo "$names" | paste -sd'|'))\"|\\blocal::|\\bLocal(Transport|Backend|Link|Route)"
 found=0
-for f in "$root"/src/core/* "$root"/src/control/*; do
+while IFS= read -r -d '' f; do
   # Strip // comments, then look for a backend's name as a word, in code or in a string.
   hits=$(sed 's://.*$::' "$f" | grep -nE "$pattern" || true)
   if [ -n "$hits" ]; then
     echo "$hits" | sed "s|^|${f#$root/}:|"
     found=1
   fi
-done
+done < <(find "$root/src/core" "$root/src/control" -type f -print0 | sort -z)
 if [ "$found" -ne 0 ]; then
   echo "FAIL: the lines above name a backend ($(echo "$names" | paste -sd' ')) in the core"
   exit 1

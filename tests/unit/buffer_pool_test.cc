@@ -1,6 +1,6 @@
 // BufferPool with host memory: leases, waiting for a free buffer, and staged batches over a
 // real in-process link (the local transport's memcpy).
-#include "core/buffer_pool.h"
+#include "core/datapath/buffer_pool.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "core/notify_queue.h"
+#include "core/notify/notify_queue.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "core/notify_ring.h"
+#include "core/notify/notify_ring.h"
 #include "util/futex.h"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The peer table's Find answers from what the calling thread found last only while the table
 // is unchanged: a peer removed, replaced by its restart or installed anew is seen at once.
-#include "core/peer_table.h"
+#include "core/peers/peer_table.h"
 
 #include <gtest/gtest.h>
 

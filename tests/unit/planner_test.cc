@@ -1,11 +1,11 @@
-#include "core/planner.h"
+#include "core/datapath/planner.h"
 
 #include <gtest/gtest.h>
 
 #include <numeric>
 #include <vector>
 
-#include "core/registry.h"
+#include "core/regions/registry.h"
 
 namespace xfer {
 namespace {

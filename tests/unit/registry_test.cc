@@ -1,10 +1,10 @@
-#include "core/registry.h"
+#include "core/regions/registry.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 
-#include "core/remote_regions.h"
+#include "core/regions/remote_regions.h"
 
 namespace xfer {
 namespace {

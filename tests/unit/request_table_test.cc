@@ -1,6 +1,6 @@
 // The request table: handles issued on many threads are unique, each one's end is reported
 // once, and a thread may wait for a handle another thread issued.
-#include "core/request_table.h"
+#include "core/datapath/request_table.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "core/share_rule.h"
+#include "core/datapath/share_rule.h"
 
 #include <gtest/gtest.h>
 

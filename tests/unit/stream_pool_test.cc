@@ -1,4 +1,4 @@
-#include "core/stream_pool.h"
+#include "core/datapath/stream_pool.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,215 @@
+#include "core/engine_impl.h"
+
+#include "util/host.h"
+#include "util/log.h"
+
+namespace xfer {
+
+namespace {
+
+// The options the core itself reads; each backend checks its own (Backend::CheckOptions).
+Status CheckOptions(const EngineOptions& o) {
+  auto bad = [](const std::string& why) { return Status{StatusCode::kInvalidArgument, why}; };
+  if (o.streams < 1 || o.streams > 256) return bad("streams must be 1..256");
+  if (o.heartbeat_interval.count() <= 0 || o.heartbeat_timeout <= o.heartbeat_interval) {
+    return bad("heartbeat_interval must be > 0 and below heartbeat_timeout");
+  }
+  if (o.spin.count() < 0) return bad("spin must be >= 0");
+  if (o.max_peer_regions < 1 || o.max_peer_regions > (16u << 20)) return bad("max_peer_regions must be 1..16 M");
+  if (o.max_sessions < 1 || o.max_sessions > (1u << 20)) return bad("max_sessions must be 1..1 M");
+  if (o.max_unsent_bytes < (64u << 10) || o.max_unsent_bytes > (4ull << 30)) {
+    return bad("max_unsent_bytes must be 64 KiB..4 GiB");
+  }
+  if (StagingName(o.staging) == "unknown") return bad("staging must be auto, always or off");
+  if (o.staging_buffers < 1 || o.staging_buffers > 64) return bad("staging_buffers must be 1..64");
+  if (o.staging_buffer_bytes < (64 << 10) || o.staging_buffer_bytes > (1ull << 30)) {
+    return bad("staging_buffer_bytes must be 64 KiB..1 GiB");
+  }
+  const auto& n = o.notify;
+  if (n.max_message_bytes < 1 || n.max_message_bytes > wire::kMaxNotify) {
+    return bad("notify.max_message_bytes must be 1..1 MiB");
+  }
+  if (n.queue_messages < 1 || n.queue_messages > (16u << 20)) return bad("notify.queue_messages must be 1..16 M");
+  if (n.queue_bytes < (4 << 10) || n.queue_bytes > (16ull << 30) || n.queue_bytes < n.max_message_bytes) {
+    return bad("notify.queue_bytes must be 4 KiB..16 GiB, and at least notify.max_message_bytes");
+  }
+  if (n.ring_bytes != 0 && (n.ring_bytes < (4 << 10) || n.ring_bytes > (1ull << 30))) {
+    return bad("notify.ring_bytes must be 0 (no ring) or 4 KiB..1 GiB");
+  }
+  if (o.metrics_max_peers < 1 || o.metrics_max_peers > 4096) return bad("metrics_max_peers must be 1..4096");
+  if (!o.metrics_listen.empty()) {
+    net::Address a;
+    if (!net::ParseAddress(o.metrics_listen, &a).ok() || !a.has_port) {
+      return bad("metrics_listen '" + o.metrics_listen + "' is not host:port");
+    }
+  }
+  if (!o.cluster_name.empty()) {
+    if (o.metadata.empty()) return bad("cluster_name needs metadata (an etcd:// URL)");
+    if (Status s = metadata::CheckClusterName(o.cluster_name); !s.ok()) return s;
+  }
+  return BackendSet::CheckOptions(o);
+}
+
+}  // namespace
+
+Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions& options) {
+  if (self_.running.load()) return {StatusCode::kInvalidArgument, "Initialize: already initialized"};
+  if (finalized_) {
+    return {StatusCode::kInvalidArgument, "Initialize: this engine was finalized; create a new one"};
+  }
+  if (Status s = CheckOptions(options); !s.ok()) return {s.code(), "Initialize: " + s.message()};
+  net::Address addr;
+  Status s = net::ParseAddress(local_name, &addr);
+  if (!s.ok()) {
+    XLOG(WARN) << "Initialize: " << s.ToString();
+    return s;
+  }
+  self_.options = options;
+  s = peers_.LoadSecret(&self_.options);
+  if (!s.ok()) {
+    XLOG(WARN) << "Initialize: " << s.ToString();
+    return {s.code(), "Initialize: " + s.message()};
+  }
+  net::Fd listener;
+  if (addr.has_port) {
+    net::Address bound;
+    s = net::Listen(addr, &listener, &bound);
+    if (!s.ok()) {
+      XLOG(WARN) << "Initialize: cannot listen on " << local_name << ": " << s.message();
+      return s;
+    }
+    addr = bound;
+  }
+  self_.name = addr.ToString();
+  self_.incarnation = host::RandomU64();
+  self_.host_id = options.host_id.empty() ? host::BootId() : options.host_id;
+  metrics_ = std::make_shared<EngineMetrics>(self_.options.metrics_max_peers, transport::BackendNames());
+  if (s = StartBackends(addr.host); !s.ok()) return {s.code(), "Initialize: " + s.message()};
+  StartServices();
+  if (s = peers_.StartNames(addr.has_port); !s.ok()) {
+    XLOG(WARN) << "Initialize: " << s.ToString();
+    return {s.code(), "Initialize: " + s.message()};
+  }
+  if (s = StartMetricsServer(); !s.ok()) {
+    peers_.StopNames();
+    XLOG(WARN) << "Initialize: " << s.ToString();
+    return {s.code(), "Initialize: " + s.message()};
+  }
+  if (s = peers_.StartLoop(std::move(listener), this); !s.ok()) {
+    peers_.StopNames();
+    metrics_server_.reset();
+    return s;
+  }
+  self_.running.store(true);
+  const EngineOptions& o = self_.options;
+  if (!peers_.authenticates() && addr.has_port && !net::IsLoopback(addr.host)) {
+    XLOG(WARN) << "engine " << self_.name << " listens beyond loopback without a secret: any process "
+               << "that reaches the port can read and write its registered memory (set "
+               << "EngineOptions::secret or secret_file; docs/security.md)";
+  }
+  XLOG(INFO) << "engine " << self_.name << " up (incarnation " << std::hex << self_.incarnation << std::dec
+             << ", " << o.streams << " streams; " << (peers_.authenticates() ? "peers authenticated; " : "")
+             << backends_.Summary() << "; staging " << StagingName(o.staging) << ")";
+  return Status::Ok();
+}
+
+Status EngineImpl::StartBackends(const std::string& listen_host) {
+  transport::EngineContext ctx;
+  ctx.incarnation = self_.incarnation;
+  ctx.listen_host = listen_host;
+  ctx.options = &self_.options;
+  ctx.forced = self_.options.transport;
+  ctx.region_access = [this](uint64_t a, uint64_t l, bool w) { return regions_.Access(a, l, w); };
+  ctx.is_peer = [this](uint64_t inc) { return peers_.HasLive(inc); };
+  ctx.authenticate = peers_.authenticates();
+  ctx.peer_auth_key = [this](uint64_t inc) { return peers_.AuthKeyOf(inc); };
+  ctx.staging_bytes = self_.options.staging != Staging::kOff ? self_.options.staging_buffer_bytes : 0;
+  return backends_.Start(ctx);
+}
+
+void EngineImpl::StartServices() {
+  notifier_.Start(metrics_);
+  peers_.Begin(metrics_, PeerService::Events{
+      .up = [this](const auto& s, const auto& peer) { notifier_.PeerUp(s, peer); },
+      .gone = [this](PeerState& peer) {
+        notifier_.PeerGone(peer);
+        transfers_.ForgetInlineTargets(&peer);
+      },
+      .closed = [this](const auto& s) { notifier_.SessionClosed(s); },
+      .fence = [this](PeerState* peer, const RemoteRegion* revoked, LocalEngine::Clock::time_point deadline) {
+        transfers_.FenceBatches(peer, deadline);
+        if (revoked != nullptr) transfers_.ForgetInlineTargets(peer, revoked);
+      },
+      .fence_streams = [this](LocalEngine::Clock::time_point deadline) { transfers_.FenceStreams(deadline); },
+  });
+  regions_.Start(&backends_, &peers_.self_state().regions, RegionService::Hooks{
+      .fence = [this](LocalEngine::Clock::time_point deadline) {
+        transfers_.FenceBatches(nullptr, deadline);  // our own transfers from or into the region
+        transfers_.ForgetInlineTargets(&peers_.self_state());
+        backends_.Fence(deadline);  // and peers' batches that our backends' threads execute
+      },
+      .tags_changed = [this] { peers_.TagsChanged(); },
+  });
+  transfers_.Start(metrics_, TransferService::Notifications{
+      .check = [this](const char* what, const std::string& m) { return notifier_.CheckMessage(what, m); },
+      .delivery = [this](const PeerService::Peer& peer, std::string m) {
+        return notifier_.Delivery(peer, std::move(m));
+      },
+  });
+}
+
+Status EngineImpl::StartMetricsServer() {
+  if (self_.options.metrics_listen.empty()) return Status::Ok();
+  Status s = MetricsServer::Start(
+      self_.options.metrics_listen,
+      [this] {
+        MetricsSnapshot snapshot;  // (until the engine runs: "", which answers 503)
+        if (!self_.running.load() || !GetMetrics(&snapshot).ok()) return std::string();
+        return snapshot.PrometheusText();
+      },
+      &metrics_server_);
+  if (s.ok()) metrics_address_ = metrics_server_->address();
+  return s;
+}
+
+void EngineImpl::Finalize() {
+  if (!self_.running.exchange(false)) return;
+  finalized_ = true;
+  metrics_server_.reset();  // (first: it reads what the rest of Finalize takes down)
+  // Peers stop using our memory before Finalize returns (the application may free it next).
+  peers_.Stop();
+  notifier_.Close();  // (what is queued stays readable)
+  transfers_.Stop(self_.HeartbeatDeadline());
+  backends_.StopServing();
+  transfers_.Clear();
+  regions_.ReleaseAll();  // peers were told goodbye: none uses the memory any more
+  backends_.Clear();      // (UCX goes after the mappings of our regions)
+}
+
+Status EngineImpl::GetMetrics(MetricsSnapshot* out) const {
+  if (out == nullptr) return {StatusCode::kInvalidArgument, "GetMetrics: null output"};
+  if (!metrics_) return {StatusCode::kInvalidArgument, "GetMetrics: engine is not initialized"};
+  out->metrics.clear();
+  metrics_->Snapshot(out);
+  regions_.AddGauges(out);
+  peers_.AddGauges(out);
+  notifier_.AddGauges(out);
+  transfers_.AddGauges(out);
+  return Status::Ok();
+}
+
+void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {
+  if (!s->established.load()) return peers_.OnBeforeHello(s, std::move(msg));
+  if (auto* m = std::get_if<wire::Notify>(&msg)) return notifier_.OnNotify(s, std::move(*m));
+  if (auto* m = std::get_if<wire::NotifyAck>(&msg)) return notifier_.OnAnswer(s, *m);
+  if (auto* m = std::get_if<wire::NotifyRingOffer>(&msg)) return notifier_.OnRingOffer(s, *m);
+  peers_.OnMessage(s, msg);
+}
+
+void EngineImpl::OnClosed(const std::shared_ptr<control::Session>& s, const std::string& reason) {
+  peers_.OnClosed(s, reason);
+}
+
+void EngineImpl::OnTick() { transfers_.OnTick(); }  // inline targets forgotten while their slot was busy
+
+}  // namespace xfer

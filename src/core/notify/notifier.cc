@@ -1,0 +1,234 @@
+#include "core/notify/notifier.h"
+
+#include <future>
+#include <mutex>
+#include <unordered_map>
+
+#include "util/log.h"
+
+namespace xfer {
+
+// What every delivery holds: this engine's own queue, and the rings it offered its peers.
+class Notifier::Sender {
+ public:
+  Sender(std::shared_ptr<NotifyQueue> own, std::string name, uint64_t incarnation)
+      : own_(std::move(own)), name_(std::move(name)), incarnation_(incarnation) {}
+
+  void Send(const Peer& peer, std::string message, Done done) const {
+    if (!peer.session) return done(own_->Push({name_, incarnation_, std::move(message)}));
+    if (std::shared_ptr<NotifyOutbox> box = OutboxOf(peer.state.get())) {
+      Status written;
+      if (box->TryWrite(message, &written)) {
+        if (written.code() == StatusCode::kConnectionLost && box->Inconsistent()) {
+          XLOG(WARN) << "peer " << peer.session->peer_key << ": " << written.message() << "; closing its session";
+          peer.session->Shutdown("its notification ring is inconsistent");
+        }
+        return done(std::move(written));
+      }
+      done = [box, done = std::move(done)](Status answer) {
+        box->SessionAnswered();
+        done(std::move(answer));
+      };
+    }
+    uint64_t seq = 0;
+    auto frame = [&](uint64_t n) { return wire::Notify{n, std::move(message)}; };
+    (void)peer.session->SendNumbered(frame, &seq, std::move(done));  // done: the answer, or the loss
+  }
+
+  void Keep(const PeerState* peer, std::shared_ptr<NotifyOutbox> box) {
+    std::lock_guard lock(mu_);
+    outboxes_[peer] = std::move(box);
+  }
+  // The peer's outbox leaves; it closes (every later write answers kConnectionLost).
+  void Close(const PeerState* peer) {
+    std::shared_ptr<NotifyOutbox> box;
+    {
+      std::lock_guard lock(mu_);
+      auto it = outboxes_.find(peer);
+      if (it == outboxes_.end()) return;
+      box = std::move(it->second);
+      outboxes_.erase(it);
+    }
+    box->Close();
+  }
+
+ private:
+  std::shared_ptr<NotifyOutbox> OutboxOf(const PeerState* peer) const {
+    std::lock_guard lock(mu_);
+    auto it = outboxes_.find(peer);
+    return it == outboxes_.end() ? nullptr : it->second;
+  }
+
+  const std::shared_ptr<NotifyQueue> own_;
+  const std::string name_;  // this engine's, as the sender of its own notifications
+  const uint64_t incarnation_;
+  mutable std::mutex mu_;
+  // The rings of this engine's peers on this host, from the session's start to the peer's end.
+  std::unordered_map<const PeerState*, std::shared_ptr<NotifyOutbox>> outboxes_;  // mu_
+};
+
+void Notifier::Start(std::shared_ptr<EngineMetrics> metrics) {
+  const EngineOptions::Notify& o = self_.options.notify;
+  metrics_ = std::move(metrics);
+  queue_ = std::make_shared<NotifyQueue>(o.queue_messages, o.queue_bytes);
+  sender_ = std::make_shared<Sender>(queue_, self_.name, self_.incarnation);
+  inbox_ = std::make_unique<NotifyInbox>(queue_.get(), &metrics_->events().notifies_received,
+                                         o.max_message_bytes, NotifyRing::kHeaderBytes + o.queue_bytes);
+  if (std::string why; o.ring_bytes != 0 && !(rings_possible_ = shared_memory::Available(&why))) {
+    XLOG(INFO) << "notifications to peers on this host go over the control session: no shared rings here ("
+               << why << ")";
+  }
+}
+
+void Notifier::Close() {
+  if (queue_) queue_->Close();
+}
+
+Status Notifier::CheckMessage(const char* what, const std::string& message) const {
+  const uint32_t most = self_.options.notify.max_message_bytes;
+  if (message.size() <= most) return Status::Ok();
+  return {StatusCode::kInvalidArgument,
+          std::string(what) + ": a notification of " + std::to_string(message.size()) +
+              " bytes exceeds EngineOptions::notify.max_message_bytes (" + std::to_string(most) + ")"};
+}
+
+std::function<void(Notifier::Done)> Notifier::Delivery(const Peer& peer, std::string message) const {
+  return [sender = sender_, peer, message = std::move(message)](Done done) mutable {
+    sender->Send(peer, std::move(message), std::move(done));  // (called once)
+  };
+}
+
+void Notifier::PeerUp(const std::shared_ptr<control::Session>& s, const std::shared_ptr<PeerState>& peer) {
+  if (!rings_possible_ || !peer->on_this_host) return;
+  const EngineOptions::Notify& o = self_.options.notify;
+  auto box = NotifyOutbox::Make(self_.incarnation, next_ring_key_.fetch_add(1), o.ring_bytes, o.max_message_bytes);
+  if (!box) return;
+  sender_->Keep(peer.get(), box);
+  uint64_t seq = 0;
+  auto offer = [&](uint64_t n) { return box->Offer(n); };
+  (void)s->SendNumbered(offer, &seq, [box, key = s->peer_key](Status answer) { box->Answered(answer, key); });
+}
+
+void Notifier::PeerGone(const PeerState& peer) { sender_->Close(&peer); }
+
+void Notifier::SessionClosed(const std::shared_ptr<control::Session>& s) { inbox_->Retire(s); }
+
+void Notifier::OnNotify(const std::shared_ptr<control::Session>& s, wire::Notify&& m) {
+  const PeerState& peer = *PeerOf(*s);
+  Status queued = CheckMessage("a peer's notification", m.message);
+  if (!queued.ok()) {
+    // (A peer whose own limit is higher: logged at most once a second.)
+    if (uint64_t more = 0; refusal_log_.Due(&more)) {
+      XLOG(WARN) << "refused a notification from " << s->peer_key << ": " << queued.message()
+                 << log::Limit::More(more);
+    }
+  } else {
+    // Queued after what the peer's ring holds (sent before it). The answer is queued before
+    // the application can take the notification: a goodbye (or anything else) it sends after
+    // taking it then leaves after the answer, never before. (It leaves once the control loop
+    // has read what came with it: one write for a burst.)
+    Notification n{peer.info.name, peer.info.incarnation, std::move(m.message)};
+    queued = inbox_->QueueAfterRing(s, std::move(n), [&] {
+      ++metrics_->events().notifies_received;  // (counted before its sender hears of it)
+      s->SendSoon(wire::NotifyAck{m.seq, StatusCode::kOk, ""});
+    });
+    if (queued.ok()) return;
+    if (queued.code() == StatusCode::kConnectionLost) return s->Shutdown(queued.message());
+  }
+  ++metrics_->events().notifies_refused;
+  s->SendSoon(wire::NotifyAck{m.seq, queued.code(), queued.message()});
+}
+
+void Notifier::OnAnswer(const std::shared_ptr<control::Session>& s, const wire::NotifyAck& m) {
+  s->Acked(m.seq);
+  Status queued;
+  if (m.code != StatusCode::kOk) queued = {m.code, "peer " + s->peer_key + ": " + m.why};
+  if (!s->Answer(m.seq, std::move(queued))) {
+    XLOG(WARN) << "peer " << s->peer_key << " answered a notification never sent; closing";
+    s->Shutdown("protocol error: unexpected notification answer");
+  }
+}
+
+void Notifier::OnRingOffer(const std::shared_ptr<control::Session>& s, const wire::NotifyRingOffer& m) {
+  const std::shared_ptr<PeerState> peer = SharedPeerOf(*s);
+  const Status taken = inbox_->Accept(s, peer, peer->mapper.get(), m);
+  if (!taken.ok()) {
+    XLOG(INFO) << "peer " << s->peer_key << " offered a notification ring, not taken: " << taken.message();
+  }
+  s->SendSoon(wire::NotifyAck{m.seq, taken.code(), taken.message()});
+}
+
+Status Notifier::SendNotify(const std::string& remote, const std::string& message,
+                            std::chrono::milliseconds timeout) {
+  Status s = self_.CheckRunning("SendNotify");
+  if (s.ok()) s = CheckMessage("SendNotify", message);
+  Peer peer;
+  if (s.ok()) s = peers_.Find(remote, &peer);
+  if (s.ok() && !peer.state->alive.load()) {
+    s = {StatusCode::kConnectionLost, "peer '" + remote + "' is gone"};
+  }
+  if (!s.ok()) {
+    XLOG(WARN) << "SendNotify to '" << remote << "' refused: " << s.ToString();
+    return s;
+  }
+  auto answer = std::make_shared<std::promise<Status>>();
+  std::future<Status> queued = answer->get_future();
+  sender_->Send(peer, message, [answer, metrics = metrics_](Status st) {
+    ++(st.ok() ? metrics->events().notifies_sent : metrics->events().notifies_unsent);
+    answer->set_value(std::move(st));
+  });
+  if (queued.wait_until(DeadlineAfter(timeout)) != std::future_status::ready) {
+    return {StatusCode::kTimeout, "SendNotify: '" + remote + "' did not confirm the notification "
+                                  "in time (it may still be queued there)"};
+  }
+  return queued.get();
+}
+
+Status Notifier::GetNotifies(std::vector<Notification>* out) {
+  if (!queue_) return {StatusCode::kInvalidArgument, "GetNotifies: engine is not initialized"};
+  if (out == nullptr) return {StatusCode::kInvalidArgument, "GetNotifies: null output"};
+  TakeAll(out);
+  return Status::Ok();
+}
+
+Status Notifier::WaitNotifies(std::vector<Notification>* out, std::chrono::milliseconds timeout) {
+  if (!queue_) return {StatusCode::kInvalidArgument, "WaitNotifies: engine is not initialized"};
+  if (out == nullptr) return {StatusCode::kInvalidArgument, "WaitNotifies: null output"};
+  const auto until = DeadlineAfter(timeout);
+  // Asleep on the queue's word (bumped by every push, and when a ring comes or goes) and on
+  // the rings' doorbells.
+  std::vector<futex::Watch> watches;
+  NotifyInbox::Marks marks;
+  bool took = false;
+  for (;;) {
+    watches.clear();
+    watches.push_back({queue_->changes(), queue_->BeginWait(), false});
+    inbox_->BeginWait(&watches, &marks);
+    took = TakeAll(out);
+    const bool over = took || queue_->closed() || LocalEngine::Clock::now() >= until;
+    if (!over) futex::WaitAny(watches, until);
+    inbox_->EndWait(&marks);
+    queue_->EndWait();
+    if (over) break;
+  }
+  if (took) return Status::Ok();
+  if (!self_.running.load()) {
+    return {StatusCode::kCanceled, "WaitNotifies: the engine was finalized (nothing is queued)"};
+  }
+  return {StatusCode::kTimeout, "WaitNotifies: no notification within the timeout"};
+}
+
+void Notifier::AddGauges(MetricsSnapshot* out) const {
+  uint64_t queued = 0, queued_bytes = 0, in_rings = 0, in_rings_bytes = 0;
+  queue_->Queued(&queued, &queued_bytes);
+  inbox_->Pending(&in_rings, &in_rings_bytes);
+  queued += in_rings;
+  queued_bytes += in_rings_bytes;
+  AddValue(out, "xfer_notifications_queued", MetricType::kGauge,
+           "Notifications received and not yet taken (GetNotifies), rings included.",
+           static_cast<double>(queued));
+  AddValue(out, "xfer_notifications_queued_bytes", MetricType::kGauge,
+           "The queued notifications' bytes.", static_cast<double>(queued_bytes));
+}
+
+}  // namespace xfer

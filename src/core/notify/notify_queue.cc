@@ -1,0 +1,98 @@
+#include "core/notify/notify_queue.h"
+
+#include "util/futex.h"
+#include "util/log.h"
+
+namespace xfer {
+
+Status NotifyQueue::Push(Notification n, const std::function<void()>& before_visible) {
+  std::unique_lock lock(mu_);
+  const uint64_t size = n.message.size();
+  if (queue_.size() >= max_messages_ || bytes_ + size > max_bytes_) {
+    const bool first = refused_++ == 0;
+    const std::string why = "the target's notification queue is full (" +
+                            std::to_string(queue_.size()) + " messages, " +
+                            std::to_string(bytes_) + " bytes queued; EngineOptions::notify "
+                            "bounds " + std::to_string(max_messages_) + " / " +
+                            std::to_string(max_bytes_) + "): the application is not taking them";
+    lock.unlock();
+    if (first) XLOG(WARN) << "refused a notification from " << n.sender << ": " << why;
+    return {StatusCode::kResourceExhausted, why};
+  }
+  bytes_ += size;
+  queue_.push_back(std::move(n));
+  if (before_visible) before_visible();  // (under the lock: no TakeAll sees it before)
+  lock.unlock();
+  Nudge();
+  return Status::Ok();
+}
+
+void NotifyQueue::PushAccepted(Notification n) {
+  {
+    std::lock_guard lock(mu_);
+    bytes_ += n.message.size();
+    queue_.push_back(std::move(n));
+  }
+  Nudge();
+}
+
+bool NotifyQueue::TakeAll(std::vector<Notification>* out) {
+  uint64_t refused = 0;
+  {
+    std::lock_guard lock(mu_);
+    refused = refused_;
+    refused_ = 0;  // (a new stretch of refusals starts: its first is logged)
+    if (queue_.empty()) return false;
+    for (auto& n : queue_) out->push_back(std::move(n));
+    queue_.clear();
+    bytes_ = 0;
+  }
+  if (refused > 1) XLOG(WARN) << "the notification queue had refused " << refused << " notifications";
+  return true;
+}
+
+bool NotifyQueue::WaitTakeAll(std::vector<Notification>* out, Clock::time_point until) {
+  for (;;) {
+    const futex::Watch watch{&changes_, BeginWait(), false};
+    const bool took = TakeAll(out);
+    const bool over = took || closed() || Clock::now() >= until;
+    if (!over) futex::WaitAny({&watch, 1}, until);
+    EndWait();
+    if (over) return took;
+  }
+}
+
+void NotifyQueue::Close() {
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+  }
+  Nudge();
+}
+
+bool NotifyQueue::closed() {
+  std::lock_guard lock(mu_);
+  return closed_;
+}
+
+void NotifyQueue::Nudge() {
+  // (Sequentially consistent with BeginWait: either the waiter's look finds the change, or
+  // this sees the waiter.)
+  changes_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) != 0) futex::Wake(&changes_, false);
+}
+
+uint32_t NotifyQueue::BeginWait() {
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  return changes_.load(std::memory_order_seq_cst);
+}
+
+void NotifyQueue::EndWait() { sleepers_.fetch_sub(1, std::memory_order_relaxed); }
+
+void NotifyQueue::Queued(uint64_t* messages, uint64_t* bytes) {
+  std::lock_guard lock(mu_);
+  *messages = queue_.size();
+  *bytes = bytes_;
+}
+
+}  // namespace xfer

@@ -1,0 +1,146 @@
+// PeerService on the control thread: a session's frames before and with its hello, then the
+// peer's region updates, round trips and goodbye, and the session's end.
+#include "core/peers/peer_service.h"
+#include "util/log.h"
+
+namespace xfer {
+namespace {
+
+// Peers without a port (client-only engines) may share a name: tell them apart.
+std::string PeerKey(const wire::Hello& h) {
+  net::Address a;
+  if (net::ParseAddress(h.name, &a).ok() && a.has_port) return h.name;
+  char inc[24];
+  std::snprintf(inc, sizeof inc, "%016llx", static_cast<unsigned long long>(h.incarnation));
+  return h.name + "#" + inc;
+}
+
+}  // namespace
+
+void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello&& hello) {
+  if (hello.name.empty() || hello.incarnation == 0) {
+    XLOG(WARN) << "hello from " << s->remote_addr() << " without name or incarnation; closing";
+    s->Shutdown("invalid hello");
+    return;
+  }
+  if (std::string why = WhyBadTable(hello.regions, self_.options.max_peer_regions); !why.empty()) {
+    XLOG(WARN) << "hello from " << s->remote_addr() << " has a bad region table (" << why << "); closing";
+    (void)s->Send(wire::Goodbye{"bad region table: " + why});
+    s->Shutdown("bad region table");
+    return;
+  }
+  if (s->auth && (hello.name != s->auth->their_name() || hello.incarnation != s->auth->their_incarnation())) {
+    auth_.Refuse(s, "authentication failed", "its hello names another engine than it authenticated as");
+    return;
+  }
+  const std::string key = PeerKey(hello);
+  Peer replaced;
+  if (Status st = table_.BeginAccept(key, hello.incarnation, &replaced); !st.ok()) {
+    if (st.code() == StatusCode::kResourceExhausted) {
+      if (uint64_t more = 0; too_many_sessions_log_.Due(&more)) {
+        XLOG(WARN) << "refused the hello of " << key << " from " << s->remote_addr() << ": "
+                   << st.message() << log::Limit::More(more);
+      }
+      (void)s->Send(wire::Goodbye{st.message()});
+      s->Shutdown("too many sessions");
+      return;
+    }
+    (void)s->Send(wire::Goodbye{"already connected to " + self_.name});
+    s->Shutdown("duplicate connection from " + key);
+    return;
+  }
+  if (replaced.session) {  // the peer restarted: forget everything about the old one
+    Drop(*replaced.state);
+    XLOG(INFO) << "peer " << key << " restarted (new incarnation); dropping the old session";
+    replaced.session->Shutdown("peer restarted");
+  }
+  std::string transport_error;
+  auto state = MakePeerState(hello, false, net::HostOf(s->remote_addr()), s->fd(), s->auth_key,
+                             &transport_error);
+  if (!state->Reachable()) {
+    XLOG(INFO) << "peer " << key << " connected; this engine cannot initiate transfers to it: "
+               << transport_error;
+  } else {
+    XLOG(INFO) << "peer " << key << " connected (pid " << hello.pid << ", transport "
+               << state->info.transport << ")";
+  }
+  // Known before the reply leaves, so the peer's Connect() never returns ahead of us.
+  s->context = state;
+  s->peer_key = key;
+  s->established.store(true);
+  table_.FinishAccept(key, Peer{s, state});
+  metrics_->SessionOpened(key);
+  if (!SendHelloAndSubscribe(s).ok()) s->Shutdown("cannot send hello");
+  events_.up(s, state);  // (after the hello, which the peer reads first)
+}
+
+void PeerService::OnBeforeHello(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {
+  if (auth_.OnUnauthenticated(s, msg)) return;
+  if (auto* hello = std::get_if<wire::Hello>(&msg)) return OnHello(s, std::move(*hello));
+  XLOG(WARN) << "control connection from " << s->remote_addr() << " sent "
+             << "a frame before its hello; closing it";
+  s->Shutdown("protocol error: no hello");
+}
+
+void PeerService::OnMessage(const std::shared_ptr<control::Session>& s, wire::Message& msg) {
+  PeerState& peer = *PeerOf(*s);
+  const uint32_t max_regions = self_.options.max_peer_regions;
+  std::visit(
+      [&](auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, wire::RegionAdd>) {
+          if (peer.regions.size() >= max_regions) {
+            XLOG(WARN) << "peer " << s->peer_key << " advertised more than " << max_regions
+                       << " regions (EngineOptions::max_peer_regions); closing its session";
+            s->Shutdown("too many regions");
+          } else if (std::string why; !peer.regions.Add(m.region, &why)) {
+            XLOG(WARN) << "peer " << s->peer_key << " sent a bad region (" << why << "); closing its session";
+            s->Shutdown("bad region: " + why);
+          }
+        } else if constexpr (std::is_same_v<T, wire::RegionRemove>) {
+          // Batches into the region that already started have finished before the answer.
+          auto gone = peer.regions.Revoke(m.id);
+          events_.fence(&peer, gone.get(), self_.ControlFenceDeadline());
+          if (gone) gone->CloseAll();
+          s->SendSoon(wire::RegionRemoveAck{m.id, m.seq});
+        } else if constexpr (std::is_same_v<T, wire::RegionRemoveAck> ||
+                             std::is_same_v<T, wire::SyncAck>) {
+          s->Acked(m.seq);
+        } else if constexpr (std::is_same_v<T, wire::Sync>) {
+          s->SendSoon(wire::SyncAck{m.seq});
+        } else if constexpr (std::is_same_v<T, wire::Goodbye>) {
+          // Stop using the peer's memory, then say so: it may free that memory next.
+          auto gone = Drop(peer);
+          events_.fence_streams(self_.ControlFenceDeadline());
+          for (auto& r : gone) r->CloseAll();
+          // The answer goes now or not at all: a peer that does not read what we sent it must
+          // not hold the control thread (it sees the session close instead, which also says
+          // that we stopped).
+          if (m.seq != 0) {
+            s->SendSoon(wire::SyncAck{m.seq});
+            if (s->Flush() != control::Session::Flushed::kAll) {
+              XLOG(WARN) << "peer " << s->peer_key << " does not read its control connection; "
+                         << "closing it without answering its goodbye";
+            }
+          }
+          s->Shutdown("peer said goodbye: " + m.reason);
+        } else if constexpr (std::is_same_v<T, wire::Hello>) {
+          XLOG(WARN) << "peer " << s->peer_key << " sent a second hello; closing";
+          s->Shutdown("protocol error: second hello");
+        }
+      },
+      msg);
+}
+
+void PeerService::OnClosed(const std::shared_ptr<control::Session>& s, const std::string& reason) {
+  regions_.Unsubscribe(s);
+  if (PeerState* peer = PeerOf(*s)) Drop(*peer);
+  events_.closed(s);
+  const bool was_peer = table_.RemoveSession(s->peer_key, s);
+  if (was_peer || s->established.load()) {
+    XLOG(INFO) << "session with " << (s->peer_key.empty() ? s->remote_addr() : s->peer_key)
+               << " ended: " << reason;
+  }
+}
+
+}  // namespace xfer

@@ -1,0 +1,177 @@
+#include "core/peers/peer_table.h"
+
+namespace xfer {
+namespace {
+
+Status StillAccepting(const std::string& remote) {
+  return {StatusCode::kTimeout,
+          "Connect: the session '" + remote + "' opened to us is still being set up"};
+}
+
+}  // namespace
+
+bool PeerTable::Find(const std::string& key, Peer* out) const {
+  // The peer this thread found last, held weakly (a peer that goes away is not kept alive
+  // by a thread that stopped transferring to it).
+  // (Once the thread's copy was destroyed, at its exit or the process's, a call from a later
+  // destructor takes the lock: `gone`, trivially destructible, outlives it.)
+  thread_local bool gone = false;
+  struct Found {
+    const PeerTable* table = nullptr;
+    uint64_t version = 0;
+    std::string key;
+    std::weak_ptr<control::Session> session;
+    std::weak_ptr<PeerState> state;
+    ~Found() { gone = true; }
+  };
+  const uint64_t version = version_.load(std::memory_order_acquire);
+  Found* last = nullptr;
+  if (!gone) {
+    thread_local Found mine;
+    last = &mine;
+  }
+  if (last != nullptr && last->table == this && last->version == version && last->key == key) {
+    Peer p{last->session.lock(), last->state.lock()};
+    if (p.session && p.state) {
+      *out = std::move(p);
+      return true;
+    }
+  }
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(key);
+  if (it == peers_.end()) return false;
+  *out = it->second;
+  // (The version read above, not the current one: a change since then makes the next call
+  // look again.)
+  if (last != nullptr) {  // (field by field: a temporary Found's destructor would set gone)
+    last->table = this;
+    last->version = version;
+    last->key = key;
+    last->session = out->session;
+    last->state = out->state;
+  }
+  return true;
+}
+
+bool PeerTable::HasLive(uint64_t incarnation) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [key, p] : peers_) {
+    if (p.state->info.incarnation == incarnation && p.state->alive.load()) return true;
+  }
+  return false;
+}
+
+std::string PeerTable::AuthKeyOf(uint64_t incarnation) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [key, p] : peers_) {
+    if (p.state->info.incarnation == incarnation && p.state->alive.load()) return p.state->auth_key;
+  }
+  return "";
+}
+
+std::vector<std::shared_ptr<PeerState>> PeerTable::States() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<PeerState>> out;
+  for (const auto& [key, p] : peers_) out.push_back(p.state);
+  return out;
+}
+
+bool PeerTable::AwaitAccepted(std::unique_lock<std::mutex>& lock, const std::string& remote,
+                              Clock::time_point deadline) {
+  return changed_.wait_until(lock, deadline, [&] { return !accepting_.count(remote); });
+}
+
+Status PeerTable::Claim(const std::string& remote, Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  if (!AwaitAccepted(lock, remote, deadline)) return StillAccepting(remote);
+  if (peers_.count(remote) || connecting_.count(remote)) {
+    return {StatusCode::kAlreadyConnected, "already connected to '" + remote + "'"};
+  }
+  if (Full()) return TooMany();
+  connecting_.insert(remote);
+  return Status::Ok();
+}
+
+void PeerTable::Unclaim(const std::string& remote) {
+  std::lock_guard lock(mu_);
+  connecting_.erase(remote);
+}
+
+bool PeerTable::InstallClaimed(const std::string& remote, const Peer& peer) {
+  std::lock_guard lock(mu_);
+  connecting_.erase(remote);
+  if (peers_.count(remote)) return false;
+  peers_[remote] = peer;
+  Changed();
+  return true;
+}
+
+Status PeerTable::AwaitCrossed(const std::string& remote, Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  if (!AwaitAccepted(lock, remote, deadline)) return StillAccepting(remote);
+  return peers_.count(remote) ? Status::Ok()
+                              : Status{StatusCode::kAlreadyConnected,
+                                       "'" + remote + "' already has a session with this engine"};
+}
+
+bool PeerTable::Full() const {
+  return peers_.size() + connecting_.size() + accepting_.size() >= max_sessions_;
+}
+
+Status PeerTable::TooMany() const {
+  return {StatusCode::kResourceExhausted, "this engine holds as many sessions as it allows (" +
+                                              std::to_string(max_sessions_) + ", EngineOptions::max_sessions)"};
+}
+
+Status PeerTable::BeginAccept(const std::string& key, uint64_t incarnation, Peer* replaced) {
+  std::lock_guard lock(mu_);
+  // While this hello is answered, accepting_ keeps a Connect() of ours from starting a
+  // crossing session.
+  const bool our_connect_wins = connecting_.count(key) && mine_ < incarnation;
+  auto it = peers_.find(key);
+  const bool duplicate = it != peers_.end() && (it->second.state->info.incarnation == incarnation ||
+                                                it->second.session->outbound());
+  if (our_connect_wins || accepting_.count(key) || duplicate) {
+    return {StatusCode::kAlreadyConnected, "already connected to '" + key + "'"};
+  }
+  // (A restart takes its old session's place; a hello crossing our Connect, that of the claim.)
+  if (it == peers_.end() && !connecting_.count(key) && Full()) return TooMany();
+  accepting_.insert(key);
+  if (it != peers_.end()) {  // same name, new incarnation: the peer restarted
+    *replaced = it->second;
+    peers_.erase(it);
+    Changed();
+  }
+  return Status::Ok();
+}
+
+void PeerTable::FinishAccept(const std::string& key, const Peer& peer) {
+  {
+    std::lock_guard lock(mu_);
+    peers_[key] = peer;
+    Changed();
+    accepting_.erase(key);
+  }
+  changed_.notify_all();
+}
+
+bool PeerTable::RemoveSession(const std::string& key, const std::shared_ptr<control::Session>& s) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(key);
+  if (it == peers_.end() || it->second.session != s) return false;
+  peers_.erase(it);
+  Changed();
+  return true;
+}
+
+bool PeerTable::Take(const std::string& key, Peer* out) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(key);
+  if (it == peers_.end()) return false;
+  *out = it->second;
+  peers_.erase(it);
+  Changed();
+  return true;
+}
+
+}  // namespace xfer
