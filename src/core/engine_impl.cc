@@ -84,6 +84,7 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   self_.incarnation = host::RandomU64();
   self_.host_id = options.host_id.empty() ? host::BootId() : options.host_id;
   metrics_ = std::make_shared<EngineMetrics>(self_.options.metrics_max_peers, transport::BackendNames());
+  notifier_.Start(metrics_);  // (first: GetMetrics and GetNotifies read it even after a failed start)
   if (s = StartBackends(addr.host); !s.ok()) return {s.code(), "Initialize: " + s.message()};
   StartServices();
   if (s = peers_.StartNames(addr.has_port); !s.ok()) {
@@ -128,8 +129,8 @@ Status EngineImpl::StartBackends(const std::string& listen_host) {
 }
 
 void EngineImpl::StartServices() {
-  notifier_.Start(metrics_);
   peers_.Begin(metrics_, PeerService::Events{
+      .made = [this](const auto& peer) { notifier_.PeerMade(peer); },
       .up = [this](const auto& s, const auto& peer) { notifier_.PeerUp(s, peer); },
       .gone = [this](PeerState& peer) {
         notifier_.PeerGone(peer);
@@ -179,7 +180,7 @@ void EngineImpl::Finalize() {
   // Peers stop using our memory before Finalize returns (the application may free it next).
   peers_.Stop();
   notifier_.Close();  // (what is queued stays readable)
-  transfers_.Stop(self_.HeartbeatDeadline());
+  transfers_.Stop();
   backends_.StopServing();
   transfers_.Clear();
   regions_.ReleaseAll();  // peers were told goodbye: none uses the memory any more

@@ -46,8 +46,9 @@ class TransferService {
   // Initialize: the buffer pool (when staging is on) and the streams.
   void Start(std::shared_ptr<EngineMetrics> metrics, Notifications notifications);
   // Finalize, once the sessions are closed: requests end (canceled), the streams run what is
-  // queued and stop, the inline targets go (a caller's copy may hold a slot until deadline).
-  void Stop(Clock::time_point deadline);
+  // queued and stop, the inline targets go (a caller's copy may hold a slot for up to the
+  // heartbeat timeout).
+  void Stop();
   // Finalize, last: the requests and prepared lists are forgotten.
   void Clear();
 

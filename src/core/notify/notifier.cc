@@ -35,36 +35,36 @@ class Notifier::Sender {
     (void)peer.session->SendNumbered(frame, &seq, std::move(done));  // done: the answer, or the loss
   }
 
-  void Keep(const PeerState* peer, std::shared_ptr<NotifyOutbox> box) {
+  // The ring of a peer's state, from its making to the state's end.
+  void Keep(const std::shared_ptr<PeerState>& peer, std::shared_ptr<NotifyOutbox> box) {
     std::lock_guard lock(mu_);
-    outboxes_[peer] = std::move(box);
+    std::erase_if(outboxes_, [](const auto& e) { return e.second.peer.expired(); });
+    outboxes_[peer.get()] = Kept{peer, std::move(box)};
   }
-  // The peer's outbox leaves; it closes (every later write answers kConnectionLost).
+  // The peer's ring closes: every later write answers kConnectionLost.
   void Close(const PeerState* peer) {
-    std::shared_ptr<NotifyOutbox> box;
-    {
-      std::lock_guard lock(mu_);
-      auto it = outboxes_.find(peer);
-      if (it == outboxes_.end()) return;
-      box = std::move(it->second);
-      outboxes_.erase(it);
-    }
-    box->Close();
+    if (std::shared_ptr<NotifyOutbox> box = OutboxOf(peer)) box->Close();
   }
-
- private:
   std::shared_ptr<NotifyOutbox> OutboxOf(const PeerState* peer) const {
     std::lock_guard lock(mu_);
     auto it = outboxes_.find(peer);
-    return it == outboxes_.end() ? nullptr : it->second;
+    return it == outboxes_.end() || it->second.peer.expired() ? nullptr : it->second.box;
   }
 
+ private:
   const std::shared_ptr<NotifyQueue> own_;
   const std::string name_;  // this engine's, as the sender of its own notifications
   const uint64_t incarnation_;
+  // The rings of this engine's peers on this host, by their state. An entry outlives its
+  // state's end (closed, so that late notifications fail as they did in the state) until the
+  // state is destroyed: its address may then be another state's, which the expired weak
+  // reference tells apart.
+  struct Kept {
+    std::weak_ptr<const PeerState> peer;
+    std::shared_ptr<NotifyOutbox> box;
+  };
   mutable std::mutex mu_;
-  // The rings of this engine's peers on this host, from the session's start to the peer's end.
-  std::unordered_map<const PeerState*, std::shared_ptr<NotifyOutbox>> outboxes_;  // mu_
+  std::unordered_map<const PeerState*, Kept> outboxes_;  // mu_
 };
 
 void Notifier::Start(std::shared_ptr<EngineMetrics> metrics) {
@@ -98,12 +98,16 @@ std::function<void(Notifier::Done)> Notifier::Delivery(const Peer& peer, std::st
   };
 }
 
-void Notifier::PeerUp(const std::shared_ptr<control::Session>& s, const std::shared_ptr<PeerState>& peer) {
+void Notifier::PeerMade(const std::shared_ptr<PeerState>& peer) {
   if (!rings_possible_ || !peer->on_this_host) return;
   const EngineOptions::Notify& o = self_.options.notify;
   auto box = NotifyOutbox::Make(self_.incarnation, next_ring_key_.fetch_add(1), o.ring_bytes, o.max_message_bytes);
+  if (box) sender_->Keep(peer, std::move(box));
+}
+
+void Notifier::PeerUp(const std::shared_ptr<control::Session>& s, const std::shared_ptr<PeerState>& peer) {
+  std::shared_ptr<NotifyOutbox> box = sender_->OutboxOf(peer.get());
   if (!box) return;
-  sender_->Keep(peer.get(), box);
   uint64_t seq = 0;
   auto offer = [&](uint64_t n) { return box->Offer(n); };
   (void)s->SendNumbered(offer, &seq, [box, key = s->peer_key](Status answer) { box->Answered(answer, key); });

@@ -49,8 +49,10 @@ class Notifier {
   // the engine is gone (a request ending late).
   std::function<void(Done)> Delivery(const Peer& peer, std::string message) const;
 
-  // The peers' events: a session up (this engine offers its ring to a peer on this host), a
-  // peer gone (that ring closes), a session ended (the ring its peer offered us goes).
+  // The peers' events: a peer's state made (a peer on this host gets a ring of this engine's),
+  // its session up (the ring is offered), the peer gone (the ring closes: every later
+  // notification to that state fails), a session ended (the ring its peer offered us goes).
+  void PeerMade(const std::shared_ptr<PeerState>& peer);
   void PeerUp(const std::shared_ptr<control::Session>& s, const std::shared_ptr<PeerState>& peer);
   void PeerGone(const PeerState& peer);
   void SessionClosed(const std::shared_ptr<control::Session>& s);

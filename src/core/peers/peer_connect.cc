@@ -87,6 +87,7 @@ std::shared_ptr<PeerState> PeerService::MakePeerState(const wire::Hello& hello, 
     *transport_error = "no transport reaches peer " + hello.name + " (" + *transport_error + ")";
   }
   st->regions.Reset(hello.regions);
+  if (!itself) events_.made(st);
   return st;
 }
 
@@ -212,7 +213,6 @@ Status PeerService::InstallOutbound(const std::shared_ptr<control::Session>& ses
   if (!table_.InstallClaimed(remote, Peer{session, state})) {
     session->Close();  // a crossing session from the peer got in first: it stays
     regions_.Unsubscribe(session);
-    events_.gone(*state);
     return Status::Ok();
   }
   loop_->Add(session);

@@ -34,6 +34,9 @@ class PeerService {
 
   // What the services above this one do as peers come and go (EngineImpl wires them).
   struct Events {
+    // A peer's state was made from its hello, before anyone can find it (the notifier makes
+    // the ring it will offer a peer on this host).
+    std::function<void(const std::shared_ptr<PeerState>&)> made;
     // A session is up, before any notification can go out on it (the notifier offers its ring).
     std::function<void(const std::shared_ptr<control::Session>&, const std::shared_ptr<PeerState>&)> up;
     // A peer's state ends (dropped, or made and never installed): what is kept for it goes.
