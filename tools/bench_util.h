@@ -38,7 +38,8 @@ inline uint64_t NowNs() {
 // itself). Where the kernel keeps time by the TSC (its clocksource is "tsc": invariant and in
 // step on every CPU) and reading it is cheaper than clock_gettime, it reads the TSC, as
 // ucx_perftest does, scaled by a 10 ms calibration against CLOCK_MONOTONIC made on first use.
-// Elsewhere it is NowNs. (clock_gettime costs ~30 ns on this VM, a tenth of a 16 KiB copy.)
+// Elsewhere it is NowNs. (clock_gettime can cost a tenth of a 16 KiB copy: bench/RESULTS.md,
+// "How the defaults were chosen".)
 class LoopClock {
  public:
   static uint64_t Now() {

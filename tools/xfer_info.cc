@@ -25,8 +25,8 @@
 #include <sstream>
 #include <string>
 
-#include "transport/cuda/cuda_api.h"
-#include "util/nics.h"
+#include "transport/common/cuda/cuda_api.h"
+#include "transport/tcp/nics.h"
 #include "util/pci_locality.h"
 #include "transport/ucx/ucx_transport.h"
 #include "util/crypto.h"

@@ -18,7 +18,7 @@
 #include <string_view>
 
 #include "transport/remote_region.h"
-#include "transport/transport.h"
+#include "transport/link.h"
 #include "xfer/options.h"
 #include "xfer/status.h"
 #include "xfer/types.h"
@@ -42,13 +42,6 @@ inline PlanLimits WithOverrides(PlanLimits defaults, const EngineOptions& o) {
   if (o.slice_bytes != 0) defaults.slice_bytes = o.slice_bytes;
   if (o.batch_bytes != 0) defaults.batch_bytes = o.batch_bytes;
   return defaults;
-}
-
-// A link's limits from its transport's defaults (and the user's overrides).
-inline PlanLimits LimitsOf(const Transport& t, const EngineOptions& o) {
-  PlanLimits l = WithOverrides({t.default_batch_bytes(), t.default_batch_bytes(), t.max_slices_per_batch()}, o);
-  l.batches_in_flight = t.useful_batches_in_flight();
-  return l;
 }
 
 // The position of a backend's name in BackendNames() (below; 0 for a name not there).

@@ -1,5 +1,5 @@
-// The transport interface. A transport knows how to move bytes between this process and a
-// peer; it knows nothing of requests, deadlines, names or options parsing.
+// A link: how a backend moves batches of slices between this process and one peer (its Route
+// holds it: backend.h). It knows nothing of requests, names or options parsing.
 #pragma once
 
 #include <chrono>
@@ -22,20 +22,6 @@ struct Slice {
   uint64_t local = 0;
   uint64_t remote = 0;
   uint64_t len = 0;
-};
-
-// What a transport may use to reach a peer, taken from the peer's hello.
-struct PeerEndpoint {
-  int32_t pid = 0;
-  uint64_t incarnation = 0;
-  uint64_t cma_cookie = 0;  // address in the peer of a u64 holding its incarnation
-  std::string host;         // the peer's address as this engine reaches it (control connection)
-  uint16_t tcp_port = 0;    // the peer's tcp data port; 0 = none
-  std::string auth_key;     // the authenticated control session's key; "" without a secret
-  int pidfd = -1;           // same host: the peer process, verified (a transport dups it)
-  // The peer's tcp data addresses, one per NIC it serves on (its tcp.nics; "host:port" each):
-  // empty when it names none (then host:tcp_port).
-  std::vector<std::string> tcp_nics{};
 };
 
 using Clock = std::chrono::steady_clock;
@@ -82,27 +68,6 @@ class Link {
   // not retried (a batch that starts later opens a fresh connection). Links whose batches
   // cannot stall on a peer (copies through memory) do nothing.
   virtual void Interrupt(Clock::time_point /*since*/) {}
-};
-
-class Transport {
- public:
-  virtual ~Transport() = default;
-  virtual std::string_view name() const = 0;
-  // The most slices one Execute() call may carry (the kernel's IOV_MAX for cma).
-  virtual size_t max_slices_per_batch() const = 0;
-  // Bytes per batch (and per slice) when the user sets none: measured per transport.
-  virtual uint64_t default_batch_bytes() const { return 256 << 10; }
-  // Whether a link reaches the peer's GPU memory (tcp: the target's threads stage it).
-  virtual bool reaches_device_memory() const { return false; }
-  // How many batches of one request on a link are worth running at once: more only add
-  // threads that wait.
-  virtual size_t useful_batches_in_flight() const { return SIZE_MAX; }
-  // Opens a link to a peer, or says why this transport cannot reach it.
-  virtual Status Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) = 0;
-  // For transports whose threads touch this engine's memory on a peer's behalf (tcp): waits
-  // until work that started before the call has finished. Memory checks made after the call
-  // see the registry as it is now. (Backend::Fence: the deadline.)
-  virtual void Fence(Clock::time_point deadline) {}
 };
 
 }  // namespace xfer::transport

@@ -225,8 +225,8 @@ Status Recv(int fd, void* data, size_t len, Clock::time_point deadline, std::chr
             std::chrono::microseconds spin, Clock::time_point* started) {
   char* p = static_cast<char*>(data);
   Clock::time_point spin_until{};
-  // Every step is a recv call already: yield at once, the sender may need this core (in A/B
-  // runs on this 2-core machine, tcp was slower with pauses first).
+  // Every step is a recv call already: yield at once, the sender may need this core (pauses
+  // first made tcp slower: bench/RESULTS.md, "How the defaults were chosen").
   Backoff backoff(0);
   while (len > 0) {
     ssize_t n = ::recv(fd, p, len, MSG_DONTWAIT);

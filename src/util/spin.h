@@ -1,7 +1,8 @@
 // Pacing of a bounded spin-wait. The first steps only pause the CPU: when the awaited thread is
 // running, its change lands within a microsecond or two, and a system call would only delay
-// noticing it (a sched_yield costs ~1 us on this VM). Later steps yield the core: when threads
-// outnumber cores (2 here: caller, streams, control), the awaited thread may need exactly it.
+// noticing it (a sched_yield costs about a microsecond: bench/RESULTS.md, "How the defaults
+// were chosen"). Later steps yield the core: when threads outnumber cores (caller, streams,
+// control), the awaited thread may need exactly it.
 #pragma once
 
 #include <sched.h>

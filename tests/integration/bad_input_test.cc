@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "test_common.h"
-#include "transport/cuda/cuda_api.h"
+#include "transport/common/cuda/cuda_api.h"
 
 namespace xfer_test {
 namespace {

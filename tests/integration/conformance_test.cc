@@ -13,7 +13,7 @@
 
 #include "test_common.h"
 #include "transport/backend.h"
-#include "transport/cuda/cuda_api.h"
+#include "transport/common/cuda/cuda_api.h"
 
 namespace xfer_test {
 namespace {

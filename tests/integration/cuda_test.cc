@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "test_common.h"
-#include "transport/cuda/cuda_api.h"
+#include "transport/common/cuda/cuda_api.h"
 
 namespace xfer_test {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "notified_stream.h"
 #include "test_common.h"
-#include "transport/cuda/cuda_api.h"
+#include "transport/common/cuda/cuda_api.h"
 
 namespace xfer_test {
 namespace {

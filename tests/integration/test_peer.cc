@@ -78,7 +78,7 @@
 
 #include "notified_stream.h"
 #include "pattern.h"
-#include "transport/cuda/cuda_api.h"
+#include "transport/common/cuda/cuda_api.h"
 #include "xfer/engine.h"
 
 namespace {

@@ -6,7 +6,9 @@
 #                    each of them -> metrics and core/local_engine.h; metrics -> none of them;
 #   core/engine_impl.* (the wiring) -> every service; only src/api includes engine_impl.h;
 #   control, transport, metadata, util: never core or api; transport never control (whose
-#   wire records carry the backends' blobs: transport/remote_region.h).
+#   wire records carry the backends' blobs: transport/remote_region.h);
+#   transport/<backend>/ -> transport's own headers and transport/common/, never a sibling
+#   backend; transport/common/ -> no backend.
 # Fails with each edge that breaks a rule.
 set -euo pipefail
 root=${1:?usage: core_layers.sh REPO_ROOT}
@@ -19,22 +21,27 @@ part_of() {
     core/engine_impl.*) echo core/engine_impl ;;
     core/*/*) echo "core/$(echo "$1" | cut -d/ -f2)" ;;
     core/*) echo core/base ;;
+    transport/*/*) echo "transport/$(echo "$1" | cut -d/ -f2)" ;;
     *) echo "${1%%/*}" ;;
   esac
 }
-# The parts a part may include (besides itself, util/ and the public xfer/ headers).
+# The parts a part may include (besides itself, util/ and the public xfer/ headers). The core
+# reaches backends only through transport's own headers and common/ (no backend's folder).
+T="transport transport/common"
 allowed() {
   case $1 in
-    api) echo "core/engine_impl core/base control transport metadata" ;;
-    core/engine_impl) echo "core/peers core/regions core/datapath core/notify core/metrics core/base control transport metadata" ;;
-    core/peers) echo "core/regions core/metrics core/base control transport metadata" ;;
-    core/regions) echo "core/metrics core/base control transport" ;;
-    core/datapath) echo "core/peers core/regions core/metrics core/base control transport" ;;
-    core/notify) echo "core/peers core/regions core/metrics core/base control transport" ;;
+    api) echo "core/engine_impl core/base control $T metadata" ;;
+    core/engine_impl) echo "core/peers core/regions core/datapath core/notify core/metrics core/base control $T metadata" ;;
+    core/peers) echo "core/regions core/metrics core/base control $T metadata" ;;
+    core/regions) echo "core/metrics core/base control $T" ;;
+    core/datapath) echo "core/peers core/regions core/metrics core/base control $T" ;;
+    core/notify) echo "core/peers core/regions core/metrics core/base control $T" ;;
     core/metrics) echo "core/base" ;;
     core/base) echo "" ;;
     control) echo "transport/remote_region.h" ;;
-    transport) echo "" ;;
+    transport) echo "transport/common" ;;
+    transport/common) echo "transport" ;;
+    transport/*) echo "transport transport/common" ;;
     metadata) echo "" ;;
     util) echo "" ;;
     *) echo "?" ;;

@@ -32,14 +32,9 @@ TEST(CmaLink, APidNamingAnotherProcessThanTheVerifiedOneGetsNoWrite) {
   net::Fd pidfd(static_cast<int>(syscall(SYS_pidfd_open, child, 0)));
   ASSERT_TRUE(pidfd.valid());
   static uint64_t cookie = 77;  // what this process shows as the peer's incarnation
-  PeerEndpoint e;
-  e.pid = getpid();
-  e.incarnation = cookie;
-  e.cma_cookie = reinterpret_cast<uint64_t>(&cookie);
-  e.pidfd = pidfd.get();
-  CmaTransport cma;
+  const CmaPeer e{getpid(), cookie, reinterpret_cast<uint64_t>(&cookie), pidfd.get()};
   std::shared_ptr<Link> link;
-  ASSERT_TRUE(cma.Connect(e, &link).ok());
+  ASSERT_TRUE(CmaTransport::Connect(e, &link).ok());
   uint64_t src = 1, dst = 0;
   const Slice one{reinterpret_cast<uint64_t>(&src), reinterpret_cast<uint64_t>(&dst), sizeof src};
   ASSERT_TRUE(link->Execute(Op::kWrite, {&one, 1}, Clock::now() + std::chrono::seconds(1)).ok());
@@ -57,13 +52,8 @@ TEST(CmaLink, APidNamingAnotherProcessThanTheVerifiedOneGetsNoWrite) {
 // A link to this process itself (cma's syscalls move memory within one process as well).
 std::shared_ptr<Link> SelfLink() {
   static uint64_t cookie = 78;
-  PeerEndpoint e;
-  e.pid = getpid();
-  e.incarnation = cookie;
-  e.cma_cookie = reinterpret_cast<uint64_t>(&cookie);
-  CmaTransport cma;
   std::shared_ptr<Link> link;
-  EXPECT_TRUE(cma.Connect(e, &link).ok());
+  EXPECT_TRUE(CmaTransport::Connect(CmaPeer{getpid(), cookie, reinterpret_cast<uint64_t>(&cookie)}, &link).ok());
   return link;
 }
 

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "transport/local/local_transport.h"
+#include "transport/common/host_copy.h"
 
 namespace xfer::transport {
 namespace {

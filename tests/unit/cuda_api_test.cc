@@ -2,7 +2,7 @@
 // (cuda_memory.cc, cuda_ipc.cc, cuda_copy.cc) and without (cuda_unavailable.cc). Tests that need a GPU skip themselves where
 // there is none; opening a peer's region across processes is left to the integration tests
 // (CUDA IPC refuses a handle of its own process).
-#include "transport/cuda/cuda_api.h"
+#include "transport/common/cuda/cuda_api.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>

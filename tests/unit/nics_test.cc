@@ -1,5 +1,5 @@
 // tcp.nics: naming the host's interfaces, and which addresses each reaches without a router.
-#include "util/nics.h"
+#include "transport/tcp/nics.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "util/nics.h"
+#include "transport/tcp/nics.h"
 #include "xfer/engine.h"
 
 namespace xfer::pci {

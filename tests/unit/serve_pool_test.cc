@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "util/serve_pool.h"
+#include "transport/tcp/serve_pool.h"
 
 namespace xfer::net {
 namespace {

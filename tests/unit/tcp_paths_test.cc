@@ -9,11 +9,11 @@
 namespace xfer::transport {
 namespace {
 
-PeerEndpoint Peer(std::vector<std::string> addresses) {
-  PeerEndpoint p;
+TcpPeer Peer(std::vector<std::string> addresses) {
+  TcpPeer p;
   p.host = "10.9.9.9";
-  p.tcp_port = 4000;
-  p.tcp_nics = std::move(addresses);
+  p.port = 4000;
+  p.nics = std::move(addresses);
   return p;
 }
 net::Nic NicOf(const std::string& name, const std::string& address, int prefix) {

@@ -1,7 +1,7 @@
 // The tcp transport against itself over loopback, real sockets: the target side's own checks.
 #include "transport/tcp/tcp_transport.h"
 #include "transport/tcp/tcp_wire.h"
-#include "util/checksum.h"
+#include "transport/tcp/checksum.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -41,7 +41,7 @@ class TcpTransportTest : public ::testing::TestWithParam<bool> {
     hooks.is_peer = [this](uint64_t inc) { return inc == 42 && peer_known_; };
     tcp_ = std::make_unique<TcpTransport>(TcpOptions{2, false, std::chrono::milliseconds(2000)}, hooks);
     ASSERT_TRUE(tcp_->Start("127.0.0.1").ok());
-    PeerEndpoint self{0, 42, 0, "127.0.0.1", tcp_->port(), "", -1};
+    TcpPeer self{42, "127.0.0.1", tcp_->port(), ""};
     ASSERT_TRUE(tcp_->Connect(self, &link_).ok());
   }
   uint64_t R(uint64_t off) { return reinterpret_cast<uint64_t>(region_.data()) + off; }
@@ -468,7 +468,7 @@ TEST_P(TcpTransportTest, DeadlineDuringTheHandshakeIsATimeout) {
   net::Address bound;
   ASSERT_TRUE(net::Listen(net::Address{"127.0.0.1", 0, true}, &mute, &bound).ok());
   std::shared_ptr<Link> link;
-  ASSERT_TRUE(tcp_->Connect(PeerEndpoint{0, 42, 0, "127.0.0.1", bound.port, "", -1}, &link).ok());
+  ASSERT_TRUE(tcp_->Connect(TcpPeer{42, "127.0.0.1", bound.port, ""}, &link).ok());
   std::vector<uint8_t> src(64, 4);
   const std::vector<Slice> batch{{reinterpret_cast<uint64_t>(src.data()), R(0), 64}};
   const Status st = link->Execute(Op::kWrite, batch, Clock::now() + std::chrono::milliseconds(100));
@@ -487,7 +487,7 @@ TEST_P(TcpTransportTest, ATargetThatStallsLosesTheLinkWithinTheIoTimeout) {
   none.incarnation = 7;
   TcpTransport initiator(TcpOptions{1, false, std::chrono::milliseconds(500)}, none);
   std::shared_ptr<Link> link;
-  ASSERT_TRUE(initiator.Connect(PeerEndpoint{0, 42, 0, "127.0.0.1", bound.port, "", -1}, &link).ok());
+  ASSERT_TRUE(initiator.Connect(TcpPeer{42, "127.0.0.1", bound.port, ""}, &link).ok());
   for (const bool reads_the_frame : {false, true}) {
     std::vector<net::Fd> held;
     std::thread target([&] {  // accepts, answers the hello, then (maybe) reads and stalls
@@ -528,7 +528,7 @@ TEST_P(TcpTransportTest, InterruptEndsTheBatchesATargetStallsAndNoOthers) {
   none.incarnation = 7;
   TcpTransport initiator(TcpOptions{1, false, std::chrono::seconds(30)}, none);
   std::shared_ptr<Link> link;
-  ASSERT_TRUE(initiator.Connect(PeerEndpoint{0, 42, 0, "127.0.0.1", bound.port, "", -1}, &link).ok());
+  ASSERT_TRUE(initiator.Connect(TcpPeer{42, "127.0.0.1", bound.port, ""}, &link).ok());
   std::vector<net::Fd> held;
   std::atomic<bool> stop{false};
   std::thread target([&] {  // accepts, answers each hello, reads nothing
@@ -749,7 +749,7 @@ TEST_P(TcpTransportTest, ChecksummedBatchesCatchAFlippedByteAndAreTriedOnceMore)
     FlippingRelay relay(tcp_->port(), to_target, flips);
     TcpTransport initiator(o, mine);
     std::shared_ptr<Link> link;
-    EXPECT_TRUE(initiator.Connect(PeerEndpoint{0, 42, 0, "127.0.0.1", relay.port(), "", -1}, &link).ok());
+    EXPECT_TRUE(initiator.Connect(TcpPeer{42, "127.0.0.1", relay.port(), ""}, &link).ok());
     const Slice s = write ? Slice{reinterpret_cast<uint64_t>(src), R(off), kLen}
                           : Slice{reinterpret_cast<uint64_t>(back), R(off), kLen};
     const Status st = link->Execute(write ? Op::kWrite : Op::kRead, {&s, 1}, Clock::now() + std::chrono::seconds(5));
@@ -809,7 +809,7 @@ TEST_P(TcpTransportTest, ChecksummedBatchesWithOverlappingRangesAreNotCorrupt) {
   o.checksum = true;
   TcpTransport initiator(o, mine);
   std::shared_ptr<Link> link;
-  ASSERT_TRUE(initiator.Connect(PeerEndpoint{0, 42, 0, "127.0.0.1", tcp_->port(), "", -1}, &link).ok());
+  ASSERT_TRUE(initiator.Connect(TcpPeer{42, "127.0.0.1", tcp_->port(), ""}, &link).ok());
   std::vector<uint8_t> a(4096, 1), b(4096, 2), back(4096);
   const uint64_t pa = reinterpret_cast<uint64_t>(a.data()), pb = reinterpret_cast<uint64_t>(b.data());
   const Slice writes[] = {{pa, R(0), 4096}, {pb, R(0), 4096}};

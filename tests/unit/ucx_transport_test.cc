@@ -85,7 +85,7 @@ class UcxTransportTest : public ::testing::TestWithParam<const char*> {
       *key = {7, mem_->packed_key()};
       return true;
     };
-    s = b_->ConnectUcx(peer, &link_);
+    s = b_->Connect(peer, &link_);
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
   void TearDown() override {
@@ -470,7 +470,7 @@ class UcxRemoteTargetTest : public ::testing::Test {
                       *k = {1, key_};
                       return true;
                     }, "child"};
-    ASSERT_TRUE(b_.ConnectUcx(peer_, &link_).ok());
+    ASSERT_TRUE(b_.Connect(peer_, &link_).ok());
     buf_.resize(4 << 20);
     Status s = Exec(Op::kWrite, 4096, 5000ms);  // connected, and the target serves
     ASSERT_TRUE(s.ok()) << s.ToString();
@@ -559,7 +559,7 @@ TEST_F(UcxRemoteTargetTest, ShutdownDrainsEveryEndpointAtOnce) {
   UcxTransport rails{UcxOptions{kLinks}};
   ASSERT_TRUE(rails.Start().ok());
   std::shared_ptr<Link> link;
-  ASSERT_TRUE(rails.ConnectUcx(peer_, &link).ok());
+  ASSERT_TRUE(rails.Connect(peer_, &link).ok());
   std::vector<Slice> slices;
   std::vector<uint8_t> mine(kLinks << 20);
   for (int i = 0; i < kLinks; ++i) {  // one per endpoint (round-robin): each connects here
@@ -673,7 +673,7 @@ TEST(UcxTransport, MemoryAndLinksOutliveTheTransport) {
                  return true;
                }, "self"};
   std::shared_ptr<Link> link;
-  ASSERT_TRUE(t->ConnectUcx(self, &link).ok());
+  ASSERT_TRUE(t->Connect(self, &link).ok());
   std::vector<uint8_t> src(100, 9);
   Status s = link->Execute(Op::kWrite, {{{A(src.data()), A(region.data()), src.size()}}},
                            Clock::now() + 5s);
@@ -695,13 +695,10 @@ TEST(UcxTransport, StartRefusesTransportsThatCannotReachAPeer) {
   }
 }
 
-TEST(UcxTransport, ConnectNeedsConnectUcx) {
+TEST(UcxTransport, ConnectBeforeStartIsRefused) {
   UcxTransport t(UcxOptions{});
   std::shared_ptr<Link> link;
-  Status s = t.Connect(PeerEndpoint{}, &link);
-  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
-  EXPECT_NE(s.message().find("ConnectUcx"), std::string::npos);
-  EXPECT_EQ(t.ConnectUcx(UcxPeer{}, &link).code(), StatusCode::kInvalidArgument);  // not started
+  EXPECT_EQ(t.Connect(UcxPeer{}, &link).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(UcxTransport, DescribeNamesVersionAndTransports) {

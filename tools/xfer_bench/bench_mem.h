@@ -3,7 +3,7 @@
 
 #include "config.h"
 #include "system.h"
-#include "transport/cuda/cuda_api.h"
+#include "transport/common/cuda/cuda_api.h"
 
 namespace xfer::bench {
 

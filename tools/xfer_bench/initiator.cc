@@ -112,7 +112,7 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
     };
     if (depth == 1) {
       // Latency tests time the call alone. Bandwidth tests read the clock once per request
-      // (LoopClock: ~10 ns here, a 16 KiB copy ~250): a request's time then runs from the end
+      // (LoopClock: a few percent of a 16 KiB copy): a request's time then runs from the end
       // of the one before, and includes this loop's own work.
       const bool time_call = IsLat(test);
       uint64_t now = LoopClock::Now();

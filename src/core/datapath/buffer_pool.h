@@ -16,8 +16,8 @@
 #include <span>
 #include <vector>
 
-#include "transport/staging.h"
-#include "transport/transport.h"
+#include "transport/common/staging.h"
+#include "transport/link.h"
 #include "xfer/status.h"
 
 namespace xfer {

@@ -226,7 +226,7 @@ RequestStatus Request::Poll() {
 
 RequestStatus Request::WaitUntil(Clock::time_point until, std::chrono::microseconds spin,
                                  const std::function<bool()>& cores_busy) {
-  if (!done_.load(std::memory_order_acquire)) {  // (a clock read costs ~30 ns on this VM)
+  if (!done_.load(std::memory_order_acquire)) {  // (a request over already reads no clock)
     auto spin_until = std::min(until, Clock::now() + spin);
     Backoff backoff;
     for (unsigned step = 1; !done_.load(std::memory_order_acquire) && Clock::now() < spin_until; ++step) {

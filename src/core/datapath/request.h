@@ -112,9 +112,8 @@ class Request : public std::enable_shared_from_this<Request> {
   std::atomic<bool> done_{false};
   // The data landed and the request waits for its notification's answer, which comes through
   // the control thread. Where the streams have work, a waiter sleeps rather than spin: it
-  // would keep a core from them and from the threads that bring the answer (on two cores, a
-  // loss of 10 % at two requests in flight). Idle, it spins: a wake-up costs more than the
-  // spin (on this VM an answer came 60 us later after a sleep).
+  // would keep a core from them and from the threads that bring the answer. Idle, it spins: a
+  // wake-up costs more than the spin (bench/RESULTS.md, "How the defaults were chosen").
   std::atomic<bool> awaiting_answer_{false};
 
   mutable std::mutex mu_;

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include <cstring>
 #include <functional>
 
+#include "transport/common/host_copy.h"
 #include "util/spin.h"
 #include "util/thread_cache.h"
 
@@ -105,7 +105,7 @@ bool StreamPool::TryHelp() {
       !offer_.state.compare_exchange_strong(posted, kTaken, std::memory_order_acquire)) {
     return false;
   }
-  std::memcpy(offer_.dst, offer_.src, offer_.len);
+  transport::CopyHost(offer_.dst, offer_.src, offer_.len);
   offer_.state.store(kDone, std::memory_order_release);
   shared_halves_.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -115,18 +115,18 @@ void StreamPool::SharedCopy(void* dst, const void* src, size_t len) {
   const auto* d8 = static_cast<const uint8_t*>(dst);
   const auto* s8 = static_cast<const uint8_t*>(src);
   if (d8 < s8 + len && s8 < d8 + len) {  // overlapping ranges (not the shm path's case)
-    std::memmove(dst, src, len);
+    transport::MoveHost(dst, src, len);
     return;
   }
   if (len < kMinSharedCopy || spin_.count() <= 0) {
-    std::memcpy(dst, src, len);
+    transport::CopyHost(dst, src, len);
     return;
   }
   thread_local uint32_t ticks[ShareRule::kClasses] = {};  // (each class times its own copies)
   const ShareRule::Choice choice = share_rule_.Choose(len, ++ticks[ShareRule::ClassOf(len)]);
   const auto start = choice.timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   if (choice.mode == ShareRule::kAlone) {
-    std::memcpy(dst, src, len);
+    transport::CopyHost(dst, src, len);
   } else if (!CopyWithHelper(dst, src, len)) {
     // Copied alone (perhaps with a stream's wake-up after it): not a sample of either way.
     if (choice.timed) share_rule_.Unmeasured(len, ShareRule::kShare);
@@ -138,12 +138,12 @@ void StreamPool::SharedCopy(void* dst, const void* src, size_t len) {
 bool StreamPool::CopyWithHelper(void* dst, const void* src, size_t len) {
   int free = kFree;
   if (!offer_.state.compare_exchange_strong(free, kFilling, std::memory_order_acquire)) {
-    std::memcpy(dst, src, len);  // another thread's copy holds the offer
+    transport::CopyHost(dst, src, len);  // another thread's copy holds the offer
     return false;
   }
   if (!helper_.load(std::memory_order_relaxed)) {
     offer_.state.store(kFree, std::memory_order_release);
-    std::memcpy(dst, src, len);
+    transport::CopyHost(dst, src, len);
     // A stream spins after a task: when copies follow each other closely, wake one (once) so
     // that it can take half of the next. Sparse copies wake nobody: the stream would spin for
     // nothing, and the wake-up costs the caller a system call.
@@ -162,10 +162,10 @@ bool StreamPool::CopyWithHelper(void* dst, const void* src, size_t len) {
   offer_.src = static_cast<const uint8_t*>(src) + half;
   offer_.len = len - half;
   offer_.state.store(kPosted, std::memory_order_release);
-  std::memcpy(dst, src, half);
+  transport::CopyHost(dst, src, half);
   int posted = kPosted;
   if (offer_.state.compare_exchange_strong(posted, kFilling, std::memory_order_acquire)) {
-    std::memcpy(offer_.dst, offer_.src, offer_.len);  // no stream took it: copy it here
+    transport::CopyHost(offer_.dst, offer_.src, offer_.len);  // no stream took it: copy it here
   } else {
     Backoff backoff;
     while (offer_.state.load(std::memory_order_acquire) != kDone) backoff.Pause();

@@ -1,5 +1,6 @@
 // Streams: worker threads that execute batches. Each stream has its own queue; an idle
-// stream spins briefly (a sleep and wake-up costs ~20 us on a VM) and then sleeps.
+// stream spins briefly (a sleep and a wake-up cost tens of microseconds on a VM) and then
+// sleeps.
 #pragma once
 
 #include <atomic>
@@ -54,7 +55,7 @@ class StreamPool {
   static constexpr int kInlineSlots = 16;
   void Fence(std::chrono::steady_clock::time_point deadline, const std::function<void()>& on_late);
 
-  // memcpy(dst, src, len) on the calling thread, which holds its slot. From kMinSharedCopy
+  // Copies len bytes (transport::CopyHost) on the calling thread, which holds its slot. From kMinSharedCopy
   // bytes, where the share rule finds it faster (ShareRule: measured as the copies go), an
   // idle stream that is spinning (one at most: the helper) copies the second half meanwhile.
   // A sleeping stream is not waited for: the caller then copies it all, and when copies come

@@ -42,21 +42,17 @@ class CmaBackend final : public Backend {
       return {StatusCode::kUnsupported, "cma: the peer's hello entry is malformed"};
     }
     std::shared_ptr<Link> link;
-    PeerEndpoint e;
-    e.pid = peer.pid;
-    e.incarnation = peer.incarnation;
-    e.cma_cookie = cookie;
-    e.pidfd = peer.pidfd;
-    Status s = transport_.Connect(e, &link);
+    Status s = CmaTransport::Connect(CmaPeer{peer.pid, peer.incarnation, cookie, peer.pidfd}, &link);
     if (!s.ok()) return s;
-    *route = std::make_shared<HostRoute>("cma", std::move(link), LimitsOf(transport_, options_));
+    // One system call a batch: 256 KiB amortizes it, yet lets a 512 KiB request use two cores.
+    const PlanLimits limits = WithOverrides({256 << 10, 256 << 10, CmaTransport::max_slices_per_batch()}, options_);
+    *route = std::make_shared<HostRoute>("cma", std::move(link), limits);
     return Status::Ok();
   }
 
  private:
   uint64_t cookie_ = 0;  // holds our incarnation; its address is in the hello
   EngineOptions options_;
-  CmaTransport transport_;
 };
 
 }  // namespace

@@ -134,15 +134,15 @@ bool CmaTransport::Available(std::string* why) {
   return true;
 }
 
-size_t CmaTransport::max_slices_per_batch() const { return kIovMax; }
+size_t CmaTransport::max_slices_per_batch() { return kIovMax; }
 
-Status CmaTransport::Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) {
-  if (peer.cma_cookie == 0 || peer.pid <= 0) {
+Status CmaTransport::Connect(const CmaPeer& peer, std::shared_ptr<Link>* link) {
+  if (peer.cookie == 0 || peer.pid <= 0) {
     return {StatusCode::kUnsupported, "cma: the peer does not offer cma"};
   }
   uint64_t cookie = 0;
   iovec l{&cookie, sizeof cookie};
-  iovec r{reinterpret_cast<void*>(peer.cma_cookie), sizeof cookie};
+  iovec r{reinterpret_cast<void*>(peer.cookie), sizeof cookie};
   ssize_t got = ::process_vm_readv(peer.pid, &l, 1, &r, 1, 0);
   if (got != sizeof cookie) {
     int err = errno;

@@ -8,7 +8,7 @@
 #include <memory>
 #include <span>
 
-#include "transport/transport.h"
+#include "transport/link.h"
 
 namespace xfer::transport {
 
@@ -18,7 +18,7 @@ inline void CopyHost(void* dst, const void* src, size_t n) { std::memcpy(dst, sr
 inline void MoveHost(void* dst, const void* src, size_t n) { std::memmove(dst, src, n); }
 
 // memcpy with non-temporal stores, which bypass the caches: faster for copies too large to stay
-// there, slower for those that would (bench/RESULTS.md, "Streaming copies").
+// there, slower for those that would (bench/RESULTS.md, "How the defaults were chosen").
 void StreamingCopy(void* dst, const void* src, uint64_t n);
 
 // Copies a batch whose slices' both sides are mapped here (remote: the peer's memory as mapped

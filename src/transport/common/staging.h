@@ -7,7 +7,7 @@
 #include <memory>
 #include <span>
 
-#include "transport/transport.h"
+#include "transport/link.h"
 #include "xfer/status.h"
 
 namespace xfer::transport {

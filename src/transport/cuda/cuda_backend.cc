@@ -4,8 +4,8 @@
 // become cudaMemcpyAsync calls. It also classifies and allocates GPU memory, and page-locks
 // registered host memory.
 #include "transport/backend.h"
-#include "transport/cuda/cuda_api.h"
-#include "transport/shm/shm_backend.h"
+#include "transport/common/cuda/cuda_api.h"
+#include "transport/common/memfd_regions.h"
 #include "util/log.h"
 #include "util/text.h"
 
@@ -56,7 +56,7 @@ class CudaRoute final : public Route {
   // pageable memory and a GPU run at a fraction of the link's speed. If it cannot be locked,
   // the mapping is used as it is (the log says why).
   uint8_t* MapHost(RemoteRegion& r) {
-    uint8_t* const base = shm::MapRegion(*mapper_, peer_name_, peer_incarnation_, r);
+    uint8_t* const base = MapMemfdRegion(*mapper_, peer_name_, peer_incarnation_, r);
     if (base == nullptr || !pin_host_memory_) return base;
     static const char kPinned = 0;  // the key of the page-locking, closed before the mapping
     OpenOrLog(r, &kPinned, "stays pageable here (its copies to and from GPU memory run slower)",

@@ -1,5 +1,4 @@
 # Backend "local": no dependency beyond the C++ library and Linux.
 target_sources(xfer PRIVATE
-  ${CMAKE_CURRENT_LIST_DIR}/local_transport.cc
   ${CMAKE_CURRENT_LIST_DIR}/local_backend.cc
 )

@@ -1,31 +1,23 @@
-#include "transport/shm/shm_backend.h"
-
 #include <atomic>
 
 #include "transport/backend.h"
-#include "transport/local/local_transport.h"
+#include "transport/common/host_copy.h"
+#include "transport/common/memfd_regions.h"
 #include "util/bytes.h"
 #include "util/host.h"
 #include "util/log.h"
 
+// Backend "shm": memory from Engine::AllocMem lives in a memfd; a same-host peer takes a
+// duplicate of the descriptor (pidfd_getfd), maps it once, and moves bytes with memcpy.
 namespace xfer::transport::shm {
 namespace {
+
+using shared_memory::PeerMapper;
 
 using shared_memory::Available;
 using shared_memory::Mapping;
 using shared_memory::Segment;
 using shared_memory::SegmentName;
-
-// A region's blob: the owner's memfd descriptor (i32) and the key in the memfd's name (u64).
-std::string RegionBlob(int32_t fd, uint64_t key) {
-  std::string b;
-  bytes::Put(&b, fd);
-  bytes::Put(&b, key);
-  return b;
-}
-bool ParseRegionBlob(std::string_view b, int32_t* fd, uint64_t* key) {
-  return bytes::Take(&b, fd) && bytes::Take(&b, key) && b.empty() && *key != 0;
-}
 
 // AllocMem host memory: the segment, and the key peers check its name against.
 class Allocation final : public RegionResource {
@@ -33,18 +25,6 @@ class Allocation final : public RegionResource {
   Allocation(std::unique_ptr<Segment> segment, uint64_t key) : segment(std::move(segment)), key(key) {}
   const std::unique_ptr<Segment> segment;
   const uint64_t key;
-};
-
-class CopyLink final : public Link {
- public:
-  explicit CopyLink(bool streaming) : streaming_(streaming) {}
-  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point) override {
-    CopyInProcess(op, batch, streaming_);
-    return Status::Ok();
-  }
-
- private:
-  const bool streaming_;
 };
 
 class ShmRoute final : public Route {
@@ -58,12 +38,12 @@ class ShmRoute final : public Route {
   }
   bool Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
     if (local != MemType::kHost || r.info.type != MemType::kHost) return false;
-    *mapped = MapRegion(*mapper_, peer_name_, peer_incarnation_, r);
+    *mapped = MapMemfdRegion(*mapper_, peer_name_, peer_incarnation_, r);
     return *mapped != nullptr;
   }
   std::string WhyNot(MemType local, const RemoteRegion& r) const override {
     if (local != MemType::kHost || r.info.type != MemType::kHost) return "shm: moves host memory only";
-    return FindBlob(r.blobs, "shm") == nullptr ? "shm: the region is not the peer's AllocMem memory"
+    return FindBlob(r.blobs, kMemfdBlob) == nullptr ? "shm: the region is not the peer's AllocMem memory"
                                                : "shm: the region could not be mapped (the log says why)";
   }
   bool CopiesInline(uint64_t len) const override { return OneSlice(len); }
@@ -112,7 +92,7 @@ class ShmBackend final : public Backend {
                        std::optional<std::string>* blob,
                        std::unique_ptr<RegionResource>*) override {
     if (auto* a = dynamic_cast<const Allocation*>(allocation)) {
-      *blob = RegionBlob(a->segment->fd(), a->key);
+      *blob = MemfdRegionBlob(a->segment->fd(), a->key);
     }
     return Status::Ok();
   }
@@ -144,36 +124,6 @@ class ShmBackend final : public Backend {
 };
 
 }  // namespace
-
-uint8_t* MapRegion(const PeerMapper& mapper, const std::string& peer_name,
-                   uint64_t peer_incarnation, RemoteRegion& r) {
-  static const char kMapping = 0;  // the key of the mapping, shared with cuda
-  Status failure;
-  uint8_t* base = r.OpenOnce(
-      &kMapping,
-      [&](std::shared_ptr<void>* handle, uint8_t** at) {
-        int32_t fd = -1;
-        uint64_t key = 0;
-        const std::string* blob = FindBlob(r.blobs, "shm");
-        if (blob == nullptr || !ParseRegionBlob(*blob, &fd, &key)) {
-          return Status{StatusCode::kUnsupported, "the region is not the peer's AllocMem memory"};
-        }
-        std::shared_ptr<Mapping> m;
-        const bool writable = r.info.access == PeerAccess::kReadWrite;
-        Status s = mapper.Map(fd, SegmentName(peer_incarnation, key), r.info.len, writable, &m);
-        if (s.ok()) {
-          *at = m->base();
-          *handle = std::move(m);
-        }
-        return s;
-      },
-      &failure);
-  if (!failure.ok() && failure.code() != StatusCode::kUnsupported) {
-    XLOG(WARN) << "cannot map region " << r.id << " of peer " << peer_name
-               << " (its transfers take another route): " << failure.ToString();
-  }
-  return base;
-}
 
 }  // namespace xfer::transport::shm
 

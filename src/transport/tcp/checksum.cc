@@ -1,4 +1,4 @@
-#include "util/checksum.h"
+#include "transport/tcp/checksum.h"
 
 #ifdef XFER_HAVE_XXHASH
 #include <xxhash.h>

@@ -1,4 +1,4 @@
-#include "util/nics.h"
+#include "transport/tcp/nics.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

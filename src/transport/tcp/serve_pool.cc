@@ -1,4 +1,4 @@
-#include "util/serve_pool.h"
+#include "transport/tcp/serve_pool.h"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>

@@ -3,9 +3,9 @@
 #include "transport/backend.h"
 #include "transport/tcp/tcp_transport.h"
 #include "util/bytes.h"
-#include "util/checksum.h"
+#include "transport/tcp/checksum.h"
 #include "util/log.h"
-#include "util/nics.h"
+#include "transport/tcp/nics.h"
 
 namespace xfer::transport {
 namespace {
@@ -75,12 +75,12 @@ class TcpBackend final : public Backend {
   }
 
   Status Connect(const PeerContext& peer, std::shared_ptr<Route>* route) override {
-    PeerEndpoint at{peer.pid, peer.incarnation, 0, peer.host, 0, peer.auth_key, -1, {}};
+    TcpPeer at{peer.incarnation, peer.host, 0, peer.auth_key, {}};
     if (!ParseHello(peer.blob, &at)) return {StatusCode::kUnsupported, "tcp: the peer's hello entry is malformed"};
     std::shared_ptr<Link> link;
     Status s = transport_->Connect(at, &link);
     if (!s.ok()) return s;
-    *route = std::make_shared<TcpRoute>(std::move(link), LimitsOf(*transport_, options_));
+    *route = std::make_shared<TcpRoute>(std::move(link), transport_->Limits(options_));
     return Status::Ok();
   }
 
@@ -99,9 +99,9 @@ class TcpBackend final : public Backend {
     }
     return Status::Ok();
   }
-  static bool ParseHello(std::string_view blob, PeerEndpoint* at) {
+  static bool ParseHello(std::string_view blob, TcpPeer* at) {
     uint8_t count = 0;
-    if (!bytes::Take(&blob, &at->tcp_port) || at->tcp_port == 0) return false;
+    if (!bytes::Take(&blob, &at->port) || at->port == 0) return false;
     if (blob.empty()) return true;
     if (!bytes::Take(&blob, &count) || count == 0 || count > kMaxNics) return false;
     for (uint8_t i = 0; i < count; ++i) {
@@ -115,7 +115,7 @@ class TcpBackend final : public Backend {
       // Only an IPv4 address that can be another host's is used: no names (no lookups on the
       // peer's word), no loopback or unspecified address unless the peer is reached on
       // loopback. Others are left out (a peer's NIC list is a hint; its host and port stay).
-      if (net::IsRemoteIpv4(a.host, at->host)) at->tcp_nics.push_back(a.ToString());
+      if (net::IsRemoteIpv4(a.host, at->host)) at->nics.push_back(a.ToString());
     }
     return blob.empty();
   }

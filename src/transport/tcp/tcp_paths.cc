@@ -36,20 +36,20 @@ bool Path::Worked(uint64_t bytes) {
   return losses_.exchange(0) != 0;
 }
 
-std::vector<std::unique_ptr<Path>> PathsTo(const PeerEndpoint& peer, const std::vector<net::Nic>& nics) {
+std::vector<std::unique_ptr<Path>> PathsTo(const TcpPeer& peer, const std::vector<net::Nic>& nics) {
   std::vector<std::unique_ptr<Path>> paths;
   auto add = [&](net::Source from, const net::Address& to) {
     paths.push_back(std::make_unique<Path>());
     paths.back()->from = std::move(from);
     paths.back()->to = to;
   };
-  const net::Address main{peer.host, peer.tcp_port, true};
+  const net::Address main{peer.host, peer.port, true};
   if (nics.empty()) {  // (one route, as ever: the peer's NICs may not be reachable from here)
     add({}, main);
     return paths;
   }
   std::vector<net::Address> theirs;
-  for (const std::string& a : peer.tcp_nics) {
+  for (const std::string& a : peer.nics) {
     net::Address parsed;
     if (net::ParseAddress(a, &parsed).ok() && parsed.has_port) theirs.push_back(parsed);
   }

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "transport/transport.h"
+#include "transport/link.h"
 #include "util/net.h"
-#include "util/nics.h"
+#include "transport/tcp/nics.h"
 
 namespace xfer::transport {
 
@@ -37,10 +37,21 @@ struct Path {
   std::atomic<uint64_t> bytes_{0};
 };
 
-// The paths to a peer. Without NICs of ours: one, to its host and tcp_port, from where the
+// A peer as tcp reaches it, from its hello.
+struct TcpPeer {
+  uint64_t incarnation = 0;
+  std::string host;      // the peer's address as this engine reaches it (control connection)
+  uint16_t port = 0;     // its tcp data port; 0 = none
+  std::string auth_key;  // the authenticated control session's key; "" without a secret
+  // Its data addresses, one per NIC it serves on (its tcp.nics; "host:port" each): empty when
+  // it names none (then host:port).
+  std::vector<std::string> nics{};
+};
+
+// The paths to a peer. Without NICs of ours: one, to its host and port, from where the
 // kernel routes. With them: each pair of our NIC and a data address it gave (its host and
-// tcp_port when it gave none) in that NIC's subnet; when no pair shares a subnet (routed
+// port when it gave none) in that NIC's subnet; when no pair shares a subnet (routed
 // networks), our NICs and its addresses paired in order.
-std::vector<std::unique_ptr<Path>> PathsTo(const PeerEndpoint& peer, const std::vector<net::Nic>& nics);
+std::vector<std::unique_ptr<Path>> PathsTo(const TcpPeer& peer, const std::vector<net::Nic>& nics);
 
 }  // namespace xfer::transport

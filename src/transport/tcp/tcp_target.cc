@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "transport/staging.h"
+#include "transport/common/staging.h"
 #include "transport/tcp/tcp_wire.h"
-#include "util/checksum.h"
+#include "transport/tcp/checksum.h"
 #include "util/crypto.h"
 #include "util/log.h"
 #include "util/text.h"
@@ -24,8 +24,9 @@ using namespace tcp_wire;
 using text::Hex;
 namespace {
 
-// How fast an initiator is assumed to read a READ reply out of its socket (~2 GB/s: loopback
-// here does 2.5-3.5), for how long the target spins after sending one, and the most it spins.
+// How fast an initiator is assumed to read a READ reply out of its socket (2 GB/s, below what
+// loopback does: bench/RESULTS.md, "How the defaults were chosen"), for how long the target
+// spins after sending one, and the most it spins.
 constexpr uint64_t kDrainBytesPerUs = 2000;
 constexpr uint64_t kMaxDrainSpinUs = 1000;
 

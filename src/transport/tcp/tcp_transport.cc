@@ -10,7 +10,7 @@
 
 #include "transport/tcp/tcp_paths.h"
 #include "transport/tcp/tcp_wire.h"
-#include "util/checksum.h"
+#include "transport/tcp/checksum.h"
 #include "util/crypto.h"
 #include "util/log.h"
 
@@ -97,7 +97,7 @@ struct Stream {
 
 class TcpLink final : public Link {
  public:
-  TcpLink(PeerEndpoint peer, uint64_t my_incarnation, TcpOptions opts)
+  TcpLink(TcpPeer peer, uint64_t my_incarnation, TcpOptions opts)
       : peer_(std::move(peer)), me_(my_incarnation), opts_(opts), paths_(PathsTo(peer_, opts_.nics)) {
     // tcp.links connections, at least one per path, and as many on each path.
     const size_t links = static_cast<size_t>(std::max(opts.links, 1));
@@ -476,7 +476,7 @@ class TcpLink final : public Link {
     return s;
   }
 
-  const PeerEndpoint peer_;
+  const TcpPeer peer_;
   const uint64_t me_;
   const TcpOptions opts_;
   const std::vector<std::unique_ptr<Path>> paths_;  // (conns point to them)
@@ -487,8 +487,8 @@ class TcpLink final : public Link {
 
 }  // namespace
 
-Status TcpTransport::Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) {
-  if (peer.tcp_port == 0 || peer.host.empty()) {
+Status TcpTransport::Connect(const TcpPeer& peer, std::shared_ptr<Link>* link) {
+  if (peer.port == 0 || peer.host.empty()) {
     return {StatusCode::kUnsupported, "tcp: the peer does not offer tcp"};
   }
   // Data connections open on first use: at this point the peer may not know us yet.

@@ -38,11 +38,12 @@
 #include <thread>
 
 #include "transport/backend.h"
-#include "transport/transport.h"
+#include "transport/link.h"
+#include "transport/tcp/nics.h"
+#include "transport/tcp/serve_pool.h"
+#include "transport/tcp/tcp_paths.h"
 #include "util/log.h"
 #include "util/net.h"
-#include "util/nics.h"
-#include "util/serve_pool.h"
 
 namespace xfer::transport {
 
@@ -78,10 +79,12 @@ struct TcpTargetHooks {
   std::function<std::string(uint64_t incarnation)> peer_auth_key;
 };
 
-class TcpTransport final : public Transport {
+// tcp's engine-wide side: the data listeners and the threads that serve peers' batches (the
+// target), and the links to peers (the initiator).
+class TcpTransport final {
  public:
   TcpTransport(TcpOptions opts, TcpTargetHooks hooks);
-  ~TcpTransport() override;  // Stop()
+  ~TcpTransport();  // Stop()
 
   // Listens for data connections on host (port chosen by the OS), and on each of opts.nics.
   Status Start(const std::string& host);
@@ -92,19 +95,20 @@ class TcpTransport final : public Transport {
   // Closes the data connections a peer opened to us (it is gone).
   void DropPeer(uint64_t incarnation);
 
-  std::string_view name() const override { return "tcp"; }
-  size_t max_slices_per_batch() const override { return kMaxSlices; }
-  uint64_t default_batch_bytes() const override { return 512 << 10; }
-  bool reaches_device_memory() const override { return true; }
-  // A connection moves one batch at a time; a second keeps it busy across the round trip that
-  // ends each. (One link, READ 4 MiB, on 2 cores: ~15% faster with 2 in flight than with 3.)
-  size_t useful_batches_in_flight() const override {
-    return 2 * static_cast<size_t>(std::max(opts_.links, 1));
+  // How requests are cut for tcp (the user's slice_bytes and batch_bytes over 512 KiB). A
+  // connection moves one batch at a time; a second keeps it busy across the round trip that
+  // ends each; a third only adds a thread that waits (bench/RESULTS.md, "How the defaults
+  // were chosen").
+  PlanLimits Limits(const EngineOptions& o) const {
+    PlanLimits l = WithOverrides({512 << 10, 512 << 10, kMaxSlices}, o);
+    l.batches_in_flight = 2 * static_cast<size_t>(std::max(opts_.links, 1));
+    return l;
   }
-  Status Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) override;
+  // A link to the peer; its data connections open on first use.
+  Status Connect(const TcpPeer& peer, std::shared_ptr<Link>* link);
   // Waits for the peers' batches that touch this engine's memory now; one still busy at the
   // deadline has its connection closed (and is waited for: its I/O fails at once).
-  void Fence(Clock::time_point deadline) override;
+  void Fence(Clock::time_point deadline);
 
   static constexpr uint32_t kMaxSlices = 1024;
   static constexpr uint64_t kMaxBatchBytes = 1ull << 30;

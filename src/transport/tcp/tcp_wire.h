@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "transport/transport.h"
+#include "transport/link.h"
 #include "util/crypto.h"
 #include "util/net.h"
 #include "xfer/status.h"
@@ -44,8 +44,8 @@ constexpr auto kForever = Clock::time_point::max();
 // Every frame is a whole number of kAlign bytes, and a payload starts at a frame offset with
 // the same remainder mod kAlign as its source address. The kernel copies a thread's sends into
 // consecutive offsets of page fragments, so the copy into the socket then runs with source and
-// destination equally aligned; misaligned, it runs at half the speed on this machine's AMD
-// cores (READ was 1.7 GB/s with an 8-byte reply header in front of the payload, 3.2 with 64).
+// destination equally aligned; misaligned, it can run at half the speed (bench/RESULTS.md,
+// "How the defaults were chosen").
 constexpr uint64_t kAlign = 64;
 inline constexpr uint8_t kZeros[kAlign] = {};
 constexpr uint64_t PadFor(uint64_t pos, uint64_t want) { return (want - pos) & (kAlign - 1); }

@@ -96,9 +96,9 @@ class UcxBackend final : public Backend {
                },
                peer.name};
     std::shared_ptr<Link> link;
-    Status s = transport_->ConnectUcx(up, &link);
+    Status s = transport_->Connect(up, &link);
     if (!s.ok()) return s;
-    *route = std::make_shared<UcxRoute>(std::move(link), LimitsOf(*transport_, options_));
+    *route = std::make_shared<UcxRoute>(std::move(link), transport_->Limits(options_));
     return Status::Ok();
   }
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "transport/transport.h"
+#include "transport/link.h"
 
 namespace xfer::transport::ucx {
 

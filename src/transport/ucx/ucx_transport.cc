@@ -366,9 +366,9 @@ Status UcxTransport::MapMemory(uint64_t addr, uint64_t len, std::unique_ptr<UcxM
   return Status::Ok();
 }
 
-Status UcxTransport::ConnectUcx(const UcxPeer& peer, std::shared_ptr<Link>* link) {
+Status UcxTransport::Connect(const UcxPeer& peer, std::shared_ptr<Link>* link) {
   const std::shared_ptr<Context> ctx = impl_->ctx;
-  if (!ctx) return {StatusCode::kInvalidArgument, "ucx: ConnectUcx before Start"};
+  if (!ctx) return {StatusCode::kInvalidArgument, "ucx: Connect before Start"};
   if (peer.worker_address.empty() || !peer.find_key) {
     return {StatusCode::kUnsupported, "ucx: peer " + peer.name + " offers no UCX worker address"};
   }
@@ -382,13 +382,10 @@ Status UcxTransport::ConnectUcx(const UcxPeer& peer, std::shared_ptr<Link>* link
   return Status::Ok();
 }
 
-size_t UcxTransport::useful_batches_in_flight() const {
-  return static_cast<size_t>(std::max(impl_->opts.links, 1));
-}
-
-Status UcxTransport::Connect(const PeerEndpoint&, std::shared_ptr<Link>*) {
-  return {StatusCode::kUnsupported,
-          "ucx: a PeerEndpoint does not carry a UCX worker address; use UcxTransport::ConnectUcx"};
+PlanLimits UcxTransport::Limits(const EngineOptions& o) const {
+  PlanLimits l = WithOverrides({1 << 20, 1 << 20, 1024}, o);
+  l.batches_in_flight = static_cast<size_t>(std::max(impl_->opts.links, 1));
+  return l;
 }
 
 std::string UcxTransport::Describe() {

@@ -15,7 +15,8 @@
 #include <memory>
 #include <string>
 
-#include "transport/transport.h"
+#include "transport/backend.h"
+#include "transport/link.h"
 
 namespace xfer::transport {
 
@@ -46,10 +47,12 @@ class UcxMemory {
   virtual const std::string& packed_key() const = 0;
 };
 
-class UcxTransport final : public Transport {
+// ucx's engine-wide side: the UCP context, the target worker peers put to and get from, and
+// the links to peers.
+class UcxTransport final {
  public:
   explicit UcxTransport(UcxOptions opts);
-  ~UcxTransport() override;  // Stop()
+  ~UcxTransport();  // Stop()
 
   // Creates the UCP context (honouring UCX_TLS, UCX_NET_DEVICES, ...) and the target worker
   // with its progress thread. Fails with the reason when UCX cannot start or offers no
@@ -66,15 +69,11 @@ class UcxTransport final : public Transport {
                    bool remote_write = true);
 
   // Opens a link (endpoints are created on first use).
-  Status ConnectUcx(const UcxPeer& peer, std::shared_ptr<Link>* link);
+  Status Connect(const UcxPeer& peer, std::shared_ptr<Link>* link);
 
-  std::string_view name() const override { return "ucx"; }
-  size_t max_slices_per_batch() const override { return 1024; }
-  uint64_t default_batch_bytes() const override { return 1 << 20; }
-  // One thread drives the batches on an endpoint: more threads than endpoints only wait.
-  size_t useful_batches_in_flight() const override;
-  // Use ConnectUcx: the endpoint in a PeerEndpoint does not carry what UCX needs.
-  Status Connect(const PeerEndpoint&, std::shared_ptr<Link>*) override;
+  // How requests are cut for ucx (the user's slice_bytes and batch_bytes over 1 MiB). One
+  // thread drives the batches on an endpoint: more threads than endpoints only wait.
+  PlanLimits Limits(const EngineOptions& o) const;
 
   // For xfer-info: UCX's version, and the transports and devices UCX would use here.
   static std::string Describe();

@@ -24,9 +24,8 @@ const std::string& UcxTransport::worker_address() const {
 Status UcxTransport::MapMemory(uint64_t, uint64_t, std::unique_ptr<UcxMemory>*, bool) {
   return NotBuilt();
 }
-Status UcxTransport::ConnectUcx(const UcxPeer&, std::shared_ptr<Link>*) { return NotBuilt(); }
-Status UcxTransport::Connect(const PeerEndpoint&, std::shared_ptr<Link>*) { return NotBuilt(); }
-size_t UcxTransport::useful_batches_in_flight() const { return 1; }
+Status UcxTransport::Connect(const UcxPeer&, std::shared_ptr<Link>*) { return NotBuilt(); }
+PlanLimits UcxTransport::Limits(const EngineOptions& o) const { return WithOverrides({1 << 20, 1 << 20, 1024}, o); }
 std::string UcxTransport::Describe() { return "not built (UCX was not found at build time)"; }
 
 }  // namespace xfer::transport

@@ -16,7 +16,7 @@
 #include <span>
 #include <string>
 
-#include "transport/transport.h"
+#include "transport/link.h"
 #include "xfer/status.h"
 #include "xfer/types.h"
 

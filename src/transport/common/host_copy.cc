@@ -1,6 +1,4 @@
-#include "transport/local/local_transport.h"
-
-#include <unistd.h>
+#include "transport/common/host_copy.h"
 
 #include <algorithm>
 #include <cstring>
@@ -47,33 +45,13 @@ void CopyInProcess(Op op, std::span<const Slice> batch, bool streaming) {
     const bool overlap = static_cast<const uint8_t*>(src) < static_cast<uint8_t*>(dst) + s.len &&
                          static_cast<uint8_t*>(dst) < static_cast<const uint8_t*>(src) + s.len;
     if (overlap) {
-      std::memmove(dst, src, s.len);
+      MoveHost(dst, src, s.len);
     } else if (streaming) {
       StreamingCopy(dst, src, s.len);
     } else {
-      std::memcpy(dst, src, s.len);
+      CopyHost(dst, src, s.len);
     }
   }
-}
-
-namespace {
-
-class LocalLink final : public Link {
- public:
-  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point) override {
-    CopyInProcess(op, batch);
-    return Status::Ok();
-  }
-};
-
-}  // namespace
-
-Status LocalTransport::Connect(const PeerEndpoint& peer, std::shared_ptr<Link>* link) {
-  if (peer.pid != ::getpid()) {
-    return {StatusCode::kUnsupported, "local: peer is another process"};
-  }
-  *link = std::make_shared<LocalLink>();
-  return Status::Ok();
 }
 
 }  // namespace xfer::transport
