@@ -137,7 +137,7 @@ echo "(xfer transport: ${transport:-unknown}; $ROUNDS rounds; GB/s = 1e9 B/s)"
 
 # ---- The other baselines, once: raw TCP, xfer over tcp, ucx_perftest, xfer --reuse over cma ----
 have_tcp=0
-if [ "${TCP:-1}" = 1 ] && "$BUILD/tools/xfer-info" --no-engine 2>/dev/null | grep -qE '^  tcp +available'; then have_tcp=1; fi
+if [ "${TCP:-1}" = 1 ] && "$BUILD/tools/xfer-info" --no-engine 2>/dev/null | grep -E '^  tcp +available' >/dev/null; then have_tcp=1; fi
 have_ucx=0
 if [ "${UCX:-1}" = 1 ] && command -v ucx_perftest >/dev/null; then have_ucx=1; fi
 cmd_rawtcp=("$RAWTCP" -s "$SIZES" -D "$DURATION" "${PATTERN[@]}")

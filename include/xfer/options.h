@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "xfer/status.h"
+
 namespace xfer {
 
 // The buffer pool's mode (EngineOptions::staging).
@@ -165,5 +167,32 @@ struct EngineOptions {
     bool pin_host_memory = true;
   } cuda;
 };
+
+// Options by name: "streams", "tcp.links", "notify.queue_bytes" (the field's path in
+// EngineOptions), for command lines, configuration files and bindings. Each option is declared
+// once, with its kind, range and a line of doc; docs/options.md has the whole text.
+enum class OptionKind : uint8_t {
+  kBool,      // true or false (also on/off, yes/no, 1/0)
+  kCount,     // a whole number
+  kBytes,     // a size: 4096, 64K, 4 MiB, 1G (K, M, G: binary)
+  kDuration,  // a time: 500ms, 3 s, 50us (us, ms, s); a bare number is the field's own unit
+  kText,
+  kSecret,    // text (any bytes), never shown
+  kList,      // comma-separated texts
+  kChoice,    // one of a few names
+};
+struct OptionInfo {
+  std::string key;
+  OptionKind kind = OptionKind::kText;
+  std::string value;  // as set in the options described (a secret: "(set)" or "")
+  std::string range;  // what Initialize accepts: "1..256", "64 KiB..1 GiB", "auto, on, off"; "" any
+  std::string doc;    // one line
+};
+// Every option of this build, the engine's own first, then each backend's, with its value in
+// `options` (by default: the defaults).
+std::vector<OptionInfo> DescribeOptions(const EngineOptions& options = {});
+// Sets one option from text. kInvalidArgument naming it when the key is unknown or the text
+// is not of its kind; a value out of range is Initialize's to refuse.
+Status SetOption(EngineOptions* options, std::string_view key, std::string_view value);
 
 }  // namespace xfer

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
@@ -12,8 +13,6 @@
 namespace xfer::py {
 namespace pyb = pybind11;
 namespace {
-
-using Setter = std::function<void(EngineOptions&, pyb::handle)>;
 
 double Seconds(pyb::handle v, const std::string& name) {
   // Any real number (int, float, numpy scalars), not a bool.
@@ -61,80 +60,57 @@ std::vector<std::string> TextList(pyb::handle v, const std::string& name) {
   return out;
 }
 
-template <class Rep, class Period>
-std::chrono::duration<Rep, Period> Duration(pyb::handle v, const std::string& name) {
-  return std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(
-      std::chrono::duration<double>(Seconds(v, name)));
+// Python's name of an option: its key with '_' for '.' ("tcp_links" for "tcp.links").
+std::string PythonName(std::string_view key) {
+  std::string n(key);
+  std::replace(n.begin(), n.end(), '.', '_');
+  return n;
 }
 
-#define XFER_SECONDS(key, field) \
-  {key, [](EngineOptions& o, pyb::handle v) { o.field = Duration<decltype(o.field)::rep, decltype(o.field)::period>(v, key); }}
-#define XFER_INT(key, field) \
-  {key, [](EngineOptions& o, pyb::handle v) { o.field = Integer<decltype(o.field)>(v, key); }}
-#define XFER_BOOL(key, field) {key, [](EngineOptions& o, pyb::handle v) { o.field = Bool(v, key); }}
-#define XFER_TEXT(key, field) {key, [](EngineOptions& o, pyb::handle v) { o.field = Text(v, key); }}
+// A number of seconds as text SetOption reads ("1.5e-05 s"), to the field's own unit.
+std::string SecondsText(double s) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.17g s", s);
+  return b;
+}
 
-const std::map<std::string, Setter>& Setters() {
-  static const std::map<std::string, Setter> setters = {
-      XFER_SECONDS("heartbeat_interval", heartbeat_interval),
-      XFER_SECONDS("heartbeat_timeout", heartbeat_timeout),
-      XFER_BOOL("auto_connect", auto_connect),
-      XFER_SECONDS("auto_connect_timeout", auto_connect_timeout),
-      XFER_INT("streams", streams),
-      XFER_INT("slice_bytes", slice_bytes),
-      XFER_INT("batch_bytes", batch_bytes),
-      XFER_SECONDS("spin", spin),
-      {"staging",
-       [](EngineOptions& o, pyb::handle v) {
-         if (!ParseStaging(Text(v, "staging"), &o.staging)) {
-           RaiseInvalid("staging must be \"auto\", \"always\" or \"off\"");
-         }
-       }},
-      XFER_INT("staging_buffers", staging_buffers),
-      XFER_INT("staging_buffer_bytes", staging_buffer_bytes),
-      XFER_TEXT("transport", transport),
-      XFER_TEXT("host_id", host_id),
-      {"secret",
-       [](EngineOptions& o, pyb::handle v) {
-         if (!PyBytes_Check(v.ptr()) && !PyUnicode_Check(v.ptr())) RaiseInvalid("secret must be bytes or str");
-         o.secret = v.cast<std::string>();
-       }},
-      XFER_TEXT("secret_file", secret_file),
-      XFER_TEXT("metadata", metadata),
-      XFER_TEXT("cluster_name", cluster_name),
-      XFER_BOOL("start_without_metadata", start_without_metadata),
-      XFER_INT("notify_max_message_bytes", notify.max_message_bytes),
-      XFER_INT("notify_queue_messages", notify.queue_messages),
-      XFER_INT("max_peer_regions", max_peer_regions),
-      XFER_INT("max_unsent_bytes", max_unsent_bytes),
-      XFER_INT("max_sessions", max_sessions),
-      XFER_INT("notify_queue_bytes", notify.queue_bytes),
-      XFER_INT("notify_ring_bytes", notify.ring_bytes),
-      XFER_INT("tcp_links", tcp.links),
-      XFER_BOOL("tcp_least_loaded", tcp.least_loaded),
-      XFER_BOOL("tcp_checksum", tcp.checksum),
-      {"tcp_nics", [](EngineOptions& o, pyb::handle v) { o.tcp.nics = TextList(v, "tcp_nics"); }},
-      {"ucx_mode",
-       [](EngineOptions& o, pyb::handle v) {
-         if (!ParseUcxMode(Text(v, "ucx_mode"), &o.ucx.mode)) {
-           RaiseInvalid("ucx_mode must be \"auto\", \"on\" or \"off\"");
-         }
-       }},
-      XFER_INT("ucx_endpoints", ucx.endpoints),
-      XFER_INT("shm_streaming_copy_bytes", shm.streaming_copy_bytes),
-      XFER_BOOL("cuda_pin_host_memory", cuda.pin_host_memory),
-      XFER_BOOL("metrics", metrics),
-      XFER_TEXT("metrics_listen", metrics_listen),
-      XFER_INT("metrics_max_peers", metrics_max_peers),
-  };
-  return setters;
+// The text SetOption takes for a Python value of an option of that kind; raises
+// InvalidArgumentError naming the option when the value is of another type.
+std::string TextOf(OptionKind kind, pyb::handle v, const std::string& name) {
+  switch (kind) {
+    case OptionKind::kBool: return Bool(v, name) ? "true" : "false";
+    case OptionKind::kCount:
+    case OptionKind::kBytes: return std::to_string(Integer<int64_t>(v, name));
+    case OptionKind::kDuration: return SecondsText(Seconds(v, name));
+    case OptionKind::kList: {
+      std::string joined;
+      for (const std::string& item : TextList(v, name)) joined += (joined.empty() ? "" : ",") + item;
+      return joined;
+    }
+    case OptionKind::kSecret:
+      if (!PyBytes_Check(v.ptr()) && !PyUnicode_Check(v.ptr())) RaiseInvalid(name + " must be bytes or str");
+      return v.cast<std::string>();
+    case OptionKind::kText:
+    case OptionKind::kChoice: return Text(v, name);
+  }
+  RaiseInvalid(name + ": an option of an unknown kind");
+}
+
+// The engine's options by their Python names (DescribeOptions: one row each).
+const std::map<std::string, OptionInfo>& Options() {
+  static const std::map<std::string, OptionInfo> options = [] {
+    std::map<std::string, OptionInfo> m;
+    for (OptionInfo& info : DescribeOptions()) m.emplace(PythonName(info.key), std::move(info));
+    return m;
+  }();
+  return options;
 }
 
 }  // namespace
 
 std::string OptionNames() {
   std::string names = "timeout";
-  for (const auto& [name, setter] : Setters()) names += ", " + name;
+  for (const auto& [name, info] : Options()) names += ", " + name;
   return names;
 }
 
@@ -146,11 +122,17 @@ EngineOptions ParseOptions(const pyb::dict& options, std::chrono::milliseconds* 
       *default_timeout = ToTimeout(value, *default_timeout);
       continue;
     }
-    const auto it = Setters().find(name);
-    if (it == Setters().end()) {
+    const auto it = Options().find(name);
+    if (it == Options().end()) {
       RaiseInvalid("unknown engine option \"" + name + "\" (known: " + OptionNames() + ")");
     }
-    it->second(o, value);
+    const Status set = SetOption(&o, it->second.key, TextOf(it->second.kind, value, name));
+    if (!set.ok()) {
+      // (The option's Python name in place of its key: the text is the caller's value.)
+      std::string why = set.message();
+      if (why.rfind(it->second.key, 0) == 0) why = name + why.substr(it->second.key.size());
+      RaiseInvalid(why);
+    }
   }
   return o;
 }

@@ -1,11 +1,14 @@
 // The public facade: each call goes to the service that owns it (core/engine_impl.h).
+#include "api/option_table.h"
 #include "core/engine_impl.h"
 
 namespace xfer {
 
 Engine::Engine() : impl_(std::make_unique<EngineImpl>()) {}
 Engine::~Engine() = default;
-Status Engine::Initialize(const std::string& n, const EngineOptions& o) { return impl_->Initialize(n, o); }
+Status Engine::Initialize(const std::string& n, const EngineOptions& o) {
+  return impl_->Initialize(n, o, CheckOptions);
+}
 void Engine::Finalize() { impl_->Finalize(); }
 std::string Engine::LocalName() const { return impl_->LocalName(); }
 Status Engine::RegisterMem(void* a, uint64_t l, MemType t, MemHandle* h, const std::string& tag,

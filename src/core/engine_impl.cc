@@ -5,59 +5,13 @@
 
 namespace xfer {
 
-namespace {
-
-// The options the core itself reads; each backend checks its own (Backend::CheckOptions).
-Status CheckOptions(const EngineOptions& o) {
-  auto bad = [](const std::string& why) { return Status{StatusCode::kInvalidArgument, why}; };
-  if (o.streams < 1 || o.streams > 256) return bad("streams must be 1..256");
-  if (o.heartbeat_interval.count() <= 0 || o.heartbeat_timeout <= o.heartbeat_interval) {
-    return bad("heartbeat_interval must be > 0 and below heartbeat_timeout");
-  }
-  if (o.spin.count() < 0) return bad("spin must be >= 0");
-  if (o.max_peer_regions < 1 || o.max_peer_regions > (16u << 20)) return bad("max_peer_regions must be 1..16 M");
-  if (o.max_sessions < 1 || o.max_sessions > (1u << 20)) return bad("max_sessions must be 1..1 M");
-  if (o.max_unsent_bytes < (64u << 10) || o.max_unsent_bytes > (4ull << 30)) {
-    return bad("max_unsent_bytes must be 64 KiB..4 GiB");
-  }
-  if (StagingName(o.staging) == "unknown") return bad("staging must be auto, always or off");
-  if (o.staging_buffers < 1 || o.staging_buffers > 64) return bad("staging_buffers must be 1..64");
-  if (o.staging_buffer_bytes < (64 << 10) || o.staging_buffer_bytes > (1ull << 30)) {
-    return bad("staging_buffer_bytes must be 64 KiB..1 GiB");
-  }
-  const auto& n = o.notify;
-  if (n.max_message_bytes < 1 || n.max_message_bytes > wire::kMaxNotify) {
-    return bad("notify.max_message_bytes must be 1..1 MiB");
-  }
-  if (n.queue_messages < 1 || n.queue_messages > (16u << 20)) return bad("notify.queue_messages must be 1..16 M");
-  if (n.queue_bytes < (4 << 10) || n.queue_bytes > (16ull << 30) || n.queue_bytes < n.max_message_bytes) {
-    return bad("notify.queue_bytes must be 4 KiB..16 GiB, and at least notify.max_message_bytes");
-  }
-  if (n.ring_bytes != 0 && (n.ring_bytes < (4 << 10) || n.ring_bytes > (1ull << 30))) {
-    return bad("notify.ring_bytes must be 0 (no ring) or 4 KiB..1 GiB");
-  }
-  if (o.metrics_max_peers < 1 || o.metrics_max_peers > 4096) return bad("metrics_max_peers must be 1..4096");
-  if (!o.metrics_listen.empty()) {
-    net::Address a;
-    if (!net::ParseAddress(o.metrics_listen, &a).ok() || !a.has_port) {
-      return bad("metrics_listen '" + o.metrics_listen + "' is not host:port");
-    }
-  }
-  if (!o.cluster_name.empty()) {
-    if (o.metadata.empty()) return bad("cluster_name needs metadata (an etcd:// URL)");
-    if (Status s = metadata::CheckClusterName(o.cluster_name); !s.ok()) return s;
-  }
-  return BackendSet::CheckOptions(o);
-}
-
-}  // namespace
-
-Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions& options) {
+Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions& options,
+                              const OptionsCheck& check) {
   if (self_.running.load()) return {StatusCode::kInvalidArgument, "Initialize: already initialized"};
   if (finalized_) {
     return {StatusCode::kInvalidArgument, "Initialize: this engine was finalized; create a new one"};
   }
-  if (Status s = CheckOptions(options); !s.ok()) return {s.code(), "Initialize: " + s.message()};
+  if (Status s = check(options); !s.ok()) return {s.code(), "Initialize: " + s.message()};
   net::Address addr;
   Status s = net::ParseAddress(local_name, &addr);
   if (!s.ok()) {

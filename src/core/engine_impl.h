@@ -12,6 +12,7 @@
 // this file -> all (tests/tools/core_layers.sh holds them).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -33,7 +34,10 @@ class EngineImpl final : public control::ControlHandler {
   EngineImpl() = default;
   ~EngineImpl() override { Finalize(); }
 
-  Status Initialize(const std::string& local_name, const EngineOptions& options);
+  // check: refuses options out of their ranges (the API's options table); called once the
+  // engine is known to be new.
+  using OptionsCheck = std::function<Status(const EngineOptions&)>;
+  Status Initialize(const std::string& local_name, const EngineOptions& options, const OptionsCheck& check);
   void Finalize();
   std::string LocalName() const { return self_.name; }
 

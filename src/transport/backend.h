@@ -16,8 +16,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "transport/remote_region.h"
+#include "util/option_rows.h"
 #include "transport/link.h"
 #include "xfer/options.h"
 #include "xfer/status.h"
@@ -183,12 +185,18 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
 
-  // Refuses values of this backend's options (EngineOptions fields that belong to it) with a
-  // reason, before anything starts.
+  // This backend's options (the EngineOptions fields of its group), one row each: Initialize
+  // checks their ranges, and every tool lists and sets them by name (util/option_rows.h).
+  virtual std::vector<options::Row> Options() const { return {}; }
+  // Refuses values of this backend's options beyond their rows' ranges (what this build or
+  // the other options allow), with a reason, before anything starts.
   virtual Status CheckOptions(const EngineOptions&) const { return Status::Ok(); }
   // Probes and starts: ok when the backend can be offered to peers here, else why not (the
   // engine logs it; a forced backend that cannot start fails Initialize).
   virtual Status Start(const EngineContext& ctx) = 0;
+  // For a person (xfer-info), once started: what this backend moves here, and what it found
+  // (versions, devices), one line each.
+  virtual std::string About() const { return ""; }
   // What peers need to reach us (our entry in the hello), or nullopt when this backend serves
   // this engine alone (shm without pidfd_getfd still allocates memory); called after Start.
   virtual std::optional<std::string> HelloBlob() const { return std::string(); }

@@ -70,6 +70,14 @@ std::string BackendSet::Summary() const {
   return out;
 }
 
+std::vector<BackendSet::State> BackendSet::States() const {
+  std::vector<State> out;
+  for (const auto& e : all_) {
+    out.push_back({std::string(e.backend->name()), e.started, e.off, e.started ? e.backend->About() : ""});
+  }
+  return out;
+}
+
 void BackendSet::Classify(const void* p, MemType* type, int32_t* device) const {
   for (const auto& e : all_) {
     if (e.started && e.backend->HandlesDeviceMemory() && e.backend->Classify(p, type, device)) {

@@ -35,6 +35,14 @@ class BackendSet {
   transport::Blobs HelloBlobs() const;
   // One line for the log: each backend "on" or "off".
   std::string Summary() const;
+  // Each backend, as Start left it (xfer-info): on, or off and why; and what it says of itself.
+  struct State {
+    std::string name;
+    bool on = false;
+    std::string why_off;
+    std::string about;  // Backend::About
+  };
+  std::vector<State> States() const;
 
   // What memory p is (host memory unless a backend handles it, e.g. GPU memory).
   void Classify(const void* p, MemType* type, int32_t* device) const;

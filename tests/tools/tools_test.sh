@@ -35,10 +35,13 @@ expect_exit() {
 has_row() { grep -qE "^(-> +|<- +|sum +)?$1 +[0-9]+ +[0-9.]+" "$2"; }
 # has_path FILE PATTERN: a "# path:" line (after a test's rows) matches PATTERN.
 has_path() { grep -qE "^# path( ->| <-)?: $2" "$1" || { cat "$1" >&2; fail "no '# path: $2' line"; }; }
-# Whether this machine offers shm (pidfd_getfd), as xfer-info probes it.
-shm_ok() { [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  shm +available'; }
-# Whether GPU memory is usable here (a CUDA build and a GPU), as xfer-info probes it.
-gpu_ok() { [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  cuda +available'; }
+# Whether xfer-info --no-engine prints a line matching PATTERN. (grep reads it all: with -q it
+# would stop at the first match and end xfer-info, and the pipe, with SIGPIPE.)
+info_has() { [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -E "$1" >/dev/null; }
+# Whether this machine offers shm (pidfd_getfd), as an engine here starts it.
+shm_ok() { info_has '^  shm +available'; }
+# Whether GPU memory is usable here (a CUDA build and a GPU), as an engine here starts it.
+gpu_ok() { info_has '^  cuda +available'; }
 
 # two_hosts N: namespaces $S (server side) and $C (client side), removed at exit, joined by N
 # veth pairs: pair n is xh$$s$n in $S and xh$$c$n in $C, in a /30 of its own (host_ip). Returns
@@ -98,6 +101,9 @@ args)
   expect_exit 2 "listen.*bad address" "$XB" serve --listen nonsense
   expect_exit 2 "mem.*bad value" "$XB" write_bw --mem heap
   expect_exit 2 "huge-pages applies to --mem alloc" "$XB" write_bw --mem register --huge-pages
+  expect_exit 2 "unknown option 'tcp.linx'.*tcp.links" "$XB" write_bw --set tcp.linx=4
+  expect_exit 2 "streams: 'four' is not a whole number" "$XB" write_bw --set streams=four
+  expect_exit 2 "KEY=VALUE" "$XB" write_bw --set tcp.links
   ;;
 run)
   "$XB" write_bw -s 64K -n 50 "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; fail "write_bw exited $?"; }
@@ -133,6 +139,13 @@ options)
   grep -qE "^# rerun: .*--buffer-pool" "$tmp/out" || fail "rerun line misses --buffer-pool"
   has_path "$tmp/out" "shm 0% \(0 bytes\), cma 0% \(0 bytes\), cuda 0% \(0 bytes\), staged 100%"
   grep -q "# verify" "$tmp/out" && { cat "$tmp/out"; fail "verify failed through the buffer pool"; }
+  # --set: any option by name, both sides; staging=always stages every byte, as --buffer-pool.
+  "$XB" write_bw -s 64K -n 20 --set staging=always --set staging_buffer_bytes=128K --verify "${SMALL[@]}" \
+    >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/out" "$tmp/err"; fail "--set run"; }
+  grep -qE "^# rerun: .*--set '?staging=always'? --set '?staging_buffer_bytes=128K'?" "$tmp/out" \
+    || { cat "$tmp/out"; fail "rerun line misses --set"; }
+  has_path "$tmp/out" "shm 0% \(0 bytes\), cma 0% \(0 bytes\), cuda 0% \(0 bytes\), staged 100%"
+  grep -q "# verify" "$tmp/out" && { cat "$tmp/out"; fail "verify failed with --set staging=always"; }
   ;;
 json)
   command -v jq >/dev/null || skip "jq not installed (scripts/setup.sh installs it)"
@@ -209,7 +222,7 @@ table)
     grep -qE "^# \[[0-9]+\] n/a: (no GPU|not built with CUDA)" "$tmp/out" || fail "no 'no GPU' footnote"
   fi
   # A transport this build lacks is a footnote, not an error.
-  if [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  (tcp|shm|ucx) +unavailable +[a-z]+: not built'; then
+  if info_has '^  (tcp|shm|ucx) +unavailable +[a-z]+: this build has no'; then
     grep -qE "^# \[[0-9]+\] n/a: [a-z]+: transport not built" "$tmp/out" || fail "no transport footnote"
   fi
   # 2 ops x 1 size x 6 transports x 4 directions x 2 paths
@@ -405,7 +418,7 @@ netns)
   wait "$cli" || { cat "$tmp/cli" "$tmp/srv"; fail "client in $C exited"; }
   has_row 65536 "$tmp/cli" || { cat "$tmp/cli"; fail "no row"; }
   # Distinct host ids, as two machines: only a network transport reaches the peer.
-  if [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  tcp +available'; then
+  if info_has '^  tcp +available'; then
     ip netns exec "$C" "$XB" read_bw -s 64K -n 50 --host-id host-a "${SMALL[@]}" "$SRV" >"$tmp/cli2" 2>&1 \
       || { cat "$tmp/cli2" "$tmp/srv"; fail "tcp client exited"; }
     has_row 65536 "$tmp/cli2" || fail "tcp: no row"
@@ -419,7 +432,7 @@ netns)
 netns_nics)
   # Two namespaces joined by two veth pairs ("two NICs"): serve names its NICs, the client
   # its own, and a WRITE's bytes go over both pairs (the "# nics:" line).
-  [ -n "$XI" ] && "$XI" --no-engine 2>/dev/null | grep -qE '^  tcp +available' || skip "no tcp transport in this build"
+  info_has '^  tcp +available' || skip "no tcp transport in this build"
   two_hosts 2
   # xfer-info names the interfaces that may be named, and why the others may not.
   ip link add "xh$$c2" netns "$C" type veth peer name "xh$$c3" netns "$C" || fail "veth"
@@ -443,7 +456,8 @@ info)
   [ -n "$XI" ] || skip "XFER_INFO not set"
   "$XI" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "xfer-info exited"; }
   for pat in '^xfer ' '^host id:' '^  local +available' '^  cma +(available|unavailable)' '^  cuda +(available|unavailable)' \
-             '^  shm +(available|unavailable)' '^  ucx ' '^defaults' 'streams' 'engine check: two engines'; do
+             '^  shm +(available|unavailable)' '^  ucx ' '^defaults' '^  streams +2 \[1\.\.256\]' \
+             '^  notify\.queue_bytes +64 MiB \[4 KiB\.\.16 GiB\]' '^  tcp\.links +2' 'engine check: two engines'; do
     grep -qE "$pat" "$tmp/out" || { cat "$tmp/out"; fail "xfer-info: no /$pat/"; }
   done
   expect_exit 2 "unknown argument" "$XI" --bogus

@@ -142,7 +142,7 @@ json ConfigToJson(const Config& c) {
           {"verify", c.verify},     {"local_mem", c.local_mem}, {"remote_mem", c.remote_mem},
           {"mem", c.mem},           {"huge_pages", c.huge_pages},
           {"notify", c.notify},     {"checksum", c.checksum}, {"nics", c.nics}, {"no_metrics", c.no_metrics}, {"buffer_pool", c.buffer_pool},                       {"staging_buffers", c.staging_buffers},
-          {"staging_bytes", c.staging_bytes}};
+          {"staging_bytes", c.staging_bytes}, {"set", c.set}};
 }
 
 void ConfigFromJson(const json& j, Config* c) {
@@ -177,6 +177,7 @@ void ConfigFromJson(const json& j, Config* c) {
   c->buffer_pool = j.at("buffer_pool");
   c->staging_buffers = j.at("staging_buffers");
   c->staging_bytes = j.at("staging_bytes");
+  c->set = j.value("set", std::vector<std::string>());
   if (c->mem != "alloc" && c->mem != "register") throw std::runtime_error("mem '" + c->mem + "'");
   MemSpec m;
   for (const std::string* v : {&c->local_mem, &c->remote_mem})
@@ -214,6 +215,7 @@ std::string RerunCommand(const std::string& argv0, const Config& c) {
   if (c.buffer_pool) o << " --buffer-pool";
   if (c.staging_buffers) o << " --staging-buffers " << c.staging_buffers;
   if (c.staging_bytes) o << " --staging-buffer-bytes " << c.staging_bytes_arg;
+  for (const std::string& kv : c.set) o << " --set " << ShellQuote(kv);
   if (c.bidir) o << " --bidirectional";
   if (c.prepared) o << " --prepared";
   if (c.reuse) o << " --reuse";

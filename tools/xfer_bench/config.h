@@ -36,6 +36,9 @@ struct Config {
   bool notify = false;       // every request carries a notification (TransferOptions::notify)
   bool checksum = false;     // EngineOptions::tcp.checksum on both sides
   std::string nics;          // EngineOptions::tcp.nics of this side, comma-separated
+  // --set KEY=VALUE: any engine option by name (xfer::SetOption), both sides, after the named
+  // flags above.
+  std::vector<std::string> set;
   bool buffer_pool = false;  // EngineOptions::staging = Staging::kAlways on both sides
   int staging_buffers = 0;   // EngineOptions::staging_buffers; 0 = the engine's default
   std::string staging_bytes_arg;  // EngineOptions::staging_buffer_bytes as typed

@@ -38,6 +38,7 @@
 #include "client.h"
 #include "cluster.h"
 #include "serve.h"
+#include "system.h"
 
 namespace xfer::bench {
 namespace {
@@ -85,6 +86,11 @@ void AddTestOptions(CLI::App* app, Config& c) {
                   "IPv4 addresses or near:BUS_ID, comma-separated) its tcp data connections use; a target serves "
                   "on each, an initiator connects from each (default: the one route the kernel picks)")
       ->type_name("LIST");
+  app->add_option("--set", c.set,
+                  "Any engine option by name, both sides (repeatable; after the flags above): "
+                  "--set tcp.links=4 --set notify.ring_bytes=0 (docs/options.md; xfer-info lists them)")
+      ->type_name("KEY=VALUE")
+      ->check([](const std::string& kv) { return SetOptionArg(kv); });
   app->add_option("--transport", c.transport,
                   "Force a transport: local, shm (only AllocMem memory, by memcpy from a mapping), "
                   "cma, ucx, tcp (forcing cma, ucx or tcp disables shm and cuda), cuda (only "

@@ -69,7 +69,19 @@ EngineOptions MakeEngineOptions(const Config& c) {
   o.tcp.nics = SplitList(c.nics);
   if (c.staging_buffers > 0) o.staging_buffers = c.staging_buffers;
   if (c.staging_bytes > 0) o.staging_buffer_bytes = c.staging_bytes;
+  for (const std::string& kv : c.set) {
+    const size_t eq = kv.find('=');  // (checked when parsed: SetOptionArg)
+    (void)SetOption(&o, kv.substr(0, eq), eq == std::string::npos ? "" : kv.substr(eq + 1));
+  }
   return o;
+}
+
+std::string SetOptionArg(const std::string& kv) {
+  const size_t eq = kv.find('=');
+  if (eq == std::string::npos || eq == 0) return "--set takes KEY=VALUE, e.g. --set tcp.links=4 (not '" + kv + "')";
+  EngineOptions o;
+  const Status s = SetOption(&o, kv.substr(0, eq), kv.substr(eq + 1));
+  return s.ok() ? std::string() : "--set: " + s.message();
 }
 
 uint64_t PageKbAt(const void* p) {

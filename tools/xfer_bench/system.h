@@ -13,6 +13,8 @@ std::string SelfExe();
 // What the header says about --links for this transport: never silently ignored.
 std::string LinksNote(const Config& c, const std::string& transport);
 EngineOptions MakeEngineOptions(const Config& c);
+// Why --set's KEY=VALUE cannot be set (an unknown key, a value not of its kind), or "".
+std::string SetOptionArg(const std::string& kv);
 // The kernel page size (KiB) of the mapping that holds p, from /proc/self/smaps; 0 if unknown.
 uint64_t PageKbAt(const void* p);
 

@@ -14,6 +14,7 @@ namespace {
 class CmaBackend final : public Backend {
  public:
   std::string_view name() const override { return "cma"; }
+  std::string About() const override { return "process_vm_readv/writev between processes of this host"; }
 
   Status Start(const EngineContext& ctx) override {
     cookie_ = ctx.incarnation;

@@ -117,6 +117,14 @@ class CudaRoute final : public Route {
 class CudaBackend final : public Backend {
  public:
   std::string_view name() const override { return "cuda"; }
+  std::string About() const override {
+    return "GPU memory: copy engines between processes of this host (CUDA IPC); other hosts through "
+           "the buffer pool\n" + Describe();
+  }
+  std::vector<options::Row> Options() const override {
+    return {XFER_OPTION_BOOL("cuda.pin_host_memory", cuda.pin_host_memory,
+                             "with a GPU, registered host memory is page-locked")};
+  }
 
   Status Start(const EngineContext& ctx) override {
     options_ = *ctx.options;

@@ -23,6 +23,7 @@ class LocalRoute final : public Route {
 class LocalBackend final : public Backend {
  public:
   std::string_view name() const override { return "local"; }
+  std::string About() const override { return "memcpy between engines of one process"; }
   Status Start(const EngineContext& ctx) override {
     options_ = *ctx.options;
     return Status::Ok();

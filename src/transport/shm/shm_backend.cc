@@ -58,6 +58,13 @@ class ShmRoute final : public Route {
 class ShmBackend final : public Backend {
  public:
   std::string_view name() const override { return "shm"; }
+  std::string About() const override {
+    return "Engine::AllocMem memory mapped by processes of this host (pidfd_getfd), moved with memcpy";
+  }
+  std::vector<options::Row> Options() const override {
+    return {XFER_OPTION_BYTES("shm.streaming_copy_bytes", shm.streaming_copy_bytes, 1, 0,
+                              "copies this long use non-temporal stores (0: the last-level cache's size)")};
+  }
 
   Status Start(const EngineContext& ctx) override {
     incarnation_ = ctx.incarnation;

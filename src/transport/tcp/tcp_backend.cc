@@ -23,11 +23,19 @@ class TcpRoute final : public Route {
 class TcpBackend final : public Backend {
  public:
   std::string_view name() const override { return "tcp"; }
+  std::string About() const override { return "TCP sockets to peers on any host"; }
 
+  std::vector<options::Row> Options() const override {
+    return {
+        XFER_OPTION_COUNT("tcp.links", tcp.links, 1, 64, "data connections per peer"),
+        XFER_OPTION_BOOL("tcp.least_loaded", tcp.least_loaded,
+                         "a batch takes a free connection first, not the next in turn"),
+        XFER_OPTION_BOOL("tcp.checksum", tcp.checksum, "every batch carries a checksum of its bytes (XXH3)"),
+        XFER_OPTION_LIST("tcp.nics", tcp.nics,
+                         "the interfaces the data connections use: names, addresses, near:BUS_ID (none: the kernel's)"),
+    };
+  }
   Status CheckOptions(const EngineOptions& o) const override {
-    if (o.tcp.links < 1 || o.tcp.links > 64) {
-      return {StatusCode::kInvalidArgument, "tcp.links must be 1..64"};
-    }
     if (o.tcp.checksum && !checksum::Available()) {
       return {StatusCode::kUnsupported, "tcp.checksum needs a build with libxxhash (libxxhash-dev)"};
     }

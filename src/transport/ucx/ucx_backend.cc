@@ -25,14 +25,16 @@ class UcxRoute final : public HostRoute {
 class UcxBackend final : public Backend {
  public:
   std::string_view name() const override { return "ucx"; }
+  std::string About() const override { return "RDMA through UCX: " + UcxTransport::Describe(); }
 
+  std::vector<options::Row> Options() const override {
+    return {
+        XFER_OPTION_CHOICE("ucx.mode", ucx.mode, ParseUcxMode, UcxModeName, "auto, on, off",
+                           "offer ucx with an RDMA device here, always, or never"),
+        XFER_OPTION_COUNT("ucx.endpoints", ucx.endpoints, 1, 64, "endpoints per peer, a worker each"),
+    };
+  }
   Status CheckOptions(const EngineOptions& o) const override {
-    if (UcxModeName(o.ucx.mode) == "unknown") {
-      return {StatusCode::kInvalidArgument, "ucx.mode must be auto, on or off"};
-    }
-    if (o.ucx.endpoints < 1 || o.ucx.endpoints > 64) {
-      return {StatusCode::kInvalidArgument, "ucx.endpoints must be 1..64"};
-    }
     if (o.transport == "ucx" && o.ucx.mode == UcxMode::kOff) {
       return {StatusCode::kInvalidArgument, "transport 'ucx' forced but ucx.mode is off"};
     }
