@@ -83,7 +83,12 @@ Status EngineImpl::StartBackends(const std::string& listen_host) {
 }
 
 void EngineImpl::StartServices() {
-  peers_.Begin(metrics_, PeerService::Events{
+  const EngineOptions& o = self_.options;
+  std::shared_ptr<transport::BufferPool> staging;  // (the routes' staged links go through it)
+  if (o.staging != Staging::kOff) {
+    staging = std::make_shared<transport::BufferPool>(o.staging_buffers, o.staging_buffer_bytes);
+  }
+  peers_.Begin(metrics_, staging, PeerService::Events{
       .made = [this](const auto& peer) { notifier_.PeerMade(peer); },
       .up = [this](const auto& s, const auto& peer) { notifier_.PeerUp(s, peer); },
       .gone = [this](PeerState& peer) {
@@ -105,7 +110,7 @@ void EngineImpl::StartServices() {
       },
       .tags_changed = [this] { peers_.TagsChanged(); },
   });
-  transfers_.Start(metrics_, TransferService::Notifications{
+  transfers_.Start(metrics_, staging, TransferService::Notifications{
       .check = [this](const char* what, const std::string& m) { return notifier_.CheckMessage(what, m); },
       .delivery = [this](const PeerService::Peer& peer, std::string m) {
         return notifier_.Delivery(peer, std::move(m));

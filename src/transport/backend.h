@@ -81,6 +81,7 @@ class Route {
   Link& link() const { return *link_; }
   const std::shared_ptr<Link>& shared_link() const { return link_; }
   Link& streaming_link() const { return *streaming_; }
+  const std::shared_ptr<Link>& shared_streaming_link() const { return streaming_; }
   const PlanLimits& limits() const { return limits_; }
   std::atomic<uint64_t>& bytes() { return bytes_; }  // moved directly over this route
 

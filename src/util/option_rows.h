@@ -100,16 +100,44 @@ Status SetChoice(E* field, std::string_view text, std::string_view key, std::str
           std::string(key) + " must be one of " + std::string(choices) + ", not '" + std::string(text) + "'"};
 }
 
+using SetFn = Status (*)(EngineOptions&, std::string_view);
+using ShowFn = std::string (*)(const EngineOptions&);
+using NumberFn = int64_t (*)(const EngineOptions&);
+// A row (the macros below make them): its kind's functions, then its range, unit or choices.
+inline Row MakeRow(std::string_view key, OptionKind kind, std::string_view doc, SetFn set, ShowFn show,
+                   NumberFn number = nullptr) {
+  Row r;
+  r.key = key;
+  r.kind = kind;
+  r.doc = doc;
+  r.set = set;
+  r.show = show;
+  r.number = number;
+  return r;
+}
+inline Row Ranged(Row r, int64_t lo, int64_t hi, bool zero_ok = false, std::string_view unit = {}) {
+  r.lo = lo;
+  r.hi = hi;
+  r.zero_ok = zero_ok;
+  r.unit = unit;
+  return r;
+}
+inline Row WithChoices(Row r, std::string_view choices) {
+  r.choices = choices;
+  return r;
+}
+
 }  // namespace xfer::options
 
 // The rows' makers: KEY is the option's name, FIELD its path in EngineOptions (o.FIELD).
-#define XFER_OPTION_NUMBER_(key_, kind_, field, lo_, hi_, zero_ok_, doc_, setter, shower)                \
-  ::xfer::options::Row {                                                                                 \
-    .key = key_, .kind = kind_, .doc = doc_, .lo = lo_, .hi = hi_, .zero_ok = zero_ok_,                 \
-    .set = [](::xfer::EngineOptions& o, std::string_view t) { return setter(&o.field, t, key_); },       \
-    .show = [](const ::xfer::EngineOptions& o) { return shower(static_cast<int64_t>(o.field)); },       \
-    .number = [](const ::xfer::EngineOptions& o) { return static_cast<int64_t>(o.field); },             \
-  }
+#define XFER_OPTION_NUMBER_(key_, kind_, field, lo_, hi_, zero_ok_, doc_, setter, shower)                 \
+  ::xfer::options::Ranged(                                                                                \
+      ::xfer::options::MakeRow(                                                                           \
+          key_, kind_, doc_,                                                                              \
+          [](::xfer::EngineOptions& o, std::string_view t) { return setter(&o.field, t, key_); },         \
+          [](const ::xfer::EngineOptions& o) { return shower(static_cast<int64_t>(o.field)); },           \
+          [](const ::xfer::EngineOptions& o) { return static_cast<int64_t>(o.field); }),                  \
+      lo_, hi_, zero_ok_)
 #define XFER_OPTION_COUNT(key, field, lo, hi, doc) \
   XFER_OPTION_NUMBER_(key, ::xfer::OptionKind::kCount, field, lo, hi, false, doc, ::xfer::options::SetCount, \
                       ::xfer::options::ShowCount)
@@ -121,51 +149,55 @@ Status SetChoice(E* field, std::string_view text, std::string_view key, std::str
   XFER_OPTION_NUMBER_(key, ::xfer::OptionKind::kBytes, field, lo, hi, true, doc, ::xfer::options::SetBytes, \
                       ::xfer::options::ShowBytes)
 // A std::chrono duration field; unit: its own ("ms", "us").
-#define XFER_OPTION_DURATION(key_, field, unit_, lo_, hi_, doc_)                                                   \
-  ::xfer::options::Row {                                                                                           \
-    .key = key_, .kind = ::xfer::OptionKind::kDuration, .doc = doc_, .lo = lo_, .hi = hi_, .unit = unit_,         \
-    .set = [](::xfer::EngineOptions& o, std::string_view t) {                                                      \
-      return ::xfer::options::SetDuration(&o.field, t, key_, unit_);                                               \
-    },                                                                                                             \
-    .show = [](const ::xfer::EngineOptions& o) {                                                                   \
-      return ::xfer::options::ShowDuration(static_cast<int64_t>(o.field.count()), unit_);                          \
-    },                                                                                                             \
-    .number = [](const ::xfer::EngineOptions& o) { return static_cast<int64_t>(o.field.count()); },               \
-  }
-#define XFER_OPTION_BOOL(key_, field, doc_)                                                                 \
-  ::xfer::options::Row {                                                                                    \
-    .key = key_, .kind = ::xfer::OptionKind::kBool, .doc = doc_,                                            \
-    .set = [](::xfer::EngineOptions& o, std::string_view t) { return ::xfer::options::SetBool(&o.field, t, key_); }, \
-    .show = [](const ::xfer::EngineOptions& o) { return std::string(o.field ? "true" : "false"); },         \
-  }
+#define XFER_OPTION_DURATION(key_, field, unit_, lo_, hi_, doc_)                                                  \
+  ::xfer::options::Ranged(                                                                                         \
+      ::xfer::options::MakeRow(                                                                                    \
+          key_, ::xfer::OptionKind::kDuration, doc_,                                                               \
+          [](::xfer::EngineOptions& o, std::string_view t) {                                                       \
+            return ::xfer::options::SetDuration(&o.field, t, key_, unit_);                                         \
+          },                                                                                                       \
+          [](const ::xfer::EngineOptions& o) {                                                                     \
+            return ::xfer::options::ShowDuration(static_cast<int64_t>(o.field.count()), unit_);                    \
+          },                                                                                                       \
+          [](const ::xfer::EngineOptions& o) { return static_cast<int64_t>(o.field.count()); }),                  \
+      lo_, hi_, false, unit_)
+#define XFER_OPTION_BOOL(key_, field, doc_)                                                                  \
+  ::xfer::options::MakeRow(                                                                                  \
+      key_, ::xfer::OptionKind::kBool, doc_,                                                                 \
+      [](::xfer::EngineOptions& o, std::string_view t) { return ::xfer::options::SetBool(&o.field, t, key_); }, \
+      [](const ::xfer::EngineOptions& o) { return std::string(o.field ? "true" : "false"); })
 #define XFER_OPTION_TEXT(key_, field, doc_)                                                                  \
-  ::xfer::options::Row {                                                                                     \
-    .key = key_, .kind = ::xfer::OptionKind::kText, .doc = doc_,                                             \
-    .set = [](::xfer::EngineOptions& o, std::string_view t) { o.field = std::string(t); return ::xfer::Status::Ok(); }, \
-    .show = [](const ::xfer::EngineOptions& o) { return o.field; },                                          \
-  }
+  ::xfer::options::MakeRow(                                                                                  \
+      key_, ::xfer::OptionKind::kText, doc_,                                                                 \
+      [](::xfer::EngineOptions& o, std::string_view t) {                                                     \
+        o.field = std::string(t);                                                                            \
+        return ::xfer::Status::Ok();                                                                         \
+      },                                                                                                     \
+      [](const ::xfer::EngineOptions& o) { return o.field; })
 #define XFER_OPTION_SECRET(key_, field, doc_)                                                                \
-  ::xfer::options::Row {                                                                                     \
-    .key = key_, .kind = ::xfer::OptionKind::kSecret, .doc = doc_,                                           \
-    .set = [](::xfer::EngineOptions& o, std::string_view t) { o.field = std::string(t); return ::xfer::Status::Ok(); }, \
-    .show = [](const ::xfer::EngineOptions& o) { return std::string(o.field.empty() ? "" : "(set)"); },     \
-  }
+  ::xfer::options::MakeRow(                                                                                  \
+      key_, ::xfer::OptionKind::kSecret, doc_,                                                               \
+      [](::xfer::EngineOptions& o, std::string_view t) {                                                     \
+        o.field = std::string(t);                                                                            \
+        return ::xfer::Status::Ok();                                                                         \
+      },                                                                                                     \
+      [](const ::xfer::EngineOptions& o) { return std::string(o.field.empty() ? "" : "(set)"); })
 #define XFER_OPTION_LIST(key_, field, doc_)                                                                  \
-  ::xfer::options::Row {                                                                                     \
-    .key = key_, .kind = ::xfer::OptionKind::kList, .doc = doc_,                                             \
-    .set = [](::xfer::EngineOptions& o, std::string_view t) {                                                \
-      o.field = ::xfer::SplitList(t);                                                               \
-      return ::xfer::Status::Ok();                                                                           \
-    },                                                                                                       \
-    .show = [](const ::xfer::EngineOptions& o) { return ::xfer::options::JoinList(o.field); },              \
-  }
+  ::xfer::options::MakeRow(                                                                                  \
+      key_, ::xfer::OptionKind::kList, doc_,                                                                 \
+      [](::xfer::EngineOptions& o, std::string_view t) {                                                     \
+        o.field = ::xfer::SplitList(t);                                                                      \
+        return ::xfer::Status::Ok();                                                                         \
+      },                                                                                                     \
+      [](const ::xfer::EngineOptions& o) { return ::xfer::options::JoinList(o.field); })
 // An enum field; parse and name: its text functions (ParseStaging, StagingName); choices: the
 // names, ", "-separated.
 #define XFER_OPTION_CHOICE(key_, field, parse, name, choices_, doc_)                                         \
-  ::xfer::options::Row {                                                                                     \
-    .key = key_, .kind = ::xfer::OptionKind::kChoice, .doc = doc_, .choices = choices_,                      \
-    .set = [](::xfer::EngineOptions& o, std::string_view t) {                                                \
-      return ::xfer::options::SetChoice(&o.field, t, key_, choices_, parse);                                 \
-    },                                                                                                       \
-    .show = [](const ::xfer::EngineOptions& o) { return std::string(name(o.field)); },                      \
-  }
+  ::xfer::options::WithChoices(                                                                              \
+      ::xfer::options::MakeRow(                                                                              \
+          key_, ::xfer::OptionKind::kChoice, doc_,                                                           \
+          [](::xfer::EngineOptions& o, std::string_view t) {                                                 \
+            return ::xfer::options::SetChoice(&o.field, t, key_, choices_, parse);                           \
+          },                                                                                                 \
+          [](const ::xfer::EngineOptions& o) { return std::string(name(o.field)); }),                       \
+      choices_)

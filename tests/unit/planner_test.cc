@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/regions/registry.h"
+#include "transport/common/host_copy.h"
 
 namespace xfer {
 namespace {
@@ -384,6 +385,38 @@ TEST_F(PlannerRouteTest, LongRunsTakeTheStreamingLink) {
   EXPECT_FALSE(p.batches[0].streaming);
   EXPECT_TRUE(p.batches[1].streaming);  // the long run's slices, in batches of their own
   EXPECT_TRUE(p.batches[2].streaming);
+}
+
+// A route like cma or ucx (host pairs), with links of its own: a plain one and a streaming one.
+class LinkedRoute final : public transport::Route {
+ public:
+  explicit LinkedRoute(PlanLimits limits) : Route("linked", std::make_shared<transport::CopyLink>(false), limits) {
+    set_streaming_link(std::make_shared<transport::CopyLink>(true));
+  }
+  bool Reach(MemType local, RemoteRegion& r, uint8_t**) override { return HostPairs(local, r); }
+  std::string WhyNot(MemType, const RemoteRegion&) const override { return "linked: host pairs only"; }
+};
+
+// Each batch names the link that runs it: the route's, its streaming link for a long run, or
+// the route's staged link for our GPU memory (the one from GPU memory: [1]).
+TEST_F(PlannerRouteTest, EachBatchNamesTheLinkThatRunsIt) {
+  auto route = std::make_shared<LinkedRoute>(PlanLimits{64 << 10, 256 << 10, 1024, 512 << 10});
+  routes_.routes.push_back(route);
+  routes_.staging = true;
+  const std::array<std::shared_ptr<transport::Link>, 2> staged = {std::make_shared<transport::CopyLink>(),
+                                                                   std::make_shared<transport::CopyLink>()};
+  routes_.staged_links.push_back(staged);
+  Plan p;
+  ASSERT_TRUE(Route(Op::kWrite,
+                    {{L(0), kRemote, 4096}, {L(8192), kRemote + 8192, 512 << 10}, {D(0), kRemote + (600 << 10), 4096}},
+                    &p)
+                  .ok());
+  ASSERT_EQ(p.batches.size(), 4u);
+  EXPECT_EQ(p.batches[0].link, &route->link());
+  EXPECT_EQ(p.batches[1].link, &route->streaming_link());
+  EXPECT_EQ(p.batches[2].link, &route->streaming_link());
+  EXPECT_TRUE(p.batches[3].staged && p.batches[3].device);
+  EXPECT_EQ(p.batches[3].link, staged[1].get());
 }
 
 TEST_F(PlannerRouteTest, StageAllStagesHostMemoryToo) {

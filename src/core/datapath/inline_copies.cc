@@ -1,41 +1,35 @@
 #include "core/datapath/inline_copies.h"
 
+#include "core/datapath/planner.h"
+
 namespace xfer {
 
-bool InlineCopies::TryCopy(const std::string& remote, Op op, const TransferDesc& d,
-                               std::chrono::milliseconds timeout) {
-  // Anything unusual (including a peer to connect to first) takes the planned path.
-  if ((op != Op::kRead && op != Op::kWrite) || timeout.count() <= 0 || d.len == 0 ||
-      d.local_addr == 0 || d.remote_addr == 0 || d.local_addr + d.len < d.local_addr ||
-      d.remote_addr + d.len < d.remote_addr || !running_.load(std::memory_order_relaxed) ||
-      registry_.TypeOf(d.local_addr, d.len) != MemType::kHost) {
-    return false;
+bool InlineCopies::Eligible(Op op, const TransferDesc& d, std::chrono::milliseconds timeout) const {
+  // Anything unusual takes the planned path, which explains refusals.
+  return (op == Op::kRead || op == Op::kWrite) && timeout.count() > 0 && d.len != 0 && d.local_addr != 0 &&
+         d.remote_addr != 0 && d.local_addr + d.len >= d.local_addr && d.remote_addr + d.len >= d.remote_addr &&
+         running_.load(std::memory_order_relaxed) && registry_.TypeOf(d.local_addr, d.len) == MemType::kHost;
+}
+
+bool InlineCopies::TryRemembered(const std::string& remote, uint64_t version, Op op, const TransferDesc& d) {
+  // (Not waited for: a busy slot may hold a batch to a peer that copies nothing inline; the
+  // lookup finds out, and Copy then waits where it copies.)
+  InlineTarget forgotten;  // (released after the slot)
+  int k;
+  auto slot = pool_.TryInlineSlot(&k);
+  if (!slot.owns_lock()) return false;
+  if (forgotten_[k].load(std::memory_order_relaxed)) {
+    forgotten = std::exchange(targets_[k], {});
+    forgotten_[k].store(false, std::memory_order_relaxed);
   }
-  // (Read before the lookup: a change of the peers since then makes the next copy look again.)
-  const uint64_t version = peers_.version();
-  {
-    // (Not waited for: a busy slot may hold a batch to a peer that copies nothing inline; the
-    // lookup below finds out, and InlineCopy then waits where it copies.)
-    InlineTarget forgotten;  // (released after the slot)
-    int k;
-    auto slot = pool_.TryInlineSlot(&k);
-    if (slot.owns_lock()) {
-      if (forgotten_[k].load(std::memory_order_relaxed)) {
-        forgotten = std::exchange(targets_[k], {});
-        forgotten_[k].store(false, std::memory_order_relaxed);
-      }
-      const InlineTarget& t = targets_[k];
-      if (t.Serves(remote, version, d.remote_addr, d.len, op == Op::kWrite) &&
-          CopyInSlot(*t.state, *t.route, *t.region, t.mapped, op, d.local_addr, d.remote_addr, d.len)) {
-        return true;
-      }
-    }
-  }
-  PeerTable::Peer peer;
-  bool by_name = false;
-  if (!peers_.Lookup(remote, &peer, &by_name) || !peer.state->copies_inline || peer.state->routes.stage_all) {
-    return false;
-  }
+  const InlineTarget& t = targets_[k];
+  return t.Serves(remote, version, d.remote_addr, d.len, op == Op::kWrite) &&
+         CopyInSlot(*t.state, *t.route, *t.region, t.mapped, op, d.local_addr, d.remote_addr, d.len);
+}
+
+bool InlineCopies::TryCopy(const std::string& remote, uint64_t version, PeerTable::Peer peer, bool by_name, Op op,
+                           const TransferDesc& d) {
+  if (!peer.state->copies_inline || peer.state->routes.stage_all) return false;
   std::shared_ptr<RemoteRegion> region = peer.state->regions.FindRemembered(d.remote_addr, d.len, op == Op::kWrite);
   if (!region) return false;
   RemoteRegion& r = *region;
@@ -50,15 +44,12 @@ transport::Route* InlineCopies::RouteFor(const PeerState& peer, Op op, RemoteReg
   if (op == Op::kWrite && region.info.access == PeerAccess::kReadOnly) {
     return nullptr;  // (the planned path refuses it, and says why)
   }
-  // The route the planner would choose: the first that reaches the pair.
-  for (const auto& r : peer.routes.routes) {
-    uint8_t* base = nullptr;
-    if (r->Reach(MemType::kHost, region, &base)) {
-      *mapped = reinterpret_cast<uint64_t>(base);
-      return base != nullptr && r->CopiesInline(len) ? r.get() : nullptr;
-    }
-  }
-  return nullptr;
+  uint8_t* base = nullptr;
+  const int i = FirstRouteReaching(peer.routes, MemType::kHost, region, &base);  // (the planner's rule)
+  if (i < 0 || base == nullptr) return nullptr;
+  transport::Route* route = peer.routes.routes[i].get();
+  *mapped = reinterpret_cast<uint64_t>(base);
+  return route->CopiesInline(len) ? route : nullptr;
 }
 
 bool InlineCopies::Copy(const PeerState& peer, Op op, RemoteRegion& region, uint64_t local,

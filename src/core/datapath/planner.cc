@@ -65,6 +65,14 @@ bool LocalMemoryCheck::Allows(uint64_t addr, uint64_t len, bool need_write, MemT
   return at >= end;
 }
 
+int FirstRouteReaching(const PeerRoutes& peer, MemType local, RemoteRegion& r, uint8_t** mapped) {
+  for (size_t i = 0; i < peer.routes.size(); ++i) {
+    *mapped = nullptr;
+    if (peer.routes[i]->Reach(local, r, mapped)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 namespace {
 
 // The route a descriptor takes, where its remote region is mapped here (mapping routes) or
@@ -84,12 +92,10 @@ Status ChooseRoute(const PeerRoutes& peer, RemoteRegion& r, bool local_device, C
   const auto& routes = peer.routes;
   const MemType local = local_device ? MemType::kCuda : MemType::kHost;
   if (!peer.stage_all) {
-    for (size_t i = 0; i < routes.size(); ++i) {
-      uint8_t* base = nullptr;
-      if (routes[i]->Reach(local, r, &base)) {
-        *out = {static_cast<uint8_t>(i), base, false};
-        return Status::Ok();
-      }
+    uint8_t* base = nullptr;
+    if (const int i = FirstRouteReaching(peer, local, r, &base); i >= 0) {
+      *out = {static_cast<uint8_t>(i), base, false};
+      return Status::Ok();
     }
   }
   // Through a staging buffer our side is host memory.
@@ -110,6 +116,15 @@ Status ChooseRoute(const PeerRoutes& peer, RemoteRegion& r, bool local_device, C
   for (const auto& route : routes) text::Append(&why, route->WhyNot(local, r));
   return {StatusCode::kUnsupported, "no route to this peer moves " + PairName(local_device, r) +
                                         (why.empty() ? "" : " (" + why + ")")};
+}
+
+// The link a batch runs on (null where a route has none: planner tests).
+transport::Link* LinkOf(const PeerRoutes& peer, const Plan::Batch& b) {
+  const transport::Route& route = *peer.routes[b.route];
+  if (b.staged) {
+    return b.route < peer.staged_links.size() ? peer.staged_links[b.route][b.device ? 1 : 0].get() : nullptr;
+  }
+  return (b.streaming ? route.shared_streaming_link() : route.shared_link()).get();
 }
 
 PlanLimits LimitsOf(const PeerRoutes& peer, const Choice& c) {
@@ -155,15 +170,16 @@ class BatchPacker {
     }
     const bool streaming = r.len >= lim_.streaming_bytes;
     const bool device = run.choice.staged && run.device;
-    if (current_.end > current_.begin &&
-        (current_.route != run.choice.route || current_.staged != run.choice.staged ||
-         current_.streaming != streaming || current_.device != device)) {
-      CloseBatch();
+    if (!kinded_ || current_.route != run.choice.route || current_.staged != run.choice.staged ||
+        current_.streaming != streaming || current_.device != device) {
+      CloseBatch();  // (a run of another kind: a batch of its own)
+      current_.route = run.choice.route;
+      current_.staged = run.choice.staged;
+      current_.streaming = streaming;
+      current_.device = device;
+      current_.link = LinkOf(routes_, current_);
+      kinded_ = true;
     }
-    current_.route = run.choice.route;
-    current_.staged = run.choice.staged;
-    current_.streaming = streaming;
-    current_.device = device;
     for (uint64_t off = 0; off < r.len; off += slice_) {
       const uint64_t n = std::min(slice_, r.len - off);
       if (current_.end > current_.begin &&
@@ -197,6 +213,7 @@ class BatchPacker {
   const PeerRoutes& routes_;
   Plan* const plan_;
   Plan::Batch current_;
+  bool kinded_ = false;  // current_'s route, flags and link are set
   PlanLimits lim_;  // of the route of the run packed last (route_, staged_), once limited_
   bool limited_ = false;
   uint8_t route_ = 0;

@@ -27,6 +27,9 @@ struct Plan {
     uint32_t begin = 0, end = 0;  // slices[begin, end)
     uint64_t bytes = 0;
     uint8_t route = 0;       // index into PeerRoutes::routes
+    // The link that runs it: the route's link, its streaming link, or its staged link (as the
+    // flags below say). The plan holds the peer's state alive, and so its routes and links.
+    transport::Link* link = nullptr;
     bool staged = false;     // through a staging buffer, then the route's link
     bool device = false;     // staged: the local side is GPU memory (else host memory)
     bool streaming = false;  // over the route's streaming link (a run past its streaming_bytes)
@@ -66,6 +69,11 @@ class LocalMemoryCheck {
   bool loaded_ = false;
   std::vector<Mapping> maps_;
 };
+
+// The planner's rule for a pair of memories: the first route, in order, that reaches local
+// memory of that type and region r (*mapped: where r is mapped here, for mapping routes);
+// -1 when none does. The inline copies choose by it too.
+int FirstRouteReaching(const PeerRoutes& peer, MemType local, RemoteRegion& r, uint8_t** mapped);
 
 Status MakePlan(Op op, std::span<const TransferDesc> descs, const RemoteRegions& remote,
                 LocalMemoryCheck& local, const PeerRoutes& routes, Plan* plan);

@@ -7,8 +7,7 @@
 namespace xfer {
 
 Request::Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_point deadline,
-                 std::shared_ptr<PeerState> peer, std::shared_ptr<const Plan> plan,
-                 std::shared_ptr<BufferPool> staging, Deliver deliver)
+                 std::shared_ptr<PeerState> peer, std::shared_ptr<const Plan> plan, Deliver deliver)
     : id_(id),
       op_(op),
       start_(start),
@@ -17,7 +16,6 @@ Request::Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_p
       shared_plan_(std::move(plan)),
       plan_(*shared_plan_),
       pipelined_(PipelinedRoute(peer_, plan_)),
-      staging_(std::move(staging)),
       deliver_(std::move(deliver)),
       outstanding_(plan_.batches.size()) {
   if (peer_ && peer_->metrics) peer_->metrics->Started(op_, plan_.bytes);
@@ -75,11 +73,8 @@ void Request::RunBatch(size_t i) {
   if (s.ok()) {
     const auto slices = std::span(plan_.slices).subspan(b.begin, b.end - b.begin);
     // (The plan holds the regions, and a region what was opened of it, for mapping routes.)
-    if (b.staged) {
-      s = staging_->Run(op_, slices, b.device, route.link(), deadline_);
-    } else {
-      s = (b.streaming ? route.streaming_link() : route.link()).Execute(op_, slices, deadline_);
-    }
+    s = b.link != nullptr ? b.link->Execute(op_, slices, deadline_)
+                          : Status{StatusCode::kInternal, "no link for a batch over " + std::string(route.backend())};
   }
   EndBatch(i, std::move(s), counter);
 }
@@ -97,13 +92,12 @@ bool Request::IsSmallCopy(uint64_t max_bytes) const {
 
 transport::Route* Request::PipelinedRoute(const std::shared_ptr<PeerState>& peer, const Plan& plan) {
   if (!peer || plan.batches.empty()) return nullptr;
-  const uint8_t first = plan.batches[0].route;
-  transport::Route* route = peer->routes.routes[first].get();
-  if (!route->link().pipelined()) return nullptr;
+  transport::Link* const link = plan.batches[0].link;
+  if (link == nullptr || !link->pipelined()) return nullptr;
   for (const auto& b : plan.batches) {
-    if (b.staged || b.route != first) return nullptr;
+    if (b.link != link) return nullptr;
   }
-  return route;
+  return peer->routes.routes[plan.batches[0].route].get();
 }
 
 Status Request::Admit() {

@@ -9,7 +9,6 @@
 #include <mutex>
 #include <vector>
 
-#include "core/datapath/buffer_pool.h"
 #include "core/datapath/planner.h"
 #include "core/peers/peer_state.h"
 #include "xfer/types.h"
@@ -26,11 +25,9 @@ class Request : public std::enable_shared_from_this<Request> {
   using Deliver = std::function<void(Done done)>;
 
   // start: when it was submitted (for its duration in the peer's metrics, where counted).
-  // staging: the buffer pool of the plan's staged batches (null when staging is off).
   // deliver: the request's notification (empty: it has none).
   Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_point deadline,
-          std::shared_ptr<PeerState> peer, std::shared_ptr<const Plan> plan,
-          std::shared_ptr<BufferPool> staging, Deliver deliver = {});
+          std::shared_ptr<PeerState> peer, std::shared_ptr<const Plan> plan, Deliver deliver = {});
 
   RequestHandle id() const { return id_; }
   bool done() const { return done_.load(std::memory_order_acquire); }
@@ -72,7 +69,7 @@ class Request : public std::enable_shared_from_this<Request> {
   void Stop(StopReason reason, Status why);
   bool Stopping();
   Status CheckBeforeExecute() const;
-  // The route every batch takes directly when its link is pipelined, else null.
+  // The route whose pipelined link every batch takes (Plan::Batch::link), else null.
   static transport::Route* PipelinedRoute(const std::shared_ptr<PeerState>& peer, const Plan& plan);
   // Takes the next batch nobody has started; false when every batch has been taken.
   bool Claim(size_t* i);
@@ -102,7 +99,6 @@ class Request : public std::enable_shared_from_this<Request> {
   const std::shared_ptr<const Plan> shared_plan_;  // (shared: a prepared request's plan is reused)
   const Plan& plan_;
   transport::Route* const pipelined_;  // null: batches run on streams and callers
-  const std::shared_ptr<BufferPool> staging_;
   const Deliver deliver_;
 
   std::atomic<size_t> next_batch_{0};

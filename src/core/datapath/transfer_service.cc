@@ -6,11 +6,12 @@
 
 namespace xfer {
 
-void TransferService::Start(std::shared_ptr<EngineMetrics> metrics, Notifications notifications) {
+void TransferService::Start(std::shared_ptr<EngineMetrics> metrics, std::shared_ptr<transport::BufferPool> staging,
+                            Notifications notifications) {
   const EngineOptions& o = self_.options;
   metrics_ = std::move(metrics);
+  staging_ = std::move(staging);
   notifications_ = std::move(notifications);
-  if (o.staging != Staging::kOff) staging_ = std::make_shared<BufferPool>(o.staging_buffers, o.staging_buffer_bytes);
   pool_ = std::make_unique<StreamPool>(o.streams, o.spin);
   inline_ = std::make_unique<InlineCopies>(*pool_, peers_, regions_.registry(), self_.running);
 }
@@ -34,16 +35,29 @@ void TransferService::AddGauges(MetricsSnapshot* out) const {
 }
 
 Status TransferService::Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
-                          std::chrono::milliseconds timeout, const TransferOptions& options,
-                          bool track, std::shared_ptr<Request>* out) {
-  // The request's deadline runs from here, and so does its duration in the metrics.
+                               std::chrono::milliseconds timeout, const TransferOptions& options, bool track,
+                               uint64_t inline_bytes, std::shared_ptr<Request>* out) {
+  // One small descriptor into a same-host peer's AllocMem memory (or this process's memory,
+  // over local): a memcpy on this thread, without a request object (*out stays null). The
+  // peer is looked up once, for this and for the request.
+  Peer peer;
+  bool found = false;
+  if (descs.size() == 1 && descs[0].len <= inline_bytes && !options.notify && inline_ &&
+      inline_->Eligible(op, descs[0], timeout)) {
+    const uint64_t version = peers_.version();  // (before the lookup: a later change looks again)
+    if (inline_->TryRemembered(remote, version, op, descs[0])) return Status::Ok();
+    bool by_name = false;
+    found = peers_.Lookup(remote, &peer, &by_name);
+    if (found && inline_->TryCopy(remote, version, peer, by_name, op, descs[0])) return Status::Ok();
+  }
+  // The request's deadline runs from here (auto-connecting included), and so does its
+  // duration in the metrics.
   const auto start = Clock::now();
   Status s = self_.CheckRunning("Transfer");
   if (s.ok() && options.notify) s = notifications_.check("Transfer", *options.notify);
-  Peer peer;
   if (s.ok() && descs.empty()) s = {StatusCode::kInvalidArgument, "no descriptors"};
   if (s.ok() && op != Op::kRead && op != Op::kWrite) s = {StatusCode::kInvalidArgument, "unknown op"};
-  if (s.ok()) s = peers_.Find(remote, &peer);
+  if (s.ok() && !found) s = peers_.Find(remote, &peer);
   if (s.ok() && !peer.state->alive.load()) {
     s = {StatusCode::kConnectionLost, "peer '" + remote + "' is gone"};
   }
@@ -78,7 +92,7 @@ Status TransferService::NewRequest(Op op, Clock::time_point start, std::chrono::
   if (options.notify) deliver = notifications_.delivery(peer, *options.notify);
   RequestHandle id = requests_.NextHandle();
   *out = std::make_shared<Request>(id, op, start, DeadlineAfter(start, timeout), peer.state, std::move(plan),
-                                   staging_, std::move(deliver));
+                                   std::move(deliver));
   if (track) requests_.Track(*out);
   return Status::Ok();
 }
@@ -154,14 +168,12 @@ Status TransferService::TransferSync(const std::string& remote, Op op,
                                 const std::vector<TransferDesc>& descs,
                                 std::chrono::milliseconds timeout, const TransferOptions& options,
                                 RequestStatus* result) {
-  // One small descriptor into a same-host peer's AllocMem memory (or this process's memory,
-  // over local): a memcpy on this thread, without a request object.
-  if (descs.size() == 1 && !options.notify && inline_ && inline_->TryCopy(remote, op, descs[0], timeout)) {
-    if (result != nullptr) *result = {RequestState::kCompleted, {}, {}};
-    return Status::Ok();
-  }
   std::shared_ptr<Request> req;
-  Status s = Submit(remote, op, descs, timeout, options, false, &req);
+  Status s = Submit(remote, op, descs, timeout, options, false, UINT64_MAX, &req);
+  if (s.ok() && !req) {  // copied inline
+    if (result != nullptr) *result = {RequestState::kCompleted, {}, {}};
+    return s;
+  }
   return RunSync(s, req, timeout, result);
 }
 
@@ -204,14 +216,13 @@ Status TransferService::TransferAsync(const std::string& remote, Op op,
   // copied here, as a sync one is, and the request is over when its handle comes back (a
   // hand-off to a stream would cost more than the copy). Larger copies go to the streams: the
   // caller is not held.
-  if (descs.size() == 1 && descs[0].len <= kAsyncInlineBytes && !options.notify &&
-      inline_ && inline_->TryCopy(remote, op, descs[0], timeout)) {
-    *request = requests_.TrackCompleted();
-    return Status::Ok();
-  }
   std::shared_ptr<Request> req;
-  Status s = Submit(remote, op, descs, timeout, options, true, &req);
+  Status s = Submit(remote, op, descs, timeout, options, true, kAsyncInlineBytes, &req);
   if (!s.ok()) return s;
+  if (!req) {  // copied inline
+    *request = requests_.TrackCompleted();
+    return s;
+  }
   *request = req->id();
   Start(req);
   return Status::Ok();

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "core/datapath/buffer_pool.h"
 #include "core/datapath/inline_copies.h"
 #include "core/datapath/planner.h"
 #include "core/datapath/prepared_lists.h"
@@ -24,6 +23,7 @@
 #include "core/metrics/metrics.h"
 #include "core/peers/peer_service.h"
 #include "core/regions/region_service.h"
+#include "transport/common/buffer_pool.h"
 
 namespace xfer {
 
@@ -43,8 +43,9 @@ class TransferService {
   TransferService(LocalEngine& self, PeerService& peers, RegionService& regions)
       : self_(self), peers_(peers), regions_(regions) {}
 
-  // Initialize: the buffer pool (when staging is on) and the streams.
-  void Start(std::shared_ptr<EngineMetrics> metrics, Notifications notifications);
+  // Initialize: the streams. staging: the buffer pool (null when staging is off), for its gauge.
+  void Start(std::shared_ptr<EngineMetrics> metrics, std::shared_ptr<transport::BufferPool> staging,
+             Notifications notifications);
   // Finalize, once the sessions are closed: requests end (canceled), the streams run what is
   // queued and stop, the inline targets go (a caller's copy may hold a slot for up to the
   // heartbeat timeout).
@@ -88,10 +89,11 @@ class TransferService {
   static constexpr uint64_t kAsyncInlineBytes = 64 << 10;
 
   // track: keep the request in requests_ under its handle (async requests; a sync one is
-  // only ever seen by its caller).
+  // only ever seen by its caller). A single descriptor of up to inline_bytes may be copied
+  // inline on this thread instead (InlineCopies): then ok, and *out stays null.
   Status Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                 std::chrono::milliseconds timeout, const TransferOptions& options, bool track,
-                std::shared_ptr<Request>* out);
+                uint64_t inline_bytes, std::shared_ptr<Request>* out);
   // Submit's end: a refusal logged and counted (returned; remote "": before the prepared
   // lists, and so the peer, were known), or the request made.
   Status Refused(Op op, const std::string& remote, const Status& s);
@@ -129,7 +131,7 @@ class TransferService {
   RegionService& regions_;
   Notifications notifications_;
   std::shared_ptr<EngineMetrics> metrics_;
-  std::shared_ptr<BufferPool> staging_;  // null when EngineOptions::staging is off
+  std::shared_ptr<transport::BufferPool> staging_;  // null when EngineOptions::staging is off
   std::unique_ptr<StreamPool> pool_;
   std::unique_ptr<InlineCopies> inline_;  // from Start on (null before Initialize)
   RequestTable requests_;

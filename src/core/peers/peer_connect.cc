@@ -69,9 +69,15 @@ std::shared_ptr<PeerState> PeerService::MakePeerState(const wire::Hello& hello, 
   // (The routes live in the peer's state, which outlives them.)
   peer.find_region = [regions = &st->regions](uint64_t a, uint64_t l, bool w) { return regions->Find(a, l, w); };
   st->routes.routes = backends_.Connect(peer, hello.backends, itself, transport_error);
-  st->routes.staging = self_.options.staging != Staging::kOff;
+  st->routes.staging = staging_ != nullptr;
   st->routes.stage_all = self_.options.staging == Staging::kAlways;
   st->routes.staging_bytes = self_.options.staging_buffer_bytes;
+  for (const auto& r : st->routes.routes) {
+    auto& staged = st->routes.staged_links.emplace_back();
+    if (!staging_ || !r->Stageable()) continue;
+    staged[0] = std::make_shared<transport::StagedLink>(staging_, r->shared_link(), false);
+    staged[1] = std::make_shared<transport::StagedLink>(staging_, r->shared_link(), true);
+  }
   for (const auto& r : st->routes.routes) st->copies_inline = st->copies_inline || r->CopiesInline(1);
   // The transport: the best route that is a link (one that staging may use), else the best.
   for (const auto& r : st->routes.routes) {

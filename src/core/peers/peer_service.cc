@@ -4,8 +4,10 @@
 
 namespace xfer {
 
-void PeerService::Begin(std::shared_ptr<EngineMetrics> metrics, Events events) {
+void PeerService::Begin(std::shared_ptr<EngineMetrics> metrics, std::shared_ptr<transport::BufferPool> staging,
+                        Events events) {
   metrics_ = std::move(metrics);
+  staging_ = std::move(staging);
   events_ = std::move(events);
   table_.set_incarnation(self_.incarnation);
   table_.set_max_sessions(self_.options.max_sessions);

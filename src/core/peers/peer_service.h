@@ -22,6 +22,7 @@
 #include "core/peers/sessions_opening.h"
 #include "core/regions/region_service.h"
 #include "transport/backend_set.h"
+#include "transport/common/buffer_pool.h"
 #include "util/log.h"
 #include "util/net.h"
 
@@ -56,7 +57,8 @@ class PeerService {
   // Initialize's steps, in this order: the secret (wiped from *options); this engine's own
   // state (from then on, transfers to itself find it); the cluster names; the control loop.
   Status LoadSecret(EngineOptions* options) { return auth_.Load(options); }
-  void Begin(std::shared_ptr<EngineMetrics> metrics, Events events);
+  // staging: the buffer pool the routes' staged links go through (null: staging is off).
+  void Begin(std::shared_ptr<EngineMetrics> metrics, std::shared_ptr<transport::BufferPool> staging, Events events);
   Status StartNames(bool listens);
   Status StartLoop(net::Fd listener, control::ControlHandler* handler);
   void StopNames() { names_.Stop(); }
@@ -139,6 +141,7 @@ class PeerService {
   RegionService& regions_;
   Events events_;
   std::shared_ptr<EngineMetrics> metrics_;  // from Begin on
+  std::shared_ptr<transport::BufferPool> staging_;  // from Begin on; null when staging is off
   Authenticator auth_;
   ClusterNames names_;
   PeerTable table_;

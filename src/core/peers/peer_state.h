@@ -2,6 +2,7 @@
 // It is a control session's context (control::Session::context) from its hello on.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -21,6 +22,9 @@ namespace xfer {
 // memory) through the first stageable route that reaches the remote side from host memory.
 struct PeerRoutes {
   std::vector<std::shared_ptr<transport::Route>> routes;
+  // Per route, where staging is on and the route Stageable: the links that stage its batches
+  // through the buffer pool ([0] from host memory, [1] from GPU memory; transport::StagedLink).
+  std::vector<std::array<std::shared_ptr<transport::Link>, 2>> staged_links;
   bool staging = false;        // a buffer pool may stage batches
   bool stage_all = false;      // ...and stages every descriptor (EngineOptions::staging=always)
   uint64_t staging_bytes = 0;  // a staged batch is cut as its route's own, within one buffer

@@ -4,6 +4,7 @@
 # the driver (libcuda.so.1) at run time, so the build runs on machines without a GPU or driver.
 # Without the toolkit, a stub whose functions say why (and the cuda backend is off).
 target_sources(xfer PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/buffer_pool.cc
   ${CMAKE_CURRENT_LIST_DIR}/host_copy.cc
   ${CMAKE_CURRENT_LIST_DIR}/memfd_regions.cc
   ${CMAKE_CURRENT_LIST_DIR}/staging.cc

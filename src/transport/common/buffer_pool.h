@@ -20,7 +20,7 @@
 #include "transport/link.h"
 #include "xfer/status.h"
 
-namespace xfer {
+namespace xfer::transport {
 
 class BufferPool {
  public:
@@ -56,8 +56,7 @@ class BufferPool {
   // into the buffer and sends it over link; READ receives into the buffer and copies out.
   // device: the local sides are GPU memory (copied by the copy engines), else host memory.
   // The batch must fit one buffer.
-  Status Run(Op op, std::span<const transport::Slice> batch, bool device, transport::Link& link,
-             Clock::time_point deadline);
+  Status Run(Op op, std::span<const Slice> batch, bool device, Link& link, Clock::time_point deadline);
 
  private:
   const int count_;
@@ -65,9 +64,26 @@ class BufferPool {
   std::mutex mu_;
   std::condition_variable cv_;
   int allocating_ = 0;                                          // mu_
-  std::vector<std::unique_ptr<transport::StagingBuffer>> all_;  // mu_
+  std::vector<std::unique_ptr<StagingBuffer>> all_;  // mu_
   std::vector<uint8_t*> free_;                                  // mu_
   std::atomic<uint64_t> waits_{0};
 };
 
-}  // namespace xfer
+// A link that stages its batches through the pool, then moves them over another link (a
+// route's, whose far side is the peer's memory): Plan::Batch names it for a staged batch.
+// device: the batches' local sides are GPU memory (copied by the copy engines), else host memory.
+class StagedLink final : public Link {
+ public:
+  StagedLink(std::shared_ptr<BufferPool> pool, std::shared_ptr<Link> inner, bool device)
+      : pool_(std::move(pool)), inner_(std::move(inner)), device_(device) {}
+  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override {
+    return pool_->Run(op, batch, device_, *inner_, deadline);
+  }
+
+ private:
+  const std::shared_ptr<BufferPool> pool_;
+  const std::shared_ptr<Link> inner_;
+  const bool device_;
+};
+
+}  // namespace xfer::transport

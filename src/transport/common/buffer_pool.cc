@@ -1,6 +1,6 @@
-#include "core/datapath/buffer_pool.h"
+#include "transport/common/buffer_pool.h"
 
-namespace xfer {
+namespace xfer::transport {
 
 BufferPool::Lease& BufferPool::Lease::operator=(Lease&& o) noexcept {
   if (this != &o) {
@@ -30,8 +30,8 @@ Status BufferPool::Acquire(Clock::time_point deadline, Lease* out) {
       // Allocated outside the lock: page-locking a large buffer takes a while.
       ++allocating_;
       lock.unlock();
-      std::unique_ptr<transport::StagingBuffer> buf;
-      Status s = transport::StagingBuffer::Allocate(bytes_, &buf);
+      std::unique_ptr<StagingBuffer> buf;
+      Status s = StagingBuffer::Allocate(bytes_, &buf);
       lock.lock();
       --allocating_;
       if (s.ok()) {
@@ -57,10 +57,10 @@ Status BufferPool::Acquire(Clock::time_point deadline, Lease* out) {
   return Status::Ok();
 }
 
-Status BufferPool::Run(Op op, std::span<const transport::Slice> batch, bool device,
-                       transport::Link& link, Clock::time_point deadline) {
+Status BufferPool::Run(Op op, std::span<const Slice> batch, bool device, Link& link,
+                       Clock::time_point deadline) {
   uint64_t total = 0;
-  for (const auto& s : batch) total += s.len;
+  for (const Slice& s : batch) total += s.len;
   if (total > bytes_) {
     return {StatusCode::kInternal, "buffer pool: a batch of " + std::to_string(total) +
                                        " bytes exceeds the staging buffer size"};
@@ -69,7 +69,7 @@ Status BufferPool::Run(Op op, std::span<const transport::Slice> batch, bool devi
   if (Status s = Acquire(deadline, &lease); !s.ok()) return s;
   // The batch with the buffer on the local side (to send or receive), and the copies
   // between the buffer and local memory.
-  thread_local std::vector<transport::Slice> wire, copies;
+  thread_local std::vector<Slice> wire, copies;
   wire.clear();
   copies.clear();
   uint64_t off = 0;
@@ -80,11 +80,11 @@ Status BufferPool::Run(Op op, std::span<const transport::Slice> batch, bool devi
     off += s.len;
   }
   if (op == Op::kWrite) {
-    if (Status s = transport::StageCopy(true, copies, device, deadline); !s.ok()) return s;
+    if (Status s = StageCopy(true, copies, device, deadline); !s.ok()) return s;
     return link.Execute(op, wire, deadline);
   }
   if (Status s = link.Execute(op, wire, deadline); !s.ok()) return s;
-  return transport::StageCopy(false, copies, device, deadline);
+  return StageCopy(false, copies, device, deadline);
 }
 
-}  // namespace xfer
+}  // namespace xfer::transport
