@@ -67,10 +67,11 @@ std::string PythonName(std::string_view key) {
   return n;
 }
 
-// A number of seconds as text SetOption reads ("1.5e-05 s"), to the field's own unit.
+// A number of seconds as text SetOption reads ("0.000050000 s": to the nanosecond, no
+// exponent), which takes it to the field's own unit (to the nearest).
 std::string SecondsText(double s) {
-  char b[48];
-  std::snprintf(b, sizeof b, "%.17g s", s);
+  char b[64];
+  std::snprintf(b, sizeof b, "%.9f s", s);
   return b;
 }
 

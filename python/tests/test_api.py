@@ -18,6 +18,13 @@ def engine():
         yield e
 
 
+def test_times_of_any_size_are_taken_in_seconds():
+    # (Below 0.1 ms a float prints with an exponent: the engine reads it all the same.)
+    for spin in (0.00005, 5e-06, 0, 1):
+        with xfer.Engine("127.0.0.1", spin=spin, heartbeat_interval=0.25, heartbeat_timeout=1.5):
+            pass
+
+
 def test_options_are_checked_by_name_and_type():
     with pytest.raises(xfer.InvalidArgumentError, match="unknown engine option \"tcp_linx\""):
         xfer.Engine("127.0.0.1", tcp_linx=4)

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
 
 namespace xfer::options {
 namespace {
@@ -12,25 +13,36 @@ std::string_view Trim(std::string_view t) {
   return t;
 }
 
-// A number (digits, an optional sign and fraction) and what follows it, trimmed.
-bool SplitNumber(std::string_view text, double* number, std::string_view* suffix) {
+// A number and what follows it, trimmed. Whole numbers are read exactly (*whole, *exact);
+// others (a fraction, an exponent: "1.5", "5e-05") as a double.
+struct Number {
+  bool exact = false;
+  int64_t whole = 0;
+  double value = 0;
+};
+bool SplitNumber(std::string_view text, Number* number, std::string_view* suffix) {
   text = Trim(text);
-  size_t n = 0;
-  if (n < text.size() && (text[n] == '-' || text[n] == '+')) ++n;
-  const size_t digits = n;
-  while (n < text.size() && (std::isdigit(static_cast<unsigned char>(text[n])) || text[n] == '.')) ++n;
-  if (n == digits) return false;
-  const std::string num(text.substr(0, n));
+  if (text.empty() || !(std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-' || text[0] == '+' ||
+                        text[0] == '.')) {
+    return false;  // (no "inf", "nan" or hex: strtod reads those)
+  }
+  const std::string all(text);
   char* end = nullptr;
-  *number = std::strtod(num.c_str(), &end);
-  if (end != num.c_str() + num.size() || !std::isfinite(*number)) return false;
+  number->value = std::strtod(all.c_str(), &end);
+  const size_t n = static_cast<size_t>(end - all.c_str());
+  if (n == 0 || !std::isfinite(number->value)) return false;
+  const std::string_view digits = text.substr(text[0] == '+' ? 1 : 0, n - (text[0] == '+' ? 1 : 0));
+  const auto [at, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), number->whole);
+  number->exact = ec == std::errc() && at == digits.data() + digits.size();
+  if (!number->exact && ec == std::errc::result_out_of_range) return false;  // (a whole number too large)
   *suffix = Trim(text.substr(n));
   return true;
 }
 
 // *out = number * scale, when it is a whole number that fits.
-bool Scaled(double number, double scale, int64_t* out) {
-  const double v = number * scale;
+bool Scaled(const Number& number, int64_t scale, int64_t* out) {
+  if (number.exact) return !__builtin_mul_overflow(number.whole, scale, out);
+  const double v = number.value * static_cast<double>(scale);
   if (v != std::floor(v) || v < -9.2e18 || v > 9.2e18) return false;
   *out = static_cast<int64_t>(v);
   return true;
@@ -45,11 +57,11 @@ bool Lower(std::string_view a, std::string_view b) {
 }
 
 // 2^10 steps: "" 1, "k"/"kib" 2^10, "m"/"mib" 2^20, "g"/"gib" 2^30 (and "b" after them).
-bool BinaryScale(std::string_view suffix, bool bytes, double* scale) {
+bool BinaryScale(std::string_view suffix, bool bytes, int64_t* scale) {
   if (bytes && (Lower(suffix, "b") || suffix.empty())) return *scale = 1, true;
   if (suffix.empty()) return *scale = 1, true;
   const char c = static_cast<char>(std::tolower(static_cast<unsigned char>(suffix[0])));
-  const double step = c == 'k' ? 1024.0 : c == 'm' ? 1048576.0 : c == 'g' ? 1073741824.0 : 0;
+  const int64_t step = c == 'k' ? 1ll << 10 : c == 'm' ? 1ll << 20 : c == 'g' ? 1ll << 30 : 0;
   if (step == 0) return false;
   const std::string_view rest = suffix.substr(1);
   if (rest.empty() || (bytes && (Lower(rest, "ib") || Lower(rest, "b")))) return *scale = step, true;
@@ -79,35 +91,40 @@ bool ParseBool(std::string_view text, bool* out) {
 }
 
 bool ParseCount(std::string_view text, int64_t* out) {
-  double n = 0, scale = 1;
+  Number n;
+  int64_t scale = 1;
   std::string_view suffix;
   return SplitNumber(text, &n, &suffix) && BinaryScale(suffix, false, &scale) && Scaled(n, scale, out);
 }
 
 bool ParseBytes(std::string_view text, int64_t* out) {
-  double n = 0, scale = 1;
+  Number n;
+  int64_t scale = 1;
   std::string_view suffix;
   return SplitNumber(text, &n, &suffix) && BinaryScale(suffix, true, &scale) && Scaled(n, scale, out);
 }
 
 bool ParseDuration(std::string_view text, std::string_view unit, int64_t* out) {
-  double n = 0;
+  Number n;
   std::string_view suffix;
   if (!SplitNumber(text, &n, &suffix)) return false;
   const double per_second = unit == "us" ? 1e6 : 1e3;  // the field's units in a second
   double seconds = 0;
   if (suffix.empty()) {
-    seconds = n / per_second;
-  } else if (suffix == "s") {
-    seconds = n;
-  } else if (suffix == "ms") {
-    seconds = n / 1e3;
-  } else if (suffix == "us" || suffix == "\u00b5s") {
-    seconds = n / 1e6;
+    if (n.exact) return *out = n.whole, true;
+    seconds = n.value / per_second;
+  } else if (Lower(suffix, "s")) {
+    seconds = n.value;
+  } else if (Lower(suffix, "ms")) {
+    seconds = n.value / 1e3;
+  } else if (Lower(suffix, "us") || suffix == "\u00b5s") {
+    seconds = n.value / 1e6;
   } else {
     return false;
   }
-  const double v = std::round(seconds * per_second);
+  // To the nearest unit; a time above 0 is at least one (a timeout of 100 us in ms: 1 ms, not 0).
+  double v = std::round(seconds * per_second);
+  if (seconds > 0 && v == 0) v = 1;
   if (v < -9.2e18 || v > 9.2e18) return false;
   *out = static_cast<int64_t>(v);
   return true;

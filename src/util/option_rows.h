@@ -45,7 +45,7 @@ bool ParseBool(std::string_view text, bool* out);
 bool ParseCount(std::string_view text, int64_t* out);  // digits, optionally with K, M, G (2^10..)
 bool ParseBytes(std::string_view text, int64_t* out);  // the same, KiB, MiB, GiB, or B
 // A time in the given unit ("us", "ms"): a number with us, ms or s (rounded to the nearest
-// unit), or a bare number in that unit.
+// unit, and at least one unit when above 0), or a bare number in that unit.
 bool ParseDuration(std::string_view text, std::string_view unit, int64_t* out);
 std::string ShowCount(int64_t v);
 std::string ShowBytes(int64_t v);

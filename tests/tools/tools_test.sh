@@ -104,6 +104,8 @@ args)
   expect_exit 2 "unknown option 'tcp.linx'.*tcp.links" "$XB" write_bw --set tcp.linx=4
   expect_exit 2 "streams: 'four' is not a whole number" "$XB" write_bw --set streams=four
   expect_exit 2 "KEY=VALUE" "$XB" write_bw --set tcp.links
+  # (--set takes one value: the peer after it stays the peer, here one nothing listens at.)
+  expect_exit 1 "cannot reach xfer-bench serve at 127.0.0.1:1" "$XB" write_bw --set tcp.links=3 127.0.0.1:1 --connect-timeout 2
   ;;
 run)
   "$XB" write_bw -s 64K -n 50 "${SMALL[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; fail "write_bw exited $?"; }

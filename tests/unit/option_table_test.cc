@@ -66,6 +66,20 @@ TEST(OptionTable, TextOfEachKindSetsTheField) {
   EXPECT_EQ(o.staging, Staging::kAlways);
   ASSERT_TRUE(SetOption(&o, "secret", std::string("\0binary secret of 20 B", 21)).ok());
   EXPECT_EQ(o.secret.size(), 21u);
+  // Times in any form a binding may print (an exponent, a capital unit), to the nearest unit,
+  // and at least one unit when above 0; whole numbers exactly, past what a double holds.
+  ASSERT_TRUE(SetOption(&o, "spin", "5e-05 s").ok());
+  EXPECT_EQ(o.spin, std::chrono::microseconds(50));
+  ASSERT_TRUE(SetOption(&o, "spin", "0.000050000 s").ok());
+  EXPECT_EQ(o.spin, std::chrono::microseconds(50));
+  ASSERT_TRUE(SetOption(&o, "heartbeat_timeout", "3S").ok());
+  EXPECT_EQ(o.heartbeat_timeout, std::chrono::milliseconds(3000));
+  ASSERT_TRUE(SetOption(&o, "auto_connect_timeout", "100us").ok());
+  EXPECT_EQ(o.auto_connect_timeout, std::chrono::milliseconds(1));
+  ASSERT_TRUE(SetOption(&o, "batch_bytes", "9007199254740993").ok());
+  EXPECT_EQ(o.batch_bytes, 9007199254740993ull);
+  ASSERT_TRUE(SetOption(&o, "slice_bytes", "1.5K").ok());
+  EXPECT_EQ(o.slice_bytes, 1536u);
 }
 
 TEST(OptionTable, WrongTextAndUnknownKeysNameTheOption) {

@@ -41,7 +41,8 @@ inline constexpr const char* kCtlSchema = "xfer-bench-ctl";
 // 3: local_mem / remote_mem may be cuda:N (the target allocates its region on its GPU), the
 //    configuration carries buffer_pool, staging_buffers and staging_bytes, the ready reply the
 //    region's memory ("region_mem"), rows carry cuda_bytes / staged_bytes.
-inline constexpr int kCtlVersion = 3;
+// 4: the configuration carries set (--set KEY=VALUE).
+inline constexpr int kCtlVersion = 4;
 inline constexpr const char* kJsonSchema = "xfer-bench";
 // 3: config.mem / config.huge_pages, peer.shm, rows' shm_bytes / transport_bytes, paths[].
 // 4: GPU memory and the buffer pool: config.buffer_pool and config.staging, peer.cuda, rows'

@@ -90,6 +90,7 @@ void AddTestOptions(CLI::App* app, Config& c) {
                   "Any engine option by name, both sides (repeatable; after the flags above): "
                   "--set tcp.links=4 --set notify.ring_bytes=0 (docs/options.md; xfer-info lists them)")
       ->type_name("KEY=VALUE")
+      ->allow_extra_args(false)  // (one value each time: a peer after it is the peer)
       ->check([](const std::string& kv) { return SetOptionArg(kv); });
   app->add_option("--transport", c.transport,
                   "Force a transport: local, shm (only AllocMem memory, by memcpy from a mapping), "

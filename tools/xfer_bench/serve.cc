@@ -39,6 +39,13 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const Config&
   // NICs are a host's own: a serve uses those named on its command line; a local child (same
   // host) those of the client.
   if (side.ctl_fd < 0) c.nics = side.nics;
+  // So are these, whatever the client's --set says (its host id, secret and metrics address;
+  // a serve's NICs).
+  std::erase_if(c.set, [&](const std::string& kv) {
+    const std::string key = kv.substr(0, kv.find('='));
+    return key == "host_id" || key == "secret" || key == "secret_file" || key == "metrics_listen" ||
+           (side.ctl_fd < 0 && key == "tcp.nics");
+  });
   // This side's region is the client's remote memory; its own buffers (bidirectional) the
   // client's local memory: the same test both ways.
   const MemSpec region_mem = MemOf(c.remote_mem), local_mem = MemOf(c.local_mem);

@@ -4,14 +4,14 @@
 
 namespace xfer {
 
-bool InlineCopies::Eligible(Op op, const TransferDesc& d, std::chrono::milliseconds timeout) const {
+bool InlineCopies::TryRemembered(const std::string& remote, Op op, const TransferDesc& d,
+                                 std::chrono::milliseconds timeout, bool* eligible) {
   // Anything unusual takes the planned path, which explains refusals.
-  return (op == Op::kRead || op == Op::kWrite) && timeout.count() > 0 && d.len != 0 && d.local_addr != 0 &&
-         d.remote_addr != 0 && d.local_addr + d.len >= d.local_addr && d.remote_addr + d.len >= d.remote_addr &&
-         running_.load(std::memory_order_relaxed) && registry_.TypeOf(d.local_addr, d.len) == MemType::kHost;
-}
-
-bool InlineCopies::TryRemembered(const std::string& remote, uint64_t version, Op op, const TransferDesc& d) {
+  *eligible = (op == Op::kRead || op == Op::kWrite) && timeout.count() > 0 && d.len != 0 && d.local_addr != 0 &&
+              d.remote_addr != 0 && d.local_addr + d.len >= d.local_addr && d.remote_addr + d.len >= d.remote_addr &&
+              running_.load(std::memory_order_relaxed) && registry_.TypeOf(d.local_addr, d.len) == MemType::kHost;
+  if (!*eligible) return false;
+  const uint64_t version = peers_.version();
   // (Not waited for: a busy slot may hold a batch to a peer that copies nothing inline; the
   // lookup finds out, and Copy then waits where it copies.)
   InlineTarget forgotten;  // (released after the slot)
@@ -27,15 +27,15 @@ bool InlineCopies::TryRemembered(const std::string& remote, uint64_t version, Op
          CopyInSlot(*t.state, *t.route, *t.region, t.mapped, op, d.local_addr, d.remote_addr, d.len);
 }
 
-bool InlineCopies::TryCopy(const std::string& remote, uint64_t version, PeerTable::Peer peer, bool by_name, Op op,
-                           const TransferDesc& d) {
+bool InlineCopies::TryCopy(const std::string& remote, uint64_t version, const PeerTable::Peer& peer, bool by_name,
+                           Op op, const TransferDesc& d) {
   if (!peer.state->copies_inline || peer.state->routes.stage_all) return false;
   std::shared_ptr<RemoteRegion> region = peer.state->regions.FindRemembered(d.remote_addr, d.len, op == Op::kWrite);
   if (!region) return false;
   RemoteRegion& r = *region;
   const PeerState& state = *peer.state;
   if (by_name) return Copy(state, op, r, d.local_addr, d.remote_addr, d.len);
-  InlineTarget target{remote, version, std::move(peer.state), std::move(region)};
+  InlineTarget target{remote, version, peer.state, std::move(region)};
   return Copy(state, op, r, d.local_addr, d.remote_addr, d.len, &target);
 }
 

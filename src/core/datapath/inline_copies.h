@@ -50,16 +50,17 @@ class InlineCopies {
   InlineCopies(StreamPool& pool, PeerService& peers, const Registry& registry, const std::atomic<bool>& running)
       : pool_(pool), peers_(peers), registry_(registry), running_(running) {}
 
-  // Whether d may go inline at all: a READ or WRITE of this process's host memory, with time
-  // left; anything unusual takes the planned path, which explains refusals.
-  bool Eligible(Op op, const TransferDesc& d, std::chrono::milliseconds timeout) const;
-  // Moves an eligible d into or out of a peer's mapped memory on this thread, when its route
-  // copies inline (Route::CopiesInline) and every check passes at once; false leaves it to the
-  // planned path. version: the peer table's, read before the peer was looked up.
+  // Moves d into or out of a peer's mapped memory on this thread, when its route copies
+  // inline (Route::CopiesInline) and every check passes at once; false leaves it to the
+  // planned path, which explains refusals.
   // TryRemembered: through the target this thread's slot remembers, with no lookup at all.
-  bool TryRemembered(const std::string& remote, uint64_t version, Op op, const TransferDesc& d);
-  // TryCopy: with the peer looked up (by_name: as a cluster name, which is not remembered).
-  bool TryCopy(const std::string& remote, uint64_t version, PeerTable::Peer peer, bool by_name, Op op,
+  // *eligible: whether d may go inline at all (a READ or WRITE of this process's host memory,
+  // with time left), for TryCopy.
+  bool TryRemembered(const std::string& remote, Op op, const TransferDesc& d, std::chrono::milliseconds timeout,
+                     bool* eligible);
+  // TryCopy: an eligible d, with the peer looked up (by_name: as a cluster name, which is not
+  // remembered); version: the peer table's, read before that lookup.
+  bool TryCopy(const std::string& remote, uint64_t version, const PeerTable::Peer& peer, bool by_name, Op op,
                const TransferDesc& d);
   // An inline copy, once the remote range is known to lie in region (and the local one in host
   // memory this process may read, or for READ write). With remember (its route and mapping are

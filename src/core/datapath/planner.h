@@ -28,7 +28,7 @@ struct Plan {
     uint64_t bytes = 0;
     uint8_t route = 0;       // index into PeerRoutes::routes
     // The link that runs it: the route's link, its streaming link, or its staged link (as the
-    // flags below say). The plan holds the peer's state alive, and so its routes and links.
+    // flags below say); the peer's state holds it (a request holds the state).
     transport::Link* link = nullptr;
     bool staged = false;     // through a staging buffer, then the route's link
     bool device = false;     // staged: the local side is GPU memory (else host memory)

@@ -116,7 +116,7 @@ bool Request::StartNext() {
   const Plan::Batch& b = plan_.batches[i];
   // The callbacks hold the request, and so the plan that the slices live in. A batch still
   // waiting for its turn is admitted again just before it goes out.
-  pipelined_->link().Start(op_, std::span(plan_.slices).subspan(b.begin, b.end - b.begin),
+  b.link->Start(op_, std::span(plan_.slices).subspan(b.begin, b.end - b.begin),
                            deadline_,
                            [self = shared_from_this(), i](Status st) {
                              self->EndBatch(i, std::move(st), &self->pipelined_->bytes());
@@ -127,7 +127,7 @@ bool Request::StartNext() {
 
 void Request::Drive(Clock::time_point until) {
   // Until every batch ended: a notification's answer comes on the control thread, not the link.
-  pipelined_->link().Drive(until, [this] { return outstanding_.load(std::memory_order_acquire) == 0; });
+  plan_.batches[0].link->Drive(until, [this] { return outstanding_.load(std::memory_order_acquire) == 0; });
 }
 
 void Request::EndBatch(size_t i, Status result, std::atomic<uint64_t>* counter) {

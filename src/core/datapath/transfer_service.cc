@@ -36,16 +36,12 @@ void TransferService::AddGauges(MetricsSnapshot* out) const {
 
 Status TransferService::Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                                std::chrono::milliseconds timeout, const TransferOptions& options, bool track,
-                               uint64_t inline_bytes, std::shared_ptr<Request>* out) {
-  // One small descriptor into a same-host peer's AllocMem memory (or this process's memory,
-  // over local): a memcpy on this thread, without a request object (*out stays null). The
-  // peer is looked up once, for this and for the request.
+                               bool try_inline, std::shared_ptr<Request>* out) {
+  // The peer is looked up once, for an inline copy and for the request.
   Peer peer;
   bool found = false;
-  if (descs.size() == 1 && descs[0].len <= inline_bytes && !options.notify && inline_ &&
-      inline_->Eligible(op, descs[0], timeout)) {
+  if (try_inline) {
     const uint64_t version = peers_.version();  // (before the lookup: a later change looks again)
-    if (inline_->TryRemembered(remote, version, op, descs[0])) return Status::Ok();
     bool by_name = false;
     found = peers_.Lookup(remote, &peer, &by_name);
     if (found && inline_->TryCopy(remote, version, peer, by_name, op, descs[0])) return Status::Ok();
@@ -57,7 +53,7 @@ Status TransferService::Submit(const std::string& remote, Op op, const std::vect
   if (s.ok() && options.notify) s = notifications_.check("Transfer", *options.notify);
   if (s.ok() && descs.empty()) s = {StatusCode::kInvalidArgument, "no descriptors"};
   if (s.ok() && op != Op::kRead && op != Op::kWrite) s = {StatusCode::kInvalidArgument, "unknown op"};
-  if (s.ok() && !found) s = peers_.Find(remote, &peer);
+  if (s.ok() && !found) s = try_inline ? peers_.FindAfterMiss(remote, &peer) : peers_.Find(remote, &peer);
   if (s.ok() && !peer.state->alive.load()) {
     s = {StatusCode::kConnectionLost, "peer '" + remote + "' is gone"};
   }
@@ -168,9 +164,14 @@ Status TransferService::TransferSync(const std::string& remote, Op op,
                                 const std::vector<TransferDesc>& descs,
                                 std::chrono::milliseconds timeout, const TransferOptions& options,
                                 RequestStatus* result) {
+  bool eligible = false;
+  if (TryInline(remote, op, descs, timeout, options, UINT64_MAX, &eligible)) {
+    if (result != nullptr) *result = {RequestState::kCompleted, {}, {}};
+    return Status::Ok();
+  }
   std::shared_ptr<Request> req;
-  Status s = Submit(remote, op, descs, timeout, options, false, UINT64_MAX, &req);
-  if (s.ok() && !req) {  // copied inline
+  Status s = Submit(remote, op, descs, timeout, options, false, eligible, &req);
+  if (s.ok() && !req) {  // copied inline, once the peer was looked up
     if (result != nullptr) *result = {RequestState::kCompleted, {}, {}};
     return s;
   }
@@ -216,10 +217,15 @@ Status TransferService::TransferAsync(const std::string& remote, Op op,
   // copied here, as a sync one is, and the request is over when its handle comes back (a
   // hand-off to a stream would cost more than the copy). Larger copies go to the streams: the
   // caller is not held.
+  bool eligible = false;
+  if (TryInline(remote, op, descs, timeout, options, kAsyncInlineBytes, &eligible)) {
+    *request = requests_.TrackCompleted();
+    return Status::Ok();
+  }
   std::shared_ptr<Request> req;
-  Status s = Submit(remote, op, descs, timeout, options, true, kAsyncInlineBytes, &req);
+  Status s = Submit(remote, op, descs, timeout, options, true, eligible, &req);
   if (!s.ok()) return s;
-  if (!req) {  // copied inline
+  if (!req) {  // copied inline, once the peer was looked up
     *request = requests_.TrackCompleted();
     return s;
   }

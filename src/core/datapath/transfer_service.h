@@ -88,12 +88,23 @@ class TransferService {
   // costs less than a hand-off to a stream.
   static constexpr uint64_t kAsyncInlineBytes = 64 << 10;
 
+  // One small descriptor into a same-host peer's AllocMem memory (or this process's memory,
+  // over local), of up to max_len bytes: a memcpy on this thread through the target its slot
+  // remembers (InlineCopies::TryRemembered), with no request object. *eligible: the copy may
+  // still go inline once the peer is looked up (Submit's try_inline).
+  bool TryInline(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
+                 std::chrono::milliseconds timeout, const TransferOptions& options, uint64_t max_len,
+                 bool* eligible) {
+    *eligible = false;
+    return descs.size() == 1 && descs[0].len <= max_len && !options.notify && inline_ &&
+           inline_->TryRemembered(remote, op, descs[0], timeout, eligible);
+  }
   // track: keep the request in requests_ under its handle (async requests; a sync one is
-  // only ever seen by its caller). A single descriptor of up to inline_bytes may be copied
-  // inline on this thread instead (InlineCopies): then ok, and *out stays null.
+  // only ever seen by its caller). try_inline: the one descriptor may be copied inline once
+  // the peer is looked up (the lookup then serves the request too): ok, and *out stays null.
   Status Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
                 std::chrono::milliseconds timeout, const TransferOptions& options, bool track,
-                uint64_t inline_bytes, std::shared_ptr<Request>* out);
+                bool try_inline, std::shared_ptr<Request>* out);
   // Submit's end: a refusal logged and counted (returned; remote "": before the prepared
   // lists, and so the peer, were known), or the request made.
   Status Refused(Op op, const std::string& remote, const Status& s);

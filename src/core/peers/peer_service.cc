@@ -176,7 +176,10 @@ bool PeerService::Lookup(const std::string& remote, Peer* peer, bool* by_name) {
 }
 
 Status PeerService::Find(const std::string& remote, Peer* peer) {
-  if (Lookup(remote, peer)) return Status::Ok();
+  return Lookup(remote, peer) ? Status::Ok() : FindAfterMiss(remote, peer);
+}
+
+Status PeerService::FindAfterMiss(const std::string& remote, Peer* peer) {
   if (!self_.options.auto_connect) {
     return {StatusCode::kNotConnected, "not connected to '" + remote +
                                            "' (call Connect first, or set auto_connect)"};

@@ -86,6 +86,8 @@ class PeerService {
   bool Lookup(const std::string& remote, Peer* peer, bool* by_name = nullptr);
   // Lookup, or auto-connect when the options say so.
   Status Find(const std::string& remote, Peer* peer);
+  // Find's second half, after a Lookup found no peer: auto-connect, or kNotConnected.
+  Status FindAfterMiss(const std::string& remote, Peer* peer);
   // After a plan refused with kRemoteAccessDenied (*s): the peer may have registered the
   // region a moment ago, so this engine catches up with its region updates once (within timeout
   // and the heartbeat timeout). True: caught up, plan again. False: *s stands, or says why the
