@@ -118,9 +118,10 @@ int Child(int index, int engines, int peers, const std::string& url, const std::
     std::vector<xfer::RegionInfo> regions;
     if (!e.GetRemoteRegions(name, &regions).ok() || regions.empty()) continue;
     const int owner = std::atoi(name.c_str() + 6);
-    s = e.TransferSync(name, xfer::Op::kRead, {{reinterpret_cast<uint64_t>(into.data()), regions[0].addr, kRead}},
-                       seconds(30));
-    read_ok += s.ok() && into[0] == static_cast<uint8_t>(owner) && into[kRead - 1] == static_cast<uint8_t>(owner);
+    s = e.TransferSync(name, xfer::Op::kRead,
+                       {{reinterpret_cast<uint64_t>(into.data()), regions[0].addr, kRead}}, seconds(30));
+    read_ok +=
+        s.ok() && into[0] == static_cast<uint8_t>(owner) && into[kRead - 1] == static_cast<uint8_t>(owner);
   }
   const double all_s = duration<double>(steady_clock::now() - t0).count();
   // Measured once every engine is done (then each holds the sessions it opened and those its
@@ -132,8 +133,8 @@ int Child(int index, int engines, int peers, const std::string& url, const std::
   if (Hear(from_parent) != "idle") return 1;
   const Usage idle = Now();
   char b[256];
-  std::snprintf(b, sizeof b, "\"connected\": %d, \"read_ok\": %d, \"connect_s\": %.4f, \"all_s\": %.4f", connected,
-                read_ok, connect_s, all_s);
+  std::snprintf(b, sizeof b, "\"connected\": %d, \"read_ok\": %d, \"connect_s\": %.4f, \"all_s\": %.4f",
+                connected, read_ok, connect_s, all_s);
   Say(to_parent, "{\"engine\": " + std::to_string(index) + ", " + b + ", \"before\": {" + Json(before) +
                      "}, \"after\": {" + Json(after) + "}, \"idle\": {" + Json(idle) + "}" +
                      (failure.empty() ? "" : ", \"failure\": \"" + failure + "\"") + "}");
@@ -212,8 +213,9 @@ int main(int argc, char** argv) {
     int status = 0;
     waitpid(k.pid, &status, 0);
   }
-  std::printf("{\"summary\": true, \"engines\": %d, \"peers\": %d, \"transport\": \"%s\", \"start_s\": %.3f, "
-              "\"all_connected_s\": %.3f}\n",
-              engines, peers, transport.c_str(), start_s, all_connected_s);
+  std::printf(
+      "{\"summary\": true, \"engines\": %d, \"peers\": %d, \"transport\": \"%s\", \"start_s\": %.3f, "
+      "\"all_connected_s\": %.3f}\n",
+      engines, peers, transport.c_str(), start_s, all_connected_s);
   return ok ? 0 : 1;
 }

@@ -127,8 +127,7 @@ void StopTarget(Target& t) {
 
 // Moves one request: `batch` blocks, in calls of up to iov_max iovecs. Returns the calls made.
 uint64_t MoveRequest(bool write_op, pid_t pid, uint8_t* local, uint64_t remote, const Layout& lay,
-                     uint64_t req, uint64_t iov_max, std::vector<iovec>& liov,
-                     std::vector<iovec>& riov) {
+                     uint64_t req, uint64_t iov_max, std::vector<iovec>& liov, std::vector<iovec>& riov) {
   uint64_t calls = 0;
   for (uint64_t j0 = 0; j0 < lay.batch; j0 += iov_max) {
     uint64_t n = std::min(iov_max, lay.batch - j0);
@@ -147,8 +146,8 @@ uint64_t MoveRequest(bool write_op, pid_t pid, uint8_t* local, uint64_t remote, 
     if (got != want) {
       int e = errno;
       if (got < 0) {
-        std::fprintf(stderr, "raw_cma: %s: %s%s\n",
-                     write_op ? "process_vm_writev" : "process_vm_readv", std::strerror(e),
+        std::fprintf(stderr, "raw_cma: %s: %s%s\n", write_op ? "process_vm_writev" : "process_vm_readv",
+                     std::strerror(e),
                      e == EPERM ? " (ptrace not permitted: see kernel.yama.ptrace_scope)" : "");
       } else {
         std::fprintf(stderr, "raw_cma: short transfer: %zd of %zd bytes\n", got, want);
@@ -161,8 +160,8 @@ uint64_t MoveRequest(bool write_op, pid_t pid, uint8_t* local, uint64_t remote, 
 
 // Runs one cell: warm-up (one pass over the span, at least 8 requests, at most 0.5 s), then
 // the timed loop for the duration or the given number of requests.
-Cell RunCell(const Config& cfg, const std::string& op, uint64_t block, uint64_t batch,
-             const Target& t, Span& local, Span& local2) {
+Cell RunCell(const Config& cfg, const std::string& op, uint64_t block, uint64_t batch, const Target& t,
+             Span& local, Span& local2) {
   Layout lay;
   lay.block = block;
   lay.batch = batch;
@@ -220,23 +219,32 @@ std::string Hostname() {
 int main(int argc, char** argv) {
   Config cfg;
   enum { kReuse = 256, kSpan, kBatch, kIovMax, kOp, kNoMemcpy, kJson, kPrintSizes };
-  static const option longopts[] = {
-      {"size", required_argument, nullptr, 's'},  {"all", no_argument, nullptr, 'a'},
-      {"duration", required_argument, nullptr, 'D'}, {"iters", required_argument, nullptr, 'n'},
-      {"reuse", no_argument, nullptr, kReuse},    {"span", required_argument, nullptr, kSpan},
-      {"batch", required_argument, nullptr, kBatch}, {"iov-max", required_argument, nullptr, kIovMax},
-      {"op", required_argument, nullptr, kOp},    {"no-memcpy", no_argument, nullptr, kNoMemcpy},
-      {"json", required_argument, nullptr, kJson}, {"help", no_argument, nullptr, 'h'},
-      {"print-sizes", no_argument, nullptr, kPrintSizes},
-      {nullptr, 0, nullptr, 0}};
+  static const option longopts[] = {{"size", required_argument, nullptr, 's'},
+                                    {"all", no_argument, nullptr, 'a'},
+                                    {"duration", required_argument, nullptr, 'D'},
+                                    {"iters", required_argument, nullptr, 'n'},
+                                    {"reuse", no_argument, nullptr, kReuse},
+                                    {"span", required_argument, nullptr, kSpan},
+                                    {"batch", required_argument, nullptr, kBatch},
+                                    {"iov-max", required_argument, nullptr, kIovMax},
+                                    {"op", required_argument, nullptr, kOp},
+                                    {"no-memcpy", no_argument, nullptr, kNoMemcpy},
+                                    {"json", required_argument, nullptr, kJson},
+                                    {"help", no_argument, nullptr, 'h'},
+                                    {"print-sizes", no_argument, nullptr, kPrintSizes},
+                                    {nullptr, 0, nullptr, 0}};
   opterr = 0;
   bool print_sizes = false;
   int c;
   while ((c = getopt_long(argc, argv, ":s:aD:n:h", longopts, nullptr)) != -1) {
     std::string arg = optarg ? optarg : "";
     switch (c) {
-      case 's': cfg.size_arg = arg; break;
-      case 'a': cfg.size_arg = "2:8M"; break;
+      case 's':
+        cfg.size_arg = arg;
+        break;
+      case 'a':
+        cfg.size_arg = "2:8M";
+        break;
       case 'D': {
         char* end;
         cfg.duration = std::strtod(arg.c_str(), &end);
@@ -249,7 +257,9 @@ int main(int argc, char** argv) {
         if (*end || cfg.iters == 0) Usage("--iters: a positive count");
         break;
       }
-      case kReuse: cfg.reuse = true; break;
+      case kReuse:
+        cfg.reuse = true;
+        break;
       case kSpan:
         if (!ParseSize(arg, &cfg.span)) Usage("--span: a size such as 256M");
         break;
@@ -266,13 +276,22 @@ int main(int argc, char** argv) {
         break;
       }
       case kOp:
-        if (arg == "write") cfg.do_read = false;
-        else if (arg == "read") cfg.do_write = false;
-        else if (arg != "both") Usage("--op: write, read or both");
+        if (arg == "write")
+          cfg.do_read = false;
+        else if (arg == "read")
+          cfg.do_write = false;
+        else if (arg != "both")
+          Usage("--op: write, read or both");
         break;
-      case kNoMemcpy: cfg.do_memcpy = false; break;
-      case kJson: cfg.json = arg; break;
-      case kPrintSizes: print_sizes = true; break;
+      case kNoMemcpy:
+        cfg.do_memcpy = false;
+        break;
+      case kJson:
+        cfg.json = arg;
+        break;
+      case kPrintSizes:
+        print_sizes = true;
+        break;
       case 'h':
         std::printf(
             "raw_cma: raw process_vm_writev/readv loop between two processes, the baseline for "
@@ -290,8 +309,10 @@ int main(int argc, char** argv) {
             "      --json FILE     also write every cell as JSON\n"
             "      --print-sizes   print the block sizes of --size, one a line, and exit\n");
         return 0;
-      case ':': Usage((std::string("option needs a value: ") + argv[optind - 1]).c_str());
-      default: Usage((std::string("unknown option: ") + argv[optind - 1]).c_str());
+      case ':':
+        Usage((std::string("option needs a value: ") + argv[optind - 1]).c_str());
+      default:
+        Usage((std::string("unknown option: ") + argv[optind - 1]).c_str());
     }
   }
   if (optind < argc) Usage((std::string("unexpected argument: ") + argv[optind]).c_str());
@@ -303,8 +324,10 @@ int main(int argc, char** argv) {
   }
   uint64_t span = SpanFor(cfg.sizes, cfg.batch, 1, cfg.reuse, cfg.span);
   if (span > MaxSpan())
-    Usage(("each side would need " + FormatSize(span) + " (largest size x --batch), over a quarter "
-           "of this machine's memory: lower --size or --batch").c_str());
+    Usage(("each side would need " + FormatSize(span) +
+           " (largest size x --batch), over a quarter "
+           "of this machine's memory: lower --size or --batch")
+              .c_str());
 
   // Fork first: buffers allocated before it would be copy-on-write shared with the child, and
   // the timed writes would pay the copy faults.
@@ -328,18 +351,22 @@ int main(int argc, char** argv) {
     if (cfg.do_read) cols.push_back("read_b" + std::to_string(cfg.batch));
   }
 
-  std::printf("# raw_cma: process_vm_writev/readv from this process into a forked child, one "
-              "call per block%s\n",
-              cfg.batch > 1 ? "; _bN columns: N blocks per request, up to 1024 iovecs per call" : "");
-  std::printf("# pattern: %s\n",
-              cfg.reuse ? "reuse (every request uses the same buffers)"
-                        : ("walk a " + FormatSize(span) + " span per side (larger than the CPU "
-                           "caches), remote slots pair-swapped").c_str());
+  std::printf(
+      "# raw_cma: process_vm_writev/readv from this process into a forked child, one "
+      "call per block%s\n",
+      cfg.batch > 1 ? "; _bN columns: N blocks per request, up to 1024 iovecs per call" : "");
+  std::printf("# pattern: %s\n", cfg.reuse ? "reuse (every request uses the same buffers)"
+                                           : ("walk a " + FormatSize(span) +
+                                              " span per side (larger than the CPU "
+                                              "caches), remote slots pair-swapped")
+                                                 .c_str());
   char dur[48];
-  if (cfg.iters) std::snprintf(dur, sizeof dur, "%llu requests", (unsigned long long)cfg.iters);
-  else std::snprintf(dur, sizeof dur, "%g s", cfg.duration);
-  std::printf("# %s per cell; GB/s = 1e9 B/s; host %s, %ld CPUs\n", dur,
-              Hostname().c_str(), sysconf(_SC_NPROCESSORS_ONLN));
+  if (cfg.iters)
+    std::snprintf(dur, sizeof dur, "%llu requests", (unsigned long long)cfg.iters);
+  else
+    std::snprintf(dur, sizeof dur, "%g s", cfg.duration);
+  std::printf("# %s per cell; GB/s = 1e9 B/s; host %s, %ld CPUs\n", dur, Hostname().c_str(),
+              sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("# command: %s\n", JoinArgv(argc, argv).c_str());
   std::printf("%-10s", "#bytes");
   for (auto& col : cols) std::printf(" %14s", (col + "[GB/s]").c_str());
@@ -369,15 +396,14 @@ int main(int argc, char** argv) {
     }
     f << "{\n  \"schema\": \"xfer-raw-cma\",\n  \"version\": 1,\n";
     f << "  \"config\": {\"pattern\": \"" << (cfg.reuse ? "reuse" : "walk") << "\", \"span\": " << span
-      << ", \"duration_s\": " << cfg.duration << ", \"iters\": " << cfg.iters
-      << ", \"batch\": " << cfg.batch << ", \"iov_max\": " << cfg.iov_max << "},\n  \"rows\": [\n";
+      << ", \"duration_s\": " << cfg.duration << ", \"iters\": " << cfg.iters << ", \"batch\": " << cfg.batch
+      << ", \"iov_max\": " << cfg.iov_max << "},\n  \"rows\": [\n";
     for (size_t i = 0; i < cells.size(); ++i) {
       const Cell& x = cells[i];
       f << "    {\"name\": \"" << x.name << "\", \"op\": \"" << x.op << "\", \"bytes\": " << x.block
         << ", \"batch\": " << x.batch << ", \"requests\": " << x.requests << ", \"calls\": " << x.calls
-        << ", \"seconds\": " << x.seconds << ", \"bw_gbps\": " << x.gbps
-        << ", \"cpu_pct\": " << x.cpu_pct << "}"
-        << (i + 1 < cells.size() ? "," : "") << "\n";
+        << ", \"seconds\": " << x.seconds << ", \"bw_gbps\": " << x.gbps << ", \"cpu_pct\": " << x.cpu_pct
+        << "}" << (i + 1 < cells.size() ? "," : "") << "\n";
     }
     f << "  ]\n}\n";
   }

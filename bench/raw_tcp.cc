@@ -102,12 +102,19 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "-s" || a == "--size") size_arg = val();
-    else if (a == "-D" || a == "--duration") duration = std::atof(val().c_str());
-    else if (a == "--reuse") reuse = true;
+    if (a == "-s" || a == "--size")
+      size_arg = val();
+    else if (a == "-D" || a == "--duration")
+      duration = std::atof(val().c_str());
+    else if (a == "--reuse")
+      reuse = true;
     else if (a == "--span") {
-      if (!ParseSize(val(), &span_len)) { std::fprintf(stderr, "raw_tcp: bad --span\n"); return 2; }
-    } else if (a == "--print-sizes") print_sizes = true;
+      if (!ParseSize(val(), &span_len)) {
+        std::fprintf(stderr, "raw_tcp: bad --span\n");
+        return 2;
+      }
+    } else if (a == "--print-sizes")
+      print_sizes = true;
     else {
       std::fprintf(stderr, "usage: raw_tcp [-s SIZES] [-D SEC] [--reuse] [--span BYTES] [--print-sizes]\n");
       return 2;
@@ -157,10 +164,12 @@ int main(int argc, char** argv) {
   Span span;
   if (!span.Allocate(span_len)) Die("mmap");
 
-  std::printf("# raw_tcp: one TCP connection on loopback, a sender and a receiver process (recv "
-              "MSG_WAITALL per block); %s; %g s per size; GB/s = 1e9 B/s\n",
-              reuse ? "--reuse: the same buffer every block" : ("walking a " + FormatSize(span_len) + " span per side").c_str(),
-              duration);
+  std::printf(
+      "# raw_tcp: one TCP connection on loopback, a sender and a receiver process (recv "
+      "MSG_WAITALL per block); %s; %g s per size; GB/s = 1e9 B/s\n",
+      reuse ? "--reuse: the same buffer every block"
+            : ("walking a " + FormatSize(span_len) + " span per side").c_str(),
+      duration);
   std::printf("# command: %s\n", JoinArgv(argc, argv).c_str());
   std::printf("%-10s %10s %14s\n", "#bytes", "#blocks", "tcp[GB/s]");
   for (uint64_t b : sizes) {

@@ -29,8 +29,7 @@ int Serve(const std::string& name) {
   // The pool comes from the engine: peers on this host then copy into it directly (shm).
   void* pool = nullptr;
   xfer::MemHandle h;
-  if (auto s = engine.AllocMem(kBlock * kBlocks, xfer::MemType::kHost, &pool, &h, "kv-pool");
-      !s.ok()) {
+  if (auto s = engine.AllocMem(kBlock * kBlocks, xfer::MemType::kHost, &pool, &h, "kv-pool"); !s.ok()) {
     return Fail("AllocMem", s);
   }
   std::printf("serving %llu KiB at %s; the peer writes, this process does nothing. Ctrl-C ends.\n",
@@ -47,7 +46,8 @@ int Push(const std::string& remote) {
   std::vector<xfer::RegionInfo> regions;
   if (auto s = engine.GetRemoteRegions(remote, &regions); !s.ok()) return Fail("GetRemoteRegions", s);
   const xfer::RegionInfo* pool = nullptr;
-  for (const auto& r : regions) if (r.tag == "kv-pool") pool = &r;
+  for (const auto& r : regions)
+    if (r.tag == "kv-pool") pool = &r;
   if (pool == nullptr) return Fail("lookup", {xfer::StatusCode::kInvalidArgument, "no kv-pool region"});
 
   std::vector<char> blocks(kBlock * kBlocks);
@@ -67,9 +67,11 @@ int Push(const std::string& remote) {
 
   // Read them back asynchronously and compare.
   std::vector<char> back(blocks.size());
-  for (uint64_t i = 0; i < kBlocks; ++i) descs[i].local_addr = reinterpret_cast<uint64_t>(back.data() + i * kBlock);
+  for (uint64_t i = 0; i < kBlocks; ++i)
+    descs[i].local_addr = reinterpret_cast<uint64_t>(back.data() + i * kBlock);
   xfer::RequestHandle req;
-  if (auto s = engine.TransferAsync(remote, xfer::Op::kRead, descs, 5s, &req); !s.ok()) return Fail("READ", s);
+  if (auto s = engine.TransferAsync(remote, xfer::Op::kRead, descs, 5s, &req); !s.ok())
+    return Fail("READ", s);
   if (auto s = engine.Wait(req, 5s); !s.ok()) return Fail("Wait", s);
 
   xfer::PeerInfo info;
@@ -77,7 +79,8 @@ int Push(const std::string& remote) {
   bool same = std::memcmp(blocks.data(), back.data(), blocks.size()) == 0;
   std::printf("wrote %llu blocks of %llu KiB over %s in %.0f us (%.2f GB/s); read back: %s\n",
               static_cast<unsigned long long>(kBlocks), static_cast<unsigned long long>(kBlock >> 10),
-              info.BytesVia("shm") ? "shm" : info.transport.c_str(), us, blocks.size() / us / 1e3, same ? "identical" : "DIFFERENT");
+              info.BytesVia("shm") ? "shm" : info.transport.c_str(), us, blocks.size() / us / 1e3,
+              same ? "identical" : "DIFFERENT");
   return same ? 0 : 1;
 }
 

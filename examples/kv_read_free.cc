@@ -53,7 +53,8 @@ int Decode(const std::string& remote) {
   std::vector<char> cache((kLast - kFirst + 1) * kBlock);
   std::vector<xfer::TransferDesc> descs;
   for (uint64_t b = kFirst; b <= kLast; ++b) {
-    descs.push_back({reinterpret_cast<uint64_t>(cache.data()) + (b - kFirst) * kBlock, pool->addr + b * kBlock, kBlock});
+    descs.push_back(
+        {reinterpret_cast<uint64_t>(cache.data()) + (b - kFirst) * kBlock, pool->addr + b * kBlock, kBlock});
   }
   xfer::TransferOptions options;
   options.notify = "free " + std::to_string(kFirst) + "-" + std::to_string(kLast);
@@ -62,7 +63,8 @@ int Decode(const std::string& remote) {
     return Fail("READ", s);
   }
   for (uint64_t b = kFirst; b <= kLast; ++b) {
-    if (cache[(b - kFirst) * kBlock] != char(b)) return Fail("check", {xfer::StatusCode::kInternal, "wrong data"});
+    if (cache[(b - kFirst) * kBlock] != char(b))
+      return Fail("check", {xfer::StatusCode::kInternal, "wrong data"});
   }
   std::printf("decode: read blocks %llu-%llu and told the prefill side to free them\n",
               static_cast<unsigned long long>(kFirst), static_cast<unsigned long long>(kLast));

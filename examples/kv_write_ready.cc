@@ -31,7 +31,8 @@ int Decode(const std::string& name) {
   std::vector<xfer::Notification> got;
   if (auto s = engine.WaitNotifies(&got, 60s); !s.ok()) return Fail("WaitNotifies", s);
   unsigned long long request = 0, blocks = 0;
-  if (std::sscanf(got[0].message.c_str(), "request %llu ready %llu", &request, &blocks) != 2 || blocks > kBlocks) {
+  if (std::sscanf(got[0].message.c_str(), "request %llu ready %llu", &request, &blocks) != 2 ||
+      blocks > kBlocks) {
     std::fprintf(stderr, "decode: unexpected notification '%s'\n", got[0].message.c_str());
     return 1;
   }
@@ -43,7 +44,8 @@ int Decode(const std::string& name) {
       return 1;
     }
   }
-  std::printf("decode: request %llu ready (%llu blocks from %s), decoding\n", request, blocks, got[0].sender.c_str());
+  std::printf("decode: request %llu ready (%llu blocks from %s), decoding\n", request, blocks,
+              got[0].sender.c_str());
   return 0;
 }
 
@@ -68,7 +70,8 @@ int Prefill(const std::string& remote) {
   }
   xfer::RequestStatus st;
   if (auto s = engine.Wait(req, 20s, &st); !s.ok()) {
-    std::fprintf(stderr, "WRITE: %s; %zu of %zu blocks landed\n", s.ToString().c_str(), st.landed.size(), descs.size());
+    std::fprintf(stderr, "WRITE: %s; %zu of %zu blocks landed\n", s.ToString().c_str(), st.landed.size(),
+                 descs.size());
     return 1;
   }
   std::printf("prefill: request %llu written and announced\n", static_cast<unsigned long long>(kRequest));

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config git
   clang libclang-rt-dev          # libFuzzer targets (the wire decoder, a live engine)
+  clang-format clang-tidy        # the code's format (a test) and scripts/lint.sh
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   iproute2 procps                 # network namespaces for two-host tests; ps/kill for fault tests

@@ -24,9 +24,7 @@ namespace xfer::bench {
 inline constexpr uint64_t kDefaultSpan = 256ull << 20;
 // A sanity cap on what one side allocates: a quarter of the machine's memory (each run holds
 // two or three such spans).
-inline uint64_t MaxSpan() {
-  return uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE)) / 4;
-}
+inline uint64_t MaxSpan() { return uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE)) / 4; }
 
 inline uint64_t NowNs() {
   timespec ts;
@@ -147,11 +145,16 @@ inline bool ParseSize(std::string s, uint64_t* out) {
   std::string suf = s.substr(i);
   for (auto& c : suf) c = char(std::toupper(static_cast<unsigned char>(c)));
   uint64_t mul = 1;
-  if (suf.empty() || suf == "B") mul = 1;
-  else if (suf == "K" || suf == "KB" || suf == "KIB") mul = 1ull << 10;
-  else if (suf == "M" || suf == "MB" || suf == "MIB") mul = 1ull << 20;
-  else if (suf == "G" || suf == "GB" || suf == "GIB") mul = 1ull << 30;
-  else return false;
+  if (suf.empty() || suf == "B")
+    mul = 1;
+  else if (suf == "K" || suf == "KB" || suf == "KIB")
+    mul = 1ull << 10;
+  else if (suf == "M" || suf == "MB" || suf == "MIB")
+    mul = 1ull << 20;
+  else if (suf == "G" || suf == "GB" || suf == "GIB")
+    mul = 1ull << 30;
+  else
+    return false;
   if (v == 0 || v > (UINT64_MAX / mul)) return false;
   *out = v * mul;
   return true;
@@ -221,9 +224,7 @@ struct Layout {
     uint64_t t = s ^ 1;
     return t < slots ? t : s;
   }
-  uint64_t LocalSlot(uint64_t req, uint64_t j) const {
-    return reuse ? j : (req * batch + j) % local_slots;
-  }
+  uint64_t LocalSlot(uint64_t req, uint64_t j) const { return reuse ? j : (req * batch + j) % local_slots; }
   uint64_t LocalOff(uint64_t req, uint64_t j) const { return LocalSlot(req, j) * block; }
   uint64_t RemoteSlot(uint64_t req, uint64_t j) const {
     uint64_t g = reuse ? j : (req * batch + j);
@@ -239,8 +240,8 @@ struct Layout {
 
 // The bytes one side must allocate for a run of these sizes: the reused set is one request;
 // the walk covers walk_span, and at least every in-flight request's own blocks.
-inline uint64_t SpanFor(const std::vector<uint64_t>& sizes, uint64_t batch, uint64_t depth,
-                        bool reuse, uint64_t walk_span) {
+inline uint64_t SpanFor(const std::vector<uint64_t>& sizes, uint64_t batch, uint64_t depth, bool reuse,
+                        uint64_t walk_span) {
   uint64_t need = 0;
   for (uint64_t b : sizes) {
     uint64_t slots = reuse ? batch : std::max<uint64_t>(walk_span / b, batch * std::max<uint64_t>(1, depth));
@@ -311,8 +312,10 @@ inline std::string ShellQuote(const std::string& s) {
     return s;
   std::string r = "'";
   for (char c : s) {
-    if (c == '\'') r += "'\\''";
-    else r += c;
+    if (c == '\'')
+      r += "'\\''";
+    else
+      r += c;
   }
   return r + "'";
 }
@@ -339,7 +342,7 @@ inline LatStats ComputeLatStats(std::vector<uint64_t>& samples) {
   if (samples.empty()) return s;
   std::sort(samples.begin(), samples.end());
   auto at = [&](double q) {
-    size_t idx = size_t(std::ceil(q * double(samples.size()))) ;
+    size_t idx = size_t(std::ceil(q * double(samples.size())));
     if (idx > 0) --idx;
     if (idx >= samples.size()) idx = samples.size() - 1;
     return double(samples[idx]) / 1e3;

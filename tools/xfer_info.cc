@@ -50,11 +50,15 @@ void PrintNamableInterfaces() {
   const std::vector<xfer::net::Nic> nics = xfer::net::LocalNics();
   for (const xfer::net::Nic& n : nics) {
     const xfer::pci::Place at = xfer::pci::PlaceOfNic("/sys", n.name);
-    const std::string place = at.path.empty() ? std::string(n.loopback ? "" : ", virtual")
-                              : ", PCI " + at.path.back() +
-                                    (at.numa_node >= 0 ? ", NUMA node " + std::to_string(at.numa_node) : "");
+    const std::string place =
+        at.path.empty() ? std::string(n.loopback ? "" : ", virtual")
+                        : ", PCI " + at.path.back() +
+                              (at.numa_node >= 0 ? ", NUMA node " + std::to_string(at.numa_node) : "");
     std::printf(" %s %s/%d%s%s;", n.name.c_str(), n.address.c_str(), n.prefix,
-                !n.up ? " (down: refused)" : n.loopback ? " (loopback)" : "", place.c_str());
+                !n.up        ? " (down: refused)"
+                : n.loopback ? " (loopback)"
+                             : "",
+                place.c_str());
   }
   // Interfaces without an IPv4 address cannot be named: listed, so that none goes unexplained.
   if (struct if_nameindex* all = ::if_nameindex(); all != nullptr) {
@@ -68,7 +72,6 @@ void PrintNamableInterfaces() {
   }
   std::printf(" or near:BUS_ID, the ones nearest a GPU's PCI bus id");
 }
-
 
 void Usage(FILE* f) {
   std::fprintf(f,
@@ -106,16 +109,17 @@ int main(int argc, char** argv) {
   utsname u{};
   uname(&u);
   std::printf("xfer %s\n", XFER_TOOLS_VERSION);
-  std::printf("host:        %s, %ld CPUs (%s), kernel %s %s\n", u.nodename,
-              sysconf(_SC_NPROCESSORS_ONLN), CpuModel().c_str(), u.sysname, u.release);
+  std::printf("host:        %s, %ld CPUs (%s), kernel %s %s\n", u.nodename, sysconf(_SC_NPROCESSORS_ONLN),
+              CpuModel().c_str(), u.sysname, u.release);
   std::string boot_id = ReadFirstLine("/proc/sys/kernel/random/boot_id");
   if (!host_id_override.empty())
     std::printf("host id:     %s (overridden by --host-id; the kernel boot id is %s)\n",
                 host_id_override.c_str(), boot_id.empty() ? "unreadable" : boot_id.c_str());
   else
-    std::printf("host id:     %s (kernel boot id, /proc/sys/kernel/random/boot_id; "
-                "EngineOptions::host_id overrides)\n",
-                boot_id.empty() ? "unreadable" : boot_id.c_str());
+    std::printf(
+        "host id:     %s (kernel boot id, /proc/sys/kernel/random/boot_id; "
+        "EngineOptions::host_id overrides)\n",
+        boot_id.empty() ? "unreadable" : boot_id.c_str());
 
   // The backends as an engine here starts them (with the defaults, or --host-id): on, or off
   // and why, and what each says it moves and found.
@@ -145,21 +149,23 @@ int main(int argc, char** argv) {
   }
 
   const char* xfer_secret = std::getenv("XFER_SECRET_FILE");
-  std::printf("authentication: %s\n",
-              !xfer::crypto::Available()
-                  ? "unavailable: built without libsodium (apt-get install libsodium-dev and rebuild); "
-                    "a secret is refused"
-                  : xfer_secret != nullptr
-                        ? (std::string("available; tools read the secret from $XFER_SECRET_FILE = ") + xfer_secret).c_str()
-                        : "available (EngineOptions::secret or secret_file; tools: --secret-file or "
-                          "$XFER_SECRET_FILE), off until a secret is set");
+  std::printf(
+      "authentication: %s\n",
+      !xfer::crypto::Available()
+          ? "unavailable: built without libsodium (apt-get install libsodium-dev and rebuild); "
+            "a secret is refused"
+      : xfer_secret != nullptr
+          ? (std::string("available; tools read the secret from $XFER_SECRET_FILE = ") + xfer_secret).c_str()
+          : "available (EngineOptions::secret or secret_file; tools: --secret-file or "
+            "$XFER_SECRET_FILE), off until a secret is set");
   // Every option by name (xfer::DescribeOptions; xfer-bench --set takes these names), with
   // what this machine makes of a few.
   std::printf("defaults (EngineOptions; docs/options.md):\n");
   for (const xfer::OptionInfo& opt : xfer::DescribeOptions()) {
     std::string value = opt.value.empty() ? "(empty)" : opt.value;
     if (opt.key == "shm.streaming_copy_bytes" && opt.value == "0") {
-      value += " (the last-level cache's size: " + std::to_string(xfer::host::LastLevelCacheBytes()) + " bytes here)";
+      value += " (the last-level cache's size: " + std::to_string(xfer::host::LastLevelCacheBytes()) +
+               " bytes here)";
     }
     std::printf("  %-26s %s%s%s: %s", opt.key.c_str(), value.c_str(), opt.range.empty() ? "" : " [",
                 opt.range.empty() ? "" : (opt.range + "]").c_str(), opt.doc.c_str());
@@ -178,9 +184,10 @@ int main(int argc, char** argv) {
     xfer::PeerInfo pi;
     if (st.ok()) st = b.GetPeerInfo(a.LocalName(), &pi);
     if (st.ok())
-      std::printf("engine check: two engines in this process connected over %s; host id %s, "
-                  "transport %s\n",
-                  a.LocalName().c_str(), pi.host_id.c_str(), pi.transport.c_str());
+      std::printf(
+          "engine check: two engines in this process connected over %s; host id %s, "
+          "transport %s\n",
+          a.LocalName().c_str(), pi.host_id.c_str(), pi.transport.c_str());
     else
       std::printf("engine check: FAILED: %s\n", st.ToString().c_str());
     b.Finalize();

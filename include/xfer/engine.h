@@ -35,8 +35,8 @@ class Engine {
   // kReadOnly (their WRITEs then fail with kRemoteAccessDenied, nothing written). The same
   // range with the same access again returns the same handle (and needs one more
   // DeregisterMem). Peers see new regions without reconnecting.
-  Status RegisterMem(void* addr, uint64_t len, MemType type, MemHandle* handle,
-                     const std::string& tag = "", PeerAccess access = PeerAccess::kReadWrite);
+  Status RegisterMem(void* addr, uint64_t len, MemType type, MemHandle* handle, const std::string& tag = "",
+                     PeerAccess access = PeerAccess::kReadWrite);
   // Waits until connected peers have stopped using the region, then forgets it.
   Status DeregisterMem(MemHandle handle);
   // Allocates len bytes, zeroed, and registers them (as RegisterMem). kHost: a memfd that
@@ -44,8 +44,8 @@ class Engine {
   // no system call per transfer ("shm"); peers elsewhere see an ordinary region. kCuda: GPU
   // memory on options.device (-1: the calling thread's current device). Release it with
   // FreeMem (DeregisterMem refuses it).
-  Status AllocMem(uint64_t len, MemType type, void** addr, MemHandle* handle,
-                  const std::string& tag = "", const AllocOptions& options = {});
+  Status AllocMem(uint64_t len, MemType type, void** addr, MemHandle* handle, const std::string& tag = "",
+                  const AllocOptions& options = {});
   // Deregisters the memory (waiting for peers, as DeregisterMem does), then unmaps it here.
   // Peers that still hold a mapping find the region gone: their transfers fail with
   // kRemoteAccessDenied.
@@ -99,8 +99,7 @@ class Engine {
   // process cannot read), kRemoteAccessDenied (outside the peer's regions). Local ranges must
   // stay mapped while the list is used, as a request's local buffers must.
   Status PrepareLocalList(const std::vector<MemRange>& ranges, ListHandle* list);
-  Status PrepareRemoteList(const std::string& remote, const std::vector<MemRange>& ranges,
-                           ListHandle* list);
+  Status PrepareRemoteList(const std::string& remote, const std::vector<MemRange>& ranges, ListHandle* list);
   // Forgets the list; requests already submitted over it run on.
   Status ReleaseList(ListHandle list);
   // TransferSync and TransferAsync over prepared lists: the same semantics, the descriptors
@@ -115,8 +114,7 @@ class Engine {
   // Waits up to timeout for the request to end. When it ended, returns its final status (ok
   // when completed) and releases the handle; when it is still running, returns kTimeout with
   // *status (if given) left at kWaiting, so a deadline expiry and a short wait differ.
-  Status Wait(RequestHandle request, std::chrono::milliseconds timeout,
-              RequestStatus* status = nullptr);
+  Status Wait(RequestHandle request, std::chrono::milliseconds timeout, RequestStatus* status = nullptr);
   // Stops a request: batches not yet started are dropped; its status becomes kCanceled once
   // those in flight finish (kCompleted if none was dropped and all of them succeeded: every
   // byte moved). Canceling a request that already ended is ok and changes nothing.
@@ -124,8 +122,7 @@ class Engine {
 
   // Notifications (docs/notifications.md). SendNotify returns ok once the peer has queued the
   // message; kTimeout when it did not confirm in time (the message may still arrive).
-  Status SendNotify(const std::string& remote, const std::string& message,
-                    std::chrono::milliseconds timeout);
+  Status SendNotify(const std::string& remote, const std::string& message, std::chrono::milliseconds timeout);
   // Moves every queued notification to the end of *out, oldest first (none: ok, nothing added).
   Status GetNotifies(std::vector<Notification>* out);
   // GetNotifies, once at least one is queued; kTimeout when none came within timeout.

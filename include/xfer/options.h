@@ -72,7 +72,7 @@ struct EngineOptions {
   Staging staging = Staging::kAuto;
   // N buffers of S bytes stage this engine's outgoing batches; as a tcp target it stages
   // through one buffer of S bytes per data connection.
-  int staging_buffers = 4;                    // N (1..64)
+  int staging_buffers = 4;                     // N (1..64)
   uint64_t staging_buffer_bytes = 4ull << 20;  // S (64 KiB..1 GiB)
 
   // Force one backend by name ("local", "shm", "cuda", "cma", "ucx", "tcp"): a peer then gets
@@ -177,9 +177,9 @@ enum class OptionKind : uint8_t {
   kBytes,     // a size: 4096, 64K, 4 MiB, 1G (K, M, G: binary)
   kDuration,  // a time: 500ms, 3 s, 50us (us, ms, s); a bare number is the field's own unit
   kText,
-  kSecret,    // text (any bytes), never shown
-  kList,      // comma-separated texts
-  kChoice,    // one of a few names
+  kSecret,  // text (any bytes), never shown
+  kList,    // comma-separated texts
+  kChoice,  // one of a few names
 };
 struct OptionInfo {
   std::string key;

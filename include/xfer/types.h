@@ -100,7 +100,7 @@ struct PeerInfo {
   // The transport chosen for this peer: its best route that is a link ("local", "cma", "ucx",
   // "tcp"), or when it has none, its best route ("shm" or "cuda" when forced); "none".
   std::string transport;
-  bool outbound = false;     // true when this engine called Connect()
+  bool outbound = false;  // true when this engine called Connect()
   // The backends that reach the peer, best first: each descriptor takes the first that moves
   // its pair of memories. Beside `transport`, e.g. "shm" (same host: the peer's AllocMem
   // memory is mapped here and moved with memcpy) or "cuda" (same host, GPUs on both sides:

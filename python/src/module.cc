@@ -11,8 +11,9 @@ PYBIND11_MODULE(_xfer, m) {
   namespace pyb = pybind11;
   m.doc() = "xfer's C++ engine (use the package xfer, not this module)";
   m.def("_set_error_classes", &xfer::py::SetErrorClasses);
-  m.def("option_names", [] { return xfer::py::OptionNames(); },
-        "The keyword options Engine(name, **options) accepts.");
+  m.def(
+      "option_names", [] { return xfer::py::OptionNames(); },
+      "The keyword options Engine(name, **options) accepts.");
   xfer::py::BindMemory(m);
   xfer::py::BindEngine(m);
 }

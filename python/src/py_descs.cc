@@ -21,8 +21,7 @@ uint64_t ToU64(PyObject* o, const char* what, size_t i) {
   Py_DECREF(index);
   if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
     PyErr_Clear();
-    RaiseInvalid(std::string(what) + "[" + std::to_string(i) +
-                 "] is out of range (0 .. 2**64-1)");
+    RaiseInvalid(std::string(what) + "[" + std::to_string(i) + "] is out of range (0 .. 2**64-1)");
   }
   return v;
 }
@@ -71,11 +70,20 @@ class IntArray {
     int64_t s = 0;
     uint64_t u = 0;
     switch (view_.itemsize) {
-      case 1: signed_ ? s = *reinterpret_cast<const int8_t*>(p) : u = *reinterpret_cast<const uint8_t*>(p); break;
-      case 2: signed_ ? s = *reinterpret_cast<const int16_t*>(p) : u = *reinterpret_cast<const uint16_t*>(p); break;
-      case 4: signed_ ? s = *reinterpret_cast<const int32_t*>(p) : u = *reinterpret_cast<const uint32_t*>(p); break;
-      case 8: signed_ ? s = *reinterpret_cast<const int64_t*>(p) : u = *reinterpret_cast<const uint64_t*>(p); break;
-      default: RaiseInvalid(std::string(what_) + ": integers of " + std::to_string(view_.itemsize) + " bytes");
+      case 1:
+        signed_ ? s = *reinterpret_cast<const int8_t*>(p) : u = *reinterpret_cast<const uint8_t*>(p);
+        break;
+      case 2:
+        signed_ ? s = *reinterpret_cast<const int16_t*>(p) : u = *reinterpret_cast<const uint16_t*>(p);
+        break;
+      case 4:
+        signed_ ? s = *reinterpret_cast<const int32_t*>(p) : u = *reinterpret_cast<const uint32_t*>(p);
+        break;
+      case 8:
+        signed_ ? s = *reinterpret_cast<const int64_t*>(p) : u = *reinterpret_cast<const uint64_t*>(p);
+        break;
+      default:
+        RaiseInvalid(std::string(what_) + ": integers of " + std::to_string(view_.itemsize) + " bytes");
     }
     if (!signed_) return u;
     if (s < 0) RaiseInvalid(std::string(what_) + "[" + std::to_string(row) + "] is negative");
@@ -115,9 +123,7 @@ class Column {
     }
     size_ = PySequence_Fast_GET_SIZE(seq_.ptr());
   }
-  std::optional<Py_ssize_t> size() const {
-    return scalar_ ? std::nullopt : std::optional<Py_ssize_t>(size_);
-  }
+  std::optional<Py_ssize_t> size() const { return scalar_ ? std::nullopt : std::optional<Py_ssize_t>(size_); }
   // Contiguous 64-bit values (IntArray::Contiguous64), or null.
   const uint64_t* contiguous() const { return is_array_ ? array_.Contiguous64() : nullptr; }
   bool is_signed() const { return array_.is_signed(); }
@@ -212,7 +218,7 @@ std::vector<uint32_t> ToIndices(pyb::handle index, const char* what) {
   const Column c(index, what, false);
   std::vector<uint32_t> out(*c.size());
   const uint64_t* p = c.contiguous();
-  uint64_t top = 0;  // every value or-ed: past 2**32-1 (or negative) when its top half is set
+  uint64_t top = 0;    // every value or-ed: past 2**32-1 (or negative) when its top half is set
   if (p != nullptr) {  // the fast path: numpy int64/uint64
     for (Py_ssize_t i = 0; i < *c.size(); ++i) {
       out[i] = static_cast<uint32_t>(p[i]);

@@ -10,8 +10,8 @@ namespace xfer::py {
 // shape (N, 3); or three columns local, remote, length: each a 1-D integer array (numpy or
 // anything with the buffer protocol) or a sequence of ints, of one length N; length may also be
 // one int for every descriptor. Bad input raises InvalidArgumentError naming the element.
-std::vector<TransferDesc> ToDescs(pybind11::handle descs, pybind11::handle local,
-                                  pybind11::handle remote, pybind11::handle length);
+std::vector<TransferDesc> ToDescs(pybind11::handle descs, pybind11::handle local, pybind11::handle remote,
+                                  pybind11::handle length);
 
 // Ranges of a prepared list: addr a 1-D integer array or a sequence of ints; length the same,
 // or one int for every range.

@@ -97,14 +97,11 @@ void PyRequest::Cancel() {
   (void)core_->engine.Cancel(handle_);  // (a request that just ended: ok, nothing changes)
 }
 
-std::vector<uint64_t> PyRequest::Landed() const {
-  return ended_ ? final_.landed : std::vector<uint64_t>{};
-}
+std::vector<uint64_t> PyRequest::Landed() const { return ended_ ? final_.landed : std::vector<uint64_t>{}; }
 
 // ---- Engine
 
-PyEngine::PyEngine(const std::string& name, const pyb::kwargs& options)
-    : core_(std::make_shared<Core>()) {
+PyEngine::PyEngine(const std::string& name, const pyb::kwargs& options) : core_(std::make_shared<Core>()) {
   const EngineOptions o = ParseOptions(options, &core_->timeout);
   Check(core_->Call([&](Engine& e) { return e.Initialize(name, o); }));
   core_->name = core_->engine.LocalName();
@@ -127,8 +124,7 @@ PyEngine::~PyEngine() {
 void PyEngine::Close() {
   if (!core_->closing) {  // (with the GIL: no view can be taken between the check and the flag)
     if (core_->buffer_views > 0) {
-      throw pyb::buffer_error("cannot close the engine while " +
-                              std::to_string(core_->buffer_views.load()) +
+      throw pyb::buffer_error("cannot close the engine while " + std::to_string(core_->buffer_views.load()) +
                               " view(s) of its alloc() buffers are alive (del them first)");
     }
     core_->closing = true;
@@ -168,19 +164,19 @@ PeerAccess AccessOf(bool read_only) { return read_only ? PeerAccess::kReadOnly :
 void Transfer(PyEngine& self, Op op, const std::string& peer, pyb::handle descs, pyb::handle local,
               pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
   const std::vector<TransferDesc> d = ToDescs(descs, local, remote, length);
-  TransferCall(*self.core(), timeout, notify).Sync(*self.core(), [&](Engine& e, auto t, auto& o, auto* result) {
-    return e.TransferSync(peer, op, d, t, o, result);
-  });
+  TransferCall(*self.core(), timeout, notify)
+      .Sync(*self.core(), [&](Engine& e, auto t, auto& o, auto* result) {
+        return e.TransferSync(peer, op, d, t, o, result);
+      });
 }
 
-std::unique_ptr<PyRequest> TransferAsync(PyEngine& self, Op op, const std::string& peer,
-                                         pyb::handle descs, pyb::handle local, pyb::handle remote,
-                                         pyb::handle length, pyb::handle timeout,
-                                         pyb::handle notify) {
+std::unique_ptr<PyRequest> TransferAsync(PyEngine& self, Op op, const std::string& peer, pyb::handle descs,
+                                         pyb::handle local, pyb::handle remote, pyb::handle length,
+                                         pyb::handle timeout, pyb::handle notify) {
   const std::vector<TransferDesc> d = ToDescs(descs, local, remote, length);
-  return TransferCall(*self.core(), timeout, notify).Async(self.core(), [&](Engine& e, auto t, auto& o, auto* h) {
-    return e.TransferAsync(peer, op, d, t, o, h);
-  });
+  return TransferCall(*self.core(), timeout, notify)
+      .Async(self.core(),
+             [&](Engine& e, auto t, auto& o, auto* h) { return e.TransferAsync(peer, op, d, t, o, h); });
 }
 
 pyb::list Notifications(const std::vector<Notification>& v) {
@@ -208,13 +204,13 @@ void DefTransfer(pyb::class_<PyEngine>& cls, const char* name, Op op, const std:
             pyb::arg("notify") = pyb::none(), doc.c_str());
   };
   if (async) {
-    args([op](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local, pyb::handle remote,
-              pyb::handle length, pyb::handle timeout, pyb::handle notify) {
+    args([op](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local,
+              pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
       return TransferAsync(self, op, peer, descs, local, remote, length, timeout, notify);
     });
   } else {
-    args([op](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local, pyb::handle remote,
-              pyb::handle length, pyb::handle timeout, pyb::handle notify) {
+    args([op](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local,
+              pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
       Transfer(self, op, peer, descs, local, remote, length, timeout, notify);
     });
   }
@@ -246,8 +242,9 @@ void BindEngine(pyb::module_& m) {
       .def_readonly("device", &RegionInfo::device)
       .def_readonly("tag", &RegionInfo::tag)
       .def_readonly("shared", &RegionInfo::shared, "allocated by the peer's alloc(): same-host peers map it")
-      .def_property_readonly("read_only", [](const RegionInfo& r) { return r.access == PeerAccess::kReadOnly; },
-                             "the peer refuses WRITEs into it")
+      .def_property_readonly(
+          "read_only", [](const RegionInfo& r) { return r.access == PeerAccess::kReadOnly; },
+          "the peer refuses WRITEs into it")
       .def("__repr__", [](const RegionInfo& r) {
         return MemoryRepr("RegionInfo", r.type, r.addr, r.len, r.tag,
                           r.access == PeerAccess::kReadOnly ? "read-only" : "");
@@ -259,16 +256,16 @@ void BindEngine(pyb::module_& m) {
       .def_readonly("incarnation", &ClusterPeer::incarnation)
       .def_readonly("host_id", &ClusterPeer::host_id)
       .def_readonly("tags", &ClusterPeer::tags, "the tags of its registered regions")
-      .def("__repr__", [](const ClusterPeer& p) {
-        return "<xfer.ClusterPeer " + p.name + " at " + p.address + ">";
-      });
+      .def("__repr__",
+           [](const ClusterPeer& p) { return "<xfer.ClusterPeer " + p.name + " at " + p.address + ">"; });
 
   pyb::class_<MetricSample>(m, "MetricSample", "One sample of a metric (Engine.metrics).")
-      .def_property_readonly("labels", [](const MetricSample& s) {
-        pyb::dict d;
-        for (const auto& [k, v] : s.labels) d[pyb::str(k)] = v;
-        return d;
-      })
+      .def_property_readonly("labels",
+                             [](const MetricSample& s) {
+                               pyb::dict d;
+                               for (const auto& [k, v] : s.labels) d[pyb::str(k)] = v;
+                               return d;
+                             })
       .def_readonly("value", &MetricSample::value, "a counter's or gauge's value; a histogram's count")
       .def_readonly("buckets", &MetricSample::buckets,
                     "histograms: (upper bound, cumulative count) pairs, the last bound inf")
@@ -280,9 +277,12 @@ void BindEngine(pyb::module_& m) {
       });
   pyb::class_<Metric>(m, "Metric", "A metric: its name, type, help and samples.")
       .def_readonly("name", &Metric::name)
-      .def_property_readonly("type", [](const Metric& x) {
-        return x.type == MetricType::kCounter ? "counter" : x.type == MetricType::kGauge ? "gauge" : "histogram";
-      })
+      .def_property_readonly("type",
+                             [](const Metric& x) {
+                               return x.type == MetricType::kCounter ? "counter"
+                                      : x.type == MetricType::kGauge ? "gauge"
+                                                                     : "histogram";
+                             })
       .def_readonly("help", &Metric::help)
       .def_readonly("samples", &Metric::samples)
       .def("__repr__", [](const Metric& x) {
@@ -292,29 +292,36 @@ void BindEngine(pyb::module_& m) {
 
 metrics["xfer_transferred_bytes_total"] is a Metric; metrics.sum(name, **labels) adds the values
 of its samples carrying those labels; metrics.text() is the Prometheus text format.)")
-      .def("__getitem__", [](const MetricsSnapshot& s, const std::string& name) {
-        const Metric* x = s.Find(name);
-        if (x == nullptr) throw pyb::key_error(name);
-        return *x;
-      })
-      .def("__contains__", [](const MetricsSnapshot& s, const std::string& name) { return s.Find(name) != nullptr; })
-      .def("__iter__", [](const MetricsSnapshot& s) {
-        pyb::list names;
-        for (const auto& x : s.metrics) names.append(x.name);
-        return pyb::iter(names);
-      })
+      .def("__getitem__",
+           [](const MetricsSnapshot& s, const std::string& name) {
+             const Metric* x = s.Find(name);
+             if (x == nullptr) throw pyb::key_error(name);
+             return *x;
+           })
+      .def("__contains__",
+           [](const MetricsSnapshot& s, const std::string& name) { return s.Find(name) != nullptr; })
+      .def("__iter__",
+           [](const MetricsSnapshot& s) {
+             pyb::list names;
+             for (const auto& x : s.metrics) names.append(x.name);
+             return pyb::iter(names);
+           })
       .def("__len__", [](const MetricsSnapshot& s) { return s.metrics.size(); })
-      .def("sum", [](const MetricsSnapshot& s, const std::string& name, const pyb::kwargs& labels) {
-        const Metric* x = s.Find(name);
-        if (x == nullptr) throw pyb::key_error(name);
-        double sum = 0;
-        for (const auto& sample : x->samples) {
-          bool match = true;
-          for (const auto& [k, v] : labels) match = match && sample.Label(k.cast<std::string>()) == pyb::str(v).cast<std::string>();
-          if (match) sum += sample.value;
-        }
-        return sum;
-      }, pyb::arg("name"), "The sum of the metric's samples that carry every given label=value.")
+      .def(
+          "sum",
+          [](const MetricsSnapshot& s, const std::string& name, const pyb::kwargs& labels) {
+            const Metric* x = s.Find(name);
+            if (x == nullptr) throw pyb::key_error(name);
+            double sum = 0;
+            for (const auto& sample : x->samples) {
+              bool match = true;
+              for (const auto& [k, v] : labels)
+                match = match && sample.Label(k.cast<std::string>()) == pyb::str(v).cast<std::string>();
+              if (match) sum += sample.value;
+            }
+            return sum;
+          },
+          pyb::arg("name"), "The sum of the metric's samples that carry every given label=value.")
       .def("text", &MetricsSnapshot::PrometheusText, "The Prometheus text exposition format.");
 
   pyb::class_<PeerInfo>(m, "PeerInfo", "What the engine knows about a connected peer.")
@@ -325,19 +332,24 @@ of its samples carrying those labels; metrics.text() is the Prometheus text form
       .def_readonly("transport", &PeerInfo::transport, "the link chosen for this peer")
       .def_readonly("outbound", &PeerInfo::outbound)
       .def_readonly("routes", &PeerInfo::routes, "the backends that reach the peer, best first")
-      .def_property_readonly("moved", [](const PeerInfo& p) {
-        pyb::dict d;
-        for (const auto& mv : p.moved) d[pyb::str(mv.path)] = mv.bytes;
-        return d;
-      }, "bytes moved to or from the peer, by route (and \"staged\")")
-      .def_property_readonly("nic_pairs", [](const PeerInfo& p) {
-        pyb::dict d;
-        for (const auto& mv : p.nic_pairs) d[pyb::str(mv.path)] = mv.bytes;
-        return d;
-      }, "tcp over several NICs (tcp_nics): the tcp bytes by pair of NICs; empty over one")
-      .def("__repr__", [](const PeerInfo& p) {
-        return "<xfer.PeerInfo " + p.name + " via " + p.transport + ">";
-      });
+      .def_property_readonly(
+          "moved",
+          [](const PeerInfo& p) {
+            pyb::dict d;
+            for (const auto& mv : p.moved) d[pyb::str(mv.path)] = mv.bytes;
+            return d;
+          },
+          "bytes moved to or from the peer, by route (and \"staged\")")
+      .def_property_readonly(
+          "nic_pairs",
+          [](const PeerInfo& p) {
+            pyb::dict d;
+            for (const auto& mv : p.nic_pairs) d[pyb::str(mv.path)] = mv.bytes;
+            return d;
+          },
+          "tcp over several NICs (tcp_nics): the tcp bytes by pair of NICs; empty over one")
+      .def("__repr__",
+           [](const PeerInfo& p) { return "<xfer.PeerInfo " + p.name + " via " + p.transport + ">"; });
 
   pyb::class_<PyRequest>(m, "Request", R"(An asynchronous transfer (Engine.read_async, write_async).
 
@@ -353,105 +365,147 @@ False when it is still running after timeout seconds. `await request` waits in a
 
   pyb::class_<PyEngine> engine(m, "Engine", "The engine (see xfer.Engine).");
   DefTransfer(engine, "read", Op::kRead, std::string("READ: peer's memory → local memory. ") + kTransferDoc);
-  DefTransfer(engine, "write", Op::kWrite, std::string("WRITE: local memory → peer's memory. ") + kTransferDoc);
+  DefTransfer(engine, "write", Op::kWrite,
+              std::string("WRITE: local memory → peer's memory. ") + kTransferDoc);
   DefTransfer(engine, "read_async", Op::kRead,
               "Starts a READ (arguments as read()) whose deadline is now + timeout; returns a Request. "
               "Bad input raises at once. The local memory must stay valid until the request ends.");
   DefTransfer(engine, "write_async", Op::kWrite, "Starts a WRITE (arguments as write()); returns a Request.");
   BindPrepared(m, engine);
-  engine
-      .def(pyb::init<const std::string&, const pyb::kwargs&>(), pyb::arg("name"))
+  engine.def(pyb::init<const std::string&, const pyb::kwargs&>(), pyb::arg("name"))
       .def("close", &PyEngine::Close)
       .def_property_readonly("closed", &PyEngine::Closed)
-      .def_property_readonly("name", [](PyEngine& self) { return self.core()->name; },
-                             "the bound name, e.g. \"127.0.0.1:41234\": peers connect to it")
-      .def_property_readonly("timeout", [](PyEngine& self) {
-        return std::chrono::duration<double>(self.core()->timeout).count();
-      }, "seconds: the timeout of calls given none")
-      .def("connect", [](PyEngine& self, const std::string& peer, pyb::handle timeout) {
-        const milliseconds t = ToTimeout(timeout, self.core()->timeout);
-        Check(self.core()->Call([&](Engine& e) { return e.Connect(peer, t); }));
-      }, pyb::arg("peer"), pyb::arg("timeout") = pyb::none(),
-         "Opens a session to peer (\"host:port\", or a cluster name with the metadata option); "
-         "AlreadyConnectedError if there is one.")
-      .def("_connect_async", [](PyEngine& self, const std::string& peer, pyb::handle timeout) {
-        const milliseconds t = ToTimeout(timeout, self.core()->timeout);
-        ConnectHandle h = 0;
-        Check(self.core()->Call([&](Engine& e) { return e.ConnectAsync(peer, t, &h); }));
-        return h;
-      }, pyb::arg("peer"), pyb::arg("timeout") = pyb::none())
-      .def("_connect_poll", [](PyEngine& self, ConnectHandle h) {
-        ConnectStatus st;
-        Check(self.core()->Call([&](Engine& e) { return e.GetConnectStatus(h, &st); }));
-        if (st.done) Check(st.status);
-        return st.done;
-      }, pyb::arg("handle"), "True once the connect ended well; raises its error once it failed")
-      .def("disconnect", [](PyEngine& self, const std::string& peer) {
-        Check(self.core()->Call([&](Engine& e) { return e.Disconnect(peer); }));
-      }, pyb::arg("peer"), "Says goodbye to peer; its requests still running end CONNECTION_LOST.")
-      .def("peer_info", [](PyEngine& self, const std::string& peer) {
-        PeerInfo info;
-        Check(self.core()->Call([&](Engine& e) { return e.GetPeerInfo(peer, &info); }));
-        return info;
-      }, pyb::arg("peer"), "What the engine knows about a connected peer (PeerInfo).")
-      .def("metrics", [](PyEngine& self) {
-        MetricsSnapshot snapshot;
-        Check(self.core()->Call([&](Engine& e) { return e.GetMetrics(&snapshot); }));
-        return snapshot;
-      }, "The engine's metrics as of now (Metrics; docs/metrics.md).")
-      .def_property_readonly("metrics_address", [](PyEngine& self) {
-        std::string address;  // (a closed engine serves nothing: "")
-        (void)self.core()->Call([&](Engine& e) {
-          address = e.MetricsAddress();
-          return Status::Ok();
-        });
-        return address;
-      }, "host:port where the metrics_listen option serves /metrics, or \"\"")
-      .def("list_peers", [](PyEngine& self) {
-        std::vector<ClusterPeer> peers;
-        Check(self.core()->Call([&](Engine& e) { return e.ListPeers(&peers); }));
-        return peers;
-      }, "The engines cluster metadata lists now, this one included (needs the metadata option).")
-      .def("remote_regions", [](PyEngine& self, const std::string& peer) {
-        std::vector<RegionInfo> regions;
-        Check(self.core()->Call([&](Engine& e) { return e.GetRemoteRegions(peer, &regions); }));
-        return regions;
-      }, pyb::arg("peer"), "The peer's registered regions, as of now (one control round trip).")
-      .def("_register_range", [](PyEngine& self, uint64_t addr, uint64_t len, const std::string& kind,
-                                 const std::string& tag, bool read_only, pyb::object keep) {
-        return RegisterRange(self.core(), addr, len, ParseKind(kind), tag, AccessOf(read_only), std::move(keep));
-      })
-      .def("_register_buffer", [](PyEngine& self, pyb::handle obj, const std::string& tag, bool read_only) {
-        return RegisterBuffer(self.core(), obj, tag, AccessOf(read_only));
-      })
-      .def("_alloc", [](PyEngine& self, uint64_t len, const std::string& kind, const std::string& tag,
-                        bool huge_pages, int32_t device, bool read_only) {
-        AllocOptions o;
-        o.huge_pages = huge_pages;
-        o.device = device;
-        o.access = AccessOf(read_only);
-        return Allocate(self.core(), len, ParseKind(kind), tag, o);
-      })
-      .def("send_notify", [](PyEngine& self, const std::string& peer, pyb::handle message, pyb::handle timeout) {
-        const std::string msg = *NotifyMessage(message.is_none() ? pyb::str("") : message);
-        const milliseconds t = ToTimeout(timeout, self.core()->timeout);
-        Check(self.core()->Call([&](Engine& e) { return e.SendNotify(peer, msg, t); }));
-      }, pyb::arg("peer"), pyb::arg("message"), pyb::arg("timeout") = pyb::none(),
-         "Sends a notification not tied to a transfer; returns once the peer queued it.")
-      .def("get_notifies", [](PyEngine& self) {
-        std::vector<Notification> v;
-        Check(self.core()->Call([&](Engine& e) { return e.GetNotifies(&v); }));
-        return Notifications(v);
-      }, "Takes every notification queued here, oldest first (a list, maybe empty).")
-      .def("wait_notifies", [](PyEngine& self, pyb::handle timeout) {
-        std::vector<Notification> v;
-        const milliseconds t = ToTimeout(timeout, self.core()->timeout);
-        const Status st = self.core()->WaitInSlices(
-            t, [&](Engine& e, milliseconds slice) { return e.WaitNotifies(&v, slice); });
-        if (!st.ok() && st.code() != StatusCode::kTimeout) Raise(st);
-        return Notifications(v);
-      }, pyb::arg("timeout") = pyb::none(),
-         "get_notifies(), once at least one is queued; an empty list when none came within timeout.");
+      .def_property_readonly(
+          "name", [](PyEngine& self) { return self.core()->name; },
+          "the bound name, e.g. \"127.0.0.1:41234\": peers connect to it")
+      .def_property_readonly(
+          "timeout",
+          [](PyEngine& self) { return std::chrono::duration<double>(self.core()->timeout).count(); },
+          "seconds: the timeout of calls given none")
+      .def(
+          "connect",
+          [](PyEngine& self, const std::string& peer, pyb::handle timeout) {
+            const milliseconds t = ToTimeout(timeout, self.core()->timeout);
+            Check(self.core()->Call([&](Engine& e) { return e.Connect(peer, t); }));
+          },
+          pyb::arg("peer"), pyb::arg("timeout") = pyb::none(),
+          "Opens a session to peer (\"host:port\", or a cluster name with the metadata option); "
+          "AlreadyConnectedError if there is one.")
+      .def(
+          "_connect_async",
+          [](PyEngine& self, const std::string& peer, pyb::handle timeout) {
+            const milliseconds t = ToTimeout(timeout, self.core()->timeout);
+            ConnectHandle h = 0;
+            Check(self.core()->Call([&](Engine& e) { return e.ConnectAsync(peer, t, &h); }));
+            return h;
+          },
+          pyb::arg("peer"), pyb::arg("timeout") = pyb::none())
+      .def(
+          "_connect_poll",
+          [](PyEngine& self, ConnectHandle h) {
+            ConnectStatus st;
+            Check(self.core()->Call([&](Engine& e) { return e.GetConnectStatus(h, &st); }));
+            if (st.done) Check(st.status);
+            return st.done;
+          },
+          pyb::arg("handle"), "True once the connect ended well; raises its error once it failed")
+      .def(
+          "disconnect",
+          [](PyEngine& self, const std::string& peer) {
+            Check(self.core()->Call([&](Engine& e) { return e.Disconnect(peer); }));
+          },
+          pyb::arg("peer"), "Says goodbye to peer; its requests still running end CONNECTION_LOST.")
+      .def(
+          "peer_info",
+          [](PyEngine& self, const std::string& peer) {
+            PeerInfo info;
+            Check(self.core()->Call([&](Engine& e) { return e.GetPeerInfo(peer, &info); }));
+            return info;
+          },
+          pyb::arg("peer"), "What the engine knows about a connected peer (PeerInfo).")
+      .def(
+          "metrics",
+          [](PyEngine& self) {
+            MetricsSnapshot snapshot;
+            Check(self.core()->Call([&](Engine& e) { return e.GetMetrics(&snapshot); }));
+            return snapshot;
+          },
+          "The engine's metrics as of now (Metrics; docs/metrics.md).")
+      .def_property_readonly(
+          "metrics_address",
+          [](PyEngine& self) {
+            std::string address;  // (a closed engine serves nothing: "")
+            (void)self.core()->Call([&](Engine& e) {
+              address = e.MetricsAddress();
+              return Status::Ok();
+            });
+            return address;
+          },
+          "host:port where the metrics_listen option serves /metrics, or \"\"")
+      .def(
+          "list_peers",
+          [](PyEngine& self) {
+            std::vector<ClusterPeer> peers;
+            Check(self.core()->Call([&](Engine& e) { return e.ListPeers(&peers); }));
+            return peers;
+          },
+          "The engines cluster metadata lists now, this one included (needs the metadata option).")
+      .def(
+          "remote_regions",
+          [](PyEngine& self, const std::string& peer) {
+            std::vector<RegionInfo> regions;
+            Check(self.core()->Call([&](Engine& e) { return e.GetRemoteRegions(peer, &regions); }));
+            return regions;
+          },
+          pyb::arg("peer"), "The peer's registered regions, as of now (one control round trip).")
+      .def("_register_range",
+           [](PyEngine& self, uint64_t addr, uint64_t len, const std::string& kind, const std::string& tag,
+              bool read_only, pyb::object keep) {
+             return RegisterRange(self.core(), addr, len, ParseKind(kind), tag, AccessOf(read_only),
+                                  std::move(keep));
+           })
+      .def("_register_buffer",
+           [](PyEngine& self, pyb::handle obj, const std::string& tag, bool read_only) {
+             return RegisterBuffer(self.core(), obj, tag, AccessOf(read_only));
+           })
+      .def("_alloc",
+           [](PyEngine& self, uint64_t len, const std::string& kind, const std::string& tag, bool huge_pages,
+              int32_t device, bool read_only) {
+             AllocOptions o;
+             o.huge_pages = huge_pages;
+             o.device = device;
+             o.access = AccessOf(read_only);
+             return Allocate(self.core(), len, ParseKind(kind), tag, o);
+           })
+      .def(
+          "send_notify",
+          [](PyEngine& self, const std::string& peer, pyb::handle message, pyb::handle timeout) {
+            const std::string msg = *NotifyMessage(message.is_none() ? pyb::str("") : message);
+            const milliseconds t = ToTimeout(timeout, self.core()->timeout);
+            Check(self.core()->Call([&](Engine& e) { return e.SendNotify(peer, msg, t); }));
+          },
+          pyb::arg("peer"), pyb::arg("message"), pyb::arg("timeout") = pyb::none(),
+          "Sends a notification not tied to a transfer; returns once the peer queued it.")
+      .def(
+          "get_notifies",
+          [](PyEngine& self) {
+            std::vector<Notification> v;
+            Check(self.core()->Call([&](Engine& e) { return e.GetNotifies(&v); }));
+            return Notifications(v);
+          },
+          "Takes every notification queued here, oldest first (a list, maybe empty).")
+      .def(
+          "wait_notifies",
+          [](PyEngine& self, pyb::handle timeout) {
+            std::vector<Notification> v;
+            const milliseconds t = ToTimeout(timeout, self.core()->timeout);
+            const Status st = self.core()->WaitInSlices(
+                t, [&](Engine& e, milliseconds slice) { return e.WaitNotifies(&v, slice); });
+            if (!st.ok() && st.code() != StatusCode::kTimeout) Raise(st);
+            return Notifications(v);
+          },
+          pyb::arg("timeout") = pyb::none(),
+          "get_notifies(), once at least one is queued; an empty list when none came within timeout.");
 }
 
 }  // namespace xfer::py

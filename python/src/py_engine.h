@@ -3,13 +3,13 @@
 #pragma once
 #include <pybind11/pybind11.h>
 
+#include <pthread.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <pthread.h>
 
 #include <shared_mutex>
 #include <string>
@@ -52,9 +52,9 @@ struct Core {
   static constexpr std::chrono::milliseconds kSlice{200};
   Engine engine;
   WriterFirstMutex lifetime;
-  std::atomic<bool> closing{false};  // set with the GIL held when close() begins: no new call
-                                     // or view of alloc() memory is allowed from then on
-  std::atomic<bool> closed{false};   // set under lifetime held alone, after Finalize
+  std::atomic<bool> closing{false};          // set with the GIL held when close() begins: no new call
+                                             // or view of alloc() memory is allowed from then on
+  std::atomic<bool> closed{false};           // set under lifetime held alone, after Finalize
   std::chrono::milliseconds timeout{30000};  // for calls given none
   std::string name;                          // LocalName(), kept for after close
   std::atomic<int64_t> buffer_views{0};      // live views of this engine's alloc() buffers
@@ -79,8 +79,8 @@ struct Core {
   Status WaitInSlices(std::chrono::milliseconds total, F&& f) {
     const auto deadline = std::chrono::steady_clock::now() + total;
     for (;;) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       const auto slice = std::clamp(left, std::chrono::milliseconds(0), kSlice);
       const Status st = Call([&](Engine& e) { return f(e, slice); });
       if (st.code() != StatusCode::kTimeout || left <= slice) return st;  // (the last slice)
@@ -113,8 +113,8 @@ class PyRequest {
 
   std::shared_ptr<Core> core_;  // (reset, without the GIL, by the destructor)
   const RequestHandle handle_;
-  std::timed_mutex mu_;         // one thread at a time asks the engine (the handle ends once)
-  RequestStatus final_;         // written once, under mu_, before ended_ is set
+  std::timed_mutex mu_;  // one thread at a time asks the engine (the handle ends once)
+  RequestStatus final_;  // written once, under mu_, before ended_ is set
   std::atomic<bool> ended_{false};
 };
 

@@ -33,7 +33,7 @@ void SetErrorClasses(const pyb::dict& by_name) {
 void Raise(const Status& st, const std::vector<uint64_t>* landed) {
   pyb::handle cls = ClassOf(st.code());
   pyb::object error = cls(st.message(), std::string(StatusCodeName(st.code())),
-                         landed != nullptr ? pyb::cast(*landed) : pyb::list());
+                          landed != nullptr ? pyb::cast(*landed) : pyb::list());
   PyErr_SetObject(cls.ptr(), error.ptr());
   throw pyb::error_already_set();
 }

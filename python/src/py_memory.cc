@@ -13,10 +13,15 @@ MemType ParseKind(const std::string& kind) {
   RaiseInvalid("memory kind must be \"host\" or \"cuda\", not \"" + kind + "\"");
 }
 
-PyRegion::PyRegion(std::shared_ptr<Core> core, uint64_t addr, uint64_t len, MemType type,
-                   std::string tag, PeerAccess access, pyb::object keep, Py_buffer* view)
-    : core_(std::move(core)), addr_(addr), len_(len), type_(type), tag_(std::move(tag)),
-      access_(access), keep_(std::move(keep)) {
+PyRegion::PyRegion(std::shared_ptr<Core> core, uint64_t addr, uint64_t len, MemType type, std::string tag,
+                   PeerAccess access, pyb::object keep, Py_buffer* view)
+    : core_(std::move(core)),
+      addr_(addr),
+      len_(len),
+      type_(type),
+      tag_(std::move(tag)),
+      access_(access),
+      keep_(std::move(keep)) {
   if (view != nullptr) {
     view_ = *view;
     has_view_ = true;
@@ -62,9 +67,9 @@ void PyRegion::Deregister() {
   Drop();
 }
 
-std::unique_ptr<PyRegion> RegisterRange(const std::shared_ptr<Core>& core, uint64_t addr,
-                                        uint64_t len, MemType type, const std::string& tag,
-                                        PeerAccess access, pyb::object keep) {
+std::unique_ptr<PyRegion> RegisterRange(const std::shared_ptr<Core>& core, uint64_t addr, uint64_t len,
+                                        MemType type, const std::string& tag, PeerAccess access,
+                                        pyb::object keep) {
   return std::make_unique<PyRegion>(core, addr, len, type, tag, access, std::move(keep), nullptr);
 }
 
@@ -179,7 +184,9 @@ keeps the object that owns the memory alive until then.)");
            "Waits until connected peers stopped using it, then forgets it (twice: nothing).")
       .def("__repr__", [](const PyRegion& r) {
         return MemoryRepr("Region", r.type(), r.addr(), r.len(), r.tag(),
-                          !r.registered() ? "deregistered" : r.read_only() ? "read-only" : "");
+                          !r.registered() ? "deregistered"
+                          : r.read_only() ? "read-only"
+                                          : "");
       });
 
   pyb::class_<PyBuffer> buffer(m, "Buffer", pyb::buffer_protocol(), R"(Memory allocated by Engine.alloc.
@@ -191,19 +198,23 @@ numpy.frombuffer(buf, dtype). Freed by free() or when the Buffer is collected.)"
       .def("free", &PyBuffer::Free,
            "Deregisters and frees the memory (peers' transfers to it then fail). Refused "
            "(BufferError) while views of it are alive.")
-      .def_property_readonly("__cuda_array_interface__", [](const PyBuffer& b) -> pyb::object {
-        if (b.type() != MemType::kCuda) throw pyb::attribute_error("host memory: use the buffer protocol");
-        pyb::dict d;
-        d["shape"] = pyb::make_tuple(b.len());
-        d["typestr"] = "|u1";
-        d["data"] = pyb::make_tuple(b.addr(), false);
-        d["version"] = 3;
-        d["strides"] = pyb::none();
-        return std::move(d);
-      })
+      .def_property_readonly("__cuda_array_interface__",
+                             [](const PyBuffer& b) -> pyb::object {
+                               if (b.type() != MemType::kCuda)
+                                 throw pyb::attribute_error("host memory: use the buffer protocol");
+                               pyb::dict d;
+                               d["shape"] = pyb::make_tuple(b.len());
+                               d["typestr"] = "|u1";
+                               d["data"] = pyb::make_tuple(b.addr(), false);
+                               d["version"] = 3;
+                               d["strides"] = pyb::none();
+                               return std::move(d);
+                             })
       .def("__repr__", [](const PyBuffer& b) {
         return MemoryRepr("Buffer", b.type(), b.addr(), b.len(), b.tag(),
-                          b.freed() ? "freed" : b.read_only() ? "read-only" : "");
+                          b.freed()       ? "freed"
+                          : b.read_only() ? "read-only"
+                                          : "");
       });
   auto* type = reinterpret_cast<PyTypeObject*>(buffer.ptr());
   type->tp_as_buffer->bf_getbuffer = &PyBuffer::GetBuffer;

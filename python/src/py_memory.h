@@ -21,8 +21,8 @@ std::string MemoryRepr(std::string_view cls, MemType type, uint64_t addr, uint64
 // deregistered, so Python cannot free the memory while peers may use it.
 class PyRegion {
  public:
-  PyRegion(std::shared_ptr<Core> core, uint64_t addr, uint64_t len, MemType type,
-           std::string tag, PeerAccess access, pybind11::object keep, Py_buffer* view);
+  PyRegion(std::shared_ptr<Core> core, uint64_t addr, uint64_t len, MemType type, std::string tag,
+           PeerAccess access, pybind11::object keep, Py_buffer* view);
   // Still registered (its engine's object is being collected): deregisters first, so that the
   // memory's owner is let go only once peers can no longer use it.
   ~PyRegion();
@@ -57,8 +57,13 @@ class PyBuffer {
   // Holds the Core: an engine whose Python object is gone runs on while its Buffers live.
   PyBuffer(std::shared_ptr<Core> core, void* addr, uint64_t len, MemType type, MemHandle handle,
            std::string tag, PeerAccess access)
-      : core_(std::move(core)), addr_(addr), len_(len), type_(type), handle_(handle),
-        tag_(std::move(tag)), access_(access) {}
+      : core_(std::move(core)),
+        addr_(addr),
+        len_(len),
+        type_(type),
+        handle_(handle),
+        tag_(std::move(tag)),
+        access_(access) {}
   ~PyBuffer();
   void Free();
   bool freed() const { return handle_ == 0; }
@@ -83,9 +88,9 @@ class PyBuffer {
   int views_ = 0;  // under the GIL
 };
 
-std::unique_ptr<PyRegion> RegisterRange(const std::shared_ptr<Core>& core, uint64_t addr,
-                                        uint64_t len, MemType type, const std::string& tag,
-                                        PeerAccess access, pybind11::object keep);
+std::unique_ptr<PyRegion> RegisterRange(const std::shared_ptr<Core>& core, uint64_t addr, uint64_t len,
+                                        MemType type, const std::string& tag, PeerAccess access,
+                                        pybind11::object keep);
 // obj: anything with the buffer protocol, C-contiguous and writable (this engine's READs may
 // land in it, whatever peers may do).
 std::unique_ptr<PyRegion> RegisterBuffer(const std::shared_ptr<Core>& core, pybind11::handle obj,

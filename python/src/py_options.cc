@@ -29,7 +29,8 @@ double Seconds(pyb::handle v, const std::string& name) {
 template <class Int>
 Int Integer(pyb::handle v, const std::string& name) {
   // An int or anything with __index__ (numpy integers), not a bool.
-  auto index = PyBool_Check(v.ptr()) ? pyb::object() : pyb::reinterpret_steal<pyb::object>(PyNumber_Index(v.ptr()));
+  auto index =
+      PyBool_Check(v.ptr()) ? pyb::object() : pyb::reinterpret_steal<pyb::object>(PyNumber_Index(v.ptr()));
   if (!index) {
     PyErr_Clear();
     RaiseInvalid(name + " must be an integer");
@@ -79,10 +80,13 @@ std::string SecondsText(double s) {
 // InvalidArgumentError naming the option when the value is of another type.
 std::string TextOf(OptionKind kind, pyb::handle v, const std::string& name) {
   switch (kind) {
-    case OptionKind::kBool: return Bool(v, name) ? "true" : "false";
+    case OptionKind::kBool:
+      return Bool(v, name) ? "true" : "false";
     case OptionKind::kCount:
-    case OptionKind::kBytes: return std::to_string(Integer<int64_t>(v, name));
-    case OptionKind::kDuration: return SecondsText(Seconds(v, name));
+    case OptionKind::kBytes:
+      return std::to_string(Integer<int64_t>(v, name));
+    case OptionKind::kDuration:
+      return SecondsText(Seconds(v, name));
     case OptionKind::kList: {
       std::string joined;
       for (const std::string& item : TextList(v, name)) joined += (joined.empty() ? "" : ",") + item;
@@ -92,7 +96,8 @@ std::string TextOf(OptionKind kind, pyb::handle v, const std::string& name) {
       if (!PyBytes_Check(v.ptr()) && !PyUnicode_Check(v.ptr())) RaiseInvalid(name + " must be bytes or str");
       return v.cast<std::string>();
     case OptionKind::kText:
-    case OptionKind::kChoice: return Text(v, name);
+    case OptionKind::kChoice:
+      return Text(v, name);
   }
   RaiseInvalid(name + ": an option of an unknown kind");
 }

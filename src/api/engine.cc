@@ -21,20 +21,25 @@ Status Engine::AllocMem(uint64_t l, MemType t, void** a, MemHandle* h, const std
   return impl_->regions().Allocate(l, t, a, h, tag, o);
 }
 Status Engine::FreeMem(MemHandle h) { return impl_->regions().Deregister(h, true); }
-Status Engine::Connect(const std::string& r, std::chrono::milliseconds t) { return impl_->peers().Connect(r, t); }
+Status Engine::Connect(const std::string& r, std::chrono::milliseconds t) {
+  return impl_->peers().Connect(r, t);
+}
 Status Engine::ConnectAsync(const std::string& r, std::chrono::milliseconds t, ConnectHandle* h) {
   return impl_->peers().ConnectAsync(r, t, h);
 }
-Status Engine::GetConnectStatus(ConnectHandle h, ConnectStatus* s) { return impl_->peers().GetConnectStatus(h, s); }
+Status Engine::GetConnectStatus(ConnectHandle h, ConnectStatus* s) {
+  return impl_->peers().GetConnectStatus(h, s);
+}
 Status Engine::Disconnect(const std::string& r) { return impl_->peers().Disconnect(r); }
-Status Engine::GetPeerInfo(const std::string& r, PeerInfo* i) const { return impl_->peers().GetPeerInfo(r, i); }
+Status Engine::GetPeerInfo(const std::string& r, PeerInfo* i) const {
+  return impl_->peers().GetPeerInfo(r, i);
+}
 Status Engine::GetRemoteRegions(const std::string& r, std::vector<RegionInfo>* v) {
   return impl_->peers().GetRemoteRegions(r, v);
 }
 Status Engine::ListPeers(std::vector<ClusterPeer>* p) { return impl_->peers().ListPeers(p); }
 Status Engine::TransferSync(const std::string& r, Op op, const std::vector<TransferDesc>& d,
-                            std::chrono::milliseconds t, const TransferOptions& o,
-                            RequestStatus* result) {
+                            std::chrono::milliseconds t, const TransferOptions& o, RequestStatus* result) {
   return impl_->transfers().TransferSync(r, op, d, t, o, result);
 }
 Status Engine::TransferAsync(const std::string& r, Op op, const std::vector<TransferDesc>& d,
@@ -42,8 +47,7 @@ Status Engine::TransferAsync(const std::string& r, Op op, const std::vector<Tran
   return impl_->transfers().TransferAsync(r, op, d, t, {}, h);
 }
 Status Engine::TransferAsync(const std::string& r, Op op, const std::vector<TransferDesc>& d,
-                             std::chrono::milliseconds t, const TransferOptions& o,
-                             RequestHandle* h) {
+                             std::chrono::milliseconds t, const TransferOptions& o, RequestHandle* h) {
   return impl_->transfers().TransferAsync(r, op, d, t, o, h);
 }
 Status Engine::PrepareLocalList(const std::vector<MemRange>& r, ListHandle* l) {
@@ -61,8 +65,12 @@ Status Engine::TransferAsync(Op op, const PreparedDescs& d, std::chrono::millise
                              const TransferOptions& o, RequestHandle* h) {
   return impl_->transfers().TransferAsync(op, d, t, o, h);
 }
-Status Engine::GetTransferStatus(RequestHandle h, RequestStatus* s) { return impl_->transfers().GetTransferStatus(h, s); }
-Status Engine::Wait(RequestHandle h, std::chrono::milliseconds t, RequestStatus* s) { return impl_->transfers().Wait(h, t, s); }
+Status Engine::GetTransferStatus(RequestHandle h, RequestStatus* s) {
+  return impl_->transfers().GetTransferStatus(h, s);
+}
+Status Engine::Wait(RequestHandle h, std::chrono::milliseconds t, RequestStatus* s) {
+  return impl_->transfers().Wait(h, t, s);
+}
 Status Engine::Cancel(RequestHandle h) { return impl_->transfers().Cancel(h); }
 Status Engine::SendNotify(const std::string& r, const std::string& m, std::chrono::milliseconds t) {
   return impl_->notifier().SendNotify(r, m, t);

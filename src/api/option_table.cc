@@ -31,21 +31,28 @@ std::vector<Row> CoreRows() {
                 }),
       XFER_OPTION_DURATION("heartbeat_timeout", heartbeat_timeout, "ms", 1, kAny,
                            "a peer silent this long is declared dead"),
-      XFER_OPTION_BOOL("auto_connect", auto_connect, "connect to an unknown peer on the first transfer to it"),
-      XFER_OPTION_DURATION("auto_connect_timeout", auto_connect_timeout, "ms", 1, 0, "the timeout of that connect"),
-      XFER_OPTION_COUNT("max_peer_regions", max_peer_regions, 1, 16 * MiB, "the most regions one peer may advertise"),
-      XFER_OPTION_BYTES("max_unsent_bytes", max_unsent_bytes, 64 * KiB, 4 * GiB,
-                        "control frames queued for a peer that does not read them, before its session closes"),
+      XFER_OPTION_BOOL("auto_connect", auto_connect,
+                       "connect to an unknown peer on the first transfer to it"),
+      XFER_OPTION_DURATION("auto_connect_timeout", auto_connect_timeout, "ms", 1, 0,
+                           "the timeout of that connect"),
+      XFER_OPTION_COUNT("max_peer_regions", max_peer_regions, 1, 16 * MiB,
+                        "the most regions one peer may advertise"),
+      XFER_OPTION_BYTES(
+          "max_unsent_bytes", max_unsent_bytes, 64 * KiB, 4 * GiB,
+          "control frames queued for a peer that does not read them, before its session closes"),
       XFER_OPTION_COUNT("max_sessions", max_sessions, 1, MiB, "sessions with peers, both ways"),
       XFER_OPTION_COUNT("streams", streams, 1, 256, "worker threads that share a request's batches"),
-      XFER_OPTION_BYTES("slice_bytes", slice_bytes, 1, 0, "descriptors longer than this are cut (0: per transport)"),
+      XFER_OPTION_BYTES("slice_bytes", slice_bytes, 1, 0,
+                        "descriptors longer than this are cut (0: per transport)"),
       XFER_OPTION_BYTES("batch_bytes", batch_bytes, 1, 0, "bytes per batch (0: per transport)"),
-      XFER_OPTION_DURATION("spin", spin, "us", 0, kAny, "how long waiters and idle streams spin before they sleep"),
+      XFER_OPTION_DURATION("spin", spin, "us", 0, kAny,
+                           "how long waiters and idle streams spin before they sleep"),
       XFER_OPTION_CHOICE("staging", staging, ParseStaging, StagingName, "auto, always, off",
                          "the buffer pool: only where needed, for every transfer, or never"),
       XFER_OPTION_COUNT("staging_buffers", staging_buffers, 1, 64, "buffers in the pool"),
       XFER_OPTION_BYTES("staging_buffer_bytes", staging_buffer_bytes, 64 * KiB, GiB, "bytes per pool buffer"),
-      XFER_OPTION_TEXT("transport", transport, "force one backend by name (empty: the best each peer offers)"),
+      XFER_OPTION_TEXT("transport", transport,
+                       "force one backend by name (empty: the best each peer offers)"),
       XFER_OPTION_TEXT("host_id", host_id, "this host's identity (empty: the kernel's boot id)"),
       XFER_OPTION_SECRET("secret", secret, "peers must prove they know it (at least 16 bytes)"),
       XFER_OPTION_TEXT("secret_file", secret_file, "a file holding the secret"),
@@ -72,14 +79,15 @@ std::vector<Row> CoreRows() {
       XFER_OPTION_BYTES_OR_0("notify.ring_bytes", notify.ring_bytes, 4 * KiB, GiB,
                              "the shared-memory ring offered to each peer on this host (0: none)"),
       XFER_OPTION_BOOL("metrics", metrics, "count bytes, requests and durations on the data path"),
-      WithCheck(XFER_OPTION_TEXT("metrics_listen", metrics_listen, "serve the metrics at http://host:port/metrics"),
-                [](const EngineOptions& o) {
-                  net::Address a;
-                  if (o.metrics_listen.empty() || (net::ParseAddress(o.metrics_listen, &a).ok() && a.has_port)) {
-                    return Status::Ok();
-                  }
-                  return Bad("metrics_listen '" + o.metrics_listen + "' is not host:port");
-                }),
+      WithCheck(
+          XFER_OPTION_TEXT("metrics_listen", metrics_listen, "serve the metrics at http://host:port/metrics"),
+          [](const EngineOptions& o) {
+            net::Address a;
+            if (o.metrics_listen.empty() || (net::ParseAddress(o.metrics_listen, &a).ok() && a.has_port)) {
+              return Status::Ok();
+            }
+            return Bad("metrics_listen '" + o.metrics_listen + "' is not host:port");
+          }),
       XFER_OPTION_COUNT("metrics_max_peers", metrics_max_peers, 1, 4096, "distinct values of the peer label"),
   };
 }
@@ -92,8 +100,8 @@ Status CheckRange(const Row& row, const EngineOptions& o) {
   if (row.number == nullptr || row.lo > row.hi) return Status::Ok();
   const int64_t v = row.number(o);
   if ((row.zero_ok && v == 0) || (v >= row.lo && v <= row.hi)) return Status::Ok();
-  return Bad(std::string(row.key) + " must be " + options::RangeOf(row) + " (not " + options::ShowNumber(row, v) +
-             ")");
+  return Bad(std::string(row.key) + " must be " + options::RangeOf(row) + " (not " +
+             options::ShowNumber(row, v) + ")");
 }
 
 const Row* Find(std::string_view key) {

@@ -1,24 +1,36 @@
+#include "xfer/status.h"
 #include "util/text.h"
 #include "xfer/options.h"
-#include "xfer/status.h"
 #include "xfer/types.h"
 
 namespace xfer {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case StatusCode::kTimeout: return "TIMEOUT";
-    case StatusCode::kNotConnected: return "NOT_CONNECTED";
-    case StatusCode::kAlreadyConnected: return "ALREADY_CONNECTED";
-    case StatusCode::kUnsupported: return "UNSUPPORTED";
-    case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case StatusCode::kRemoteAccessDenied: return "REMOTE_ACCESS_DENIED";
-    case StatusCode::kConnectionLost: return "CONNECTION_LOST";
-    case StatusCode::kCanceled: return "CANCELED";
-    case StatusCode::kInternal: return "INTERNAL";
-    case StatusCode::kDataCorrupted: return "DATA_CORRUPTED";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case StatusCode::kTimeout:
+      return "TIMEOUT";
+    case StatusCode::kNotConnected:
+      return "NOT_CONNECTED";
+    case StatusCode::kAlreadyConnected:
+      return "ALREADY_CONNECTED";
+    case StatusCode::kUnsupported:
+      return "UNSUPPORTED";
+    case StatusCode::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case StatusCode::kRemoteAccessDenied:
+      return "REMOTE_ACCESS_DENIED";
+    case StatusCode::kConnectionLost:
+      return "CONNECTION_LOST";
+    case StatusCode::kCanceled:
+      return "CANCELED";
+    case StatusCode::kInternal:
+      return "INTERNAL";
+    case StatusCode::kDataCorrupted:
+      return "DATA_CORRUPTED";
   }
   return "UNKNOWN";
 }
@@ -33,11 +45,16 @@ std::string Status::ToString() const {
 std::string_view OpName(Op op) { return op == Op::kRead ? "READ" : "WRITE"; }
 std::string_view RequestStateName(RequestState s) {
   switch (s) {
-    case RequestState::kWaiting: return "WAITING";
-    case RequestState::kCompleted: return "COMPLETED";
-    case RequestState::kFailed: return "FAILED";
-    case RequestState::kTimeout: return "TIMEOUT";
-    case RequestState::kCanceled: return "CANCELED";
+    case RequestState::kWaiting:
+      return "WAITING";
+    case RequestState::kCompleted:
+      return "COMPLETED";
+    case RequestState::kFailed:
+      return "FAILED";
+    case RequestState::kTimeout:
+      return "TIMEOUT";
+    case RequestState::kCanceled:
+      return "CANCELED";
   }
   return "UNKNOWN";
 }

@@ -21,7 +21,9 @@ void Append(std::string* t, const std::string& name, uint64_t incarnation) {
 }  // namespace
 
 Handshake::Handshake(std::string secret, bool initiator, std::string my_name, uint64_t my_incarnation)
-    : secret_(std::move(secret)), initiator_(initiator), my_name_(std::move(my_name)),
+    : secret_(std::move(secret)),
+      initiator_(initiator),
+      my_name_(std::move(my_name)),
       my_incarnation_(my_incarnation) {
   const crypto::Nonce n = crypto::RandomNonce();
   mine_.nonce.assign(reinterpret_cast<const char*>(n.data()), n.size());
@@ -35,13 +37,15 @@ Handshake::~Handshake() {
 
 wire::AuthProof Handshake::Proof() const {
   const crypto::Mac mac = Tag(initiator_ ? "xfer-auth-v2 initiator" : "xfer-auth-v2 acceptor", !initiator_);
-  return wire::AuthProof{my_name_, my_incarnation_, std::string(reinterpret_cast<const char*>(mac.data()), mac.size())};
+  return wire::AuthProof{my_name_, my_incarnation_,
+                         std::string(reinterpret_cast<const char*>(mac.data()), mac.size())};
 }
 
 bool Handshake::Verify(const wire::AuthProof& theirs) {
   if (their_nonce_.empty()) return false;
   their_ = theirs;
-  const crypto::Mac expected = Tag(initiator_ ? "xfer-auth-v2 acceptor" : "xfer-auth-v2 initiator", initiator_);
+  const crypto::Mac expected =
+      Tag(initiator_ ? "xfer-auth-v2 acceptor" : "xfer-auth-v2 initiator", initiator_);
   return crypto::Equal(crypto::Bytes(theirs.mac), expected);
 }
 

@@ -69,8 +69,7 @@ void ControlLoop::Accept() {
   for (int accepted = 0; accepted < 64; ++accepted) {  // (then the sessions' turn: epoll says again)
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
-    int fd = ::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&ss), &len,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = ::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
       if (accept_pause_.Shortage(errno)) {  // out of fds: stop watching the listener for now
@@ -116,7 +115,8 @@ std::vector<std::shared_ptr<Session>> ControlLoop::Pending() const {
   for (const auto& [fd, s] : sessions_) {
     if (!s->established.load() && s->shutdown_reason().empty()) pending.push_back(s);
   }
-  std::sort(pending.begin(), pending.end(), [](const auto& a, const auto& b) { return a->created < b->created; });
+  std::sort(pending.begin(), pending.end(),
+            [](const auto& a, const auto& b) { return a->created < b->created; });
   return pending;
 }
 
@@ -155,9 +155,10 @@ void ControlLoop::Tick() {
     s->late = late;
     if (silent > opts_.heartbeat_timeout) {
       ++counters_.peers_declared_dead;
-      dead.emplace_back(s, "no heartbeat for " +
-                               std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
-                               " ms (peer dead or hung)");
+      dead.emplace_back(
+          s, "no heartbeat for " +
+                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
+                 " ms (peer dead or hung)");
       continue;
     }
     if (now - s->last_tx >= opts_.heartbeat_interval) {
@@ -171,8 +172,8 @@ void ControlLoop::Tick() {
 }
 
 void ControlLoop::Run() {
-  const int tick_ms = static_cast<int>(std::max<int64_t>(
-      10, std::min(opts_.heartbeat_interval.count(), opts_.heartbeat_timeout.count() / 4)));
+  const int tick_ms = static_cast<int>(
+      std::max<int64_t>(10, std::min(opts_.heartbeat_interval.count(), opts_.heartbeat_timeout.count() / 4)));
   auto next_tick = Clock::now();
   while (!stop_.load()) {
     int wait_ms = static_cast<int>(std::max<int64_t>(
@@ -256,14 +257,15 @@ void ControlLoop::Serve(int fd, uint32_t events) {
   if (it == sessions_.end()) return;
   std::shared_ptr<Session> s = it->second;
   std::string why;
-  bool alive = s->ReadAvailable([&](wire::Message&& m) {
-    if (!std::holds_alternative<wire::Heartbeat>(m)) handler_->OnMessage(s, std::move(m));
-  }, &why);
+  bool alive = s->ReadAvailable(
+      [&](wire::Message&& m) {
+        if (!std::holds_alternative<wire::Heartbeat>(m)) handler_->OnMessage(s, std::move(m));
+      },
+      &why);
   if (alive && s->shutdown_reason().empty()) alive = FlushAnswers(*s, &why);
   if (!alive) {
     if (why.rfind("connection closed", 0) != 0 && s->shutdown_reason().empty()) {
-      XLOG(WARN) << "control connection from " << s->remote_addr() << ": " << why
-                 << "; closing it";
+      XLOG(WARN) << "control connection from " << s->remote_addr() << ": " << why << "; closing it";
     }
     CloseSession(s, why);
   } else if (events & (EPOLLHUP | EPOLLERR)) {

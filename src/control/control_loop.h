@@ -63,7 +63,7 @@ class ControlLoop {
   void Run();
   void Wake();
   void Accept();
-  void AddQueued();                    // the sessions Add() queued, now watched
+  void AddQueued();                     // the sessions Add() queued, now watched
   void Serve(int fd, uint32_t events);  // a session's frames, or its end
   // Writes what s has queued (its answers, Session::SendSoon, and what other threads' sends
   // left) without blocking, and watches the socket for room while some is left; false (with
@@ -89,7 +89,7 @@ class ControlLoop {
   Counters counters_;
 
   std::mutex add_mu_;
-  std::vector<std::shared_ptr<Session>> to_add_;  // add_mu_
+  std::vector<std::shared_ptr<Session>> to_add_;                // add_mu_
   std::unordered_map<int, std::shared_ptr<Session>> sessions_;  // control thread only
 };
 

@@ -14,8 +14,7 @@ namespace xfer::control {
 Session::Session(net::Fd fd, bool outbound, std::string remote_addr)
     : fd_(std::move(fd)), outbound_(outbound), remote_addr_(std::move(remote_addr)) {}
 
-namespace {
-}  // namespace
+namespace {}  // namespace
 
 Status Session::Send(const wire::Message& msg) {
   std::vector<uint8_t> frame = wire::Encode(msg);
@@ -33,8 +32,7 @@ void Session::SendSoon(const wire::Message& msg) {
   (void)AfterQueued(lock, false);
 }
 
-Status Session::SendNumbered(const std::function<wire::Message(uint64_t)>& make, uint64_t* seq,
-                             Reply reply) {
+Status Session::SendNumbered(const std::function<wire::Message(uint64_t)>& make, uint64_t* seq, Reply reply) {
   std::unique_lock lock(send_mu_);
   *seq = ++next_seq_;
   if (closed_.load() || !fd_.valid()) {
@@ -54,8 +52,9 @@ Status Session::SendNumbered(const std::function<wire::Message(uint64_t)>& make,
 Status Session::AfterQueued(std::unique_lock<std::mutex>& lock, bool write_now) {
   // While the control loop waits for room (bytes it was told of are left), it writes this too.
   write_now = write_now && !loop_owes_;
-  const Flushed f = write_now ? WriteQueued()
-                              : out_.size() - out_off_ > max_queued_.load() ? Flushed::kFailed : Flushed::kPending;
+  const Flushed f = write_now                                     ? WriteQueued()
+                    : out_.size() - out_off_ > max_queued_.load() ? Flushed::kFailed
+                                                                  : Flushed::kPending;
   std::function<void()> pending;
   if (f == Flushed::kPending && write_now && on_pending_) {
     pending = on_pending_;
@@ -78,8 +77,8 @@ Status Session::AfterQueued(std::unique_lock<std::mutex>& lock, bool write_now) 
 Session::Flushed Session::WriteQueued() {
   while (out_off_ < out_.size()) {
     if (!fd_.valid()) return Flushed::kFailed;
-    const ssize_t n = ::send(fd_.get(), out_.data() + out_off_, out_.size() - out_off_,
-                             MSG_DONTWAIT | MSG_NOSIGNAL);
+    const ssize_t n =
+        ::send(fd_.get(), out_.data() + out_off_, out_.size() - out_off_, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) {
       out_off_ += static_cast<size_t>(n);
     } else if (n < 0 && errno == EINTR) {
@@ -218,9 +217,8 @@ void Session::Close() {
     cv_.notify_all();
   }
   for (auto& [seq, reply] : unanswered) {
-    reply({StatusCode::kConnectionLost,
-           "the session with " + (peer_key.empty() ? remote_addr_ : peer_key) +
-               " ended before the peer answered"});
+    reply({StatusCode::kConnectionLost, "the session with " + (peer_key.empty() ? remote_addr_ : peer_key) +
+                                            " ended before the peer answered"});
   }
 }
 
@@ -245,8 +243,7 @@ void Session::Acked(uint64_t seq) {
 
 bool Session::WaitAcked(uint64_t seq, Clock::time_point deadline) {
   std::unique_lock lock(mu_);
-  return cv_.wait_until(lock, deadline, [&] { return acked_ >= seq || closed_.load(); }) &&
-         acked_ >= seq;
+  return cv_.wait_until(lock, deadline, [&] { return acked_ >= seq || closed_.load(); }) && acked_ >= seq;
 }
 
 }  // namespace xfer::control

@@ -63,8 +63,8 @@ class Session {
   // (the control loop then writes them as the socket drains).
   void set_on_pending(std::function<void()> f);
 
-  // Reads what the socket has (non-blocking; up to 64 KiB a call) and hands each whole frame to on_msg. False on
-  // end of stream, a socket error or a malformed frame, with *why set.
+  // Reads what the socket has (non-blocking; up to 64 KiB a call) and hands each whole frame to on_msg. False
+  // on end of stream, a socket error or a malformed frame, with *why set.
   bool ReadAvailable(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
   // Frames longer than this close the session (an unauthenticated one gets few bytes).
   void set_max_payload(uint32_t bytes) { max_payload_.store(bytes); }
@@ -105,7 +105,7 @@ class Session {
   std::atomic<Clock::time_point> last_rx{Clock::now()};
   bool late = false;  // control thread: silent for half the heartbeat timeout (ControlLoop)
   Clock::time_point last_tx = Clock::now();  // control loop only
-  bool watching_writable = false;             // control loop only: EPOLLOUT is asked for
+  bool watching_writable = false;            // control loop only: EPOLLOUT is asked for
 
  private:
   bool ParseFrames(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
@@ -122,18 +122,18 @@ class Session {
   Flushed WriteQueued();  // send_mu_ held
 
   std::mutex send_mu_;
-  std::vector<uint8_t> out_;  // send_mu_: bytes queued; out_[out_off_..] not yet written
-  size_t out_off_ = 0;        // send_mu_
+  std::vector<uint8_t> out_;          // send_mu_: bytes queued; out_[out_off_..] not yet written
+  size_t out_off_ = 0;                // send_mu_
   std::function<void()> on_pending_;  // send_mu_
-  bool loop_owes_ = false;  // send_mu_: on_pending was called, and bytes are still left
-  std::vector<uint8_t> rx_;  // control loop only
+  bool loop_owes_ = false;            // send_mu_: on_pending was called, and bytes are still left
+  std::vector<uint8_t> rx_;           // control loop only
   std::atomic<bool> closed_{false};
-  uint64_t next_seq_ = 0;      // send_mu_
+  uint64_t next_seq_ = 0;  // send_mu_
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  uint64_t acked_ = 0;        // mu_
+  uint64_t acked_ = 0;                  // mu_
   std::map<uint64_t, Reply> expected_;  // mu_
-  std::string shutdown_why_;  // mu_
+  std::string shutdown_why_;            // mu_
 };
 
 }  // namespace xfer::control

@@ -82,8 +82,9 @@ class Reader {
     return Charge(static_cast<uint64_t>(*n) * item_size);
   }
   bool Charge(uint64_t bytes) {
-    if (bytes > budget_) return Fail("the decoded frame would take more than " + std::to_string(kDecodedBytesPerByte) +
-                                     " times its size in memory");
+    if (bytes > budget_)
+      return Fail("the decoded frame would take more than " + std::to_string(kDecodedBytesPerByte) +
+                  " times its size in memory");
     budget_ -= bytes;
     return true;
   }
@@ -99,8 +100,8 @@ class Reader {
   }
   bool Region(WireRegion* r) {
     uint8_t type = 0, flags = 0;
-    if (!U64(&r->id) || !U64(&r->info.addr) || !U64(&r->info.len) || !U8(&type) ||
-        !I32(&r->info.device) || !Str(&r->info.tag) || !U8(&flags) || !Blobs(&r->blobs)) {
+    if (!U64(&r->id) || !U64(&r->info.addr) || !U64(&r->info.len) || !U8(&type) || !I32(&r->info.device) ||
+        !Str(&r->info.tag) || !U8(&flags) || !Blobs(&r->blobs)) {
       return false;
     }
     if (type > static_cast<uint8_t>(MemType::kCuda)) return Fail("unknown memory type");
@@ -151,23 +152,43 @@ void EncodeBody(Writer& w, const Hello& m) {
   for (const auto& r : m.regions) w.Region(r);
 }
 void EncodeBody(Writer& w, const RegionAdd& m) { w.Region(m.region); }
-void EncodeBody(Writer& w, const RegionRemove& m) { w.U64(m.id); w.U64(m.seq); }
-void EncodeBody(Writer& w, const RegionRemoveAck& m) { w.U64(m.id); w.U64(m.seq); }
+void EncodeBody(Writer& w, const RegionRemove& m) {
+  w.U64(m.id);
+  w.U64(m.seq);
+}
+void EncodeBody(Writer& w, const RegionRemoveAck& m) {
+  w.U64(m.id);
+  w.U64(m.seq);
+}
 void EncodeBody(Writer& w, const Sync& m) { w.U64(m.seq); }
 void EncodeBody(Writer& w, const SyncAck& m) { w.U64(m.seq); }
 void EncodeBody(Writer&, const Heartbeat&) {}
-void EncodeBody(Writer& w, const Goodbye& m) { w.Str(m.reason); w.U64(m.seq); }
-void EncodeBody(Writer& w, const Notify& m) { w.U64(m.seq); w.Str(m.message); }
+void EncodeBody(Writer& w, const Goodbye& m) {
+  w.Str(m.reason);
+  w.U64(m.seq);
+}
+void EncodeBody(Writer& w, const Notify& m) {
+  w.U64(m.seq);
+  w.Str(m.message);
+}
 void EncodeBody(Writer& w, const NotifyAck& m) {
   w.U64(m.seq);
   w.U32(static_cast<uint32_t>(m.code));
   w.Str(m.why);
 }
 void EncodeBody(Writer& w, const NotifyRingOffer& m) {
-  w.U64(m.seq); w.I32(m.fd); w.U64(m.key); w.U64(m.bytes); w.U32(m.max_message);
+  w.U64(m.seq);
+  w.I32(m.fd);
+  w.U64(m.key);
+  w.U64(m.bytes);
+  w.U32(m.max_message);
 }
 void EncodeBody(Writer& w, const AuthChallenge& m) { w.Str(m.nonce); }
-void EncodeBody(Writer& w, const AuthProof& m) { w.Str(m.name); w.U64(m.incarnation); w.Str(m.mac); }
+void EncodeBody(Writer& w, const AuthProof& m) {
+  w.Str(m.name);
+  w.U64(m.incarnation);
+  w.Str(m.mac);
+}
 
 bool DecodeBody(Reader& r, Hello* m) {
   uint32_t n = 0;
@@ -205,25 +226,65 @@ bool DecodeBody(Reader& r, AuthChallenge* m) {
   return m->nonce.size() == kAuthNonceBytes || r.Fail("nonce of the wrong length");
 }
 bool DecodeBody(Reader& r, AuthProof* m) {
-  if (!r.Str(&m->name, kMaxAuthName) || !r.U64(&m->incarnation) || !r.Str(&m->mac, kAuthMacBytes)) return false;
+  if (!r.Str(&m->name, kMaxAuthName) || !r.U64(&m->incarnation) || !r.Str(&m->mac, kAuthMacBytes))
+    return false;
   return m->mac.size() == kAuthMacBytes || r.Fail("MAC of the wrong length");
 }
 
 template <class T>
 MsgType TypeOf();
-template <> MsgType TypeOf<Hello>() { return MsgType::kHello; }
-template <> MsgType TypeOf<RegionAdd>() { return MsgType::kRegionAdd; }
-template <> MsgType TypeOf<RegionRemove>() { return MsgType::kRegionRemove; }
-template <> MsgType TypeOf<RegionRemoveAck>() { return MsgType::kRegionRemoveAck; }
-template <> MsgType TypeOf<Sync>() { return MsgType::kSync; }
-template <> MsgType TypeOf<SyncAck>() { return MsgType::kSyncAck; }
-template <> MsgType TypeOf<Heartbeat>() { return MsgType::kHeartbeat; }
-template <> MsgType TypeOf<Goodbye>() { return MsgType::kGoodbye; }
-template <> MsgType TypeOf<Notify>() { return MsgType::kNotify; }
-template <> MsgType TypeOf<NotifyAck>() { return MsgType::kNotifyAck; }
-template <> MsgType TypeOf<AuthChallenge>() { return MsgType::kAuthChallenge; }
-template <> MsgType TypeOf<AuthProof>() { return MsgType::kAuthProof; }
-template <> MsgType TypeOf<NotifyRingOffer>() { return MsgType::kNotifyRingOffer; }
+template <>
+MsgType TypeOf<Hello>() {
+  return MsgType::kHello;
+}
+template <>
+MsgType TypeOf<RegionAdd>() {
+  return MsgType::kRegionAdd;
+}
+template <>
+MsgType TypeOf<RegionRemove>() {
+  return MsgType::kRegionRemove;
+}
+template <>
+MsgType TypeOf<RegionRemoveAck>() {
+  return MsgType::kRegionRemoveAck;
+}
+template <>
+MsgType TypeOf<Sync>() {
+  return MsgType::kSync;
+}
+template <>
+MsgType TypeOf<SyncAck>() {
+  return MsgType::kSyncAck;
+}
+template <>
+MsgType TypeOf<Heartbeat>() {
+  return MsgType::kHeartbeat;
+}
+template <>
+MsgType TypeOf<Goodbye>() {
+  return MsgType::kGoodbye;
+}
+template <>
+MsgType TypeOf<Notify>() {
+  return MsgType::kNotify;
+}
+template <>
+MsgType TypeOf<NotifyAck>() {
+  return MsgType::kNotifyAck;
+}
+template <>
+MsgType TypeOf<AuthChallenge>() {
+  return MsgType::kAuthChallenge;
+}
+template <>
+MsgType TypeOf<AuthProof>() {
+  return MsgType::kAuthProof;
+}
+template <>
+MsgType TypeOf<NotifyRingOffer>() {
+  return MsgType::kNotifyRingOffer;
+}
 
 template <class T>
 bool DecodeAs(std::span<const uint8_t> payload, Message* out, std::string* error) {
@@ -272,12 +333,11 @@ bool DecodeHeader(std::span<const uint8_t> bytes, Header* out, std::string* erro
     return false;
   }
   if (version != kVersion) {
-    *error = "protocol version " + std::to_string(version) + ", this engine speaks " +
-             std::to_string(kVersion);
+    *error =
+        "protocol version " + std::to_string(version) + ", this engine speaks " + std::to_string(kVersion);
     return false;
   }
-  if (type < static_cast<uint16_t>(MsgType::kHello) ||
-      type > static_cast<uint16_t>(kLastMsgType)) {
+  if (type < static_cast<uint16_t>(MsgType::kHello) || type > static_cast<uint16_t>(kLastMsgType)) {
     *error = "unknown message type " + std::to_string(type);
     return false;
   }
@@ -290,22 +350,34 @@ bool DecodeHeader(std::span<const uint8_t> bytes, Header* out, std::string* erro
   return true;
 }
 
-bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out,
-                   std::string* error) {
+bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out, std::string* error) {
   switch (type) {
-    case MsgType::kHello: return DecodeAs<Hello>(payload, out, error);
-    case MsgType::kRegionAdd: return DecodeAs<RegionAdd>(payload, out, error);
-    case MsgType::kRegionRemove: return DecodeAs<RegionRemove>(payload, out, error);
-    case MsgType::kRegionRemoveAck: return DecodeAs<RegionRemoveAck>(payload, out, error);
-    case MsgType::kSync: return DecodeAs<Sync>(payload, out, error);
-    case MsgType::kSyncAck: return DecodeAs<SyncAck>(payload, out, error);
-    case MsgType::kHeartbeat: return DecodeAs<Heartbeat>(payload, out, error);
-    case MsgType::kGoodbye: return DecodeAs<Goodbye>(payload, out, error);
-    case MsgType::kNotify: return DecodeAs<Notify>(payload, out, error);
-    case MsgType::kNotifyAck: return DecodeAs<NotifyAck>(payload, out, error);
-    case MsgType::kNotifyRingOffer: return DecodeAs<NotifyRingOffer>(payload, out, error);
-    case MsgType::kAuthChallenge: return DecodeAs<AuthChallenge>(payload, out, error);
-    case MsgType::kAuthProof: return DecodeAs<AuthProof>(payload, out, error);
+    case MsgType::kHello:
+      return DecodeAs<Hello>(payload, out, error);
+    case MsgType::kRegionAdd:
+      return DecodeAs<RegionAdd>(payload, out, error);
+    case MsgType::kRegionRemove:
+      return DecodeAs<RegionRemove>(payload, out, error);
+    case MsgType::kRegionRemoveAck:
+      return DecodeAs<RegionRemoveAck>(payload, out, error);
+    case MsgType::kSync:
+      return DecodeAs<Sync>(payload, out, error);
+    case MsgType::kSyncAck:
+      return DecodeAs<SyncAck>(payload, out, error);
+    case MsgType::kHeartbeat:
+      return DecodeAs<Heartbeat>(payload, out, error);
+    case MsgType::kGoodbye:
+      return DecodeAs<Goodbye>(payload, out, error);
+    case MsgType::kNotify:
+      return DecodeAs<Notify>(payload, out, error);
+    case MsgType::kNotifyAck:
+      return DecodeAs<NotifyAck>(payload, out, error);
+    case MsgType::kNotifyRingOffer:
+      return DecodeAs<NotifyRingOffer>(payload, out, error);
+    case MsgType::kAuthChallenge:
+      return DecodeAs<AuthChallenge>(payload, out, error);
+    case MsgType::kAuthProof:
+      return DecodeAs<AuthProof>(payload, out, error);
   }
   *error = "unknown message type";
   return false;
@@ -313,19 +385,32 @@ bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out,
 
 const char* MsgTypeName(MsgType type) {
   switch (type) {
-    case MsgType::kHello: return "Hello";
-    case MsgType::kRegionAdd: return "RegionAdd";
-    case MsgType::kRegionRemove: return "RegionRemove";
-    case MsgType::kRegionRemoveAck: return "RegionRemoveAck";
-    case MsgType::kSync: return "Sync";
-    case MsgType::kSyncAck: return "SyncAck";
-    case MsgType::kHeartbeat: return "Heartbeat";
-    case MsgType::kGoodbye: return "Goodbye";
-    case MsgType::kNotify: return "Notify";
-    case MsgType::kNotifyAck: return "NotifyAck";
-    case MsgType::kNotifyRingOffer: return "NotifyRingOffer";
-    case MsgType::kAuthChallenge: return "AuthChallenge";
-    case MsgType::kAuthProof: return "AuthProof";
+    case MsgType::kHello:
+      return "Hello";
+    case MsgType::kRegionAdd:
+      return "RegionAdd";
+    case MsgType::kRegionRemove:
+      return "RegionRemove";
+    case MsgType::kRegionRemoveAck:
+      return "RegionRemoveAck";
+    case MsgType::kSync:
+      return "Sync";
+    case MsgType::kSyncAck:
+      return "SyncAck";
+    case MsgType::kHeartbeat:
+      return "Heartbeat";
+    case MsgType::kGoodbye:
+      return "Goodbye";
+    case MsgType::kNotify:
+      return "Notify";
+    case MsgType::kNotifyAck:
+      return "NotifyAck";
+    case MsgType::kNotifyRingOffer:
+      return "NotifyRingOffer";
+    case MsgType::kAuthChallenge:
+      return "AuthChallenge";
+    case MsgType::kAuthProof:
+      return "AuthProof";
   }
   return "Unknown";
 }

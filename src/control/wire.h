@@ -41,10 +41,10 @@ enum class MsgType : uint16_t {
   kSyncAck = 6,
   kHeartbeat = 7,
   kGoodbye = 8,
-  kNotify = 9,     // a notification for the peer's queue
-  kNotifyAck = 10, // the peer queued it (code ok) or why not
-  kAuthChallenge = 11,  // authentication (a secret set): each side's nonce and identity
-  kAuthProof = 12,      // the HMAC that proves the sender knows the secret
+  kNotify = 9,            // a notification for the peer's queue
+  kNotifyAck = 10,        // the peer queued it (code ok) or why not
+  kAuthChallenge = 11,    // authentication (a secret set): each side's nonce and identity
+  kAuthProof = 12,        // the HMAC that proves the sender knows the secret
   kNotifyRingOffer = 13,  // same host: a ring for the sender's notifications (NotifyAck answers)
 };
 inline constexpr MsgType kLastMsgType = MsgType::kNotifyRingOffer;
@@ -56,14 +56,14 @@ struct WireRegion {
   RegionInfo info;
   transport::Blobs blobs;
   bool operator==(const WireRegion& o) const {
-    return id == o.id && info.addr == o.info.addr && info.len == o.info.len &&
-           info.type == o.info.type && info.device == o.info.device && info.tag == o.info.tag &&
-           info.shared == o.info.shared && info.access == o.info.access && blobs == o.blobs;
+    return id == o.id && info.addr == o.info.addr && info.len == o.info.len && info.type == o.info.type &&
+           info.device == o.info.device && info.tag == o.info.tag && info.shared == o.info.shared &&
+           info.access == o.info.access && blobs == o.blobs;
   }
 };
 
 struct Hello {
-  std::string name;        // the sender's listen name ("host" alone for a client-only engine)
+  std::string name;  // the sender's listen name ("host" alone for a client-only engine)
   uint64_t incarnation = 0;
   std::string host_id;
   int32_t pid = 0;
@@ -71,16 +71,43 @@ struct Hello {
   std::vector<WireRegion> regions;
   bool operator==(const Hello&) const = default;
 };
-struct RegionAdd { WireRegion region; bool operator==(const RegionAdd&) const = default; };
-struct RegionRemove { uint64_t id = 0; uint64_t seq = 0; bool operator==(const RegionRemove&) const = default; };
-struct RegionRemoveAck { uint64_t id = 0; uint64_t seq = 0; bool operator==(const RegionRemoveAck&) const = default; };
-struct Sync { uint64_t seq = 0; bool operator==(const Sync&) const = default; };
-struct SyncAck { uint64_t seq = 0; bool operator==(const SyncAck&) const = default; };
-struct Heartbeat { bool operator==(const Heartbeat&) const = default; };
+struct RegionAdd {
+  WireRegion region;
+  bool operator==(const RegionAdd&) const = default;
+};
+struct RegionRemove {
+  uint64_t id = 0;
+  uint64_t seq = 0;
+  bool operator==(const RegionRemove&) const = default;
+};
+struct RegionRemoveAck {
+  uint64_t id = 0;
+  uint64_t seq = 0;
+  bool operator==(const RegionRemoveAck&) const = default;
+};
+struct Sync {
+  uint64_t seq = 0;
+  bool operator==(const Sync&) const = default;
+};
+struct SyncAck {
+  uint64_t seq = 0;
+  bool operator==(const SyncAck&) const = default;
+};
+struct Heartbeat {
+  bool operator==(const Heartbeat&) const = default;
+};
 // seq != 0 asks the peer to stop using our regions and answer SyncAck{seq} before it closes.
-struct Goodbye { std::string reason; uint64_t seq = 0; bool operator==(const Goodbye&) const = default; };
+struct Goodbye {
+  std::string reason;
+  uint64_t seq = 0;
+  bool operator==(const Goodbye&) const = default;
+};
 
-struct Notify { uint64_t seq = 0; std::string message; bool operator==(const Notify&) const = default; };
+struct Notify {
+  uint64_t seq = 0;
+  std::string message;
+  bool operator==(const Notify&) const = default;
+};
 struct NotifyAck {
   uint64_t seq = 0;
   StatusCode code = StatusCode::kOk;
@@ -118,9 +145,8 @@ inline constexpr uint32_t kMaxAuthName = 1024;
 // What an unauthenticated session may send in one frame (the auth frames are far smaller).
 inline constexpr uint32_t kMaxPayloadBeforeAuth = 4096;
 
-using Message = std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck,
-                             Heartbeat, Goodbye, Notify, NotifyAck, AuthChallenge, AuthProof,
-                             NotifyRingOffer>;
+using Message = std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck, Heartbeat,
+                             Goodbye, Notify, NotifyAck, AuthChallenge, AuthProof, NotifyRingOffer>;
 
 struct Header {
   MsgType type{};
@@ -132,8 +158,7 @@ std::vector<uint8_t> Encode(const Message& msg);
 // Checks magic, version and length cap. On failure *error says why.
 bool DecodeHeader(std::span<const uint8_t> bytes, Header* out, std::string* error);
 // Decodes one payload of the given type; rejects trailing bytes.
-bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out,
-                   std::string* error);
+bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out, std::string* error);
 
 const char* MsgTypeName(MsgType type);
 

@@ -88,34 +88,43 @@ void EngineImpl::StartServices() {
   if (o.staging != Staging::kOff) {
     staging = std::make_shared<transport::BufferPool>(o.staging_buffers, o.staging_buffer_bytes);
   }
-  peers_.Begin(metrics_, staging, PeerService::Events{
-      .made = [this](const auto& peer) { notifier_.PeerMade(peer); },
-      .up = [this](const auto& s, const auto& peer) { notifier_.PeerUp(s, peer); },
-      .gone = [this](PeerState& peer) {
-        notifier_.PeerGone(peer);
-        transfers_.ForgetInlineTargets(&peer);
-      },
-      .closed = [this](const auto& s) { notifier_.SessionClosed(s); },
-      .fence = [this](PeerState* peer, const RemoteRegion* revoked, LocalEngine::Clock::time_point deadline) {
-        transfers_.FenceBatches(peer, deadline);
-        if (revoked != nullptr) transfers_.ForgetInlineTargets(peer, revoked);
-      },
-      .fence_streams = [this](LocalEngine::Clock::time_point deadline) { transfers_.FenceStreams(deadline); },
-  });
-  regions_.Start(&backends_, &peers_.self_state().regions, RegionService::Hooks{
-      .fence = [this](LocalEngine::Clock::time_point deadline) {
-        transfers_.FenceBatches(nullptr, deadline);  // our own transfers from or into the region
-        transfers_.ForgetInlineTargets(&peers_.self_state());
-        backends_.Fence(deadline);  // and peers' batches that our backends' threads execute
-      },
-      .tags_changed = [this] { peers_.TagsChanged(); },
-  });
-  transfers_.Start(metrics_, staging, TransferService::Notifications{
-      .check = [this](const char* what, const std::string& m) { return notifier_.CheckMessage(what, m); },
-      .delivery = [this](const PeerService::Peer& peer, std::string m) {
-        return notifier_.Delivery(peer, std::move(m));
-      },
-  });
+  peers_.Begin(
+      metrics_, staging,
+      PeerService::Events{
+          .made = [this](const auto& peer) { notifier_.PeerMade(peer); },
+          .up = [this](const auto& s, const auto& peer) { notifier_.PeerUp(s, peer); },
+          .gone =
+              [this](PeerState& peer) {
+                notifier_.PeerGone(peer);
+                transfers_.ForgetInlineTargets(&peer);
+              },
+          .closed = [this](const auto& s) { notifier_.SessionClosed(s); },
+          .fence =
+              [this](PeerState* peer, const RemoteRegion* revoked, LocalEngine::Clock::time_point deadline) {
+                transfers_.FenceBatches(peer, deadline);
+                if (revoked != nullptr) transfers_.ForgetInlineTargets(peer, revoked);
+              },
+          .fence_streams =
+              [this](LocalEngine::Clock::time_point deadline) { transfers_.FenceStreams(deadline); },
+      });
+  regions_.Start(
+      &backends_, &peers_.self_state().regions,
+      RegionService::Hooks{
+          .fence =
+              [this](LocalEngine::Clock::time_point deadline) {
+                transfers_.FenceBatches(nullptr, deadline);  // our own transfers from or into the region
+                transfers_.ForgetInlineTargets(&peers_.self_state());
+                backends_.Fence(deadline);  // and peers' batches that our backends' threads execute
+              },
+          .tags_changed = [this] { peers_.TagsChanged(); },
+      });
+  transfers_.Start(
+      metrics_, staging,
+      TransferService::Notifications{
+          .check = [this](const char* what, const std::string& m) { return notifier_.CheckMessage(what, m); },
+          .delivery = [this](const PeerService::Peer& peer,
+                             std::string m) { return notifier_.Delivery(peer, std::move(m)); },
+      });
 }
 
 Status EngineImpl::StartMetricsServer() {

@@ -20,7 +20,7 @@ struct LocalEngine {
   EngineOptions options;  // as given, less the secret (the peers' Authenticator holds it)
   std::string name;       // host:port as bound, or a host alone (a client-only engine)
   uint64_t incarnation = 0;
-  std::string host_id;    // EngineOptions::host_id, or the boot id
+  std::string host_id;  // EngineOptions::host_id, or the boot id
   std::atomic<bool> running{false};
 
   // Ok while the engine runs; else kInvalidArgument naming the call.

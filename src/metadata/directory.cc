@@ -1,11 +1,11 @@
 #include "metadata/directory.h"
 
 #include <algorithm>
-#include <map>
 #include <condition_variable>
+#include <map>
 #include <mutex>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "metadata/etcd_client.h"
 #include "util/log.h"
@@ -56,7 +56,7 @@ class EtcdDirectory final : public Directory {
   Status Renew();             // the lease kept alive (published again when it ran out)
   void Keep();                // the thread
 
-  void Watch();               // the watcher thread: keeps view_ current
+  void Watch();  // the watcher thread: keeps view_ current
   bool Stopping() {
     std::lock_guard lock(mu_);
     return stop_;
@@ -68,9 +68,9 @@ class EtcdDirectory final : public Directory {
   EtcdClient etcd_;
   std::mutex mu_;
   std::condition_variable wake_;
-  bool stop_ = false;   // (mu_)
-  bool dirty_ = false;  // (mu_) the tags changed since the last Put
-  int64_t lease_ = 0;   // the thread's (and StartPublishing's, before it runs; Stop's after)
+  bool stop_ = false;             // (mu_)
+  bool dirty_ = false;            // (mu_) the tags changed since the last Put
+  int64_t lease_ = 0;             // the thread's (and StartPublishing's, before it runs; Stop's after)
   bool start_published_ = false;  // StartPublishing's Publish succeeded
   std::thread thread_;
   std::thread watcher_;  // (mu_) started by the first List
@@ -150,8 +150,11 @@ std::string EtcdDirectory::Entry() const {
   tags.erase(std::unique(tags.begin(), tags.end()), tags.end());
   tags.erase(std::remove(tags.begin(), tags.end(), std::string()), tags.end());
   const ClusterPeer& me = options_.self;
-  return json{{"name", me.name}, {"address", me.address}, {"incarnation", me.incarnation},
-              {"host_id", me.host_id}, {"tags", tags}}
+  return json{{"name", me.name},
+              {"address", me.address},
+              {"incarnation", me.incarnation},
+              {"host_id", me.host_id},
+              {"tags", tags}}
       .dump();
 }
 
@@ -235,7 +238,8 @@ Status EtcdDirectory::Lookup(const std::string& name, ClusterPeer* peer) {
   }
   if (!found) return {StatusCode::kNotConnected, "no engine named '" + name + "' at " + url_};
   if (!ReadEntry(value, peer)) {
-    return {StatusCode::kInternal, "the entry of '" + name + "' at " + url_ + " is not an xfer engine's: " + value};
+    return {StatusCode::kInternal,
+            "the entry of '" + name + "' at " + url_ + " is not an xfer engine's: " + value};
   }
   return Status::Ok();
 }

@@ -24,10 +24,10 @@ inline bool IsClusterName(const std::string& remote) { return remote.find(':') =
 class Directory {
  public:
   struct Options {
-    std::string url;                    // etcd://host:port[,host:port...][/prefix]
-    ClusterPeer self;                   // self.name empty: look up others, publish nothing
-    std::chrono::seconds ttl{3};        // the lease (etcd may raise it to its minimum)
-    bool required = true;               // Start fails when etcd cannot be reached now
+    std::string url;                                 // etcd://host:port[,host:port...][/prefix]
+    ClusterPeer self;                                // self.name empty: look up others, publish nothing
+    std::chrono::seconds ttl{3};                     // the lease (etcd may raise it to its minimum)
+    bool required = true;                            // Start fails when etcd cannot be reached now
     std::function<std::vector<std::string>()> tags;  // the current region tags (any thread)
   };
   // With required, publishes before it returns (or fails saying why); otherwise the thread

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <stdexcept>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "util/log.h"
 
@@ -142,7 +142,7 @@ Status EtcdClient::Call(const char* path, const json& request,
     curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_.count()));
     curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_.count()));
     curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);  // (threads: no SIGALRM for timeouts)
-    curl_easy_setopt(curl.get(), CURLOPT_NOPROXY, "*");   // (etcd is reached directly)
+    curl_easy_setopt(curl.get(), CURLOPT_NOPROXY, "*");  // (etcd is reached directly)
     const CURLcode rc = curl_easy_perform(curl.get());
     if (rc != CURLE_OK) {
       last_error = endpoints_[at] + ": " + curl_easy_strerror(rc);
@@ -158,11 +158,13 @@ Status EtcdClient::Call(const char* path, const json& request,
     }
     if (j.contains("error") || http != 200) {
       const auto message = j.find("message");
-      const std::string what = message != j.end() && message->is_string() ? message->get<std::string>() : j.dump();
+      const std::string what =
+          message != j.end() && message->is_string() ? message->get<std::string>() : j.dump();
       // A member that cannot serve now (no leader, a timeout: gRPC's UNAVAILABLE 14 and
       // DEADLINE_EXCEEDED 4, or an HTTP 5xx): the next endpoint may.
       const auto code_field = j.find("code");
-      const int64_t code = code_field != j.end() && code_field->is_number_integer() ? code_field->get<int64_t>() : 0;
+      const int64_t code =
+          code_field != j.end() && code_field->is_number_integer() ? code_field->get<int64_t>() : 0;
       if (http >= 500 || code == 14 || code == 4) {
         last_error = where + ": " + what;
         continue;
@@ -229,7 +231,8 @@ std::string RangeEnd(const std::string& prefix) {
 }  // namespace
 
 Status EtcdClient::List(const std::string& prefix, KeyValues* out, int64_t* revision) {
-  return Range(json{{"key", Base64Encode(prefix)}, {"range_end", Base64Encode(RangeEnd(prefix))}}, out, revision);
+  return Range(json{{"key", Base64Encode(prefix)}, {"range_end", Base64Encode(RangeEnd(prefix))}}, out,
+               revision);
 }
 
 Status EtcdClient::Range(const json& request, KeyValues* out, int64_t* revision) {
@@ -264,13 +267,15 @@ struct WatchStream {
     const json j = json::parse(line, nullptr, false);
     try {
       if (j.is_discarded() || !j.contains("result")) {
-        const std::string what = !j.is_discarded() && j.contains("error") ? j.at("error").dump() : line.substr(0, 200);
+        const std::string what =
+            !j.is_discarded() && j.contains("error") ? j.at("error").dump() : line.substr(0, 200);
         ended = {StatusCode::kInternal, "etcd watch: " + what};
         return false;
       }
       const json& r = j.at("result");
       if (r.value("canceled", false)) {  // (e.g. its start was compacted away: list again)
-        ended = {StatusCode::kInternal, "etcd canceled the watch: " + r.value("cancel_reason", std::string("compacted"))};
+        ended = {StatusCode::kInternal,
+                 "etcd canceled the watch: " + r.value("cancel_reason", std::string("compacted"))};
         return false;
       }
       if (!r.contains("events")) return true;
@@ -341,7 +346,8 @@ struct WatchStream {
 Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
                          const std::function<void(const WatchEvent&)>& on_event) {
   const json request{{"create_request",
-                      {{"key", Base64Encode(prefix)}, {"range_end", Base64Encode(RangeEnd(prefix))},
+                      {{"key", Base64Encode(prefix)},
+                       {"range_end", Base64Encode(RangeEnd(prefix))},
                        {"start_revision", std::to_string(start_revision)}}}};
   const std::string body = request.dump();
   std::string last_error;
@@ -382,8 +388,9 @@ Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
       continue;  // (the next endpoint)
     }
     current_.store(at);
-    return {StatusCode::kNotConnected, "etcd watch at " + endpoints_[at] + " ended: " +
-                                           (rc == CURLE_OK ? std::string("the server closed it") : curl_easy_strerror(rc))};
+    return {StatusCode::kNotConnected,
+            "etcd watch at " + endpoints_[at] +
+                " ended: " + (rc == CURLE_OK ? std::string("the server closed it") : curl_easy_strerror(rc))};
   }
   if (WatchStopped()) return {StatusCode::kCanceled, "etcd watch: stopped"};
   return {StatusCode::kNotConnected, "etcd unreachable (" + last_error + ")"};

@@ -24,7 +24,7 @@ namespace xfer::metadata {
 // ("/prefix", "/xfer" when none is given). kInvalidArgument, saying what is wrong, for anything else.
 struct EtcdUrl {
   std::vector<std::string> endpoints;  // "host:port"
-  std::string prefix;  // starts with '/', no '/' at the end
+  std::string prefix;                  // starts with '/', no '/' at the end
 };
 Status ParseEtcdUrl(const std::string& url, EtcdUrl* out);
 

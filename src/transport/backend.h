@@ -18,9 +18,9 @@
 #include <string_view>
 #include <vector>
 
+#include "transport/link.h"
 #include "transport/remote_region.h"
 #include "util/option_rows.h"
-#include "transport/link.h"
 #include "xfer/options.h"
 #include "xfer/status.h"
 #include "xfer/types.h"
@@ -54,7 +54,10 @@ int BackendIndex(std::string_view name);
 class Route {
  public:
   Route(std::string_view backend, std::shared_ptr<Link> link, PlanLimits limits)
-      : backend_(backend), index_(BackendIndex(backend)), link_(std::move(link)), streaming_(link_),
+      : backend_(backend),
+        index_(BackendIndex(backend)),
+        link_(std::move(link)),
+        streaming_(link_),
         limits_(limits) {}
   virtual ~Route() = default;
   Route(const Route&) = delete;
@@ -113,18 +116,18 @@ class HostRoute : public Route {
 
 // How a target-side backend (tcp: its threads touch our memory for a peer) may touch a range.
 struct TargetAccess {
-  bool allowed = false;  // inside one registered region of this engine
+  bool allowed = false;   // inside one registered region of this engine
   bool writable = false;  // ...inside one that peers may WRITE (not PeerAccess::kReadOnly)
-  bool staged = false;   // through a staging buffer (GPU memory; or all memory, staging=always)
-  bool device = false;   // GPU memory: copied by the copy engines
+  bool staged = false;    // through a staging buffer (GPU memory; or all memory, staging=always)
+  bool device = false;    // GPU memory: copied by the copy engines
 };
 
 // This engine, as every backend sees it when it starts.
 struct EngineContext {
   uint64_t incarnation = 0;
-  std::string listen_host;     // where the control plane listens; data listeners bind here too
+  std::string listen_host;  // where the control plane listens; data listeners bind here too
   const EngineOptions* options = nullptr;
-  std::string forced;          // EngineOptions::transport: empty, or the one backend allowed
+  std::string forced;  // EngineOptions::transport: empty, or the one backend allowed
   // What a peer may do with a range of our memory; asked for every slice a peer names.
   std::function<TargetAccess(uint64_t addr, uint64_t len, bool write)> region_access;
   // True while an engine of that incarnation has a control session with us.
@@ -141,14 +144,14 @@ struct PeerContext {
   std::string name;
   uint64_t incarnation = 0;
   int32_t pid = 0;
-  std::string host;          // the peer's address as this engine reaches it (control connection)
-  std::string auth_key;      // the authenticated control session's key; "" without a secret
+  std::string host;      // the peer's address as this engine reaches it (control connection)
+  std::string auth_key;  // the authenticated control session's key; "" without a secret
   // Same host identity (EngineOptions::host_id or the boot id), and the peer's pid seen to
   // hold its control connection here.
   bool same_host = false;
   bool same_process = false;
-  int pidfd = -1;            // same_host: the peer process (dup it to keep it); else -1
-  std::string_view blob;     // this backend's entry in the peer's hello
+  int pidfd = -1;         // same_host: the peer process (dup it to keep it); else -1
+  std::string_view blob;  // this backend's entry in the peer's hello
   // The peer's region holding [addr, addr+len), as last heard of, or null.
   // (write: one that grants WRITE where there is one)
   std::function<std::shared_ptr<RemoteRegion>(uint64_t addr, uint64_t len, bool write)> find_region;
@@ -219,8 +222,7 @@ class Backend {
   // memory came from AllocMem (of any backend), else null. An error refuses the registration;
   // a backend that merely cannot offer the region logs why and returns ok without a blob.
   virtual Status PrepareRegion(const RegionInfo& info, const RegionResource* allocation,
-                               std::optional<std::string>* blob,
-                               std::unique_ptr<RegionResource>* res) {
+                               std::optional<std::string>* blob, std::unique_ptr<RegionResource>* res) {
     return Status::Ok();
   }
 

@@ -14,8 +14,7 @@ RegionResources::~RegionResources() {
 
 Status BackendSet::CheckOptions(const EngineOptions& options) {
   const auto& names = transport::BackendNames();
-  if (!options.transport.empty() &&
-      std::find(names.begin(), names.end(), options.transport) == names.end()) {
+  if (!options.transport.empty() && std::find(names.begin(), names.end(), options.transport) == names.end()) {
     std::string list;
     for (const auto& n : names) text::Append(&list, n, ", ");
     return {StatusCode::kInvalidArgument,
@@ -39,8 +38,7 @@ Status BackendSet::Start(const transport::EngineContext& ctx) {
     // fails Initialize rather than go quietly unoffered.)
     if (!e.started && s.code() == StatusCode::kInvalidArgument) return s;
     if (!e.started && forced_ == e.backend->name()) {
-      return {StatusCode::kUnsupported,
-              "transport '" + forced_ + "' forced, but " + e.off};
+      return {StatusCode::kUnsupported, "transport '" + forced_ + "' forced, but " + e.off};
     }
     all_.push_back(std::move(e));
   }
@@ -101,22 +99,19 @@ Status BackendSet::CheckMemoryType(MemType type) const {
               (why.empty() ? std::string(" (none is built in)") : " (" + why + ")")};
 }
 
-Status BackendSet::Allocate(uint64_t len, MemType type, const AllocOptions& options,
-                            uint64_t* addr, int32_t* device,
-                            std::unique_ptr<transport::RegionResource>* res) {
+Status BackendSet::Allocate(uint64_t len, MemType type, const AllocOptions& options, uint64_t* addr,
+                            int32_t* device, std::unique_ptr<transport::RegionResource>* res) {
   if (Status s = CheckMemoryType(type); !s.ok()) return s;
   for (auto& e : all_) {
     if (e.started && e.backend->Allocates(type)) {
       return e.backend->Allocate(len, type, options, addr, device, res);
     }
   }
-  return {StatusCode::kUnsupported,
-          std::string("no backend of this build allocates ") +
-              (type == MemType::kHost ? "host" : "GPU") + " memory"};
+  return {StatusCode::kUnsupported, std::string("no backend of this build allocates ") +
+                                        (type == MemType::kHost ? "host" : "GPU") + " memory"};
 }
 
-Status BackendSet::PrepareRegion(const RegionInfo& info, RegionResources* res,
-                                 transport::Blobs* blobs) {
+Status BackendSet::PrepareRegion(const RegionInfo& info, RegionResources* res, transport::Blobs* blobs) {
   for (auto& e : all_) {
     if (!e.started) continue;
     std::optional<std::string> blob;
@@ -130,9 +125,9 @@ Status BackendSet::PrepareRegion(const RegionInfo& info, RegionResources* res,
   return Status::Ok();
 }
 
-std::vector<std::shared_ptr<transport::Route>> BackendSet::Connect(
-    const transport::PeerContext& peer, const transport::Blobs& offered, bool itself,
-    std::string* why) {
+std::vector<std::shared_ptr<transport::Route>> BackendSet::Connect(const transport::PeerContext& peer,
+                                                                   const transport::Blobs& offered,
+                                                                   bool itself, std::string* why) {
   std::vector<std::shared_ptr<transport::Route>> routes;
   auto note = [why](const std::string& reason) { text::Append(why, reason); };
   for (auto& e : all_) {

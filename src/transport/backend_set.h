@@ -49,8 +49,8 @@ class BackendSet {
   // Ok when this engine can hold memory of that type; else kUnsupported, with why not.
   Status CheckMemoryType(MemType type) const;
   // Allocates zeroed memory (Engine::AllocMem) with the first backend that allocates the type.
-  Status Allocate(uint64_t len, MemType type, const AllocOptions& options, uint64_t* addr,
-                  int32_t* device, std::unique_ptr<transport::RegionResource>* res);
+  Status Allocate(uint64_t len, MemType type, const AllocOptions& options, uint64_t* addr, int32_t* device,
+                  std::unique_ptr<transport::RegionResource>* res);
   // Every backend's blob and resources for a region being registered.
   Status PrepareRegion(const RegionInfo& info, RegionResources* res, transport::Blobs* blobs);
 
@@ -58,8 +58,8 @@ class BackendSet {
   // is, except for this engine itself: a forced backend says how to reach peers) that the
   // peer offers and that reaches it. *why, when there are none, says why.
   std::vector<std::shared_ptr<transport::Route>> Connect(const transport::PeerContext& peer,
-                                                         const transport::Blobs& offered,
-                                                         bool itself, std::string* why);
+                                                         const transport::Blobs& offered, bool itself,
+                                                         std::string* why);
   // Target side: see Backend::Fence and Backend::DropPeer.
   void Fence(std::chrono::steady_clock::time_point deadline);
   void DropPeer(uint64_t incarnation);

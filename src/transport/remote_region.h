@@ -96,8 +96,8 @@ struct RemoteRegion {
     return nullptr;
   }
 
-  std::mutex open_mu_;                   // serializes opening and closing
-  Opened opened_[kMaxOpened];            // [0, count_) published, then immutable but handle
+  std::mutex open_mu_;         // serializes opening and closing
+  Opened opened_[kMaxOpened];  // [0, count_) published, then immutable but handle
   std::atomic<size_t> count_{0};
   std::atomic<bool> closed_{false};
 };

@@ -63,7 +63,8 @@ void WaitAny(std::span<const Watch> words, std::chrono::steady_clock::time_point
   if (words.size() <= kMaxWords && !waitv_missing.load(std::memory_order_relaxed)) {
     WaitV v[kMaxWords];
     for (size_t i = 0; i < words.size(); ++i) {
-      v[i] = {words[i].seen, reinterpret_cast<uint64_t>(words[i].word), kSize32 | (words[i].shared ? 0 : kPrivate), 0};
+      v[i] = {words[i].seen, reinterpret_cast<uint64_t>(words[i].word),
+              kSize32 | (words[i].shared ? 0 : kPrivate), 0};
     }
     // (An absolute time on CLOCK_MONOTONIC, the clock steady_clock reads.)
     const timespec abs = ToTimespec(duration_cast<nanoseconds>(until.time_since_epoch()));

@@ -22,10 +22,14 @@ Level LevelFromEnv() {
 
 const char* LevelName(Level l) {
   switch (l) {
-    case Level::kError: return "E";
-    case Level::kWarn: return "W";
-    case Level::kInfo: return "I";
-    case Level::kDebug: return "D";
+    case Level::kError:
+      return "E";
+    case Level::kWarn:
+      return "W";
+    case Level::kInfo:
+      return "I";
+    case Level::kDebug:
+      return "D";
   }
   return "?";
 }
@@ -46,8 +50,8 @@ Line::Line(Level level, const char* file, int line) {
   std::snprintf(stamp, sizeof stamp, "%02d:%02d:%02d.%06ld", t.tm_hour, t.tm_min, t.tm_sec,
                 static_cast<long>(tv.tv_usec));
   const char* base = std::strrchr(file, '/');
-  out_ << "xfer " << LevelName(level) << " " << stamp << " " << getpid() << " "
-       << (base ? base + 1 : file) << ":" << line << "] ";
+  out_ << "xfer " << LevelName(level) << " " << stamp << " " << getpid() << " " << (base ? base + 1 : file)
+       << ":" << line << "] ";
 }
 
 Line::~Line() {

@@ -67,7 +67,7 @@ class Limit {
 #define XLOG_LEVEL_WARN ::xfer::log::Level::kWarn
 #define XLOG_LEVEL_INFO ::xfer::log::Level::kInfo
 #define XLOG_LEVEL_DEBUG ::xfer::log::Level::kDebug
-#define XLOG(level)                                 \
-  !::xfer::log::Enabled(XLOG_LEVEL_##level)         \
-      ? (void)0                                     \
+#define XLOG(level)                         \
+  !::xfer::log::Enabled(XLOG_LEVEL_##level) \
+      ? (void)0                             \
       : ::xfer::log::Voidify() & ::xfer::log::Line(XLOG_LEVEL_##level, __FILE__, __LINE__)

@@ -14,8 +14,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstring>
 #include <unordered_map>
@@ -67,8 +67,7 @@ Status Resolve(const Address& addr, sockaddr_storage* ss, socklen_t* len) {
   std::string port = std::to_string(addr.port);
   int rc = ::getaddrinfo(addr.host.empty() ? nullptr : addr.host.c_str(), port.c_str(), &hints, &res);
   if (rc != 0 || res == nullptr) {
-    return {StatusCode::kInvalidArgument,
-            "cannot resolve host '" + addr.host + "': " + ::gai_strerror(rc)};
+    return {StatusCode::kInvalidArgument, "cannot resolve host '" + addr.host + "': " + ::gai_strerror(rc)};
   }
   std::memcpy(ss, res->ai_addr, res->ai_addrlen);
   *len = res->ai_addrlen;
@@ -100,8 +99,7 @@ Status ParseAddress(const std::string& name, Address* out) {
   } else {
     size_t colon = name.rfind(':');
     if (colon != std::string::npos && name.find(':') != colon) {
-      return {StatusCode::kInvalidArgument,
-              "'" + name + "': IPv6 addresses need brackets, as in [::1]:5000"};
+      return {StatusCode::kInvalidArgument, "'" + name + "': IPv6 addresses need brackets, as in [::1]:5000"};
     }
     a.host = name.substr(0, colon);
     if (colon != std::string::npos) rest = name.substr(colon);
@@ -109,8 +107,8 @@ Status ParseAddress(const std::string& name, Address* out) {
   if (a.host.empty()) return {StatusCode::kInvalidArgument, "'" + name + "': empty host"};
   if (!rest.empty()) {
     std::string digits = rest.substr(1);
-    if (digits.empty() || digits.size() > 5 ||
-        digits.find_first_not_of("0123456789") != std::string::npos || std::stoul(digits) > 65535) {
+    if (digits.empty() || digits.size() > 5 || digits.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoul(digits) > 65535) {
       return {StatusCode::kInvalidArgument, "'" + name + "': port must be a number 0..65535"};
     }
     a.port = static_cast<uint16_t>(std::stoul(digits));
@@ -149,7 +147,7 @@ Status Listen(const Address& addr, Fd* out, Address* bound) {
   *bound = addr;
   bound->has_port = true;
   bound->port = ntohs(got.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&got)->sin6_port
-                                                 : reinterpret_cast<sockaddr_in*>(&got)->sin_port);
+                                                : reinterpret_cast<sockaddr_in*>(&got)->sin_port);
   *out = std::move(fd);
   return Status::Ok();
 }
@@ -184,15 +182,15 @@ Status ConnectTcp(const Address& addr, Clock::time_point deadline, Fd* out, cons
     for (;;) {
       const auto step = proceed ? std::min(deadline, Clock::now() + std::chrono::milliseconds(50)) : deadline;
       if (PollFor(fd.get(), POLLOUT, step)) break;
-      if (Clock::now() >= deadline) return {StatusCode::kTimeout, "connect " + addr.ToString() + ": timed out"};
+      if (Clock::now() >= deadline)
+        return {StatusCode::kTimeout, "connect " + addr.ToString() + ": timed out"};
       if (!proceed->load()) return {StatusCode::kCanceled, "connect " + addr.ToString() + ": given up"};
     }
     int err = 0;
     socklen_t elen = sizeof err;
     ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
     if (err != 0) {
-      return {StatusCode::kConnectionLost,
-              "connect " + addr.ToString() + ": " + std::strerror(err)};
+      return {StatusCode::kConnectionLost, "connect " + addr.ToString() + ": " + std::strerror(err)};
     }
   }
   *out = std::move(fd);
@@ -259,7 +257,8 @@ Status RecvAll(int fd, void* data, size_t len, Clock::time_point deadline, std::
 
 Status RecvOnceStarted(int fd, void* data, size_t len, std::chrono::milliseconds rest,
                        std::chrono::microseconds spin, Clock::time_point* started) {
-  return Recv(fd, data, len, Clock::time_point::max(), std::max(rest, std::chrono::milliseconds(1)), spin, started);
+  return Recv(fd, data, len, Clock::time_point::max(), std::max(rest, std::chrono::milliseconds(1)), spin,
+              started);
 }
 
 Status RecvIfStarting(int fd, void* data, size_t len, std::chrono::milliseconds rest,
@@ -267,7 +266,8 @@ Status RecvIfStarting(int fd, void* data, size_t len, std::chrono::milliseconds 
                       Clock::time_point* started) {
   *started = Clock::time_point{};
   // (The first byte moves the deadline to its arrival + rest.)
-  return Recv(fd, data, len, Clock::now() + idle, std::max(rest, std::chrono::milliseconds(1)), spin, started);
+  return Recv(fd, data, len, Clock::now() + idle, std::max(rest, std::chrono::milliseconds(1)), spin,
+              started);
 }
 
 namespace {
@@ -314,8 +314,7 @@ namespace {
 bool SetTimeout(int fd, int opt, Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
   if (left.count() <= 0) return false;
-  timeval tv{static_cast<time_t>(left.count() / 1000000),
-             static_cast<suseconds_t>(left.count() % 1000000)};
+  timeval tv{static_cast<time_t>(left.count() / 1000000), static_cast<suseconds_t>(left.count() % 1000000)};
   ::setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof tv);
   return true;
 }
@@ -326,19 +325,23 @@ bool SetTimeout(int fd, int opt, Clock::time_point deadline) {
 // that trickles a byte per timeout would hold the move for ever).
 Status MoveVBlocking(int fd, iovec* iov, size_t n, Clock::time_point deadline, bool send) {
   const int opt = send ? SO_SNDTIMEO : SO_RCVTIMEO;
-  if (!SetTimeout(fd, opt, deadline)) return {StatusCode::kTimeout, send ? "send timed out" : "receive timed out"};
+  if (!SetTimeout(fd, opt, deadline))
+    return {StatusCode::kTimeout, send ? "send timed out" : "receive timed out"};
   bool first = true;
-  return MoveV(fd, iov, n, deadline, send ? POLLOUT : POLLIN, [&](int f, iovec* v, int c) -> ssize_t {
-    if (!first && !SetTimeout(f, opt, deadline)) {
-      errno = EAGAIN;  // (MoveV's poll then finds the deadline passed)
-      return -1;
-    }
-    first = false;
-    msghdr m{};
-    m.msg_iov = v;
-    m.msg_iovlen = static_cast<size_t>(c);
-    return send ? ::sendmsg(f, &m, MSG_NOSIGNAL) : ::recvmsg(f, &m, MSG_WAITALL);
-  }, send ? "send" : "receive");
+  return MoveV(
+      fd, iov, n, deadline, send ? POLLOUT : POLLIN,
+      [&](int f, iovec* v, int c) -> ssize_t {
+        if (!first && !SetTimeout(f, opt, deadline)) {
+          errno = EAGAIN;  // (MoveV's poll then finds the deadline passed)
+          return -1;
+        }
+        first = false;
+        msghdr m{};
+        m.msg_iov = v;
+        m.msg_iovlen = static_cast<size_t>(c);
+        return send ? ::sendmsg(f, &m, MSG_NOSIGNAL) : ::recvmsg(f, &m, MSG_WAITALL);
+      },
+      send ? "send" : "receive");
 }
 
 }  // namespace

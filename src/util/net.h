@@ -36,12 +36,19 @@ class Fd {
   ~Fd() { Reset(); }
   Fd(Fd&& o) noexcept : fd_(o.Release()) {}
   Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) { Reset(); fd_ = o.Release(); }
+    if (this != &o) {
+      Reset();
+      fd_ = o.Release();
+    }
     return *this;
   }
   int get() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
-  int Release() { int f = fd_; fd_ = -1; return f; }
+  int Release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
   void Reset();
 
  private:

@@ -22,8 +22,8 @@ struct Number {
 };
 bool SplitNumber(std::string_view text, Number* number, std::string_view* suffix) {
   text = Trim(text);
-  if (text.empty() || !(std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-' || text[0] == '+' ||
-                        text[0] == '.')) {
+  if (text.empty() || !(std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-' ||
+                        text[0] == '+' || text[0] == '.')) {
     return false;  // (no "inf", "nan" or hex: strtod reads those)
   }
   const std::string all(text);
@@ -149,9 +149,12 @@ std::string ShowDuration(int64_t v, std::string_view unit) {
 
 std::string ShowNumber(const Row& row, int64_t v) {
   switch (row.kind) {
-    case OptionKind::kBytes: return ShowBytes(v);
-    case OptionKind::kDuration: return ShowDuration(v, row.unit);
-    default: return ShowCount(v);
+    case OptionKind::kBytes:
+      return ShowBytes(v);
+    case OptionKind::kDuration:
+      return ShowDuration(v, row.unit);
+    default:
+      return ShowCount(v);
   }
 }
 

@@ -62,7 +62,8 @@ Status SetInteger(T* field, int64_t v, std::string_view key, std::string_view te
   if constexpr (std::is_unsigned_v<T>) {
     if (v < 0 || static_cast<uint64_t>(v) > std::numeric_limits<T>::max()) return NotA(key, text, "in range");
   } else {
-    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) return NotA(key, text, "in range");
+    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
+      return NotA(key, text, "in range");
   }
   *field = static_cast<T>(v);
   return Status::Ok();
@@ -130,74 +131,76 @@ inline Row WithChoices(Row r, std::string_view choices) {
 }  // namespace xfer::options
 
 // The rows' makers: KEY is the option's name, FIELD its path in EngineOptions (o.FIELD).
-#define XFER_OPTION_NUMBER_(key_, kind_, field, lo_, hi_, zero_ok_, doc_, setter, shower)                 \
-  ::xfer::options::Ranged(                                                                                \
-      ::xfer::options::MakeRow(                                                                           \
-          key_, kind_, doc_,                                                                              \
-          [](::xfer::EngineOptions& o, std::string_view t) { return setter(&o.field, t, key_); },         \
-          [](const ::xfer::EngineOptions& o) { return shower(static_cast<int64_t>(o.field)); },           \
-          [](const ::xfer::EngineOptions& o) { return static_cast<int64_t>(o.field); }),                  \
+#define XFER_OPTION_NUMBER_(key_, kind_, field, lo_, hi_, zero_ok_, doc_, setter, shower)         \
+  ::xfer::options::Ranged(                                                                        \
+      ::xfer::options::MakeRow(                                                                   \
+          key_, kind_, doc_,                                                                      \
+          [](::xfer::EngineOptions& o, std::string_view t) { return setter(&o.field, t, key_); }, \
+          [](const ::xfer::EngineOptions& o) { return shower(static_cast<int64_t>(o.field)); },   \
+          [](const ::xfer::EngineOptions& o) { return static_cast<int64_t>(o.field); }),          \
       lo_, hi_, zero_ok_)
-#define XFER_OPTION_COUNT(key, field, lo, hi, doc) \
+#define XFER_OPTION_COUNT(key, field, lo, hi, doc)                                                           \
   XFER_OPTION_NUMBER_(key, ::xfer::OptionKind::kCount, field, lo, hi, false, doc, ::xfer::options::SetCount, \
                       ::xfer::options::ShowCount)
-#define XFER_OPTION_BYTES(key, field, lo, hi, doc) \
+#define XFER_OPTION_BYTES(key, field, lo, hi, doc)                                                           \
   XFER_OPTION_NUMBER_(key, ::xfer::OptionKind::kBytes, field, lo, hi, false, doc, ::xfer::options::SetBytes, \
                       ::xfer::options::ShowBytes)
 // Bytes, or 0 (off, or "the default": the doc says which).
-#define XFER_OPTION_BYTES_OR_0(key, field, lo, hi, doc) \
+#define XFER_OPTION_BYTES_OR_0(key, field, lo, hi, doc)                                                     \
   XFER_OPTION_NUMBER_(key, ::xfer::OptionKind::kBytes, field, lo, hi, true, doc, ::xfer::options::SetBytes, \
                       ::xfer::options::ShowBytes)
 // A std::chrono duration field; unit: its own ("ms", "us").
-#define XFER_OPTION_DURATION(key_, field, unit_, lo_, hi_, doc_)                                                  \
-  ::xfer::options::Ranged(                                                                                         \
-      ::xfer::options::MakeRow(                                                                                    \
-          key_, ::xfer::OptionKind::kDuration, doc_,                                                               \
-          [](::xfer::EngineOptions& o, std::string_view t) {                                                       \
-            return ::xfer::options::SetDuration(&o.field, t, key_, unit_);                                         \
-          },                                                                                                       \
-          [](const ::xfer::EngineOptions& o) {                                                                     \
-            return ::xfer::options::ShowDuration(static_cast<int64_t>(o.field.count()), unit_);                    \
-          },                                                                                                       \
-          [](const ::xfer::EngineOptions& o) { return static_cast<int64_t>(o.field.count()); }),                  \
+#define XFER_OPTION_DURATION(key_, field, unit_, lo_, hi_, doc_)                                 \
+  ::xfer::options::Ranged(                                                                       \
+      ::xfer::options::MakeRow(                                                                  \
+          key_, ::xfer::OptionKind::kDuration, doc_,                                             \
+          [](::xfer::EngineOptions& o, std::string_view t) {                                     \
+            return ::xfer::options::SetDuration(&o.field, t, key_, unit_);                       \
+          },                                                                                     \
+          [](const ::xfer::EngineOptions& o) {                                                   \
+            return ::xfer::options::ShowDuration(static_cast<int64_t>(o.field.count()), unit_);  \
+          },                                                                                     \
+          [](const ::xfer::EngineOptions& o) { return static_cast<int64_t>(o.field.count()); }), \
       lo_, hi_, false, unit_)
-#define XFER_OPTION_BOOL(key_, field, doc_)                                                                  \
-  ::xfer::options::MakeRow(                                                                                  \
-      key_, ::xfer::OptionKind::kBool, doc_,                                                                 \
-      [](::xfer::EngineOptions& o, std::string_view t) { return ::xfer::options::SetBool(&o.field, t, key_); }, \
+#define XFER_OPTION_BOOL(key_, field, doc_)                 \
+  ::xfer::options::MakeRow(                                 \
+      key_, ::xfer::OptionKind::kBool, doc_,                \
+      [](::xfer::EngineOptions& o, std::string_view t) {    \
+        return ::xfer::options::SetBool(&o.field, t, key_); \
+      },                                                    \
       [](const ::xfer::EngineOptions& o) { return std::string(o.field ? "true" : "false"); })
-#define XFER_OPTION_TEXT(key_, field, doc_)                                                                  \
-  ::xfer::options::MakeRow(                                                                                  \
-      key_, ::xfer::OptionKind::kText, doc_,                                                                 \
-      [](::xfer::EngineOptions& o, std::string_view t) {                                                     \
-        o.field = std::string(t);                                                                            \
-        return ::xfer::Status::Ok();                                                                         \
-      },                                                                                                     \
+#define XFER_OPTION_TEXT(key_, field, doc_)              \
+  ::xfer::options::MakeRow(                              \
+      key_, ::xfer::OptionKind::kText, doc_,             \
+      [](::xfer::EngineOptions& o, std::string_view t) { \
+        o.field = std::string(t);                        \
+        return ::xfer::Status::Ok();                     \
+      },                                                 \
       [](const ::xfer::EngineOptions& o) { return o.field; })
-#define XFER_OPTION_SECRET(key_, field, doc_)                                                                \
-  ::xfer::options::MakeRow(                                                                                  \
-      key_, ::xfer::OptionKind::kSecret, doc_,                                                               \
-      [](::xfer::EngineOptions& o, std::string_view t) {                                                     \
-        o.field = std::string(t);                                                                            \
-        return ::xfer::Status::Ok();                                                                         \
-      },                                                                                                     \
+#define XFER_OPTION_SECRET(key_, field, doc_)            \
+  ::xfer::options::MakeRow(                              \
+      key_, ::xfer::OptionKind::kSecret, doc_,           \
+      [](::xfer::EngineOptions& o, std::string_view t) { \
+        o.field = std::string(t);                        \
+        return ::xfer::Status::Ok();                     \
+      },                                                 \
       [](const ::xfer::EngineOptions& o) { return std::string(o.field.empty() ? "" : "(set)"); })
-#define XFER_OPTION_LIST(key_, field, doc_)                                                                  \
-  ::xfer::options::MakeRow(                                                                                  \
-      key_, ::xfer::OptionKind::kList, doc_,                                                                 \
-      [](::xfer::EngineOptions& o, std::string_view t) {                                                     \
-        o.field = ::xfer::SplitList(t);                                                                      \
-        return ::xfer::Status::Ok();                                                                         \
-      },                                                                                                     \
+#define XFER_OPTION_LIST(key_, field, doc_)              \
+  ::xfer::options::MakeRow(                              \
+      key_, ::xfer::OptionKind::kList, doc_,             \
+      [](::xfer::EngineOptions& o, std::string_view t) { \
+        o.field = ::xfer::SplitList(t);                  \
+        return ::xfer::Status::Ok();                     \
+      },                                                 \
       [](const ::xfer::EngineOptions& o) { return ::xfer::options::JoinList(o.field); })
 // An enum field; parse and name: its text functions (ParseStaging, StagingName); choices: the
 // names, ", "-separated.
-#define XFER_OPTION_CHOICE(key_, field, parse, name, choices_, doc_)                                         \
-  ::xfer::options::WithChoices(                                                                              \
-      ::xfer::options::MakeRow(                                                                              \
-          key_, ::xfer::OptionKind::kChoice, doc_,                                                           \
-          [](::xfer::EngineOptions& o, std::string_view t) {                                                 \
-            return ::xfer::options::SetChoice(&o.field, t, key_, choices_, parse);                           \
-          },                                                                                                 \
-          [](const ::xfer::EngineOptions& o) { return std::string(name(o.field)); }),                       \
+#define XFER_OPTION_CHOICE(key_, field, parse, name, choices_, doc_)                  \
+  ::xfer::options::WithChoices(                                                       \
+      ::xfer::options::MakeRow(                                                       \
+          key_, ::xfer::OptionKind::kChoice, doc_,                                    \
+          [](::xfer::EngineOptions& o, std::string_view t) {                          \
+            return ::xfer::options::SetChoice(&o.field, t, key_, choices_, parse);    \
+          },                                                                          \
+          [](const ::xfer::EngineOptions& o) { return std::string(name(o.field)); }), \
       choices_)

@@ -69,11 +69,16 @@ Place PlaceOf(const std::string& sysfs, const fs::path& link) {
 
 const char* DistanceName(Distance d) {
   switch (d) {
-    case Distance::kBridge: return "PXB";
-    case Distance::kHostBridge: return "PHB";
-    case Distance::kNumaNode: return "NODE";
-    case Distance::kSystem: return "SYS";
-    case Distance::kUnknown: break;
+    case Distance::kBridge:
+      return "PXB";
+    case Distance::kHostBridge:
+      return "PHB";
+    case Distance::kNumaNode:
+      return "NODE";
+    case Distance::kSystem:
+      return "SYS";
+    case Distance::kUnknown:
+      break;
   }
   return "unknown";
 }
@@ -92,7 +97,8 @@ std::string NormalizeBusId(const std::string& bus_id) {
                                    colon2 - (colon1 == std::string::npos ? 0 : colon1 + 1));
   const std::string dev = s.substr(colon2 + 1, dot - colon2 - 1), fn = s.substr(dot + 1);
   while (domain.size() > 4 && domain[0] == '0') domain.erase(0, 1);
-  if (domain.size() < 4 || domain.size() > 8 || bus.size() != 2 || dev.size() != 2 || fn.size() != 1) return {};
+  if (domain.size() < 4 || domain.size() > 8 || bus.size() != 2 || dev.size() != 2 || fn.size() != 1)
+    return {};
   if (!AllHex(domain) || !AllHex(bus) || !AllHex(dev) || fn[0] < '0' || fn[0] > '7') return {};
   return domain + ":" + bus + ":" + dev + "." + fn;
 }

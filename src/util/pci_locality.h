@@ -10,11 +10,11 @@ namespace xfer::pci {
 
 // From nearest to farthest (the names NCCL and nvidia-smi topo use for the same classes).
 enum class Distance {
-  kBridge,       // PXB: both below one PCIe bridge or switch under the host bridge (or the same device)
-  kHostBridge,   // PHB: under the same host bridge (root complex), no bridge in common below it
-  kNumaNode,     // NODE: under different host bridges of one NUMA node
-  kSystem,       // SYS: in different NUMA nodes
-  kUnknown,      // either is not a PCI device here (a virtual NIC, a bus id not on this host)
+  kBridge,      // PXB: both below one PCIe bridge or switch under the host bridge (or the same device)
+  kHostBridge,  // PHB: under the same host bridge (root complex), no bridge in common below it
+  kNumaNode,    // NODE: under different host bridges of one NUMA node
+  kSystem,      // SYS: in different NUMA nodes
+  kUnknown,     // either is not a PCI device here (a virtual NIC, a bus id not on this host)
 };
 const char* DistanceName(Distance d);
 

@@ -127,7 +127,8 @@ Status InodeHere(const End& src, const End& dst, uint32_t* inode, uint32_t* uid)
   if (m->idiag_state == TCP_LISTEN || !EndOf(m->idiag_family, m->id.idiag_src, m->id.idiag_sport, &got_src) ||
       !EndOf(m->idiag_family, m->id.idiag_dst, m->id.idiag_dport, &got_dst) || !(got_src == src) ||
       !(got_dst == dst)) {
-    return {StatusCode::kUnsupported, "no connected socket at the other end of the connection in this network namespace"};
+    return {StatusCode::kUnsupported,
+            "no connected socket at the other end of the connection in this network namespace"};
   }
   *uid = m->idiag_uid;
   *inode = m->idiag_inode;
@@ -174,8 +175,8 @@ Status InodeInNamespaceOf(int32_t pid, const End& src, const End& dst, uint32_t*
       End l, r;
       // "sl: local remote st tx:rx tr:when retrnsmt uid timeout inode ..."
       if (std::sscanf(line, " %*s %63s %63s %*s %*s %*s %*s %lu %*s %lu", local, remote, &owner, &ino) == 4 &&
-          ParseEnd(local, table[3] == '6', &l) && ParseEnd(remote, table[3] == '6', &r) &&
-          l == src && r == dst && ino != 0) {
+          ParseEnd(local, table[3] == '6', &l) && ParseEnd(remote, table[3] == '6', &r) && l == src &&
+          r == dst && ino != 0) {
         *inode = static_cast<uint32_t>(ino);
         *uid = static_cast<uint32_t>(owner);
         found = true;
@@ -184,9 +185,8 @@ Status InodeInNamespaceOf(int32_t pid, const End& src, const End& dst, uint32_t*
     std::fclose(f);
     if (found) return Status::Ok();
   }
-  return {StatusCode::kRemoteAccessDenied,
-          "no socket at the other end of the connection in pid " + std::to_string(pid) +
-              "'s network namespace"};
+  return {StatusCode::kRemoteAccessDenied, "no socket at the other end of the connection in pid " +
+                                               std::to_string(pid) + "'s network namespace"};
 }
 
 // The inode and owner of the socket at the other end of our connected TCP socket fd: its
@@ -215,9 +215,9 @@ Status Holds(int32_t pid, uint32_t inode, uint32_t uid) {
     return {StatusCode::kUnsupported, Errno(("stat /proc/" + std::to_string(pid)).c_str())};
   }
   if (st.st_uid != uid) {
-    return {StatusCode::kRemoteAccessDenied, "pid " + std::to_string(pid) + " runs as user " +
-                                                 std::to_string(st.st_uid) + ", the connection's socket is user " +
-                                                 std::to_string(uid) + "'s"};
+    return {StatusCode::kRemoteAccessDenied,
+            "pid " + std::to_string(pid) + " runs as user " + std::to_string(st.st_uid) +
+                ", the connection's socket is user " + std::to_string(uid) + "'s"};
   }
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return {StatusCode::kUnsupported, Errno(("opendir " + dir).c_str())};
@@ -246,7 +246,8 @@ bool Exited(int pidfd) {
 Status VerifyConnectionOwner(int fd, int32_t pid, net::Fd* pidfd) {
   if (pid <= 0) return {StatusCode::kRemoteAccessDenied, "pid " + std::to_string(pid) + " is no process"};
   net::Fd p(PidfdOpen(pid));
-  if (!p.valid()) return {StatusCode::kUnsupported, "pid " + std::to_string(pid) + ": " + Errno("pidfd_open")};
+  if (!p.valid())
+    return {StatusCode::kUnsupported, "pid " + std::to_string(pid) + ": " + Errno("pidfd_open")};
   uint32_t inode = 0, uid = 0;
   Status s = OtherEndInode(fd, pid, &inode, &uid);
   if (s.ok()) s = Holds(pid, inode, uid);

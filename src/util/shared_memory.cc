@@ -1,9 +1,9 @@
 #include "util/shared_memory.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <linux/memfd.h>
 #include <sys/mman.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -30,8 +30,8 @@ constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
 // One attempt at a memfd of len bytes, mapped shared and sealed (against writes through
 // any other mapping or descriptor too, when peers_write is false); false with *why on failure.
-bool MakeMapped(const std::string& name, uint64_t len, bool huge, bool peers_write, int* fd,
-                void** base, uint64_t* mapped, std::string* why) {
+bool MakeMapped(const std::string& name, uint64_t len, bool huge, bool peers_write, int* fd, void** base,
+                uint64_t* mapped, std::string* why) {
   const unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0u);
   int f = ::memfd_create(name.c_str(), flags);
   if (f < 0) {
@@ -162,8 +162,8 @@ Status PeerMapper::MapSegment(int32_t remote_fd, const std::string& name, uint64
   struct statfs fs {};
   Status s;
   if (n <= 0 || std::strncmp(link, want.c_str(), want.size()) != 0) {
-    s = {StatusCode::kRemoteAccessDenied, who + ": descriptor " + std::to_string(remote_fd) +
-                                              " is not that segment (found '" + link + "')"};
+    s = {StatusCode::kRemoteAccessDenied,
+         who + ": descriptor " + std::to_string(remote_fd) + " is not that segment (found '" + link + "')"};
   } else if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < len) {
     s = {StatusCode::kRemoteAccessDenied, who + ": segment is smaller than the region"};
   } else if ((::fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) == 0) {

@@ -55,7 +55,9 @@ class TwoNics : public TwoHostsTwoNics {
     b.heartbeat_timeout_ms = 20000;
     StartPeers(PeerIn(ns_a_, ip_a_[0], "host-a", Args(dev_a_[0] + "," + ip_a_[1])), b);
   }
-  static std::vector<std::string> Args(const std::string& nics) { return {"--transport", "tcp", "--tcp-nics", nics}; }
+  static std::vector<std::string> Args(const std::string& nics) {
+    return {"--transport", "tcp", "--tcp-nics", nics};
+  }
 };
 
 // A 64 MiB WRITE and READ: the data verifies, and each NIC carried a fair part of it by the
@@ -99,7 +101,8 @@ TEST_F(TwoNics, TheSplitFollowsTheNicsRates) {
   constexpr uint64_t kLen = 64 << 20;
   for (int nic = 0; nic < 2; ++nic) {
     const std::string rate = nic == 0 ? "600mbit" : "200mbit";
-    for (const auto& [ns, dev] : {std::pair{ns_a_, dev_a_[size_t(nic)]}, std::pair{ns_b_, dev_b_[size_t(nic)]}}) {
+    for (const auto& [ns, dev] :
+         {std::pair{ns_a_, dev_a_[size_t(nic)]}, std::pair{ns_b_, dev_b_[size_t(nic)]}}) {
       if (!Shell("ip netns exec " + ns + " tc qdisc replace dev " + dev + " root tbf rate " + rate +
                  " burst 256kb latency 200ms")) {
         GTEST_SKIP() << "tc cannot set a tbf qdisc here";
@@ -122,7 +125,8 @@ TEST_F(TwoNics, TheSplitFollowsTheNicsRates) {
     EXPECT_EQ(uint64_t(slow + fast), kLen) << after.line;
     const double share = slow / (slow + fast);
     EXPECT_GT(share, 0.12) << "the slow NIC carried " << slow << " bytes of " << kLen;
-    EXPECT_LT(share, 0.38) << "the slow NIC (a third of the other's rate) carried " << slow << " bytes of " << kLen;
+    EXPECT_LT(share, 0.38) << "the slow NIC (a third of the other's rate) carried " << slow << " bytes of "
+                           << kLen;
   }
 }
 
@@ -145,8 +149,9 @@ TEST_F(TwoNics, ARequestSurvivesTheLossOfOneNic) {
     // NIC 1 slow (tbf), so that frames wait in its queues when it goes down.
     ASSERT_TRUE(Shell("ip netns exec " + ns_a_ + " tc qdisc replace dev " + dev_a_[1] +
                       " root tbf rate 400mbit burst 256kb latency 500ms"));
-    Reply req = a_.Call("axfer " + op + " " + b_.name() + " 60000 " + std::to_string(local) + " " +
-                        std::to_string(region.addr) + " " + std::to_string(kLen) + " " + std::to_string(kCount));
+    Reply req =
+        a_.Call("axfer " + op + " " + b_.name() + " 60000 " + std::to_string(local) + " " +
+                std::to_string(region.addr) + " " + std::to_string(kLen) + " " + std::to_string(kCount));
     ASSERT_TRUE(req.ok) << req.line;
     std::this_thread::sleep_for(50ms);
     ASSERT_TRUE(Shell("ip -n " + ns_a_ + " link set " + dev_a_[1] + " down"));
@@ -162,14 +167,18 @@ TEST_F(TwoNics, ARequestSurvivesTheLossOfOneNic) {
     ASSERT_TRUE(w.ok) << w.line;
     ASSERT_TRUE(Shell("ip -n " + ns_a_ + " link set " + dev_a_[1] + " up"));
     std::this_thread::sleep_for(7s);
-    EXPECT_EQ(b_.SumRange(region.addr, kLen), a_.SumRange(local, kLen)) << "a frame of the lost path landed late";
+    EXPECT_EQ(b_.SumRange(region.addr, kLen), a_.SumRange(local, kLen))
+        << "a frame of the lost path landed late";
     // Back: within its back-off (5 s at most), batches go over it again.
     Reply p0 = a_.Call("nic_pairs " + b_.name());
-    ASSERT_TRUE(PollUntil([&] {
-      Reply again = a_.Xfer("write", b_.name(), 30000, local, region.addr, 8 << 20);
-      Reply p = a_.Call("nic_pairs " + b_.name());
-      return again.ok && p.u64(2) > p0.u64(2);
-    }, 15s)) << "the NIC carried nothing after it came back";
+    ASSERT_TRUE(PollUntil(
+        [&] {
+          Reply again = a_.Xfer("write", b_.name(), 30000, local, region.addr, 8 << 20);
+          Reply p = a_.Call("nic_pairs " + b_.name());
+          return again.ok && p.u64(2) > p0.u64(2);
+        },
+        15s))
+        << "the NIC carried nothing after it came back";
   }
 }
 
@@ -220,7 +229,8 @@ TEST_F(TwoNicsUcx, UcxNetDevicesChoosesTheNic) {
     ASSERT_TRUE(x.ok) << x.line;
     EXPECT_EQ(b_.SumRange(region.addr, kLen), a_.SumRange(local, kLen));
     const uint64_t moved0 = Bytes(counter, 0) - nic0, moved1 = Bytes(counter, 1) - nic1;
-    EXPECT_GE(moved1, kLen) << "the NIC UCX_NET_DEVICES names moved " << moved1 << " bytes, the other " << moved0;
+    EXPECT_GE(moved1, kLen) << "the NIC UCX_NET_DEVICES names moved " << moved1 << " bytes, the other "
+                            << moved0;
     EXPECT_LT(moved0, kLen / 10) << "the NIC UCX_NET_DEVICES leaves out moved " << moved0 << " bytes";
   }
 }

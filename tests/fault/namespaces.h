@@ -30,7 +30,8 @@ class TwoNamespaces : public ::testing::Test {
     ns_a_ = "xfer-a-" + id;
     ns_b_ = "xfer-b-" + id;
     std::vector<std::string> cmds = {"ip netns add " + ns_a_, "ip netns add " + ns_b_,
-                                     "ip -n " + ns_a_ + " link set lo up", "ip -n " + ns_b_ + " link set lo up"};
+                                     "ip -n " + ns_a_ + " link set lo up",
+                                     "ip -n " + ns_b_ + " link set lo up"};
     built_ = true;
     for (int n = 0; n < links; ++n) {
       const std::string a = "xa" + std::to_string(n) + "-" + id, b = "xb" + std::to_string(n) + "-" + id;
@@ -42,8 +43,8 @@ class TwoNamespaces : public ::testing::Test {
       for (const std::string& c :
            {"ip link add " + a + " type veth peer name " + b, "ip link set " + a + " netns " + ns_a_,
             "ip link set " + b + " netns " + ns_b_, "ip -n " + ns_a_ + " addr add " + net + "1/30 dev " + a,
-            "ip -n " + ns_b_ + " addr add " + net + "2/30 dev " + b, "ip -n " + ns_a_ + " link set " + a + " up",
-            "ip -n " + ns_b_ + " link set " + b + " up"}) {
+            "ip -n " + ns_b_ + " addr add " + net + "2/30 dev " + b,
+            "ip -n " + ns_a_ + " link set " + a + " up", "ip -n " + ns_b_ + " link set " + b + " up"}) {
         cmds.push_back(c);
       }
     }

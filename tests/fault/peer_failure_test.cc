@@ -110,8 +110,7 @@ class FaultPeerFailure : public PeerFixture {
 
 // kill -9 of the target while a 2 GiB request runs; the request fails with kConnectionLost
 // within the heartbeat timeout, and a restarted target at the same name works.
-class FaultKillDuringTransfer : public FaultPeerFailure,
-                                public ::testing::WithParamInterface<Op> {};
+class FaultKillDuringTransfer : public FaultPeerFailure, public ::testing::WithParamInterface<Op> {};
 
 TEST_P(FaultKillDuringTransfer, RequestFailsConnectionLostThenRestartWorks) {
   const Op op = GetParam();
@@ -148,8 +147,7 @@ TEST_P(FaultKillDuringTransfer, RequestFailsConnectionLostThenRestartWorks) {
                         std::chrono::milliseconds(static_cast<int>(kDetectSeconds * 1000))))
       << "session to a dead peer still listed";
   const xfer::Status after = engine_.TransferSync(name, op, {{local.addr(), r.addr, 64}}, 5s);
-  EXPECT_TRUE(after.code() == StatusCode::kNotConnected ||
-              after.code() == StatusCode::kConnectionLost)
+  EXPECT_TRUE(after.code() == StatusCode::kNotConnected || after.code() == StatusCode::kConnectionLost)
       << after.ToString();
 
   ExpectNewIncarnationWorks(name, old);
@@ -157,8 +155,7 @@ TEST_P(FaultKillDuringTransfer, RequestFailsConnectionLostThenRestartWorks) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, FaultKillDuringTransfer, ::testing::Values(Op::kWrite, Op::kRead),
                          [](const ::testing::TestParamInfo<Op>& i) {
-                           return i.param == Op::kWrite ? std::string("Write")
-                                                        : std::string("Read");
+                           return i.param == Op::kWrite ? std::string("Write") : std::string("Read");
                          });
 
 TEST_F(FaultPeerFailure, ManyOutstandingRequestsAllEndAfterKill) {
@@ -250,21 +247,17 @@ TEST_F(FaultPeerFailure, HungPeerIsDetectedByHeartbeat) {
   if (issued.ok()) {
     const Outcome o = WaitFor(engine_, req, 10s);
     ASSERT_NE(o.status.state, RequestState::kWaiting) << "request to a hung peer never ended";
-    EXPECT_TRUE(o.status.state == RequestState::kCompleted ||
-                o.wait.code() == StatusCode::kConnectionLost)
+    EXPECT_TRUE(o.status.state == RequestState::kCompleted || o.wait.code() == StatusCode::kConnectionLost)
         << o.wait.ToString();
   }
 
-  ASSERT_TRUE(PollUntil([&] { return !Connected(name); }, 8s))
-      << "a SIGSTOPped peer was never declared dead";
+  ASSERT_TRUE(PollUntil([&] { return !Connected(name); }, 8s)) << "a SIGSTOPped peer was never declared dead";
   const double took = SecondsSince(stopped_at);
   EXPECT_LT(took, kDetectSeconds) << "hung peer detected after " << took << " s";
   // (Not 1 s: its last heartbeat may have left late, if its control thread was starved.)
-  EXPECT_GT(took, 0.2) << "declared dead after " << took
-                       << " s, well before the 1 s heartbeat timeout";
+  EXPECT_GT(took, 0.2) << "declared dead after " << took << " s, well before the 1 s heartbeat timeout";
   const xfer::Status after = engine_.TransferSync(name, Op::kWrite, {{src.addr(), r.addr, 64}}, 5s);
-  EXPECT_TRUE(after.code() == StatusCode::kNotConnected ||
-              after.code() == StatusCode::kConnectionLost)
+  EXPECT_TRUE(after.code() == StatusCode::kNotConnected || after.code() == StatusCode::kConnectionLost)
       << after.ToString();
 
   // Thawed, the same process (same incarnation) can be connected to again.
@@ -303,8 +296,8 @@ TEST_F(FaultPeerFailure, InitiatorKilledWhileWritingIntoUs) {
   XT_ASSERT_OK(engine_.RegisterMem(mine.data(), kLen, xfer::MemType::kHost, &h, "ours"));
   const uint64_t pbuf = peer_.Buf(kLen);
   ASSERT_NE(pbuf, 0u);
-  Reply a = peer_.Call("axfer write " + engine_.LocalName() + " 60000 " + std::to_string(pbuf) +
-                       " " + std::to_string(mine.addr()) + " " + std::to_string(kLen) + " 32");
+  Reply a = peer_.Call("axfer write " + engine_.LocalName() + " 60000 " + std::to_string(pbuf) + " " +
+                       std::to_string(mine.addr()) + " " + std::to_string(kLen) + " 32");
   ASSERT_TRUE(a.ok) << a.line;
   std::this_thread::sleep_for(5ms);
   const std::string peer_name = peer_.name();
@@ -397,8 +390,8 @@ TEST_F(FaultPeerFailure, AutoConnectReachesRestartedPeer) {
     EXPECT_TRUE(s.code() == StatusCode::kConnectionLost || s.code() == StatusCode::kNotConnected ||
                 s.code() == StatusCode::kRemoteAccessDenied)
         << s.ToString();
-    ASSERT_LT(SecondsSince(t0), kDetectSeconds) << "auto-connect never reached the new peer: "
-                                                << s.ToString();
+    ASSERT_LT(SecondsSince(t0), kDetectSeconds)
+        << "auto-connect never reached the new peer: " << s.ToString();
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(fresh.Sum(r), src.Hash());
@@ -431,8 +424,8 @@ TEST_F(FaultPeerFailure, TargetFinalizeStopsInitiatorWrites) {
     xfer::RequestHandle req = 0;
     XT_ASSERT_OK(engine_.TransferAsync(target.name(), Op::kWrite, d, 60s, &req));
     std::this_thread::sleep_for(std::chrono::milliseconds(2 + round));
-    const Reply fin = target.Call("finalize " + std::to_string(r.addr) + " " +
-                                  std::to_string(kRegion) + " 22", 20s);
+    const Reply fin =
+        target.Call("finalize " + std::to_string(r.addr) + " " + std::to_string(kRegion) + " 22", 20s);
     ASSERT_TRUE(fin.ok) << fin.line;
     const Outcome o = WaitFor(engine_, req, 10s);
     ASSERT_NE(o.status.state, RequestState::kWaiting);

@@ -28,8 +28,10 @@ bool Sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").
 
 TEST(FaultProcessCheck, AListenerOnTheSourcePortIsNotTheConnection) {
   if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
-  const std::string id = std::to_string(getpid()), ns = "xfer-pc-" + id, here = "xpa" + id, there = "xpb" + id;
-  const std::string net = "10.232." + std::to_string(getpid() % 250) + ".", ip_here = net + "1", ip_there = net + "2";
+  const std::string id = std::to_string(getpid()), ns = "xfer-pc-" + id, here = "xpa" + id,
+                    there = "xpb" + id;
+  const std::string net = "10.232." + std::to_string(getpid() % 250) + ".", ip_here = net + "1",
+                    ip_there = net + "2";
   const std::string setup[] = {
       "ip netns add " + ns,
       "ip link add " + here + " type veth peer name " + there,
@@ -78,14 +80,15 @@ TEST(FaultProcessCheck, AListenerOnTheSourcePortIsNotTheConnection) {
   const bool came = poll(&p, 1, 10000) == 1;
   net::Fd conn(came ? accept4(arrival.get(), nullptr, nullptr, SOCK_CLOEXEC) : -1);
   net::Fd pidfd;
-  const xfer::Status ours = conn.valid() ? xfer::host::VerifyConnectionOwner(conn.get(), getpid(), &pidfd)
-                                         : xfer::Status::Ok();
-  const xfer::Status theirs = conn.valid() ? xfer::host::VerifyConnectionOwner(conn.get(), child, &pidfd)
-                                           : xfer::Status::Ok();
+  const xfer::Status ours =
+      conn.valid() ? xfer::host::VerifyConnectionOwner(conn.get(), getpid(), &pidfd) : xfer::Status::Ok();
+  const xfer::Status theirs =
+      conn.valid() ? xfer::host::VerifyConnectionOwner(conn.get(), child, &pidfd) : xfer::Status::Ok();
   kill(child, SIGKILL);
   int status = 0;
   waitpid(child, &status, 0);
-  ASSERT_TRUE(conn.valid()) << "the connection from the other namespace never came (child status " << status << ")";
+  ASSERT_TRUE(conn.valid()) << "the connection from the other namespace never came (child status " << status
+                            << ")";
   EXPECT_FALSE(ours.ok()) << "this process was taken for the other end because it listens on the source port";
   // The child, in a namespace of this host without address translation, is found there.
   EXPECT_TRUE(theirs.ok()) << theirs.ToString();

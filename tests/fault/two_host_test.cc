@@ -32,8 +32,7 @@ class FaultTwoHosts : public TwoNamespaces {
   virtual std::vector<std::string> PeerArgs() { return {"--transport", "tcp"}; }
 
   // a_ WRITEs each size into a region of b_, then READs it back; both sides compared.
-  void MoveSizesBothWays(std::initializer_list<uint64_t> sizes, PeerRegion* region,
-                         uint64_t* local) {
+  void MoveSizesBothWays(std::initializer_list<uint64_t> sizes, PeerRegion* region, uint64_t* local) {
     const uint64_t max = std::max(sizes);
     *region = b_.Alloc(max, "landing");
     *local = a_.Buf(max);

@@ -113,8 +113,8 @@ void SendAndDrain(int fd, const uint8_t* data, size_t size) {
 
 void CheckStillServing() {
   World& w = *world;
-  const xfer::TransferDesc d{reinterpret_cast<uint64_t>(w.src.data()), reinterpret_cast<uint64_t>(w.region.data()),
-                             w.src.size()};
+  const xfer::TransferDesc d{reinterpret_cast<uint64_t>(w.src.data()),
+                             reinterpret_cast<uint64_t>(w.region.data()), w.src.size()};
   if (xfer::Status s = w.legit.TransferSync(w.target.LocalName(), xfer::Op::kWrite, {d}, 10s); !s.ok()) {
     Fail("the engine stopped serving a legitimate peer", s);
   }
@@ -138,7 +138,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   o.transport = "tcp";  // (the legitimate peer moves bytes over the data port the inputs reach)
   xfer::MemHandle h = 0;
   if (xfer::Status s = world->target.Initialize("127.0.0.1:0", o); !s.ok()) Fail("Initialize", s);
-  if (xfer::Status s = world->target.RegisterMem(world->region.data(), world->region.size(), xfer::MemType::kHost, &h);
+  if (xfer::Status s =
+          world->target.RegisterMem(world->region.data(), world->region.size(), xfer::MemType::kHost, &h);
       !s.ok()) {
     Fail("RegisterMem", s);
   }
@@ -149,7 +150,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   }
   if (xfer::Status s = world->legit.Initialize("127.0.0.1:0", o); !s.ok()) Fail("Initialize", s);
   if (xfer::Status s = world->legit.Connect(world->target.LocalName(), 10s); !s.ok()) Fail("Connect", s);
-  if (xfer::Status s = net::ParseAddress(world->target.LocalName(), &world->control); !s.ok()) Fail("address", s);
+  if (xfer::Status s = net::ParseAddress(world->target.LocalName(), &world->control); !s.ok())
+    Fail("address", s);
   return 0;
 }
 

@@ -60,10 +60,12 @@ class Attacks : public ::testing::Test {
   void Move() {
     LocalBuffer back(src_.len());
     while (!stop_.load()) {
-      const TransferDesc d{src_.addr(), region_.addr(), src_.len()}, r{back.addr(), region_.addr(), back.len()};
+      const TransferDesc d{src_.addr(), region_.addr(), src_.len()},
+          r{back.addr(), region_.addr(), back.len()};
       xfer::Status s = legit_.TransferSync(target_.LocalName(), Op::kWrite, {d}, 10s);
       if (s.ok()) s = legit_.TransferSync(target_.LocalName(), Op::kRead, {r}, 10s);
-      if (s.ok() && back.Hash() != src_.Hash()) s = {xfer::StatusCode::kDataCorrupted, "READ back other bytes"};
+      if (s.ok() && back.Hash() != src_.Hash())
+        s = {xfer::StatusCode::kDataCorrupted, "READ back other bytes"};
       if (!s.ok()) {
         std::lock_guard l(mu_);
         failures_.push_back(s.ToString());
@@ -247,7 +249,8 @@ TEST_F(Attacks, EachIsRefusedOrSurvivedWhileALegitimatePeerTransfers) {
     wire::Hello theirs;
     auto raw = Insider(HelloOf("127.0.0.1:20", 20), &theirs);
     for (uint64_t i = 1; i <= 100000; ++i) {
-      const wire::WireRegion r{i, xfer::RegionInfo{(1ull << 40) + i * 4096, 4096, xfer::MemType::kHost, -1, "", false}, {}};
+      const wire::WireRegion r{
+          i, xfer::RegionInfo{(1ull << 40) + i * 4096, 4096, xfer::MemType::kHost, -1, "", false}, {}};
       EXPECT_TRUE(raw->s->Send(wire::RegionAdd{r}).ok());
       if (i % 1000 == 0) {
         EXPECT_TRUE(raw->s->FlushUntil(Clock::now() + 10s).ok());

@@ -10,8 +10,8 @@
 
 #include <atomic>
 #include <cstring>
-#include <thread>
 #include <fstream>
+#include <thread>
 
 #include "control/auth.h"
 #include "control/session.h"
@@ -104,7 +104,8 @@ class Relay {
         if ((p[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
         char buf[65536];
         const ssize_t n = read(p[i].fd, buf, sizeof buf);
-        if (n <= 0 || !xfer::net::SendAll(p[1 - i].fd, buf, static_cast<size_t>(n), Clock::now() + 5s).ok()) return;
+        if (n <= 0 || !xfer::net::SendAll(p[1 - i].fd, buf, static_cast<size_t>(n), Clock::now() + 5s).ok())
+          return;
       }
     }
   }
@@ -285,7 +286,7 @@ class SlowAcceptor {
   }
   ~SlowAcceptor() { thread_.join(); }
   const std::string& name() const { return name_; }
-  bool proved() const { return proved_.load(); }  // the engine proved itself to us
+  bool proved() const { return proved_.load(); }        // the engine proved itself to us
   bool got_hello() const { return got_hello_.load(); }  // and sent its hello
   std::vector<std::pair<wire::Message, Clock::time_point>> Frames() {
     thread_.join();

@@ -65,8 +65,8 @@ class IntegrationBadInput : public PeerFixture {
 
 TEST_F(IntegrationBadInput, NullLocalAddress) {
   ExpectRejected({{0, r_.addr, 64}}, StatusCode::kInvalidArgument, "null local");
-  ExpectRejected({{src_->addr(), r_.addr, 64}, {0, r_.addr + 64, 64}},
-                 StatusCode::kInvalidArgument, "valid + null local");
+  ExpectRejected({{src_->addr(), r_.addr, 64}, {0, r_.addr + 64, 64}}, StatusCode::kInvalidArgument,
+                 "valid + null local");
 }
 
 TEST_F(IntegrationBadInput, ZeroLengthDescriptor) {
@@ -77,10 +77,8 @@ TEST_F(IntegrationBadInput, ZeroLengthDescriptor) {
 
 TEST_F(IntegrationBadInput, NullRemoteAddress) {
   for (Op op : {Op::kWrite, Op::kRead}) {
-    const xfer::Status s =
-        engine_.TransferSync(peer_.name(), op, {{src_->addr(), 0, 64}}, 10s);
-    EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument ||
-                s.code() == StatusCode::kRemoteAccessDenied)
+    const xfer::Status s = engine_.TransferSync(peer_.name(), op, {{src_->addr(), 0, 64}}, 10s);
+    EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kRemoteAccessDenied)
         << s.ToString();
   }
   ExpectTargetUnchanged();
@@ -95,8 +93,7 @@ TEST_F(IntegrationBadInput, EmptyDescriptorListDoesNotCrash) {
 TEST_F(IntegrationBadInput, RemoteRangeOutsideAnyRegion) {
   ExpectRejected({{src_->addr(), r_.addr + r_.len - 63, 64}}, StatusCode::kRemoteAccessDenied,
                  "one byte past the end");
-  ExpectRejected({{src_->addr(), r_.addr + r_.len, 1}}, StatusCode::kRemoteAccessDenied,
-                 "just past the end");
+  ExpectRejected({{src_->addr(), r_.addr + r_.len, 1}}, StatusCode::kRemoteAccessDenied, "just past the end");
   ExpectRejected({{src_->addr(), r_.addr - 1, 2}}, StatusCode::kRemoteAccessDenied,
                  "one byte before the start");
   ExpectRejected({{src_->addr(), 4096, 64}}, StatusCode::kRemoteAccessDenied, "unrelated address");
@@ -113,13 +110,11 @@ TEST_F(IntegrationBadInput, RemoteRangeThatWrapsAround) {
   const uint64_t top = std::numeric_limits<uint64_t>::max();
   const std::vector<TransferDesc> d = {{src_->addr(), top - 10, 64}};
   const xfer::Status s = Write(d, 10s);
-  EXPECT_TRUE(s.code() == StatusCode::kRemoteAccessDenied ||
-              s.code() == StatusCode::kInvalidArgument)
+  EXPECT_TRUE(s.code() == StatusCode::kRemoteAccessDenied || s.code() == StatusCode::kInvalidArgument)
       << s.ToString();
   // A length so large that addr+len wraps back into the region.
   const xfer::Status s2 = Write({{src_->addr(), r_.addr + 8, top - 4}}, 10s);
-  EXPECT_TRUE(s2.code() == StatusCode::kRemoteAccessDenied ||
-              s2.code() == StatusCode::kInvalidArgument)
+  EXPECT_TRUE(s2.code() == StatusCode::kRemoteAccessDenied || s2.code() == StatusCode::kInvalidArgument)
       << s2.ToString();
   ExpectTargetUnchanged();
 }
@@ -134,16 +129,13 @@ TEST_F(IntegrationBadInput, RemoteRangeStraddlingTwoAdjacentRegions) {
   peer_.FillRange(base, 2 * kHalf, 7);
   const uint64_t before = peer_.SumRange(base, 2 * kHalf);
 
-  XT_EXPECT_CODE(Write({{src_->addr(), base + kHalf - 32, 64}}, 10s),
-                 StatusCode::kRemoteAccessDenied);
+  XT_EXPECT_CODE(Write({{src_->addr(), base + kHalf - 32, 64}}, 10s), StatusCode::kRemoteAccessDenied);
   XT_EXPECT_CODE(Write({{src_->addr(), base, 2 * kHalf}}, 10s), StatusCode::kRemoteAccessDenied);
-  XT_EXPECT_CODE(Read({{src_->addr(), base + kHalf - 1, 2}}, 10s),
-                 StatusCode::kRemoteAccessDenied);
+  XT_EXPECT_CODE(Read({{src_->addr(), base + kHalf - 1, 2}}, 10s), StatusCode::kRemoteAccessDenied);
   EXPECT_EQ(peer_.SumRange(base, 2 * kHalf), before) << "straddling write changed memory";
 
   // Control: the same bytes as two descriptors, one per region, are fine.
-  XT_EXPECT_OK(Write({{src_->addr(), base + kHalf - 32, 32}, {src_->addr() + 32, base + kHalf, 32}},
-                     10s));
+  XT_EXPECT_OK(Write({{src_->addr(), base + kHalf - 32, 32}, {src_->addr() + 32, base + kHalf, 32}}, 10s));
   EXPECT_EQ(peer_.SumRange(base + kHalf - 32, 64), Hash64(src_->data(), 64));
 }
 
@@ -186,8 +178,7 @@ TEST_F(IntegrationBadInput, RegisteredButUnmappedRemoteMemoryIsNeverReportedDone
   ASSERT_TRUE(peer_.Call("unmap " + std::to_string(hole) + " " + std::to_string(page)).ok);
   for (Op op : {Op::kWrite, Op::kRead}) {
     SCOPED_TRACE(op == Op::kWrite ? "WRITE" : "READ");
-    const xfer::Status one = engine_.TransferSync(peer_.name(), op,
-                                                  {{src_->addr(), holey.addr, kMiB}}, 10s);
+    const xfer::Status one = engine_.TransferSync(peer_.name(), op, {{src_->addr(), holey.addr, kMiB}}, 10s);
     EXPECT_FALSE(one.ok()) << "a transfer across unmapped target memory reported success";
     // Many small descriptors, one of them in the hole.
     std::vector<TransferDesc> d;
@@ -211,9 +202,8 @@ TEST_F(IntegrationBadInput, UnknownPeer) {
   XT_EXPECT_CODE(engine_.TransferSync(nobody, Op::kWrite, {{src_->addr(), r_.addr, 64}}, 5s),
                  StatusCode::kNotConnected);
   xfer::RequestHandle req = 0;
-  XT_EXPECT_CODE(
-      engine_.TransferAsync(nobody, Op::kRead, {{src_->addr(), r_.addr, 64}}, 5s, &req),
-      StatusCode::kNotConnected);
+  XT_EXPECT_CODE(engine_.TransferAsync(nobody, Op::kRead, {{src_->addr(), r_.addr, 64}}, 5s, &req),
+                 StatusCode::kNotConnected);
   xfer::PeerInfo info;
   XT_EXPECT_CODE(engine_.GetPeerInfo(nobody, &info), StatusCode::kNotConnected);
   std::vector<xfer::RegionInfo> regions;
@@ -237,8 +227,7 @@ TEST_F(IntegrationBadInput, ConnectToClosedPortFails) {
   const std::string wrong = "127.0.0.1:" + std::to_string(UnusedPort());
   const auto t0 = Clock::now();
   const xfer::Status s = engine_.Connect(wrong, 3s);
-  EXPECT_TRUE(s.code() == StatusCode::kConnectionLost || s.code() == StatusCode::kTimeout)
-      << s.ToString();
+  EXPECT_TRUE(s.code() == StatusCode::kConnectionLost || s.code() == StatusCode::kTimeout) << s.ToString();
   EXPECT_LT(SecondsSince(t0), 5.0);
   xfer::PeerInfo info;
   XT_EXPECT_CODE(engine_.GetPeerInfo(wrong, &info), StatusCode::kNotConnected);
@@ -269,8 +258,7 @@ TEST_F(IntegrationBadInput, ConnectToUnroutableAddressIsBounded) {
   // TEST-NET-2: nothing answers there. Refused, unreachable or timed out, within the timeout.
   const auto t0 = Clock::now();
   const xfer::Status s = engine_.Connect("198.51.100.1:9", 300ms);
-  EXPECT_TRUE(s.code() == StatusCode::kTimeout || s.code() == StatusCode::kConnectionLost)
-      << s.ToString();
+  EXPECT_TRUE(s.code() == StatusCode::kTimeout || s.code() == StatusCode::kConnectionLost) << s.ToString();
   EXPECT_LT(SecondsSince(t0), 2.0) << "Connect overran its 300 ms timeout";
 }
 
@@ -305,14 +293,13 @@ TEST_F(IntegrationBadInput, DoubleConnect) {
 
 TEST_F(IntegrationBadInput, BadRegistrations) {
   xfer::MemHandle h = 0;
-  XT_EXPECT_CODE(engine_.RegisterMem(nullptr, 4096, xfer::MemType::kHost, &h),
-                 StatusCode::kInvalidArgument);
+  XT_EXPECT_CODE(engine_.RegisterMem(nullptr, 4096, xfer::MemType::kHost, &h), StatusCode::kInvalidArgument);
   XT_EXPECT_CODE(engine_.RegisterMem(src_->data(), 0, xfer::MemType::kHost, &h),
                  StatusCode::kInvalidArgument);
   // Host memory as kCuda: not GPU memory where a GPU is usable, else no GPU memory at all.
-  XT_EXPECT_CODE(engine_.RegisterMem(src_->data(), 4096, xfer::MemType::kCuda, &h),
-                 xfer::transport::cuda::Available(nullptr) ? StatusCode::kInvalidArgument
-                                                           : StatusCode::kUnsupported);
+  XT_EXPECT_CODE(
+      engine_.RegisterMem(src_->data(), 4096, xfer::MemType::kCuda, &h),
+      xfer::transport::cuda::Available(nullptr) ? StatusCode::kInvalidArgument : StatusCode::kUnsupported);
   XT_EXPECT_CODE(engine_.DeregisterMem(0), StatusCode::kInvalidArgument);
   XT_EXPECT_CODE(engine_.DeregisterMem(0x7777777), StatusCode::kInvalidArgument);
   const Reply r = peer_.Call("regions " + engine_.LocalName());

@@ -87,10 +87,13 @@ TEST_F(ClusterTest, EnginesFindEachOtherByNameAndTransfer) {
   const auto me = Entry(decode, "decode-0");
   ASSERT_TRUE(me.has_value());
   EXPECT_EQ(me->address, decode.LocalName());
-  ASSERT_TRUE(PollUntil([&] {
-    auto p = Entry(decode, "prefill-0");
-    return p && p->tags == std::vector<std::string>{"kv"};
-  }, 5s)) << "prefill-0's region tag never appeared";
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        auto p = Entry(decode, "prefill-0");
+        return p && p->tags == std::vector<std::string>{"kv"};
+      },
+      5s))
+      << "prefill-0's region tag never appeared";
   const auto p = Entry(decode, "prefill-0");
   EXPECT_EQ(p->address, prefill.name());
   EXPECT_EQ(p->incarnation, info.incarnation);
@@ -139,13 +142,16 @@ TEST_F(ClusterTest, AKilledEngineLeavesTheListWithinItsLeaseAndItsRestartIsFound
   const PeerRegion r = again.Alloc(4096);
   again.Fill(r, 3);
   std::optional<ClusterPeer> entry;
-  ASSERT_TRUE(PollUntil([&] { return (entry = Entry(decode, "prefill-0")) && entry->incarnation != first; }, 5s));
+  ASSERT_TRUE(
+      PollUntil([&] { return (entry = Entry(decode, "prefill-0")) && entry->incarnation != first; }, 5s));
   EXPECT_EQ(entry->address, again.name());
   // The old session is gone by now or soon; a transfer by name reaches the new engine.
-  ASSERT_TRUE(PollUntil([&] {
-    xfer::Status s = decode.Connect("prefill-0", 5s);
-    return s.ok() || s.code() == StatusCode::kAlreadyConnected;
-  }, 10s));
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        xfer::Status s = decode.Connect("prefill-0", 5s);
+        return s.ok() || s.code() == StatusCode::kAlreadyConnected;
+      },
+      10s));
   LocalBuffer into(4096);
   XT_ASSERT_OK(decode.TransferSync("prefill-0", Op::kRead, {{into.addr(), r.addr, 4096}}, 10s));
   EXPECT_EQ(into.Hash(), again.Sum(r));
@@ -179,13 +185,16 @@ TEST_F(ClusterTest, TransfersGoOnWhileEtcdIsDownAndEnginesPublishAgainWhenItRetu
 
   // etcd comes back having lost everything: both engines publish again.
   ASSERT_TRUE(etcd_.Restart(/*fresh=*/true, &err)) << err;
-  EXPECT_TRUE(PollUntil([&] {
-    std::vector<ClusterPeer> now;
-    if (!decode.ListPeers(&now).ok()) return false;
-    return std::count_if(now.begin(), now.end(), [](const ClusterPeer& p) {
-             return p.name == "decode-0" || p.name == "prefill-0";
-           }) == 2;
-  }, 15s)) << "the engines did not publish again after etcd came back";
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        std::vector<ClusterPeer> now;
+        if (!decode.ListPeers(&now).ok()) return false;
+        return std::count_if(now.begin(), now.end(), [](const ClusterPeer& p) {
+                 return p.name == "decode-0" || p.name == "prefill-0";
+               }) == 2;
+      },
+      15s))
+      << "the engines did not publish again after etcd came back";
   XT_EXPECT_OK(decode.TransferSync("prefill-0", Op::kRead, {{into.addr(), r.addr, r.len}}, 5s));
 }
 
@@ -198,10 +207,12 @@ TEST_F(ClusterTest, ListPeersAnswersFromAWatchThatFollowsEveryChange) {
   ASSERT_TRUE(prefill.Start(PeerNamed("prefill-0"), &err)) << err;
   ASSERT_TRUE(PollUntil([&] { return Entry(decode, "prefill-0").has_value(); }, 5s));
   prefill.Alloc(4096, "kv");  // (its tags change: the watch sees the new entry)
-  ASSERT_TRUE(PollUntil([&] {
-    auto p = Entry(decode, "prefill-0");
-    return p && p->tags == std::vector<std::string>{"kv"};
-  }, 5s));
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        auto p = Entry(decode, "prefill-0");
+        return p && p->tags == std::vector<std::string>{"kv"};
+      },
+      5s));
 
   // etcd hangs: the watch's view still answers, at once; an engine without a watch yet waits
   // for etcd (a second per endpoint) and fails.
@@ -233,7 +244,8 @@ TEST_F(ClusterTest, FreezeReturnsOnceEveryThreadOfEtcdHasStopped) {
 }
 
 TEST_F(ClusterTest, OneEndpointOfTwoDownIsPassedOver) {
-  const std::string url = "etcd://127.0.0.1:" + std::to_string(UnusedPort()) + "," + etcd_.endpoint() + "/test";
+  const std::string url =
+      "etcd://127.0.0.1:" + std::to_string(UnusedPort()) + "," + etcd_.endpoint() + "/test";
   xfer::Engine a, b;
   XT_ASSERT_OK(a.Initialize("127.0.0.1:0", Named("a", url)));
   XT_ASSERT_OK(b.Initialize("127.0.0.1:0", Named("b", url)));
@@ -254,10 +266,12 @@ TEST_F(ClusterTest, StartingWithoutEtcdPublishesOnceItAnswers) {
   XT_ASSERT_OK(early.Initialize("127.0.0.1:0", o));
   std::string err;
   ASSERT_TRUE(etcd_.Restart(/*fresh=*/false, &err)) << err;
-  EXPECT_TRUE(PollUntil([&] {
-    std::vector<ClusterPeer> peers;
-    return early.ListPeers(&peers).ok() && peers.size() == 1 && peers[0].address == early.LocalName();
-  }, 10s));
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        std::vector<ClusterPeer> peers;
+        return early.ListPeers(&peers).ok() && peers.size() == 1 && peers[0].address == early.LocalName();
+      },
+      10s));
 }
 
 TEST_F(ClusterTest, BadNamesUrlsAndOptionsGetClearErrors) {
@@ -267,7 +281,8 @@ TEST_F(ClusterTest, BadNamesUrlsAndOptionsGetClearErrors) {
   EXPECT_EQ(unknown.code(), StatusCode::kNotConnected) << unknown.ToString();
   EXPECT_NE(unknown.message().find("no engine named 'nobody'"), std::string::npos) << unknown.message();
   LocalBuffer buf(64);
-  XT_EXPECT_CODE(e.TransferSync("nobody", Op::kRead, {{buf.addr(), 0x1000, 64}}, 2s), StatusCode::kNotConnected);
+  XT_EXPECT_CODE(e.TransferSync("nobody", Op::kRead, {{buf.addr(), 0x1000, 64}}, 2s),
+                 StatusCode::kNotConnected);
   // Itself, by its own name.
   XT_EXPECT_OK(e.Connect("e", 2s));
   LocalBuffer src(64);

@@ -53,7 +53,7 @@ class ProcessTarget final : public Target {
   }
   std::string name() const override { return peer_.name(); }
   PeerRegion Alloc(uint64_t len, PeerAccess access) override {
-    if (backend_ == "shm") return peer_.ShmAlloc(len, "", false, access);  // AllocMem memory only
+    if (backend_ == "shm") return peer_.ShmAlloc(len, "", false, access);         // AllocMem memory only
     if (backend_ == "cuda") return peer_.DeviceAlloc(len, -1, "", true, access);  // cudaMalloc'd
     return peer_.Alloc(len, "", access);
   }
@@ -219,7 +219,8 @@ TEST_P(Conformance, ReadOnlyRegionsServeReadsAndRefuseWrites) {
   const uint64_t before = target_->Sum(r);
   std::vector<xfer::RegionInfo> regions;
   XT_ASSERT_OK(engine_.GetRemoteRegions(target_->name(), &regions));
-  const auto it = std::find_if(regions.begin(), regions.end(), [&](const auto& i) { return i.addr == r.addr; });
+  const auto it =
+      std::find_if(regions.begin(), regions.end(), [&](const auto& i) { return i.addr == r.addr; });
   ASSERT_NE(it, regions.end());
   EXPECT_EQ(it->access, PeerAccess::kReadOnly);
   LocalBuffer buf(kLen);
@@ -234,8 +235,9 @@ TEST_P(Conformance, ReadOnlyRegionsServeReadsAndRefuseWrites) {
     XT_EXPECT_CODE(s, StatusCode::kRemoteAccessDenied);
     EXPECT_NE(s.message().find("read-only"), std::string::npos) << s.message();
     xfer::RequestHandle req = 0;
-    XT_EXPECT_CODE(engine_.TransferAsync(target_->name(), Op::kWrite, {{buf.addr(), r.addr, size}}, 10s, &req),
-                   StatusCode::kRemoteAccessDenied);
+    XT_EXPECT_CODE(
+        engine_.TransferAsync(target_->name(), Op::kWrite, {{buf.addr(), r.addr, size}}, 10s, &req),
+        StatusCode::kRemoteAccessDenied);
   }
   EXPECT_EQ(target_->Sum(r), before) << "a WRITE landed in a read-only region";
   EXPECT_EQ(buf.Hash(), mine);
@@ -306,10 +308,13 @@ TEST_P(Conformance, TheTargetsDeathEndsEveryRequest) {
   }
   // Detected within the heartbeat timeout (with slack for two shared cores): then nothing
   // more goes to the dead target.
-  ASSERT_TRUE(PollUntil([&] {
-    xfer::PeerInfo info;
-    return !engine_.GetPeerInfo(target_->name(), &info).ok();
-  }, 5s)) << "the dead target was never dropped";
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        xfer::PeerInfo info;
+        return !engine_.GetPeerInfo(target_->name(), &info).ok();
+      },
+      5s))
+      << "the dead target was never dropped";
   EXPECT_LT(SecondsSince(t0), 6.0);
   const xfer::Status after = Move(Op::kWrite, {{src.addr(), r.addr, 4096}}, 5s);
   EXPECT_FALSE(after.ok());
@@ -334,10 +339,13 @@ TEST_P(Conformance, AHungTargetIsDroppedByTheHeartbeat) {
   if (o.status.state != RequestState::kCompleted && o.status.state != RequestState::kWaiting) {
     EXPECT_EQ(o.wait.code(), StatusCode::kConnectionLost) << o.wait.ToString();
   }
-  EXPECT_TRUE(PollUntil([&] {
-    xfer::PeerInfo info;
-    return !engine_.GetPeerInfo(target_->name(), &info).ok();
-  }, 5s)) << "the hung target was never dropped";
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        xfer::PeerInfo info;
+        return !engine_.GetPeerInfo(target_->name(), &info).ok();
+      },
+      5s))
+      << "the hung target was never dropped";
   target->Hang(false);
 }
 
@@ -347,7 +355,8 @@ TEST_P(Conformance, TransfersToItsOwnNameWhateverIsForced) {
   src.Fill(77);
   xfer::MemHandle h = 0;
   XT_ASSERT_OK(engine_.RegisterMem(dst.data(), dst.len(), xfer::MemType::kHost, &h));
-  XT_ASSERT_OK(engine_.TransferSync(engine_.LocalName(), Op::kWrite, {{src.addr(), dst.addr(), dst.len()}}, 10s));
+  XT_ASSERT_OK(
+      engine_.TransferSync(engine_.LocalName(), Op::kWrite, {{src.addr(), dst.addr(), dst.len()}}, 10s));
   EXPECT_EQ(dst.Hash(), src.Hash());
   XT_EXPECT_OK(engine_.DeregisterMem(h));
 }

@@ -15,22 +15,25 @@ std::vector<xfer::Status> AwaitAll(xfer::Engine& e, const std::vector<xfer::Conn
                                    std::chrono::milliseconds timeout = 30s) {
   std::vector<xfer::Status> out(handles.size());
   std::vector<bool> done(handles.size(), false);
-  EXPECT_TRUE(PollUntil([&] {
-    bool all = true;
-    for (size_t i = 0; i < handles.size(); ++i) {
-      if (done[i]) continue;
-      xfer::ConnectStatus st;
-      const xfer::Status s = e.GetConnectStatus(handles[i], &st);
-      EXPECT_TRUE(s.ok()) << s.ToString();
-      if (!s.ok() || st.done) {
-        done[i] = true;
-        out[i] = s.ok() ? st.status : s;
-      } else {
-        all = false;
-      }
-    }
-    return all;
-  }, timeout)) << "a ConnectAsync never ended";
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        bool all = true;
+        for (size_t i = 0; i < handles.size(); ++i) {
+          if (done[i]) continue;
+          xfer::ConnectStatus st;
+          const xfer::Status s = e.GetConnectStatus(handles[i], &st);
+          EXPECT_TRUE(s.ok()) << s.ToString();
+          if (!s.ok() || st.done) {
+            done[i] = true;
+            out[i] = s.ok() ? st.status : s;
+          } else {
+            all = false;
+          }
+        }
+        return all;
+      },
+      timeout))
+      << "a ConnectAsync never ended";
   return out;
 }
 

@@ -21,9 +21,9 @@ using namespace std::chrono_literals;
 namespace cuda = xfer::transport::cuda;
 using xfer::MemType;
 
-#define XT_SKIP_WITHOUT_GPU()                                         \
-  do {                                                                \
-    std::string xt_why_;                                              \
+#define XT_SKIP_WITHOUT_GPU()                                              \
+  do {                                                                     \
+    std::string xt_why_;                                                   \
     if (!cuda::Available(&xt_why_)) GTEST_SKIP() << "no GPU: " << xt_why_; \
   } while (0)
 
@@ -116,7 +116,8 @@ class CudaFixture : public PeerFixture {
     xfer::PeerInfo info;
     const xfer::Status s = engine_.GetPeerInfo(peer_.name(), &info);
     EXPECT_TRUE(s.ok()) << s.ToString();
-    return {info.BytesVia("shm"), info.BytesVia("cuda"), info.BytesVia("staged"), info.BytesVia(info.transport), info.Reaches("cuda")};
+    return {info.BytesVia("shm"), info.BytesVia("cuda"), info.BytesVia("staged"),
+            info.BytesVia(info.transport), info.Reaches("cuda")};
   }
   // The peer's memory: GPU memory from its AllocMem(kCuda), or host memory. On one host the copy
   // engines reach the peer's host memory only when it comes from AllocMem (mapped here, as
@@ -156,8 +157,8 @@ class CudaFixture : public PeerFixture {
     if (r.addr == 0) return 0;
     std::mt19937_64 rng(d.name[0] * 131 + d.name[2]);
     uint64_t moved = 0;
-    for (uint64_t size : std::initializer_list<uint64_t>{1, 8, 4095, 65537, (1 << 20) + 3,
-                                                         16ull << 20, kMax}) {
+    for (uint64_t size :
+         std::initializer_list<uint64_t>{1, 8, 4095, 65537, (1 << 20) + 3, 16ull << 20, kMax}) {
       SCOPED_TRACE(std::string(d.name) + " " + std::to_string(size) + " B");
       const uint64_t lo = rng() % kSlack, ro = rng() % kSlack;
       mine.FillRange(lo, size, size);

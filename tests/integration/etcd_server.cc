@@ -76,13 +76,20 @@ bool EtcdServer::Launch(std::string* error) {
   const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
   const std::string log = dir_ + "/log";
   std::vector<std::string> args = {bin,
-                                   "--name", "xfer-test",
-                                   "--data-dir", dir_ + "/data",
-                                   "--listen-client-urls", client,
-                                   "--advertise-client-urls", client,
-                                   "--listen-peer-urls", peer,
-                                   "--initial-advertise-peer-urls", peer,
-                                   "--initial-cluster", "xfer-test=" + peer};
+                                   "--name",
+                                   "xfer-test",
+                                   "--data-dir",
+                                   dir_ + "/data",
+                                   "--listen-client-urls",
+                                   client,
+                                   "--advertise-client-urls",
+                                   client,
+                                   "--listen-peer-urls",
+                                   peer,
+                                   "--initial-advertise-peer-urls",
+                                   peer,
+                                   "--initial-cluster",
+                                   "xfer-test=" + peer};
   // Everything the child needs is made before the fork: between fork and exec it only calls
   // async-signal-safe functions (this process has threads that may hold allocator locks).
   const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

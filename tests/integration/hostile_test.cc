@@ -3,10 +3,10 @@
 
 #include <atomic>
 #include <cstring>
-#include <thread>
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -18,9 +18,9 @@
 
 #include "control/session.h"
 #include "raw_peer.h"
+#include "test_common.h"
 #include "transport/remote_region.h"
 #include "transport/tcp/tcp_wire.h"
-#include "test_common.h"
 #include "util/host.h"
 #include "util/net.h"
 
@@ -51,7 +51,8 @@ std::vector<net::Fd> Connections(const std::string& host, uint16_t port, int n) 
   for (int i = 0; i < n; ++i) {
     net::Fd fd;
     // (The kernel completes the connect from its backlog, whether the engine accepts or not.)
-    if (net::ConnectTcp(net::Address{host, port, true}, Clock::now() + 2s, &fd).ok()) held.push_back(std::move(fd));
+    if (net::ConnectTcp(net::Address{host, port, true}, Clock::now() + 2s, &fd).ok())
+      held.push_back(std::move(fd));
   }
   return held;
 }
@@ -96,7 +97,8 @@ TEST(Hostile, OutOfDescriptorsAnEnginePausesAcceptingInsteadOfSpinning) {
   const double before = CpuSeconds(peer.pid());
   std::this_thread::sleep_for(1s);
   const double used = CpuSeconds(peer.pid()) - before;
-  EXPECT_LT(used, 0.3) << "the engine used " << used << " s of CPU in 1 s with its descriptors gone: it spins";
+  EXPECT_LT(used, 0.3) << "the engine used " << used
+                       << " s of CPU in 1 s with its descriptors gone: it spins";
 
   control.clear();  // descriptors free again: a legitimate peer is served
   data.clear();
@@ -160,7 +162,8 @@ TEST(Hostile, ABadRegionTableClosesOnlyItsSession) {
     ASSERT_TRUE(std::holds_alternative<wire::Goodbye>(got[0]));
     EXPECT_EQ(std::get<wire::Goodbye>(got[0]).reason.rfind("bad region table", 0), 0u);
   }
-  const auto got = Session(peer.name(), hello({Region(1, 0x1000, 16)}), wire::Message{wire::RegionAdd{Region(1, 0x5000, 16)}});
+  const auto got = Session(peer.name(), hello({Region(1, 0x1000, 16)}),
+                           wire::Message{wire::RegionAdd{Region(1, 0x5000, 16)}});
   ASSERT_FALSE(got.empty());
   EXPECT_TRUE(std::holds_alternative<wire::Hello>(got[0]));  // then it closed, after the duplicate id
   xfer::Engine e;
@@ -445,7 +448,8 @@ TEST(Hostile, AFloodFromOneHostShutsOutNoNewcomerFromAnother) {
   net::Address control;
   ASSERT_TRUE(net::ParseAddress(e.LocalName(), &control).ok());
   net::Fd newcomer = ConnectFrom("127.0.0.2", control.port);
-  if (!newcomer.valid()) GTEST_SKIP() << "cannot bind 127.0.0.2 (a second loopback address): " << std::strerror(errno);
+  if (!newcomer.valid())
+    GTEST_SKIP() << "cannot bind 127.0.0.2 (a second loopback address): " << std::strerror(errno);
   auto session = std::make_shared<xfer::control::Session>(std::move(newcomer), true, e.LocalName());
   std::this_thread::sleep_for(200ms);  // (accepted first: the oldest)
   auto flood = Connections("127.0.0.1", control.port, 300);
@@ -489,7 +493,8 @@ TEST(Hostile, AHundredThousandRegionsAfterConnectAreTakenInStride) {
   const auto t0 = Clock::now();
   constexpr uint64_t kRegions = 100000;
   for (uint64_t i = 1; i <= kRegions; ++i) {
-    ASSERT_TRUE(s->Send(wire::RegionAdd{Region(i, (1ull << 40) + ((i * 7919) % kRegions) * 4096, 4096)}).ok());
+    ASSERT_TRUE(
+        s->Send(wire::RegionAdd{Region(i, (1ull << 40) + ((i * 7919) % kRegions) * 4096, 4096)}).ok());
     if (i % 1000 == 0) {
       ASSERT_TRUE(s->FlushUntil(Clock::now() + 10s).ok());
     }
@@ -528,7 +533,8 @@ TEST(Hostile, APeersRegionsAreCapped) {
   ASSERT_FALSE(closed.empty());
   EXPECT_TRUE(std::holds_alternative<wire::Hello>(closed[0]));
   xfer::PeerInfo info;
-  EXPECT_TRUE(PollUntil([&] { return !e.GetPeerInfo(h.name, &info).ok(); }, 5s)) << "the session was not closed";
+  EXPECT_TRUE(PollUntil([&] { return !e.GetPeerInfo(h.name, &info).ok(); }, 5s))
+      << "the session was not closed";
   xfer::Engine legit;
   XT_ASSERT_OK(legit.Initialize("127.0.0.1"));
   XT_EXPECT_OK(legit.Connect(e.LocalName(), 10s));

@@ -117,8 +117,7 @@ std::vector<BadInput> BadInputs() {
     v.push_back({"http request", std::vector<uint8_t>(http.begin(), http.end()), true});
   }
   v.push_back({"huge length", Header(kMagic, kVersion, kTypeHello, 0xFFFFFFFFu), true});
-  v.push_back({"length just over the cap", Header(kMagic, kVersion, kTypeHello, (64u << 20) + 1),
-               true});
+  v.push_back({"length just over the cap", Header(kMagic, kVersion, kTypeHello, (64u << 20) + 1), true});
   v.push_back({"wrong version", Header(kMagic, 0xFFFF, kTypeHello, 0), true});
   v.push_back({"unknown type", Header(kMagic, kVersion, 0x7777, 0), true});
   v.push_back({"zeros", std::vector<uint8_t>(64, 0), true});

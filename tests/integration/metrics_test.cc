@@ -30,9 +30,9 @@ xfer::MetricsSnapshot Snapshot(xfer::Engine& e) {
 // ---------------------------------------------------------------- counts per backend
 struct Setup {
   std::string name;
-  std::string forced;           // EngineOptions::transport
-  bool shm_region = false;      // the peer's memory from AllocMem (same host: "shm")
-  std::string backend;          // the backend label the bytes must carry
+  std::string forced;       // EngineOptions::transport
+  bool shm_region = false;  // the peer's memory from AllocMem (same host: "shm")
+  std::string backend;      // the backend label the bytes must carry
 };
 void PrintTo(const Setup& s, std::ostream* os) { *os << s.name; }
 
@@ -53,7 +53,8 @@ TEST_P(MetricsOver, CountBytesRequestsAndDurationsOfEveryTransfer) {
   buf.Fill(7);
   for (uint64_t i = 0; i < kWrites; ++i) XT_ASSERT_OK(Write({{buf.addr(), r.addr, kBlock}}));
   std::vector<TransferDesc> batch;
-  for (uint64_t i = 0; i < kBatch; ++i) batch.push_back({buf.addr() + i * kBlock, r.addr + i * kBlock, kBlock});
+  for (uint64_t i = 0; i < kBatch; ++i)
+    batch.push_back({buf.addr() + i * kBlock, r.addr + i * kBlock, kBlock});
   for (uint64_t i = 0; i < kReads; ++i) XT_ASSERT_OK(Read(batch));
 
   const auto m = Snapshot(engine_);
@@ -98,8 +99,7 @@ TEST_P(MetricsOver, CountBytesRequestsAndDurationsOfEveryTransfer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, MetricsOver,
-                         ::testing::Values(Setup{"tcp", "tcp", false, "tcp"},
-                                           Setup{"cma", "", false, "cma"},
+                         ::testing::Values(Setup{"tcp", "tcp", false, "tcp"}, Setup{"cma", "", false, "cma"},
                                            Setup{"shm", "", true, "shm"}),
                          [](const auto& info) { return info.param.name; });
 
@@ -132,11 +132,13 @@ TEST_F(Metrics, FailuresAreCountedByStatus) {
 
   const auto m = Snapshot(engine_);
   EXPECT_EQ(m.Sum("xfer_requests_refused_total", {{"op", "write"}, {"status", "remote_access_denied"}}), 1);
-  EXPECT_EQ(m.Sum("xfer_requests_total", {{"op", "write"}, {"status", "timeout"}, {"peer", peer_.name()}}), 1);
+  EXPECT_EQ(m.Sum("xfer_requests_total", {{"op", "write"}, {"status", "timeout"}, {"peer", peer_.name()}}),
+            1);
   if (o.status.state == RequestState::kCanceled) {
     EXPECT_EQ(m.Sum("xfer_requests_total", {{"op", "read"}, {"status", "canceled"}}), 1);
   }
-  EXPECT_EQ(m.Sum("xfer_requests_total", {{"status", "ok"}}), o.status.state == RequestState::kCompleted ? 1 : 0);
+  EXPECT_EQ(m.Sum("xfer_requests_total", {{"status", "ok"}}),
+            o.status.state == RequestState::kCompleted ? 1 : 0);
   EXPECT_EQ(m.Sum("xfer_requests_in_flight"), 0);
 }
 
@@ -285,10 +287,12 @@ TEST_F(MetricsEndpoint, ScrapesFollowTheBytesDuringAndAfterTransfers) {
   EXPECT_GE(rose, 3) << "the byte counter did not move while bytes did";
   const std::string body = Scrape();
   EXPECT_EQ(Scraped(body, "xfer_transferred_bytes_total"), written.load());
-  EXPECT_EQ(Scraped(body, "xfer_transferred_bytes_total"), Snapshot(engine_).Sum("xfer_transferred_bytes_total"));
+  EXPECT_EQ(Scraped(body, "xfer_transferred_bytes_total"),
+            Snapshot(engine_).Sum("xfer_transferred_bytes_total"));
   EXPECT_NE(body.find("# TYPE xfer_request_duration_seconds histogram"), std::string::npos);
   EXPECT_NE(body.find("xfer_request_duration_seconds_bucket{op=\"write\",backend=\"cma\",le=\"+Inf\"}"),
-            std::string::npos) << body;
+            std::string::npos)
+      << body;
   httplib::Client c(engine_.MetricsAddress());
   auto other = c.Get("/nothing-here");
   ASSERT_TRUE(other);

@@ -84,8 +84,8 @@ class NotificationWatcher {
     char kind = 0;
     long long i = 0, after = 0;
     unsigned long long addr = 0, len = 0, x = 0;
-    const bool ours = std::sscanf(n.message.c_str(), "%c %lld %lld %llu %llu %llu", &kind, &i,
-                                  &after, &addr, &len, &x) == 6;
+    const bool ours = std::sscanf(n.message.c_str(), "%c %lld %lld %llu %llu %llu", &kind, &i, &after, &addr,
+                                  &len, &x) == 6;
     std::string problem;
     if (ours && kind == 'w' && memory_.hash(addr, len) != x) problem = "data missing: " + n.message;
     if (ours && kind == 'r') memory_.fill(addr, len, x);
@@ -109,9 +109,9 @@ class NotificationWatcher {
   xfer::Engine& engine_;
   const MemoryAccess memory_;
   std::mutex mu_;
-  Stats stats_;                          // mu_
+  Stats stats_;                            // mu_
   std::unordered_set<long long> arrived_;  // mu_
-  long long max_index_ = -1;             // mu_
+  long long max_index_ = -1;               // mu_
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -127,8 +127,8 @@ struct StreamResult {
 
 inline StreamResult RunNotifiedStream(xfer::Engine& engine, const std::string& remote, xfer::Op op,
                                       uint64_t local, uint64_t remote_base,
-                                      const std::vector<uint64_t>& sizes, uint64_t count,
-                                      size_t depth, uint64_t seed = 7,
+                                      const std::vector<uint64_t>& sizes, uint64_t count, size_t depth,
+                                      uint64_t seed = 7,
                                       std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   StreamResult res;
   std::vector<uint64_t> offset(count + 1, 0);
@@ -141,7 +141,10 @@ inline StreamResult RunNotifiedStream(xfer::Engine& engine, const std::string& r
     expected.resize(offset[count]);
     FillPattern(expected.data(), expected.size(), seed);
   }
-  struct InFlight { uint64_t i; xfer::RequestHandle h; };
+  struct InFlight {
+    uint64_t i;
+    xfer::RequestHandle h;
+  };
   std::deque<InFlight> flight;  // oldest first
   long long last_done = -1;
   auto finish_oldest = [&] {
@@ -169,8 +172,8 @@ inline StreamResult RunNotifiedStream(xfer::Engine& engine, const std::string& r
     const uint64_t x = op == xfer::Op::kWrite ? Hash64(base + offset[i], len) : seed + 1 + i;
     xfer::TransferOptions o;
     o.notify = std::string(op == xfer::Op::kWrite ? "w " : "r ") + std::to_string(i) + " " +
-               std::to_string(last_done) + " " + std::to_string(raddr) + " " +
-               std::to_string(len) + " " + std::to_string(x);
+               std::to_string(last_done) + " " + std::to_string(raddr) + " " + std::to_string(len) + " " +
+               std::to_string(x);
     xfer::RequestHandle h = 0;
     xfer::Status s = engine.TransferAsync(remote, op, {{local + offset[i], raddr, len}}, timeout, o, &h);
     if (!s.ok()) {

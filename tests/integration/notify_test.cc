@@ -30,11 +30,11 @@ Watched WatchedBy(PeerProcess& peer, uint64_t count) {
 // route (PeerInfo::moved) the bytes must have taken.
 struct Setup {
   std::string name;
-  std::string forced;         // EngineOptions::transport of the initiator
-  bool staged = false;        // staging = always
+  std::string forced;           // EngineOptions::transport of the initiator
+  bool staged = false;          // staging = always
   std::string region = "host";  // "host" (alloc), "shm" (AllocMem), "gpu" (cudaMalloc'd)
-  std::string route;          // where the bytes must show in PeerInfo::moved
-  bool ring = true;           // notifications through a same-host ring (else the session)
+  std::string route;            // where the bytes must show in PeerInfo::moved
+  bool ring = true;             // notifications through a same-host ring (else the session)
 };
 
 void PrintTo(const Setup& s, std::ostream* os) { *os << s.name; }
@@ -164,7 +164,7 @@ class Notifications : public PeerFixture {
   }
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
-    o.transport = "tcp";  // the target's own threads move the data: SIGSTOP holds it
+    o.transport = "tcp";      // the target's own threads move the data: SIGSTOP holds it
     o.notify.ring_bytes = 0;  // over the session: the target's queue and its bounds
     o.heartbeat_timeout = 10s;
     o.streams = 1;
@@ -186,9 +186,11 @@ TEST_F(Notifications, AFullQueueRefusesUntilDrainedAndTheDataStillLands) {
   xfer::RequestStatus st;
   xfer::TransferOptions o;
   o.notify = "ready";
-  XT_EXPECT_CODE(engine_.TransferSync(peer_.name(), Op::kWrite, d, 30s, o, &st), StatusCode::kResourceExhausted);
+  XT_EXPECT_CODE(engine_.TransferSync(peer_.name(), Op::kWrite, d, 30s, o, &st),
+                 StatusCode::kResourceExhausted);
   EXPECT_EQ(st.state, RequestState::kFailed);
-  EXPECT_EQ(st.landed, (std::vector<uint64_t>{0, 1, 2, 3})) << "the data landed; only the notification was refused";
+  EXPECT_EQ(st.landed, (std::vector<uint64_t>{0, 1, 2, 3}))
+      << "the data landed; only the notification was refused";
   EXPECT_EQ(peer_.Sum(r), src.Hash());
   const Reply got = peer_.Call("notifies");
   ASSERT_TRUE(got.ok) << got.line;
@@ -250,7 +252,8 @@ class LongRequest {
   static constexpr uint64_t kBlocks = 256, kB = 256 << 10, kN = 128 * kBlocks;
   explicit LongRequest(PeerProcess& peer) : region(peer.Alloc(kBlocks * kB)), src(kBlocks * kB) {
     src.Fill(11);
-    for (uint64_t k = 0; k < kN; ++k) d.push_back({src.addr() + (k % kBlocks) * kB, region.addr + (k % kBlocks) * kB, kB});
+    for (uint64_t k = 0; k < kN; ++k)
+      d.push_back({src.addr() + (k % kBlocks) * kB, region.addr + (k % kBlocks) * kB, kB});
   }
   static bool Moved(xfer::Engine& e, const std::string& peer, uint64_t bytes, uint64_t* seen) {
     const auto until = Clock::now() + 20s;
@@ -287,7 +290,8 @@ TEST_F(Notifications, AfterADeadlineTheLandedDescriptorsAreThoseThatMoved) {
   for (size_t k = 0; k < landed.size(); ++k) ASSERT_EQ(landed[k], k) << "one link, one stream: in order";
   for (uint64_t b = 0; b < std::min<uint64_t>(landed.size(), LongRequest::kBlocks); ++b) {
     ASSERT_EQ(peer_.SumRange(lr.region.addr + b * LongRequest::kB, LongRequest::kB),
-              Hash64(lr.src.data() + b * LongRequest::kB, LongRequest::kB)) << "block " << b;
+              Hash64(lr.src.data() + b * LongRequest::kB, LongRequest::kB))
+        << "block " << b;
   }
 }
 
@@ -526,12 +530,15 @@ TEST(NotifyTarget, ADeadSendersNotificationsStayAndARestartedOneIsToldApart) {
     ASSERT_TRUE(sender.Start(po, &err)) << err;
     ASSERT_TRUE(sender.Call("connect " + target.LocalName()).ok);
     const uint64_t src = sender.Alloc(64 << 20).addr;
-    ASSERT_TRUE(sender.Call("xfer write " + target.LocalName() + " 30000 " + std::to_string(src) + " " +
-                            std::to_string(mem.addr()) + " 4096 1 before" + std::to_string(life)).ok);
+    ASSERT_TRUE(sender
+                    .Call("xfer write " + target.LocalName() + " 30000 " + std::to_string(src) + " " +
+                          std::to_string(mem.addr()) + " 4096 1 before" + std::to_string(life))
+                    .ok);
     // 4 GiB, then death a moment in: that request's notification must never come.
-    ASSERT_TRUE(sender.Call("axfer write " + target.LocalName() + " 60000 " + std::to_string(src) +
-                            " " + std::to_string(mem.addr()) + " " + std::to_string(64 << 20) +
-                            " 64 cut-short").ok);
+    ASSERT_TRUE(sender
+                    .Call("axfer write " + target.LocalName() + " 60000 " + std::to_string(src) + " " +
+                          std::to_string(mem.addr()) + " " + std::to_string(64 << 20) + " 64 cut-short")
+                    .ok);
     std::this_thread::sleep_for(50ms);
     sender.KillNow();
   }

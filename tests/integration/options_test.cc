@@ -57,21 +57,19 @@ TEST_P(IntegrationOptionsShape, MixedWorkloadLandsExactly) {
 
   LocalBuffer back(r.len);
   xfer::RequestHandle req = 0;
-  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kRead, {{back.addr(), r.addr, r.len}}, 60s,
-                                     &req));
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kRead, {{back.addr(), r.addr, r.len}}, 60s, &req));
   const Outcome o = WaitFor(engine_, req, 60s);
   XT_ASSERT_OK(o.wait);
   EXPECT_EQ(std::memcmp(back.data(), expected.data(), r.len), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, IntegrationOptionsShape,
-    ::testing::Values(Shape{"OneStream", 1, 1 * kMiB, 4 * kMiB, 50},
-                      Shape{"EightStreamsTinySlices", 8, 4096, 16384, 50},
-                      Shape{"OddSlices", 3, 1000, 2500, 0},
-                      Shape{"SliceBiggerThanBatch", 2, 8 * kMiB, 64 * 1024, 50},
-                      Shape{"HugeSlicesNoSpin", 4, 1ull << 30, 1ull << 30, 0}),
-    [](const ::testing::TestParamInfo<Shape>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Shapes, IntegrationOptionsShape,
+                         ::testing::Values(Shape{"OneStream", 1, 1 * kMiB, 4 * kMiB, 50},
+                                           Shape{"EightStreamsTinySlices", 8, 4096, 16384, 50},
+                                           Shape{"OddSlices", 3, 1000, 2500, 0},
+                                           Shape{"SliceBiggerThanBatch", 2, 8 * kMiB, 64 * 1024, 50},
+                                           Shape{"HugeSlicesNoSpin", 4, 1ull << 30, 1ull << 30, 0}),
+                         [](const ::testing::TestParamInfo<Shape>& i) { return std::string(i.param.name); });
 
 TEST(IntegrationOptions, NonsenseValuesAreRefusedAtInitialize) {
   struct Case {
@@ -91,7 +89,10 @@ TEST(IntegrationOptions, NonsenseValuesAreRefusedAtInitialize) {
       {"unknown transport", [](xfer::EngineOptions* o) { o->transport = "carrier-pigeon"; }},
       {"tcp.links 0", [](xfer::EngineOptions* o) { o->tcp.links = 0; }},
       {"tcp.nics unknown", [](xfer::EngineOptions* o) { o->tcp.nics = {"no-such-nic0"}; }},
-      {"tcp.nics twice", [](xfer::EngineOptions* o) { o->tcp.nics = {"lo", "127.0.0.1"}; }},
+      {"tcp.nics twice",
+       [](xfer::EngineOptions* o) {
+         o->tcp.nics = {"lo", "127.0.0.1"};
+       }},
       {"ucx.endpoints 65", [](xfer::EngineOptions* o) { o->ucx.endpoints = 65; }},
       {"ucx.mode 7", [](xfer::EngineOptions* o) { o->ucx.mode = static_cast<xfer::UcxMode>(7); }},
       {"staging 7", [](xfer::EngineOptions* o) { o->staging = static_cast<xfer::Staging>(7); }},
@@ -137,8 +138,7 @@ TEST(IntegrationOptions, DegenerateSizesAreRefusedOrHarmless) {
     xfer::MemHandle h = 0;
     XT_ASSERT_OK(e.RegisterMem(target.data(), target.len(), xfer::MemType::kHost, &h));
     const auto t0 = Clock::now();
-    XT_EXPECT_OK(e.TransferSync(e.LocalName(), Op::kWrite, {{src.addr(), target.addr(), src.len()}},
-                                20s));
+    XT_EXPECT_OK(e.TransferSync(e.LocalName(), Op::kWrite, {{src.addr(), target.addr(), src.len()}}, 20s));
     EXPECT_LT(SecondsSince(t0), 5.0) << "accepted option makes a 4 MiB copy crawl";
     EXPECT_EQ(target.Hash(), src.Hash());
   }

@@ -88,8 +88,7 @@ PeerProcess::~PeerProcess() {
   CloseFds();
 }
 
-bool PeerProcess::Start(const PeerOptions& o, std::string* error,
-                        std::chrono::milliseconds ready_timeout) {
+bool PeerProcess::Start(const PeerOptions& o, std::string* error, std::chrono::milliseconds ready_timeout) {
   IgnoreSigpipeOnce();
   if (pid_ > 0) {
     *error = "already started";
@@ -239,8 +238,7 @@ bool PeerProcess::ReadLine(std::string* line, Clock::time_point deadline) {
 namespace {
 // The last words of alloc, shmalloc and reg: the tag ("-" for none) and "ro" for read-only.
 std::string TagAndAccess(const std::string& tag, xfer::PeerAccess access) {
-  return " " + (tag.empty() ? std::string("-") : tag) +
-         (access == xfer::PeerAccess::kReadOnly ? " ro" : "");
+  return " " + (tag.empty() ? std::string("-") : tag) + (access == xfer::PeerAccess::kReadOnly ? " ro" : "");
 }
 }  // namespace
 
@@ -262,8 +260,8 @@ Reply PeerProcess::Xfer(const char* op, const std::string& to, int timeout_ms, u
 
 PeerRegion PeerProcess::ShmAlloc(uint64_t bytes, const std::string& tag, bool huge_pages,
                                  xfer::PeerAccess access) {
-  Reply r = Call("shmalloc " + std::to_string(bytes) + TagAndAccess(tag, access) +
-                 (huge_pages ? " huge" : ""));
+  Reply r =
+      Call("shmalloc " + std::to_string(bytes) + TagAndAccess(tag, access) + (huge_pages ? " huge" : ""));
   if (!r.ok || r.words.size() < 2) {
     ADD_FAILURE() << "peer shmalloc " << bytes << " failed: " << r.line;
     return {};
@@ -271,8 +269,7 @@ PeerRegion PeerProcess::ShmAlloc(uint64_t bytes, const std::string& tag, bool hu
   return PeerRegion{r.u64(0), r.u64(1), bytes};
 }
 
-PeerRegion PeerProcess::Reg(uint64_t addr, uint64_t len, const std::string& tag,
-                            xfer::PeerAccess access) {
+PeerRegion PeerProcess::Reg(uint64_t addr, uint64_t len, const std::string& tag, xfer::PeerAccess access) {
   Reply r = Call("reg " + std::to_string(addr) + " " + std::to_string(len) + TagAndAccess(tag, access));
   if (!r.ok || r.words.empty()) {
     ADD_FAILURE() << "peer reg " << len << " bytes failed: " << r.line;
@@ -281,8 +278,8 @@ PeerRegion PeerProcess::Reg(uint64_t addr, uint64_t len, const std::string& tag,
   return PeerRegion{r.u64(0), addr, len};
 }
 
-PeerRegion PeerProcess::DeviceAlloc(uint64_t bytes, int device, const std::string& tag,
-                                    bool registered, xfer::PeerAccess access) {
+PeerRegion PeerProcess::DeviceAlloc(uint64_t bytes, int device, const std::string& tag, bool registered,
+                                    xfer::PeerAccess access) {
   Reply r = Call(std::string(registered ? "dreg " : "dalloc ") + std::to_string(bytes) + " " +
                  std::to_string(device) + TagAndAccess(tag, access));
   if (!r.ok || r.words.size() < 2) {
@@ -302,8 +299,7 @@ uint64_t PeerProcess::Buf(uint64_t bytes) {
 }
 
 void PeerProcess::FillRange(uint64_t addr, uint64_t len, uint64_t seed) {
-  Reply r = Call("fillr " + std::to_string(addr) + " " + std::to_string(len) + " " +
-                 std::to_string(seed));
+  Reply r = Call("fillr " + std::to_string(addr) + " " + std::to_string(len) + " " + std::to_string(seed));
   if (!r.ok) ADD_FAILURE() << "peer fillr failed: " << r.line;
 }
 

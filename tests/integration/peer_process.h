@@ -22,7 +22,7 @@ struct PeerOptions {
   int heartbeat_ms = 0;          // 0: the engine's default
   int heartbeat_timeout_ms = 0;  // 0: the engine's default
   std::vector<std::string> extra_args;
-  std::string netns;  // run inside this network namespace (ip netns exec), as another host
+  std::string netns;             // run inside this network namespace (ip netns exec), as another host
   std::vector<std::string> env;  // NAME=VALUE set for the peer alone (e.g. UCX_NET_DEVICES)
 };
 
@@ -33,7 +33,7 @@ struct Reply {
   std::vector<std::string> words;  // words after OK / ERR
   // For ERR replies: the status code name, e.g. "REMOTE_ACCESS_DENIED".
   std::string code() const { return !ok && !words.empty() ? words[0] : std::string(); }
-  uint64_t u64(size_t i) const;    // words[i] as a number (0 if missing)
+  uint64_t u64(size_t i) const;  // words[i] as a number (0 if missing)
 };
 
 // A region the peer allocated and registered.
@@ -51,11 +51,10 @@ class PeerProcess {
   PeerProcess& operator=(const PeerProcess&) = delete;
 
   // Starts the peer and waits for READY. On failure returns false with *error set.
-  bool Start(const PeerOptions& options, std::string* error,
-             std::chrono::milliseconds ready_timeout = 30s);
+  bool Start(const PeerOptions& options, std::string* error, std::chrono::milliseconds ready_timeout = 30s);
 
   const std::string& name() const { return name_; }  // the bound name, e.g. 127.0.0.1:4321
-  int port() const;                                    // the port of name()
+  int port() const;                                  // the port of name()
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0; }
 
@@ -67,8 +66,8 @@ class PeerProcess {
 
   // "xfer <op> <to> <timeout_ms> <local> <remote> <len> [count]": the peer's own TransferSync
   // of count descriptors (1 when 0) of len bytes, to the engine named `to`.
-  Reply Xfer(const char* op, const std::string& to, int timeout_ms, uint64_t local,
-             uint64_t remote, uint64_t len, uint64_t count = 0);
+  Reply Xfer(const char* op, const std::string& to, int timeout_ms, uint64_t local, uint64_t remote,
+             uint64_t len, uint64_t count = 0);
 
   // Convenience wrappers; on an ERR reply they add a gtest failure and return zeros.
   PeerRegion Alloc(uint64_t bytes, const std::string& tag = "",
@@ -84,8 +83,7 @@ class PeerProcess {
   // device), or cudaMalloc + RegisterMem(kCuda) (registered: true). Fill/Sum work on it (the
   // peer copies through host memory).
   PeerRegion DeviceAlloc(uint64_t bytes, int device = -1, const std::string& tag = "",
-                         bool registered = false,
-                         xfer::PeerAccess access = xfer::PeerAccess::kReadWrite);
+                         bool registered = false, xfer::PeerAccess access = xfer::PeerAccess::kReadWrite);
   void Fill(const PeerRegion& r, uint64_t seed) { FillRange(r.addr, r.len, seed); }
   void FillRange(uint64_t addr, uint64_t len, uint64_t seed);
   uint64_t Sum(const PeerRegion& r) { return SumRange(r.addr, r.len); }

@@ -72,14 +72,16 @@ class Prepared : public PeerFixture {
     const std::vector<uint32_t> first(identity.begin(), identity.begin() + n / 2);
     const std::vector<uint32_t> first_to(order.begin(), order.begin() + n / 2);
     XT_ASSERT_OK(Move(Op::kWrite, from, first, there, first_to));
-    for (uint64_t i = n / 2; i < n; ++i) XT_ASSERT_OK(MoveAsync(Op::kWrite, from, {uint32_t(i)}, there, {order[i]}));
+    for (uint64_t i = n / 2; i < n; ++i)
+      XT_ASSERT_OK(MoveAsync(Op::kWrite, from, {uint32_t(i)}, there, {order[i]}));
     for (uint64_t i = 0; i < n; ++i) {
       ASSERT_EQ(peer_.SumRange(r.addr + order[i] * block, block), Hash64(src.data() + i * block, block))
           << "block " << i;
     }
     // Back: remote block order[i] into local block i, one pair per sync request for the first
     // half, the rest in one async request.
-    for (uint64_t i = 0; i < n / 2; ++i) XT_ASSERT_OK(Move(Op::kRead, into, {uint32_t(i)}, there, {order[i]}));
+    for (uint64_t i = 0; i < n / 2; ++i)
+      XT_ASSERT_OK(Move(Op::kRead, into, {uint32_t(i)}, there, {order[i]}));
     const std::vector<uint32_t> rest(identity.begin() + n / 2, identity.end());
     const std::vector<uint32_t> rest_from(order.begin() + n / 2, order.end());
     XT_ASSERT_OK(MoveAsync(Op::kRead, into, rest, there, rest_from));
@@ -174,12 +176,12 @@ TEST_F(Prepared, BadInputIsRefusedAndMovesNothing) {
   auto code = [&](Op op, ListHandle a, std::vector<uint32_t> ai, ListHandle b, std::vector<uint32_t> bi) {
     return Move(op, a, ai, b, bi).code();
   };
-  EXPECT_EQ(code(Op::kWrite, l, {4}, rl, {0}), StatusCode::kInvalidArgument);     // past the end
+  EXPECT_EQ(code(Op::kWrite, l, {4}, rl, {0}), StatusCode::kInvalidArgument);  // past the end
   EXPECT_EQ(code(Op::kWrite, l, {0}, rl, {9}), StatusCode::kInvalidArgument);
   EXPECT_EQ(code(Op::kWrite, l, {0, 1}, rl, {0}), StatusCode::kInvalidArgument);  // sizes differ
   EXPECT_EQ(code(Op::kWrite, l, {}, rl, {}), StatusCode::kInvalidArgument);
-  EXPECT_EQ(code(Op::kWrite, l, {0}, odd, {0}), StatusCode::kInvalidArgument);    // lengths differ
-  EXPECT_EQ(code(Op::kWrite, rl, {0}, l, {0}), StatusCode::kInvalidArgument);     // kinds swapped
+  EXPECT_EQ(code(Op::kWrite, l, {0}, odd, {0}), StatusCode::kInvalidArgument);     // lengths differ
+  EXPECT_EQ(code(Op::kWrite, rl, {0}, l, {0}), StatusCode::kInvalidArgument);      // kinds swapped
   EXPECT_EQ(code(Op::kWrite, l, {0}, 987654, {0}), StatusCode::kInvalidArgument);  // unknown
   EXPECT_EQ(code(Op::kWrite, l, {0}, rol, {0}), StatusCode::kRemoteAccessDenied);  // read-only
   EXPECT_EQ(code(static_cast<Op>(9), l, {0}, rl, {0}), StatusCode::kInvalidArgument);
@@ -188,8 +190,9 @@ TEST_F(Prepared, BadInputIsRefusedAndMovesNothing) {
   EXPECT_EQ(late.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(late.message().find("pair 2"), std::string::npos) << late.ToString();
   xfer::RequestHandle req = 0;
-  XT_EXPECT_CODE(engine_.TransferAsync(Op::kWrite, PreparedDescs{l, std::vector<uint32_t>{0}, rl, {}}, 1s, {}, &req),
-                 StatusCode::kInvalidArgument);
+  XT_EXPECT_CODE(
+      engine_.TransferAsync(Op::kWrite, PreparedDescs{l, std::vector<uint32_t>{0}, rl, {}}, 1s, {}, &req),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(peer_.Sum(r), before);
 
   // A READ into memory this process may only read.
@@ -248,7 +251,8 @@ TEST_F(Prepared, TheSameRequestPostedAgainMovesTheDataOfTheMoment) {
     src.Fill(round);
     XT_ASSERT_OK(Move(Op::kWrite, l, all, there, reversed));
     for (int i : {0, 17, 63}) {
-      EXPECT_EQ(peer_.SumRange(r.addr + (63 - i) * 64, 64), Hash64(src.data() + i * 64, 64)) << round << " " << i;
+      EXPECT_EQ(peer_.SumRange(r.addr + (63 - i) * 64, 64), Hash64(src.data() + i * 64, 64))
+          << round << " " << i;
     }
     std::memset(back.data(), 0, back.len());
     XT_ASSERT_OK(MoveAsync(Op::kRead, into, reversed, back_from, all));  // back: block i into 63 - i
@@ -330,10 +334,14 @@ TEST_F(Prepared, PeerGoneEndsTheList) {
   // A batch may see the death first; once the engine has seen the session end, the list
   // itself is refused, saying what to do.
   xfer::Status s;
-  ASSERT_TRUE(PollUntil([&] {
-    s = Move(Op::kWrite, l, {0}, rl, {0});
-    return s.code() != StatusCode::kConnectionLost || s.message().find("prepare the remote list again") != std::string::npos;
-  }, 10s)) << s.ToString();
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        s = Move(Op::kWrite, l, {0}, rl, {0});
+        return s.code() != StatusCode::kConnectionLost ||
+               s.message().find("prepare the remote list again") != std::string::npos;
+      },
+      10s))
+      << s.ToString();
   EXPECT_EQ(s.code(), StatusCode::kConnectionLost) << s.ToString();
   XT_EXPECT_CODE(MoveAsync(Op::kRead, l, {0}, rl, {0}), StatusCode::kConnectionLost);
 }

@@ -114,8 +114,8 @@ TEST_P(IntegrationRequest, EndStateSaysWhetherTheBytesMoved) {
     peer_.FillRange(region_.addr, kLen, 1000 + round);
     const uint64_t before = peer_.SumRange(region_.addr, kLen);
     xfer::RequestHandle req = 0;
-    XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, {{src.addr(), region_.addr, kLen}},
-                                       10s, &req));
+    XT_ASSERT_OK(
+        engine_.TransferAsync(peer_.name(), Op::kWrite, {{src.addr(), region_.addr, kLen}}, 10s, &req));
     const auto cancel_at = Clock::now() + std::chrono::microseconds(round % 10 * 15);
     while (Clock::now() < cancel_at) {
     }
@@ -156,8 +156,7 @@ TEST_P(IntegrationRequest, CancelAfterCompletionChangesNothing) {
   LocalBuffer s(4096);
   s.Fill(5);
   xfer::RequestHandle req = 0;
-  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, {{s.addr(), region_.addr, 4096}},
-                                     10s, &req));
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, {{s.addr(), region_.addr, 4096}}, 10s, &req));
   // Let it finish without consuming its status: the peer's sum changes when it landed.
   ASSERT_TRUE(PollUntil([&] { return peer_.SumRange(region_.addr, 4096) == s.Hash(); }, 10s));
   std::this_thread::sleep_for(20ms);
@@ -225,8 +224,7 @@ TEST_P(IntegrationRequest, FinalizeWithRequestsOutstanding) {
       EXPECT_TRUE(st.state == RequestState::kCanceled || st.state == RequestState::kCompleted)
           << xfer::RequestStateName(st.state);
     } else {
-      EXPECT_TRUE(s.code() == StatusCode::kNotConnected ||
-                  s.code() == StatusCode::kInvalidArgument)
+      EXPECT_TRUE(s.code() == StatusCode::kNotConnected || s.code() == StatusCode::kInvalidArgument)
           << s.ToString();
     }
   }
@@ -249,7 +247,8 @@ TEST_P(IntegrationRequest, FinalizeWhileOtherThreadsTransferAndConnect) {
     ++calls;
     const auto c = s.code();
     if (c == StatusCode::kOk || c == StatusCode::kCanceled || c == StatusCode::kInvalidArgument ||
-        c == StatusCode::kConnectionLost || c == StatusCode::kNotConnected || c == StatusCode::kAlreadyConnected) {
+        c == StatusCode::kConnectionLost || c == StatusCode::kNotConnected ||
+        c == StatusCode::kAlreadyConnected) {
       return;
     }
     std::lock_guard l(mu);
@@ -295,8 +294,7 @@ TEST_P(IntegrationRequest, DisconnectWithRequestInFlight) {
   const Outcome o = WaitFor(engine_, req, 10s);
   ASSERT_NE(o.status.state, RequestState::kWaiting) << "request outlived its session by 10 s";
   if (o.status.state != RequestState::kCompleted) {
-    EXPECT_TRUE(o.wait.code() == StatusCode::kConnectionLost ||
-                o.wait.code() == StatusCode::kCanceled ||
+    EXPECT_TRUE(o.wait.code() == StatusCode::kConnectionLost || o.wait.code() == StatusCode::kCanceled ||
                 o.wait.code() == StatusCode::kNotConnected)
         << o.wait.ToString();
   }
@@ -367,8 +365,8 @@ TEST_P(IntegrationRequest, TenThousandOutstandingRequests) {
   const auto t0 = Clock::now();
   for (int i = 0; i < kRequests; ++i) {
     xfer::RequestHandle req = 0;
-    const xfer::Status st = engine_.TransferAsync(
-        peer_.name(), Op::kWrite, {{s.addr() + i * 8, region_.addr + i * 8, 8}}, 60s, &req);
+    const xfer::Status st = engine_.TransferAsync(peer_.name(), Op::kWrite,
+                                                  {{s.addr() + i * 8, region_.addr + i * 8, 8}}, 60s, &req);
     if (st.code() == StatusCode::kResourceExhausted) {
       ++exhausted;
       continue;
@@ -392,9 +390,8 @@ TEST_P(IntegrationRequest, TenThousandOutstandingRequests) {
 
 // Once a request reports a terminal state (or Finalize returned), the engine must be done
 // with its memory: the caller reuses buffers at once.
-class IntegrationRequestQuiesce
-    : public RequestFixture,
-      public ::testing::WithParamInterface<std::tuple<std::string, int>> {
+class IntegrationRequestQuiesce : public RequestFixture,
+                                  public ::testing::WithParamInterface<std::tuple<std::string, int>> {
  protected:
   std::string transport() const override { return std::get<0>(GetParam()); }
 };
@@ -435,19 +432,18 @@ TEST_P(IntegrationRequestQuiesce, NoByteMovesAfterTheTerminalState) {
       EXPECT_EQ(peer_.SumRange(region_.addr, kPiece), want.Hash())
           << "bytes still landed in the target after the request ended";
     } else {
-      EXPECT_EQ(src_->Hash(), want.Hash())
-          << "bytes still landed in local memory after the request ended";
+      EXPECT_EQ(src_->Hash(), want.Hash()) << "bytes still landed in local memory after the request ended";
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ends, IntegrationRequestQuiesce,
-                         ::testing::Combine(::testing::ValuesIn(kTransports), ::testing::Values(0, 1, 2)),
-                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& i) {
-                           const int how = std::get<1>(i.param);
-                           return std::get<0>(i.param) + "_" +
-                                  (how == 0 ? "Cancel" : how == 1 ? "Deadline" : "Finalize");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Ends, IntegrationRequestQuiesce,
+    ::testing::Combine(::testing::ValuesIn(kTransports), ::testing::Values(0, 1, 2)),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& i) {
+      const int how = std::get<1>(i.param);
+      return std::get<0>(i.param) + "_" + (how == 0 ? "Cancel" : how == 1 ? "Deadline" : "Finalize");
+    });
 
 }  // namespace
 }  // namespace xfer_test

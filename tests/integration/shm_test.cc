@@ -57,7 +57,8 @@ TEST_F(IntegrationShm, RandomDataOfEverySizeAndBatchShape) {
   moved += 2 * kN * kB;
   const xfer::PeerInfo after = Info();
   EXPECT_EQ(after.BytesVia("shm") - before.BytesVia("shm"), moved);
-  EXPECT_EQ(after.BytesVia(after.transport), before.BytesVia(before.transport)) << "shm memory went through cma";
+  EXPECT_EQ(after.BytesVia(after.transport), before.BytesVia(before.transport))
+      << "shm memory went through cma";
 }
 
 TEST_F(IntegrationShm, RegisteredMemoryOfTheSamePeerStillGoesThroughCma) {
@@ -237,8 +238,9 @@ TEST_F(IntegrationShmPatient, InlineTargetOfASlotBusyWhenItsPeerDiesGoesOnceTheS
     inline_done = true;
     held = engine_.TransferSync(stopped.name(), Op::kWrite, {{src.addr(), far.addr, 4096}}, 1500ms);
   });
-  EXPECT_TRUE(PollUntil([&] { return inline_done.load(); }, 10s));  // (not ASSERT: the copier is joined below)
-  std::this_thread::sleep_for(300ms);  // (the copier waits in its tcp batch now)
+  EXPECT_TRUE(
+      PollUntil([&] { return inline_done.load(); }, 10s));  // (not ASSERT: the copier is joined below)
+  std::this_thread::sleep_for(300ms);                       // (the copier waits in its tcp batch now)
   EXPECT_GE(MappedSegments(), 1);
   peer_.KillNow();
   copier.join();
@@ -325,7 +327,7 @@ class IntegrationShmStreaming : public IntegrationShm {
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
     o.shm.streaming_copy_bytes = 4096;  // every descriptor of a page or more streams
-    o.slice_bytes = 64 << 10;       // and is cut into pieces several streams share
+    o.slice_bytes = 64 << 10;           // and is cut into pieces several streams share
     return o;
   }
 };

@@ -124,8 +124,8 @@ TEST_F(IntegrationStagingBothWays, NeitherWaitsForTheOthersBuffers) {
   }
   std::vector<xfer::RequestHandle> ours(kRequests);
   for (int i = 0; i < kRequests; ++i) {
-    XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite,
-                                       {{src.addr() + i * kLen, theirs.addr + i * kLen, kLen}}, 20s, &ours[i]));
+    XT_ASSERT_OK(engine_.TransferAsync(
+        peer_.name(), Op::kWrite, {{src.addr() + i * kLen, theirs.addr + i * kLen, kLen}}, 20s, &ours[i]));
   }
   const auto t0 = Clock::now();
   for (auto h2 : ours) XT_EXPECT_OK(WaitFor(engine_, h2).wait);
@@ -157,9 +157,7 @@ class IntegrationStagingKill : public PeerFixture {
   }
 };
 
-TEST_F(IntegrationStagingKill, PeerKilledDuringTransferFailsConnectionLost) {
-  KillPeerDuringLargeWrite();
-}
+TEST_F(IntegrationStagingKill, PeerKilledDuringTransferFailsConnectionLost) { KillPeerDuringLargeWrite(); }
 
 }  // namespace
 }  // namespace xfer_test

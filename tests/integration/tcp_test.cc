@@ -46,7 +46,8 @@ INSTANTIATE_TEST_SUITE_P(Links, IntegrationTcp, ::testing::Values(false, true),
 class IntegrationTcpChecksum : public PeerFixture, public ::testing::WithParamInterface<bool> {
  protected:
   void SetUp() override {
-    if (!xfer::checksum::Available()) GTEST_SKIP() << "built without libxxhash (scripts/setup.sh installs libxxhash-dev)";
+    if (!xfer::checksum::Available())
+      GTEST_SKIP() << "built without libxxhash (scripts/setup.sh installs libxxhash-dev)";
     PeerFixture::SetUp();
   }
   xfer::EngineOptions LocalOptions() override {

@@ -27,27 +27,27 @@ inline void PrintTo(RequestState s, std::ostream* os) { *os << RequestStateName(
 inline void PrintTo(Op op, std::ostream* os) { *os << OpName(op); }
 }  // namespace xfer
 
-#define XT_ASSERT_OK(expr)                                                     \
-  do {                                                                         \
-    const ::xfer::Status xt_s_ = (expr);                                       \
-    ASSERT_TRUE(xt_s_.ok()) << #expr << " -> " << xt_s_.ToString();            \
+#define XT_ASSERT_OK(expr)                                          \
+  do {                                                              \
+    const ::xfer::Status xt_s_ = (expr);                            \
+    ASSERT_TRUE(xt_s_.ok()) << #expr << " -> " << xt_s_.ToString(); \
   } while (0)
-#define XT_EXPECT_OK(expr)                                                     \
-  do {                                                                         \
-    const ::xfer::Status xt_s_ = (expr);                                       \
-    EXPECT_TRUE(xt_s_.ok()) << #expr << " -> " << xt_s_.ToString();            \
+#define XT_EXPECT_OK(expr)                                          \
+  do {                                                              \
+    const ::xfer::Status xt_s_ = (expr);                            \
+    EXPECT_TRUE(xt_s_.ok()) << #expr << " -> " << xt_s_.ToString(); \
   } while (0)
-#define XT_EXPECT_CODE(expr, want)                                             \
-  do {                                                                         \
-    const ::xfer::Status xt_s_ = (expr);                                       \
-    EXPECT_EQ(xt_s_.code(), (want)) << #expr << " -> " << xt_s_.ToString();    \
+#define XT_EXPECT_CODE(expr, want)                                          \
+  do {                                                                      \
+    const ::xfer::Status xt_s_ = (expr);                                    \
+    EXPECT_EQ(xt_s_.code(), (want)) << #expr << " -> " << xt_s_.ToString(); \
   } while (0)
 
 namespace xfer_test {
 
 using Clock = std::chrono::steady_clock;
-using xfer::PeerAccess;
 using xfer::Op;
+using xfer::PeerAccess;
 using xfer::RequestState;
 using xfer::StatusCode;
 using xfer::TransferDesc;
@@ -134,8 +134,7 @@ class PeerFixture : public ::testing::Test {
   }
 
   bool PeerKnowsUs() {
-    return PollUntil([&] { return peer_.Call("info " + engine_.LocalName()).ok; },
-                     std::chrono::seconds(5));
+    return PollUntil([&] { return peer_.Call("info " + engine_.LocalName()).ok; }, std::chrono::seconds(5));
   }
 
   xfer::Status Write(const std::vector<TransferDesc>& d,

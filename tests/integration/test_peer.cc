@@ -58,8 +58,8 @@
 //
 // Protocol output goes to a private copy of stdout; fd 1 itself is pointed at stderr so that
 // nothing the engine might print can corrupt the protocol.
-#include <sys/mman.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -205,8 +205,8 @@ class Peer {
       if (!(in >> addr >> len)) return Bad("usage: reg <addr> <len> [tag] [ro]");
       const auto [tag, access, huge] = ReadTagAndFlags(in);
       xfer::MemHandle h = 0;
-      xfer::Status s = engine_.RegisterMem(reinterpret_cast<void*>(addr), len,
-                                           xfer::MemType::kHost, &h, tag, access);
+      xfer::Status s =
+          engine_.RegisterMem(reinterpret_cast<void*>(addr), len, xfer::MemType::kHost, &h, tag, access);
       if (!s.ok()) return Err(s);
       handles_[h] = {addr, len};
       return "OK " + std::to_string(h);
@@ -323,8 +323,8 @@ class Peer {
       return "OK " + (info.transport.empty() ? std::string("-") : info.transport) + " " +
              std::to_string(info.incarnation) + " " + std::to_string(info.pid) + " " +
              (info.outbound ? "1" : "0") + " " + info.name + " " + (info.Reaches("shm") ? "1" : "0") + " " +
-             std::to_string(info.BytesVia("shm")) + " " + std::to_string(info.BytesVia(info.transport)) + " " +
-             (info.Reaches("cuda") ? "1" : "0") + " " + std::to_string(info.BytesVia("cuda")) + " " +
+             std::to_string(info.BytesVia("shm")) + " " + std::to_string(info.BytesVia(info.transport)) +
+             " " + (info.Reaches("cuda") ? "1" : "0") + " " + std::to_string(info.BytesVia("cuda")) + " " +
              std::to_string(info.BytesVia("staged"));
     }
     if (cmd == "nic_pairs") {  // GetPeerInfo's nic_pairs: "OK <count> <bytes>..." in its order
@@ -364,13 +364,11 @@ class Peer {
       const xfer::Op op = op_name == "read" ? xfer::Op::kRead : xfer::Op::kWrite;
       std::vector<xfer::TransferDesc> descs(count, xfer::TransferDesc{local, raddr, len});
       if (cmd == "xfer") {
-        xfer::Status s =
-            engine_.TransferSync(remote, op, descs, std::chrono::milliseconds(ms), options);
+        xfer::Status s = engine_.TransferSync(remote, op, descs, std::chrono::milliseconds(ms), options);
         return s.ok() ? "OK" : Err(s);
       }
       xfer::RequestHandle req = 0;
-      xfer::Status s =
-          engine_.TransferAsync(remote, op, descs, std::chrono::milliseconds(ms), options, &req);
+      xfer::Status s = engine_.TransferAsync(remote, op, descs, std::chrono::milliseconds(ms), options, &req);
       return s.ok() ? "OK " + std::to_string(req) : Err(s);
     }
     if (cmd == "wait") {
@@ -382,8 +380,8 @@ class Peer {
       return "OK " + std::string(xfer::RequestStateName(st.state)) + " " +
              std::string(xfer::StatusCodeName(s.code()));
     }
-    if (cmd == "notify" || cmd == "notifies" || cmd == "watch" || cmd == "unwatch" ||
-        cmd == "watched" || cmd == "nstream") {
+    if (cmd == "notify" || cmd == "notifies" || cmd == "watch" || cmd == "unwatch" || cmd == "watched" ||
+        cmd == "nstream") {
       return HandleNotify(cmd, in);
     }
     return Bad("unknown command '" + cmd + "'");
@@ -478,9 +476,9 @@ class Peer {
     std::vector<uint64_t> sizes;
     std::istringstream list(size_list);
     for (std::string item; std::getline(list, item, ',');) sizes.push_back(std::stoull(item));
-    const auto r = xfer_test::RunNotifiedStream(
-        engine_, remote, op_name == "read" ? xfer::Op::kRead : xfer::Op::kWrite, local, base,
-        sizes, count, depth, seed);
+    const auto r =
+        xfer_test::RunNotifiedStream(engine_, remote, op_name == "read" ? xfer::Op::kRead : xfer::Op::kWrite,
+                                     local, base, sizes, count, depth, seed);
     return "OK " + std::to_string(r.completed) + " " + std::to_string(r.failed) + " " +
            std::to_string(r.bad_reads) + " " + r.first_error;
   }

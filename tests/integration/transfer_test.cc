@@ -49,8 +49,7 @@ TEST_P(IntegrationSizes, WriteThenReadBack) {
   EXPECT_EQ(peer_.SumRange(r.addr + kGuard, size), src.Hash()) << "written bytes differ";
   EXPECT_EQ(peer_.SumRange(r.addr, kGuard), Hash64(image.data(), kGuard))
       << "bytes before the target range changed";
-  EXPECT_EQ(peer_.SumRange(r.addr + kGuard + size, kGuard),
-            Hash64(image.data() + kGuard + size, kGuard))
+  EXPECT_EQ(peer_.SumRange(r.addr + kGuard + size, kGuard), Hash64(image.data() + kGuard + size, kGuard))
       << "bytes after the target range changed";
 
   LocalBuffer back(size);
@@ -75,8 +74,7 @@ TEST_P(IntegrationSizes, ReadFreshRemoteData) {
   EXPECT_EQ(peer_.SumRange(r.addr + 3, size), want.Hash()) << "READ changed the source";
 }
 
-INSTANTIATE_TEST_SUITE_P(Bytes, IntegrationSizes,
-                         ::testing::Values(1, 7, 4096, 65537, kMiB + 3, 64 * kMiB),
+INSTANTIATE_TEST_SUITE_P(Bytes, IntegrationSizes, ::testing::Values(1, 7, 4096, 65537, kMiB + 3, 64 * kMiB),
                          [](const ::testing::TestParamInfo<uint64_t>& i) {
                            return "B" + std::to_string(i.param);
                          });
@@ -116,8 +114,7 @@ TEST_P(IntegrationBatch, WriteAndReadScattered) {
   std::vector<TransferDesc> descs(c.count);
   for (uint64_t i = 0; i < c.count; ++i) {
     descs[i] = {src.addr() + i * c.local_stride, r.addr + slot[i] * c.remote_stride, c.len};
-    std::memcpy(expected.data() + slot[i] * c.remote_stride, src.data() + i * c.local_stride,
-                c.len);
+    std::memcpy(expected.data() + slot[i] * c.remote_stride, src.data() + i * c.local_stride, c.len);
   }
   const auto t0 = Clock::now();
   XT_ASSERT_OK(Write(descs));
@@ -134,24 +131,24 @@ TEST_P(IntegrationBatch, WriteAndReadScattered) {
   std::vector<TransferDesc> rdescs(c.count);
   for (uint64_t i = 0; i < c.count; ++i) {
     rdescs[i] = {dst.addr() + i * c.local_stride, r.addr + slot[i] * c.remote_stride, c.len};
-    std::memcpy(dst_expected.data() + i * c.local_stride,
-                expected.data() + slot[i] * c.remote_stride, c.len);
+    std::memcpy(dst_expected.data() + i * c.local_stride, expected.data() + slot[i] * c.remote_stride, c.len);
   }
   XT_ASSERT_OK(Read(rdescs));
   EXPECT_EQ(FirstDiff(dst.data(), dst_expected.data(), local_len), -1);
   RecordProperty("write_seconds", std::to_string(write_s));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Descs, IntegrationBatch,
-    ::testing::Values(BatchCase{"One1MiB", 1, kMiB, kMiB, kMiB, false},
-                      BatchCase{"K1x4KiB_gaps", 1000, 4096, 8192, 4096, false},
-                      BatchCase{"K1x16KiB_shuffled", 1000, 16384, 16384, 20000, true},
-                      BatchCase{"K100x64B_scattered", 100000, 64, 128, 96, false},
-                      BatchCase{"K100x64B_adjacent", 100000, 64, 64, 64, false},
-                      BatchCase{"K100x64B_shuffled", 100000, 64, 64, 64, true},
-                      BatchCase{"K100x1B_scattered", 100000, 1, 3, 2, false}),
-    [](const ::testing::TestParamInfo<BatchCase>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Descs, IntegrationBatch,
+                         ::testing::Values(BatchCase{"One1MiB", 1, kMiB, kMiB, kMiB, false},
+                                           BatchCase{"K1x4KiB_gaps", 1000, 4096, 8192, 4096, false},
+                                           BatchCase{"K1x16KiB_shuffled", 1000, 16384, 16384, 20000, true},
+                                           BatchCase{"K100x64B_scattered", 100000, 64, 128, 96, false},
+                                           BatchCase{"K100x64B_adjacent", 100000, 64, 64, 64, false},
+                                           BatchCase{"K100x64B_shuffled", 100000, 64, 64, 64, true},
+                                           BatchCase{"K100x1B_scattered", 100000, 1, 3, 2, false}),
+                         [](const ::testing::TestParamInfo<BatchCase>& i) {
+                           return std::string(i.param.name);
+                         });
 
 // ---------------------------------------------------------------------------------------------
 // Async, concurrency.
@@ -181,8 +178,7 @@ TEST_F(IntegrationTransfer, AsyncWriteWaitThenPollRead) {
   // READ, polled with GetTransferStatus.
   LocalBuffer dst(len);
   xfer::RequestHandle req2 = 0;
-  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kRead, {{dst.addr(), r.addr, len}}, 30s,
-                                     &req2));
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kRead, {{dst.addr(), r.addr, len}}, 30s, &req2));
   ASSERT_NE(req2, 0u);
   EXPECT_NE(req2, req) << "request handles should not be reused at once";
   const auto t0 = Clock::now();
@@ -210,9 +206,8 @@ TEST_F(IntegrationTransfer, ManyAsyncRequestsInFlight) {
   src.Fill(77);
   std::vector<xfer::RequestHandle> reqs(kRequests);
   for (int i = 0; i < kRequests; ++i) {
-    XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite,
-                                       {{src.addr() + i * kPiece, r.addr + i * kPiece, kPiece}},
-                                       30s, &reqs[i]));
+    XT_ASSERT_OK(engine_.TransferAsync(
+        peer_.name(), Op::kWrite, {{src.addr() + i * kPiece, r.addr + i * kPiece, kPiece}}, 30s, &reqs[i]));
   }
   // Wait in reverse order of issue.
   for (int i = kRequests - 1; i >= 0; --i) {
@@ -253,8 +248,7 @@ TEST_F(IntegrationTransfer, ConcurrentThreadsSamePeer) {
           s = engine_.TransferSync(peer_.name(), Op::kWrite, {{src.addr(), remote, kSlice}}, 30s);
         } else {
           xfer::RequestHandle req = 0;
-          s = engine_.TransferAsync(peer_.name(), Op::kWrite, {{src.addr(), remote, kSlice}}, 30s,
-                                    &req);
+          s = engine_.TransferAsync(peer_.name(), Op::kWrite, {{src.addr(), remote, kSlice}}, 30s, &req);
           if (s.ok()) s = engine_.Wait(req, 30s);
         }
         if (!s.ok()) return fail("thread " + std::to_string(t) + " write: " + s.ToString());
@@ -292,8 +286,7 @@ uint64_t CpuTicks(pid_t pid) {
   if (p == nullptr) return 0;
   unsigned long long utime = 0, stime = 0;
   // Fields after ')': state(3) ... utime is field 14, stime 15.
-  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
-                  &stime) != 2) {
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2) {
     return 0;
   }
   return utime + stime;
@@ -307,18 +300,15 @@ TEST_F(IntegrationTransfer, IdleEnginesUseNoCpu) {
   src.Fill(1);
   XT_ASSERT_OK(Write({{src.addr(), r.addr, r.len}}));
   xfer::RequestHandle req = 0;
-  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kRead, {{src.addr(), r.addr, r.len}}, 10s,
-                                     &req));
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kRead, {{src.addr(), r.addr, r.len}}, 10s, &req));
   XT_ASSERT_OK(engine_.Wait(req, 10s));
   std::this_thread::sleep_for(100ms);
   const long hz = sysconf(_SC_CLK_TCK);
   const uint64_t ours0 = CpuTicks(getpid()), theirs0 = CpuTicks(peer_.pid());
   std::this_thread::sleep_for(1s);
   const uint64_t ours = CpuTicks(getpid()) - ours0, theirs = CpuTicks(peer_.pid()) - theirs0;
-  EXPECT_LE(ours * 1000 / hz, 50u) << "this (idle) process used " << ours * 1000 / hz
-                                   << " ms of CPU in 1 s";
-  EXPECT_LE(theirs * 1000 / hz, 50u) << "the idle peer used " << theirs * 1000 / hz
-                                     << " ms of CPU in 1 s";
+  EXPECT_LE(ours * 1000 / hz, 50u) << "this (idle) process used " << ours * 1000 / hz << " ms of CPU in 1 s";
+  EXPECT_LE(theirs * 1000 / hz, 50u) << "the idle peer used " << theirs * 1000 / hz << " ms of CPU in 1 s";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -444,8 +434,7 @@ TEST_F(IntegrationTransfer, FiveHundredRegionsOneBatch) {
   }
   XT_ASSERT_OK(Write(d));
   for (int i = 0; i < kRegions; i += 97) {
-    EXPECT_EQ(peer_.SumRange(regions[i].addr + regions[i].len - 16, 16),
-              Hash64(src.data() + i * 16, 16))
+    EXPECT_EQ(peer_.SumRange(regions[i].addr + regions[i].len - 16, 16), Hash64(src.data() + i * 16, 16))
         << "region " << i;
   }
   LocalBuffer back(kRegions * 16);
@@ -556,8 +545,7 @@ TEST_F(IntegrationTransfer, TargetWritesAndReadsInitiatorOverSameSession) {
   Reply regions = peer_.Call("regions " + engine_.LocalName());
   ASSERT_TRUE(regions.ok) << regions.line;
   ASSERT_EQ(regions.u64(0), 1u) << regions.line;
-  EXPECT_EQ(regions.words[1], std::to_string(mine.addr()) + ":" + std::to_string(mine.len()) +
-                                  ":test_side");
+  EXPECT_EQ(regions.words[1], std::to_string(mine.addr()) + ":" + std::to_string(mine.len()) + ":test_side");
 
   const uint64_t pbuf = peer_.Buf(mine.len());
   peer_.FillRange(pbuf, mine.len(), 12);
@@ -695,10 +683,9 @@ TEST(IntegrationSelf, EngineToItsOwnName) {
   XT_ASSERT_OK(e.TransferSync(self, Op::kWrite, {{src.addr(), target.addr(), len}}, 10s));
   EXPECT_EQ(FirstDiff(target.data(), src.data(), len), -1);
   // Batch READ in two pieces, reversed.
-  XT_ASSERT_OK(e.TransferSync(self, Op::kRead,
-                              {{back.addr() + 4096, target.addr() + 4096, len - 4096},
-                               {back.addr(), target.addr(), 4096}},
-                              10s));
+  XT_ASSERT_OK(e.TransferSync(
+      self, Op::kRead,
+      {{back.addr() + 4096, target.addr() + 4096, len - 4096}, {back.addr(), target.addr(), 4096}}, 10s));
   EXPECT_EQ(FirstDiff(back.data(), src.data(), len), -1);
   // Async too.
   xfer::RequestHandle req = 0;
@@ -797,11 +784,11 @@ TEST(IntegrationSelf, SimultaneousConnectLeavesOneCleanSession) {
 
     XT_ASSERT_OK(a.Disconnect(bn));
     EXPECT_TRUE(PollUntil([&] { return !b.GetPeerInfo(an, &info).ok(); }, 5s))
-        << "b still has a session with a after a.Disconnect (sa=" << sa.ToString()
-        << ", sb=" << sb.ToString() << ")";
+        << "b still has a session with a after a.Disconnect (sa=" << sa.ToString() << ", sb=" << sb.ToString()
+        << ")";
     const xfer::Status again = a.Connect(bn, 5s);
-    EXPECT_TRUE(again.ok()) << "reconnect after Disconnect: " << again.ToString()
-                            << " (sa=" << sa.ToString() << ", sb=" << sb.ToString() << ")";
+    EXPECT_TRUE(again.ok()) << "reconnect after Disconnect: " << again.ToString() << " (sa=" << sa.ToString()
+                            << ", sb=" << sb.ToString() << ")";
     if (HasFailure()) break;
   }
 }

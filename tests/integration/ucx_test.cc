@@ -108,8 +108,8 @@ TEST_F(IntegrationUcx, ManyRequestsInFlightFromOneThread) {
     std::vector<xfer::RequestHandle> hs(kRequests);
     for (int i = 0; i < kRequests; ++i) {
       const uint64_t local = (op == Op::kWrite ? src : back).addr() + i * kBlock;
-      XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), op, {{local, r.addr + i * kBlock, kBlock}}, 30s,
-                                         &hs[i]));
+      XT_ASSERT_OK(
+          engine_.TransferAsync(peer_.name(), op, {{local, r.addr + i * kBlock, kBlock}}, 30s, &hs[i]));
     }
     for (auto h : hs) {
       const Outcome o = WaitFor(engine_, h, 30s);
@@ -132,8 +132,8 @@ TEST_F(IntegrationUcx, DeregistrationWaitsForRequestsInFlight) {
   std::vector<xfer::RequestHandle> hs;  // 8 passes over the region: ~0.5 s of writes here
   for (uint64_t off = 0; off < 8 * kLen; off += kMiB) {
     xfer::RequestHandle h = 0;
-    XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite,
-                                       {{src.addr(), big.addr + off % kLen, kMiB}}, 60s, &h));
+    XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, {{src.addr(), big.addr + off % kLen, kMiB}},
+                                       60s, &h));
     hs.push_back(h);
   }
   // The peer fills the region with seed 4 the moment its DeregisterMem returns.
@@ -152,8 +152,7 @@ TEST_F(IntegrationUcx, DeregistrationWaitsForRequestsInFlight) {
   std::printf("%d of %zu requests completed before the deregistration\n", completed, hs.size());
   LocalBuffer reused(kLen);
   reused.Fill(4);
-  EXPECT_EQ(peer_.Sum(big), reused.Hash())
-      << "a WRITE landed after the target's DeregisterMem returned";
+  EXPECT_EQ(peer_.Sum(big), reused.Hash()) << "a WRITE landed after the target's DeregisterMem returned";
   EXPECT_TRUE(peer_.Call("ping").ok) << "the target died";
 }
 

@@ -53,7 +53,8 @@ TEST(CmaLink, APidNamingAnotherProcessThanTheVerifiedOneGetsNoWrite) {
 std::shared_ptr<Link> SelfLink() {
   static uint64_t cookie = 78;
   std::shared_ptr<Link> link;
-  EXPECT_TRUE(CmaTransport::Connect(CmaPeer{getpid(), cookie, reinterpret_cast<uint64_t>(&cookie)}, &link).ok());
+  EXPECT_TRUE(
+      CmaTransport::Connect(CmaPeer{getpid(), cookie, reinterpret_cast<uint64_t>(&cookie)}, &link).ok());
   return link;
 }
 

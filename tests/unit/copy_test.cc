@@ -37,8 +37,7 @@ TEST(CopyInProcess, BothDirectionsStreamingOrNotAndOverlap) {
     std::vector<uint8_t> local = Pattern(10000, 1), remote(10000, 0);
     const auto L = reinterpret_cast<uint64_t>(local.data());
     const auto R = reinterpret_cast<uint64_t>(remote.data());
-    CopyInProcess(Op::kWrite, std::vector<Slice>{{L, R + 5, 3000}, {L + 3000, R + 4000, 5000}},
-                  streaming);
+    CopyInProcess(Op::kWrite, std::vector<Slice>{{L, R + 5, 3000}, {L + 3000, R + 4000, 5000}}, streaming);
     EXPECT_EQ(std::memcmp(remote.data() + 5, local.data(), 3000), 0);
     EXPECT_EQ(std::memcmp(remote.data() + 4000, local.data() + 3000, 5000), 0);
     std::vector<uint8_t> back(10000, 0);

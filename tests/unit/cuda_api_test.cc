@@ -1,6 +1,6 @@
 // The cuda transport's CUDA layer (transport/cuda/cuda_api.h), in both builds: with the toolkit
-// (cuda_memory.cc, cuda_ipc.cc, cuda_copy.cc) and without (cuda_unavailable.cc). Tests that need a GPU skip themselves where
-// there is none; opening a peer's region across processes is left to the integration tests
+// (cuda_memory.cc, cuda_ipc.cc, cuda_copy.cc) and without (cuda_unavailable.cc). Tests that need a GPU skip
+// themselves where there is none; opening a peer's region across processes is left to the integration tests
 // (CUDA IPC refuses a handle of its own process).
 #include "transport/common/cuda/cuda_api.h"
 

@@ -51,8 +51,8 @@ TEST(ClusterName, LettersDigitsDotsDashesUnderscores) {
   EXPECT_TRUE(CheckClusterName("prefill-0").ok());
   EXPECT_TRUE(CheckClusterName("a.b_C-9").ok());
   EXPECT_TRUE(CheckClusterName(std::string(128, 'x')).ok());
-  for (const std::string& bad : {std::string(), std::string(129, 'x'), std::string("a:b"),
-                                std::string("a b"), std::string("a/b"), std::string("ü")}) {
+  for (const std::string& bad : {std::string(), std::string(129, 'x'), std::string("a:b"), std::string("a b"),
+                                 std::string("a/b"), std::string("ü")}) {
     EXPECT_EQ(CheckClusterName(bad).code(), StatusCode::kInvalidArgument) << bad;
   }
   EXPECT_TRUE(IsClusterName("prefill-0"));

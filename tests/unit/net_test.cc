@@ -28,8 +28,8 @@ TEST(Address, ParsesEveryForm) {
 
 TEST(Address, RejectsMalformedNames) {
   Address a;
-  for (const char* bad : {"", ":5000", "host:", "host:65536", "host:12x", "::1:5000", "[::1",
-                          "[::1]x", "host:-1"}) {
+  for (const char* bad :
+       {"", ":5000", "host:", "host:65536", "host:12x", "::1:5000", "[::1", "[::1]x", "host:-1"}) {
     EXPECT_EQ(ParseAddress(bad, &a).code(), StatusCode::kInvalidArgument) << bad;
   }
 }

@@ -32,7 +32,8 @@ TEST(Nics, BadNamesAreRefusedWithTheReason) {
   std::vector<Nic> nics;
   Status s = ResolveNics({"no-such-nic0"}, &nics);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("'no-such-nic0' is neither an interface nor an IPv4 address"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'no-such-nic0' is neither an interface nor an IPv4 address"), std::string::npos)
+      << s.message();
   s = ResolveNics({"198.51.100.77"}, &nics);  // (TEST-NET-2: documentation only)
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
   s = ResolveNics({"lo", "127.0.0.1"}, &nics);

@@ -118,10 +118,26 @@ TEST(NotifyRing, AWriterThatLiesEndsTheRingAndNothingIsReadOutsideIt) {
       {"head far ahead", [](uint8_t* m) { Put64(m + kHeadAt, 16 + 2 * kCapacity); }},
       {"head behind the tail", [](uint8_t* m) { Put64(m + kHeadAt, 8); }},
       {"head not a multiple of 8", [](uint8_t* m) { Put64(m + kHeadAt, 16 + 13); }},
-      {"length past the head", [](uint8_t* m) { Put64(Data(m) + 16, 64); Put64(m + kHeadAt, 32); }},
-      {"length past the limit", [](uint8_t* m) { Put64(Data(m) + 16, 1000); Put64(m + kHeadAt, 16 + 1008); }},
-      {"length near 2^64", [](uint8_t* m) { Put64(Data(m) + 16, ~0ull - 3); Put64(m + kHeadAt, 32); }},
-      {"pad past the head", [](uint8_t* m) { Put64(Data(m) + 16, ~0ull); Put64(m + kHeadAt, 32); }},
+      {"length past the head",
+       [](uint8_t* m) {
+         Put64(Data(m) + 16, 64);
+         Put64(m + kHeadAt, 32);
+       }},
+      {"length past the limit",
+       [](uint8_t* m) {
+         Put64(Data(m) + 16, 1000);
+         Put64(m + kHeadAt, 16 + 1008);
+       }},
+      {"length near 2^64",
+       [](uint8_t* m) {
+         Put64(Data(m) + 16, ~0ull - 3);
+         Put64(m + kHeadAt, 32);
+       }},
+      {"pad past the head",
+       [](uint8_t* m) {
+         Put64(Data(m) + 16, ~0ull);
+         Put64(m + kHeadAt, 32);
+       }},
   };
   for (const Lie& lie : lies) {
     SCOPED_TRACE(lie.what);

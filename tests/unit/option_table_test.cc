@@ -35,9 +35,9 @@ TEST(OptionTable, EveryOptionIsNamedOnceAndShowsWhatParsesBack) {
     }
   }
   // The engine's own and every backend's group, each field of EngineOptions.
-  for (const char* k : {"streams", "heartbeat_timeout", "spin", "staging", "notify.ring_bytes", "metrics_listen",
-                        "tcp.links", "tcp.nics", "ucx.mode", "ucx.endpoints", "shm.streaming_copy_bytes",
-                        "cuda.pin_host_memory", "secret"}) {
+  for (const char* k : {"streams", "heartbeat_timeout", "spin", "staging", "notify.ring_bytes",
+                        "metrics_listen", "tcp.links", "tcp.nics", "ucx.mode", "ucx.endpoints",
+                        "shm.streaming_copy_bytes", "cuda.pin_host_memory", "secret"}) {
     EXPECT_TRUE(keys.count(k)) << k;
   }
 }
@@ -88,9 +88,14 @@ TEST(OptionTable, WrongTextAndUnknownKeysNameTheOption) {
   EXPECT_EQ(unknown.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(unknown.message().find("tcp.linx"), std::string::npos) << unknown.message();
   EXPECT_NE(unknown.message().find("tcp.links"), std::string::npos) << "the known names are listed";
-  for (auto [key, text] : {std::pair{"streams", "four"}, {"streams", "4.5"}, {"max_sessions", "-1"},
-                           {"staging_buffer_bytes", "4 parsecs"}, {"heartbeat_timeout", "3 fortnights"},
-                           {"auto_connect", "maybe"}, {"ucx.mode", "sometimes"}, {"streams", "99999999999"}}) {
+  for (auto [key, text] : {std::pair{"streams", "four"},
+                           {"streams", "4.5"},
+                           {"max_sessions", "-1"},
+                           {"staging_buffer_bytes", "4 parsecs"},
+                           {"heartbeat_timeout", "3 fortnights"},
+                           {"auto_connect", "maybe"},
+                           {"ucx.mode", "sometimes"},
+                           {"streams", "99999999999"}}) {
     const Status s = SetOption(&o, key, text);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << key << " = " << text;
     EXPECT_NE(s.message().find(key), std::string::npos) << s.message();
@@ -106,7 +111,8 @@ TEST(OptionTable, InitializeRefusesEachNumberJustPastItsRange) {
     for (int64_t v : {row.lo - 1, row.hi == std::numeric_limits<int64_t>::max() ? row.lo : row.hi + 1}) {
       if (v == row.lo || (row.zero_ok && v == 0) || v < 0) continue;
       EngineOptions o;
-      if (!row.set(o, std::to_string(v) + (row.kind == OptionKind::kDuration ? std::string(row.unit) : "")).ok()) {
+      if (!row.set(o, std::to_string(v) + (row.kind == OptionKind::kDuration ? std::string(row.unit) : ""))
+               .ok()) {
         continue;  // (past what the field's type holds: refused already)
       }
       const Status s = CheckOptions(o);

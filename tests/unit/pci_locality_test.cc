@@ -20,7 +20,7 @@ class FakeSysfs : public ::testing::Test {
  protected:
   void SetUp() override {
     root_ = fs::temp_directory_path() / ("xfer-sysfs-" + std::to_string(::getpid()) + "-" +
-                                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     fs::create_directories(root_ / "bus/pci/devices");
     fs::create_directories(root_ / "class/net");
@@ -59,9 +59,9 @@ class TwoSocketServer : public FakeSysfs {
  protected:
   void SetUp() override {
     FakeSysfs::SetUp();
-    Pci("pci0000:17/0000:17:00.0", 0);                                  // root port
-    Pci("pci0000:17/0000:17:00.0/0000:18:00.0", 0);                     // switch, upstream
-    Pci("pci0000:17/0000:17:00.0/0000:18:00.0/0000:19:00.0", 0);        // switch, downstream
+    Pci("pci0000:17/0000:17:00.0", 0);                                         // root port
+    Pci("pci0000:17/0000:17:00.0/0000:18:00.0", 0);                            // switch, upstream
+    Pci("pci0000:17/0000:17:00.0/0000:18:00.0/0000:19:00.0", 0);               // switch, downstream
     Pci("pci0000:17/0000:17:00.0/0000:18:00.0/0000:19:00.0/0000:1a:00.0", 0);  // GPU
     Pci("pci0000:17/0000:17:00.0/0000:18:00.0/0000:19:04.0", 0);
     Pci("pci0000:17/0000:17:00.0/0000:18:00.0/0000:19:04.0/0000:1c:00.0", 0);  // NIC
@@ -133,7 +133,8 @@ TEST(PciBusId, IsNormalizedOrRefused) {
   EXPECT_EQ(NormalizeBusId("00000000:3B:00.0"), "0000:3b:00.0");
   EXPECT_EQ(NormalizeBusId("0001:3b:00.0"), "0001:3b:00.0");
   EXPECT_EQ(NormalizeBusId("10000:01:00.0"), "10000:01:00.0") << "a VMD domain";
-  for (const char* bad : {"", "3b", "3b:00", "zz:00.0", "0000:3b:00.8", "0000:3b:000.0", "../../etc:00.0", "1:3b:00.0", "123456789:3b:00.0"}) {
+  for (const char* bad : {"", "3b", "3b:00", "zz:00.0", "0000:3b:00.8", "0000:3b:000.0", "../../etc:00.0",
+                          "1:3b:00.0", "123456789:3b:00.0"}) {
     EXPECT_EQ(NormalizeBusId(bad), "") << bad;
   }
   EXPECT_TRUE(PlaceOfPciDevice("/nonexistent-sysfs", "0000:3b:00.0").path.empty());
@@ -167,9 +168,9 @@ TEST_F(NearEntries, NearAGpuNamesTheNearestInterfaces) {
   ASSERT_EQ(nics.size(), 1u);
   EXPECT_EQ(nics[0].name, nic_);
   // Named as well, by name or by address, or chosen twice: once.
-  for (const std::vector<std::string>& list :
-       {std::vector<std::string>{nic_, "near:0000:00:02.0"}, {nics[0].address, "near:0000:00:02.0"},
-        {"near:0000:00:02.0", "near:0000:00:02.0"}}) {
+  for (const std::vector<std::string>& list : {std::vector<std::string>{nic_, "near:0000:00:02.0"},
+                                               {nics[0].address, "near:0000:00:02.0"},
+                                               {"near:0000:00:02.0", "near:0000:00:02.0"}}) {
     s = net::ResolveNics(list, &nics, sysfs());
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_EQ(nics.size(), 1u);
@@ -207,7 +208,8 @@ TEST(NearOnThisHost, AnInterfaceIsNearItsOwnPciFunction) {
   ASSERT_TRUE(s.ok()) << s.message();
   ASSERT_FALSE(nics.empty());
   for (const auto& n : nics) {
-    EXPECT_EQ(Between(PlaceOfPciDevice("/sys", bus_id), PlaceOfNic("/sys", n.name)), Distance::kBridge) << n.name;
+    EXPECT_EQ(Between(PlaceOfPciDevice("/sys", bus_id), PlaceOfNic("/sys", n.name)), Distance::kBridge)
+        << n.name;
   }
   EngineOptions o;
   o.transport = "tcp";

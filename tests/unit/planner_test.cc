@@ -72,7 +72,8 @@ TEST_F(PlannerTest, PreparedPairsPlanAsTheirDescriptors) {
     local.push_back({L(i * 64), 64, MemType::kHost, true, true});
     remote.push_back({kRemote + (1 << 20) - 4 * 64 + i * 64, 64, i < 4 ? 0u : 1u});  // across two regions
   }
-  std::vector<std::shared_ptr<RemoteRegion>> regions = {remote_.Find(kRemote, 1), remote_.Find(kRemote + (1 << 20), 1)};
+  std::vector<std::shared_ptr<RemoteRegion>> regions = {remote_.Find(kRemote, 1),
+                                                        remote_.Find(kRemote + (1 << 20), 1)};
   std::vector<uint32_t> li = {0, 1, 2, 3, 4, 5}, ri = {0, 1, 2, 3, 4, 5};
   PeerRoutes routes;
   routes.routes.push_back(std::make_shared<TestRoute>("link", PlanLimits{}, HostPairs));
@@ -92,8 +93,10 @@ TEST_F(PlannerTest, PreparedPairsPlanAsTheirDescriptors) {
   EXPECT_EQ(p.bytes, q.bytes);
   EXPECT_EQ(p.desc_ends, q.desc_ends);
   std::vector<uint32_t> bad = {0, 8};
-  EXPECT_EQ(MakePreparedPlan(Op::kWrite, {local, std::span<const uint32_t>(li).first(2), remote, regions, bad, &remote_},
-                             routes, &p).code(),
+  EXPECT_EQ(MakePreparedPlan(Op::kWrite,
+                             {local, std::span<const uint32_t>(li).first(2), remote, regions, bad, &remote_},
+                             routes, &p)
+                .code(),
             StatusCode::kInvalidArgument);
   local[1].writable = false;
   EXPECT_EQ(MakePreparedPlan(Op::kRead, {local, li, remote, regions, ri, &remote_}, routes, &p).code(),
@@ -173,14 +176,14 @@ TEST_F(PlannerTest, RejectsBadDescriptorsWithReasons) {
   Status s = Make(Op::kWrite, {{L(0), kRemote + (1 << 20) - 4, 8}}, &p);  // straddles 1 and 2
   EXPECT_EQ(s.code(), StatusCode::kRemoteAccessDenied);
   EXPECT_NE(s.message().find("descriptor 0"), std::string::npos);
-  EXPECT_EQ(Make(Op::kWrite, {{L(0), kRemote + (2 << 20), 1}}, &p).code(),
-            StatusCode::kRemoteAccessDenied);
+  EXPECT_EQ(Make(Op::kWrite, {{L(0), kRemote + (2 << 20), 1}}, &p).code(), StatusCode::kRemoteAccessDenied);
   EXPECT_EQ(Make(Op::kWrite, {{L(0), ~0ull - 2, 8}}, &p).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(PlannerTest, WritesIntoReadOnlyRegionsAreRefusedReadsPlanned) {
-  remote_.Reset({{1, RegionInfo{kRemote, 1 << 20, MemType::kHost, -1, "weights", false, PeerAccess::kReadOnly}, {}},
-                 {2, RegionInfo{kRemote + (1 << 20), 1 << 20, MemType::kHost, -1, "", false}, {}}});
+  remote_.Reset(
+      {{1, RegionInfo{kRemote, 1 << 20, MemType::kHost, -1, "weights", false, PeerAccess::kReadOnly}, {}},
+       {2, RegionInfo{kRemote + (1 << 20), 1 << 20, MemType::kHost, -1, "", false}, {}}});
   Plan p;
   // The read-only descriptor comes second: the whole request is refused, naming it.
   const Status s = Make(Op::kWrite, {{L(0), kRemote + (1 << 20), 8}, {L(0), kRemote + 8, 8}}, &p);
@@ -333,7 +336,9 @@ TEST_F(PlannerRouteTest, EachPairTakesItsOwnRouteWithItsLimits) {
   Plan p;
   // Host memory to the peer's host memory keeps the first link; to its GPU memory takes the
   // second, staged when our side is GPU memory too.
-  ASSERT_TRUE(Route(Op::kWrite, {{L(0), kRemote, 4096}, {L(8192), kGpu, 1 << 20}, {D(0), kGpu + (1 << 19), 4096}}, &p).ok());
+  ASSERT_TRUE(
+      Route(Op::kWrite, {{L(0), kRemote, 4096}, {L(8192), kGpu, 1 << 20}, {D(0), kGpu + (1 << 19), 4096}}, &p)
+          .ok());
   ASSERT_EQ(p.batches.size(), 4u);
   EXPECT_EQ(p.batches[0].route, 0u);
   for (int i : {1, 2}) {
@@ -353,7 +358,9 @@ TEST_F(PlannerRouteTest, MappingRoutesTakeTheirPairsAtTheOpenedAddress) {
   Plan p;
   // H2D and D2D go to the opened region; D2H to host memory no mapping reaches is staged
   // through the link (never through a mapping route).
-  ASSERT_TRUE(Route(Op::kWrite, {{L(0), kGpu + 100, 4096}, {D(0), kGpu + 8192, 4096}, {D(8192), kRemote, 4096}}, &p).ok());
+  ASSERT_TRUE(
+      Route(Op::kWrite, {{L(0), kGpu + 100, 4096}, {D(0), kGpu + 8192, 4096}, {D(8192), kRemote, 4096}}, &p)
+          .ok());
   ASSERT_EQ(p.batches.size(), 2u);
   EXPECT_EQ(p.batches[0].route, 0u);
   EXPECT_EQ(p.slices[0].remote, reinterpret_cast<uint64_t>(opened) + 100);
@@ -390,7 +397,8 @@ TEST_F(PlannerRouteTest, LongRunsTakeTheStreamingLink) {
 // A route like cma or ucx (host pairs), with links of its own: a plain one and a streaming one.
 class LinkedRoute final : public transport::Route {
  public:
-  explicit LinkedRoute(PlanLimits limits) : Route("linked", std::make_shared<transport::CopyLink>(false), limits) {
+  explicit LinkedRoute(PlanLimits limits)
+      : Route("linked", std::make_shared<transport::CopyLink>(false), limits) {
     set_streaming_link(std::make_shared<transport::CopyLink>(true));
   }
   bool Reach(MemType local, RemoteRegion& r, uint8_t**) override { return HostPairs(local, r); }
@@ -404,13 +412,15 @@ TEST_F(PlannerRouteTest, EachBatchNamesTheLinkThatRunsIt) {
   routes_.routes.push_back(route);
   routes_.staging = true;
   const std::array<std::shared_ptr<transport::Link>, 2> staged = {std::make_shared<transport::CopyLink>(),
-                                                                   std::make_shared<transport::CopyLink>()};
+                                                                  std::make_shared<transport::CopyLink>()};
   routes_.staged_links.push_back(staged);
   Plan p;
-  ASSERT_TRUE(Route(Op::kWrite,
-                    {{L(0), kRemote, 4096}, {L(8192), kRemote + 8192, 512 << 10}, {D(0), kRemote + (600 << 10), 4096}},
-                    &p)
-                  .ok());
+  ASSERT_TRUE(
+      Route(
+          Op::kWrite,
+          {{L(0), kRemote, 4096}, {L(8192), kRemote + 8192, 512 << 10}, {D(0), kRemote + (600 << 10), 4096}},
+          &p)
+          .ok());
   ASSERT_EQ(p.batches.size(), 4u);
   EXPECT_EQ(p.batches[0].link, &route->link());
   EXPECT_EQ(p.batches[1].link, &route->streaming_link());

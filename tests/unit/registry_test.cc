@@ -41,8 +41,7 @@ TEST(Registry, RejectsBadRanges) {
   bool added;
   EXPECT_EQ(r.Add(HostRegion(0, 10, ""), false, &h, &added).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.Add(HostRegion(0x10, 0, ""), false, &h, &added).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.Add(HostRegion(~0ull - 5, 10, ""), false, &h, &added).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Add(HostRegion(~0ull - 5, 10, ""), false, &h, &added).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(Registry, ContainsHandlesOverlaps) {
@@ -51,7 +50,7 @@ TEST(Registry, ContainsHandlesOverlaps) {
   bool added;
   ASSERT_TRUE(r.Add(HostRegion(0x1000, 0x1000, ""), false, &h, &added).ok());  // [1000,2000)
   ASSERT_TRUE(r.Add(HostRegion(0x1800, 0x100, ""), false, &h, &added).ok());   // inside it
-  EXPECT_TRUE(r.Contains(0x1900, 0x100));  // only the big region holds it
+  EXPECT_TRUE(r.Contains(0x1900, 0x100));                                      // only the big region holds it
   EXPECT_TRUE(r.Contains(0x1000, 0x1000));
   EXPECT_FALSE(r.Contains(0x1f00, 0x101));
   EXPECT_FALSE(r.Contains(0xfff, 2));
@@ -117,7 +116,7 @@ TEST(RemoteRegions, FindPrefersARegionThatGrantsWrite) {
             {3, RegionInfo{0x1400, 0x10, MemType::kHost, -1, "ro2", false, PeerAccess::kReadOnly}, {}}});
   EXPECT_EQ(rr.Find(0x1400, 0x10, true)->id, 2u);  // held by all three: the writable one
   EXPECT_EQ(rr.Find(0x2900, 0x10, true)->id, 1u);  // held by the read-only one alone
-  EXPECT_TRUE(rr.Find(0x1400, 0x10, false));        // a READ takes the first it finds
+  EXPECT_TRUE(rr.Find(0x1400, 0x10, false));       // a READ takes the first it finds
   rr.Revoke(2);
   EXPECT_EQ(rr.Find(0x1400, 0x10, true)->info.access, PeerAccess::kReadOnly);
 }
@@ -129,9 +128,9 @@ TEST(RemoteRegions, FindRememberedAnswersAsFindDoes) {
   rr.Reset({{1, RegionInfo{0x1000, 0x2000, MemType::kHost, -1, "ro", false, PeerAccess::kReadOnly}, {}},
             {2, RegionInfo{0x800, 0x2000, MemType::kHost, -1, "rw", false}, {}}});
   other.Reset({{7, RegionInfo{0x1000, 0x2000, MemType::kHost, -1, "theirs", false}, {}}});
-  EXPECT_EQ(rr.FindRemembered(0x2900, 0x10, false)->id, 1u);  // the read-only one alone holds it
-  EXPECT_EQ(rr.FindRemembered(0x1400, 0x10, true)->id, 2u);   // remembered: read-only; WRITE: looks
-  EXPECT_EQ(rr.FindRemembered(0x1500, 0x10, true)->id, 2u);   // remembered, writable
+  EXPECT_EQ(rr.FindRemembered(0x2900, 0x10, false)->id, 1u);    // the read-only one alone holds it
+  EXPECT_EQ(rr.FindRemembered(0x1400, 0x10, true)->id, 2u);     // remembered: read-only; WRITE: looks
+  EXPECT_EQ(rr.FindRemembered(0x1500, 0x10, true)->id, 2u);     // remembered, writable
   EXPECT_EQ(other.FindRemembered(0x1500, 0x10, true)->id, 7u);  // another table: its own region
   EXPECT_EQ(rr.FindRemembered(0x1500, 0x10, true)->id, 2u);
   rr.Revoke(2);
@@ -155,7 +154,8 @@ TEST(RemoteRegions, AHundredThousandRegionsAddedAndRemovedOneByOne) {
   RemoteRegions rr;
   std::string why;
   for (uint64_t i : order) {
-    ASSERT_TRUE(rr.Add({i + 1, RegionInfo{kBase + i * kLen, kLen, MemType::kHost, -1, "", false}, {}}, &why)) << why;
+    ASSERT_TRUE(rr.Add({i + 1, RegionInfo{kBase + i * kLen, kLen, MemType::kHost, -1, "", false}, {}}, &why))
+        << why;
   }
   EXPECT_FALSE(rr.Add({5, RegionInfo{1, 1, MemType::kHost, -1, "", false}, {}}, &why));
   for (uint64_t i = 0; i < kN; i += 2) ASSERT_TRUE(rr.Revoke(i + 1));
@@ -189,7 +189,8 @@ TEST(RemoteRegions, FindRevokeAndStraddle) {
   EXPECT_FALSE(rr.Find(0x1000, 1));
   EXPECT_FALSE(rr.Revoke(1));
   std::string why;
-  EXPECT_TRUE(rr.Add({3, RegionInfo{0x500, 0x10000, MemType::kHost, -1, "", false}, {}}, &why));  // overlaps region 2
+  EXPECT_TRUE(
+      rr.Add({3, RegionInfo{0x500, 0x10000, MemType::kHost, -1, "", false}, {}}, &why));  // overlaps region 2
   EXPECT_EQ(rr.Find(0x1000, 0x10)->id, 3u);
   EXPECT_EQ(rr.List().size(), 2u);
   // A bad region is refused with the reason, and nothing is added.
@@ -201,7 +202,8 @@ TEST(RemoteRegions, FindRevokeAndStraddle) {
   EXPECT_NE(why.find("wraps"), std::string::npos) << why;
   EXPECT_EQ(rr.List().size(), 2u);
   EXPECT_NE(WhyBadTable({{1, RegionInfo{0x1000, 16, MemType::kHost, -1, "", false}, {}},
-                         {1, RegionInfo{0x2000, 16, MemType::kHost, -1, "", false}, {}}}).find("id 1"),
+                         {1, RegionInfo{0x2000, 16, MemType::kHost, -1, "", false}, {}}})
+                .find("id 1"),
             std::string::npos);
   EXPECT_EQ(WhyBadTable({{1, RegionInfo{0x1000, 16, MemType::kHost, -1, "", false}, {}}}), "");
   rr.RevokeAll();

@@ -34,10 +34,12 @@ TEST(RemoteRegion, OpensOnceForEveryThread) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(opened.load(), 1);
   EXPECT_EQ(wrong.load(), 0);
-  EXPECT_EQ(r.OpenOnce(&kOtherKey, [](std::shared_ptr<void>*, uint8_t** base) {
-    *base = nullptr;
-    return Status::Ok();
-  }), nullptr);  // another key: its own entry
+  EXPECT_EQ(r.OpenOnce(&kOtherKey,
+                       [](std::shared_ptr<void>*, uint8_t** base) {
+                         *base = nullptr;
+                         return Status::Ok();
+                       }),
+            nullptr);  // another key: its own entry
   EXPECT_EQ(r.OpenOnce(&kKey, open), mapping);
 }
 
@@ -81,10 +83,12 @@ TEST(RemoteRegion, ARevokedRegionIsNotOpened) {
   RemoteRegion r;
   r.revoked = true;
   int calls = 0;
-  EXPECT_EQ(r.OpenOnce(&kKey, [&](std::shared_ptr<void>*, uint8_t**) {
-    ++calls;
-    return Status::Ok();
-  }), nullptr);
+  EXPECT_EQ(r.OpenOnce(&kKey,
+                       [&](std::shared_ptr<void>*, uint8_t**) {
+                         ++calls;
+                         return Status::Ok();
+                       }),
+            nullptr);
   EXPECT_EQ(calls, 0);
 }
 

@@ -72,7 +72,8 @@ TEST(ServePool, BusyConnectionsCannotStarveTheOthersWhenEveryThreadServes) {
   std::this_thread::sleep_for(100ms);  // (both busy ones hold a thread now)
   ASSERT_EQ(::write(quiet.there, "q", 1), 1);
   const auto t0 = std::chrono::steady_clock::now();
-  while (quiet.bytes.load() == 0 && std::chrono::steady_clock::now() - t0 < 3s) std::this_thread::sleep_for(1ms);
+  while (quiet.bytes.load() == 0 && std::chrono::steady_clock::now() - t0 < 3s)
+    std::this_thread::sleep_for(1ms);
   EXPECT_EQ(quiet.bytes.load(), 1) << "a connection waited behind two busy ones for 3 s";
   EXPECT_LE(pool.threads(), 2u);
   stop.store(true);

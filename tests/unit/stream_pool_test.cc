@@ -102,9 +102,9 @@ TEST(StreamPool, ALateFenceCallsOnLateOnceThenWaitsForTheBatches) {
 void CheckSharedCopies(StreamPool& pool, uint32_t seed) {
   std::mt19937_64 rng(seed);
   constexpr size_t kGuard = 64;
-  for (size_t len : {size_t{1}, size_t{4095}, StreamPool::kMinSharedCopy - 1,
-                     StreamPool::kMinSharedCopy, StreamPool::kMinSharedCopy + 1, size_t{65536 + 7},
-                     size_t{1} << 20, (size_t{3} << 20) + 13}) {
+  for (size_t len :
+       {size_t{1}, size_t{4095}, StreamPool::kMinSharedCopy - 1, StreamPool::kMinSharedCopy,
+        StreamPool::kMinSharedCopy + 1, size_t{65536 + 7}, size_t{1} << 20, (size_t{3} << 20) + 13}) {
     std::vector<uint8_t> src(len), dst(len + 2 * kGuard, 0xAB);
     for (auto& b : src) b = static_cast<uint8_t>(rng());
     for (int round = 0; round < 20; ++round) {
@@ -162,7 +162,7 @@ TEST(StreamPool, SharedCopyMeasuresBothWaysOfCopying) {
   const auto until = Clock::now() + std::chrono::seconds(5);  // (a loaded machine: more copies)
   const ShareRule& rule = pool.share_rule();
   for (int i = 0; i < 20000 || (Clock::now() < until && (rule.AverageCost(kLen, ShareRule::kShare) == 0 ||
-                                                        rule.AverageCost(kLen, ShareRule::kAlone) == 0));
+                                                         rule.AverageCost(kLen, ShareRule::kAlone) == 0));
        ++i) {
     a[static_cast<size_t>(i) % kLen] = static_cast<uint8_t>(i);
     pool.SharedCopy(b.data(), a.data(), kLen);

@@ -27,7 +27,8 @@ std::vector<std::string> Names(const std::vector<std::unique_ptr<Path>>& paths) 
 
 TEST(TcpPaths, WithoutNicsOneRouteToThePeersHostAsEver) {
   EXPECT_EQ(Names(PathsTo(Peer({}), {})), (std::vector<std::string>{"-> 10.9.9.9:4000"}));
-  EXPECT_EQ(Names(PathsTo(Peer({"10.0.1.2:5", "10.0.2.2:6"}), {})), (std::vector<std::string>{"-> 10.9.9.9:4000"}))
+  EXPECT_EQ(Names(PathsTo(Peer({"10.0.1.2:5", "10.0.2.2:6"}), {})),
+            (std::vector<std::string>{"-> 10.9.9.9:4000"}))
       << "the peer's NICs may not be reachable from here";
 }
 
@@ -43,13 +44,15 @@ TEST(TcpPaths, EachNicPairsWithTheAddressesInItsSubnet) {
   EXPECT_EQ(Names(PathsTo(Peer({"10.0.2.2:6", "10.0.1.2:5"}), nics)),
             (std::vector<std::string>{"eth1 (10.0.1.1) -> 10.0.1.2:5", "eth2 (10.0.2.1) -> 10.0.2.2:6"}));
   // A peer with one address in eth1's subnet: eth2 is not used.
-  EXPECT_EQ(Names(PathsTo(Peer({"10.0.1.2:5"}), nics)), (std::vector<std::string>{"eth1 (10.0.1.1) -> 10.0.1.2:5"}));
+  EXPECT_EQ(Names(PathsTo(Peer({"10.0.1.2:5"}), nics)),
+            (std::vector<std::string>{"eth1 (10.0.1.1) -> 10.0.1.2:5"}));
 }
 
 TEST(TcpPaths, WithoutASharedSubnetNicsAndAddressesPairInOrder) {
   const std::vector<net::Nic> nics = {NicOf("eth1", "192.168.1.1", 24), NicOf("eth2", "192.168.2.1", 24)};
   EXPECT_EQ(Names(PathsTo(Peer({}), nics)),
-            (std::vector<std::string>{"eth1 (192.168.1.1) -> 10.9.9.9:4000", "eth2 (192.168.2.1) -> 10.9.9.9:4000"}));
+            (std::vector<std::string>{"eth1 (192.168.1.1) -> 10.9.9.9:4000",
+                                      "eth2 (192.168.2.1) -> 10.9.9.9:4000"}));
   EXPECT_EQ(Names(PathsTo(Peer({"10.0.1.2:5", "10.0.2.2:6", "10.0.3.2:7"}), nics)),
             (std::vector<std::string>{"eth1 (192.168.1.1) -> 10.0.1.2:5", "eth2 (192.168.2.1) -> 10.0.2.2:6",
                                       "eth1 (192.168.1.1) -> 10.0.3.2:7"}));

@@ -1,7 +1,7 @@
 // The tcp transport against itself over loopback, real sockets: the target side's own checks.
 #include "transport/tcp/tcp_transport.h"
-#include "transport/tcp/tcp_wire.h"
 #include "transport/tcp/checksum.h"
+#include "transport/tcp/tcp_wire.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -15,7 +15,6 @@
 #include <random>
 #include <thread>
 #include <vector>
-
 
 namespace xfer::transport {
 namespace {
@@ -86,8 +85,7 @@ TEST_P(TcpTransportTest, EveryAlignmentAndLengthKeepsTheStreamFramed) {
     ASSERT_TRUE(Exec(Op::kWrite, {{s + off, R(roff), len}}).ok()) << off;
     ASSERT_EQ(std::memcmp(region_.data() + roff, src.data() + off, len), 0) << off;
     std::fill(back.begin(), back.end(), 0);
-    ASSERT_TRUE(Exec(Op::kRead, {{b + (63 - off), R(roff), len}, {b + 4096, R(0), off + 1}}).ok())
-        << off;
+    ASSERT_TRUE(Exec(Op::kRead, {{b + (63 - off), R(roff), len}, {b + 4096, R(0), off + 1}}).ok()) << off;
     ASSERT_EQ(std::memcmp(back.data() + (63 - off), src.data() + off, len), 0) << off;
     ASSERT_EQ(std::memcmp(back.data() + 4096, region_.data(), off + 1), 0) << off;
     if (off % 8 == 0) {
@@ -129,7 +127,8 @@ TEST_P(TcpTransportTest, TargetRefusesWritesIntoReadOnlyRangesAndServesReads) {
   EXPECT_EQ(st.code(), StatusCode::kRemoteAccessDenied) << st.ToString();
   EXPECT_EQ(region_, before);
   // READs of it are served, and WRITEs below it land, on the same connections.
-  ASSERT_TRUE(Exec(Op::kRead, {{reinterpret_cast<uint64_t>(back.data()), R(region_.size() - 4096), 4096}}).ok());
+  ASSERT_TRUE(
+      Exec(Op::kRead, {{reinterpret_cast<uint64_t>(back.data()), R(region_.size() - 4096), 4096}}).ok());
   EXPECT_EQ(back, std::vector<uint8_t>(4096, 0x11));
   ASSERT_TRUE(Exec(Op::kWrite, {{s, R(0), 4096}}).ok());
   EXPECT_EQ(region_[0], 0xee);
@@ -146,7 +145,8 @@ TEST_P(TcpTransportTest, RefusesDataConnectionsFromStrangers) {
 TEST_P(TcpTransportTest, GarbageOnTheDataPortClosesOnlyThatConnection) {
   net::Fd fd;
   ASSERT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", tcp_->port(), true},
-                              Clock::now() + std::chrono::seconds(2), &fd).ok());
+                              Clock::now() + std::chrono::seconds(2), &fd)
+                  .ok());
   const char junk[] = "GET / HTTP/1.0\r\n\r\n and some more bytes to fill the hello";
   ASSERT_TRUE(net::SendAll(fd.get(), junk, sizeof junk, Clock::now() + std::chrono::seconds(2)).ok());
   char c;
@@ -194,7 +194,8 @@ TEST_P(TcpTransportTest, ConnectionsThatSayNothingAreCappedAndPeersServed) {
   std::vector<net::Fd> idle(100);
   for (auto& fd : idle) {
     ASSERT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", tcp_->port(), true},
-                                Clock::now() + std::chrono::seconds(2), &fd).ok());
+                                Clock::now() + std::chrono::seconds(2), &fd)
+                    .ok());
   }
   const auto t0 = Clock::now();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -238,8 +239,10 @@ TEST_P(TcpTransportTest, DataConnectionsHoldNoThreadWhileHandshakingOrIdle) {
   const auto hello = tcp_wire::DataHello(42, 42);
   for (auto& fd : idle) {
     ASSERT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", tcp_->port(), true},
-                                Clock::now() + std::chrono::seconds(2), &fd).ok());
-    ASSERT_TRUE(net::SendAll(fd.get(), hello.data(), hello.size() / 2, Clock::now() + std::chrono::seconds(2)).ok());
+                                Clock::now() + std::chrono::seconds(2), &fd)
+                    .ok());
+    ASSERT_TRUE(
+        net::SendAll(fd.get(), hello.data(), hello.size() / 2, Clock::now() + std::chrono::seconds(2)).ok());
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // (the target has accepted them)
   EXPECT_LE(ThreadsOfThisProcess(), before + 2) << "a thread per connection still in its handshake";
@@ -277,7 +280,8 @@ TEST_P(TcpTransportTest, ConnectionsBusyAtOnceAreServedAtOnce) {
   std::vector<uint8_t> payload(4096, 3);
   const auto frame = Frame(static_cast<uint8_t>(Op::kWrite), 0, 1, 4096, {{R(0), 4096}}, payload);
   const auto t0 = Clock::now();
-  for (auto& c : conns) ASSERT_TRUE(net::SendAll(c.get(), frame.data(), 1024, t0 + std::chrono::seconds(2)).ok());
+  for (auto& c : conns)
+    ASSERT_TRUE(net::SendAll(c.get(), frame.data(), 1024, t0 + std::chrono::seconds(2)).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_GE(tcp_->serve_threads(), 8u);
   for (auto& c : conns) {
@@ -348,7 +352,8 @@ TEST_P(TcpTransportTest, APeerEngineHoldsAtMostItsShareOfDataConnections) {
   held.clear();  // and once they are gone, the peer is served again
   std::vector<uint8_t> src(64, 3);
   Status st;
-  for (int i = 0; i < 50 && !(st = Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}})).ok(); ++i) {
+  for (int i = 0;
+       i < 50 && !(st = Exec(Op::kWrite, {{reinterpret_cast<uint64_t>(src.data()), R(0), 64}})).ok(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(st.ok()) << st.ToString();
@@ -362,7 +367,12 @@ TEST_P(TcpTransportTest, MalformedFramesCloseOnlyTheirConnection) {
   const uint64_t r = R(0), huge = 1ull << 63;
   const std::vector<std::pair<const char*, std::vector<uint8_t>>> frames = {
       {"unknown op", Frame(7, 0, 1, 64, {{r, 64}})},
-      {"unknown flags", [&] { auto f = Frame(kRead, 0, 1, 64, {{r, 64}}); f[2] = 2; return f; }()},
+      {"unknown flags",
+       [&] {
+         auto f = Frame(kRead, 0, 1, 64, {{r, 64}});
+         f[2] = 2;
+         return f;
+       }()},
       {"no slices", Frame(kWrite, 0, 0, 0, {})},
       {"too many slices", Frame(kRead, 0, 1025, 64, {{r, 64}})},
       {"batch over 1 GiB", Frame(kRead, 0, 1, (1ull << 30) + 1, {{r, (1ull << 30) + 1}})},
@@ -436,8 +446,8 @@ TEST_P(TcpTransportTest, WellFormedFramesOutsideTheRegionsAreRefusedOnTheSameCon
   for (uint64_t addr : outside) {
     for (uint8_t op : {static_cast<uint8_t>(Op::kWrite), static_cast<uint8_t>(Op::kRead)}) {
       const bool write = op == static_cast<uint8_t>(Op::kWrite);
-      const std::vector<uint8_t> f = Frame(op, 0, 1, payload.size(), {{addr, payload.size()}},
-                                           write ? payload : std::vector<uint8_t>{});
+      const std::vector<uint8_t> f =
+          Frame(op, 0, 1, payload.size(), {{addr, payload.size()}}, write ? payload : std::vector<uint8_t>{});
       ASSERT_TRUE(net::SendAll(fd.get(), f.data(), f.size(), deadline).ok());
       uint8_t head[8];
       ASSERT_TRUE(net::RecvAll(fd.get(), head, sizeof head, deadline).ok());
@@ -452,8 +462,8 @@ TEST_P(TcpTransportTest, WellFormedFramesOutsideTheRegionsAreRefusedOnTheSameCon
   }
   EXPECT_EQ(region_, before);
   // Then a frame inside the region, on that same connection, lands.
-  const std::vector<uint8_t> f = Frame(static_cast<uint8_t>(Op::kWrite), 32, 1, 64, {{R(64), 64}},
-                                       std::vector<uint8_t>(64, 0xab));
+  const std::vector<uint8_t> f =
+      Frame(static_cast<uint8_t>(Op::kWrite), 32, 1, 64, {{R(64), 64}}, std::vector<uint8_t>(64, 0xab));
   ASSERT_TRUE(net::SendAll(fd.get(), f.data(), f.size(), deadline).ok());
   uint8_t ok[64];
   ASSERT_TRUE(net::RecvAll(fd.get(), ok, sizeof ok, deadline).ok());
@@ -615,8 +625,7 @@ TEST_P(TcpTransportTest, BatchesOutliveOtherBatchesDeadlines) {
   }
   stop = true;
   breaker.join();
-  EXPECT_EQ(failed, 0) << "of " << writes << ", with " << broke.load()
-                       << " connections broken by deadlines";
+  EXPECT_EQ(failed, 0) << "of " << writes << ", with " << broke.load() << " connections broken by deadlines";
   EXPECT_GE(broke.load(), kBreaks) << "too few deadlines were missed in " << writes
                                    << " WRITEs: the test proved too little";
   EXPECT_EQ(region_[512 << 10], 7);
@@ -642,8 +651,7 @@ TEST_P(TcpTransportTest, ManyThreadsPipelineOnOneConnection) {
         if (!Exec(Op::kRead, {{b, mine, len}}).ok() || std::memcmp(src.data(), back.data(), len)) {
           ++failures;
         }
-        if (i % 16 == 0 && Exec(Op::kRead, {{b, R(0) - 128, 64}}).code() !=
-                               StatusCode::kRemoteAccessDenied) {
+        if (i % 16 == 0 && Exec(Op::kRead, {{b, R(0) - 128, 64}}).code() != StatusCode::kRemoteAccessDenied) {
           ++failures;
         }
       }
@@ -688,8 +696,9 @@ class FlippingRelay {
     pollfd l{listener_.get(), POLLIN, 0};
     if (::poll(&l, 1, 10000) <= 0) return;
     net::Fd client(::accept(listener_.get(), nullptr, nullptr)), target;
-    if (!client.valid() ||
-        !net::ConnectTcp(net::Address{"127.0.0.1", target_port, true}, Clock::now() + std::chrono::seconds(5), &target).ok()) {
+    if (!client.valid() || !net::ConnectTcp(net::Address{"127.0.0.1", target_port, true},
+                                            Clock::now() + std::chrono::seconds(5), &target)
+                                .ok()) {
       return;
     }
     net::SetBlocking(target.get());
@@ -712,7 +721,9 @@ class FlippingRelay {
           }
         }
         at[d] += static_cast<uint64_t>(n);
-        if (!net::SendAll(to, buf.data(), static_cast<size_t>(n), Clock::now() + std::chrono::seconds(5)).ok()) return;
+        if (!net::SendAll(to, buf.data(), static_cast<size_t>(n), Clock::now() + std::chrono::seconds(5))
+                 .ok())
+          return;
       }
     }
   }
@@ -730,7 +741,8 @@ class FlippingRelay {
 // side that receives it (the target for WRITE, the initiator for READ, direct and staged), the
 // batch is tried once more and lands intact; flipped again, it fails with kDataCorrupted.
 TEST_P(TcpTransportTest, ChecksummedBatchesCatchAFlippedByteAndAreTriedOnceMore) {
-  if (!checksum::Available()) GTEST_SKIP() << "built without libxxhash (scripts/setup.sh installs libxxhash-dev)";
+  if (!checksum::Available())
+    GTEST_SKIP() << "built without libxxhash (scripts/setup.sh installs libxxhash-dev)";
   // Offsets in the data stream, for one 4 KiB slice from and to 64-byte aligned addresses:
   // the handshake (64 bytes), then a frame's payload 64 bytes in (WRITE: header, descriptor
   // and lead; READ's reply: header and lead), each frame 4224 bytes long (payload, checksum,
@@ -752,13 +764,16 @@ TEST_P(TcpTransportTest, ChecksummedBatchesCatchAFlippedByteAndAreTriedOnceMore)
     EXPECT_TRUE(initiator.Connect(TcpPeer{42, "127.0.0.1", relay.port(), ""}, &link).ok());
     const Slice s = write ? Slice{reinterpret_cast<uint64_t>(src), R(off), kLen}
                           : Slice{reinterpret_cast<uint64_t>(back), R(off), kLen};
-    const Status st = link->Execute(write ? Op::kWrite : Op::kRead, {&s, 1}, Clock::now() + std::chrono::seconds(5));
+    const Status st =
+        link->Execute(write ? Op::kWrite : Op::kRead, {&s, 1}, Clock::now() + std::chrono::seconds(5));
     *flipped = relay.flipped();
     return st;
   };
   for (const bool write : {true, false}) {
-    for (const std::vector<uint64_t>& flips : {std::vector<uint64_t>{kFirst}, std::vector<uint64_t>{kFirst, kSecond}}) {
-      SCOPED_TRACE(std::string(write ? "WRITE" : "READ") + ", flipped " + std::to_string(flips.size()) + " time(s)");
+    for (const std::vector<uint64_t>& flips :
+         {std::vector<uint64_t>{kFirst}, std::vector<uint64_t>{kFirst, kSecond}}) {
+      SCOPED_TRACE(std::string(write ? "WRITE" : "READ") + ", flipped " + std::to_string(flips.size()) +
+                   " time(s)");
       std::memset(region_.data() + off, 0x11, kLen);
       if (!write) std::memset(region_.data() + off, 0x77, kLen);
       std::memset(back, 0, kLen);
@@ -800,7 +815,8 @@ TEST_P(TcpTransportTest, ChecksummedBatchesCatchAFlippedByteAndAreTriedOnceMore)
 }
 
 TEST_P(TcpTransportTest, ChecksummedBatchesWithOverlappingRangesAreNotCorrupt) {
-  if (!checksum::Available()) GTEST_SKIP() << "built without libxxhash (scripts/setup.sh installs libxxhash-dev)";
+  if (!checksum::Available())
+    GTEST_SKIP() << "built without libxxhash (scripts/setup.sh installs libxxhash-dev)";
   // Two slices into the same bytes (the later copy wins): what lands differs from what was
   // sent, and the checksum must still agree.
   TcpTargetHooks mine;

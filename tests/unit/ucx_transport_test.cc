@@ -143,14 +143,14 @@ TEST_P(UcxTransportTest, ScatteredSlicesInLargeBatches) {
   Status s = Exec(Op::kWrite, wr);
   ASSERT_TRUE(s.ok()) << s.ToString();
   for (const Slice& sl : wr) {
-    ASSERT_EQ(std::memcmp(reinterpret_cast<void*>(sl.remote), reinterpret_cast<void*>(sl.local),
-                          sl.len), 0);
+    ASSERT_EQ(std::memcmp(reinterpret_cast<void*>(sl.remote), reinterpret_cast<void*>(sl.local), sl.len), 0);
   }
   s = Exec(Op::kRead, rd);
   ASSERT_TRUE(s.ok()) << s.ToString();
   for (size_t i = 0; i < rd.size(); ++i) {
-    ASSERT_EQ(std::memcmp(reinterpret_cast<void*>(rd[i].local),
-                          reinterpret_cast<void*>(wr[i].local), rd[i].len), 0) << i;
+    ASSERT_EQ(
+        std::memcmp(reinterpret_cast<void*>(rd[i].local), reinterpret_cast<void*>(wr[i].local), rd[i].len), 0)
+        << i;
   }
 }
 
@@ -181,8 +181,9 @@ TEST_P(UcxTransportTest, ThreadsShareOneLink) {
         Fill(src, t * 1000 + r);
         const uint64_t len = 1 + (r * 7919) % kArea, half = len / 2;
         const uint64_t off = t * kArea;
-        if (!Exec(Op::kWrite, {{A(src.data()), R(off), half},
-                               {A(src.data()) + half, R(off + half), len - half}}).ok() ||
+        if (!Exec(Op::kWrite,
+                  {{A(src.data()), R(off), half}, {A(src.data()) + half, R(off + half), len - half}})
+                 .ok() ||
             !Exec(Op::kRead, {{A(back.data()), R(off), len}}).ok() ||
             std::memcmp(back.data(), src.data(), len) != 0) {
           bad.fetch_add(1);
@@ -211,8 +212,7 @@ TEST_P(UcxTransportTest, StoppedTargetFailsWithinTheDeadline) {
   for (Op op : {Op::kWrite, Op::kRead, Op::kWrite}) {
     const auto t0 = Clock::now();
     Status s = Exec(op, {{A(buf.data()), R(0), buf.size()}}, 3000ms);
-    EXPECT_TRUE(s.code() == StatusCode::kConnectionLost || s.code() == StatusCode::kTimeout)
-        << s.ToString();
+    EXPECT_TRUE(s.code() == StatusCode::kConnectionLost || s.code() == StatusCode::kTimeout) << s.ToString();
     EXPECT_LT(Clock::now() - t0, 3000ms + kLateSlack);
   }
 }
@@ -244,7 +244,9 @@ struct Blocks {
     }
   }
   bool All() const { return total.load() == static_cast<int>(slices.size()); }
-  std::string Ended() const { return std::to_string(total.load()) + " of " + std::to_string(slices.size()) + " ended"; }
+  std::string Ended() const {
+    return std::to_string(total.load()) + " of " + std::to_string(slices.size()) + " ended";
+  }
 
   std::vector<Slice> slices;  // the batches' slices live until they end
   std::vector<std::atomic<int>> calls;
@@ -302,12 +304,15 @@ TEST_P(UcxTransportTest, BatchTurnedAwayByReadyMovesNothing) {
   const Slice no{A(src.data()), R(0), 4096}, yes{A(src.data()), R(8192), 4096};
   Status got;
   std::atomic<int> ended{0};
-  link_->Start(Op::kWrite, {&no, 1}, Clock::now() + 5s,
-               [&](Status s) {
-                 got = std::move(s);
-                 ended.fetch_add(1);
-               },
-               [] { return Status{StatusCode::kRemoteAccessDenied, "revoked meanwhile"}; });
+  link_->Start(
+      Op::kWrite, {&no, 1}, Clock::now() + 5s,
+      [&](Status s) {
+        got = std::move(s);
+        ended.fetch_add(1);
+      },
+      [] {
+        return Status{StatusCode::kRemoteAccessDenied, "revoked meanwhile"};
+      });
   link_->Start(Op::kWrite, {&yes, 1}, Clock::now() + 5s, [&](Status s) {
     EXPECT_TRUE(s.ok()) << s.ToString();
     ended.fetch_add(1);
@@ -330,12 +335,15 @@ TEST_P(UcxTransportTest, QuiesceIsAFence) {
   std::atomic<bool> revoked{false};
   std::atomic<int> ended{0}, turned_away{0};
   for (const Slice& sl : slices) {
-    link_->Start(Op::kWrite, {&sl, 1}, Clock::now() + 20s,
-                 [&](Status s) {
-                   if (s.code() == StatusCode::kRemoteAccessDenied) turned_away.fetch_add(1);
-                   ended.fetch_add(1);
-                 },
-                 [&] { return revoked.load() ? Status{StatusCode::kRemoteAccessDenied, "revoked"} : Status::Ok(); });
+    link_->Start(
+        Op::kWrite, {&sl, 1}, Clock::now() + 20s,
+        [&](Status s) {
+          if (s.code() == StatusCode::kRemoteAccessDenied) turned_away.fetch_add(1);
+          ended.fetch_add(1);
+        },
+        [&] {
+          return revoked.load() ? Status{StatusCode::kRemoteAccessDenied, "revoked"} : Status::Ok();
+        });
   }
   revoked.store(true);
   link_->Quiesce(link_->QuiesceMark(), Clock::now() + std::chrono::seconds(60));
@@ -368,8 +376,8 @@ TEST_P(UcxTransportTest, LateBatchDoesNotFailItsNeighbours) {
   constexpr size_t kBatches = 9;
   constexpr uint64_t kLen = 1 << 20;
   std::vector<uint8_t> src;
-  auto b = StartWrites(*link_, R(0), &src, kBatches, kLen, 14,
-                       [](size_t i) { return i == 4 ? 1ms : 10000ms; });
+  auto b =
+      StartWrites(*link_, R(0), &src, kBatches, kLen, 14, [](size_t i) { return i == 4 ? 1ms : 10000ms; });
   link_->Drive(Clock::now() + 10s, [&] { return b->All(); });
   ASSERT_TRUE(b->All()) << b->Ended();
   for (size_t i = 0; i < kBatches; ++i) {
@@ -465,11 +473,13 @@ class UcxRemoteTargetTest : public ::testing::Test {
     ASSERT_EQ(at, msg.size());
 
     ASSERT_TRUE(b_.Start().ok());
-    peer_ = UcxPeer{address, [this](uint64_t a, uint64_t l, bool, UcxRemoteKey* k) {
+    peer_ = UcxPeer{address,
+                    [this](uint64_t a, uint64_t l, bool, UcxRemoteKey* k) {
                       if (a < base_ || a + l > base_ + kRegionBytes) return false;
                       *k = {1, key_};
                       return true;
-                    }, "child"};
+                    },
+                    "child"};
     ASSERT_TRUE(b_.Connect(peer_, &link_).ok());
     buf_.resize(4 << 20);
     Status s = Exec(Op::kWrite, 4096, 5000ms);  // connected, and the target serves
@@ -597,8 +607,7 @@ TEST_F(UcxRemoteTargetTest, KilledTargetFailsBatchesWithinTheirDeadline) {
       std::vector<uint8_t> mine(1 << 20);
       for (Status s; s.ok();) {
         const auto t0 = Clock::now();
-        s = link_->Execute(i ? Op::kRead : Op::kWrite, {{{A(mine.data()), base_, mine.size()}}},
-                           t0 + 2000ms);
+        s = link_->Execute(i ? Op::kRead : Op::kWrite, {{{A(mine.data()), base_, mine.size()}}}, t0 + 2000ms);
         if (Clock::now() - t0 > 2000ms + kLateSlack) late.fetch_add(1);
         failed[i] = s;
       }
@@ -611,8 +620,7 @@ TEST_F(UcxRemoteTargetTest, KilledTargetFailsBatchesWithinTheirDeadline) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(late.load(), 0);
   for (const Status& s : failed) {
-    EXPECT_TRUE(s.code() == StatusCode::kConnectionLost || s.code() == StatusCode::kTimeout)
-        << s.ToString();
+    EXPECT_TRUE(s.code() == StatusCode::kConnectionLost || s.code() == StatusCode::kTimeout) << s.ToString();
   }
 }
 
@@ -668,15 +676,16 @@ TEST(UcxTransport, MemoryAndLinksOutliveTheTransport) {
   ASSERT_TRUE(t->MapMemory(A(region.data()), region.size(), &mem).ok());
   std::unique_ptr<UcxMemory> empty;
   EXPECT_EQ(t->MapMemory(A(region.data()), 0, &empty).code(), StatusCode::kInvalidArgument);
-  UcxPeer self{t->worker_address(), [&](uint64_t, uint64_t, bool, UcxRemoteKey* k) {
+  UcxPeer self{t->worker_address(),
+               [&](uint64_t, uint64_t, bool, UcxRemoteKey* k) {
                  *k = {1, mem->packed_key()};
                  return true;
-               }, "self"};
+               },
+               "self"};
   std::shared_ptr<Link> link;
   ASSERT_TRUE(t->Connect(self, &link).ok());
   std::vector<uint8_t> src(100, 9);
-  Status s = link->Execute(Op::kWrite, {{{A(src.data()), A(region.data()), src.size()}}},
-                           Clock::now() + 5s);
+  Status s = link->Execute(Op::kWrite, {{{A(src.data()), A(region.data()), src.size()}}}, Clock::now() + 5s);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(region[99], 9);
   t.reset();  // the context stays until the link and the memory let go of it

@@ -25,12 +25,16 @@ Hello SampleHello() {
   h.incarnation = 0x1122334455667788ull;
   h.host_id = "boot-id";
   h.pid = 4242;
-  h.backends = {{"local", ""}, {"cma", std::string("\0\x7f\xff\0\0\0\0\0", 8)},
+  h.backends = {{"local", ""},
+                {"cma", std::string("\0\x7f\xff\0\0\0\0\0", 8)},
                 {"ucx", std::string("\0\x05worker", 8)}};
-  h.regions.push_back({7, RegionInfo{0x1000, 4096, MemType::kHost, -1, "kv-cache", true},
+  h.regions.push_back({7,
+                       RegionInfo{0x1000, 4096, MemType::kHost, -1, "kv-cache", true},
                        {{"shm", "fd and key"}, {"ucx", "packed \x01 rkey"}}});
-  h.regions.push_back({9, RegionInfo{0x9000, 1, MemType::kCuda, 3, "", false}, {{"cuda", "cuda \x02 handle"}}});
-  h.regions.push_back({11, RegionInfo{0x2000, 64, MemType::kHost, -1, "ro", true, PeerAccess::kReadOnly}, {}});
+  h.regions.push_back(
+      {9, RegionInfo{0x9000, 1, MemType::kCuda, 3, "", false}, {{"cuda", "cuda \x02 handle"}}});
+  h.regions.push_back(
+      {11, RegionInfo{0x2000, 64, MemType::kHost, -1, "ro", true, PeerAccess::kReadOnly}, {}});
   return h;
 }
 
@@ -53,10 +57,10 @@ TEST(WireCodec, EveryMessageRoundTrips) {
 }
 
 TEST(WireCodec, AuthFramesOfTheWrongLengthAreRefused) {
-  for (const Message& m : {Message{AuthChallenge{std::string(31, 'n')}},
-                           Message{AuthChallenge{std::string(33, 'n')}},
-                           Message{AuthProof{"a:1", 1, std::string(31, 'm')}}, Message{AuthProof{"a:1", 1, ""}},
-                           Message{AuthProof{std::string(kMaxAuthName + 1, 'a'), 1, std::string(32, 'm')}}}) {
+  for (const Message& m :
+       {Message{AuthChallenge{std::string(31, 'n')}}, Message{AuthChallenge{std::string(33, 'n')}},
+        Message{AuthProof{"a:1", 1, std::string(31, 'm')}}, Message{AuthProof{"a:1", 1, ""}},
+        Message{AuthProof{std::string(kMaxAuthName + 1, 'a'), 1, std::string(32, 'm')}}}) {
     const std::vector<uint8_t> f = Encode(m);
     Header h;
     std::string why;
@@ -67,7 +71,8 @@ TEST(WireCodec, AuthFramesOfTheWrongLengthAreRefused) {
 }
 
 TEST(WireCodec, NotificationsUpToTheCapDecodeAndBadOnesAreRefused) {
-  EXPECT_EQ(RoundTrip(Notify{1, std::string(kMaxNotify, 'n')}), (Message{Notify{1, std::string(kMaxNotify, 'n')}}));
+  EXPECT_EQ(RoundTrip(Notify{1, std::string(kMaxNotify, 'n')}),
+            (Message{Notify{1, std::string(kMaxNotify, 'n')}}));
   std::string why;
   Message out;
   auto payload = [](const Message& m) {
@@ -178,7 +183,8 @@ TEST(WireCodec, ADecodedFrameTakesAtMostAFewTimesItsSizeInMemory) {
   // 100,000 regions as engines advertise them (a UCX remote key and a memfd each) decode.
   h.regions.clear();
   for (uint64_t i = 1; i <= 100000; ++i) {
-    h.regions.push_back({i, RegionInfo{i << 20, 1 << 20, MemType::kHost, -1, "", true},
+    h.regions.push_back({i,
+                         RegionInfo{i << 20, 1 << 20, MemType::kHost, -1, "", true},
                          {{"ucx", std::string(60, 'k')}, {"shm", std::string(12, 's')}}});
   }
   frame = Encode(h);

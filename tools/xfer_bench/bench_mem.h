@@ -21,8 +21,7 @@ class BenchMem {
   BenchMem& operator=(const BenchMem&) = delete;
 
   // Empty on success, else what failed.
-  std::string Allocate(Engine* engine, const Config& c, uint64_t len, const char* tag,
-                       const MemSpec& mem) {
+  std::string Allocate(Engine* engine, const Config& c, uint64_t len, const char* tag, const MemSpec& mem) {
     Reset();
     len = PageRound(std::max<uint64_t>(len, 1));
     engine_ = engine;
@@ -136,8 +135,8 @@ class BenchMem {
   }
   static std::string DeviceCopy(Op op, uint64_t dev, void* host, uint64_t len) {
     const xfer::transport::Slice s{reinterpret_cast<uint64_t>(host), dev, len};
-    Status st = xfer::transport::cuda::Copy(op, {&s, 1},
-                                            std::chrono::steady_clock::now() + std::chrono::seconds(60));
+    Status st =
+        xfer::transport::cuda::Copy(op, {&s, 1}, std::chrono::steady_clock::now() + std::chrono::seconds(60));
     return st.ok() ? "" : "cuda copy: " + st.ToString();
   }
 

@@ -18,8 +18,11 @@ std::string Bench::Setup(const std::string& transport) {
   ctl_.Reset(fd);
 
   json reply;
-  json hello = {{"type", "hello"}, {"schema", kCtlSchema}, {"version", kCtlVersion},
-                {"client", MachineLine()}, {"config", ConfigToJson(c)}};
+  json hello = {{"type", "hello"},
+                {"schema", kCtlSchema},
+                {"version", kCtlVersion},
+                {"client", MachineLine()},
+                {"config", ConfigToJson(c)}};
   err = ctl_.Call(hello, &reply, int(std::max(30.0, c.connect_timeout) * 1000));
   if (!err.empty()) return "the target refused: " + err;
   peer_ = reply.value("engine", "");

@@ -21,8 +21,7 @@ class LocalTarget {
   ~LocalTarget() { Stop(); }
 
   // Returns an error message, empty on success; *fd is this side's end of the control channel.
-  std::string Start(bool in_process, const std::string& host_id, const std::string& secret_file,
-                    int* fd) {
+  std::string Start(bool in_process, const std::string& host_id, const std::string& secret_file, int* fd) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
       return std::string("socketpair: ") + std::strerror(errno);

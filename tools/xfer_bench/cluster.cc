@@ -21,10 +21,12 @@ std::string AnnounceServe(const Config& c, int port, std::unique_ptr<Engine>* an
   o.cluster_name = c.cluster_name;
   o.secret_file = c.secret_file;
   auto e = std::make_unique<Engine>();
-  Status s = e->Initialize((host.find(':') != std::string::npos && host[0] != '[' ? "[" + host + "]" : host) + ":0", o);
+  Status s = e->Initialize(
+      (host.find(':') != std::string::npos && host[0] != '[' ? "[" + host + "]" : host) + ":0", o);
   MemHandle h = 0;
-  const std::string where = (host.find(':') != std::string::npos && host[0] != '[' ? "[" + host + "]" : host) +
-                            ":" + std::to_string(port);
+  const std::string where =
+      (host.find(':') != std::string::npos && host[0] != '[' ? "[" + host + "]" : host) + ":" +
+      std::to_string(port);
   if (s.ok()) {
     s = e->RegisterMem(announced_page, sizeof announced_page, MemType::kHost, &h, kServeTag + where,
                        PeerAccess::kReadOnly);

@@ -13,8 +13,9 @@ uint64_t SpanForThreads(const Config& c) {
   uint64_t need = 0;
   const uint64_t t = uint64_t(std::max(1, c.threads));
   for (uint64_t b : c.sizes) {
-    uint64_t slots = c.reuse ? c.batch * t
-                             : std::max<uint64_t>(c.walk_span / b, c.batch * std::max<uint64_t>(1, c.depth) * t);
+    uint64_t slots = c.reuse
+                         ? c.batch * t
+                         : std::max<uint64_t>(c.walk_span / b, c.batch * std::max<uint64_t>(1, c.depth) * t);
     need = std::max(need, slots * b);
   }
   return need;
@@ -64,17 +65,16 @@ void Resolve(Config& c) {
     throw ArgError{"--slice-bytes: bad size '" + c.slice_arg + "'"};
   if (!c.batch_bytes_arg.empty() && !ParseSize(c.batch_bytes_arg, &c.batch_bytes))
     throw ArgError{"--batch-bytes: bad size '" + c.batch_bytes_arg + "'"};
-  if (!c.staging_bytes_arg.empty() &&
-      (!ParseSize(c.staging_bytes_arg, &c.staging_bytes) || c.staging_bytes < (64 << 10) ||
-       c.staging_bytes > (1ull << 30)))
+  if (!c.staging_bytes_arg.empty() && (!ParseSize(c.staging_bytes_arg, &c.staging_bytes) ||
+                                       c.staging_bytes < (64 << 10) || c.staging_bytes > (1ull << 30)))
     throw ArgError{"--staging-buffer-bytes: '" + c.staging_bytes_arg + "' is not a size of 64K..1G"};
   if (!c.transport.empty() &&
       std::find(kKnownTransports.begin(), kKnownTransports.end(), c.transport) == kKnownTransports.end())
     throw ArgError{"--transport: unknown transport '" + c.transport +
                    "' (known: local, cma, shm, tcp, ucx, cuda)"};
   MemSpec lm, rm;
-  for (auto [opt, v, m] : {std::tuple{"--local-mem", c.local_mem, &lm},
-                           std::tuple{"--remote-mem", c.remote_mem, &rm}}) {
+  for (auto [opt, v, m] :
+       {std::tuple{"--local-mem", c.local_mem, &lm}, std::tuple{"--remote-mem", c.remote_mem, &rm}}) {
     std::string e = ParseMem(opt, v, m);
     if (!e.empty()) throw ArgError{e};
   }
@@ -90,11 +90,13 @@ void Resolve(Config& c) {
   }
   const bool any_device = lm.device || rm.device;
   if (!table && c.transport == "cuda" && !any_device)
-    throw ArgError{"--transport cuda moves only pairs with GPU memory (the copy engines): give "
-                   "--local-mem and/or --remote-mem cuda:N"};
+    throw ArgError{
+        "--transport cuda moves only pairs with GPU memory (the copy engines): give "
+        "--local-mem and/or --remote-mem cuda:N"};
   if (!table && c.transport == "cuda" && c.buffer_pool)
-    throw ArgError{"--buffer-pool stages over the peer's transport, and --transport cuda has none "
-                   "(force tcp, or leave --transport out)"};
+    throw ArgError{
+        "--buffer-pool stages over the peer's transport, and --transport cuda has none "
+        "(force tcp, or leave --transport out)"};
   // What the engine's paths reach (EngineOptions::transport): the target's GPU memory only
   // through cuda (one host) or tcp (the target stages it); ours through cuda, or staged over
   // any link (shm has none).
@@ -103,20 +105,23 @@ void Resolve(Config& c) {
                    ": the target's GPU memory is reached only through cuda (one host) or tcp "
                    "(the target stages it)"};
   if (!table && lm.device && c.transport == "shm")
-    throw ArgError{"--local-mem " + c.local_mem + " with --transport shm: shm moves host memory "
+    throw ArgError{"--local-mem " + c.local_mem +
+                   " with --transport shm: shm moves host memory "
                    "only, and has no link to stage GPU memory over"};
   if (c.mem != "alloc" && c.mem != "register")
     throw ArgError{"--mem: bad value '" + c.mem + "' (alloc or register)"};
   if (c.transport == "shm" && c.mem == "register")
-    throw ArgError{"--transport shm moves only memory from Engine::AllocMem (mapped shared "
-                   "memory), and --mem register registers mmap'd memory with RegisterMem: use "
-                   "--mem alloc (the default), or another transport"};
+    throw ArgError{
+        "--transport shm moves only memory from Engine::AllocMem (mapped shared "
+        "memory), and --mem register registers mmap'd memory with RegisterMem: use "
+        "--mem alloc (the default), or another transport"};
   if (c.huge_pages && c.mem != "alloc")
     throw ArgError{"--huge-pages applies to --mem alloc (AllocOptions::huge_pages) only"};
   if (table && c.bidir) throw ArgError{"-b/--bidirectional does not apply to the table test"};
   if (table && c.buffer_pool)
-    throw ArgError{"--buffer-pool does not apply to the table test (it measures the buffer pool "
-                   "in its bufferpool cells)"};
+    throw ArgError{
+        "--buffer-pool does not apply to the table test (it measures the buffer pool "
+        "in its bufferpool cells)"};
   if (table && !c.transport.empty())
     throw ArgError{"--transport does not apply to the table test (it tries every transport)"};
   if (c.transport == "local" && !c.peer.empty())
@@ -131,18 +136,38 @@ void Resolve(Config& c) {
 }
 
 json ConfigToJson(const Config& c) {
-  return {{"tests", c.tests},       {"sizes", c.sizes},         {"iters", c.iters},
-          {"duration", c.duration}, {"warmup", c.warmup},       {"batch", c.batch},
-          {"depth", c.depth},       {"threads", c.threads},     {"links", c.links},
-          {"streams", c.streams},   {"slice_bytes", c.slice_bytes},
-          {"batch_bytes", c.batch_bytes},                       {"spin_us", c.spin_us},
-          {"transport", c.transport},                           {"bidir", c.bidir},
-          {"reuse", c.reuse},       {"prepared", c.prepared},
-          {"walk_span", c.walk_span}, {"span", c.span},
-          {"verify", c.verify},     {"local_mem", c.local_mem}, {"remote_mem", c.remote_mem},
-          {"mem", c.mem},           {"huge_pages", c.huge_pages},
-          {"notify", c.notify},     {"checksum", c.checksum}, {"nics", c.nics}, {"no_metrics", c.no_metrics}, {"buffer_pool", c.buffer_pool},                       {"staging_buffers", c.staging_buffers},
-          {"staging_bytes", c.staging_bytes}, {"set", c.set}};
+  return {{"tests", c.tests},
+          {"sizes", c.sizes},
+          {"iters", c.iters},
+          {"duration", c.duration},
+          {"warmup", c.warmup},
+          {"batch", c.batch},
+          {"depth", c.depth},
+          {"threads", c.threads},
+          {"links", c.links},
+          {"streams", c.streams},
+          {"slice_bytes", c.slice_bytes},
+          {"batch_bytes", c.batch_bytes},
+          {"spin_us", c.spin_us},
+          {"transport", c.transport},
+          {"bidir", c.bidir},
+          {"reuse", c.reuse},
+          {"prepared", c.prepared},
+          {"walk_span", c.walk_span},
+          {"span", c.span},
+          {"verify", c.verify},
+          {"local_mem", c.local_mem},
+          {"remote_mem", c.remote_mem},
+          {"mem", c.mem},
+          {"huge_pages", c.huge_pages},
+          {"notify", c.notify},
+          {"checksum", c.checksum},
+          {"nics", c.nics},
+          {"no_metrics", c.no_metrics},
+          {"buffer_pool", c.buffer_pool},
+          {"staging_buffers", c.staging_buffers},
+          {"staging_bytes", c.staging_bytes},
+          {"set", c.set}};
 }
 
 void ConfigFromJson(const json& j, Config* c) {
@@ -192,8 +217,10 @@ std::string RerunCommand(const std::string& argv0, const Config& c) {
   o << ShellQuote(argv0);
   if (!c.main_job) o << ' ' << c.tests.front();
   o << " -s " << ShellQuote(c.size_arg);
-  if (c.iters) o << " -n " << c.iters;
-  else o << " -D " << c.duration;
+  if (c.iters)
+    o << " -n " << c.iters;
+  else
+    o << " -D " << c.duration;
   if (c.warmup >= 0) o << " -w " << c.warmup;
   o << " --batch " << c.batch << " --depth " << c.depth;
   if (c.threads > 1) o << " --threads " << c.threads;
@@ -218,8 +245,10 @@ std::string RerunCommand(const std::string& argv0, const Config& c) {
   for (const std::string& kv : c.set) o << " --set " << ShellQuote(kv);
   if (c.bidir) o << " --bidirectional";
   if (c.prepared) o << " --prepared";
-  if (c.reuse) o << " --reuse";
-  else if (!c.span_arg.empty()) o << " --span " << c.span_arg;
+  if (c.reuse)
+    o << " --reuse";
+  else if (!c.span_arg.empty())
+    o << " --span " << c.span_arg;
   if (c.verify) o << " --verify";
   if (!c.host_id.empty()) o << " --host-id " << ShellQuote(c.host_id);
   if (c.expect_bw >= 0) o << " --expect-bw " << c.expect_bw;

@@ -29,8 +29,7 @@ bool SplitHostPort(const std::string& s, std::string* host, std::string* port) {
 std::string SockHost(int fd, bool peer) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if ((peer ? getpeername(fd, (sockaddr*)&ss, &len) : getsockname(fd, (sockaddr*)&ss, &len)) != 0)
-    return "";
+  if ((peer ? getpeername(fd, (sockaddr*)&ss, &len) : getsockname(fd, (sockaddr*)&ss, &len)) != 0) return "";
   char host[INET6_ADDRSTRLEN] = {0};
   if (ss.ss_family == AF_INET) {
     inet_ntop(AF_INET, &((sockaddr_in*)&ss)->sin_addr, host, sizeof host);

@@ -2,8 +2,8 @@
 
 namespace xfer::bench {
 
-bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& hooks,
-                        Progress* progress, Row* row, std::string* err) {
+bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& hooks, Progress* progress,
+                        Row* row, std::string* err) {
   const Op op = TestOp(test);
   const uint64_t depth = IsLat(test) ? 1 : c_.depth;
   const int nthreads = c_.threads;
@@ -43,7 +43,8 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
     Part part = PartFor(t, block);
     std::vector<TransferDesc> descs;
     uint64_t req = 0;
-    const uint64_t quota = c_.iters ? c_.iters / uint64_t(nthreads) + (uint64_t(t) < c_.iters % uint64_t(nthreads) ? 1 : 0) : 0;
+    const uint64_t quota =
+        c_.iters ? c_.iters / uint64_t(nthreads) + (uint64_t(t) < c_.iters % uint64_t(nthreads) ? 1 : 0) : 0;
     auto fail = [&](const Status& st) {
       set_err(test + " " + std::to_string(block) + " B: " + st.ToString());
     };
@@ -57,7 +58,8 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
       return engine_->TransferSync(peer_, op, descs, timeout, transfer_);
     };
     auto async = [&](uint64_t r, RequestHandle* h) {
-      if (c_.prepared) return engine_->TransferAsync(op, SelectPairs(part, r, &prepared), timeout, transfer_, h);
+      if (c_.prepared)
+        return engine_->TransferAsync(op, SelectPairs(part, r, &prepared), timeout, transfer_, h);
       BuildDescs(part, r, &descs);
       return engine_->TransferAsync(peer_, op, descs, timeout, transfer_, h);
     };
@@ -71,7 +73,9 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
       const uint64_t t0 = LoopClock::Now();
       for (; !stop; ++warm_reqs) {
         warm_ns = LoopClock::Now() - t0;
-        if (by_default ? warm_ns > 1000000000ull || (warm_reqs >= n && warm_ns >= 10000000ull) : warm_reqs >= n) break;
+        if (by_default ? warm_ns > 1000000000ull || (warm_reqs >= n && warm_ns >= 10000000ull)
+                       : warm_reqs >= n)
+          break;
         Status st = sync(req++);
         if (!st.ok()) {
           fail(st);
@@ -252,9 +256,7 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
   row->lat = ComputeLatStats(all);
   row->cpu = secs > 0 ? double(cpu1 - cpu0) / 1e9 / secs * 100 : -1;
   if (have_pi) {
-    auto moved = [&](std::string_view path) {
-      return int64_t(pi1.BytesVia(path) - pi0.BytesVia(path));
-    };
+    auto moved = [&](std::string_view path) { return int64_t(pi1.BytesVia(path) - pi0.BytesVia(path)); };
     row->shm_bytes = moved("shm");
     row->cuda_bytes = moved("cuda");
     row->staged_bytes = moved("staged");
@@ -319,8 +321,10 @@ Status Initiator::Prepare(const Part& p, PreparedPart* out) const {
                 " blocks per thread to prepare; use --reuse or a smaller --span"};
   }
   std::vector<MemRange> local(p.lay.local_slots), remote(p.lay.remote_slots);
-  for (uint64_t s = 0; s < local.size(); ++s) local[s] = {local_->addr() + p.lbase + s * p.lay.block, p.lay.block};
-  for (uint64_t s = 0; s < remote.size(); ++s) remote[s] = {remote_addr_ + p.rbase + s * p.lay.block, p.lay.block};
+  for (uint64_t s = 0; s < local.size(); ++s)
+    local[s] = {local_->addr() + p.lbase + s * p.lay.block, p.lay.block};
+  for (uint64_t s = 0; s < remote.size(); ++s)
+    remote[s] = {remote_addr_ + p.rbase + s * p.lay.block, p.lay.block};
   Status st = engine_->PrepareLocalList(local, &out->local);
   if (st.ok()) st = engine_->PrepareRemoteList(peer_, remote, &out->remote);
   return st;
@@ -332,8 +336,8 @@ void Initiator::Release(const PreparedPart& pp) const {
   }
 }
 
-Status FindRegion(Engine& e, const std::string& peer, const char* tag, const MemSpec& mem,
-                  uint64_t* addr, uint64_t* len, bool* shared) {
+Status FindRegion(Engine& e, const std::string& peer, const char* tag, const MemSpec& mem, uint64_t* addr,
+                  uint64_t* len, bool* shared) {
   std::vector<xfer::RegionInfo> regions;
   Status st = e.GetRemoteRegions(peer, &regions);
   if (!st.ok()) return st;
@@ -342,9 +346,9 @@ Status FindRegion(Engine& e, const std::string& peer, const char* tag, const Mem
   for (const auto& r : regions)
     if (r.type == want && r.tag == tag && (!best || r.len > best->len)) best = &r;
   if (!best)
-    return {xfer::StatusCode::kInvalidArgument,
-            "the peer " + peer + " advertises no " + (mem.device ? "GPU" : "host") +
-                " region tagged '" + tag + "' (is it xfer-bench?)"};
+    return {xfer::StatusCode::kInvalidArgument, "the peer " + peer + " advertises no " +
+                                                    (mem.device ? "GPU" : "host") + " region tagged '" + tag +
+                                                    "' (is it xfer-bench?)"};
   *addr = best->addr;
   *len = best->len;
   if (shared) *shared = best->shared;

@@ -21,23 +21,29 @@ struct Hooks {
 
 class Initiator {
  public:
-  Initiator(const Config& c, Engine* engine, std::string peer, const BenchMem* local,
-            uint64_t remote_addr, uint64_t remote_len)
-      : c_(c), engine_(engine), peer_(std::move(peer)), local_(local),
-        remote_addr_(remote_addr), remote_len_(remote_len) {}
+  Initiator(const Config& c, Engine* engine, std::string peer, const BenchMem* local, uint64_t remote_addr,
+            uint64_t remote_len)
+      : c_(c),
+        engine_(engine),
+        peer_(std::move(peer)),
+        local_(local),
+        remote_addr_(remote_addr),
+        remote_len_(remote_len) {}
 
   // Empty when the remote region can hold what the run needs, else why not.
   std::string CheckRemote() const {
     uint64_t need = 0;
     for (uint64_t b : c_.sizes) need = std::max(need, b * c_.batch * uint64_t(c_.threads));
     if (remote_len_ < need)
-      return "the peer's region (" + FormatSize(remote_len_) + ") is smaller than one request per "
-             "thread (" + FormatSize(need) + "): give the server a larger span";
+      return "the peer's region (" + FormatSize(remote_len_) +
+             ") is smaller than one request per "
+             "thread (" +
+             FormatSize(need) + "): give the server a larger span";
     return "";
   }
 
-  bool RunSize(const std::string& test, uint64_t block, const Hooks& hooks, Progress* progress,
-               Row* row, std::string* err);
+  bool RunSize(const std::string& test, uint64_t block, const Hooks& hooks, Progress* progress, Row* row,
+               std::string* err);
   std::string Verify(uint64_t block);
 
   static std::chrono::milliseconds TimeoutFor(uint64_t bytes) {
@@ -100,8 +106,8 @@ class Initiator {
 
 // Finds the peer's region tagged `tag` of the memory kind `mem` (host, or GPU memory), the
 // largest such.
-Status FindRegion(Engine& e, const std::string& peer, const char* tag, const MemSpec& mem,
-                  uint64_t* addr, uint64_t* len, bool* shared = nullptr);
+Status FindRegion(Engine& e, const std::string& peer, const char* tag, const MemSpec& mem, uint64_t* addr,
+                  uint64_t* len, bool* shared = nullptr);
 // Takes every notification the engine receives, on a thread of its own, so that a peer's
 // --notify requests never find the queue full.
 class NotifyDrain {

@@ -30,8 +30,8 @@
 //
 // Buffer pattern, block layout and statistics come from bench_util.h, shared with the raw
 // baselines in bench/, so that both measure the same thing.
-#include <cstdlib>
 #include <signal.h>
+#include <cstdlib>
 
 #include <CLI/CLI.hpp>
 
@@ -56,7 +56,8 @@ void AddTestOptions(CLI::App* app, Config& c) {
       ->check(CLI::Range(0.001, 3600.0))
       ->capture_default_str();
   app->add_option("-w,--warmup", c.warmup,
-                  "Warm-up requests per size and thread (default: one pass over the buffers, >= 8 and >= 10 ms, <= 1 s)")
+                  "Warm-up requests per size and thread (default: one pass over the buffers, >= 8 and >= 10 "
+                  "ms, <= 1 s)")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--batch", c.batch, "Descriptors per request")
       ->check(CLI::Range(uint64_t(1), uint64_t(1000000)))
@@ -64,7 +65,8 @@ void AddTestOptions(CLI::App* app, Config& c) {
   app->add_option("--depth", c.depth, "Requests in flight per thread (TransferAsync); latency tests use 1")
       ->check(CLI::Range(uint64_t(1), uint64_t(1024)))
       ->capture_default_str();
-  app->add_option("--threads", c.threads, "Client threads issuing requests concurrently, each with its own --depth")
+  app->add_option("--threads", c.threads,
+                  "Client threads issuing requests concurrently, each with its own --depth")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   app->add_option("--links", c.links,
@@ -72,8 +74,7 @@ void AddTestOptions(CLI::App* app, Config& c) {
       ->check(CLI::Range(1, 64));
   app->add_option("--streams", c.streams, "Engine data streams (worker threads); default: the engine's")
       ->check(CLI::Range(1, 64));
-  app->add_option("--slice-bytes", c.slice_arg,
-                  "EngineOptions::slice_bytes: longer descriptors are cut")
+  app->add_option("--slice-bytes", c.slice_arg, "EngineOptions::slice_bytes: longer descriptors are cut")
       ->type_name("BYTES");
   app->add_option("--batch-bytes", c.batch_bytes_arg,
                   "EngineOptions::batch_bytes: bytes per batch / system call")
@@ -81,10 +82,11 @@ void AddTestOptions(CLI::App* app, Config& c) {
   app->add_option("--spin", c.spin_us,
                   "EngineOptions::spin in us: how long waiters and idle streams spin before they sleep")
       ->check(CLI::Range(int64_t(0), int64_t(1000000)));
-  app->add_option("--nics", c.nics,
-                  "EngineOptions::tcp.nics of this side: the network interfaces (names, local "
-                  "IPv4 addresses or near:BUS_ID, comma-separated) its tcp data connections use; a target serves "
-                  "on each, an initiator connects from each (default: the one route the kernel picks)")
+  app->add_option(
+         "--nics", c.nics,
+         "EngineOptions::tcp.nics of this side: the network interfaces (names, local "
+         "IPv4 addresses or near:BUS_ID, comma-separated) its tcp data connections use; a target serves "
+         "on each, an initiator connects from each (default: the one route the kernel picks)")
       ->type_name("LIST");
   app->add_option("--set", c.set,
                   "Any engine option by name, both sides (repeatable; after the flags above): "
@@ -219,10 +221,11 @@ int main(int argc, char** argv) {
       {"read_bw", "READ bandwidth and message rate"},
       {"write_lat", "WRITE latency of one request, end to end"},
       {"read_lat", "READ latency of one request, end to end"},
-      {"table", "WRITE and READ bandwidth: block sizes x (op, transport, direction, direct or "
-                "buffer pool), n/a where unsupported (HIXL's table shape). Direction = local 2 "
-                "remote memory (H host, D GPU); D direct cells under transport cuda, bufferpool "
-                "cells under tcp (staging = always, different host ids)"}};
+      {"table",
+       "WRITE and READ bandwidth: block sizes x (op, transport, direction, direct or "
+       "buffer pool), n/a where unsupported (HIXL's table shape). Direction = local 2 "
+       "remote memory (H host, D GPU); D direct cells under transport cuda, bufferpool "
+       "cells under tcp (staging = always, different host ids)"}};
   std::vector<CLI::App*> test_apps;
   for (const auto& [name, desc] : tests) {
     CLI::App* sub = app.add_subcommand(name, desc);
@@ -239,22 +242,25 @@ int main(int argc, char** argv) {
   serve->add_option("--listen", c.listen, "host:port to listen on for clients (port 0: any free port)")
       ->capture_default_str();
   serve->add_option("--host-id", c.host_id, "EngineOptions::host_id of this side");
-  serve->add_option("--secret-file", c.secret_file,
-                    "EngineOptions::secret_file of this side (clients need the same secret); "
-                    "default: $XFER_SECRET_FILE")
+  serve
+      ->add_option("--secret-file", c.secret_file,
+                   "EngineOptions::secret_file of this side (clients need the same secret); "
+                   "default: $XFER_SECRET_FILE")
       ->type_name("FILE");
   serve->add_option("--metadata", c.metadata,
                     "etcd://host:port[,...][/prefix]: publish this serve there as --name, for clients "
                     "that name it (needs --listen with a reachable address)");
   serve->add_option("--name", c.cluster_name, "This serve's cluster name (with --metadata)");
-  serve->add_option("--metrics", c.metrics_listen,
-                    "Serve the metrics of each client's engine on this side at http://ADDR/metrics "
-                    "(EngineOptions::metrics_listen) while the client runs")
+  serve
+      ->add_option("--metrics", c.metrics_listen,
+                   "Serve the metrics of each client's engine on this side at http://ADDR/metrics "
+                   "(EngineOptions::metrics_listen) while the client runs")
       ->type_name("HOST:PORT");
-  serve->add_option("--nics", c.nics,
-                    "EngineOptions::tcp.nics of this side: the network interfaces (names, local IPv4 "
-                    "addresses or near:BUS_ID, comma-separated) it serves tcp data on (default: the "
-                    "address clients reach; a client's --nics are its own)")
+  serve
+      ->add_option("--nics", c.nics,
+                   "EngineOptions::tcp.nics of this side: the network interfaces (names, local IPv4 "
+                   "addresses or near:BUS_ID, comma-separated) it serves tcp data on (default: the "
+                   "address clients reach; a client's --nics are its own)")
       ->type_name("LIST");
   serve->add_flag("--once", c.once, "Serve one client, then exit");
   serve->add_option("--ctl-fd", c.ctl_fd, "")->group("");  // hidden: local child mode
@@ -271,7 +277,8 @@ int main(int argc, char** argv) {
       std::string h, p;
       if (c.ctl_fd < 0 && !SplitHostPort(c.listen, &h, &p))
         throw ArgError{"--listen: bad address '" + c.listen + "' (host:port, or [v6]:port)"};
-      if (c.metadata.empty() != c.cluster_name.empty()) throw ArgError{"serve: give --metadata and --name together"};
+      if (c.metadata.empty() != c.cluster_name.empty())
+        throw ArgError{"serve: give --metadata and --name together"};
       return RunServe(c);
     }
     for (size_t i = 0; i < test_apps.size(); ++i)

@@ -15,14 +15,16 @@ std::string Bench::WhereLine() const {
 std::string Bench::MemNote() const {
   const bool device = MemOf(c_.local_mem).device || MemOf(c_.remote_mem).device;
   if (c_.mem == "alloc")
-    return std::string("--mem alloc: both sides' buffers from Engine::AllocMem (memfd; a same-host "
-                       "peer maps it: path shm)") +
+    return std::string(
+               "--mem alloc: both sides' buffers from Engine::AllocMem (memfd; a same-host "
+               "peer maps it: path shm)") +
            (engine_ && !remote_shared_ && !MemOf(c_.remote_mem).device
                 ? " (but the peer's region is not shared memory)"
                 : "") +
            (device ? "; GPU buffers from Engine::AllocMem(kCuda)" : "");
-  return std::string("--mem register: both sides' buffers mmap'd and registered (RegisterMem: the "
-                     "peer's transport, cma on one host)") +
+  return std::string(
+             "--mem register: both sides' buffers mmap'd and registered (RegisterMem: the "
+             "peer's transport, cma on one host)") +
          (device ? "; GPU buffers cudaMalloc'd and registered (RegisterMem(kCuda))" : "");
 }
 
@@ -36,26 +38,26 @@ std::string Bench::GpuNote() const {
   if (why.empty() && !c_.transport.empty() && c_.transport != "cuda")
     why = "forcing transport " + c_.transport + " disables it";
   if (why.empty())
-    why = "no cuda path to this peer: another host id, or no GPU there; GPU memory then goes "
-          "through the buffer pool";
+    why =
+        "no cuda path to this peer: another host id, or no GPU there; GPU memory then goes "
+        "through the buffer pool";
   return "; cuda: no (" + why + ")";
 }
 
 std::string Bench::HugeNote() const {
   if (!c_.huge_pages) return "";
-  auto got = [](uint64_t kb) {
-    return kb == 0 ? std::string("unknown") : std::to_string(kb) + " kB";
-  };
+  auto got = [](uint64_t kb) { return kb == 0 ? std::string("unknown") : std::to_string(kb) + " kB"; };
   const bool small = local_page_kb_ == 4 || srv_page_kb_ == 4;
-  return "; --huge-pages: page size here " + got(local_page_kb_) + ", at the target " +
-         got(srv_page_kb_) + (small ? " (4 kB: the kernel had no huge pages to give)" : "");
+  return "; --huge-pages: page size here " + got(local_page_kb_) + ", at the target " + got(srv_page_kb_) +
+         (small ? " (4 kB: the kernel had no huge pages to give)" : "");
 }
 
 // After a test's rows: which path the bytes took (this side's engine; with -b, the peer's too).
 void Bench::PrintPaths(const std::string& test) {
   if (!c_.bidir) {
     std::printf("# path: %s\n", PathText(SumPaths(rows_, test, "", c_.batch)).c_str());
-    if (const std::string nics = NicText(rows_, test, ""); !nics.empty()) std::printf("# nics: %s\n", nics.c_str());
+    if (const std::string nics = NicText(rows_, test, ""); !nics.empty())
+      std::printf("# nics: %s\n", nics.c_str());
   } else {
     std::printf("# path ->: %s\n", PathText(SumPaths(rows_, test, "->", c_.batch)).c_str());
     std::printf("# path <-: %s\n", PathText(SumPaths(rows_, test, "<-", c_.batch)).c_str());
@@ -72,29 +74,28 @@ void Bench::PrintHeader(const std::string& transport_note) {
   } else {
     std::string shm;
     if (peer_info_.transport != "shm")
-      shm = peer_info_.Reaches("shm")        ? "; shm: yes (the peer's AllocMem memory is mapped here)"
-            : !c_.transport.empty() ? "; shm: no (forcing a transport disables it)"
-                                    : "; shm: no (no mapped path to this peer)";
+      shm = peer_info_.Reaches("shm") ? "; shm: yes (the peer's AllocMem memory is mapped here)"
+            : !c_.transport.empty()   ? "; shm: no (forcing a transport disables it)"
+                                      : "; shm: no (no mapped path to this peer)";
     shm += GpuNote();
     if (c_.bidir)
       shm += "; reverse direction: transport " + rev_transport_ + ", shm " + (rev_shm_ ? "yes" : "no");
     std::printf("# peer:      %s (%s); transport %s%s%s\n", peer_.c_str(), WhereLine().c_str(),
-                peer_info_.transport.c_str(),
-                c_.transport.empty() ? " (best available)" : " (forced)", shm.c_str());
+                peer_info_.transport.c_str(), c_.transport.empty() ? " (best available)" : " (forced)",
+                shm.c_str());
   }
   std::printf("# engine:    streams %s; links %s\n",
               c_.streams ? std::to_string(c_.streams).c_str()
                          : (std::to_string(EngineOptions{}.streams) + " (default)").c_str(),
               LinksNote(c_, transport_note.empty() ? peer_info_.transport : "any").c_str());
-  std::string sizes = c_.size_arg + " (" + std::to_string(c_.sizes.size()) +
-                      (c_.sizes.size() == 1 ? " size)" : " sizes)");
+  std::string sizes =
+      c_.size_arg + " (" + std::to_string(c_.sizes.size()) + (c_.sizes.size() == 1 ? " size)" : " sizes)");
   std::printf("# sizes:     %s; batch %" PRIu64 " descriptor%s per request; depth %" PRIu64
               " request%s in flight per thread; %d thread%s\n",
-              sizes.c_str(), c_.batch, c_.batch > 1 ? "s" : "", c_.depth, c_.depth > 1 ? "s" : "",
-              c_.threads, c_.threads > 1 ? "s" : "");
-  std::printf("# memory:    local %s, remote %s; %s%s; %s%s\n",
-              c_.local_mem.c_str(), c_.remote_mem.c_str(), MemNote().c_str(),
-              HugeNote().c_str(),
+              sizes.c_str(), c_.batch, c_.batch > 1 ? "s" : "", c_.depth, c_.depth > 1 ? "s" : "", c_.threads,
+              c_.threads > 1 ? "s" : "");
+  std::printf("# memory:    local %s, remote %s; %s%s; %s%s\n", c_.local_mem.c_str(), c_.remote_mem.c_str(),
+              MemNote().c_str(), HugeNote().c_str(),
               c_.buffer_pool ? "--buffer-pool: every transfer staged through the engines' buffer "
                                "pools (EngineOptions::staging = always, both sides)"
                              : "staging auto (the buffer pool only for pairs no path reaches "
@@ -102,34 +103,39 @@ void Bench::PrintHeader(const std::string& transport_note) {
               c_.bidir ? "; bidirectional: the peer runs the same test toward this side at the "
                          "same time (rows ->, <- and their sum)"
                        : "");
-  if (c_.checksum) std::printf("# checksum:  every tcp batch carries its payload's checksum (tcp.checksum)\n");
+  if (c_.checksum)
+    std::printf("# checksum:  every tcp batch carries its payload's checksum (tcp.checksum)\n");
   char dur[32];
   std::snprintf(dur, sizeof dur, "%g", c_.duration);
-  std::string run = c_.iters ? std::to_string(c_.iters) + " requests per size"
-                             : std::string(dur) + " s per size";
-  std::string warm = c_.warmup >= 0 ? std::to_string(c_.warmup) + " requests per thread"
-                                    : "one pass over the buffers (at least 8 requests and 10 ms, at most 1 s)";
+  std::string run =
+      c_.iters ? std::to_string(c_.iters) + " requests per size" : std::string(dur) + " s per size";
+  std::string warm = c_.warmup >= 0
+                         ? std::to_string(c_.warmup) + " requests per thread"
+                         : "one pass over the buffers (at least 8 requests and 10 ms, at most 1 s)";
   std::printf("# run:       %s; warm-up %s%s\n", run.c_str(), warm.c_str(),
               c_.verify ? "; --verify: data checked after each size (not timed)" : "");
   if (c_.reuse)
     std::printf("# buffers:   --reuse: every request uses the same blocks (%s per side)\n",
                 FormatSize(c_.span).c_str());
   else
-    std::printf("# buffers:   walk a %s span per side%s (--reuse: one set, as perftest); remote "
-                "blocks pair-swapped so none coalesce\n",
-                FormatSize(c_.span).c_str(),
-                c_.span >= kDefaultSpan ? ", larger than the CPU caches" : " (--span)");
+    std::printf(
+        "# buffers:   walk a %s span per side%s (--reuse: one set, as perftest); remote "
+        "blocks pair-swapped so none coalesce\n",
+        FormatSize(c_.span).c_str(), c_.span >= kDefaultSpan ? ", larger than the CPU caches" : " (--span)");
   if (c_.expect_bw >= 0 || c_.expect_p99 >= 0) {
     std::string ex;
     if (c_.expect_bw >= 0) ex += "BW avg >= " + std::to_string(c_.expect_bw).substr(0, 8) + " GB/s";
-    if (c_.expect_p99 >= 0) ex += std::string(ex.empty() ? "" : ", ") + "p99 <= " + std::to_string(c_.expect_p99).substr(0, 8) + " us";
+    if (c_.expect_p99 >= 0)
+      ex += std::string(ex.empty() ? "" : ", ") + "p99 <= " + std::to_string(c_.expect_p99).substr(0, 8) +
+            " us";
     std::printf("# expect:    %s at every size (exit %d when not met)\n", ex.c_str(), kExitExpect);
   }
   std::printf("# host:      %s\n", MachineLine().c_str());
-  std::printf("# units:     GB/s = 1e9 B/s, Gb/s = 1e9 bit/s; #iters = requests; MsgRate = "
-              "descriptors/s; p50..p99.9 = request latency; CPU%% = this process, srv = the "
-              "target process (100 = one core); '# path:' = bytes by path (staged = through the "
-              "buffer pool, then the transport)\n");
+  std::printf(
+      "# units:     GB/s = 1e9 B/s, Gb/s = 1e9 bit/s; #iters = requests; MsgRate = "
+      "descriptors/s; p50..p99.9 = request latency; CPU%% = this process, srv = the "
+      "target process (100 = one core); '# path:' = bytes by path (staged = through the "
+      "buffer pool, then the transport)\n");
   std::printf("# rerun:     %s\n", RerunCommand(argv0_, c_).c_str());
   if (invoked_ != RerunCommand(argv0_, c_)) std::printf("# invoked:   %s\n", invoked_.c_str());
   std::fflush(stdout);
@@ -139,13 +145,12 @@ void Bench::PrintTableHeader(const std::string& test) {
   std::printf("\n## %s (%s)\n", test.c_str(), OpUpper(TestOp(test)));
   if (c_.bidir) std::printf("%-4s ", "dir");
   if (IsLat(test))
-    std::printf("%-10s %10s %11s %11s %11s %11s %11s %11s %11s %7s\n", "#bytes", "#iters",
-                "t_min[us]", "t_max[us]", "t_typ[us]", "t_avg[us]", "t_stdev[us]", "99%[us]",
-                "99.9%[us]", "CPU%");
+    std::printf("%-10s %10s %11s %11s %11s %11s %11s %11s %11s %7s\n", "#bytes", "#iters", "t_min[us]",
+                "t_max[us]", "t_typ[us]", "t_avg[us]", "t_stdev[us]", "99%[us]", "99.9%[us]", "CPU%");
   else
-    std::printf("%-10s %10s %13s %13s %14s %14s %10s %10s %11s %7s %7s\n", "#bytes", "#iters",
-                "BW avg[GB/s]", "BW avg[Gb/s]", "BW peak[GB/s]", "MsgRate[Mops]", "p50[us]",
-                "p99[us]", "p99.9[us]", "CPU%", "srvCPU%");
+    std::printf("%-10s %10s %13s %13s %14s %14s %10s %10s %11s %7s %7s\n", "#bytes", "#iters", "BW avg[GB/s]",
+                "BW avg[Gb/s]", "BW peak[GB/s]", "MsgRate[Mops]", "p50[us]", "p99[us]", "p99.9[us]", "CPU%",
+                "srvCPU%");
   std::fflush(stdout);
 }
 
@@ -165,14 +170,15 @@ void Bench::PrintRow(const Row& r) {
   if (c_.bidir) std::printf("%-4s ", r.dir.c_str());
   if (IsLat(r.test))
     std::printf("%-10" PRIu64 " %10" PRIu64 " %11.2f %11.2f %11.2f %11.2f %11.2f %11.2f %11.2f %7s\n",
-                r.bytes, r.requests, r.lat.min, r.lat.max, r.lat.median, r.lat.avg, r.lat.stdev,
-                r.lat.p99, r.lat.p999, Pct(r.cpu).c_str());
+                r.bytes, r.requests, r.lat.min, r.lat.max, r.lat.median, r.lat.avg, r.lat.stdev, r.lat.p99,
+                r.lat.p999, Pct(r.cpu).c_str());
   else
     std::printf("%-10" PRIu64 " %10" PRIu64 " %13.2f %13.2f %14.2f %14.4f %10.1f %10.1f %11.1f %7s %7s\n",
-                r.bytes, r.requests, r.bw_avg, r.bw_avg * 8, r.bw_peak, r.msg_rate, r.lat.p50,
-                r.lat.p99, r.lat.p999, Pct(r.cpu).c_str(), Pct(r.srv_cpu).c_str());
+                r.bytes, r.requests, r.bw_avg, r.bw_avg * 8, r.bw_peak, r.msg_rate, r.lat.p50, r.lat.p99,
+                r.lat.p999, Pct(r.cpu).c_str(), Pct(r.srv_cpu).c_str());
   if (!r.verify.empty() && r.verify != "ok")
-    std::printf("# verify %s B (%s): %s\n", FormatSize(r.bytes).c_str(), r.dir.empty() ? "" : r.dir.c_str(), r.verify.c_str());
+    std::printf("# verify %s B (%s): %s\n", FormatSize(r.bytes).c_str(), r.dir.empty() ? "" : r.dir.c_str(),
+                r.verify.c_str());
   std::fflush(stdout);
 }
 
@@ -198,11 +204,13 @@ int Bench::Finish() {
     std::string what = r.test + (r.transport.empty() ? "" : " over " + r.transport) + " at " +
                        std::to_string(r.bytes) + " B";
     if (c_.expect_bw >= 0 && !IsLat(r.test) && r.bw_avg < c_.expect_bw) {
-      std::snprintf(buf, sizeof buf, "--expect-bw %g GB/s not met: %s: BW avg %.2f GB/s", c_.expect_bw, what.c_str(), r.bw_avg);
+      std::snprintf(buf, sizeof buf, "--expect-bw %g GB/s not met: %s: BW avg %.2f GB/s", c_.expect_bw,
+                    what.c_str(), r.bw_avg);
       missed.push_back(buf);
     }
     if (c_.expect_p99 >= 0 && r.lat.p99 > c_.expect_p99) {
-      std::snprintf(buf, sizeof buf, "--expect-p99 %g us not met: %s: p99 %.1f us", c_.expect_p99, what.c_str(), r.lat.p99);
+      std::snprintf(buf, sizeof buf, "--expect-p99 %g us not met: %s: p99 %.1f us", c_.expect_p99,
+                    what.c_str(), r.lat.p99);
       missed.push_back(buf);
     }
   }
@@ -246,7 +254,8 @@ bool Bench::WriteJson(std::string* err) {
   json paths = json::array();
   for (const auto& t : c_.tests) {
     if (t == "table") continue;
-    const std::vector<std::string> dirs = c_.bidir ? std::vector<std::string>{"->", "<-"} : std::vector<std::string>{""};
+    const std::vector<std::string> dirs =
+        c_.bidir ? std::vector<std::string>{"->", "<-"} : std::vector<std::string>{""};
     for (const std::string& dir : dirs) {
       PathTotals p = SumPaths(rows_, t, dir, c_.batch);
       if (!p.known) continue;
@@ -272,9 +281,14 @@ bool Bench::WriteJson(std::string* err) {
   if (!cells_.empty()) {
     json cells = json::array();
     for (const Cell& x : cells_)
-      cells.push_back({{"scenario", x.scenario}, {"op", x.op}, {"bytes", x.bytes},
-                       {"transport", x.transport}, {"direction", x.direction}, {"path", x.path},
-                       {"GBps", OptNum(x.gbps)}, {"p99_us", OptNum(x.p99)},
+      cells.push_back({{"scenario", x.scenario},
+                       {"op", x.op},
+                       {"bytes", x.bytes},
+                       {"transport", x.transport},
+                       {"direction", x.direction},
+                       {"path", x.path},
+                       {"GBps", OptNum(x.gbps)},
+                       {"p99_us", OptNum(x.p99)},
                        {"na_reason", x.why.empty() ? json(nullptr) : json(x.why)}});
     j["table"] = std::move(cells);
   }
@@ -298,15 +312,14 @@ bool Bench::WriteCsv(std::string* err) {
        "cpu_pct,server_cpu_pct,verify,transport,direction,path,batch,depth,threads,pattern,mem,"
        "shm_bytes,transport_bytes,cuda_bytes,staged_bytes\n";
   for (const Row& r : rows_) {
-    f << r.test << ',' << OpUpper(TestOp(r.test)) << ',' << r.dir << ',' << r.bytes << ','
-      << r.requests << ',' << r.descs << ',' << r.seconds << ',' << r.bw_avg << ',' << r.bw_avg * 8
-      << ',' << r.bw_peak << ',' << r.msg_rate << ',' << r.lat.min << ',' << r.lat.max << ','
-      << r.lat.median << ',' << r.lat.avg << ',' << r.lat.stdev << ',' << r.lat.p50 << ','
-      << r.lat.p99 << ',' << r.lat.p999 << ',' << (r.cpu >= 0 ? std::to_string(r.cpu) : "") << ','
-      << (r.srv_cpu >= 0 ? std::to_string(r.srv_cpu) : "") << ',' << r.verify << ','
-      << r.transport << ',' << r.direction << ',' << r.path << ',' << c_.batch << ','
-      << c_.depth << ',' << c_.threads << ',' << (c_.reuse ? "reuse" : "walk") << ','
-      << c_.mem << ',' << (r.shm_bytes >= 0 ? std::to_string(r.shm_bytes) : "") << ','
+    f << r.test << ',' << OpUpper(TestOp(r.test)) << ',' << r.dir << ',' << r.bytes << ',' << r.requests
+      << ',' << r.descs << ',' << r.seconds << ',' << r.bw_avg << ',' << r.bw_avg * 8 << ',' << r.bw_peak
+      << ',' << r.msg_rate << ',' << r.lat.min << ',' << r.lat.max << ',' << r.lat.median << ',' << r.lat.avg
+      << ',' << r.lat.stdev << ',' << r.lat.p50 << ',' << r.lat.p99 << ',' << r.lat.p999 << ','
+      << (r.cpu >= 0 ? std::to_string(r.cpu) : "") << ',' << (r.srv_cpu >= 0 ? std::to_string(r.srv_cpu) : "")
+      << ',' << r.verify << ',' << r.transport << ',' << r.direction << ',' << r.path << ',' << c_.batch
+      << ',' << c_.depth << ',' << c_.threads << ',' << (c_.reuse ? "reuse" : "walk") << ',' << c_.mem << ','
+      << (r.shm_bytes >= 0 ? std::to_string(r.shm_bytes) : "") << ','
       << (r.transport_bytes >= 0 ? std::to_string(r.transport_bytes) : "") << ','
       << (r.cuda_bytes >= 0 ? std::to_string(r.cuda_bytes) : "") << ','
       << (r.staged_bytes >= 0 ? std::to_string(r.staged_bytes) : "") << '\n';

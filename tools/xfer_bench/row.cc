@@ -69,7 +69,8 @@ Row RowFromJson(const json& j) {
   r.transport_bytes = j.at("transport_bytes").is_null() ? -1 : j.at("transport_bytes").get<int64_t>();
   r.cuda_bytes = j.at("cuda_bytes").is_null() ? -1 : j.at("cuda_bytes").get<int64_t>();
   r.staged_bytes = j.at("staged_bytes").is_null() ? -1 : j.at("staged_bytes").get<int64_t>();
-  if (j.contains("nic_bytes")) r.nic_bytes = j.at("nic_bytes").get<std::vector<std::pair<std::string, int64_t>>>();
+  if (j.contains("nic_bytes"))
+    r.nic_bytes = j.at("nic_bytes").get<std::vector<std::pair<std::string, int64_t>>>();
   return r;
 }
 
@@ -107,8 +108,7 @@ PathTotals SumPaths(const std::vector<Row>& rows, const std::string& test, const
     if (r.test != test || r.dir != dir) continue;
     any = true;
     p.transport = r.transport;
-    if (r.shm_bytes < 0 || r.transport_bytes < 0 || r.cuda_bytes < 0 || r.staged_bytes < 0)
-      p.known = false;
+    if (r.shm_bytes < 0 || r.transport_bytes < 0 || r.cuda_bytes < 0 || r.staged_bytes < 0) p.known = false;
     p.shm += std::max<int64_t>(0, r.shm_bytes);
     p.link += std::max<int64_t>(0, r.transport_bytes);
     p.cuda += std::max<int64_t>(0, r.cuda_bytes);
@@ -155,7 +155,8 @@ Row SumRows(const Row& a, const Row& b) {
   s.lat.min = std::min(a.lat.min, b.lat.min);
   s.lat.max = std::max(a.lat.max, b.lat.max);
   s.lat.median = std::max(a.lat.median, b.lat.median);
-  s.lat.avg = (a.lat.avg * double(a.lat.n) + b.lat.avg * double(b.lat.n)) / double(std::max<uint64_t>(1, a.lat.n + b.lat.n));
+  s.lat.avg = (a.lat.avg * double(a.lat.n) + b.lat.avg * double(b.lat.n)) /
+              double(std::max<uint64_t>(1, a.lat.n + b.lat.n));
   s.lat.stdev = std::max(a.lat.stdev, b.lat.stdev);
   s.lat.n = a.lat.n + b.lat.n;
   s.verify.clear();

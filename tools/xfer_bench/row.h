@@ -19,13 +19,13 @@ struct Row {
   uint64_t requests = 0;
   uint64_t descs = 0;
   double seconds = 0;
-  double bw_avg = 0;   // GB/s
-  double bw_peak = 0;  // GB/s
-  double msg_rate = 0; // Mops (descriptors)
-  LatStats lat;        // per request, us
-  double cpu = -1;     // % of one CPU, this process
-  double srv_cpu = -1; // % of one CPU, the target process, where known
-  std::string verify;  // "", "ok", "FAILED: ..."
+  double bw_avg = 0;    // GB/s
+  double bw_peak = 0;   // GB/s
+  double msg_rate = 0;  // Mops (descriptors)
+  LatStats lat;         // per request, us
+  double cpu = -1;      // % of one CPU, this process
+  double srv_cpu = -1;  // % of one CPU, the target process, where known
+  std::string verify;   // "", "ok", "FAILED: ..."
   // Bytes the engine moved to or from the peer in the timed window, by path (GetPeerInfo's
   // shm_bytes, transport_bytes, cuda_bytes and staged_bytes); -1 when unknown.
   int64_t shm_bytes = -1;

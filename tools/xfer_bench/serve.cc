@@ -12,8 +12,8 @@
 
 namespace xfer::bench {
 
-std::string ServeSession(Ctl& ctl, const std::string& engine_host, const Config& side,
-                         bool in_process, bool verbose) {
+std::string ServeSession(Ctl& ctl, const std::string& engine_host, const Config& side, bool in_process,
+                         bool verbose) {
   json hello;
   std::string e = ctl.Recv(&hello, 60000);
   if (!e.empty()) return e;
@@ -52,9 +52,8 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const Config&
   if (region_mem.device || (c.bidir && local_mem.device)) {
     std::string gpu = GpuWhy();
     if (!gpu.empty())
-      return refuse("GPU memory (" + (region_mem.device ? c.remote_mem : c.local_mem) +
-                    ") at the target (" + MachineLine().substr(0, MachineLine().find(',')) +
-                    "): " + gpu);
+      return refuse("GPU memory (" + (region_mem.device ? c.remote_mem : c.local_mem) + ") at the target (" +
+                    MachineLine().substr(0, MachineLine().find(',')) + "): " + gpu);
   }
 
   // Declared before the engine, so that they outlive it (registered memory is unmapped only
@@ -77,11 +76,10 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const Config&
                  {"host", MachineLine()}}))
     return "the control connection closed";
   if (verbose) {
-    std::printf("xfer-bench serve: client %s: engine %s, %s %s%s%s\n",
-                hello.value("client", "?").c_str(), engine.LocalName().c_str(),
-                FormatSize(region.size()).c_str(),
-                c.mem == "alloc" ? "allocated (AllocMem)" : "registered",
-                region_mem.device ? " on " : "", region_mem.device ? c.remote_mem.c_str() : "");
+    std::printf("xfer-bench serve: client %s: engine %s, %s %s%s%s\n", hello.value("client", "?").c_str(),
+                engine.LocalName().c_str(), FormatSize(region.size()).c_str(),
+                c.mem == "alloc" ? "allocated (AllocMem)" : "registered", region_mem.device ? " on " : "",
+                region_mem.device ? c.remote_mem.c_str() : "");
     std::fflush(stdout);  // out before the client's run ends (a log file is not line-buffered)
   }
 
@@ -146,7 +144,8 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const Config&
       run_err.clear();
       std::string test = m.value("test", "write_bw");
       uint64_t bytes = m.value("bytes", uint64_t(0));
-      if (bytes == 0 || (test != "write_bw" && test != "read_bw" && test != "write_lat" && test != "read_lat")) {
+      if (bytes == 0 ||
+          (test != "write_bw" && test != "read_bw" && test != "write_lat" && test != "read_lat")) {
         result = refuse("bad prepare message");
         break;
       }
@@ -163,8 +162,10 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const Config&
         std::string err;
         bool ok = init->RunSize(test, bytes, hk, nullptr, &r, &err);
         std::lock_guard<std::mutex> g(mu);
-        if (ok) row = r;
-        else run_err = err;
+        if (ok)
+          row = r;
+        else
+          run_err = err;
         ran = true;
         prepared = true;  // a failure in the warm-up also ends the wait below
         cv.notify_all();
@@ -191,8 +192,10 @@ std::string ServeSession(Ctl& ctl, const std::string& engine_host, const Config&
       json reply = {{"type", "end"}, {"cpu_s", now}};
       if (init) {
         release();
-        if (!run_err.empty()) reply = {{"type", "error"}, {"msg", "reverse direction: " + run_err}};
-        else reply["row"] = RowToJson(row);
+        if (!run_err.empty())
+          reply = {{"type", "error"}, {"msg", "reverse direction: " + run_err}};
+        else
+          reply["row"] = RowToJson(row);
       }
       ctl.Send(reply);
     } else {
@@ -239,9 +242,10 @@ int RunServe(const Config& c) {
     }
     std::printf("xfer-bench serve: published as '%s' at %s\n", c.cluster_name.c_str(), c.metadata.c_str());
   }
-  std::printf("xfer-bench serve: waiting for clients on %s (port %d); each client's options "
-              "apply to its run; Ctrl-C to stop\n",
-              c.listen.c_str(), port);
+  std::printf(
+      "xfer-bench serve: waiting for clients on %s (port %d); each client's options "
+      "apply to its run; Ctrl-C to stop\n",
+      c.listen.c_str(), port);
   std::fflush(stdout);
   // Clients one after another. A connection waits among the pending ones until it sends
   // something, so idle or garbage connections never hold up a real client behind them; one
@@ -294,8 +298,10 @@ int RunServe(const Config& c) {
     std::string host = SockHost(fd, false);
     Ctl ctl(fd);
     std::string e = ServeSession(ctl, host.empty() ? "0.0.0.0" : host, c, false, true);
-    if (!e.empty()) std::fprintf(stderr, "xfer-bench serve: session ended: %s\n", e.c_str());
-    else if (!c.once) std::printf("xfer-bench serve: session done; waiting for the next client\n");
+    if (!e.empty())
+      std::fprintf(stderr, "xfer-bench serve: session ended: %s\n", e.c_str());
+    else if (!c.once)
+      std::printf("xfer-bench serve: session done; waiting for the next client\n");
     std::fflush(stdout);
     if (c.once) break;
   }

@@ -28,8 +28,8 @@ std::string MachineLine() {
   utsname u{};
   uname(&u);
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%s, %ld CPUs (%s), kernel %s", u.nodename,
-                sysconf(_SC_NPROCESSORS_ONLN), CpuModel().c_str(), u.release);
+  std::snprintf(buf, sizeof buf, "%s, %ld CPUs (%s), kernel %s", u.nodename, sysconf(_SC_NPROCESSORS_ONLN),
+                CpuModel().c_str(), u.release);
   return buf;
 }
 
@@ -78,7 +78,8 @@ EngineOptions MakeEngineOptions(const Config& c) {
 
 std::string SetOptionArg(const std::string& kv) {
   const size_t eq = kv.find('=');
-  if (eq == std::string::npos || eq == 0) return "--set takes KEY=VALUE, e.g. --set tcp.links=4 (not '" + kv + "')";
+  if (eq == std::string::npos || eq == 0)
+    return "--set takes KEY=VALUE, e.g. --set tcp.links=4 (not '" + kv + "')";
   EngineOptions o;
   const Status s = SetOption(&o, kv.substr(0, eq), kv.substr(eq + 1));
   return s.ok() ? std::string() : "--set: " + s.message();

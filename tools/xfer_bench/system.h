@@ -24,8 +24,8 @@ class Progress {
   Progress() : on_(isatty(STDERR_FILENO) == 1) {}
   void Show(const std::string& what, uint64_t bytes, double done, double total, bool iters) {
     if (!on_) return;
-    std::fprintf(stderr, "\r\033[K  %s %s B: %.1f / %.1f %s", what.c_str(), FormatSize(bytes).c_str(),
-                 done, total, iters ? "requests" : "s");
+    std::fprintf(stderr, "\r\033[K  %s %s B: %.1f / %.1f %s", what.c_str(), FormatSize(bytes).c_str(), done,
+                 total, iters ? "requests" : "s");
     shown_ = true;
   }
   void Clear() {

@@ -43,8 +43,10 @@ int Bench::RunTable() {
 
   std::printf("# xfer-bench %s: table (shape of bench/reference/hixl_a3_bandwidth.tsv)\n",
               XFER_TOOLS_VERSION);
-  std::printf("# %s; sizes %s; ", c_.peer.empty() ? "target: a local child process (local: a "
-              "target engine in this process)" : ("target: xfer-bench serve at " + c_.peer).c_str(),
+  std::printf("# %s; sizes %s; ",
+              c_.peer.empty() ? "target: a local child process (local: a "
+                                "target engine in this process)"
+                              : ("target: xfer-bench serve at " + c_.peer).c_str(),
               c_.size_arg.c_str());
   char dur[32];
   std::snprintf(dur, sizeof dur, "%g", c_.duration);
@@ -54,16 +56,18 @@ int Bench::RunTable() {
               c_.reuse ? "--reuse" : ("walking a " + FormatSize(c_.span) + " span per side").c_str());
   std::printf("# links %s\n", LinksNote(c_, "any").c_str());
   std::printf("# memory: %s\n", MemNote().c_str());
-  std::printf("# direction = local (initiator) memory 2 remote (target) memory, H host, D GPU, for "
-              "READ as for WRITE (as HIXL's table reads); WRITE moves local to remote, READ "
-              "remote to local\n");
-  std::printf("# direct: the transport forced between the two engines%s; D cells only under "
-              "transport cuda (CUDA IPC + copy engines)\n",
-              c_.peer.empty() ? " (one host id)" : "");
-  std::printf("# bufferpool: under transport tcp only: EngineOptions::staging = always on both "
-              "engines%s; every byte through pinned staging buffers, then tcp\n",
-              c_.peer.empty() ? (", the target on host id " + pool_target_id + " (no same-host path)").c_str()
-                              : "");
+  std::printf(
+      "# direction = local (initiator) memory 2 remote (target) memory, H host, D GPU, for "
+      "READ as for WRITE (as HIXL's table reads); WRITE moves local to remote, READ "
+      "remote to local\n");
+  std::printf(
+      "# direct: the transport forced between the two engines%s; D cells only under "
+      "transport cuda (CUDA IPC + copy engines)\n",
+      c_.peer.empty() ? " (one host id)" : "");
+  std::printf(
+      "# bufferpool: under transport tcp only: EngineOptions::staging = always on both "
+      "engines%s; every byte through pinned staging buffers, then tcp\n",
+      c_.peer.empty() ? (", the target on host id " + pool_target_id + " (no same-host path)").c_str() : "");
   std::printf("# gpu: %s\n", gpu_why.empty()
                                  ? ("D = " + dev_local + " here, " + dev_remote + " at the target").c_str()
                                  : (gpu_why + " (D cells n/a)").c_str());
@@ -172,8 +176,8 @@ int Bench::RunTable() {
         }
         cell.why = why;
         if (cell.gbps >= 0)
-          std::printf("%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t\n", scenario.c_str(), op.c_str(),
-                      FormatSize(b).c_str(), g.t.c_str(), g.d.c_str(), g.p.c_str(), cell.gbps);
+          std::printf("%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t\n", scenario.c_str(), op.c_str(), FormatSize(b).c_str(),
+                      g.t.c_str(), g.d.c_str(), g.p.c_str(), cell.gbps);
         else
           std::printf("%s\t%s\t%s\t%s\t%s\t%s\tn/a\t[%zu]\n", scenario.c_str(), op.c_str(),
                       FormatSize(b).c_str(), g.t.c_str(), g.d.c_str(), g.p.c_str(), note(why));
@@ -197,7 +201,8 @@ int Bench::RunTable() {
       cols.push_back({label, op, &g});
     }
   }
-  std::printf("#\n# measured (GB/s; op/transport[/direction][/pool], H2H direct unless named):\n# %-8s", "block");
+  std::printf("#\n# measured (GB/s; op/transport[/direction][/pool], H2H direct unless named):\n# %-8s",
+              "block");
   for (auto& col : cols) std::printf(" %*s", int(std::max<size_t>(12, col.label.size())), col.label.c_str());
   std::printf("\n");
   for (uint64_t b : c_.sizes) {
@@ -207,8 +212,10 @@ int Bench::RunTable() {
       for (const auto& [test, row] : col.g->rows)
         if (test == col.op + "_bw" && row.bytes == b) v = row.bw_avg;
       const int w = int(std::max<size_t>(12, col.label.size()));
-      if (v >= 0) std::printf(" %*.2f", w, v);
-      else std::printf(" %*s", w, "n/a");
+      if (v >= 0)
+        std::printf(" %*.2f", w, v);
+      else
+        std::printf(" %*s", w, "n/a");
     }
     std::printf("\n");
   }

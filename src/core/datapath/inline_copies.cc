@@ -7,9 +7,10 @@ namespace xfer {
 bool InlineCopies::TryRemembered(const std::string& remote, Op op, const TransferDesc& d,
                                  std::chrono::milliseconds timeout, bool* eligible) {
   // Anything unusual takes the planned path, which explains refusals.
-  *eligible = (op == Op::kRead || op == Op::kWrite) && timeout.count() > 0 && d.len != 0 && d.local_addr != 0 &&
-              d.remote_addr != 0 && d.local_addr + d.len >= d.local_addr && d.remote_addr + d.len >= d.remote_addr &&
-              running_.load(std::memory_order_relaxed) && registry_.TypeOf(d.local_addr, d.len) == MemType::kHost;
+  *eligible = (op == Op::kRead || op == Op::kWrite) && timeout.count() > 0 && d.len != 0 &&
+              d.local_addr != 0 && d.remote_addr != 0 && d.local_addr + d.len >= d.local_addr &&
+              d.remote_addr + d.len >= d.remote_addr && running_.load(std::memory_order_relaxed) &&
+              registry_.TypeOf(d.local_addr, d.len) == MemType::kHost;
   if (!*eligible) return false;
   const uint64_t version = peers_.version();
   // (Not waited for: a busy slot may hold a batch to a peer that copies nothing inline; the
@@ -27,10 +28,11 @@ bool InlineCopies::TryRemembered(const std::string& remote, Op op, const Transfe
          CopyInSlot(*t.state, *t.route, *t.region, t.mapped, op, d.local_addr, d.remote_addr, d.len);
 }
 
-bool InlineCopies::TryCopy(const std::string& remote, uint64_t version, const PeerTable::Peer& peer, bool by_name,
-                           Op op, const TransferDesc& d) {
+bool InlineCopies::TryCopy(const std::string& remote, uint64_t version, const PeerTable::Peer& peer,
+                           bool by_name, Op op, const TransferDesc& d) {
   if (!peer.state->copies_inline || peer.state->routes.stage_all) return false;
-  std::shared_ptr<RemoteRegion> region = peer.state->regions.FindRemembered(d.remote_addr, d.len, op == Op::kWrite);
+  std::shared_ptr<RemoteRegion> region =
+      peer.state->regions.FindRemembered(d.remote_addr, d.len, op == Op::kWrite);
   if (!region) return false;
   RemoteRegion& r = *region;
   const PeerState& state = *peer.state;
@@ -40,7 +42,7 @@ bool InlineCopies::TryCopy(const std::string& remote, uint64_t version, const Pe
 }
 
 transport::Route* InlineCopies::RouteFor(const PeerState& peer, Op op, RemoteRegion& region, uint64_t len,
-                                          uint64_t* mapped) {
+                                         uint64_t* mapped) {
   if (op == Op::kWrite && region.info.access == PeerAccess::kReadOnly) {
     return nullptr;  // (the planned path refuses it, and says why)
   }
@@ -52,8 +54,8 @@ transport::Route* InlineCopies::RouteFor(const PeerState& peer, Op op, RemoteReg
   return route->CopiesInline(len) ? route : nullptr;
 }
 
-bool InlineCopies::Copy(const PeerState& peer, Op op, RemoteRegion& region, uint64_t local,
-                            uint64_t remote, uint64_t len, InlineTarget* remember) {
+bool InlineCopies::Copy(const PeerState& peer, Op op, RemoteRegion& region, uint64_t local, uint64_t remote,
+                        uint64_t len, InlineTarget* remember) {
   uint64_t mapped = 0;
   transport::Route* route = RouteFor(peer, op, region, len, &mapped);
   if (route == nullptr) return false;
@@ -69,7 +71,7 @@ bool InlineCopies::Copy(const PeerState& peer, Op op, RemoteRegion& region, uint
 }
 
 bool InlineCopies::CopyInSlot(const PeerState& state, transport::Route& route, RemoteRegion& region,
-                            uint64_t mapped, Op op, uint64_t local, uint64_t remote, uint64_t len) {
+                              uint64_t mapped, Op op, uint64_t local, uint64_t remote, uint64_t len) {
   // The same order of checks as a planned batch, under the execution slot (the fence of a
   // deregistration waits for it).
   if (!route.CopiesInline(len) || !state.alive.load(std::memory_order_acquire) ||

@@ -47,7 +47,8 @@ class InlineCopies {
  public:
   using Clock = std::chrono::steady_clock;
 
-  InlineCopies(StreamPool& pool, PeerService& peers, const Registry& registry, const std::atomic<bool>& running)
+  InlineCopies(StreamPool& pool, PeerService& peers, const Registry& registry,
+               const std::atomic<bool>& running)
       : pool_(pool), peers_(peers), registry_(registry), running_(running) {}
 
   // Moves d into or out of a peer's mapped memory on this thread, when its route copies
@@ -56,8 +57,8 @@ class InlineCopies {
   // TryRemembered: through the target this thread's slot remembers, with no lookup at all.
   // *eligible: whether d may go inline at all (a READ or WRITE of this process's host memory,
   // with time left), for TryCopy.
-  bool TryRemembered(const std::string& remote, Op op, const TransferDesc& d, std::chrono::milliseconds timeout,
-                     bool* eligible);
+  bool TryRemembered(const std::string& remote, Op op, const TransferDesc& d,
+                     std::chrono::milliseconds timeout, bool* eligible);
   // TryCopy: an eligible d, with the peer looked up (by_name: as a cluster name, which is not
   // remembered); version: the peer table's, read before that lookup.
   bool TryCopy(const std::string& remote, uint64_t version, const PeerTable::Peer& peer, bool by_name, Op op,
@@ -79,11 +80,12 @@ class InlineCopies {
  private:
   // The route that copies len bytes to region inline, as the planner would choose it, with
   // where the region is mapped here; null when there is none (or a WRITE into read-only memory).
-  transport::Route* RouteFor(const PeerState& peer, Op op, RemoteRegion& region, uint64_t len, uint64_t* mapped);
+  transport::Route* RouteFor(const PeerState& peer, Op op, RemoteRegion& region, uint64_t len,
+                             uint64_t* mapped);
   // The copy itself, by the caller that holds the execution slot: false (nothing copied) when
   // the route does not copy len bytes inline, or the peer or region ended.
-  bool CopyInSlot(const PeerState& state, transport::Route& route, RemoteRegion& region, uint64_t mapped, Op op,
-                  uint64_t local, uint64_t remote, uint64_t len);
+  bool CopyInSlot(const PeerState& state, transport::Route& route, RemoteRegion& region, uint64_t mapped,
+                  Op op, uint64_t local, uint64_t remote, uint64_t len);
 
   StreamPool& pool_;
   PeerService& peers_;

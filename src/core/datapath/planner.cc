@@ -114,8 +114,8 @@ Status ChooseRoute(const PeerRoutes& peer, RemoteRegion& r, bool local_device, C
   }
   std::string why;  // (only now: refusals are rare, and their text costs allocations)
   for (const auto& route : routes) text::Append(&why, route->WhyNot(local, r));
-  return {StatusCode::kUnsupported, "no route to this peer moves " + PairName(local_device, r) +
-                                        (why.empty() ? "" : " (" + why + ")")};
+  return {StatusCode::kUnsupported,
+          "no route to this peer moves " + PairName(local_device, r) + (why.empty() ? "" : " (" + why + ")")};
 }
 
 // The link a batch runs on (null where a route has none: planner tests).
@@ -138,9 +138,9 @@ PlanLimits LimitsOf(const PeerRoutes& peer, const Choice& c) {
 }
 
 Status CheckDescriptor(size_t i, const TransferDesc& d) {
-  const char* bad = d.len == 0             ? "zero length"
-                    : d.local_addr == 0    ? "null local address"
-                    : d.remote_addr == 0   ? "null remote address"
+  const char* bad = d.len == 0           ? "zero length"
+                    : d.local_addr == 0  ? "null local address"
+                    : d.remote_addr == 0 ? "null remote address"
                     : d.local_addr + d.len < d.local_addr || d.remote_addr + d.len < d.remote_addr
                         ? "range wraps around"
                         : nullptr;
@@ -152,7 +152,7 @@ Status CheckDescriptor(size_t i, const TransferDesc& d) {
 struct Run {
   transport::Slice slice;  // remote: the address mapped here, for a mapping route
   Choice choice;
-  bool device;             // the local side is GPU memory
+  bool device;  // the local side is GPU memory
   const RemoteRegion* region;
 };
 
@@ -214,7 +214,7 @@ class BatchPacker {
   Plan* const plan_;
   Plan::Batch current_;
   bool kinded_ = false;  // current_'s route, flags and link are set
-  PlanLimits lim_;  // of the route of the run packed last (route_, staged_), once limited_
+  PlanLimits lim_;       // of the route of the run packed last (route_, staged_), once limited_
   bool limited_ = false;
   uint8_t route_ = 0;
   bool staged_ = false;
@@ -242,10 +242,10 @@ class RunBuilder {
     if (Status s = Region(i, d, &region); !s.ok()) return s;
     MemType local_type = MemType::kHost;
     if (!local_->Allows(d.local_addr, d.len, op_ == Op::kRead, &local_type)) {
-      return {StatusCode::kInvalidArgument,
-              DescName(i, d, noun_) + ": local range is not registered and not " +
-                  (op_ == Op::kRead ? "writable" : "readable") +
-                  " memory of this process (GPU memory must be registered)"};
+      return {StatusCode::kInvalidArgument, DescName(i, d, noun_) +
+                                                ": local range is not registered and not " +
+                                                (op_ == Op::kRead ? "writable" : "readable") +
+                                                " memory of this process (GPU memory must be registered)"};
     }
     if (Status s = Route(i, d, region, local_type == MemType::kCuda); !s.ok()) return s;
     Append(d);
@@ -305,8 +305,8 @@ class RunBuilder {
     if (open_) {
       Run& r = run_;
       if (r.slice.local + r.slice.len == d.local_addr && r.slice.remote + r.slice.len == remote_addr &&
-          r.region == region && r.choice.route == route_.route &&
-          r.choice.staged == route_.staged && r.device == last_device_) {
+          r.region == region && r.choice.route == route_.route && r.choice.staged == route_.staged &&
+          r.device == last_device_) {
         r.slice.len += d.len;
         return;
       }
@@ -324,8 +324,8 @@ class RunBuilder {
       *out = last;
       return Status::Ok();
     }
-    std::shared_ptr<RemoteRegion> found = remote_ ? remote_->Find(d.remote_addr, d.len, op_ == Op::kWrite)
-                                                  : nullptr;
+    std::shared_ptr<RemoteRegion> found =
+        remote_ ? remote_->Find(d.remote_addr, d.len, op_ == Op::kWrite) : nullptr;
     if (!found) {
       return {StatusCode::kRemoteAccessDenied,
               DescName(i, d, noun_) + ": remote range is not inside one registered region of the peer"};
@@ -338,9 +338,9 @@ class RunBuilder {
   // refuses a WRITE into a read-only one, and adds it to the plan's regions.
   Status Admit(size_t i, const TransferDesc& d, const std::shared_ptr<RemoteRegion>& region) {
     if (op_ == Op::kWrite && region->info.access == PeerAccess::kReadOnly) {
-      return {StatusCode::kRemoteAccessDenied,
-              DescName(i, d, noun_) + ": the peer's region '" + region->info.tag + "' at " +
-                  text::Hex(region->info.addr) + " is read-only for peers"};
+      return {StatusCode::kRemoteAccessDenied, DescName(i, d, noun_) + ": the peer's region '" +
+                                                   region->info.tag + "' at " + text::Hex(region->info.addr) +
+                                                   " is read-only for peers"};
     }
     auto& regions = plan_->regions;
     if (std::find(regions.begin(), regions.end(), region) == regions.end()) regions.push_back(region);
@@ -367,8 +367,8 @@ class RunBuilder {
   const PeerRoutes& routes_;
   Plan* const plan_;
   BatchPacker packer_;
-  Run run_{};          // the run the last descriptor went into, not packed yet
-  bool open_ = false;  // ...once there is one
+  Run run_{};                            // the run the last descriptor went into, not packed yet
+  bool open_ = false;                    // ...once there is one
   RemoteRegion* last_region_ = nullptr;  // region of the previous descriptor
   bool last_device_ = false;             // ...whether its local side was GPU memory
   Choice route_;                         // ...and its route
@@ -409,8 +409,8 @@ Status MakePreparedPlan(Op op, const PreparedPairs& pairs, const PeerRoutes& rou
     if (li >= pairs.local.size() || ri >= pairs.remote.size()) {
       const bool local = li >= pairs.local.size();
       return {StatusCode::kInvalidArgument,
-              PairName(k) + ": " + (local ? "local index " : "remote index ") + std::to_string(local ? li : ri) +
-                  " is past the end of the list (" +
+              PairName(k) + ": " + (local ? "local index " : "remote index ") +
+                  std::to_string(local ? li : ri) + " is past the end of the list (" +
                   std::to_string(local ? pairs.local.size() : pairs.remote.size()) + " entries)"};
     }
     const LocalEntry& l = pairs.local[li];

@@ -10,8 +10,8 @@
 
 #include "core/peers/peer_state.h"
 #include "core/regions/remote_regions.h"
-#include "util/range.h"
 #include "transport/backend.h"
+#include "util/range.h"
 #include "xfer/status.h"
 #include "xfer/types.h"
 
@@ -26,7 +26,7 @@ struct Plan {
   struct Batch {
     uint32_t begin = 0, end = 0;  // slices[begin, end)
     uint64_t bytes = 0;
-    uint8_t route = 0;       // index into PeerRoutes::routes
+    uint8_t route = 0;  // index into PeerRoutes::routes
     // The link that runs it: the route's link, its streaming link, or its staged link (as the
     // flags below say); the peer's state holds it (a request holds the state).
     transport::Link* link = nullptr;
@@ -62,7 +62,10 @@ class LocalMemoryCheck {
   }
 
  private:
-  struct Mapping { uint64_t begin, end; bool readable, writable; };
+  struct Mapping {
+    uint64_t begin, end;
+    bool readable, writable;
+  };
   const Registry& registry_;
   uint64_t last_begin_ = 0, last_end_ = 0;  // the registered region found last
   MemType last_type_ = MemType::kHost;

@@ -60,8 +60,8 @@ Status FindRemoteEntries(const std::vector<MemRange>& ranges, const RemoteRegion
         !RangeInside(r.addr, r.len, last->info.addr, last->info.len)) {
       std::shared_ptr<RemoteRegion> found = regions.Find(r.addr, r.len, true);
       if (!found) {
-        return {StatusCode::kRemoteAccessDenied, EntryName(i, r.addr, r.len) +
-                                                     ": not inside one registered region of the peer"};
+        return {StatusCode::kRemoteAccessDenied,
+                EntryName(i, r.addr, r.len) + ": not inside one registered region of the peer"};
       }
       auto [at, added] = index.emplace(found.get(), static_cast<uint32_t>(list->regions.size()));
       if (added) list->regions.push_back(found);
@@ -74,8 +74,8 @@ Status FindRemoteEntries(const std::vector<MemRange>& ranges, const RemoteRegion
 }
 
 std::shared_ptr<const Plan> PlanCache::Find(Op op, const LocalList* local,
-                                             std::span<const uint32_t> local_index,
-                                             std::span<const uint32_t> remote_index) {
+                                            std::span<const uint32_t> local_index,
+                                            std::span<const uint32_t> remote_index) {
   std::lock_guard lock(mu_);
   for (Kept& k : kept_) {
     if (!k.plan || k.op != op || k.local.get() != local || !std::ranges::equal(local_index, k.local_index) ||

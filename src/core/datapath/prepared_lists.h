@@ -10,8 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/peers/peer_table.h"
 #include "core/datapath/planner.h"
+#include "core/peers/peer_table.h"
 #include "core/regions/remote_regions.h"
 #include "xfer/status.h"
 #include "xfer/types.h"
@@ -50,7 +50,7 @@ class PlanCache {
 };
 
 struct RemoteList {
-  std::string remote;   // the peer, as the caller named it
+  std::string remote;    // the peer, as the caller named it
   PeerTable::Peer peer;  // its session and state when the list was prepared
   std::vector<RemoteEntry> entries;
   std::vector<std::shared_ptr<RemoteRegion>> regions;  // those the entries lie in
@@ -65,8 +65,7 @@ Status CheckLocalEntries(const Registry& registry, std::vector<LocalEntry>* entr
 // Finds the region of the peer's that holds each range (one that grants WRITE where there is
 // one). kInvalidArgument for a malformed range, kRemoteAccessDenied for one outside every
 // region; the message names the entry.
-Status FindRemoteEntries(const std::vector<MemRange>& ranges, const RemoteRegions& regions,
-                         RemoteList* list);
+Status FindRemoteEntries(const std::vector<MemRange>& ranges, const RemoteRegions& regions, RemoteList* list);
 
 // The engine's prepared lists by handle. Handles of both kinds, of every engine of the process,
 // come from one sequence: a handle of one kind given as the other is told apart from an unknown

@@ -24,7 +24,7 @@ Status TransferService::PrepareLocalList(const std::vector<MemRange>& ranges, Li
 }
 
 Status TransferService::PrepareRemoteList(const std::string& remote, const std::vector<MemRange>& ranges,
-                                     ListHandle* list) {
+                                          ListHandle* list) {
   Status s = self_.CheckRunning("PrepareRemoteList");
   if (s.ok() && list == nullptr) s = {StatusCode::kInvalidArgument, "null list pointer"};
   if (s.ok() && ranges.empty()) s = {StatusCode::kInvalidArgument, "no ranges"};
@@ -36,7 +36,8 @@ Status TransferService::PrepareRemoteList(const std::string& remote, const std::
   if (s.ok()) {
     l->remote = remote;
     s = FindRemoteEntries(ranges, l->peer.state->regions, l.get());
-    if (s.code() == StatusCode::kRemoteAccessDenied && peers_.CaughtUp(l->peer, remote, self_.options.heartbeat_timeout, &s)) {
+    if (s.code() == StatusCode::kRemoteAccessDenied &&
+        peers_.CaughtUp(l->peer, remote, self_.options.heartbeat_timeout, &s)) {
       s = FindRemoteEntries(ranges, l->peer.state->regions, l.get());
     }
   }
@@ -52,14 +53,14 @@ Status TransferService::ReleaseList(ListHandle list) {
   Status s = self_.CheckRunning("ReleaseList");
   if (!s.ok()) return s;
   if (!lists_.Remove(list)) {
-    return {StatusCode::kInvalidArgument, "ReleaseList: unknown list " + std::to_string(list) +
-                                              " (never prepared, or released already)"};
+    return {StatusCode::kInvalidArgument,
+            "ReleaseList: unknown list " + std::to_string(list) + " (never prepared, or released already)"};
   }
   return Status::Ok();
 }
 
 std::shared_ptr<const LocalList> TransferService::CurrentLocal(ListHandle h,
-                                                          std::shared_ptr<const LocalList> list) {
+                                                               std::shared_ptr<const LocalList> list) {
   const Registry& registry = regions_.registry();
   const uint64_t version = registry.version();
   if (version == list->registry_version) return list;
@@ -72,8 +73,8 @@ std::shared_ptr<const LocalList> TransferService::CurrentLocal(ListHandle h,
 }
 
 Status TransferService::SubmitPrepared(Op op, const PreparedDescs& d, FoundLists found,
-                                  std::chrono::milliseconds timeout, const TransferOptions& options,
-                                  bool track, std::shared_ptr<Request>* out) {
+                                       std::chrono::milliseconds timeout, const TransferOptions& options,
+                                       bool track, std::shared_ptr<Request>* out) {
   const auto start = Clock::now();  // (the deadline and the duration run from here)
   Status s = self_.CheckRunning("Transfer");
   if (s.ok() && options.notify) s = notifications_.check("Transfer", *options.notify);
@@ -101,10 +102,11 @@ Status TransferService::SubmitPrepared(Op op, const PreparedDescs& d, FoundLists
   }
   if (s.ok() && !plan) {
     Plan made;
-    const PreparedPairs pairs{local->entries, d.local_index, remote->entries, remote->regions,
-                              d.remote_index, &peer.regions};
+    const PreparedPairs pairs{local->entries,  d.local_index,  remote->entries,
+                              remote->regions, d.remote_index, &peer.regions};
     s = MakePreparedPlan(op, pairs, peer.routes, &made);
-    if (s.code() == StatusCode::kRemoteAccessDenied && peers_.CaughtUp(remote->peer, remote->remote, timeout, &s)) {
+    if (s.code() == StatusCode::kRemoteAccessDenied &&
+        peers_.CaughtUp(remote->peer, remote->remote, timeout, &s)) {
       s = MakePreparedPlan(op, pairs, peer.routes, &made);
     }
     if (s.ok()) {
@@ -123,7 +125,7 @@ TransferService::FoundLists TransferService::FindLists(const PreparedDescs& d) c
 }
 
 bool TransferService::TryInlinePrepared(Op op, const PreparedDescs& d, const FoundLists& found,
-                                   std::chrono::milliseconds timeout, uint64_t max_len) {
+                                        std::chrono::milliseconds timeout, uint64_t max_len) {
   if ((op != Op::kRead && op != Op::kWrite) || timeout.count() <= 0 || d.local_index.size() != 1 ||
       d.remote_index.size() != 1 || !self_.running.load(std::memory_order_relaxed) || !found.status.ok()) {
     return false;
@@ -139,8 +141,8 @@ bool TransferService::TryInlinePrepared(Op op, const PreparedDescs& d, const Fou
   const LocalEntry& l = local->entries[li];
   const RemoteEntry& r = remote->entries[ri];
   const PeerState& peer = *remote->peer.state;
-  if (l.len != r.len || l.len > max_len || !l.usable || (op == Op::kRead && !l.writable) || l.type != MemType::kHost ||
-      !peer.copies_inline || peer.routes.stage_all) {
+  if (l.len != r.len || l.len > max_len || !l.usable || (op == Op::kRead && !l.writable) ||
+      l.type != MemType::kHost || !peer.copies_inline || peer.routes.stage_all) {
     return false;
   }
   RemoteRegion* region = remote->regions[r.region].get();  // (the list holds it)
@@ -154,7 +156,7 @@ bool TransferService::TryInlinePrepared(Op op, const PreparedDescs& d, const Fou
 }
 
 Status TransferService::TransferSync(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,
-                                const TransferOptions& options, RequestStatus* result) {
+                                     const TransferOptions& options, RequestStatus* result) {
   FoundLists found = FindLists(descs);
   if (!options.notify && TryInlinePrepared(op, descs, found, timeout, UINT64_MAX)) {
     if (result != nullptr) *result = {RequestState::kCompleted, {}, {}};
@@ -166,7 +168,7 @@ Status TransferService::TransferSync(Op op, const PreparedDescs& descs, std::chr
 }
 
 Status TransferService::TransferAsync(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,
-                                 const TransferOptions& options, RequestHandle* request) {
+                                      const TransferOptions& options, RequestHandle* request) {
   if (request == nullptr) return {StatusCode::kInvalidArgument, "TransferAsync: null request pointer"};
   FoundLists found = FindLists(descs);
   if (!options.notify && TryInlinePrepared(op, descs, found, timeout, kAsyncInlineBytes)) {

@@ -73,8 +73,9 @@ void Request::RunBatch(size_t i) {
   if (s.ok()) {
     const auto slices = std::span(plan_.slices).subspan(b.begin, b.end - b.begin);
     // (The plan holds the regions, and a region what was opened of it, for mapping routes.)
-    s = b.link != nullptr ? b.link->Execute(op_, slices, deadline_)
-                          : Status{StatusCode::kInternal, "no link for a batch over " + std::string(route.backend())};
+    s = b.link != nullptr
+            ? b.link->Execute(op_, slices, deadline_)
+            : Status{StatusCode::kInternal, "no link for a batch over " + std::string(route.backend())};
   }
   EndBatch(i, std::move(s), counter);
 }
@@ -116,12 +117,12 @@ bool Request::StartNext() {
   const Plan::Batch& b = plan_.batches[i];
   // The callbacks hold the request, and so the plan that the slices live in. A batch still
   // waiting for its turn is admitted again just before it goes out.
-  b.link->Start(op_, std::span(plan_.slices).subspan(b.begin, b.end - b.begin),
-                           deadline_,
-                           [self = shared_from_this(), i](Status st) {
-                             self->EndBatch(i, std::move(st), &self->pipelined_->bytes());
-                           },
-                           [self = shared_from_this()] { return self->Admit(); });
+  b.link->Start(
+      op_, std::span(plan_.slices).subspan(b.begin, b.end - b.begin), deadline_,
+      [self = shared_from_this(), i](Status st) {
+        self->EndBatch(i, std::move(st), &self->pipelined_->bytes());
+      },
+      [self = shared_from_this()] { return self->Admit(); });
   return true;
 }
 
@@ -161,8 +162,12 @@ void Request::Finish() {
     // bytes, changed nothing: the transfer is complete.
     const bool all_moved = succeeded_.load(std::memory_order_relaxed) == plan_.batches.size();
     switch (all_moved ? StopReason::kNone : stop_.load()) {
-      case StopReason::kNone: st.state = RequestState::kCompleted; break;
-      case StopReason::kFailed: st = {RequestState::kFailed, error_, {}}; break;
+      case StopReason::kNone:
+        st.state = RequestState::kCompleted;
+        break;
+      case StopReason::kFailed:
+        st = {RequestState::kFailed, error_, {}};
+        break;
       case StopReason::kCanceled:
         st = {RequestState::kCanceled, {StatusCode::kCanceled, "request canceled"}, {}};
         break;
@@ -193,8 +198,8 @@ void Request::Finish() {
 void Request::CountEnd(StatusCode code) const {
   EngineMetrics* m = peer_ ? peer_->metrics.get() : nullptr;
   if (m == nullptr || plan_.batches.empty()) return;
-  m->Ended(peer_->metrics_slot, op_, BackendOf(0), plan_.bytes,
-           std::max<uint64_t>(plan_.desc_ends.size(), 1), start_, code);
+  m->Ended(peer_->metrics_slot, op_, BackendOf(0), plan_.bytes, std::max<uint64_t>(plan_.desc_ends.size(), 1),
+           start_, code);
 }
 
 void Request::Conclude(RequestStatus st) {
@@ -224,7 +229,8 @@ RequestStatus Request::WaitUntil(Clock::time_point until, std::chrono::microseco
     auto spin_until = std::min(until, Clock::now() + spin);
     Backoff backoff;
     for (unsigned step = 1; !done_.load(std::memory_order_acquire) && Clock::now() < spin_until; ++step) {
-      if (step % 16 == 0 && cores_busy && awaiting_answer_.load(std::memory_order_acquire) && cores_busy()) break;
+      if (step % 16 == 0 && cores_busy && awaiting_answer_.load(std::memory_order_acquire) && cores_busy())
+        break;
       backoff.Pause();
     }
   }

@@ -42,9 +42,9 @@ class Request : public std::enable_shared_from_this<Request> {
   // caller holds an execution slot of the StreamPool.
   bool RunNext();
 
-  // Whether every batch goes directly over one route whose link is pipelined (ucx): then the caller starts them
-  // all (StartNext, each under an execution slot) and whoever waits drives the link (Drive),
-  // so that one thread keeps many requests in flight; no stream runs them.
+  // Whether every batch goes directly over one route whose link is pipelined (ucx): then the caller starts
+  // them all (StartNext, each under an execution slot) and whoever waits drives the link (Drive), so that one
+  // thread keeps many requests in flight; no stream runs them.
   bool pipelined() const { return pipelined_ != nullptr; }
   // Claims the next batch and starts it on the pipelined link (or ends it here, when the
   // request is stopping or the batch cannot start). False when every batch has been claimed.
@@ -114,9 +114,9 @@ class Request : public std::enable_shared_from_this<Request> {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  Status error_;         // why it failed; mu_
+  Status error_;                   // why it failed; mu_
   std::vector<uint32_t> unmoved_;  // batches that failed or were dropped; mu_
-  RequestStatus final_;  // valid once done_; mu_
+  RequestStatus final_;            // valid once done_; mu_
 };
 
 }  // namespace xfer

@@ -47,7 +47,9 @@ class RequestTable {
     std::deque<RequestHandle> completed;
     std::atomic<RequestHandle> next{1};  // handle = next * kShards + the shard's index
   };
-  static std::atomic<RequestHandle>& RingPlace(Shard& s, RequestHandle h) { return s.ring[(h / kShards) % kRing]; }
+  static std::atomic<RequestHandle>& RingPlace(Shard& s, RequestHandle h) {
+    return s.ring[(h / kShards) % kRing];
+  }
   Shard& ShardOf(RequestHandle h) { return shards_[h % kShards]; }
   Shard shards_[kShards];
 };

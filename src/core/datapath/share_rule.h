@@ -28,7 +28,7 @@ class ShareRule {
   enum Mode : int { kAlone = 0, kShare = 1 };
   struct Choice {
     Mode mode;
-    bool timed;      // Record what this copy took
+    bool timed;       // Record what this copy took
     bool ends_trial;  // the last copy of a trial of the other mode
   };
   static constexpr uint32_t kPeriod = 128;     // copies
@@ -96,12 +96,14 @@ class ShareRule {
     return classes_[ClassOf(len)].cost[mode].load(std::memory_order_relaxed);
   }
   // Periods between trials of the other mode, as a power of 2.
-  uint32_t Backoff(size_t len) const { return classes_[ClassOf(len)].backoff.load(std::memory_order_relaxed); }
+  uint32_t Backoff(size_t len) const {
+    return classes_[ClassOf(len)].backoff.load(std::memory_order_relaxed);
+  }
 
  private:
   static constexpr uint64_t kCostScale = 1 << 16;  // the averages' unit: 1/65536 ns a byte
-  static constexpr uint64_t kWeight = 8;  // a new sample moves the average by 1/8 of the gap
-  static constexpr uint64_t kForget = 64;  // Unmeasured lowers the average by 1/64
+  static constexpr uint64_t kWeight = 8;           // a new sample moves the average by 1/8 of the gap
+  static constexpr uint64_t kForget = 64;          // Unmeasured lowers the average by 1/64
   struct alignas(64) Class {
     std::atomic<uint64_t> cost[2]{};  // by Mode
     std::atomic<uint32_t> backoff{0};

@@ -71,8 +71,8 @@ void StreamPool::Run(Stream& s) {
     // that is then preempted stalls the caller's copy.
     const bool helper = !helper_.exchange(true, std::memory_order_acquire);
     waking_.store(false, std::memory_order_relaxed);
-    for (unsigned step = 1; s.pending.load(std::memory_order_acquire) == 0 &&
-                            !stopping_.load(std::memory_order_acquire);
+    for (unsigned step = 1;
+         s.pending.load(std::memory_order_acquire) == 0 && !stopping_.load(std::memory_order_acquire);
          ++step) {
       if (helper && TryHelp()) {
         spin_until = std::chrono::steady_clock::now() + spin_;
@@ -124,7 +124,8 @@ void StreamPool::SharedCopy(void* dst, const void* src, size_t len) {
   }
   thread_local uint32_t ticks[ShareRule::kClasses] = {};  // (each class times its own copies)
   const ShareRule::Choice choice = share_rule_.Choose(len, ++ticks[ShareRule::ClassOf(len)]);
-  const auto start = choice.timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  const auto start =
+      choice.timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   if (choice.mode == ShareRule::kAlone) {
     transport::CopyHost(dst, src, len);
   } else if (!CopyWithHelper(dst, src, len)) {
@@ -132,7 +133,8 @@ void StreamPool::SharedCopy(void* dst, const void* src, size_t len) {
     if (choice.timed) share_rule_.Unmeasured(len, ShareRule::kShare);
     return;
   }
-  if (choice.timed) share_rule_.Record(len, choice.mode, std::chrono::steady_clock::now() - start, choice.ends_trial);
+  if (choice.timed)
+    share_rule_.Record(len, choice.mode, std::chrono::steady_clock::now() - start, choice.ends_trial);
 }
 
 bool StreamPool::CopyWithHelper(void* dst, const void* src, size_t len) {
@@ -209,8 +211,7 @@ std::unique_lock<StreamPool::ExecSlot> StreamPool::TryInlineSlot(int* inline_slo
   return std::unique_lock<ExecSlot>(inline_slots_[*inline_slot], std::try_to_lock);
 }
 
-void StreamPool::Fence(std::chrono::steady_clock::time_point deadline,
-                       const std::function<void()>& on_late) {
+void StreamPool::Fence(std::chrono::steady_clock::time_point deadline, const std::function<void()>& on_late) {
   // Once late, on_late again every 10 ms: batches that started after the fence may take the
   // slot in turn, and stall like the first.
   auto pass = [&](ExecSlot& slot) {

@@ -91,11 +91,11 @@ class StreamPool {
   };
   Offer offer_;
   ShareRule share_rule_;
-  std::atomic<bool> helper_{false};  // a stream spins now, ready to take half of a copy
-  std::atomic<bool> waking_{false};  // SharedCopy woke a stream that has not spun yet
-  std::atomic<int64_t> last_alone_{0};  // steady_clock ticks of the last copy nobody shared
+  std::atomic<bool> helper_{false};         // a stream spins now, ready to take half of a copy
+  std::atomic<bool> waking_{false};         // SharedCopy woke a stream that has not spun yet
+  std::atomic<int64_t> last_alone_{0};      // steady_clock ticks of the last copy nobody shared
   std::atomic<uint64_t> shared_halves_{0};  // halves of SharedCopy that streams took
-  std::atomic<uint32_t> next_{0};   // Pick's turn when no stream is idle
+  std::atomic<uint32_t> next_{0};           // Pick's turn when no stream is idle
 
   const std::chrono::microseconds spin_;
   std::vector<std::unique_ptr<Stream>> streams_;

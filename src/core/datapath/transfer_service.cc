@@ -6,8 +6,8 @@
 
 namespace xfer {
 
-void TransferService::Start(std::shared_ptr<EngineMetrics> metrics, std::shared_ptr<transport::BufferPool> staging,
-                            Notifications notifications) {
+void TransferService::Start(std::shared_ptr<EngineMetrics> metrics,
+                            std::shared_ptr<transport::BufferPool> staging, Notifications notifications) {
   const EngineOptions& o = self_.options;
   metrics_ = std::move(metrics);
   staging_ = std::move(staging);
@@ -19,7 +19,7 @@ void TransferService::Start(std::shared_ptr<EngineMetrics> metrics, std::shared_
 void TransferService::Stop() {
   requests_.CancelAll();
   if (!pool_) return;
-  pool_->Stop();  // runs what is queued: canceled batches end at once
+  pool_->Stop();                                  // runs what is queued: canceled batches end at once
   inline_->ForgetAll(self_.HeartbeatDeadline());  // (a caller's copy may hold a slot)
 }
 
@@ -69,8 +69,8 @@ Status TransferService::Submit(const std::string& remote, Op op, const std::vect
     }
   }
   if (!s.ok()) return Refused(op, remote, s);
-  return NewRequest(op, start, timeout, peer, std::make_shared<const Plan>(std::move(plan)), options,
-                    track, out);
+  return NewRequest(op, start, timeout, peer, std::make_shared<const Plan>(std::move(plan)), options, track,
+                    out);
 }
 
 Status TransferService::Refused(Op op, const std::string& remote, const Status& s) {
@@ -81,9 +81,9 @@ Status TransferService::Refused(Op op, const std::string& remote, const Status& 
 }
 
 Status TransferService::NewRequest(Op op, Clock::time_point start, std::chrono::milliseconds timeout,
-                              const Peer& peer, std::shared_ptr<const Plan> plan,
-                              const TransferOptions& options,
-                              bool track, std::shared_ptr<Request>* out) {
+                                   const Peer& peer, std::shared_ptr<const Plan> plan,
+                                   const TransferOptions& options, bool track,
+                                   std::shared_ptr<Request>* out) {
   Request::Deliver deliver;
   if (options.notify) deliver = notifications_.delivery(peer, *options.notify);
   RequestHandle id = requests_.NextHandle();
@@ -99,9 +99,8 @@ void TransferService::Dispatch(const std::shared_ptr<Request>& req, bool caller_
   // At most the batches worth running at once (tcp: two per link), a sync caller's included
   // (a caller in Wait() on an async request may run one more).
   const size_t n = req->batch_count() - (caller_helps ? 1 : 0);
-  const size_t helpers =
-      std::min({n, static_cast<size_t>(pool_->size()),
-                std::max<size_t>(req->batches_in_flight(), 1) - (caller_helps ? 1 : 0)});
+  const size_t helpers = std::min({n, static_cast<size_t>(pool_->size()),
+                                   std::max<size_t>(req->batches_in_flight(), 1) - (caller_helps ? 1 : 0)});
   for (size_t k = 0; k < helpers; ++k) {
     pool_->Submit(pool_->Pick(), [this, req] { HelpWith(*req, Clock::time_point::max()); });
   }
@@ -125,8 +124,8 @@ void TransferService::StartAll(const std::shared_ptr<Request>& req) {
   }
   // The batches of a long request spread over the link's endpoints (rails): streams drive the
   // endpoints the caller does not, one each.
-  const size_t drivers = std::min({req->batch_count(), static_cast<size_t>(pool_->size()),
-                                   req->batches_in_flight()});
+  const size_t drivers =
+      std::min({req->batch_count(), static_cast<size_t>(pool_->size()), req->batches_in_flight()});
   for (size_t k = 1; k < drivers; ++k) {
     pool_->Submit(pool_->Pick(), [req] { req->Drive(Clock::time_point::max()); });
   }
@@ -160,10 +159,9 @@ void TransferService::FenceBatches(PeerState* peer, Clock::time_point deadline) 
   for (auto [link, upto] : marks) link->Quiesce(upto, deadline);
 }
 
-Status TransferService::TransferSync(const std::string& remote, Op op,
-                                const std::vector<TransferDesc>& descs,
-                                std::chrono::milliseconds timeout, const TransferOptions& options,
-                                RequestStatus* result) {
+Status TransferService::TransferSync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
+                                     std::chrono::milliseconds timeout, const TransferOptions& options,
+                                     RequestStatus* result) {
   bool eligible = false;
   if (TryInline(remote, op, descs, timeout, options, UINT64_MAX, &eligible)) {
     if (result != nullptr) *result = {RequestState::kCompleted, {}, {}};
@@ -179,7 +177,7 @@ Status TransferService::TransferSync(const std::string& remote, Op op,
 }
 
 Status TransferService::RunSync(const Status& submitted, const std::shared_ptr<Request>& req,
-                           std::chrono::milliseconds timeout, RequestStatus* result) {
+                                std::chrono::milliseconds timeout, RequestStatus* result) {
   if (!submitted.ok()) {
     if (result != nullptr) *result = {RequestState::kFailed, submitted, {}};
     return submitted;
@@ -198,7 +196,8 @@ Status TransferService::RunSync(const Status& submitted, const std::shared_ptr<R
     // A batch still running, or a notification the peer has not answered yet (the session's
     // heartbeat bounds that wait).
     req->Cancel();
-    const auto drain = std::max<std::chrono::milliseconds>(std::chrono::seconds(60), 2 * self_.options.heartbeat_timeout);
+    const auto drain =
+        std::max<std::chrono::milliseconds>(std::chrono::seconds(60), 2 * self_.options.heartbeat_timeout);
     st = req->WaitUntil(DeadlineAfter(drain), self_.options.spin);
     if (st.state == RequestState::kWaiting) {
       st = {RequestState::kTimeout, {StatusCode::kTimeout, "transfer timed out: a batch did not end"}, {}};
@@ -209,9 +208,9 @@ Status TransferService::RunSync(const Status& submitted, const std::shared_ptr<R
 }
 
 Status TransferService::TransferAsync(const std::string& remote, Op op,
-                                 const std::vector<TransferDesc>& descs,
-                                 std::chrono::milliseconds timeout,
-                                 const TransferOptions& options, RequestHandle* request) {
+                                      const std::vector<TransferDesc>& descs,
+                                      std::chrono::milliseconds timeout, const TransferOptions& options,
+                                      RequestHandle* request) {
   if (request == nullptr) return {StatusCode::kInvalidArgument, "TransferAsync: null request pointer"};
   // One small descriptor into a same-host peer's AllocMem memory (or this process's memory):
   // copied here, as a sync one is, and the request is over when its handle comes back (a
@@ -248,9 +247,8 @@ void TransferService::Start(const std::shared_ptr<Request>& req) {
 
 namespace {
 Status UnknownRequest(const char* what, RequestHandle h) {
-  return {StatusCode::kInvalidArgument,
-          std::string(what) + ": unknown request " + std::to_string(h) +
-              " (never issued, or its end was already reported)"};
+  return {StatusCode::kInvalidArgument, std::string(what) + ": unknown request " + std::to_string(h) +
+                                            " (never issued, or its end was already reported)"};
 }
 }  // namespace
 

@@ -55,9 +55,11 @@ class TransferService {
 
   // Engine API.
   Status TransferSync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
-                      std::chrono::milliseconds timeout, const TransferOptions& options, RequestStatus* result);
+                      std::chrono::milliseconds timeout, const TransferOptions& options,
+                      RequestStatus* result);
   Status TransferAsync(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,
-                       std::chrono::milliseconds timeout, const TransferOptions& options, RequestHandle* request);
+                       std::chrono::milliseconds timeout, const TransferOptions& options,
+                       RequestHandle* request);
   Status PrepareLocalList(const std::vector<MemRange>& ranges, ListHandle* list);
   Status PrepareRemoteList(const std::string& remote, const std::vector<MemRange>& ranges, ListHandle* list);
   Status ReleaseList(ListHandle list);
@@ -112,8 +114,8 @@ class TransferService {
                     std::shared_ptr<const Plan> plan, const TransferOptions& options, bool track,
                     std::shared_ptr<Request>* out);
   // TransferSync's part once submitted (submitted: how that went) and TransferAsync's.
-  Status RunSync(const Status& submitted, const std::shared_ptr<Request>& req, std::chrono::milliseconds timeout,
-                 RequestStatus* result);
+  Status RunSync(const Status& submitted, const std::shared_ptr<Request>& req,
+                 std::chrono::milliseconds timeout, RequestStatus* result);
   void Start(const std::shared_ptr<Request>& req);
   void Dispatch(const std::shared_ptr<Request>& req, bool caller_helps);
   void HelpWith(Request& req, Clock::time_point until);
@@ -128,8 +130,9 @@ class TransferService {
     std::shared_ptr<const RemoteList> remote;
   };
   FoundLists FindLists(const PreparedDescs& descs) const;
-  Status SubmitPrepared(Op op, const PreparedDescs& descs, FoundLists found, std::chrono::milliseconds timeout,
-                        const TransferOptions& options, bool track, std::shared_ptr<Request>* out);
+  Status SubmitPrepared(Op op, const PreparedDescs& descs, FoundLists found,
+                        std::chrono::milliseconds timeout, const TransferOptions& options, bool track,
+                        std::shared_ptr<Request>* out);
   // An inline copy of a prepared request of one pair of at most max_len bytes.
   bool TryInlinePrepared(Op op, const PreparedDescs& descs, const FoundLists& found,
                          std::chrono::milliseconds timeout, uint64_t max_len);

@@ -116,8 +116,8 @@ void EngineMetrics::Observe(Shard& s, Op op, int backend, Clock::duration took, 
   h.sum_ns.Add(static_cast<uint64_t>(std::max<int64_t>(ns, 0)) * weight, s.shared);
 }
 
-void EngineMetrics::Ended(PeerSlot peer, Op op, int backend, uint64_t bytes,
-                          uint64_t descriptors, Clock::time_point start, StatusCode code) {
+void EngineMetrics::Ended(PeerSlot peer, Op op, int backend, uint64_t bytes, uint64_t descriptors,
+                          Clock::time_point start, StatusCode code) {
   Shard& s = Mine();
   const int o = static_cast<int>(op);
   Observe(s, op, backend, Clock::now() - start, 1);
@@ -186,7 +186,7 @@ Metric NewMetric(std::string name, MetricType type, std::string help) {
 }
 
 MetricSample HistogramSample(MetricLabels labels, const uint64_t* counts, int n, const double* bounds,
-                       double sum) {
+                             double sum) {
   MetricSample s = ValueSample(std::move(labels), 0);
   s.sum = sum;
   uint64_t cumulative = 0;
@@ -207,16 +207,17 @@ void EngineMetrics::Snapshot(MetricsSnapshot* out) const {
   auto op_name = [](int o) { return Lower(OpName(static_cast<Op>(o))); };
 
   Metric bytes = NewMetric("xfer_transferred_bytes_total", MetricType::kCounter,
-                            "Bytes this engine moved to (write) or from (read) peers, by backend and peer.");
+                           "Bytes this engine moved to (write) or from (read) peers, by backend and peer.");
   Metric requests = NewMetric("xfer_requests_total", MetricType::kCounter,
-                               "Requests that ended, by how they ended (status: ok or the failure's code).");
+                              "Requests that ended, by how they ended (status: ok or the failure's code).");
   for (size_t p = 0; p <= max_peers_; ++p) {
     for (int o = 0; o < kOps; ++o) {
       for (size_t b = 0; b < backends_.size(); ++b) {
         const size_t cell = (p * kOps + o) * kBackends + b;
         if (t.bytes[cell] == 0 && t.ok[cell] == 0) continue;
         MetricLabels labels{{"op", op_name(o)}, {"backend", backends_[b]}, {"peer", peer_name(p)}};
-        if (t.bytes[cell] != 0) bytes.samples.push_back(ValueSample(labels, static_cast<double>(t.bytes[cell])));
+        if (t.bytes[cell] != 0)
+          bytes.samples.push_back(ValueSample(labels, static_cast<double>(t.bytes[cell])));
         if (t.ok[cell] != 0) {
           labels.emplace_back("status", "ok");
           requests.samples.push_back(ValueSample(std::move(labels), static_cast<double>(t.ok[cell])));
@@ -226,30 +227,34 @@ void EngineMetrics::Snapshot(MetricsSnapshot* out) const {
   }
   for (const auto& [key, n] : failed_) {
     const auto [p, o, b, code] = key;
-    requests.samples.push_back(ValueSample({{"op", op_name(o)}, {"backend", backends_[b]}, {"peer", peer_name(p)},
+    requests.samples.push_back(ValueSample({{"op", op_name(o)},
+                                            {"backend", backends_[b]},
+                                            {"peer", peer_name(p)},
                                             {"status", Lower(StatusCodeName(static_cast<StatusCode>(code)))}},
                                            static_cast<double>(n)));
   }
-  Metric refused = NewMetric("xfer_requests_refused_total", MetricType::kCounter,
-                              "Requests refused before they started (bad input, unknown or lost peer), by status.");
+  Metric refused =
+      NewMetric("xfer_requests_refused_total", MetricType::kCounter,
+                "Requests refused before they started (bad input, unknown or lost peer), by status.");
   for (const auto& [key, n] : refused_) {
-    refused.samples.push_back(ValueSample({{"op", op_name(key.first)},
-                                           {"status", Lower(StatusCodeName(static_cast<StatusCode>(key.second)))}},
-                                          static_cast<double>(n)));
+    refused.samples.push_back(ValueSample(
+        {{"op", op_name(key.first)}, {"status", Lower(StatusCodeName(static_cast<StatusCode>(key.second)))}},
+        static_cast<double>(n)));
   }
 
   Metric duration = NewMetric("xfer_request_duration_seconds", MetricType::kHistogram,
-                               "Time from submission to the end of a request, by op and backend.");
+                              "Time from submission to the end of a request, by op and backend.");
   for (int o = 0; o < kOps; ++o) {
     for (size_t b = 0; b < backends_.size(); ++b) {
       const uint64_t* counts = t.duration[o][b];
       if (std::all_of(counts, counts + kDurationBuckets, [](uint64_t c) { return c == 0; })) continue;
       duration.samples.push_back(HistogramSample({{"op", op_name(o)}, {"backend", backends_[b]}}, counts,
-                                           kDurationBuckets, kDurationBounds, t.duration_ns[o][b] * 1e-9));
+                                                 kDurationBuckets, kDurationBounds,
+                                                 t.duration_ns[o][b] * 1e-9));
     }
   }
-  Metric descs = NewMetric("xfer_request_descriptors", MetricType::kHistogram,
-                            "Descriptors per request, by op.");
+  Metric descs =
+      NewMetric("xfer_request_descriptors", MetricType::kHistogram, "Descriptors per request, by op.");
   static const auto desc_bounds = [] {
     std::vector<double> v;
     for (int k = 0; k + 1 < kDescBuckets; ++k) v.push_back(static_cast<double>(uint64_t{1} << k));
@@ -257,17 +262,18 @@ void EngineMetrics::Snapshot(MetricsSnapshot* out) const {
   }();
   for (int o = 0; o < kOps; ++o) {
     descs.samples.push_back(HistogramSample({{"op", op_name(o)}}, t.descriptors[o], kDescBuckets,
-                                      desc_bounds.data(), static_cast<double>(t.descriptors_sum[o])));
+                                            desc_bounds.data(), static_cast<double>(t.descriptors_sum[o])));
   }
   Metric in_flight = NewMetric("xfer_requests_in_flight", MetricType::kGauge,
-                                "Requests submitted and not yet ended, by op.");
+                               "Requests submitted and not yet ended, by op.");
   Metric bytes_in_flight = NewMetric("xfer_request_bytes_in_flight", MetricType::kGauge,
-                                      "Bytes of the requests in flight, by op.");
+                                     "Bytes of the requests in flight, by op.");
   for (int o = 0; o < kOps; ++o) {
     // (Shards are read one after another: clamped, as an end may be seen before its start.)
     auto gap = [](uint64_t a, uint64_t b) { return static_cast<double>(a > b ? a - b : 0); };
     in_flight.samples.push_back(ValueSample({{"op", op_name(o)}}, gap(t.started[o], t.ended[o])));
-    bytes_in_flight.samples.push_back(ValueSample({{"op", op_name(o)}}, gap(t.started_bytes[o], t.ended_bytes[o])));
+    bytes_in_flight.samples.push_back(
+        ValueSample({{"op", op_name(o)}}, gap(t.started_bytes[o], t.ended_bytes[o])));
   }
 
   for (Metric* m : {&bytes, &requests, &refused, &duration, &descs, &in_flight, &bytes_in_flight}) {
@@ -275,7 +281,8 @@ void EngineMetrics::Snapshot(MetricsSnapshot* out) const {
   }
   auto counter = [out](std::string name, std::string help, const std::atomic<uint64_t>& v) {
     out->metrics.push_back(NewMetric(std::move(name), MetricType::kCounter, std::move(help)));
-    out->metrics.back().samples.push_back(ValueSample({}, static_cast<double>(v.load(std::memory_order_relaxed))));
+    out->metrics.back().samples.push_back(
+        ValueSample({}, static_cast<double>(v.load(std::memory_order_relaxed))));
   };
   counter("xfer_sessions_opened_total", "Control sessions opened with peers, both ways.",
           events_.sessions_opened);

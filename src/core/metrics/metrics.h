@@ -57,10 +57,9 @@ class EngineMetrics {
   static constexpr int kBackends = 8;  // the most backends a build may have
   static constexpr size_t kMaxShards = 256;
   // Request durations: upper bounds in seconds (then +Inf).
-  static constexpr double kDurationBounds[] = {250e-9, 500e-9, 1e-6, 2e-6, 5e-6, 10e-6, 20e-6,
-                                               50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3,
-                                               10e-3, 20e-3, 50e-3, 100e-3, 200e-3, 500e-3, 1, 2,
-                                               5, 10};
+  static constexpr double kDurationBounds[] = {250e-9, 500e-9, 1e-6,   2e-6,   5e-6, 10e-6, 20e-6, 50e-6,
+                                               100e-6, 200e-6, 500e-6, 1e-3,   2e-3, 5e-3,  10e-3, 20e-3,
+                                               50e-3,  100e-3, 200e-3, 500e-3, 1,    2,     5,     10};
   static constexpr int kDurationBuckets = std::size(kDurationBounds) + 1;
   // Descriptors per request: 1, 2, 4, ... 65536, then +Inf.
   static constexpr int kDescBuckets = 18;
@@ -87,8 +86,8 @@ class EngineMetrics {
   // A request was handed to the engine (not counted for inline copies: never in flight).
   void Started(Op op, uint64_t bytes);
   // A request ended (after Started); start: when it was submitted.
-  void Ended(PeerSlot peer, Op op, int backend, uint64_t bytes, uint64_t descriptors,
-             Clock::time_point start, StatusCode code);
+  void Ended(PeerSlot peer, Op op, int backend, uint64_t bytes, uint64_t descriptors, Clock::time_point start,
+             StatusCode code);
   // One descriptor copied on the caller's thread: BeginInline before the copy, EndInline
   // after it (it moved, and ended ok: Moved and Ended in one, counted on one shard).
   struct Inline {
@@ -118,9 +117,9 @@ class EngineMetrics {
   // --- rare events
   struct Events {
     std::atomic<uint64_t> sessions_opened{0};
-    std::atomic<uint64_t> reconnects{0};        // sessions with a peer name seen before
-    std::atomic<uint64_t> notifies_sent{0};     // the target queued them
-    std::atomic<uint64_t> notifies_unsent{0};   // refused by the target, or lost on the way
+    std::atomic<uint64_t> reconnects{0};       // sessions with a peer name seen before
+    std::atomic<uint64_t> notifies_sent{0};    // the target queued them
+    std::atomic<uint64_t> notifies_unsent{0};  // refused by the target, or lost on the way
     std::atomic<uint64_t> notifies_received{0};
     std::atomic<uint64_t> notifies_refused{0};  // from peers, refused here (queue full, oversize)
   };
@@ -186,12 +185,12 @@ class EngineMetrics {
   Events events_;
 
   mutable std::mutex mu_;
-  std::vector<std::unique_ptr<Shard>> shards_;                        // mu_
-  std::unordered_map<std::thread::id, Shard*> shard_of_thread_;        // mu_
-  std::unique_ptr<Shard> shared_shard_;                               // past kMaxShards
-  std::unordered_map<std::string, PeerSlot> slots_;                   // mu_
-  std::vector<std::string> peer_names_;                               // by slot; mu_
-  std::unordered_set<std::string> session_keys_;                      // mu_
+  std::vector<std::unique_ptr<Shard>> shards_;                   // mu_
+  std::unordered_map<std::thread::id, Shard*> shard_of_thread_;  // mu_
+  std::unique_ptr<Shard> shared_shard_;                          // past kMaxShards
+  std::unordered_map<std::string, PeerSlot> slots_;              // mu_
+  std::vector<std::string> peer_names_;                          // by slot; mu_
+  std::unordered_set<std::string> session_keys_;                 // mu_
   // Requests that ended other than completed: (peer, op, backend, code) -> count. mu_
   std::map<std::tuple<PeerSlot, int, int, int>, uint64_t> failed_;
   std::map<std::pair<int, int>, uint64_t> refused_;  // (op, code) -> count; mu_

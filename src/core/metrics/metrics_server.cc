@@ -91,7 +91,8 @@ class HttpMetricsServer final : public MetricsServer {
                                     : (s.bind_to_port(addr.host, addr.port) ? addr.port : -1);
     if (port <= 0) {
       return {StatusCode::kInvalidArgument,
-              "metrics_listen '" + addr.ToString() + "': cannot listen there (address in use, or not this host's)"};
+              "metrics_listen '" + addr.ToString() +
+                  "': cannot listen there (address in use, or not this host's)"};
     }
     bound_ = addr;
     bound_.port = static_cast<uint16_t>(port);

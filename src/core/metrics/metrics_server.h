@@ -18,7 +18,7 @@ class MetricsServer {
 
   // listen: "host:port" (port 0: a free one). kUnsupported in a build without cpp-httplib.
   static Status Start(const std::string& listen, Render render, std::unique_ptr<MetricsServer>* out);
-  virtual ~MetricsServer() = default;  // stops serving
+  virtual ~MetricsServer() = default;       // stops serving
   virtual std::string address() const = 0;  // "host:port" as bound
 };
 

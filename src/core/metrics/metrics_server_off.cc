@@ -5,8 +5,9 @@ namespace xfer {
 
 Status MetricsServer::Start(const std::string& listen, Render, std::unique_ptr<MetricsServer>*) {
   return {StatusCode::kUnsupported,
-          "metrics_listen '" + listen + "': this build has no HTTP server (apt-get install "
-          "libcpp-httplib-dev, then rebuild); Engine::GetMetrics works without it"};
+          "metrics_listen '" + listen +
+              "': this build has no HTTP server (apt-get install "
+              "libcpp-httplib-dev, then rebuild); Engine::GetMetrics works without it"};
 }
 
 }  // namespace xfer

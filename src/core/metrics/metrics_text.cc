@@ -9,9 +9,12 @@ namespace {
 
 std::string_view TypeName(MetricType t) {
   switch (t) {
-    case MetricType::kCounter: return "counter";
-    case MetricType::kGauge: return "gauge";
-    case MetricType::kHistogram: return "histogram";
+    case MetricType::kCounter:
+      return "counter";
+    case MetricType::kGauge:
+      return "gauge";
+    case MetricType::kHistogram:
+      return "histogram";
   }
   return "untyped";
 }
@@ -48,8 +51,8 @@ void AppendEscaped(std::string* out, std::string_view s, bool quote) {
 
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
-void AppendSample(std::string* out, std::string_view name, std::string_view suffix,
-                  const Labels& labels, const std::pair<std::string, std::string>* extra, double v) {
+void AppendSample(std::string* out, std::string_view name, std::string_view suffix, const Labels& labels,
+                  const std::pair<std::string, std::string>* extra, double v) {
   out->append(name).append(suffix);
   if (!labels.empty() || extra != nullptr) {
     out->push_back('{');

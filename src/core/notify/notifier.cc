@@ -20,7 +20,8 @@ class Notifier::Sender {
       Status written;
       if (box->TryWrite(message, &written)) {
         if (written.code() == StatusCode::kConnectionLost && box->Inconsistent()) {
-          XLOG(WARN) << "peer " << peer.session->peer_key << ": " << written.message() << "; closing its session";
+          XLOG(WARN) << "peer " << peer.session->peer_key << ": " << written.message()
+                     << "; closing its session";
           peer.session->Shutdown("its notification ring is inconsistent");
         }
         return done(std::move(written));
@@ -101,7 +102,8 @@ std::function<void(Notifier::Done)> Notifier::Delivery(const Peer& peer, std::st
 void Notifier::PeerMade(const std::shared_ptr<PeerState>& peer) {
   if (!rings_possible_ || !peer->on_this_host) return;
   const EngineOptions::Notify& o = self_.options.notify;
-  auto box = NotifyOutbox::Make(self_.incarnation, next_ring_key_.fetch_add(1), o.ring_bytes, o.max_message_bytes);
+  auto box =
+      NotifyOutbox::Make(self_.incarnation, next_ring_key_.fetch_add(1), o.ring_bytes, o.max_message_bytes);
   if (box) sender_->Keep(peer, std::move(box));
 }
 
@@ -182,8 +184,9 @@ Status Notifier::SendNotify(const std::string& remote, const std::string& messag
     answer->set_value(std::move(st));
   });
   if (queued.wait_until(DeadlineAfter(timeout)) != std::future_status::ready) {
-    return {StatusCode::kTimeout, "SendNotify: '" + remote + "' did not confirm the notification "
-                                  "in time (it may still be queued there)"};
+    return {StatusCode::kTimeout, "SendNotify: '" + remote +
+                                      "' did not confirm the notification "
+                                      "in time (it may still be queued there)"};
   }
   return queued.get();
 }
@@ -231,8 +234,8 @@ void Notifier::AddGauges(MetricsSnapshot* out) const {
   AddValue(out, "xfer_notifications_queued", MetricType::kGauge,
            "Notifications received and not yet taken (GetNotifies), rings included.",
            static_cast<double>(queued));
-  AddValue(out, "xfer_notifications_queued_bytes", MetricType::kGauge,
-           "The queued notifications' bytes.", static_cast<double>(queued_bytes));
+  AddValue(out, "xfer_notifications_queued_bytes", MetricType::kGauge, "The queued notifications' bytes.",
+           static_cast<double>(queued_bytes));
 }
 
 }  // namespace xfer

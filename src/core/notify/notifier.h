@@ -76,7 +76,7 @@ class Notifier {
   std::shared_ptr<NotifyQueue> queue_;  // received, not yet taken; from Start on
   std::unique_ptr<NotifyInbox> inbox_;  // same-host peers' rings; from Start on
   std::shared_ptr<Sender> sender_;
-  bool rings_possible_ = false;         // this host lets us share notification rings
+  bool rings_possible_ = false;  // this host lets us share notification rings
   std::atomic<uint64_t> next_ring_key_{1};
   log::Limit refusal_log_;  // control thread: oversize notifications from peers
 };

@@ -10,11 +10,12 @@ Status NotifyQueue::Push(Notification n, const std::function<void()>& before_vis
   const uint64_t size = n.message.size();
   if (queue_.size() >= max_messages_ || bytes_ + size > max_bytes_) {
     const bool first = refused_++ == 0;
-    const std::string why = "the target's notification queue is full (" +
-                            std::to_string(queue_.size()) + " messages, " +
-                            std::to_string(bytes_) + " bytes queued; EngineOptions::notify "
-                            "bounds " + std::to_string(max_messages_) + " / " +
-                            std::to_string(max_bytes_) + "): the application is not taking them";
+    const std::string why = "the target's notification queue is full (" + std::to_string(queue_.size()) +
+                            " messages, " + std::to_string(bytes_) +
+                            " bytes queued; EngineOptions::notify "
+                            "bounds " +
+                            std::to_string(max_messages_) + " / " + std::to_string(max_bytes_) +
+                            "): the application is not taking them";
     lock.unlock();
     if (first) XLOG(WARN) << "refused a notification from " << n.sender << ": " << why;
     return {StatusCode::kResourceExhausted, why};

@@ -11,8 +11,8 @@ namespace {
 constexpr uint64_t kMagic = 0x58464e52'494e4731ull;  // (a laid-out ring starts with it)
 constexpr uint64_t kPad = ~0ull;                     // a record that fills the rest of the ring
 // Offsets in the header: each side writes its own cache line only.
-constexpr uint64_t kMagicAt = 0, kCapacityAt = 8;  // line 0: written once, by Format
-constexpr uint64_t kHeadAt = 64, kDoorbellAt = 72;  // line 1: the writer's
+constexpr uint64_t kMagicAt = 0, kCapacityAt = 8;                     // line 0: written once, by Format
+constexpr uint64_t kHeadAt = 64, kDoorbellAt = 72;                    // line 1: the writer's
 constexpr uint64_t kTailAt = 128, kWaitingAt = 136, kClosedAt = 140;  // line 2: the reader's
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
@@ -31,7 +31,8 @@ Status CheckShape(void* memory, uint64_t bytes, uint64_t* capacity) {
     return {StatusCode::kInvalidArgument, "notification ring: memory must be 64-byte aligned"};
   }
   *capacity = bytes > NotifyRing::kHeaderBytes ? bytes - NotifyRing::kHeaderBytes : 0;
-  if (!PowerOfTwo(*capacity) || *capacity < NotifyRing::kMinCapacity || *capacity > NotifyRing::kMaxCapacity) {
+  if (!PowerOfTwo(*capacity) || *capacity < NotifyRing::kMinCapacity ||
+      *capacity > NotifyRing::kMaxCapacity) {
     return {StatusCode::kInvalidArgument,
             "notification ring: " + std::to_string(bytes) + " bytes is not a header of " +
                 std::to_string(NotifyRing::kHeaderBytes) + " and a power of two from " +
@@ -59,8 +60,8 @@ Status NotifyRing::Attach(void* memory, uint64_t bytes, NotifyRing* out) {
   auto* base = static_cast<uint8_t*>(memory);
   if (__atomic_load_n(reinterpret_cast<const uint64_t*>(base + kMagicAt), __ATOMIC_ACQUIRE) != kMagic ||
       LoadOnce(base + kCapacityAt) != capacity) {
-    return {StatusCode::kInvalidArgument, "notification ring: the memory holds no ring of " +
-                                              std::to_string(capacity) + " bytes"};
+    return {StatusCode::kInvalidArgument,
+            "notification ring: the memory holds no ring of " + std::to_string(capacity) + " bytes"};
   }
   NotifyRing r;
   r.data_ = base + kHeaderBytes;
@@ -88,8 +89,9 @@ Status NotifyRing::Write(std::string_view message, bool* wake) {
   if (!broken_.empty()) return {StatusCode::kConnectionLost, broken_};
   if (data_ == nullptr) return {StatusCode::kInvalidArgument, "notification ring: not attached"};
   if (message.size() > MaxMessage(capacity_)) {
-    return {StatusCode::kInvalidArgument, "notification ring: a message of " + std::to_string(message.size()) +
-                                              " bytes (at most " + std::to_string(MaxMessage(capacity_)) + ")"};
+    return {StatusCode::kInvalidArgument, "notification ring: a message of " +
+                                              std::to_string(message.size()) + " bytes (at most " +
+                                              std::to_string(MaxMessage(capacity_)) + ")"};
   }
   if (closed_->load(std::memory_order_seq_cst) != 0) {
     return {StatusCode::kConnectionLost, "the target closed its notification ring"};
@@ -104,9 +106,9 @@ Status NotifyRing::Write(std::string_view message, bool* wake) {
   uint64_t pos = my_head_ & (capacity_ - 1);
   const uint64_t pad = pos + size > capacity_ ? capacity_ - pos : 0;
   if (pad + size > capacity_ - used) {
-    return {StatusCode::kResourceExhausted,
-            "the target's notification ring is full (" + std::to_string(used) + " of " +
-                std::to_string(capacity_) + " bytes not taken yet)"};
+    return {StatusCode::kResourceExhausted, "the target's notification ring is full (" +
+                                                std::to_string(used) + " of " + std::to_string(capacity_) +
+                                                " bytes not taken yet)"};
   }
   if (pad != 0) {
     std::memcpy(data_ + pos, &kPad, sizeof kPad);

@@ -95,14 +95,14 @@ class NotifyRing {
 
   uint8_t* data_ = nullptr;
   uint64_t capacity_ = 0;
-  std::atomic<uint64_t>* head_ = nullptr;  // shared: the writer's, bytes written so far
-  std::atomic<uint64_t>* tail_ = nullptr;  // shared: the reader's, bytes taken so far
+  std::atomic<uint64_t>* head_ = nullptr;      // shared: the writer's, bytes written so far
+  std::atomic<uint64_t>* tail_ = nullptr;      // shared: the reader's, bytes taken so far
   std::atomic<uint32_t>* doorbell_ = nullptr;  // shared: the writer's, bumped per message
   std::atomic<uint32_t>* waiting_ = nullptr;   // shared: the reader's, nonzero while it sleeps
   std::atomic<uint32_t>* closed_ = nullptr;    // shared: the reader's, nonzero once it stopped
-  uint64_t my_head_ = 0;  // the writer's own copy (authoritative on the writer's side)
-  uint64_t my_tail_ = 0;  // the reader's own copy (authoritative on the reader's side)
-  std::string broken_;    // why the ring was given up, or empty
+  uint64_t my_head_ = 0;                       // the writer's own copy (authoritative on the writer's side)
+  uint64_t my_tail_ = 0;                       // the reader's own copy (authoritative on the reader's side)
+  std::string broken_;                         // why the ring was given up, or empty
 };
 
 }  // namespace xfer

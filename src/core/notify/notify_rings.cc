@@ -43,7 +43,8 @@ wire::NotifyRingOffer NotifyOutbox::Offer(uint64_t seq) const {
 
 void NotifyOutbox::Answered(const Status& answer, const std::string& peer) {
   if (!answer.ok()) {
-    XLOG(INFO) << "notifications to " << peer << " go over the control session, not a ring: " << answer.message();
+    XLOG(INFO) << "notifications to " << peer
+               << " go over the control session, not a ring: " << answer.message();
     return;
   }
   std::lock_guard lock(mu_);
@@ -84,11 +85,13 @@ void NotifyOutbox::Close() {
   closed_ = true;
 }
 
-Status NotifyInbox::Accept(const std::shared_ptr<control::Session>& session, const std::shared_ptr<PeerState>& peer,
-                           const shared_memory::PeerMapper* mapper, const wire::NotifyRingOffer& offer) {
+Status NotifyInbox::Accept(const std::shared_ptr<control::Session>& session,
+                           const std::shared_ptr<PeerState>& peer, const shared_memory::PeerMapper* mapper,
+                           const wire::NotifyRingOffer& offer) {
   if (mapper == nullptr) {
-    return {StatusCode::kUnsupported, "a notification ring is for a peer on this host, whose process this engine "
-                                      "can take descriptors from"};
+    return {StatusCode::kUnsupported,
+            "a notification ring is for a peer on this host, whose process this engine "
+            "can take descriptors from"};
   }
   if (offer.max_message > max_message_) {
     return {StatusCode::kUnsupported, "notifications of up to " + std::to_string(offer.max_message) +
@@ -96,9 +99,9 @@ Status NotifyInbox::Accept(const std::shared_ptr<control::Session>& session, con
                                           " (EngineOptions::notify.max_message_bytes)"};
   }
   if (offer.bytes > max_ring_bytes_) {
-    return {StatusCode::kUnsupported, "a notification ring of " + std::to_string(offer.bytes) +
-                                          " bytes; this engine takes up to " + std::to_string(max_ring_bytes_) +
-                                          " (EngineOptions::notify.queue_bytes)"};
+    return {StatusCode::kUnsupported,
+            "a notification ring of " + std::to_string(offer.bytes) + " bytes; this engine takes up to " +
+                std::to_string(max_ring_bytes_) + " (EngineOptions::notify.queue_bytes)"};
   }
   {
     std::lock_guard lock(mu_);

@@ -66,12 +66,12 @@ class NotifyOutbox {
   NotifyOutbox() = default;
   std::mutex mu_;
   std::unique_ptr<shared_memory::Segment> segment_;
-  NotifyRing ring_;             // mu_ (the writer's side)
+  NotifyRing ring_;  // mu_ (the writer's side)
   uint64_t key_ = 0, bytes_ = 0;
   uint32_t max_message_ = 0;
-  bool open_ = false;           // mu_: the peer took the ring
-  bool closed_ = false;         // mu_: the session ended
-  uint64_t on_session_ = 0;     // mu_: sent over the session, not answered yet
+  bool open_ = false;        // mu_: the peer took the ring
+  bool closed_ = false;      // mu_: the session ended
+  uint64_t on_session_ = 0;  // mu_: sent over the session, not answered yet
 };
 
 // The target's side: every ring same-host peers offered, read by GetNotifies and WaitNotifies.
@@ -82,7 +82,8 @@ class NotifyInbox {
   // queue: the engine's; received: the count of notifications received, which messages taken
   // from the rings join (both outlive this); max_message, max_ring_bytes: the largest
   // notification and ring this engine takes.
-  NotifyInbox(NotifyQueue* queue, std::atomic<uint64_t>* received, uint32_t max_message, uint64_t max_ring_bytes)
+  NotifyInbox(NotifyQueue* queue, std::atomic<uint64_t>* received, uint32_t max_message,
+              uint64_t max_ring_bytes)
       : queue_(queue), received_(received), max_message_(max_message), max_ring_bytes_(max_ring_bytes) {}
 
   // A peer's offer (control thread): maps its ring through the peer's mapper, or says why not.

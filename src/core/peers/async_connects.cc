@@ -27,8 +27,9 @@ ConnectHandle AsyncConnects::Start(Work work) {
     } catch (const std::system_error& e) {
       if (threads_.empty()) {  // (no thread to run it at all)
         queue_.pop_back();
-        outcomes_[h] = ConnectStatus{true, {StatusCode::kResourceExhausted,
-                                            std::string("ConnectAsync: cannot start a thread: ") + e.what()}};
+        outcomes_[h] = ConnectStatus{true,
+                                     {StatusCode::kResourceExhausted,
+                                      std::string("ConnectAsync: cannot start a thread: ") + e.what()}};
         return h;
       }
     }
@@ -58,7 +59,8 @@ void AsyncConnects::Cancel() {
 
 void AsyncConnects::JoinExited() {
   for (const auto id : exited_) {
-    auto it = std::find_if(threads_.begin(), threads_.end(), [&](const std::thread& t) { return t.get_id() == id; });
+    auto it = std::find_if(threads_.begin(), threads_.end(),
+                           [&](const std::thread& t) { return t.get_id() == id; });
     if (it != threads_.end()) {
       it->join();
       threads_.erase(it);

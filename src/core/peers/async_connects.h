@@ -1,7 +1,7 @@
 // AsyncConnects: the work behind Engine::ConnectAsync. Each connect runs on one of at most
 // `threads` threads (started as work arrives, ended after a second without any, so an engine
-// that does not connect asynchronously has none); a handle tells how it ended. One caller can thus connect to a hundred peers at
-// once without a thread of its own per peer.
+// that does not connect asynchronously has none); a handle tells how it ended. One caller can thus connect to
+// a hundred peers at once without a thread of its own per peer.
 #pragma once
 
 #include <chrono>

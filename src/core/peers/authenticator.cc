@@ -72,8 +72,7 @@ Status Authenticator::Load(EngineOptions* options) {
 
 void Authenticator::Forget() { Wipe(&secret_); }
 
-Status Authenticator::Outbound(control::Session& s, const std::string& remote,
-                                        Clock::time_point deadline) {
+Status Authenticator::Outbound(control::Session& s, const std::string& remote, Clock::time_point deadline) {
   auto hs = std::make_shared<control::Handshake>(secret_, true, self_.name, self_.incarnation);
   auto denied = [&](const std::string& why) {
     return Status{StatusCode::kRemoteAccessDenied, "'" + remote + "' " + why};
@@ -153,7 +152,7 @@ bool Authenticator::OnUnauthenticated(const std::shared_ptr<control::Session>& s
 }
 
 void Authenticator::Refuse(const std::shared_ptr<control::Session>& s, const std::string& reason,
-                        const std::string& detail) {
+                           const std::string& detail) {
   if (uint64_t more = 0; refusal_log_.Due(&more)) {  // (control thread only)
     XLOG(WARN) << "refused the control connection from " << s->remote_addr() << ": " << detail
                << log::Limit::More(more);

@@ -38,8 +38,8 @@ class Authenticator {
 
  private:
   const LocalEngine& self_;
-  std::string secret_;       // empty: peers are not authenticated
-  log::Limit refusal_log_;   // control thread: refused connections (Refuse)
+  std::string secret_;      // empty: peers are not authenticated
+  log::Limit refusal_log_;  // control thread: refused connections (Refuse)
 };
 
 }  // namespace xfer

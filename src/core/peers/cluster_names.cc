@@ -36,8 +36,9 @@ void ClusterNames::Stop() {
 
 Status ClusterNames::Resolve(const std::string& name, std::string* address) {
   if (!directory_) {
-    return {StatusCode::kInvalidArgument, "Connect: '" + name + "' is not host:port (connecting by "
-                                          "cluster name needs EngineOptions::metadata)"};
+    return {StatusCode::kInvalidArgument, "Connect: '" + name +
+                                              "' is not host:port (connecting by "
+                                              "cluster name needs EngineOptions::metadata)"};
   }
   ClusterPeer peer;
   Status s = directory_->Lookup(name, &peer);

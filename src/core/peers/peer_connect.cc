@@ -25,9 +25,9 @@ Status PeerService::SendHelloAndSubscribe(const std::shared_ptr<control::Session
 }
 
 std::shared_ptr<PeerState> PeerService::MakePeerState(const wire::Hello& hello, bool outbound,
-                                                     const std::string& host, int control_fd,
-                                                     const std::string& auth_key,
-                                                     std::string* transport_error) {
+                                                      const std::string& host, int control_fd,
+                                                      const std::string& auth_key,
+                                                      std::string* transport_error) {
   auto st = std::make_shared<PeerState>();
   st->auth_key = auth_key;
   st->info.name = hello.name;
@@ -67,7 +67,9 @@ std::shared_ptr<PeerState> PeerService::MakePeerState(const wire::Hello& hello, 
     if (!shared_memory::PeerMapper::Open(hello.pid, pidfd.get(), &st->mapper).ok()) st->mapper.reset();
   }
   // (The routes live in the peer's state, which outlives them.)
-  peer.find_region = [regions = &st->regions](uint64_t a, uint64_t l, bool w) { return regions->Find(a, l, w); };
+  peer.find_region = [regions = &st->regions](uint64_t a, uint64_t l, bool w) {
+    return regions->Find(a, l, w);
+  };
   st->routes.routes = backends_.Connect(peer, hello.backends, itself, transport_error);
   st->routes.staging = staging_ != nullptr;
   st->routes.stage_all = self_.options.staging == Staging::kAlways;
@@ -165,8 +167,8 @@ Status PeerService::ConnectByName(const std::string& name, std::chrono::millisec
   return Connect(address, left);
 }
 
-void PeerService::AbandonConnect(const std::shared_ptr<control::Session>& session,
-                                const std::string& remote, const std::string& why) {
+void PeerService::AbandonConnect(const std::shared_ptr<control::Session>& session, const std::string& remote,
+                                 const std::string& why) {
   if (session) {
     (void)session->Send(wire::Goodbye{why});  // (what the socket takes at once: it closes next)
     regions_.Unsubscribe(session);
@@ -176,8 +178,8 @@ void PeerService::AbandonConnect(const std::shared_ptr<control::Session>& sessio
 }
 
 Status PeerService::OpenSession(const net::Address& addr, const std::string& remote,
-                               Clock::time_point deadline,
-                               std::shared_ptr<control::Session>* session, wire::Message* reply) {
+                                Clock::time_point deadline, std::shared_ptr<control::Session>* session,
+                                wire::Message* reply) {
   net::Fd fd;
   Status s = net::ConnectTcp(addr, deadline, &fd, &self_.running);  // (Finalize: given up at once)
   if (!s.ok()) return s;
@@ -199,8 +201,8 @@ Status PeerService::OpenSession(const net::Address& addr, const std::string& rem
 }
 
 Status PeerService::InstallOutbound(const std::shared_ptr<control::Session>& session,
-                                   const std::string& remote, const wire::Hello& hello,
-                                   const std::string& host) {
+                                    const std::string& remote, const wire::Hello& hello,
+                                    const std::string& host) {
   if (std::string why = WhyBadTable(hello.regions, self_.options.max_peer_regions); !why.empty()) {
     return {StatusCode::kConnectionLost, "'" + remote + "' sent a bad region table: " + why};
   }
@@ -223,8 +225,8 @@ Status PeerService::InstallOutbound(const std::shared_ptr<control::Session>& ses
   }
   loop_->Add(session);
   metrics_->SessionOpened(remote);
-  XLOG(INFO) << "connected to " << remote << " (pid " << hello.pid << ", transport "
-             << state->info.transport << ", " << hello.regions.size() << " regions)";
+  XLOG(INFO) << "connected to " << remote << " (pid " << hello.pid << ", transport " << state->info.transport
+             << ", " << hello.regions.size() << " regions)";
   return Status::Ok();
 }
 

@@ -4,8 +4,8 @@
 
 namespace xfer {
 
-void PeerService::Begin(std::shared_ptr<EngineMetrics> metrics, std::shared_ptr<transport::BufferPool> staging,
-                        Events events) {
+void PeerService::Begin(std::shared_ptr<EngineMetrics> metrics,
+                        std::shared_ptr<transport::BufferPool> staging, Events events) {
   metrics_ = std::move(metrics);
   staging_ = std::move(staging);
   events_ = std::move(events);
@@ -40,8 +40,9 @@ void PeerService::Stop() {
   opening_.Settle(self_.HeartbeatDeadline());
   SayGoodbye(told, "engine finalized");
   async_connects_.Join();
-  if (loop_) loop_->Stop();  // closes every session (notifications still unanswered fail); OnClosed drops their state
-  auth_.Forget();  // (no thread reads it any more: the control loop stopped, Connects settled)
+  if (loop_)
+    loop_->Stop();  // closes every session (notifications still unanswered fail); OnClosed drops their state
+  auth_.Forget();   // (no thread reads it any more: the control loop stopped, Connects settled)
 }
 
 std::vector<std::shared_ptr<RemoteRegion>> PeerService::Drop(PeerState& state) {
@@ -84,8 +85,9 @@ Status PeerService::ConnectAsync(const std::string& remote, std::chrono::millise
   *handle = async_connects_.Start([this, remote, deadline] {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
-      return Status{StatusCode::kTimeout, "ConnectAsync to '" + remote + "': its timeout passed "
-                                          "while it waited for a connect thread"};
+      return Status{StatusCode::kTimeout, "ConnectAsync to '" + remote +
+                                              "': its timeout passed "
+                                              "while it waited for a connect thread"};
     }
     return Connect(remote, left);
   });
@@ -181,8 +183,8 @@ Status PeerService::Find(const std::string& remote, Peer* peer) {
 
 Status PeerService::FindAfterMiss(const std::string& remote, Peer* peer) {
   if (!self_.options.auto_connect) {
-    return {StatusCode::kNotConnected, "not connected to '" + remote +
-                                           "' (call Connect first, or set auto_connect)"};
+    return {StatusCode::kNotConnected,
+            "not connected to '" + remote + "' (call Connect first, or set auto_connect)"};
   }
   Status s = Connect(remote, self_.options.auto_connect_timeout);
   if (!s.ok() && s.code() != StatusCode::kAlreadyConnected) {
@@ -201,8 +203,10 @@ bool PeerService::CaughtUp(const Peer& peer, const std::string& remote, std::chr
   if (!peer.state->alive.load() || peer.session->closed()) {
     *s = {StatusCode::kConnectionLost, "peer '" + remote + "' went away"};
   } else if (timeout < hb && Clock::now() >= deadline) {
-    *s = {StatusCode::kTimeout, "the deadline passed while catching up with the peer's region "
-                                "updates (as last known: " + s->message() + ")"};
+    *s = {StatusCode::kTimeout,
+          "the deadline passed while catching up with the peer's region "
+          "updates (as last known: " +
+              s->message() + ")"};
   }
   return false;
 }

@@ -58,7 +58,8 @@ class PeerService {
   // state (from then on, transfers to itself find it); the cluster names; the control loop.
   Status LoadSecret(EngineOptions* options) { return auth_.Load(options); }
   // staging: the buffer pool the routes' staged links go through (null: staging is off).
-  void Begin(std::shared_ptr<EngineMetrics> metrics, std::shared_ptr<transport::BufferPool> staging, Events events);
+  void Begin(std::shared_ptr<EngineMetrics> metrics, std::shared_ptr<transport::BufferPool> staging,
+             Events events);
   Status StartNames(bool listens);
   Status StartLoop(net::Fd listener, control::ControlHandler* handler);
   void StopNames() { names_.Stop(); }
@@ -142,7 +143,7 @@ class PeerService {
   BackendSet& backends_;
   RegionService& regions_;
   Events events_;
-  std::shared_ptr<EngineMetrics> metrics_;  // from Begin on
+  std::shared_ptr<EngineMetrics> metrics_;          // from Begin on
   std::shared_ptr<transport::BufferPool> staging_;  // from Begin on; null when staging is off
   Authenticator auth_;
   ClusterNames names_;

@@ -38,8 +38,8 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
   if (Status st = table_.BeginAccept(key, hello.incarnation, &replaced); !st.ok()) {
     if (st.code() == StatusCode::kResourceExhausted) {
       if (uint64_t more = 0; too_many_sessions_log_.Due(&more)) {
-        XLOG(WARN) << "refused the hello of " << key << " from " << s->remote_addr() << ": "
-                   << st.message() << log::Limit::More(more);
+        XLOG(WARN) << "refused the hello of " << key << " from " << s->remote_addr() << ": " << st.message()
+                   << log::Limit::More(more);
       }
       (void)s->Send(wire::Goodbye{st.message()});
       s->Shutdown("too many sessions");
@@ -55,14 +55,14 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
     replaced.session->Shutdown("peer restarted");
   }
   std::string transport_error;
-  auto state = MakePeerState(hello, false, net::HostOf(s->remote_addr()), s->fd(), s->auth_key,
-                             &transport_error);
+  auto state =
+      MakePeerState(hello, false, net::HostOf(s->remote_addr()), s->fd(), s->auth_key, &transport_error);
   if (!state->Reachable()) {
-    XLOG(INFO) << "peer " << key << " connected; this engine cannot initiate transfers to it: "
-               << transport_error;
+    XLOG(INFO) << "peer " << key
+               << " connected; this engine cannot initiate transfers to it: " << transport_error;
   } else {
-    XLOG(INFO) << "peer " << key << " connected (pid " << hello.pid << ", transport "
-               << state->info.transport << ")";
+    XLOG(INFO) << "peer " << key << " connected (pid " << hello.pid << ", transport " << state->info.transport
+               << ")";
   }
   // Known before the reply leaves, so the peer's Connect() never returns ahead of us.
   s->context = state;
@@ -103,8 +103,7 @@ void PeerService::OnMessage(const std::shared_ptr<control::Session>& s, wire::Me
           events_.fence(&peer, gone.get(), self_.ControlFenceDeadline());
           if (gone) gone->CloseAll();
           s->SendSoon(wire::RegionRemoveAck{m.id, m.seq});
-        } else if constexpr (std::is_same_v<T, wire::RegionRemoveAck> ||
-                             std::is_same_v<T, wire::SyncAck>) {
+        } else if constexpr (std::is_same_v<T, wire::RegionRemoveAck> || std::is_same_v<T, wire::SyncAck>) {
           s->Acked(m.seq);
         } else if constexpr (std::is_same_v<T, wire::Sync>) {
           s->SendSoon(wire::SyncAck{m.seq});

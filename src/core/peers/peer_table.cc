@@ -4,8 +4,7 @@ namespace xfer {
 namespace {
 
 Status StillAccepting(const std::string& remote) {
-  return {StatusCode::kTimeout,
-          "Connect: the session '" + remote + "' opened to us is still being set up"};
+  return {StatusCode::kTimeout, "Connect: the session '" + remote + "' opened to us is still being set up"};
 }
 
 }  // namespace
@@ -120,7 +119,8 @@ bool PeerTable::Full() const {
 
 Status PeerTable::TooMany() const {
   return {StatusCode::kResourceExhausted, "this engine holds as many sessions as it allows (" +
-                                              std::to_string(max_sessions_) + ", EngineOptions::max_sessions)"};
+                                              std::to_string(max_sessions_) +
+                                              ", EngineOptions::max_sessions)"};
 }
 
 Status PeerTable::BeginAccept(const std::string& key, uint64_t incarnation, Peer* replaced) {

@@ -22,15 +22,16 @@ Status RegionService::Register(void* addr, uint64_t len, MemType type, MemHandle
   int32_t device = -1;
   if (s.ok()) backends_->Classify(addr, &actual, &device);
   if (s.ok()) {
-    if (Status ms = backends_->CheckMemoryType(type); !ms.ok()) s = {ms.code(), "RegisterMem: " + ms.message()};
+    if (Status ms = backends_->CheckMemoryType(type); !ms.ok())
+      s = {ms.code(), "RegisterMem: " + ms.message()};
   }
   if (s.ok() && type != actual) {
     s = {StatusCode::kInvalidArgument,
          "RegisterMem: " + text::Hex(reinterpret_cast<uint64_t>(addr)) + " is " +
-             (actual == MemType::kCuda ? "GPU memory (device " + std::to_string(device) +
-                                             "): register it as MemType::kCuda"
-                                       : std::string("not GPU memory, but was registered as "
-                                                     "MemType::kCuda"))};
+             (actual == MemType::kCuda
+                  ? "GPU memory (device " + std::to_string(device) + "): register it as MemType::kCuda"
+                  : std::string("not GPU memory, but was registered as "
+                                "MemType::kCuda"))};
   }
   if (!s.ok()) {
     XLOG(WARN) << s.ToString();
@@ -112,8 +113,8 @@ void RegionService::AddGauges(MetricsSnapshot* out) const {
   }
 }
 
-Status RegionService::Add(wire::WireRegion region, bool allocated,
-                          std::unique_ptr<RegionResources> res, MemHandle* handle) {
+Status RegionService::Add(wire::WireRegion region, bool allocated, std::unique_ptr<RegionResources> res,
+                          MemHandle* handle) {
   // What peers need to reach the memory, prepared before the lock (pinning pages is slow
   // for large regions) and dropped again if the range was registered already.
   if (Status s = backends_->PrepareRegion(region.info, res.get(), &region.blobs); !s.ok()) {
@@ -165,8 +166,8 @@ void RegionService::FinishRemove(Removal& removal, Clock::time_point deadline) {
   // cannot say so in time is cut off: it must not keep writing into memory we give back.
   for (auto& [sub, seq] : removal.pending) {
     if (!sub->WaitAcked(seq, deadline) && !sub->closed()) {
-      XLOG(WARN) << "peer " << sub->peer_key << " did not confirm deregistration of region "
-                 << removal.handle << " in time; closing its session";
+      XLOG(WARN) << "peer " << sub->peer_key << " did not confirm deregistration of region " << removal.handle
+                 << " in time; closing its session";
       sub->Shutdown("did not confirm a deregistration in time");
     }
   }

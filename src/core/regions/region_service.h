@@ -90,9 +90,9 @@ class RegionService {
   BackendSet* backends_ = nullptr;
   RemoteRegions* mirror_ = nullptr;
   Registry registry_;
-  mutable std::mutex mu_;  // orders changes with hello snapshots
-  std::set<std::shared_ptr<control::Session>> subscribers_;           // mu_
-  bool closed_ = false;                                               // mu_
+  mutable std::mutex mu_;                                            // orders changes with hello snapshots
+  std::set<std::shared_ptr<control::Session>> subscribers_;          // mu_
+  bool closed_ = false;                                              // mu_
   std::map<MemHandle, std::unique_ptr<RegionResources>> resources_;  // mu_
 };
 

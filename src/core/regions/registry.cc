@@ -8,8 +8,7 @@
 
 namespace xfer {
 
-Status Registry::Add(const wire::WireRegion& region, bool allocated, MemHandle* handle,
-                     bool* added) {
+Status Registry::Add(const wire::WireRegion& region, bool allocated, MemHandle* handle, bool* added) {
   const uint64_t addr = region.info.addr, len = region.info.len;
   if (addr == 0) return {StatusCode::kInvalidArgument, "RegisterMem: null address"};
   if (len == 0) return {StatusCode::kInvalidArgument, "RegisterMem: zero length"};
@@ -48,8 +47,7 @@ Status Registry::Remove(MemHandle handle, bool* removed, bool free) {
   auto it = by_handle_.find(handle);
   if (it == by_handle_.end()) {
     return {StatusCode::kInvalidArgument,
-            std::string(free ? "FreeMem" : "DeregisterMem") + ": unknown handle " +
-                std::to_string(handle)};
+            std::string(free ? "FreeMem" : "DeregisterMem") + ": unknown handle " + std::to_string(handle)};
   }
   const bool allocated = it->second.allocated;
   if (free && !allocated) {

@@ -18,8 +18,8 @@ namespace xfer {
 class Registry {
  public:
   // Adds region (its id is assigned here), or returns the handle of the identical range
-  // registered before with the same type and access (its reference count goes up). *added says whether it is new, so peers
-  // must hear of it. allocated: memory from AllocMem, released only by FreeMem.
+  // registered before with the same type and access (its reference count goes up). *added says whether it is
+  // new, so peers must hear of it. allocated: memory from AllocMem, released only by FreeMem.
   Status Add(const wire::WireRegion& region, bool allocated, MemHandle* handle, bool* added);
   // Drops one reference; *removed is set when the region is gone (peers must hear of it).
   // The last reference of AllocMem memory goes only with free (FreeMem), and free drops all.

@@ -106,7 +106,8 @@ void RemoteRegions::Reset(const std::vector<wire::WireRegion>& regions) {
     by_id_[w.id] = r;
     all_.by_addr.push_back({w.info.addr, w.info.addr + w.info.len, 0, std::move(r)});
   }
-  std::sort(all_.by_addr.begin(), all_.by_addr.end(), [](const auto& a, const auto& b) { return a.addr < b.addr; });
+  std::sort(all_.by_addr.begin(), all_.by_addr.end(),
+            [](const auto& a, const auto& b) { return a.addr < b.addr; });
   all_.Rebuild(0);
 }
 

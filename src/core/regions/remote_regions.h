@@ -63,13 +63,13 @@ class RemoteRegions {
   // New regions go to recent_ (small: inserting costs little); past kRecent they are merged
   // into all_ at once, which costs O(n) once per kRecent additions.
   static constexpr size_t kRecent = 1024;
-  void MergeRecent();   // mu_ held
-  void DropRevoked();   // compacts both indexes once revoked entries are half of them; mu_ held
+  void MergeRecent();  // mu_ held
+  void DropRevoked();  // compacts both indexes once revoked entries are half of them; mu_ held
   const uint64_t table_id_ = NextTableVersion();  // (unique: tells tables apart in FindRemembered)
   mutable std::mutex mu_;
-  Index all_, recent_;                                                      // mu_
-  std::unordered_map<uint64_t, std::shared_ptr<RemoteRegion>> by_id_;       // mu_: live ones
-  size_t revoked_in_index_ = 0;                                             // mu_
+  Index all_, recent_;                                                 // mu_
+  std::unordered_map<uint64_t, std::shared_ptr<RemoteRegion>> by_id_;  // mu_: live ones
+  size_t revoked_in_index_ = 0;                                        // mu_
 };
 
 }  // namespace xfer

@@ -46,7 +46,8 @@ class CmaBackend final : public Backend {
     Status s = CmaTransport::Connect(CmaPeer{peer.pid, peer.incarnation, cookie, peer.pidfd}, &link);
     if (!s.ok()) return s;
     // One system call a batch: 256 KiB amortizes it, yet lets a 512 KiB request use two cores.
-    const PlanLimits limits = WithOverrides({256 << 10, 256 << 10, CmaTransport::max_slices_per_batch()}, options_);
+    const PlanLimits limits =
+        WithOverrides({256 << 10, 256 << 10, CmaTransport::max_slices_per_batch()}, options_);
     *route = std::make_shared<HostRoute>("cma", std::move(link), limits);
     return Status::Ok();
   }

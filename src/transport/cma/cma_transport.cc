@@ -24,16 +24,20 @@ constexpr size_t kIovMax = IOV_MAX;  // 1024 on Linux: the kernel's limit per ca
 bool ByRemote(const Slice& a, const Slice& b) { return a.remote < b.remote; }
 
 Status ErrnoStatus(int err, int32_t pid, Op op) {
-  std::string what = std::string("process_vm_") + (op == Op::kWrite ? "writev" : "readv") +
-                     " to pid " + std::to_string(pid) + ": " + std::strerror(err);
+  std::string what = std::string("process_vm_") + (op == Op::kWrite ? "writev" : "readv") + " to pid " +
+                     std::to_string(pid) + ": " + std::strerror(err);
   switch (err) {
-    case ESRCH: return {StatusCode::kConnectionLost, what + " (the peer process is gone)"};
-    case EPERM: return {StatusCode::kRemoteAccessDenied, what + " (ptrace not permitted)"};
+    case ESRCH:
+      return {StatusCode::kConnectionLost, what + " (the peer process is gone)"};
+    case EPERM:
+      return {StatusCode::kRemoteAccessDenied, what + " (ptrace not permitted)"};
     case EFAULT:
       return {StatusCode::kRemoteAccessDenied,
               what + " (an address is not mapped on one side; was the memory freed?)"};
-    case ENOMEM: return {StatusCode::kResourceExhausted, what};
-    default: return {StatusCode::kInternal, what};
+    case ENOMEM:
+      return {StatusCode::kResourceExhausted, what};
+    default:
+      return {StatusCode::kInternal, what};
   }
 }
 
@@ -44,15 +48,16 @@ class CmaLink final : public Link {
 
   Status Execute(Op op, std::span<const Slice> batch, Clock::time_point) override {
     if (!Alive()) {
-      return {StatusCode::kConnectionLost, "cma: peer process " + std::to_string(pid_) +
-                                               " exited (its pid is not used again)"};
+      return {StatusCode::kConnectionLost,
+              "cma: peer process " + std::to_string(pid_) + " exited (its pid is not used again)"};
     }
     // The kernel pins the remote pages of each remote iovec on its own, which is most of what
     // a small block costs: in remote-address order, remote ranges that touch go as one remote
     // iovec, whatever their local sides.
     // (Stable: slices with one remote start keep their order.)
     thread_local std::vector<Slice> sorted;
-    if (batch.size() > 1 && batch.size() <= kIovMax && !std::is_sorted(batch.begin(), batch.end(), ByRemote)) {
+    if (batch.size() > 1 && batch.size() <= kIovMax &&
+        !std::is_sorted(batch.begin(), batch.end(), ByRemote)) {
       sorted.assign(batch.begin(), batch.end());
       std::stable_sort(sorted.begin(), sorted.end(), ByRemote);
       batch = sorted;
@@ -146,8 +151,7 @@ Status CmaTransport::Connect(const CmaPeer& peer, std::shared_ptr<Link>* link) {
   ssize_t got = ::process_vm_readv(peer.pid, &l, 1, &r, 1, 0);
   if (got != sizeof cookie) {
     int err = errno;
-    std::string why = "cma: cannot read pid " + std::to_string(peer.pid) + ": " +
-                      std::strerror(err);
+    std::string why = "cma: cannot read pid " + std::to_string(peer.pid) + ": " + std::strerror(err);
     if (err == EPERM) {
       why += " (ptrace not permitted: see kernel.yama.ptrace_scope, or run both as one user)";
     } else if (err == ESRCH) {
@@ -157,8 +161,8 @@ Status CmaTransport::Connect(const CmaPeer& peer, std::shared_ptr<Link>* link) {
     return {StatusCode::kUnsupported, why};
   }
   if (cookie != peer.incarnation) {
-    return {StatusCode::kUnsupported, "cma: pid " + std::to_string(peer.pid) +
-                                          " is not the peer (another pid namespace?)"};
+    return {StatusCode::kUnsupported,
+            "cma: pid " + std::to_string(peer.pid) + " is not the peer (another pid namespace?)"};
   }
   net::Fd process(peer.pidfd >= 0 ? ::fcntl(peer.pidfd, F_DUPFD_CLOEXEC, 0) : -1);
   if (peer.pidfd >= 0 && !process.valid()) {  // without it the link could not tell the pid's end

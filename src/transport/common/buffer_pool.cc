@@ -62,8 +62,8 @@ Status BufferPool::Run(Op op, std::span<const Slice> batch, bool device, Link& l
   uint64_t total = 0;
   for (const Slice& s : batch) total += s.len;
   if (total > bytes_) {
-    return {StatusCode::kInternal, "buffer pool: a batch of " + std::to_string(total) +
-                                       " bytes exceeds the staging buffer size"};
+    return {StatusCode::kInternal,
+            "buffer pool: a batch of " + std::to_string(total) + " bytes exceeds the staging buffer size"};
   }
   Lease lease;
   if (Status s = Acquire(deadline, &lease); !s.ok()) return s;

@@ -63,9 +63,9 @@ class BufferPool {
   const uint64_t bytes_;
   std::mutex mu_;
   std::condition_variable cv_;
-  int allocating_ = 0;                                          // mu_
+  int allocating_ = 0;                               // mu_
   std::vector<std::unique_ptr<StagingBuffer>> all_;  // mu_
-  std::vector<uint8_t*> free_;                                  // mu_
+  std::vector<uint8_t*> free_;                       // mu_
   std::atomic<uint64_t> waits_{0};
 };
 

@@ -35,7 +35,8 @@ uint8_t* MapMemfdRegion(const shared_memory::PeerMapper& mapper, const std::stri
         }
         std::shared_ptr<shared_memory::Mapping> m;
         const bool writable = r.info.access == PeerAccess::kReadWrite;
-        Status s = mapper.Map(fd, shared_memory::SegmentName(peer_incarnation, key), r.info.len, writable, &m);
+        Status s =
+            mapper.Map(fd, shared_memory::SegmentName(peer_incarnation, key), r.info.len, writable, &m);
         if (s.ok()) {
           *at = m->base();
           *handle = std::move(m);

@@ -83,8 +83,7 @@ class CudaRoute final : public Route {
               *blob, r.info.len,
               [this](int32_t remote_fd, int* fd) {
                 return mapper_ ? mapper_->TakeFd(remote_fd, fd)
-                               : Status{StatusCode::kUnsupported,
-                                        "cannot take descriptors from the peer"};
+                               : Status{StatusCode::kUnsupported, "cannot take descriptors from the peer"};
               },
               &m);
           if (s.ok()) {
@@ -119,7 +118,8 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
   std::string About() const override {
     return "GPU memory: copy engines between processes of this host (CUDA IPC); other hosts through "
-           "the buffer pool\n" + Describe();
+           "the buffer pool\n" +
+           Describe();
   }
   std::vector<options::Row> Options() const override {
     return {XFER_OPTION_BOOL("cuda.pin_host_memory", cuda.pin_host_memory,
@@ -140,8 +140,8 @@ class CudaBackend final : public Backend {
   }
 
   bool Allocates(MemType type) const override { return type == MemType::kCuda; }
-  Status Allocate(uint64_t len, MemType type, const AllocOptions& options, uint64_t* addr,
-                  int32_t* device, std::unique_ptr<RegionResource>* res) override {
+  Status Allocate(uint64_t len, MemType type, const AllocOptions& options, uint64_t* addr, int32_t* device,
+                  std::unique_ptr<RegionResource>* res) override {
     void* p = nullptr;
     Status s = AllocDevice(len, options.device, &p);
     if (!s.ok()) return s;
@@ -152,8 +152,7 @@ class CudaBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status PrepareRegion(const RegionInfo& info, const RegionResource*,
-                       std::optional<std::string>* blob,
+  Status PrepareRegion(const RegionInfo& info, const RegionResource*, std::optional<std::string>* blob,
                        std::unique_ptr<RegionResource>* res) override {
     if (info.type == MemType::kCuda) {  // same-host peers open it with CUDA IPC
       std::unique_ptr<Export> e;
@@ -166,7 +165,8 @@ class CudaBackend final : public Backend {
       } else {
         XLOG(WARN) << "GPU memory at " << text::Hex(info.addr)
                    << " cannot be opened by peers on this host (only peers that reach it over "
-                      "a staging target can use it): " << s.ToString();
+                      "a staging target can use it): "
+                   << s.ToString();
       }
     } else if (options_.cuda.pin_host_memory) {  // H2D and D2H copies at the link's speed
       void* p = reinterpret_cast<void*>(info.addr);

@@ -43,8 +43,9 @@ class ShmRoute final : public Route {
   }
   std::string WhyNot(MemType local, const RemoteRegion& r) const override {
     if (local != MemType::kHost || r.info.type != MemType::kHost) return "shm: moves host memory only";
-    return FindBlob(r.blobs, kMemfdBlob) == nullptr ? "shm: the region is not the peer's AllocMem memory"
-                                               : "shm: the region could not be mapped (the log says why)";
+    return FindBlob(r.blobs, kMemfdBlob) == nullptr
+               ? "shm: the region is not the peer's AllocMem memory"
+               : "shm: the region could not be mapped (the log says why)";
   }
   bool CopiesInline(uint64_t len) const override { return OneSlice(len); }
   bool Stageable() const override { return false; }
@@ -82,8 +83,8 @@ class ShmBackend final : public Backend {
   }
 
   bool Allocates(MemType type) const override { return type == MemType::kHost; }
-  Status Allocate(uint64_t len, MemType type, const AllocOptions& options, uint64_t* addr,
-                  int32_t* device, std::unique_ptr<RegionResource>* res) override {
+  Status Allocate(uint64_t len, MemType type, const AllocOptions& options, uint64_t* addr, int32_t* device,
+                  std::unique_ptr<RegionResource>* res) override {
     const uint64_t key = next_key_.fetch_add(1);
     std::unique_ptr<Segment> segment;
     Status s = Segment::Create(len, options.huge_pages, options.access == PeerAccess::kReadWrite,
@@ -95,8 +96,7 @@ class ShmBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status PrepareRegion(const RegionInfo&, const RegionResource* allocation,
-                       std::optional<std::string>* blob,
+  Status PrepareRegion(const RegionInfo&, const RegionResource* allocation, std::optional<std::string>* blob,
                        std::unique_ptr<RegionResource>*) override {
     if (auto* a = dynamic_cast<const Allocation*>(allocation)) {
       *blob = MemfdRegionBlob(a->segment->fd(), a->key);
@@ -118,7 +118,7 @@ class ShmBackend final : public Backend {
     // spreading them over the streams pays for the hand-off (bench/RESULTS.md, shm).
     PlanLimits limits = WithOverrides({128 << 10, 128 << 10, 1024}, options_);
     limits.streaming_bytes = options_.shm.streaming_copy_bytes != 0 ? options_.shm.streaming_copy_bytes
-                                                                : host::LastLevelCacheBytes();
+                                                                    : host::LastLevelCacheBytes();
     *route = std::make_shared<ShmRoute>(std::move(mapper), peer, limits);
     return Status::Ok();
   }

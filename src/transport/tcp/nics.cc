@@ -67,17 +67,20 @@ Status ExpandNear(const std::string& entry, const std::vector<Nic>& here, const 
                   std::vector<std::string>* names) {
   const std::string bus_id = entry.substr(5);
   if (pci::PlaceOfPciDevice(sysfs, bus_id).path.empty()) {
-    return {StatusCode::kInvalidArgument,
-            "tcp.nics: '" + entry + "': no PCI device " + bus_id + " on this host (a bus id as 0000:3b:00.0)"};
+    return {StatusCode::kInvalidArgument, "tcp.nics: '" + entry + "': no PCI device " + bus_id +
+                                              " on this host (a bus id as 0000:3b:00.0)"};
   }
   std::vector<std::string> usable;
   for (const Nic& n : here) {
-    if (n.up && !n.loopback && std::find(usable.begin(), usable.end(), n.name) == usable.end()) usable.push_back(n.name);
+    if (n.up && !n.loopback && std::find(usable.begin(), usable.end(), n.name) == usable.end())
+      usable.push_back(n.name);
   }
   const std::vector<pci::RankedNic> ranked = pci::RankNics(sysfs, bus_id, usable);
   if (ranked.empty() || ranked[0].distance == pci::Distance::kUnknown) {
-    return {StatusCode::kInvalidArgument, "tcp.nics: '" + entry + "': no interface here that is up, has an IPv4 "
-                                          "address and sits on the PCI tree (virtual ones have no place on it)"};
+    return {StatusCode::kInvalidArgument,
+            "tcp.nics: '" + entry +
+                "': no interface here that is up, has an IPv4 "
+                "address and sits on the PCI tree (virtual ones have no place on it)"};
   }
   std::string chosen;
   for (const auto& r : ranked) {
@@ -105,11 +108,14 @@ Status ResolveNics(const std::vector<std::string>& wanted, std::vector<Nic>* out
     }
   }
   for (const std::string& w : named) {
-    auto it = std::find_if(here.begin(), here.end(), [&](const Nic& n) { return n.name == w || n.address == w; });
+    auto it =
+        std::find_if(here.begin(), here.end(), [&](const Nic& n) { return n.name == w || n.address == w; });
     if (it == here.end()) {
       const bool is_interface = ::if_nametoindex(w.c_str()) != 0;
       return {StatusCode::kInvalidArgument,
-              "tcp.nics: '" + w + "' is " + (is_interface ? "an interface without an IPv4 address" : "neither an interface nor an IPv4 address of this host")};
+              "tcp.nics: '" + w + "' is " +
+                  (is_interface ? "an interface without an IPv4 address"
+                                : "neither an interface nor an IPv4 address of this host")};
     }
     if (!it->up) return {StatusCode::kInvalidArgument, "tcp.nics: interface " + it->name + " is down"};
     if (std::any_of(out->begin(), out->end(), [&](const Nic& n) { return n.address == it->address; })) {
@@ -121,7 +127,8 @@ Status ResolveNics(const std::vector<std::string>& wanted, std::vector<Nic>* out
   // or chosen by two entries, counts once.
   for (const std::string& w : nearby) {
     auto it = std::find_if(here.begin(), here.end(), [&](const Nic& n) { return n.name == w; });
-    if (std::none_of(out->begin(), out->end(), [&](const Nic& n) { return n.name == w; })) out->push_back(*it);
+    if (std::none_of(out->begin(), out->end(), [&](const Nic& n) { return n.name == w; }))
+      out->push_back(*it);
   }
   return Status::Ok();
 }

@@ -5,8 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <system_error>
 
@@ -132,7 +132,8 @@ void ServePool::Work(Worker self) {
       again.data.ptr = e;
       if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, e->fd, &again) != 0) {
         // (Never to be served again: end it here, its serve sees the end.)
-        XLOG(ERROR) << "serve pool: cannot watch a connection again (" << std::strerror(errno) << "); closing it";
+        XLOG(ERROR) << "serve pool: cannot watch a connection again (" << std::strerror(errno)
+                    << "); closing it";
         ::shutdown(e->fd, SHUT_RDWR);
         while (next == Next::kIdle) next = serve_(e->conn);
       }

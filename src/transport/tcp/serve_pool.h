@@ -69,13 +69,13 @@ class ServePool {
   Fd epoll_;
   Fd wake_;  // an eventfd: readable once Stop() was called, for every worker
   std::atomic<bool> stopping_{false};
-  std::atomic<size_t> threads_{0};       // workers not ended (Recount)
-  std::atomic<bool> saturated_{false};   // (Recount)
+  std::atomic<size_t> threads_{0};      // workers not ended (Recount)
+  std::atomic<bool> saturated_{false};  // (Recount)
   std::mutex workers_mu_;
-  size_t waiting_ = 0;               // (workers_mu_) workers in epoll_wait, or about to be
-  size_t spawnable_ = SIZE_MAX;      // (workers_mu_) as many as could start when one could not
-  std::list<std::thread> workers_;   // (workers_mu_)
-  std::vector<Worker> exited_;       // (workers_mu_) ended, not joined yet
+  size_t waiting_ = 0;              // (workers_mu_) workers in epoll_wait, or about to be
+  size_t spawnable_ = SIZE_MAX;     // (workers_mu_) as many as could start when one could not
+  std::list<std::thread> workers_;  // (workers_mu_)
+  std::vector<Worker> exited_;      // (workers_mu_) ended, not joined yet
   // Every connection's entry, also held here: an idle one is otherwise named by the kernel's
   // epoll set alone (LeakSanitizer, which cannot see it there, would call it a leak).
   std::mutex entries_mu_;

@@ -1,11 +1,11 @@
 // Backend "tcp": any host (tcp_transport.h). The hello carries our data port; the target's
 // threads check every range a peer names and stage GPU memory through buffers of their own.
 #include "transport/backend.h"
+#include "transport/tcp/checksum.h"
+#include "transport/tcp/nics.h"
 #include "transport/tcp/tcp_transport.h"
 #include "util/bytes.h"
-#include "transport/tcp/checksum.h"
 #include "util/log.h"
-#include "transport/tcp/nics.h"
 
 namespace xfer::transport {
 namespace {
@@ -31,8 +31,9 @@ class TcpBackend final : public Backend {
         XFER_OPTION_BOOL("tcp.least_loaded", tcp.least_loaded,
                          "a batch takes a free connection first, not the next in turn"),
         XFER_OPTION_BOOL("tcp.checksum", tcp.checksum, "every batch carries a checksum of its bytes (XXH3)"),
-        XFER_OPTION_LIST("tcp.nics", tcp.nics,
-                         "the interfaces the data connections use: names, addresses, near:BUS_ID (none: the kernel's)"),
+        XFER_OPTION_LIST(
+            "tcp.nics", tcp.nics,
+            "the interfaces the data connections use: names, addresses, near:BUS_ID (none: the kernel's)"),
     };
   }
   Status CheckOptions(const EngineOptions& o) const override {
@@ -52,15 +53,18 @@ class TcpBackend final : public Backend {
     hooks.is_peer = ctx.is_peer;
     hooks.authenticate = ctx.authenticate;
     hooks.peer_auth_key = ctx.peer_auth_key;
-    TcpOptions to{o.tcp.links, o.tcp.least_loaded, std::min<std::chrono::milliseconds>(o.heartbeat_timeout, std::chrono::hours(24)),
-                  o.spin, o.tcp.checksum, {}};
+    TcpOptions to{o.tcp.links,
+                  o.tcp.least_loaded,
+                  std::min<std::chrono::milliseconds>(o.heartbeat_timeout, std::chrono::hours(24)),
+                  o.spin,
+                  o.tcp.checksum,
+                  {}};
     if (Status s = ResolveNics(o.tcp.nics, &to.nics); !s.ok()) return s;
     transport_ = std::make_unique<TcpTransport>(std::move(to), hooks);
     if (Status s = transport_->Start(ctx.listen_host); !s.ok()) {
       transport_.reset();
       if (s.code() == StatusCode::kInvalidArgument) return s;  // a NIC of tcp.nics: Initialize fails
-      XLOG(WARN) << "tcp transport not offered: cannot listen on " << ctx.listen_host << ": "
-                 << s.message();
+      XLOG(WARN) << "tcp transport not offered: cannot listen on " << ctx.listen_host << ": " << s.message();
       return {s.code(), "tcp cannot listen here: " + s.message()};
     }
     return Status::Ok();
@@ -84,7 +88,8 @@ class TcpBackend final : public Backend {
 
   Status Connect(const PeerContext& peer, std::shared_ptr<Route>* route) override {
     TcpPeer at{peer.incarnation, peer.host, 0, peer.auth_key, {}};
-    if (!ParseHello(peer.blob, &at)) return {StatusCode::kUnsupported, "tcp: the peer's hello entry is malformed"};
+    if (!ParseHello(peer.blob, &at))
+      return {StatusCode::kUnsupported, "tcp: the peer's hello entry is malformed"};
     std::shared_ptr<Link> link;
     Status s = transport_->Connect(at, &link);
     if (!s.ok()) return s;

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "transport/link.h"
-#include "util/net.h"
 #include "transport/tcp/nics.h"
+#include "util/net.h"
 
 namespace xfer::transport {
 

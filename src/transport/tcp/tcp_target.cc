@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "transport/common/staging.h"
-#include "transport/tcp/tcp_wire.h"
 #include "transport/tcp/checksum.h"
+#include "transport/tcp/tcp_wire.h"
 #include "util/crypto.h"
 #include "util/log.h"
 #include "util/text.h"
@@ -29,7 +29,6 @@ namespace {
 // spins after sending one, and the most it spins.
 constexpr uint64_t kDrainBytesPerUs = 2000;
 constexpr uint64_t kMaxDrainSpinUs = 1000;
-
 
 // The header of an accepted READ's reply, into h (kReplyHeaderBytes + kAlign bytes); returns
 // its length: the payload that follows starts at the alignment of its source address.
@@ -67,7 +66,7 @@ struct TcpTransport::Service {
   std::timed_mutex exec;
   uint64_t peer_incarnation = 0;
   std::unique_ptr<StagingBuffer> stage;  // staged batches (GPU memory); its Serve's
-  uint64_t replied = 0;  // payload bytes of the READ reply just sent (Serve's)
+  uint64_t replied = 0;                  // payload bytes of the READ reply just sent (Serve's)
   std::atomic<bool> done{false};
   std::atomic<bool> shut{false};  // we closed it (a fence, the peer's end, Stop): no warning
 
@@ -90,9 +89,9 @@ struct TcpTransport::Handshaking {
   uint8_t in[kHelloBytes] = {};  // the hello, then the proof
   size_t have = 0;               // bytes of in received
   crypto::Nonce nonce{};
-  size_t sent = 0;               // bytes of the nonce sent
-  uint64_t initiator = 0;        // the incarnation the hello claims
-  std::string key;               // with a secret: the initiator's session key
+  size_t sent = 0;         // bytes of the nonce sent
+  uint64_t initiator = 0;  // the incarnation the hello claims
+  std::string key;         // with a secret: the initiator's session key
 
   short events() const { return step == Step::kNonce ? POLLOUT : POLLIN; }
   // What one non-blocking receive or send did: the step's bytes are all through, not yet, or
@@ -112,8 +111,7 @@ struct TcpTransport::Handshaking {
   }
 };
 
-TcpTransport::TcpTransport(TcpOptions opts, TcpTargetHooks hooks)
-    : opts_(opts), hooks_(std::move(hooks)) {}
+TcpTransport::TcpTransport(TcpOptions opts, TcpTargetHooks hooks) : opts_(opts), hooks_(std::move(hooks)) {}
 
 TcpTransport::~TcpTransport() { Stop(); }
 
@@ -150,7 +148,8 @@ void TcpTransport::Stop() {
   for (auto& s : all) s->Shutdown();
   {  // (each one's I/O fails at once now: its Serve ends it)
     std::unique_lock l(services_mu_);
-    services_ended_.wait(l, [&] { return std::all_of(all.begin(), all.end(), [](const auto& s) { return s->done.load(); }); });
+    services_ended_.wait(
+        l, [&] { return std::all_of(all.begin(), all.end(), [](const auto& s) { return s->done.load(); }); });
   }
   serving_.Stop();
 }
@@ -213,7 +212,8 @@ void TcpTransport::Accept(int listener, std::list<Handshaking>* handshaking) {
       std::vector<std::string> from;
       for (const auto& h : *handshaking) from.push_back(h.from);
       auto victim = std::next(handshaking->begin(), static_cast<std::ptrdiff_t>(net::FloodVictim(from)));
-      LogRefusal("tcp: " + std::to_string(kMaxPendingHandshakes) + " data connections have not "
+      LogRefusal("tcp: " + std::to_string(kMaxPendingHandshakes) +
+                 " data connections have not "
                  "finished their handshake; closed the oldest from the host with the most, from " +
                  victim->from);
       handshaking->erase(victim);
@@ -242,7 +242,8 @@ bool TcpTransport::Advance(Handshaking& h) {
       const Io io = h.Receive(kHelloBytes);
       if (io != Io::kDone) return io == Io::kMore;
       if (Get<uint32_t>(h.in) != kDataMagic || Get<uint16_t>(h.in + 4) != kDataVersion) {
-        LogRefusal("tcp: closed the connection from " + h.from + " to the data port: not an xfer data connection");
+        LogRefusal("tcp: closed the connection from " + h.from +
+                   " to the data port: not an xfer data connection");
         return false;
       }
       h.initiator = Get<uint64_t>(h.in + 16);
@@ -290,7 +291,8 @@ void TcpTransport::Admit(Handshaking& h, StatusCode verdict) {
   Put<uint32_t>(reply, static_cast<uint32_t>(verdict));
   // (A fresh connection's send buffer has room for these bytes: they go out at once. The
   // connection is not kept for a peer that does not read them.)
-  if (::send(h.fd.get(), reply, sizeof reply, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof reply) ||
+  if (::send(h.fd.get(), reply, sizeof reply, MSG_DONTWAIT | MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(sizeof reply) ||
       verdict != StatusCode::kOk) {
     return;  // (a refused stranger is closed without a warning)
   }
@@ -323,14 +325,14 @@ size_t TcpTransport::ConnectionsOf(uint64_t incarnation) {
 // One batch frame as the target reads it, and what its check found (buffers reused).
 struct TcpTransport::Frame {
   bool write = false;
-  bool checksummed = false;    // WRITE: a checksum follows the payload; READ: the reply's must
+  bool checksummed = false;  // WRITE: a checksum follows the payload; READ: the reply's must
   uint32_t count = 0;
   uint64_t total = 0, tail = 0;
   std::vector<uint8_t> descs;  // count x {addr, len}, then padding (READ: to the frame's end)
   std::vector<iovec> iov;      // the ranges, once checked
   std::vector<TcpTargetAccess> access;
-  bool staged = false;         // some range goes through the staging buffer
-  std::string denied;          // why the batch is refused; empty: accepted
+  bool staged = false;  // some range goes through the staging buffer
+  std::string denied;   // why the batch is refused; empty: accepted
   StatusCode deny = StatusCode::kRemoteAccessDenied;
   uint8_t header[kBatchHeaderBytes] = {};
   Clock::time_point deadline;  // the frame's first byte came io_timeout before it
@@ -378,7 +380,8 @@ bool TcpTransport::ReadFrame(Service& svc, uint64_t replied, Frame* f, std::stri
   // The next batch within kServeGrace, or the connection is idle (its end closes it without a
   // word); from the frame's first byte on, the whole frame must come within io_timeout.
   Clock::time_point started;
-  const Status got = net::RecvIfStarting(fd, h, sizeof h, opts_.io_timeout, opts_.spin + drain, kServeGrace, &started);
+  const Status got =
+      net::RecvIfStarting(fd, h, sizeof h, opts_.io_timeout, opts_.spin + drain, kServeGrace, &started);
   *idle = !got.ok() && started == Clock::time_point{} && got.code() == StatusCode::kTimeout;
   if (!got.ok()) return false;
   f->deadline = started + opts_.io_timeout;
@@ -435,13 +438,14 @@ void TcpTransport::CheckRanges(Frame* f) const {
     } else if (f->write && !f->access.back().writable) {
       f->denied = " lies in a region that is read-only for peers";
     } else if (f->access.back().staged && hooks_.staging_bytes == 0) {
-      f->denied = " is GPU memory, which this engine reaches only through staging buffers, and "
-                  "its staging is off";
+      f->denied =
+          " is GPU memory, which this engine reaches only through staging buffers, and "
+          "its staging is off";
       f->deny = StatusCode::kUnsupported;
     }
     if (!f->denied.empty()) {
-      f->denied = "slice " + std::to_string(i) + " (" + std::to_string(len) + " bytes at " +
-                  Hex(addr) + ")" + f->denied;
+      f->denied = "slice " + std::to_string(i) + " (" + std::to_string(len) + " bytes at " + Hex(addr) + ")" +
+                  f->denied;
     }
     f->staged = f->staged || f->access.back().staged;
     f->iov.push_back({reinterpret_cast<void*>(addr), len});
@@ -472,7 +476,8 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
     const bool moved = ServeStaged(svc, *f, &intact, why);
     exec.unlock();
     if (!moved) return false;
-    if (f->write) s = intact ? SendReply(fd, StatusCode::kOk, "", io_deadline()) : SendMismatch(fd, io_deadline());
+    if (f->write)
+      s = intact ? SendReply(fd, StatusCode::kOk, "", io_deadline()) : SendMismatch(fd, io_deadline());
   } else if (f->write) {
     if (ok && f->checksummed) {
       // Range by range, each hashed as it lands: ranges that overlap in our memory hold only
@@ -501,7 +506,8 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
         s = net::RecvAll(fd, scratch.data(), n, f->deadline);
         const uint64_t lo = std::max(at, f->total), hi = std::min(at + n, f->total + f->trailer());
         for (uint64_t p = lo; p < hi; ++p) trailer[p - f->total] = scratch[p - at];  // (may straddle reads)
-        if (ours && at < f->total) ours->Add(scratch.data(), static_cast<size_t>(std::min<uint64_t>(n, f->total - at)));
+        if (ours && at < f->total)
+          ours->Add(scratch.data(), static_cast<size_t>(std::min<uint64_t>(n, f->total - at)));
         at += n;
       }
       intact = !ours || Get<uint64_t>(trailer) == ours->Value();
@@ -585,10 +591,12 @@ bool TcpTransport::ServeStaged(Service& svc, const Frame& f, bool* intact, std::
   uint64_t theirs = 0;
   const uint64_t ours = sum ? sum->Value() : 0;
   if (s.ok() && f.checksummed) {
-    s = write ? net::RecvAll(fd, &theirs, kTrailerBytes, deadline) : net::SendAll(fd, &ours, kTrailerBytes, deadline);
+    s = write ? net::RecvAll(fd, &theirs, kTrailerBytes, deadline)
+              : net::SendAll(fd, &ours, kTrailerBytes, deadline);
   }
   *intact = !write || !f.checksummed || theirs == ours;
-  if (s.ok()) s = write ? net::RecvAll(fd, PadSink(), tail, deadline) : net::SendAll(fd, kZeros, tail, deadline);
+  if (s.ok())
+    s = write ? net::RecvAll(fd, PadSink(), tail, deadline) : net::SendAll(fd, kZeros, tail, deadline);
   if (!s.ok()) *why = "staged batch: " + s.message();
   return s.ok();
 }

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <vector>
 
+#include "transport/tcp/checksum.h"
 #include "transport/tcp/tcp_paths.h"
 #include "transport/tcp/tcp_wire.h"
-#include "transport/tcp/checksum.h"
 #include "util/crypto.h"
 #include "util/log.h"
 
@@ -28,18 +28,17 @@ uint64_t ChecksumOf(std::span<const uint8_t> head, std::span<const Slice> payloa
   return sum.Value();
 }
 
-
 // Reads a reply up to its payload; *verdict is the target's. When a payload of payload_bytes
 // follows (a READ the target accepted), *tail is the padding after it, else everything is read.
-Status RecvReply(int fd, uint64_t payload_bytes, Clock::time_point deadline,
-                 std::chrono::microseconds spin, Status* verdict, uint64_t* tail) {
+Status RecvReply(int fd, uint64_t payload_bytes, Clock::time_point deadline, std::chrono::microseconds spin,
+                 Status* verdict, uint64_t* tail) {
   uint8_t h[kReplyHeaderBytes];
   Status s = net::RecvAll(fd, h, sizeof h, deadline, spin);
   if (!s.ok()) return s;
   const uint32_t code = Get<uint32_t>(h);
   const uint16_t len = Get<uint16_t>(h + 4), lead = Get<uint16_t>(h + 6);
-  if (code > static_cast<uint32_t>(kLastStatusCode) || len > kMaxMessage ||
-      lead >= kAlign || (code != 0 && lead != 0)) {
+  if (code > static_cast<uint32_t>(kLastStatusCode) || len > kMaxMessage || lead >= kAlign ||
+      (code != 0 && lead != 0)) {
     return {StatusCode::kConnectionLost, "tcp: malformed reply from the target"};
   }
   if (code != 0) payload_bytes = 0;
@@ -66,7 +65,7 @@ struct Stream {
   std::condition_variable turn;
   uint64_t received = 0;  // replies read
   bool broken = false;
-  std::string why;        // set with broken
+  std::string why;  // set with broken
 
   // Frames may be half sent or half read: nobody may use the stream again. Wakes everyone
   // blocked on it. False when another batch had broken it already (then its reason stands).
@@ -130,8 +129,8 @@ class TcpLink final : public Link {
       }
       if (const auto avoided = c->path->Lost(); avoided.count() > 0) {
         XLOG(WARN) << "tcp: a connection on the path " << c->path->Name() << " failed (" << s.message()
-                   << "); batches go over the other paths, and this one is tried again in "
-                   << avoided.count() << " ms";
+                   << "); batches go over the other paths, and this one is tried again in " << avoided.count()
+                   << " ms";
       }
       c = LeastQueued(true);
       if (c == nullptr) return s;  // every path is avoided now
@@ -178,21 +177,20 @@ class TcpLink final : public Link {
 
  private:
   struct Conn {
-    Path* path = nullptr;              // where its streams go (one of paths_)
-    std::atomic<uint64_t> queued_bytes{0};  // of the batches on it now
-    std::mutex send_mu;                // one frame on the wire at a time
-    std::mutex stream_mu;              // guards replacing stream against Shutdown()
-    std::shared_ptr<Stream> stream;    // the current connection; replaced once broken
-    std::atomic<int> busy{0};          // batches on this connection now
+    Path* path = nullptr;                        // where its streams go (one of paths_)
+    std::atomic<uint64_t> queued_bytes{0};       // of the batches on it now
+    std::mutex send_mu;                          // one frame on the wire at a time
+    std::mutex stream_mu;                        // guards replacing stream against Shutdown()
+    std::shared_ptr<Stream> stream;              // the current connection; replaced once broken
+    std::atomic<int> busy{0};                    // batches on this connection now
     std::atomic<Clock::time_point> busy_from{};  // when busy last rose from 0
     // When a reply last came in: the target's progress (a frame sent whole may only have gone
     // into the socket's buffer; a fresh stream is none either).
     std::atomic<Clock::time_point> moved{};
-    std::atomic<uint64_t> interrupts{0};  // Interrupt()s: a batch that saw one is not retried
+    std::atomic<uint64_t> interrupts{0};           // Interrupt()s: a batch that saw one is not retried
     std::atomic<Clock::time_point> interrupted{};  // when the last Interrupt broke it
   };
-  static constexpr const char* kInterrupted =
-      "interrupted: the target answered nothing while a fence waited";
+  static constexpr const char* kInterrupted = "interrupted: the target answered nothing while a fence waited";
   Status Interrupted() const {
     return {StatusCode::kConnectionLost, std::string("tcp: ") + kInterrupted + " (" + peer_.host + ")"};
   }
@@ -277,8 +275,8 @@ class TcpLink final : public Link {
 
   // Sends the frame, then reads the reply in turn. *bystander: the batch failed only because
   // another one broke the stream before this one's turn came.
-  Status ExecuteOn(Conn& c, uint64_t epoch, Op op, std::span<const Slice> batch,
-                   Clock::time_point deadline, bool* bystander) {
+  Status ExecuteOn(Conn& c, uint64_t epoch, Op op, std::span<const Slice> batch, Clock::time_point deadline,
+                   bool* bystander) {
     *bystander = false;
     // The frame up to its payload, and a WRITE's checksum: built before the send lock, so that
     // another batch's frame may go out meanwhile.
@@ -303,12 +301,13 @@ class TcpLink final : public Link {
       ticket = st->sent++;
       // (The frame may wait for the target to finish the one before it first: two steps.)
       Status s = SendFrame(st->fd.get(), head, batch, sum, StepDeadline(deadline, 2));
-      if (!s.ok()) return Broken(*st, "a frame could not be sent: ", Stalled(s, deadline, "take a frame", 2), bystander);
+      if (!s.ok())
+        return Broken(*st, "a frame could not be sent: ", Stalled(s, deadline, "take a frame", 2), bystander);
     }
     {
       std::unique_lock l(st->mu);
-      const bool my_turn = st->turn.wait_until(
-          l, deadline, [&] { return st->received == ticket || st->broken; });
+      const bool my_turn =
+          st->turn.wait_until(l, deadline, [&] { return st->received == ticket || st->broken; });
       if (st->broken) {
         *bystander = true;
         return {StatusCode::kConnectionLost, "tcp: data connection lost: " + st->why};
@@ -340,8 +339,9 @@ class TcpLink final : public Link {
   // (step: what the target did not do in time.)
   Status Stalled(const Status& s, Clock::time_point deadline, const char* step, int steps = 1) const {
     if (s.code() != StatusCode::kTimeout || Clock::now() >= deadline) return s;
-    return {StatusCode::kConnectionLost, "tcp: the target at " + peer_.host + " did not " + step + " within " +
-                                             std::to_string(steps * opts_.io_timeout.count()) + " ms"};
+    return {StatusCode::kConnectionLost, "tcp: the target at " + peer_.host + " did not " + step +
+                                             " within " + std::to_string(steps * opts_.io_timeout.count()) +
+                                             " ms"};
   }
 
   // A batch whose deadline ends the connect or handshake timed out; anything else lost the
@@ -356,7 +356,8 @@ class TcpLink final : public Link {
   Status Open(Conn& c, uint64_t epoch, Clock::time_point deadline, std::shared_ptr<Stream>* out) {
     auto st = std::make_shared<Stream>();
     const Path& path = *c.path;  // (its from and to never change)
-    Status s = net::ConnectTcp(path.to, deadline, &st->fd, nullptr, path.from.address.empty() ? nullptr : &path.from);
+    Status s = net::ConnectTcp(path.to, deadline, &st->fd, nullptr,
+                               path.from.address.empty() ? nullptr : &path.from);
     if (!s.ok()) return OpenFailed(path.from.address.empty() ? "" : "from " + path.from.device + ": ", s);
     {
       std::lock_guard l(c.stream_mu);
@@ -388,7 +389,8 @@ class TcpLink final : public Link {
     if (s.ok()) s = net::RecvAll(fd, code, sizeof code, deadline);
     if (!s.ok()) return OpenFailed("data connection handshake: ", s);
     if (Get<uint32_t>(code) == static_cast<uint32_t>(StatusCode::kResourceExhausted)) {
-      return {StatusCode::kResourceExhausted, "tcp: the target refused the data connection: this engine holds as many as it allows"};
+      return {StatusCode::kResourceExhausted,
+              "tcp: the target refused the data connection: this engine holds as many as it allows"};
     }
     if (Get<uint32_t>(code) != 0) {
       return {StatusCode::kConnectionLost, "tcp: the target refused the data connection (restarted?)"};
@@ -440,8 +442,8 @@ class TcpLink final : public Link {
 
   // The target's verdict and, for an accepted READ, the payload into the local memory (and its
   // checksum checked). *framed: the reply was read whole (the stream can carry the next one).
-  Status ReadReply(int fd, const FrameHead& head, std::span<const Slice> batch,
-                   Clock::time_point deadline, bool* framed) const {
+  Status ReadReply(int fd, const FrameHead& head, std::span<const Slice> batch, Clock::time_point deadline,
+                   bool* framed) const {
     *framed = false;
     Status verdict;
     uint64_t tail = 0;

@@ -55,7 +55,7 @@ struct TcpOptions {
   // data connection (its control session, and with it the heartbeat, may live on).
   std::chrono::milliseconds io_timeout{3000};
   std::chrono::microseconds spin{50};  // receivers spin this long before they sleep
-  bool checksum = false;  // this initiator's batches carry a checksum of their payload
+  bool checksum = false;               // this initiator's batches carry a checksum of their payload
   // The NICs to serve on and to connect from (EngineOptions::tcp.nics, resolved); empty: the
   // listen address alone, and whatever source the kernel picks.
   std::vector<net::Nic> nics{};
@@ -138,7 +138,7 @@ class TcpTransport final {
   void Accept(int listener, std::list<Handshaking>* handshaking);
   bool Advance(Handshaking& h);  // false: the handshake is over (admitted, refused or failed)
   void Admit(Handshaking& h, StatusCode verdict);  // sends the verdict; kOk: starts serving
-  void ReapServices();  // forgets the connections that ended
+  void ReapServices();                             // forgets the connections that ended
   // A data connection with a batch (on a thread of serving_): batch after batch, while they
   // come within the spin; kIdle when none came, kDone when the connection ended or had to
   // close (logged, unless we closed it).
@@ -167,7 +167,7 @@ class TcpTransport final {
   std::thread acceptor_;
   std::atomic<bool> stop_{false};
   std::mutex services_mu_;
-  std::condition_variable services_ended_;  // a service is done (services_mu_)
+  std::condition_variable services_ended_;        // a service is done (services_mu_)
   std::list<std::shared_ptr<Service>> services_;  // one per accepted data connection
   net::ServePool serving_{[this](void* svc) { return Serve(*static_cast<Service*>(svc)); }, kMaxServeThreads,
                           std::chrono::seconds(1)};

@@ -17,9 +17,9 @@
 namespace xfer::transport::tcp_wire {
 
 constexpr uint32_t kDataMagic = 0x31444658;  // "XFD1"
-constexpr uint16_t kDataVersion = 4;  // 3: the challenge of an authenticated engine; 4: checksums
-constexpr size_t kHelloBytes = 64;  // 24 used
-constexpr size_t kAcceptBytes = 64;  // 4 used
+constexpr uint16_t kDataVersion = 4;         // 3: the challenge of an authenticated engine; 4: checksums
+constexpr size_t kHelloBytes = 64;           // 24 used
+constexpr size_t kAcceptBytes = 64;          // 4 used
 // A data connection's first bytes: the hello of the initiator of that incarnation to the
 // target of this one.
 std::array<uint8_t, kHelloBytes> DataHello(uint64_t target, uint64_t initiator);
@@ -52,7 +52,9 @@ constexpr uint64_t PadFor(uint64_t pos, uint64_t want) { return (want - pos) & (
 uint8_t* PadSink();  // this thread's kAlign bytes to receive padding into
 
 template <class T>
-void Put(uint8_t* p, T v) { std::memcpy(p, &v, sizeof v); }
+void Put(uint8_t* p, T v) {
+  std::memcpy(p, &v, sizeof v);
+}
 template <class T>
 T Get(const uint8_t* p) {
   T v;

@@ -70,8 +70,7 @@ class UcxBackend final : public Backend {
   }
   std::optional<std::string> HelloBlob() const override { return transport_->worker_address(); }
 
-  Status PrepareRegion(const RegionInfo& info, const RegionResource*,
-                       std::optional<std::string>* blob,
+  Status PrepareRegion(const RegionInfo& info, const RegionResource*, std::optional<std::string>* blob,
                        std::unique_ptr<RegionResource>* res) override {
     if (info.type != MemType::kHost) return Status::Ok();
     std::unique_ptr<UcxMemory> m;

@@ -68,17 +68,17 @@ struct Conn {
   Wakeup kick;  // a started batch wakes a sleeping leader
   // Under UcxLink::mu_:
   bool led = false;
-  bool leader_asleep = false;  // in poll on the worker's fd and kick
+  bool leader_asleep = false;                    // in poll on the worker's fd and kick
   std::vector<std::unique_ptr<Flight>> flights;  // started here, in order, until their `done`
-  uint64_t rounds = 0;       // leader rounds so far
-  uint64_t rescue_seen = 0;  // rounds at the last Rescue
+  uint64_t rounds = 0;                           // leader rounds so far
+  uint64_t rescue_seen = 0;                      // rounds at the last Rescue
   // The leader's:
   ucp_worker_h worker = nullptr;
   int efd = -1;  // the worker's event fd
   ucp_ep_h ep = nullptr;
   std::unordered_map<uint64_t, ucp_rkey_h> rkeys;  // region_id -> key unpacked on ep
-  size_t posted = 0;         // flights posted on ep and not over
-  uint64_t posted_bytes = 0;  // their bytes
+  size_t posted = 0;                               // flights posted on ep and not over
+  uint64_t posted_bytes = 0;                       // their bytes
 
   // Whether one more flight of `bytes` may be posted beside `n` flights of `total` bytes.
   static bool Room(size_t n, uint64_t total, uint64_t bytes) {
@@ -106,9 +106,7 @@ void OnRequestDone(void* request, ucs_status_t status, void* user) {
   ucp_request_free(request);
 }
 
-void OnPeerError(void* arg, ucp_ep_h, ucs_status_t status) {
-  static_cast<Conn*>(arg)->failure.store(status);
-}
+void OnPeerError(void* arg, ucp_ep_h, ucs_status_t status) { static_cast<Conn*>(arg)->failure.store(status); }
 
 void DestroyKeys(Conn& c) {
   for (auto& [id, k] : c.rkeys) ucp_rkey_destroy(k);
@@ -152,8 +150,8 @@ Status UcxLink::Gone() const {
 }
 
 Status UcxLink::Interrupted() const {
-  return {StatusCode::kConnectionLost, "ucx: interrupted: the batch to " + peer_.name +
-                                           " did not complete while a fence waited"};
+  return {StatusCode::kConnectionLost,
+          "ucx: interrupted: the batch to " + peer_.name + " did not complete while a fence waited"};
 }
 
 Status UcxLink::NotStarted() const {
@@ -188,8 +186,8 @@ void UcxLink::Start(Op op, std::span<const Slice> batch, Clock::time_point deadl
       f->keys.emplace_back();
       if (!peer_.find_key(s.remote, s.len, op == Op::kWrite, &f->keys.back())) {
         return done({StatusCode::kRemoteAccessDenied,
-                     "ucx: no region of peer " + peer_.name + " holds slice " + std::to_string(i) +
-                         " (" + std::to_string(s.len) + " bytes at " + Hex(s.remote) + ")"});
+                     "ucx: no region of peer " + peer_.name + " holds slice " + std::to_string(i) + " (" +
+                         std::to_string(s.len) + " bytes at " + Hex(s.remote) + ")"});
       }
     }
     f->key_of[i] = static_cast<uint32_t>(f->keys.size() - 1);
@@ -304,8 +302,9 @@ bool UcxLink::Rescue(std::chrono::microseconds budget) {
   }
   if (!mine.empty()) {
     auto self = shared_from_this();
-    Lead(mine, Clock::now() + budget, [&] { return in_flight_.load() == 0 || waiting_.load() > 0; },
-         LeadMode::kRescue);
+    Lead(
+        mine, Clock::now() + budget, [&] { return in_flight_.load() == 0 || waiting_.load() > 0; },
+        LeadMode::kRescue);
     {
       std::lock_guard l(mu_);
       for (Conn* c : mine) c->rescue_seen = c->rounds;
@@ -330,8 +329,8 @@ void UcxLink::Adopt(std::vector<Conn*>* mine, size_t limit) {
 // alone, else its share, so that streams driving beside the caller each take a rail (mu_).
 size_t UcxLink::Share() const {
   if (drivers_ <= 1) return SIZE_MAX;
-  const size_t busy = std::count_if(conns_.begin(), conns_.end(),
-                                    [](const auto& c) { return !c->flights.empty(); });
+  const size_t busy =
+      std::count_if(conns_.begin(), conns_.end(), [](const auto& c) { return !c->flights.empty(); });
   return std::max<size_t>(1, (busy + drivers_ - 1) / drivers_);
 }
 
@@ -430,8 +429,8 @@ void UcxLink::SweepFlights(Conn& c, const Sweep& sweep, std::vector<std::pair<Co
     }
   }
   if (late || c.failure.load() != UCS_OK) expired->push_back(&c);
-  auto keep = std::stable_partition(c.flights.begin(), c.flights.end(),
-                                    [](const auto& f) { return !f->result; });
+  auto keep =
+      std::stable_partition(c.flights.begin(), c.flights.end(), [](const auto& f) { return !f->result; });
   std::move(keep, c.flights.end(), std::back_inserter(*over));
   c.flights.erase(keep, c.flights.end());
 }
@@ -441,8 +440,8 @@ void UcxLink::SweepFlights(Conn& c, const Sweep& sweep, std::vector<std::pair<Co
 // `done` call, new ones are posted, the workers progress. UCX having nothing new, the leader
 // spins, then sleeps on the workers' event fds (a long batch over a slow wire should not cost
 // a core).
-void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until,
-                   const std::function<bool()>& finished, LeadMode mode) {
+void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until, const std::function<bool()>& finished,
+                   LeadMode mode) {
   std::vector<std::unique_ptr<Flight>> over;
   std::vector<std::pair<Conn*, Flight*>> fresh;
   std::vector<Conn*> expired;  // its endpoint goes: a failed or late flight, or shut down
@@ -600,13 +599,15 @@ void UcxLink::EndPosted(std::span<Conn* const> cs, std::chrono::milliseconds dra
       } else if (shut_.load()) {
         End(c, f, Gone());
       } else if (now >= f.deadline) {
-        End(c, f, {StatusCode::kTimeout, std::string("ucx: deadline passed waiting for a ") +
-                                             (f.op == Op::kWrite ? "WRITE" : "READ") + " batch to " +
-                                             peer_.name + " to complete"});
+        End(c, f,
+            {StatusCode::kTimeout, std::string("ucx: deadline passed waiting for a ") +
+                                       (f.op == Op::kWrite ? "WRITE" : "READ") + " batch to " + peer_.name +
+                                       " to complete"});
       } else if (own_error || peer_failed[i] != UCS_OK) {
-        End(c, f, {StatusCode::kConnectionLost,
-                   UcsError((std::string(own_error ? f.what : "connection") + " to " + peer_.name).c_str(),
-                            own_error ? f.error : peer_failed[i])});
+        End(c, f,
+            {StatusCode::kConnectionLost,
+             UcsError((std::string(own_error ? f.what : "connection") + " to " + peer_.name).c_str(),
+                      own_error ? f.error : peer_failed[i])});
       } else if (f.commit < interrupt_below_.load()) {
         End(c, f, Interrupted());
       } else {
@@ -644,8 +645,9 @@ Status UcxLink::Connect(Conn& c) {
     // Every lane of a peer-error-handling endpoint must detect peer failure; UCX 1.13's
     // shared-memory transports (posix, sysv) cannot, so UCX_TLS=sm alone reaches nobody.
     if (st == UCS_ERR_UNREACHABLE) {
-      msg += " (no transport allowed by UCX_TLS offers active messages, put/get and "
-             "peer-failure detection to that peer: add tcp or an RDMA transport)";
+      msg +=
+          " (no transport allowed by UCX_TLS offers active messages, put/get and "
+          "peer-failure detection to that peer: add tcp or an RDMA transport)";
     }
     return {StatusCode::kConnectionLost, msg};
   }
@@ -660,9 +662,10 @@ Status UcxLink::Unpack(Conn& c, const UcxRemoteKey& key, ucp_rkey_h* out) {
   }
   ucs_status_t st = ucp_ep_rkey_unpack(c.ep, key.packed.data(), out);
   if (st != UCS_OK) {
-    return {StatusCode::kConnectionLost,
-            UcsError(("unpacking the key of region " + std::to_string(key.region_id) + " of peer " +
-                      peer_.name).c_str(), st)};
+    return {StatusCode::kConnectionLost, UcsError(("unpacking the key of region " +
+                                                   std::to_string(key.region_id) + " of peer " + peer_.name)
+                                                      .c_str(),
+                                                  st)};
   }
   c.rkeys.emplace(key.region_id, *out);
   return Status::Ok();

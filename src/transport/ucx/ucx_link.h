@@ -9,8 +9,8 @@
 // batches on an endpoint that another leads sleep (on two cores a third spinning thread,
 // beside the leader and the target's, slows everyone). A thread that only starts a batch leads
 // for a round (a few, for batches other threads start meanwhile) if nobody leads; if then
-// nobody drives for a while, the transport's progress thread does (Rescue). A peer error (UCX's peer error handling) fails the batches on that
-// endpoint with kConnectionLost; the next batch rebuilds the endpoint.
+// nobody drives for a while, the transport's progress thread does (Rescue). A peer error (UCX's peer error
+// handling) fails the batches on that endpoint with kConnectionLost; the next batch rebuilds the endpoint.
 #pragma once
 
 #include <atomic>
@@ -64,10 +64,10 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
   bool KeepShare(std::vector<Conn*>* mine);
   // What one round of Lead knows when it looks at an endpoint's flights.
   struct Sweep {
-    bool clock;               // this round read the clock: deadlines are checked
+    bool clock;  // this round read the clock: deadlines are checked
     Clock::time_point now;
-    bool shut;                // the link is shut down
-    bool may_drain;           // a late endpoint waits for what was posted before it closes
+    bool shut;                 // the link is shut down
+    bool may_drain;            // a late endpoint waits for what was posted before it closes
     uint64_t interrupt_below;  // flights of a smaller commit are interrupted (Quiesce)
   };
   void SweepFlights(Conn& c, const Sweep& sweep, std::vector<std::pair<Conn*, Flight*>>* fresh,
@@ -90,7 +90,7 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
   std::atomic<uint32_t> rr_{0};
   std::atomic<bool> shut_{false};
 
-  std::mutex mu_;  // every Conn's lead and flights, drivers_ and commits_
+  std::mutex mu_;               // every Conn's lead and flights, drivers_ and commits_
   std::condition_variable cv_;  // batches ended, or a lead is free
   int drivers_ = 0;             // threads in Drive
   uint64_t commits_ = 0;        // batches taken to be posted so far
@@ -98,7 +98,7 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
   std::atomic<uint64_t> oldest_commit_{1};  // Flight::commit of the oldest not over (commits_ + 1: none)
   // Flights committed below it end (a Quiesce past its deadline); it only grows, without mu_.
   std::atomic<uint64_t> interrupt_below_{0};
-  std::atomic<size_t> in_flight_{0};        // batches started and not yet ended
+  std::atomic<size_t> in_flight_{0};  // batches started and not yet ended
   std::atomic<int> waiting_{0};       // threads in Drive waiting for a lead
 };
 

@@ -41,8 +41,7 @@ Status CreateContext(std::shared_ptr<Context>* out) {
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);  // UCX_TLS, UCX_NET_DEVICES, ...
   if (st != UCS_OK) return {StatusCode::kInternal, UcsError("reading UCX configuration", st)};
   ucp_params_t p{};
-  p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
-                 UCP_PARAM_FIELD_NAME;
+  p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
   // RMA for put/get; WAKEUP for the target's event fd. Transports that emulate RMA (tcp) do it
   // over UCX's internal active messages, which need no UCP_FEATURE_AM.
   p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
@@ -158,7 +157,6 @@ std::string Resources(ucp_context_h ctx) {
   return out.empty() ? "none" : out;
 }
 
-
 }  // namespace
 
 // Wakes the progress thread: for Stop, and for batches a link starts while the thread dozes
@@ -256,9 +254,7 @@ struct UcxTransport::Impl {
   }
 };
 
-UcxTransport::UcxTransport(UcxOptions opts) : impl_(std::make_unique<Impl>()) {
-  impl_->opts = opts;
-}
+UcxTransport::UcxTransport(UcxOptions opts) : impl_(std::make_unique<Impl>()) { impl_->opts = opts; }
 
 UcxTransport::~UcxTransport() { Stop(); }
 
@@ -313,8 +309,10 @@ Status UcxTransport::Start() {
   if (s.ok() && word != one) s = {StatusCode::kInternal, "the probe put completed but moved nothing"};
   if (!s.ok()) {
     Stop();
-    return {StatusCode::kUnsupported, "ucx: UCX started but cannot even put to itself (check UCX_TLS, "
-                                      "UCX_NET_DEVICES): " + s.message()};
+    return {StatusCode::kUnsupported,
+            "ucx: UCX started but cannot even put to itself (check UCX_TLS, "
+            "UCX_NET_DEVICES): " +
+                s.message()};
   }
   return Status::Ok();
 }
@@ -341,8 +339,8 @@ Status UcxTransport::MapMemory(uint64_t addr, uint64_t len, std::unique_ptr<UcxM
   if (!ctx) return {StatusCode::kInvalidArgument, "ucx: MapMemory before Start"};
   if (addr == 0 || len == 0) return {StatusCode::kInvalidArgument, "ucx: MapMemory of an empty range"};
   ucp_mem_map_params_t mp{};
-  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                  UCP_MEM_MAP_PARAM_FIELD_PROT;
+  mp.field_mask =
+      UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_PROT;
   mp.address = reinterpret_cast<void*>(addr);
   mp.length = len;
   mp.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ |
@@ -372,8 +370,8 @@ Status UcxTransport::Connect(const UcxPeer& peer, std::shared_ptr<Link>* link) {
   if (peer.worker_address.empty() || !peer.find_key) {
     return {StatusCode::kUnsupported, "ucx: peer " + peer.name + " offers no UCX worker address"};
   }
-  auto ucx = std::make_shared<UcxLink>(ctx, peer, impl_->opts.links,
-                                       [alarm = impl_->alarm] { alarm->Nudge(); });
+  auto ucx =
+      std::make_shared<UcxLink>(ctx, peer, impl_->opts.links, [alarm = impl_->alarm] { alarm->Nudge(); });
   {
     std::lock_guard l(impl_->links_mu);
     impl_->links.push_back(ucx);

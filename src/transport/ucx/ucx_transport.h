@@ -26,8 +26,8 @@ struct UcxOptions {
 
 // The packed remote key of one peer region, as its region table advertises it.
 struct UcxRemoteKey {
-  uint64_t region_id = 0;  // unique per peer incarnation: a cache key
-  std::string packed;      // ucp_rkey_pack output
+  uint64_t region_id = 0;      // unique per peer incarnation: a cache key
+  std::string packed;          // ucp_rkey_pack output
   uint64_t addr = 0, len = 0;  // the region's extent (len 0: unknown; the key serves one range)
 };
 
@@ -37,7 +37,7 @@ struct UcxPeer {
   // The key of the peer region that holds [addr, addr+len); false when none does.
   // (write: the key of a region that grants WRITE, where one holds the range)
   std::function<bool(uint64_t addr, uint64_t len, bool write, UcxRemoteKey* key)> find_key;
-  std::string name;            // for messages
+  std::string name;  // for messages
 };
 
 // Local memory mapped with UCX; unmapped when destroyed.
@@ -65,8 +65,7 @@ class UcxTransport final {
   // Maps [addr, addr+len) of this process for peers' get, and put unless remote_write is
   // false (the NIC then refuses puts where it enforces the key's access; UCX's tcp and
   // shared-memory transports do not).
-  Status MapMemory(uint64_t addr, uint64_t len, std::unique_ptr<UcxMemory>* out,
-                   bool remote_write = true);
+  Status MapMemory(uint64_t addr, uint64_t len, std::unique_ptr<UcxMemory>* out, bool remote_write = true);
 
   // Opens a link (endpoints are created on first use).
   Status Connect(const UcxPeer& peer, std::shared_ptr<Link>* link);

@@ -21,11 +21,11 @@ const std::string& UcxTransport::worker_address() const {
   static const std::string none;
   return none;
 }
-Status UcxTransport::MapMemory(uint64_t, uint64_t, std::unique_ptr<UcxMemory>*, bool) {
-  return NotBuilt();
-}
+Status UcxTransport::MapMemory(uint64_t, uint64_t, std::unique_ptr<UcxMemory>*, bool) { return NotBuilt(); }
 Status UcxTransport::Connect(const UcxPeer&, std::shared_ptr<Link>*) { return NotBuilt(); }
-PlanLimits UcxTransport::Limits(const EngineOptions& o) const { return WithOverrides({1 << 20, 1 << 20, 1024}, o); }
+PlanLimits UcxTransport::Limits(const EngineOptions& o) const {
+  return WithOverrides({1 << 20, 1 << 20, 1024}, o);
+}
 std::string UcxTransport::Describe() { return "not built (UCX was not found at build time)"; }
 
 }  // namespace xfer::transport

@@ -54,8 +54,7 @@ using TakeFd = std::function<Status(int32_t remote_fd, int* local_fd)>;
 
 // Opens a region from its blob; len is the region's length as advertised, and is checked
 // against what the handle covers.
-Status Open(const std::string& blob, uint64_t len, const TakeFd& take_fd,
-            std::shared_ptr<Mapping>* out);
+Status Open(const std::string& blob, uint64_t len, const TakeFd& take_fd, std::shared_ptr<Mapping>* out);
 
 // Copies a batch between memory addressable in this process (device pointers, opened peer
 // regions, host memory): WRITE copies each slice's local range to its remote range, READ the

@@ -60,7 +60,8 @@ class ThreadCopier {
     if (d.MemGetAddressRange == nullptr) return;
     CUdeviceptr base = 0;
     size_t size = 0;
-    if (d.MemGetAddressRange(&base, &size, static_cast<CUdeviceptr>(addr)) != CUDA_SUCCESS || size == 0) return;
+    if (d.MemGetAddressRange(&base, &size, static_cast<CUdeviceptr>(addr)) != CUDA_SUCCESS || size == 0)
+      return;
     range_base_ = base;
     range_end_ = base + size;
     range_device_ = device;
@@ -71,13 +72,14 @@ class ThreadCopier {
   Status Get(int device, cudaStream_t* stream, cudaEvent_t* done) {
     if (per_device_.empty()) per_device_.resize(static_cast<size_t>(GetProbe().devices));
     if (device < 0 || static_cast<size_t>(device) >= per_device_.size()) {
-      return {StatusCode::kInternal, "cuda: copy: device " + std::to_string(device) + " of " +
-                                         std::to_string(per_device_.size())};
+      return {StatusCode::kInternal,
+              "cuda: copy: device " + std::to_string(device) + " of " + std::to_string(per_device_.size())};
     }
     PerDevice& p = per_device_[static_cast<size_t>(device)];
     if (p.stream == nullptr || p.done == nullptr) {
       cudaError_t e = cudaSuccess;
-      if (p.stream == nullptr && (e = cudaStreamCreateWithFlags(&p.stream, cudaStreamNonBlocking)) != cudaSuccess) {
+      if (p.stream == nullptr &&
+          (e = cudaStreamCreateWithFlags(&p.stream, cudaStreamNonBlocking)) != cudaSuccess) {
         p.stream = nullptr;
         return RtFail("copy", "cudaStreamCreateWithFlags", e);
       }
@@ -99,7 +101,7 @@ class ThreadCopier {
 
   bool In(uint64_t a) const { return a >= range_base_ && a < range_end_; }
 
-  std::vector<PerDevice> per_device_;  // by device ordinal, sized on first use
+  std::vector<PerDevice> per_device_;        // by device ordinal, sized on first use
   uint64_t range_base_ = 0, range_end_ = 0;  // [base, end): the remembered allocation; end 0: none
   int range_device_ = -1;
   uint64_t range_generation_ = 0;  // freed_generation when it was remembered
@@ -164,8 +166,8 @@ Status Enqueue(Op op, std::span<const Slice> slices, cudaStream_t stream, uint64
 // microseconds), then yields, then sleeps briefly. Past the deadline the copies still run on
 // this process's memory, so they are waited out (and the batch is a timeout).
 template <class What>
-Status AwaitCopies(cudaStream_t stream, cudaEvent_t done,
-                   std::chrono::steady_clock::time_point deadline, const What& what) {
+Status AwaitCopies(cudaStream_t stream, cudaEvent_t done, std::chrono::steady_clock::time_point deadline,
+                   const What& what) {
   const auto start = std::chrono::steady_clock::now();
   cudaError_t e;
   for (;;) {
@@ -227,7 +229,9 @@ Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::tim
   s = Enqueue(op, slices, stream, &bytes);
   if (!s.ok()) return s;
   // (Only failures spell the batch out: no allocation on the way of a copy that works.)
-  const auto what = [&] { return "copy " + std::string(OpName(op)) + " (" + BatchText(slices.size(), bytes) + ")"; };
+  const auto what = [&] {
+    return "copy " + std::string(OpName(op)) + " (" + BatchText(slices.size(), bytes) + ")";
+  };
   const cudaError_t e = cudaEventRecord(done, stream);
   if (e != cudaSuccess) {
     const std::string msg = RtErr("cudaEventRecord", e);

@@ -201,8 +201,8 @@ Status ImportVmm(const Record& r, const TakeFd& take_fd, const std::string& what
   int fd = -1;
   Status s = take_fd(r.fd, &fd);
   if (!s.ok()) return {s.code(), "cuda: " + what + ": " + s.message()};
-  CUresult c = Driver().MemImportFromShareableHandle(
-      h, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  CUresult c = Driver().MemImportFromShareableHandle(h, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   ::close(fd);  // the imported handle keeps the memory
   if (c != CUDA_SUCCESS) {
     return {c == CUDA_ERROR_INVALID_VALUE ? StatusCode::kRemoteAccessDenied : CodeOf(c),
@@ -318,8 +318,7 @@ Status OpenVmm(const Record& r, const TakeFd& take_fd, std::shared_ptr<Mapping>*
 
 // VMM memory (cuMemCreate + cuMemMap), once CUDA IPC refused it (ipc_why): a POSIX file
 // descriptor of the allocation, if it allows one; r->device is the memory's own device.
-Status ExportVmm(uint64_t addr, const std::string& what, const std::string& ipc_why, Record* r,
-                 int* fd_out) {
+Status ExportVmm(uint64_t addr, const std::string& what, const std::string& ipc_why, Record* r, int* fd_out) {
   const DriverApi& d = Driver();
   if (d.MemRetainAllocationHandle == nullptr || d.MemGetAllocationPropertiesFromHandle == nullptr ||
       d.MemExportToShareableHandle == nullptr || d.MemRelease == nullptr) {

@@ -112,7 +112,8 @@ Status AllocDevice(uint64_t len, int32_t device, void** p) {
     return {StatusCode::kInvalidArgument, "cuda: " + what + ": null output or zero length"};
   // Before CUDA is asked anything (so in every build, and without a GPU too).
   if (device < -1) {
-    return {StatusCode::kInvalidArgument, "cuda: " + what + ": a device ordinal, or -1 for the current device"};
+    return {StatusCode::kInvalidArgument,
+            "cuda: " + what + ": a device ordinal, or -1 for the current device"};
   }
   if (!Usable()) return NotUsable(what);
   if (device >= GetProbe().devices) {
