@@ -4,30 +4,6 @@
 
 namespace xfer {
 
-bool InlineCopies::TryRemembered(const std::string& remote, Op op, const TransferDesc& d,
-                                 std::chrono::milliseconds timeout, bool* eligible) {
-  // Anything unusual takes the planned path, which explains refusals.
-  *eligible = (op == Op::kRead || op == Op::kWrite) && timeout.count() > 0 && d.len != 0 &&
-              d.local_addr != 0 && d.remote_addr != 0 && d.local_addr + d.len >= d.local_addr &&
-              d.remote_addr + d.len >= d.remote_addr && running_.load(std::memory_order_relaxed) &&
-              registry_.TypeOf(d.local_addr, d.len) == MemType::kHost;
-  if (!*eligible) return false;
-  const uint64_t version = peers_.version();
-  // (Not waited for: a busy slot may hold a batch to a peer that copies nothing inline; the
-  // lookup finds out, and Copy then waits where it copies.)
-  InlineTarget forgotten;  // (released after the slot)
-  int k;
-  auto slot = pool_.TryInlineSlot(&k);
-  if (!slot.owns_lock()) return false;
-  if (forgotten_[k].load(std::memory_order_relaxed)) {
-    forgotten = std::exchange(targets_[k], {});
-    forgotten_[k].store(false, std::memory_order_relaxed);
-  }
-  const InlineTarget& t = targets_[k];
-  return t.Serves(remote, version, d.remote_addr, d.len, op == Op::kWrite) &&
-         CopyInSlot(*t.state, *t.route, *t.region, t.mapped, op, d.local_addr, d.remote_addr, d.len);
-}
-
 bool InlineCopies::TryCopy(const std::string& remote, uint64_t version, const PeerTable::Peer& peer,
                            bool by_name, Op op, const TransferDesc& d) {
   if (!peer.state->copies_inline || peer.state->routes.stage_all) return false;

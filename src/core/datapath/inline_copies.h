@@ -96,4 +96,29 @@ class InlineCopies {
   std::atomic<bool> forgotten_[StreamPool::kInlineSlots] = {};
 };
 
+// (In the header: the hot path of small copies, inlined into its callers.)
+inline bool InlineCopies::TryRemembered(const std::string& remote, Op op, const TransferDesc& d,
+                                        std::chrono::milliseconds timeout, bool* eligible) {
+  // Anything unusual takes the planned path, which explains refusals.
+  *eligible = (op == Op::kRead || op == Op::kWrite) && timeout.count() > 0 && d.len != 0 &&
+              d.local_addr != 0 && d.remote_addr != 0 && d.local_addr + d.len >= d.local_addr &&
+              d.remote_addr + d.len >= d.remote_addr && running_.load(std::memory_order_relaxed) &&
+              registry_.TypeOf(d.local_addr, d.len) == MemType::kHost;
+  if (!*eligible) return false;
+  const uint64_t version = peers_.version();
+  // (Not waited for: a busy slot may hold a batch to a peer that copies nothing inline; the
+  // lookup finds out, and Copy then waits where it copies.)
+  InlineTarget forgotten;  // (released after the slot)
+  int k;
+  auto slot = pool_.TryInlineSlot(&k);
+  if (!slot.owns_lock()) return false;
+  if (forgotten_[k].load(std::memory_order_relaxed)) {
+    forgotten = std::exchange(targets_[k], {});
+    forgotten_[k].store(false, std::memory_order_relaxed);
+  }
+  const InlineTarget& t = targets_[k];
+  return t.Serves(remote, version, d.remote_addr, d.len, op == Op::kWrite) &&
+         CopyInSlot(*t.state, *t.route, *t.region, t.mapped, op, d.local_addr, d.remote_addr, d.len);
+}
+
 }  // namespace xfer
