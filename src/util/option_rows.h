@@ -169,22 +169,22 @@ inline Row WithChoices(Row r, std::string_view choices) {
         return ::xfer::options::SetBool(&o.field, t, key_); \
       },                                                    \
       [](const ::xfer::EngineOptions& o) { return std::string(o.field ? "true" : "false"); })
-#define XFER_OPTION_TEXT(key_, field, doc_)              \
-  ::xfer::options::MakeRow(                              \
-      key_, ::xfer::OptionKind::kText, doc_,             \
-      [](::xfer::EngineOptions& o, std::string_view t) { \
-        o.field = std::string(t);                        \
-        return ::xfer::Status::Ok();                     \
-      },                                                 \
-      [](const ::xfer::EngineOptions& o) { return o.field; })
-#define XFER_OPTION_SECRET(key_, field, doc_)            \
-  ::xfer::options::MakeRow(                              \
-      key_, ::xfer::OptionKind::kSecret, doc_,           \
-      [](::xfer::EngineOptions& o, std::string_view t) { \
-        o.field = std::string(t);                        \
-        return ::xfer::Status::Ok();                     \
-      },                                                 \
-      [](const ::xfer::EngineOptions& o) { return std::string(o.field.empty() ? "" : "(set)"); })
+// A string field, shown as it is (TEXT) or only as set or not (SECRET).
+#define XFER_OPTION_STRING_(key_, field, kind_, doc_, shower) \
+  ::xfer::options::MakeRow(                                   \
+      key_, kind_, doc_,                                      \
+      [](::xfer::EngineOptions& o, std::string_view t) {      \
+        o.field = std::string(t);                             \
+        return ::xfer::Status::Ok();                          \
+      },                                                      \
+      shower)
+#define XFER_OPTION_TEXT(key_, field, doc_)                         \
+  XFER_OPTION_STRING_(key_, field, ::xfer::OptionKind::kText, doc_, \
+                      [](const ::xfer::EngineOptions& o) { return o.field; })
+#define XFER_OPTION_SECRET(key_, field, doc_)                                                              \
+  XFER_OPTION_STRING_(key_, field, ::xfer::OptionKind::kSecret, doc_, [](const ::xfer::EngineOptions& o) { \
+    return std::string(o.field.empty() ? "" : "(set)");                                                    \
+  })
 #define XFER_OPTION_LIST(key_, field, doc_)              \
   ::xfer::options::MakeRow(                              \
       key_, ::xfer::OptionKind::kList, doc_,             \
