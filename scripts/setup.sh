@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package that xfer's build, tests and benchmarks need, then makes the
 # Python virtual environment .venv/ (Debian's python3, seeing Debian's numpy, pytest and a CPU
-# build of torch; PyPI's scikit-build-core and pybind11 to build the package).
+# build of torch; PyPI's scikit-build-core and pybind11 to build the package, and libucx-cu13:
+# UCX 1.22 with CUDA, which the tests build the ucx backend against too).
 # Safe to run twice: apt-get and pip skip what is already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,4 +48,7 @@ if [ ! -x .venv/bin/python ]; then
   /usr/bin/python3 -m venv --system-site-packages .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "pybind11>=2.10"
+# UCX 1.22 built with CUDA (headers, libraries, CMake package, ucx_perftest): the test suite
+# also builds the ucx backend against it (XFER_UCX_ROOT; Debian's UCX 1.13 has no CUDA).
+.venv/bin/python -m pip install -q --disable-pip-version-check "libucx-cu13>=1.22"
 echo "setup: .venv ready ($(.venv/bin/python --version))"

@@ -15,6 +15,15 @@ ctest --test-dir build --output-on-failure -j "$jobs" --timeout 300
 echo "== Python tests =="
 .venv/bin/python -m pytest -q python/tests
 
+# The ucx backend against UCX 1.22 with CUDA (the libucx-cu13 wheel that scripts/setup.sh puts
+# in .venv), as well as against Debian's 1.13 above: its unit, conformance and integration tests.
+echo "== build against UCX 1.22 (libucx-cu13) =="
+ucx_root=$(.venv/bin/python -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')
+cmake -S . -B build-ucx -G Ninja -DXFER_UCX_ROOT="$ucx_root" -DXFER_BUILD_TOOLS=OFF >/dev/null
+cmake --build build-ucx --target xfer_unit_tests xfer_integration_tests xfer_test_peer
+echo "== ucx tests against UCX 1.22 =="
+ctest --test-dir build-ucx --output-on-failure -j "$jobs" --timeout 300 -R '[Uu]cx'
+
 echo "== build (ASan+UBSan) =="
 ./scripts/build.sh build-asan -DXFER_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 echo "== tests under ASan+UBSan =="

@@ -704,6 +704,18 @@ TEST(UcxTransport, StartRefusesTransportsThatCannotReachAPeer) {
   }
 }
 
+// Start asks UCX which memory types it registers (GPU memory goes direct only where one is
+// cuda); Describe says them, as xfer-info shows.
+TEST(UcxTransport, StartAndDescribeSayWhetherUcxRegistersGpuMemory) {
+  SetTls("");  // (UCX's default: every transport and memory domain it has)
+  UcxTransport t(UcxOptions{});
+  ASSERT_TRUE(t.Start().ok());
+  const std::string d = UcxTransport::Describe();
+  EXPECT_NE(d.find("memory types: host"), std::string::npos) << d;
+  EXPECT_EQ(t.cuda_memory(), d.find("cuda") != std::string::npos) << d;
+  t.Stop();
+}
+
 TEST(UcxTransport, ConnectBeforeStartIsRefused) {
   UcxTransport t(UcxOptions{});
   std::shared_ptr<Link> link;

@@ -122,6 +122,22 @@ class UcxMemoryImpl final : public UcxMemory {
   std::string key_;
 };
 
+// "host, cuda": the memory types a context registers (UCP_ATTR_FIELD_MEMORY_TYPES); *cuda:
+// whether GPU memory is one (a UCX built with CUDA, on a machine with a CUDA driver).
+std::string MemoryTypes(ucp_context_h ctx, bool* cuda) {
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  *cuda = false;
+  if (ucp_context_query(ctx, &attr) != UCS_OK) return "?";
+  std::string out;
+  for (int t = 0; t < UCS_MEMORY_TYPE_LAST; ++t) {
+    if ((attr.memory_types & UCS_BIT(t)) == 0) continue;
+    out += (out.empty() ? "" : ", ") + std::string(ucs_memory_type_names[t]);
+  }
+  *cuda = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  return out.empty() ? "none" : out;
+}
+
 // "tcp(lo, eth0), posix, cma": the transports and devices of a context, from
 // ucp_context_print_info's "resource N : md M dev D flags -- tl/dev" lines.
 std::string Resources(ucp_context_h ctx) {
@@ -177,6 +193,7 @@ struct UcxTransport::Impl {
   ucp_worker_h worker = nullptr;  // the target worker: touched only by the progress thread
   std::string address;
   std::shared_ptr<Alarm> alarm;
+  bool cuda_memory = false;  // the context registers GPU memory (set by Start)
   std::thread progress;
   std::atomic<bool> stop{false};
 
@@ -264,6 +281,9 @@ Status UcxTransport::Start() {
   std::shared_ptr<Context> ctx;
   Status s = CreateContext(&ctx);
   if (!s.ok()) return s;
+  const std::string types = MemoryTypes(ctx->h, &m.cuda_memory);
+  XLOG(INFO) << "ucx: UCX " << ucp_get_version_string() << " registers " << types << " memory"
+             << (m.cuda_memory ? "" : ": GPU memory to other hosts goes through the buffer pool");
   ucp_worker_h w = nullptr;
   s = CreateWorker(ctx->h, &w);
   if (!s.ok()) return s;
@@ -332,6 +352,7 @@ void UcxTransport::Stop() {
 }
 
 const std::string& UcxTransport::worker_address() const { return impl_->address; }
+bool UcxTransport::cuda_memory() const { return impl_->cuda_memory; }
 
 Status UcxTransport::MapMemory(uint64_t addr, uint64_t len, std::unique_ptr<UcxMemory>* out,
                                bool remote_write) {
@@ -394,6 +415,8 @@ std::string UcxTransport::Describe() {
   std::shared_ptr<Context> ctx;
   Status s = CreateContext(&ctx);
   out += "; transports: " + (s.ok() ? Resources(ctx->h) : s.message());
+  bool cuda = false;
+  if (s.ok()) out += "; memory types: " + MemoryTypes(ctx->h, &cuda);
   std::vector<std::string> rdma = host::RdmaDevices();
   if (rdma.empty()) {
     out += "; no RDMA (InfiniBand/RoCE) device found";

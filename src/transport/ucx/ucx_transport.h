@@ -61,6 +61,8 @@ class UcxTransport final {
   void Stop();
   // The target worker's address, advertised in the hello.
   const std::string& worker_address() const;
+  // Whether the UCX this engine runs on registers GPU (CUDA) memory here (asked at Start).
+  bool cuda_memory() const;
 
   // Maps [addr, addr+len) of this process for peers' get, and put unless remote_write is
   // false (the NIC then refuses puts where it enforces the key's access; UCX's tcp and

@@ -21,6 +21,7 @@ const std::string& UcxTransport::worker_address() const {
   static const std::string none;
   return none;
 }
+bool UcxTransport::cuda_memory() const { return false; }
 Status UcxTransport::MapMemory(uint64_t, uint64_t, std::unique_ptr<UcxMemory>*, bool) { return NotBuilt(); }
 Status UcxTransport::Connect(const UcxPeer&, std::shared_ptr<Link>*) { return NotBuilt(); }
 PlanLimits UcxTransport::Limits(const EngineOptions& o) const {
