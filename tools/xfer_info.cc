@@ -138,8 +138,10 @@ int main(int argc, char** argv) {
     if (xfer::Status st = backends.Start(ctx); !st.ok()) {
       std::printf("  (the backends did not start: %s)\n", st.ToString().c_str());
     }
+    // An unavailable backend: why, then what it found (ucx: the UCX here, and what becomes of
+    // GPU memory with it).
     for (const auto& b : backends.States()) {
-      std::istringstream lines(b.on ? b.about : b.why_off);
+      std::istringstream lines(b.on ? b.about : b.why_off + "\n" + b.about);
       std::string line;
       std::getline(lines, line);
       std::printf("  %-6s %-12s %s\n", b.name.c_str(), b.on ? "available" : "unavailable", line.c_str());

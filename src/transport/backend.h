@@ -86,7 +86,8 @@ class Route {
   Link& streaming_link() const { return *streaming_; }
   const std::shared_ptr<Link>& shared_streaming_link() const { return streaming_; }
   const PlanLimits& limits() const { return limits_; }
-  std::atomic<uint64_t>& bytes() { return bytes_; }  // moved directly over this route
+  std::atomic<uint64_t>& bytes() { return bytes_; }                // moved directly over this route
+  std::atomic<uint64_t>& staged_bytes() { return staged_bytes_; }  // ...through the buffer pool, then it
 
  protected:
   void set_streaming_link(std::shared_ptr<Link> l) { streaming_ = std::move(l); }
@@ -100,6 +101,7 @@ class Route {
   std::shared_ptr<Link> streaming_;
   const PlanLimits limits_;
   std::atomic<uint64_t> bytes_{0};
+  std::atomic<uint64_t> staged_bytes_{0};
 };
 
 // A route over a link that moves host memory on both sides (local, cma, ucx).
@@ -198,8 +200,9 @@ class Backend {
   // Probes and starts: ok when the backend can be offered to peers here, else why not (the
   // engine logs it; a forced backend that cannot start fails Initialize).
   virtual Status Start(const EngineContext& ctx) = 0;
-  // For a person (xfer-info), once started: what this backend moves here, and what it found
-  // (versions, devices), one line each.
+  // For a person (xfer-info), started or not: what this backend moves here, and what it found
+  // (versions, devices), one line each; asked of a backend that did not start too (below the
+  // reason), so it must not depend on Start.
   virtual std::string About() const { return ""; }
   // What peers need to reach us (our entry in the hello), or nullopt when this backend serves
   // this engine alone (shm without pidfd_getfd still allocates memory); called after Start.

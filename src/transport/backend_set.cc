@@ -71,7 +71,7 @@ std::string BackendSet::Summary() const {
 std::vector<BackendSet::State> BackendSet::States() const {
   std::vector<State> out;
   for (const auto& e : all_) {
-    out.push_back({std::string(e.backend->name()), e.started, e.off, e.started ? e.backend->About() : ""});
+    out.push_back({std::string(e.backend->name()), e.started, e.off, e.backend->About()});
   }
   return out;
 }

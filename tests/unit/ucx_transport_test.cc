@@ -712,7 +712,26 @@ TEST(UcxTransport, StartAndDescribeSayWhetherUcxRegistersGpuMemory) {
   ASSERT_TRUE(t.Start().ok());
   const std::string d = UcxTransport::Describe();
   EXPECT_NE(d.find("memory types: host"), std::string::npos) << d;
-  EXPECT_EQ(t.cuda_memory(), d.find("cuda") != std::string::npos) << d;
+  EXPECT_EQ(t.cuda_memory(), d.find("memory types: host, cuda") != std::string::npos) << d;
+  EXPECT_NE(d.find("GPU memory to other hosts: " + UcxTransport::GpuVerdict(t.cuda_memory())),
+            std::string::npos)
+      << d;
+  EXPECT_NE(UcxTransport::GpuVerdict(false).find("has no CUDA memory support"), std::string::npos);
+  t.Stop();
+}
+
+// A UCX without CUDA is never handed GPU memory to map: it would take it for host memory.
+TEST(UcxTransport, GpuMemoryIsMappedOnlyByAUcxThatRegistersIt) {
+  SetTls("");
+  UcxTransport t(UcxOptions{});
+  ASSERT_TRUE(t.Start().ok());
+  if (t.cuda_memory()) GTEST_SKIP() << "this UCX registers CUDA memory (the GPU check maps GPU memory)";
+  std::vector<uint8_t> host(4096);
+  std::unique_ptr<UcxMemory> m;
+  Status s = t.MapMemory(reinterpret_cast<uint64_t>(host.data()), host.size(), &m, true, /*gpu=*/true);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
+  EXPECT_NE(s.message().find("has no CUDA memory support"), std::string::npos) << s.message();
+  EXPECT_EQ(m, nullptr);
   t.Stop();
 }
 

@@ -98,12 +98,14 @@ void Resolve(Config& c) {
         "--buffer-pool stages over the peer's transport, and --transport cuda has none "
         "(force tcp, or leave --transport out)"};
   // What the engine's paths reach (EngineOptions::transport): the target's GPU memory only
-  // through cuda (one host) or tcp (the target stages it); ours through cuda, or staged over
-  // any link (shm has none).
-  if (!table && rm.device && !c.transport.empty() && c.transport != "cuda" && c.transport != "tcp")
+  // through cuda (one host), tcp (the target stages it) or ucx (where the target's UCX
+  // registers CUDA memory: the engine says so when it does not); ours through cuda, ucx, or
+  // staged over any link (shm has none).
+  if (!table && rm.device && !c.transport.empty() && c.transport != "cuda" && c.transport != "tcp" &&
+      c.transport != "ucx")
     throw ArgError{"--remote-mem " + c.remote_mem + " with --transport " + c.transport +
-                   ": the target's GPU memory is reached only through cuda (one host) or tcp "
-                   "(the target stages it)"};
+                   ": the target's GPU memory is reached only through cuda (one host), tcp "
+                   "(the target stages it) or ucx (a UCX with CUDA at the target)"};
   if (!table && lm.device && c.transport == "shm")
     throw ArgError{"--local-mem " + c.local_mem +
                    " with --transport shm: shm moves host memory "

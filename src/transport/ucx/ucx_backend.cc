@@ -1,5 +1,6 @@
 // Backend "ucx": one-sided put/get through UCX (ucx_transport.h). The hello carries our
-// target worker's address, a host region's record its packed remote key.
+// target worker's address, a region's record its packed remote key (GPU regions too, where
+// UCX registers CUDA memory).
 #include "transport/backend.h"
 #include "transport/ucx/ucx_transport.h"
 #include "util/host.h"
@@ -9,17 +10,25 @@
 namespace xfer::transport {
 namespace {
 
-// Host memory only: GPU memory is not offered to UCX (Debian's UCX has no CUDA support).
-class UcxRoute final : public HostRoute {
+// Host memory, and GPU memory where UCX registers it: a peer's region is reached when the peer
+// mapped it for UCX (its record has a key: GPU memory only where the peer's UCX registers
+// CUDA memory), local GPU memory when ours does.
+class UcxRoute final : public Route {
  public:
-  UcxRoute(std::shared_ptr<Link> link, PlanLimits limits) : HostRoute("ucx", std::move(link), limits) {}
-  bool Reach(MemType local, RemoteRegion& r, uint8_t** mapped) override {
-    return HostRoute::Reach(local, r, mapped) && FindBlob(r.blobs, "ucx") != nullptr;
+  UcxRoute(std::shared_ptr<Link> link, PlanLimits limits, bool gpu)
+      : Route("ucx", std::move(link), limits), gpu_(gpu) {}
+  bool Reach(MemType local, RemoteRegion& r, uint8_t**) override {
+    return (local == MemType::kHost || gpu_) && FindBlob(r.blobs, "ucx") != nullptr;
   }
   std::string WhyNot(MemType local, const RemoteRegion& r) const override {
-    if (local != MemType::kHost || r.info.type != MemType::kHost) return HostRoute::WhyNot(local, r);
+    if (local != MemType::kHost && !gpu_)
+      return "ucx: local GPU memory goes " + UcxTransport::GpuVerdict(false);
+    if (r.info.type != MemType::kHost) return "ucx: the peer's UCX does not register GPU memory";
     return "ucx: the peer could not map the region for UCX";
   }
+
+ private:
+  const bool gpu_;  // our UCX registers GPU memory
 };
 
 class UcxBackend final : public Backend {
@@ -72,11 +81,12 @@ class UcxBackend final : public Backend {
 
   Status PrepareRegion(const RegionInfo& info, const RegionResource*, std::optional<std::string>* blob,
                        std::unique_ptr<RegionResource>* res) override {
-    if (info.type != MemType::kHost) return Status::Ok();
+    const bool gpu = info.type == MemType::kCuda;
+    if (gpu && !transport_->cuda_memory()) return Status::Ok();  // (Start said so, once)
     std::unique_ptr<UcxMemory> m;
     const bool remote_write = info.access == PeerAccess::kReadWrite;
-    if (Status s = transport_->MapMemory(info.addr, info.len, &m, remote_write); !s.ok()) {
-      XLOG(WARN) << "memory at " << info.addr << " (" << info.len
+    if (Status s = transport_->MapMemory(info.addr, info.len, &m, remote_write, gpu); !s.ok()) {
+      XLOG(WARN) << (gpu ? "GPU memory at " : "memory at ") << text::Hex(info.addr) << " (" << info.len
                  << " bytes) is not reachable through ucx: " << s.ToString();
       return Status::Ok();
     }
@@ -99,7 +109,8 @@ class UcxBackend final : public Backend {
     std::shared_ptr<Link> link;
     Status s = transport_->Connect(up, &link);
     if (!s.ok()) return s;
-    *route = std::make_shared<UcxRoute>(std::move(link), transport_->Limits(options_));
+    *route =
+        std::make_shared<UcxRoute>(std::move(link), transport_->Limits(options_), transport_->cuda_memory());
     return Status::Ok();
   }
 

@@ -282,8 +282,8 @@ Status UcxTransport::Start() {
   Status s = CreateContext(&ctx);
   if (!s.ok()) return s;
   const std::string types = MemoryTypes(ctx->h, &m.cuda_memory);
-  XLOG(INFO) << "ucx: UCX " << ucp_get_version_string() << " registers " << types << " memory"
-             << (m.cuda_memory ? "" : ": GPU memory to other hosts goes through the buffer pool");
+  XLOG(INFO) << "ucx: UCX " << ucp_get_version_string() << " registers " << types
+             << " memory; GPU memory to other hosts: " << GpuVerdict(m.cuda_memory);
   ucp_worker_h w = nullptr;
   s = CreateWorker(ctx->h, &w);
   if (!s.ok()) return s;
@@ -355,15 +355,19 @@ const std::string& UcxTransport::worker_address() const { return impl_->address;
 bool UcxTransport::cuda_memory() const { return impl_->cuda_memory; }
 
 Status UcxTransport::MapMemory(uint64_t addr, uint64_t len, std::unique_ptr<UcxMemory>* out,
-                               bool remote_write) {
+                               bool remote_write, bool gpu) {
   const std::shared_ptr<Context> ctx = impl_->ctx;
   if (!ctx) return {StatusCode::kInvalidArgument, "ucx: MapMemory before Start"};
   if (addr == 0 || len == 0) return {StatusCode::kInvalidArgument, "ucx: MapMemory of an empty range"};
+  // (A UCX without CUDA would take a GPU address for host memory and fail, or worse, in the
+  // kernel's page pinning.)
+  if (gpu && !impl_->cuda_memory) return {StatusCode::kUnsupported, "ucx: " + GpuVerdict(false)};
   ucp_mem_map_params_t mp{};
-  mp.field_mask =
-      UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_PROT;
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                  UCP_MEM_MAP_PARAM_FIELD_PROT | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
   mp.address = reinterpret_cast<void*>(addr);
   mp.length = len;
+  mp.memory_type = gpu ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
   mp.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ |
             (remote_write ? UCP_MEM_MAP_PROT_REMOTE_WRITE : 0);
   ucp_mem_h memh = nullptr;
@@ -407,6 +411,13 @@ PlanLimits UcxTransport::Limits(const EngineOptions& o) const {
   return l;
 }
 
+std::string UcxTransport::GpuVerdict(bool cuda_memory) {
+  if (cuda_memory)
+    return "direct through UCX (it registers CUDA memory; GPUDirect RDMA where the NIC allows)";
+  return std::string("through the buffer pool (UCX ") + ucp_get_version_string() +
+         " has no CUDA memory support here; that takes a UCX built --with-cuda and a GPU driver)";
+}
+
 std::string UcxTransport::Describe() {
   std::string out = std::string("UCX ") + ucp_get_version_string() + "; UCX_TLS=";
   const char* tls = std::getenv("UCX_TLS");
@@ -424,7 +435,7 @@ std::string UcxTransport::Describe() {
     out += "; RDMA devices:";
     for (const auto& d : rdma) out += " " + d;
   }
-  return out;
+  return out + "\nGPU memory to other hosts: " + GpuVerdict(cuda);
 }
 
 }  // namespace xfer::transport

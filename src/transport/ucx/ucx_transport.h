@@ -66,8 +66,10 @@ class UcxTransport final {
 
   // Maps [addr, addr+len) of this process for peers' get, and put unless remote_write is
   // false (the NIC then refuses puts where it enforces the key's access; UCX's tcp and
-  // shared-memory transports do not).
-  Status MapMemory(uint64_t addr, uint64_t len, std::unique_ptr<UcxMemory>* out, bool remote_write = true);
+  // shared-memory transports do not). gpu: the range is GPU (CUDA) memory, which only a UCX
+  // with cuda_memory() maps (refused otherwise, before UCX sees it).
+  Status MapMemory(uint64_t addr, uint64_t len, std::unique_ptr<UcxMemory>* out, bool remote_write = true,
+                   bool gpu = false);
 
   // Opens a link (endpoints are created on first use).
   Status Connect(const UcxPeer& peer, std::shared_ptr<Link>* link);
@@ -76,8 +78,12 @@ class UcxTransport final {
   // thread drives the batches on an endpoint: more threads than endpoints only wait.
   PlanLimits Limits(const EngineOptions& o) const;
 
-  // For xfer-info: UCX's version, and the transports and devices UCX would use here.
+  // For xfer-info: UCX's version, and the transports and devices UCX would use here; on a
+  // second line, what becomes of GPU memory to other hosts (GpuVerdict).
   static std::string Describe();
+  // What becomes of GPU memory to other hosts with this UCX, for a person: direct through UCX,
+  // or through the buffer pool and why ("UCX 1.13.1 has no CUDA memory support").
+  static std::string GpuVerdict(bool cuda_memory);
 
  private:
   struct Impl;

@@ -22,11 +22,14 @@ const std::string& UcxTransport::worker_address() const {
   return none;
 }
 bool UcxTransport::cuda_memory() const { return false; }
-Status UcxTransport::MapMemory(uint64_t, uint64_t, std::unique_ptr<UcxMemory>*, bool) { return NotBuilt(); }
+Status UcxTransport::MapMemory(uint64_t, uint64_t, std::unique_ptr<UcxMemory>*, bool, bool) {
+  return NotBuilt();
+}
 Status UcxTransport::Connect(const UcxPeer&, std::shared_ptr<Link>*) { return NotBuilt(); }
 PlanLimits UcxTransport::Limits(const EngineOptions& o) const {
   return WithOverrides({1 << 20, 1 << 20, 1024}, o);
 }
 std::string UcxTransport::Describe() { return "not built (UCX was not found at build time)"; }
+std::string UcxTransport::GpuVerdict(bool) { return "through the buffer pool (this build has no UCX)"; }
 
 }  // namespace xfer::transport
