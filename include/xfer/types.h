@@ -116,6 +116,9 @@ struct PeerInfo {
   // tcp over several NICs (EngineOptions::tcp.nics): the bytes of `moved`'s "tcp" by pair of
   // NICs, each named "eth1 (10.0.1.1) -> 10.0.1.2:4100" (our NIC, its address). Empty over one.
   std::vector<Moved> nic_pairs;
+  // The bytes of `moved`'s "staged" by the route that carried them from or to the staging
+  // buffers ("tcp", "ucx"), routes that carried some only.
+  std::vector<Moved> staged_via;
 
   bool Reaches(std::string_view backend) const {
     for (const auto& r : routes) {

@@ -179,6 +179,13 @@ std::unique_ptr<PyRequest> TransferAsync(PyEngine& self, Op op, const std::strin
              [&](Engine& e, auto t, auto& o, auto* h) { return e.TransferAsync(peer, op, d, t, o, h); });
 }
 
+// {path: bytes} of PeerInfo's moved, nic_pairs or staged_via.
+pyb::dict MovedDict(const std::vector<PeerInfo::Moved>& moved) {
+  pyb::dict d;
+  for (const auto& mv : moved) d[pyb::str(mv.path)] = mv.bytes;
+  return d;
+}
+
 pyb::list Notifications(const std::vector<Notification>& v) {
   pyb::list out;
   for (const auto& n : v) out.append(pyb::cast(n));
@@ -333,21 +340,14 @@ of its samples carrying those labels; metrics.text() is the Prometheus text form
       .def_readonly("outbound", &PeerInfo::outbound)
       .def_readonly("routes", &PeerInfo::routes, "the backends that reach the peer, best first")
       .def_property_readonly(
-          "moved",
-          [](const PeerInfo& p) {
-            pyb::dict d;
-            for (const auto& mv : p.moved) d[pyb::str(mv.path)] = mv.bytes;
-            return d;
-          },
+          "moved", [](const PeerInfo& p) { return MovedDict(p.moved); },
           "bytes moved to or from the peer, by route (and \"staged\")")
       .def_property_readonly(
-          "nic_pairs",
-          [](const PeerInfo& p) {
-            pyb::dict d;
-            for (const auto& mv : p.nic_pairs) d[pyb::str(mv.path)] = mv.bytes;
-            return d;
-          },
+          "nic_pairs", [](const PeerInfo& p) { return MovedDict(p.nic_pairs); },
           "tcp over several NICs (tcp_nics): the tcp bytes by pair of NICs; empty over one")
+      .def_property_readonly(
+          "staged_via", [](const PeerInfo& p) { return MovedDict(p.staged_via); },
+          "the \"staged\" bytes by the route that carried them after the buffer pool")
       .def("__repr__",
            [](const PeerInfo& p) { return "<xfer.PeerInfo " + p.name + " via " + p.transport + ">"; });
 

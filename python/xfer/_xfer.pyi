@@ -39,6 +39,7 @@ class PeerInfo:
     routes: list[str]
     moved: dict[str, int]
     nic_pairs: dict[str, int]
+    staged_via: dict[str, int]
 
 class MetricSample:
     labels: dict[str, str]

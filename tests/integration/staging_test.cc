@@ -2,6 +2,7 @@
 // (EngineOptions::staging = "always"): the initiator copies each batch into a staging buffer
 // and sends it, and a tcp target receives into a staging buffer and copies out. The buffers
 // are few and small here, so requests wait for them and large ones pass in many pieces.
+#include <cstdlib>
 #include <thread>
 
 #include "test_common.h"
@@ -11,9 +12,29 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Param: the transport under the pool ("tcp": both sides stage; "cma": only this side does).
+// The transports under the pool in this build: tcp, cma, and ucx where it is built.
+std::vector<const char*> Staged(std::vector<const char*> transports) {
+#ifdef XFER_HAVE_UCX
+  transports.push_back("ucx");
+#endif
+  return transports;
+}
+std::string ParamName(const ::testing::TestParamInfo<const char*>& p) { return p.param; }
+
+// Sets UCX_TLS=tcp for a ucx fixture (before either engine starts: the peer inherits it), as
+// between hosts without RDMA.
+struct UcxOverTcp {
+  explicit UcxOverTcp(const char* transport) {
+    if (std::string(transport) == "ucx") ::setenv("UCX_TLS", "tcp", 1);
+  }
+  ~UcxOverTcp() { ::unsetenv("UCX_TLS"); }
+};
+
+// Param: the transport under the pool ("tcp": both sides stage; "cma", "ucx": only this side
+// does; ucx over UCX's tcp transport, as between hosts without RDMA).
 class IntegrationStaging : public PeerFixture, public ::testing::WithParamInterface<const char*> {
  protected:
+  const UcxOverTcp tls_{GetParam()};
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
     o.transport = GetParam();
@@ -25,8 +46,13 @@ class IntegrationStaging : public PeerFixture, public ::testing::WithParamInterf
   }
   PeerOptions RemoteOptions() override {
     PeerOptions o;
-    o.extra_args = {"--staging", "always"};
+    o.extra_args = {"--staging", "always", "--ucx", "on"};  // (ucx: no RDMA device here)
     return o;
+  }
+  double BuffersInUse() {
+    xfer::MetricsSnapshot m;
+    XT_EXPECT_OK(engine_.GetMetrics(&m));
+    return m.Sum("xfer_staging_buffers_in_use");
   }
   xfer::PeerInfo Info() {
     xfer::PeerInfo info;
@@ -41,6 +67,10 @@ TEST_P(IntegrationStaging, RandomDataOfEverySizeTakesThePool) {
   EXPECT_EQ(info.transport, GetParam());
   EXPECT_EQ(info.BytesVia("staged"), moved);
   EXPECT_EQ(info.BytesVia(info.transport), 0u);
+  // ...after the pool, over the transport.
+  ASSERT_EQ(info.staged_via.size(), 1u);
+  EXPECT_EQ(info.staged_via[0].path, GetParam());
+  EXPECT_EQ(info.staged_via[0].bytes, moved);
 }
 
 TEST_P(IntegrationStaging, LargeBatchesOfSmallDescriptors) { ScatteredRoundTrip(10000, 1024); }
@@ -77,11 +107,30 @@ TEST_P(IntegrationStaging, DeadlinePassesMidRequest) {
   const auto t0 = Clock::now();
   XT_EXPECT_CODE(Write(d, 50ms), StatusCode::kTimeout);
   EXPECT_LT(SecondsSince(t0), 5.0);
+  // Every buffer comes back: the request's batches ended, none holds one.
+  EXPECT_EQ(BuffersInUse(), 0.0);
   XT_EXPECT_OK(Write({{src.addr(), r.addr, 4096}}));  // and the pool still serves
+  EXPECT_EQ(BuffersInUse(), 0.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, IntegrationStaging, ::testing::Values("tcp", "cma"),
-                         [](const auto& p) { return std::string(p.param); });
+// A READ whose deadline passes mid-request: the same, the other way (the copies out of the
+// buffers follow the receives).
+TEST_P(IntegrationStaging, ReadDeadlinePassesMidRequest) {
+  constexpr uint64_t kLen = 64 << 20;
+  const PeerRegion r = peer_.Alloc(kLen);
+  LocalBuffer dst(kLen);
+  std::vector<TransferDesc> d(16, TransferDesc{dst.addr(), r.addr, kLen});
+  std::vector<xfer::RegionInfo> known;
+  XT_ASSERT_OK(engine_.GetRemoteRegions(peer_.name(), &known));
+  XT_EXPECT_CODE(Read(d, 50ms), StatusCode::kTimeout);
+  EXPECT_EQ(BuffersInUse(), 0.0);
+  peer_.FillRange(r.addr, 4096, 5);
+  XT_EXPECT_OK(Read({{dst.addr(), r.addr, 4096}}));
+  EXPECT_EQ(Hash64(dst.data(), 4096), peer_.SumRange(r.addr, 4096));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, IntegrationStaging, ::testing::ValuesIn(Staged({"tcp", "cma"})),
+                         ParamName);
 
 // Both engines stage toward each other at once, each with one staging buffer that its own
 // outgoing batches hold while they wait for the other side: the targets stage with buffers of
@@ -140,11 +189,12 @@ TEST_F(IntegrationStagingBothWays, NeitherWaitsForTheOthersBuffers) {
   XT_EXPECT_OK(engine_.DeregisterMem(h));
 }
 
-class IntegrationStagingKill : public PeerFixture {
+class IntegrationStagingKill : public PeerFixture, public ::testing::WithParamInterface<const char*> {
  protected:
+  const UcxOverTcp tls_{GetParam()};
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
-    o.transport = "tcp";
+    o.transport = GetParam();
     o.staging = xfer::Staging::kAlways;
     o.heartbeat_interval = 100ms;
     o.heartbeat_timeout = 1000ms;
@@ -152,12 +202,14 @@ class IntegrationStagingKill : public PeerFixture {
   }
   PeerOptions RemoteOptions() override {
     PeerOptions o;
-    o.extra_args = {"--staging", "always"};
+    o.extra_args = {"--staging", "always", "--ucx", "on"};
     return o;
   }
 };
 
-TEST_F(IntegrationStagingKill, PeerKilledDuringTransferFailsConnectionLost) { KillPeerDuringLargeWrite(); }
+TEST_P(IntegrationStagingKill, PeerKilledDuringTransferFailsConnectionLost) { KillPeerDuringLargeWrite(); }
+
+INSTANTIATE_TEST_SUITE_P(Transports, IntegrationStagingKill, ::testing::ValuesIn(Staged({"tcp"})), ParamName);
 
 }  // namespace
 }  // namespace xfer_test

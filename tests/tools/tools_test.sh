@@ -431,6 +431,24 @@ netns)
     echo "note: no tcp transport in this build; distinct host ids not tested"
   fi
   ;;
+netns_staged)
+  # Two hosts (namespaces, distinct host ids), ucx over UCX's tcp transport, every transfer
+  # staged through the buffer pools (--buffer-pool: host memory standing in for GPU memory):
+  # sizes from 1 B to 64 MiB (odd ones among them), WRITE and READ, data checked, the staged
+  # bytes via ucx.
+  info_has '^  ucx .*not built' && skip "no ucx in this build"
+  two_hosts 1
+  SRV=$(host_ip 0 1):18515
+  export UCX_TLS=tcp
+  ip netns exec "$S" "$XB" serve --listen "$SRV" >"$tmp/srv" 2>&1 &
+  pids+=("$!")
+  for t in write_bw read_bw; do
+    ip netns exec "$C" "$XB" "$t" -s 1,7,4096,65537,1048579,16M,64M -n 3 --verify --buffer-pool --transport ucx --host-id host-a \
+      --span 64M --connect-timeout 20 "$SRV" >"$tmp/$t" 2>&1 || { cat "$tmp/$t" "$tmp/srv"; fail "$t in $C exited"; }
+    for size in 1 7 65537 1048579 67108864; do has_row "$size" "$tmp/$t" || { cat "$tmp/$t"; fail "$t: no $size row"; }; done
+    has_path "$tmp/$t" "shm 0% \(0 bytes\), ucx 0% \(0 bytes\), cuda 0% \(0 bytes\), staged 100% \([0-9]+ bytes via ucx\)"
+  done
+  ;;
 netns_nics)
   # Two namespaces joined by two veth pairs ("two NICs"): serve names its NICs, the client
   # its own, and a WRITE's bytes go over both pairs (the "# nics:" line).
@@ -462,6 +480,11 @@ info)
              '^  notify\.queue_bytes +64 MiB \[4 KiB\.\.16 GiB\]' '^  tcp\.links +2' 'engine check: two engines'; do
     grep -qE "$pat" "$tmp/out" || { cat "$tmp/out"; fail "xfer-info: no /$pat/"; }
   done
+  # With UCX, started or not: what becomes of GPU memory to other hosts with it, and why.
+  if ! grep -qE '^  ucx .*not built' "$tmp/out"; then
+    grep -qE '^ +GPU memory to other hosts: (direct through UCX|through the buffer pool \(UCX [0-9.]+ has no CUDA memory support)' \
+      "$tmp/out" || { cat "$tmp/out"; fail "xfer-info: no GPU verdict under ucx"; }
+  fi
   expect_exit 2 "unknown argument" "$XI" --bogus
   ;;
 *)

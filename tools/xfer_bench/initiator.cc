@@ -260,6 +260,11 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
     row->shm_bytes = moved("shm");
     row->cuda_bytes = moved("cuda");
     row->staged_bytes = moved("staged");
+    for (const auto& m : pi1.staged_via) {  // (the routes whose staged bytes grew in the window)
+      uint64_t before = 0;
+      for (const auto& b : pi0.staged_via) before = b.path == m.path ? b.bytes : before;
+      if (m.bytes > before) row->staged_via += (row->staged_via.empty() ? "" : "+") + m.path;
+    }
     // The transport's column: every other route (the transport, and e.g. tcp beside cma for
     // the peer's GPU memory).
     row->transport_bytes = 0;

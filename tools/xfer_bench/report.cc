@@ -135,7 +135,7 @@ void Bench::PrintHeader(const std::string& transport_note) {
       "# units:     GB/s = 1e9 B/s, Gb/s = 1e9 bit/s; #iters = requests; MsgRate = "
       "descriptors/s; p50..p99.9 = request latency; CPU%% = this process, srv = the "
       "target process (100 = one core); '# path:' = bytes by path (staged = through the "
-      "buffer pool, then the transport)\n");
+      "buffer pool, then the route named after via)\n");
   std::printf("# rerun:     %s\n", RerunCommand(argv0_, c_).c_str());
   if (invoked_ != RerunCommand(argv0_, c_)) std::printf("# invoked:   %s\n", invoked_.c_str());
   std::fflush(stdout);

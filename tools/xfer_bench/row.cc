@@ -39,6 +39,7 @@ json RowToJson(const Row& r) {
           {"transport_bytes", r.transport_bytes >= 0 ? json(r.transport_bytes) : json(nullptr)},
           {"cuda_bytes", r.cuda_bytes >= 0 ? json(r.cuda_bytes) : json(nullptr)},
           {"staged_bytes", r.staged_bytes >= 0 ? json(r.staged_bytes) : json(nullptr)},
+          {"staged_via", r.staged_via},
           {"nic_bytes", r.nic_bytes}};
 }
 
@@ -69,6 +70,7 @@ Row RowFromJson(const json& j) {
   r.transport_bytes = j.at("transport_bytes").is_null() ? -1 : j.at("transport_bytes").get<int64_t>();
   r.cuda_bytes = j.at("cuda_bytes").is_null() ? -1 : j.at("cuda_bytes").get<int64_t>();
   r.staged_bytes = j.at("staged_bytes").is_null() ? -1 : j.at("staged_bytes").get<int64_t>();
+  r.staged_via = j.value("staged_via", "");
   if (j.contains("nic_bytes"))
     r.nic_bytes = j.at("nic_bytes").get<std::vector<std::pair<std::string, int64_t>>>();
   return r;
@@ -85,15 +87,16 @@ std::string PathText(const PathTotals& p) {
     std::snprintf(b, sizeof b, "%.0f%%", x);
     return std::string(b);
   };
-  auto item = [&](const std::string& name, int64_t v) {
-    return name + " " + pct(v) + " (" + std::to_string(v) + " bytes)";
+  auto item = [&](const std::string& name, int64_t v, const std::string& via = "") {
+    return name + " " + pct(v) + " (" + std::to_string(v) + " bytes" +
+           (v > 0 && !via.empty() ? " via " + via : "") + ")";
   };
   std::string s = item("shm", p.shm);
   if (p.transport != "shm" && p.transport != "cuda")
     s += ", " + item(p.transport.empty() ? std::string("transport") : p.transport, p.link);
   else if (p.link > 0)
     s += ", " + item("transport", p.link);
-  s += ", " + item("cuda", p.cuda) + ", " + item("staged", p.staged);
+  s += ", " + item("cuda", p.cuda) + ", " + item("staged", p.staged, p.staged_via);
   if (total != p.moved)
     s += "; WARNING: the engine accounted " + std::to_string(total) + " bytes of the " +
          std::to_string(p.moved) + " moved";
@@ -113,6 +116,7 @@ PathTotals SumPaths(const std::vector<Row>& rows, const std::string& test, const
     p.link += std::max<int64_t>(0, r.transport_bytes);
     p.cuda += std::max<int64_t>(0, r.cuda_bytes);
     p.staged += std::max<int64_t>(0, r.staged_bytes);
+    if (p.staged_via.empty()) p.staged_via = r.staged_via;
     p.moved += int64_t(r.requests * batch * r.bytes);
   }
   if (!any) p.known = false;
@@ -165,6 +169,7 @@ Row SumRows(const Row& a, const Row& b) {
   s.transport_bytes = add(a.transport_bytes, b.transport_bytes);
   s.cuda_bytes = add(a.cuda_bytes, b.cuda_bytes);
   s.staged_bytes = add(a.staged_bytes, b.staged_bytes);
+  s.staged_via = a.staged_via.empty() ? b.staged_via : a.staged_via;
   return s;
 }
 

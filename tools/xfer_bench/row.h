@@ -32,6 +32,7 @@ struct Row {
   int64_t transport_bytes = -1;
   int64_t cuda_bytes = -1;
   int64_t staged_bytes = -1;
+  std::string staged_via;  // the routes that carried the staged bytes ("ucx"; GetPeerInfo's staged_via)
   // tcp over several NICs: the transport's bytes in the timed window by pair of NICs
   // (GetPeerInfo's nic_pairs); empty over one.
   std::vector<std::pair<std::string, int64_t>> nic_bytes;
@@ -50,12 +51,13 @@ struct PathTotals {
   int64_t shm = 0, link = 0, cuda = 0, staged = 0, moved = 0;
   bool known = true;
   std::string transport;
+  std::string staged_via;  // the routes after the pool, as the rows name them
   int64_t total() const { return shm + link + cuda + staged; }
 };
 
 // "shm 0% (0 bytes), cma 100% (65536 bytes), cuda 0% (0 bytes), staged 0% (0 bytes)": the
 // transport's own share names the transport; staged = through the buffer pool, then the
-// transport.
+// route it names ("staged 100% (65536 bytes via ucx)").
 std::string PathText(const PathTotals& p);
 // The rows of one test and direction ("", "->", "<-"), summed.
 PathTotals SumPaths(const std::vector<Row>& rows, const std::string& test, const std::string& dir,

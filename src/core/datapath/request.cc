@@ -69,7 +69,7 @@ void Request::RunBatch(size_t i) {
   Status s = Admit();
   const Plan::Batch& b = plan_.batches[i];
   transport::Route& route = *peer_->routes.routes[b.route];
-  std::atomic<uint64_t>* counter = b.staged ? &peer_->staged_bytes : &route.bytes();
+  std::atomic<uint64_t>* counter = b.staged ? &route.staged_bytes() : &route.bytes();
   if (s.ok()) {
     const auto slices = std::span(plan_.slices).subspan(b.begin, b.end - b.begin);
     // (The plan holds the regions, and a region what was opened of it, for mapping routes.)

@@ -32,6 +32,9 @@ void TransferService::AddGauges(MetricsSnapshot* out) const {
   AddValue(out, "xfer_staging_waits_total", MetricType::kCounter,
            "Times a batch waited for a staging buffer (all of them were in use).",
            static_cast<double>(staging_ ? staging_->waits() : 0));
+  AddValue(out, "xfer_staging_buffers_in_use", MetricType::kGauge,
+           "Staging buffers lent to batches now (of EngineOptions::staging_buffers).",
+           static_cast<double>(staging_ ? staging_->in_use() : 0));
 }
 
 Status TransferService::Submit(const std::string& remote, Op op, const std::vector<TransferDesc>& descs,

@@ -127,12 +127,17 @@ Status PeerService::GetPeerInfo(const std::string& remote, PeerInfo* info) {
   }
   const PeerState& st = *peer.state;
   *info = st.info;
+  uint64_t staged = 0;
   for (const auto& r : st.routes.routes) {  // (built here: the routes are the one record)
     info->routes.emplace_back(r->backend());
     info->moved.push_back({std::string(r->backend()), r->bytes().load(std::memory_order_relaxed)});
     for (auto& [path, bytes] : r->link().PathBytes()) info->nic_pairs.push_back({std::move(path), bytes});
+    if (const uint64_t n = r->staged_bytes().load(std::memory_order_relaxed); n > 0) {
+      info->staged_via.push_back({std::string(r->backend()), n});
+      staged += n;
+    }
   }
-  info->moved.push_back({"staged", st.staged_bytes.load(std::memory_order_relaxed)});
+  info->moved.push_back({"staged", staged});
   return Status::Ok();
 }
 

@@ -33,10 +33,9 @@ struct PeerRoutes {
 struct PeerState final : control::SessionContext {
   PeerInfo info;
   RemoteRegions regions;
-  PeerRoutes routes;                      // best first; empty when no backend reaches the peer
-  bool copies_inline = false;             // some route copies small transfers on the caller
-  std::atomic<bool> alive{true};          // cleared when the session ends; batches check it
-  std::atomic<uint64_t> staged_bytes{0};  // moved through staging buffers (and then a route)
+  PeerRoutes routes;              // best first; empty when no backend reaches the peer
+  bool copies_inline = false;     // some route copies small transfers on the caller
+  std::atomic<bool> alive{true};  // cleared when the session ends; batches check it
   // The key both sides derived when the control session authenticated (control/auth.h); its
   // tcp data connections prove they know it. Empty without a secret.
   std::string auth_key;

@@ -51,6 +51,11 @@ class BufferPool {
   Status Acquire(Clock::time_point deadline, Lease* out);
   // How many times Acquire found no buffer free and waited for one.
   uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
+  // Buffers lent now (allocated and not returned).
+  int in_use() {
+    std::lock_guard lock(mu_);
+    return static_cast<int>(all_.size() - free_.size());
+  }
 
   // Moves a batch to or from a peer through one buffer: WRITE copies the slices' local sides
   // into the buffer and sends it over link; READ receives into the buffer and copies out.
