@@ -311,6 +311,20 @@ def test_checksummed_tcp_batches_move_data_both_ways(make_peer):
     assert xfer.DataCorruptedError.code == "DATA_CORRUPTED"
 
 
+def test_staged_bytes_name_the_route_that_carried_them(make_peer):
+    # staging="always": host memory stands in for GPU memory, every byte through the pool.
+    peer = make_peer(memory="alloc", nbytes=1 << 20, options={"transport": "tcp"})
+    with xfer.Engine("127.0.0.1", transport="tcp", staging="always") as engine:
+        engine.connect(peer.name)
+        data = random_bytes(1 << 20, 4)
+        engine.register(data)
+        engine.write(peer.name, [(data.ctypes.data, peer.addr, data.nbytes)])
+        assert peer.sha(0, data.nbytes) == sha(data)
+        info = engine.peer_info(peer.name)
+        assert info.moved["staged"] == data.nbytes
+        assert info.staged_via == {"tcp": data.nbytes}
+
+
 def test_tcp_nics_name_the_interfaces_data_connections_use(make_peer):
     # (Loopback only here; tests/fault/multinic_test.cc spreads a request over two NICs.)
     peer = make_peer(memory="alloc", nbytes=1 << 20, options={"transport": "tcp", "tcp_nics": "lo"})
