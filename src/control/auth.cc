@@ -36,8 +36,8 @@ Handshake::~Handshake() {
 }
 
 wire::AuthProof Handshake::Proof() const {
-  const crypto::Mac mac = Tag(initiator_ ? "xfer-auth-v2 initiator" : "xfer-auth-v2 acceptor", !initiator_);
-  return wire::AuthProof{my_name_, my_incarnation_,
+  const crypto::Mac mac = Tag(initiator_ ? "xfer-auth-v3 initiator" : "xfer-auth-v3 acceptor", !initiator_);
+  return wire::AuthProof{my_name_, my_incarnation_, dialled_,
                          std::string(reinterpret_cast<const char*>(mac.data()), mac.size())};
 }
 
@@ -45,11 +45,11 @@ bool Handshake::Verify(const wire::AuthProof& theirs) {
   if (their_nonce_.empty()) return false;
   their_ = theirs;
   const crypto::Mac expected =
-      Tag(initiator_ ? "xfer-auth-v2 acceptor" : "xfer-auth-v2 initiator", initiator_);
+      Tag(initiator_ ? "xfer-auth-v3 acceptor" : "xfer-auth-v3 initiator", initiator_);
   return crypto::Equal(crypto::Bytes(theirs.mac), expected);
 }
 
-crypto::Mac Handshake::SessionKey() const { return Tag("xfer-auth-v2 session", true); }
+crypto::Mac Handshake::SessionKey() const { return Tag("xfer-auth-v3 session", true); }
 
 crypto::Mac Handshake::Tag(const char* label, bool with_acceptor) const {
   std::string t(label);
@@ -57,9 +57,11 @@ crypto::Mac Handshake::Tag(const char* label, bool with_acceptor) const {
   Append(&t, initiator_ ? their_nonce_ : mine_.nonce);
   if (initiator_) {
     Append(&t, my_name_, my_incarnation_);
+    Append(&t, dialled_);
     if (with_acceptor) Append(&t, their_.name, their_.incarnation);
   } else {
     Append(&t, their_.name, their_.incarnation);
+    Append(&t, their_.dialled);
     if (with_acceptor) Append(&t, my_name_, my_incarnation_);
   }
   return crypto::Hmac(crypto::Bytes(secret_), crypto::Bytes(t));

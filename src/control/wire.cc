@@ -187,6 +187,7 @@ void EncodeBody(Writer& w, const AuthChallenge& m) { w.Str(m.nonce); }
 void EncodeBody(Writer& w, const AuthProof& m) {
   w.Str(m.name);
   w.U64(m.incarnation);
+  w.Str(m.dialled);
   w.Str(m.mac);
 }
 
@@ -226,7 +227,8 @@ bool DecodeBody(Reader& r, AuthChallenge* m) {
   return m->nonce.size() == kAuthNonceBytes || r.Fail("nonce of the wrong length");
 }
 bool DecodeBody(Reader& r, AuthProof* m) {
-  if (!r.Str(&m->name, kMaxAuthName) || !r.U64(&m->incarnation) || !r.Str(&m->mac, kAuthMacBytes))
+  if (!r.Str(&m->name, kMaxAuthName) || !r.U64(&m->incarnation) || !r.Str(&m->dialled, kMaxAuthName) ||
+      !r.Str(&m->mac, kAuthMacBytes))
     return false;
   return m->mac.size() == kAuthMacBytes || r.Fail("MAC of the wrong length");
 }

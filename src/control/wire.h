@@ -20,7 +20,7 @@
 namespace xfer::wire {
 
 inline constexpr uint32_t kMagic = 0x31524658;  // "XFR1" as little-endian bytes
-inline constexpr uint16_t kVersion = 8;
+inline constexpr uint16_t kVersion = 9;         // 9: AuthProof carries the address dialled
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 inline constexpr uint32_t kMaxString = 64 << 10;  // UCX worker addresses can run to kilobytes
@@ -136,6 +136,9 @@ struct AuthChallenge {
 struct AuthProof {
   std::string name;
   uint64_t incarnation = 0;
+  // The initiator's: the address its connection reached ("ip:port", getpeername); the
+  // acceptor checks it against its own end of the connection. Empty in the acceptor's.
+  std::string dialled;
   std::string mac;  // kAuthMacBytes
   bool operator==(const AuthProof&) const = default;
 };

@@ -386,6 +386,10 @@ std::string AddressText(const sockaddr_storage& ss) {
     return std::string(host) + ":" + std::to_string(ntohs(a->sin_port));
   }
   auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+  if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+    ::inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(a->sin6_port));
+  }
   ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
   return "[" + std::string(host) + "]:" + std::to_string(ntohs(a->sin6_port));
 }
@@ -394,6 +398,13 @@ std::string PeerOf(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  return AddressText(ss);
+}
+
+std::string LocalOf(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
   return AddressText(ss);
 }
 

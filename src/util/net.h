@@ -98,8 +98,10 @@ void SetBlocking(int fd);
 // The host part of "host:port" / "[v6]:port" (as in Session::remote_addr()).
 std::string HostOf(const std::string& host_port);
 // "ip:port" / "[v6]:port" of a socket address; the peer of a connected socket ("?" on error).
+// An IPv4 address mapped into IPv6 (a dual-stack listener's) is written as IPv4.
 std::string AddressText(const sockaddr_storage& ss);
 std::string PeerOf(int fd);
+std::string LocalOf(int fd);  // this end of a socket ("?" on error)
 // Which of too many pending connections a listener closes for a new one: the oldest of those
 // from the host that holds the most of them, so that one host's flood does not shut out a
 // newcomer from another (a flood from the newcomer's own host still can). from: each pending

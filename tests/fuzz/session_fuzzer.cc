@@ -71,6 +71,7 @@ bool Authenticate(xfer::control::Session& s, const wire::Hello& ours, std::strin
     return false;
   }
   hs.TheirChallenge(std::get<wire::AuthChallenge>(m));
+  hs.set_dialled(xfer::net::PeerOf(s.fd()));
   if (!s.Send(hs.Proof()).ok() || !s.FlushUntil(deadline).ok() || !s.ReadOne(deadline, &m).ok() ||
       !std::holds_alternative<wire::AuthProof>(m) || !hs.Verify(std::get<wire::AuthProof>(m))) {
     return false;

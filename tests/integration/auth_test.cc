@@ -85,11 +85,26 @@ class Relay {
     EXPECT_TRUE(xfer::net::ParseAddress(to, &to_).ok());
     thread_ = std::thread([this] { Run(); });
   }
-  ~Relay() {
-    stop_ = true;
-    thread_.join();
-  }
+  ~Relay() { Stop(); }
   const std::string& name() const { return name_; }
+  // Stops relaying; the frames the engine at `to` sent through it.
+  std::vector<xfer::wire::Message> Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    std::vector<xfer::wire::Message> frames;
+    std::span<const uint8_t> rest(from_to_);
+    xfer::wire::Header h;
+    std::string why;
+    while (rest.size() >= xfer::wire::kHeaderSize && xfer::wire::DecodeHeader(rest, &h, &why) &&
+           rest.size() >= xfer::wire::kHeaderSize + h.length) {
+      xfer::wire::Message m;
+      if (!xfer::wire::DecodePayload(h.type, rest.subspan(xfer::wire::kHeaderSize, h.length), &m, &why))
+        break;
+      frames.push_back(std::move(m));
+      rest = rest.subspan(xfer::wire::kHeaderSize + h.length);
+    }
+    return frames;
+  }
 
  private:
   void Run() {
@@ -104,6 +119,7 @@ class Relay {
         if ((p[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
         char buf[65536];
         const ssize_t n = read(p[i].fd, buf, sizeof buf);
+        if (n > 0 && i == 1) from_to_.insert(from_to_.end(), buf, buf + n);
         if (n <= 0 || !xfer::net::SendAll(p[1 - i].fd, buf, static_cast<size_t>(n), Clock::now() + 5s).ok())
           return;
       }
@@ -112,6 +128,7 @@ class Relay {
   xfer::net::Fd listener_;
   xfer::net::Address to_;
   std::string name_;
+  std::vector<uint8_t> from_to_;  // what `to` sent (the relay's thread; read after Stop)
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -251,24 +268,51 @@ TEST_F(Auth, ADataConnectionMustProveItsSessionKey) {
 // Our own handshake reflected back to us: the relay joins our connection to our own listener,
 // so each half of the handshake would see valid proofs. The acceptor refuses a peer that claims
 // to be itself.
-// Connect of an engine with the secret through a relay to `to` (its own name when empty).
-xfer::Status ConnectThroughRelay(const std::string& to) {
+// Connect of an engine with the secret through a relay to `to` (its own name when empty);
+// *from_to: the frames the engine at `to` sent through the relay.
+xfer::Status ConnectThroughRelay(const std::string& to, std::vector<xfer::wire::Message>* from_to = nullptr) {
   xfer::Engine a;
   xfer::Status s = a.Initialize("127.0.0.1:0", With(kSecret));
   if (!s.ok()) return s;
   Relay relay(to.empty() ? a.LocalName() : to);
   s = a.Connect(relay.name(), 10s);
   EXPECT_EQ(s.code(), StatusCode::kRemoteAccessDenied) << s.ToString();
+  if (from_to != nullptr) *from_to = relay.Stop();
   return s;
 }
 
 TEST_F(Auth, AHandshakeReflectedToItsOwnEngineIsRefused) { (void)ConnectThroughRelay(""); }
 
-// A relay between us and another engine that has the secret: both proofs check out, but the
-// engine that proved itself is not the one we dialled.
-TEST_F(Auth, AHandshakeRelayedToAnotherEngineIsRefused) {
-  const xfer::Status s = ConnectThroughRelay(peer_.name());
-  EXPECT_NE(s.message().find("not the engine dialled"), std::string::npos) << s.message();
+// A relay (at an address the initiator dialled) between us and another engine that has the
+// secret: the proofs check out, but our proof names the relay's address, so the engine it was
+// relayed to refuses it rather than take the relay for us, and proves nothing back.
+TEST_F(Auth, AHandshakeRelayedToAnotherEngineIsRefusedByBoth) {
+  std::vector<xfer::wire::Message> from_peer;
+  const xfer::Status s = ConnectThroughRelay(peer_.name(), &from_peer);
+  EXPECT_NE(s.message().find("refused our proof: authentication failed"), std::string::npos) << s.message();
+  ASSERT_FALSE(from_peer.empty());
+  EXPECT_TRUE(std::holds_alternative<xfer::wire::AuthChallenge>(from_peer[0]));
+  for (const auto& m : from_peer) {
+    EXPECT_FALSE(std::holds_alternative<xfer::wire::AuthProof>(m)) << "the engine accepted a relayed proof";
+    EXPECT_FALSE(std::holds_alternative<xfer::wire::Hello>(m));
+  }
+  EXPECT_EQ(GoodbyeReason(from_peer), "authentication failed");
+  ExpectServed();
+}
+
+// A proof for another address, sent straight to the engine (a relay that rewrote nothing but
+// could not rewrite the MAC'd address): refused.
+TEST_F(Auth, AProofForAnotherAddressIsRefused) {
+  RawSession raw(peer_.name());
+  xfer::control::Handshake hs(kSecret, true, "127.0.0.1:1", 82);
+  raw.Send(hs.Mine());
+  xfer::wire::Message theirs;
+  ASSERT_TRUE(raw.s->ReadOne(Clock::now() + 5s, &theirs).ok());
+  ASSERT_TRUE(std::holds_alternative<xfer::wire::AuthChallenge>(theirs));
+  hs.TheirChallenge(std::get<xfer::wire::AuthChallenge>(theirs));
+  hs.set_dialled("127.0.0.1:9");  // where a relay would have been
+  raw.Send(hs.Proof());
+  ExpectRefused(raw, HelloOf("127.0.0.1:1", 82), "authentication failed");
   ExpectServed();
 }
 

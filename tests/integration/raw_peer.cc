@@ -35,6 +35,7 @@ wire::AuthProof RawSession::Authenticate(xfer::control::Handshake& hs, bool* ver
   EXPECT_TRUE(challenge != nullptr) << "no challenge from the engine";
   if (challenge == nullptr) return {};
   hs.TheirChallenge(*challenge);
+  hs.set_dialled(xfer::net::PeerOf(s->fd()));  // (as an engine's Connect: where we reached it)
   const wire::AuthProof mine = hs.Proof();
   Send(mine);
   bool ok = false;

@@ -44,6 +44,27 @@ TEST(Sockets, ConnectToClosedPortFailsFast) {
   EXPECT_EQ(s.code(), StatusCode::kConnectionLost) << s.ToString();
 }
 
+// The two ends of a connection name each other alike (what the authentication's check of the
+// address dialled compares), an IPv4 client of a dual-stack listener included.
+TEST(Sockets, EachEndOfAConnectionNamesTheOtherAlike) {
+  for (const char* host : {"127.0.0.1", "::"}) {
+    SCOPED_TRACE(host);
+    Fd listener;
+    Address bound;
+    if (!Listen(Address{host, 0, true}, &listener, &bound).ok()) continue;  // (no IPv6 here)
+    Fd client;
+    ASSERT_TRUE(
+        ConnectTcp(Address{"127.0.0.1", bound.port, true}, Clock::now() + std::chrono::seconds(2), &client)
+            .ok());
+    Fd accepted(::accept(listener.get(), nullptr, nullptr));
+    ASSERT_TRUE(accepted.valid());
+    const std::string dialled = PeerOf(client.get());
+    EXPECT_EQ(dialled, "127.0.0.1:" + std::to_string(bound.port));
+    EXPECT_EQ(LocalOf(accepted.get()), dialled);
+    EXPECT_EQ(PeerOf(accepted.get()), LocalOf(client.get()));
+  }
+}
+
 // A connection to a listener that never sends: every receive on it waits out its deadline.
 class SilentPeer : public ::testing::Test {
  protected:

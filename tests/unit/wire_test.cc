@@ -39,28 +39,30 @@ Hello SampleHello() {
 }
 
 TEST(WireCodec, EveryMessageRoundTrips) {
-  std::vector<Message> all = {SampleHello(),
-                              RegionAdd{{3, RegionInfo{0xabc, 10, MemType::kHost, -1, "t", false}, {}}},
-                              RegionRemove{3, 17},
-                              RegionRemoveAck{3, 17},
-                              Sync{5},
-                              SyncAck{5},
-                              Heartbeat{},
-                              Goodbye{"bye", 3},
-                              Notify{8, std::string("blocks 17-42\0free", 17)},
-                              NotifyAck{8, StatusCode::kOk, ""},
-                              NotifyAck{9, StatusCode::kResourceExhausted, "queue full"},
-                              AuthChallenge{std::string(kAuthNonceBytes, '\x07')},
-                              AuthProof{"10.0.0.1:5555", 42, std::string(kAuthMacBytes, '\xaa')},
-                              NotifyRingOffer{11, 7, 3, 4096 + 192, 4096}};
+  std::vector<Message> all = {
+      SampleHello(),
+      RegionAdd{{3, RegionInfo{0xabc, 10, MemType::kHost, -1, "t", false}, {}}},
+      RegionRemove{3, 17},
+      RegionRemoveAck{3, 17},
+      Sync{5},
+      SyncAck{5},
+      Heartbeat{},
+      Goodbye{"bye", 3},
+      Notify{8, std::string("blocks 17-42\0free", 17)},
+      NotifyAck{8, StatusCode::kOk, ""},
+      NotifyAck{9, StatusCode::kResourceExhausted, "queue full"},
+      AuthChallenge{std::string(kAuthNonceBytes, '\x07')},
+      AuthProof{"10.0.0.1:5555", 42, "10.0.0.2:7000", std::string(kAuthMacBytes, '\xaa')},
+      NotifyRingOffer{11, 7, 3, 4096 + 192, 4096}};
   for (const auto& m : all) EXPECT_EQ(RoundTrip(m), m);
 }
 
 TEST(WireCodec, AuthFramesOfTheWrongLengthAreRefused) {
   for (const Message& m :
        {Message{AuthChallenge{std::string(31, 'n')}}, Message{AuthChallenge{std::string(33, 'n')}},
-        Message{AuthProof{"a:1", 1, std::string(31, 'm')}}, Message{AuthProof{"a:1", 1, ""}},
-        Message{AuthProof{std::string(kMaxAuthName + 1, 'a'), 1, std::string(32, 'm')}}}) {
+        Message{AuthProof{"a:1", 1, "", std::string(31, 'm')}}, Message{AuthProof{"a:1", 1, "", ""}},
+        Message{AuthProof{std::string(kMaxAuthName + 1, 'a'), 1, "", std::string(32, 'm')}},
+        Message{AuthProof{"a:1", 1, std::string(kMaxAuthName + 1, 'd'), std::string(32, 'm')}}}) {
     const std::vector<uint8_t> f = Encode(m);
     Header h;
     std::string why;
@@ -101,7 +103,7 @@ TEST(WireCodec, RejectsBadHeaders) {
   EXPECT_FALSE(DecodeHeader(bad, &h, &why));
   EXPECT_NE(why.find("magic"), std::string::npos);
   bad = frame;
-  bad[4] = 9;  // version
+  bad[4] = static_cast<uint8_t>(kVersion + 1);  // version
   EXPECT_FALSE(DecodeHeader(bad, &h, &why));
   EXPECT_NE(why.find("version"), std::string::npos);
   bad = frame;

@@ -73,7 +73,9 @@ Status Authenticator::Load(EngineOptions* options) {
 void Authenticator::Forget() { Wipe(&secret_); }
 
 Status Authenticator::Outbound(control::Session& s, const std::string& remote, Clock::time_point deadline) {
+  // (Our proof names the address our connection reached: the acceptor checks it is its own.)
   auto hs = std::make_shared<control::Handshake>(secret_, true, self_.name, self_.incarnation);
+  hs->set_dialled(net::PeerOf(s.fd()));
   auto denied = [&](const std::string& why) {
     return Status{StatusCode::kRemoteAccessDenied, "'" + remote + "' " + why};
   };
@@ -133,6 +135,11 @@ bool Authenticator::OnUnauthenticated(const std::shared_ptr<control::Session>& s
       Refuse(s, "authentication failed", "wrong secret, or a replayed handshake");
     } else if (proof->incarnation == self_.incarnation) {
       Refuse(s, "authentication failed", "it claims to be this engine (our own handshake reflected?)");
+    } else if (const std::string here = net::LocalOf(s->fd());
+               proof->dialled != here && proof->dialled != self_.name) {
+      Refuse(s, "authentication failed",
+             "its proof is for " + (proof->dialled.empty() ? std::string("no address") : proof->dialled) +
+                 ", not this engine (" + here + "): a handshake relayed from another address");
     } else {
       s->authenticated = true;
       s->auth_key = KeyOf(*s->auth);
