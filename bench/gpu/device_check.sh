@@ -30,9 +30,9 @@
 #                                                           -> gpu_tests.log
 #      ucx      GPU memory over UCX between two host ids (serve + client, --transport ucx):
 #               D2D, H2D, D2H, WRITE and READ, 1 and 8 MiB, --verify, under
-#               UCX_TLS=tcp,cuda_copy,cuda_ipc and tcp,cuda_copy, each beside ucx_perftest
-#               with the same memory types and UCX_TLS; then D2D through the buffer pool
-#               over ucx                                    -> ucx.txt, ucx.json
+#               UCX_TLS=tcp,cuda_copy, then D2D through the buffer pool over ucx, then the
+#               cells again under tcp,cuda_copy,cuda_ipc; each cell beside ucx_perftest -e
+#               with the same memory types and UCX_TLS      -> ucx.txt, ucx.json
 #      runs     xfer-bench, every run with --verify where it moves data: first the buffer pool
 #               both ways at once between two host ids (serve + client; host memory, then
 #               cuda:0 both sides), then D2D/H2D/D2H WRITE/READ 16K..64M (cuda path), staged
@@ -42,8 +42,8 @@
 #      suite    the rest of ctest (GPU present: host memory gets pinned)   -> suite.log
 #
 #    Time: the whole run stays within XFER_CHECK_BUDGET_S (default 450 s; the machine's start
-#    comes on top). Each stage gets at most its share of the budget (cmake 6%, build 36%,
-#    gputests 16%, ucx 20%, runs 22%: together 100%; table 14%, buildrest and suite whatever
+#    comes on top). Each stage gets at most its share of the budget (cmake 5%, build 33%,
+#    gputests 14%, ucx 26%, runs 22%: together 100%; table 14%, buildrest and suite whatever
 #    the others left), and never more than the budget left less 10 s (the kill grace of
 #    `timeout -k 5` and the summary).
 #    A stage cut by its limit is recorded "partial (budget)" or "partial (share)", one with under
@@ -270,10 +270,19 @@ if [ "${1:-}" = "--runs" ]; then
         cut=$((cut + 1))
         continue
       fi
+      if [ "${m#*cuda}" != "$m" ] && ! nvidia-smi -L >/dev/null 2>&1; then
+        echo "=== skipped (no GPU): no nvidia-smi -L"
+        echo
+        skipped=$((skipped + 1))
+        continue
+      fi
       srvlog=$(mktemp)
       LD_LIBRARY_PATH=$ucx_prefix/lib timeout -k 2 20 "$perf" -p "$port" -e >"$srvlog" 2>&1 &
       spid=$!
-      sleep 1
+      for _ in $(seq 40); do  # (until the server listens: /proc/net/tcp* has its port in LISTEN, 0A)
+        grep -qiE ":$(printf '%04X' "$port") [0-9A-F:]+ 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null && break
+        sleep 0.05
+      done
       LD_LIBRARY_PATH=$ucx_prefix/lib timeout -k 2 20 "$perf" 127.0.0.1 -p "$port" -e -t "$t" -m "$m" \
         -s "$size" -n "$iters" >"$log1" 2>&1
       rc=$?
@@ -288,9 +297,6 @@ if [ "${1:-}" = "--runs" ]; then
       if [ "$rc" = 0 ]; then
         ok=$((ok + 1))
         echo "=== exit 0"
-      elif grep -qiE "cuda|memory type" "$log1" && ! nvidia-smi -L >/dev/null 2>&1; then
-        echo "=== skipped (no GPU): ucx_perftest exit $rc"
-        skipped=$((skipped + 1))
       else
         tail -5 "$log1"
         echo "=== FAILED: ucx_perftest exit $rc"
@@ -301,31 +307,35 @@ if [ "${1:-}" = "--runs" ]; then
       port=$((port + 1))
     done
   }
-  # GPU memory over UCX (UCX 1.22 with CUDA, carried in .deps/ucx) between two host ids, for
-  # two UCX_TLS: with cuda_ipc UCX may copy GPU to GPU itself (these two processes share the
-  # GPU); with tcp,cuda_copy alone it stages through host memory and sockets, as between hosts
-  # without GPUDirect. Each xfer-bench cell, data checked, then ucx_perftest's same cell.
+  # GPU memory over UCX (UCX 1.22 with CUDA, carried in .deps/ucx) between two host ids.
   ucx_runs() {
     local tls cell op
     # Host memory first (UCX_TLS=tcp): the route and the baseline as they are without a GPU.
     export UCX_TLS=tcp
     pair write_bw -s 1M,8M -D 0.2 --verify --transport ucx
     perftest ucp_put_bw host,host
-    for tls in tcp,cuda_copy,cuda_ipc tcp,cuda_copy; do
-      export UCX_TLS=$tls
-      for cell in "cuda:0 cuda:0 cuda,cuda" "host cuda:0 host,cuda" "cuda:0 host cuda,host"; do
-        read -r lm rm pm <<<"$cell"
-        for op in write read; do
-          pair "${op}_bw" -s 1M,8M -D 0.2 --verify --transport ucx --local-mem "$lm" --remote-mem "$rm"
-          perftest "ucp_$([ $op = write ] && echo put || echo get)_bw" "$pm"
-        done
-      done
-    done
-    # Through the buffer pool over ucx (UCX_TLS=tcp,cuda_copy): every byte staged here.
+    # GPU memory as between hosts without GPUDirect (tcp,cuda_copy: UCX stages through host
+    # memory itself), then through xfer's buffer pool over ucx, then with cuda_ipc (UCX may copy
+    # GPU to GPU itself here, these two processes sharing the GPU).
+    ucx_cells tcp,cuda_copy
     export UCX_TLS=tcp,cuda_copy
     pair write_bw -s 1M,8M -D 0.2 --verify --transport ucx --buffer-pool "${D[@]}"
     pair read_bw -s 1M,8M -D 0.2 --verify --transport ucx --buffer-pool "${D[@]}"
+    ucx_cells tcp,cuda_copy,cuda_ipc
     unset UCX_TLS
+  }
+  # ucx_cells TLS: D2D, H2D, D2H, WRITE and READ, each xfer-bench cell (data checked) then
+  # ucx_perftest's same cell.
+  ucx_cells() {
+    local cell op lm rm pm
+    export UCX_TLS=$1
+    for cell in "cuda:0 cuda:0 cuda,cuda" "host cuda:0 host,cuda" "cuda:0 host cuda,host"; do
+      read -r lm rm pm <<<"$cell"
+      for op in write read; do
+        pair "${op}_bw" -s 1M,8M -D 0.2 --verify --transport ucx --local-mem "$lm" --remote-mem "$rm"
+        perftest "$([ $op = write ] && echo ucp_put_bw || echo ucp_get)" "$pm"
+      done
+    done
   }
   D=(--local-mem cuda:0 --remote-mem cuda:0)
   if [ "$set" = ucx ]; then
@@ -438,7 +448,7 @@ else
   ucx_args=(-DXFER_WITH_UCX=OFF)
 fi
 # shellcheck disable=SC2086  # XFER_CHECK_CMAKE_ARGS is a word list on purpose
-stage cmake 6 "$OUT/build.log" cmake -S "$root" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+stage cmake 5 "$OUT/build.log" cmake -S "$root" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "${ucx_args[@]}" -DXFER_DEPS_DIR="$DEPS" ${XFER_CHECK_CMAKE_ARGS:-}
 grep -E "xfer: (cuda|ucx) transport|GoogleTest from|xfer-bench is not built" "$OUT/build.log" | sed 's/^/  /' >>"$SUM"
 
@@ -446,7 +456,7 @@ if [ "${STATUS[cmake]}" = failed ] || [ ! -f "$BUILD/build.ninja" ]; then
   not_run build "not configured"
 else
   # What the GPU tests and the runs need; the fault tests (suite only) come later, in the tail.
-  stage build 36 "$OUT/build.log" ninja -C "$BUILD" -j "$JOBS" xfer_unit_tests xfer_integration_tests \
+  stage build 33 "$OUT/build.log" ninja -C "$BUILD" -j "$JOBS" xfer_unit_tests xfer_integration_tests \
     xfer_test_peer xfer-info xfer-bench
   grep -E "error|FAILED" "$OUT/build.log" | head -5 | sed 's/^/  /' >>"$SUM"
 fi
@@ -460,7 +470,7 @@ fi
 # The GPU tests: unit (CudaApi, CudaGpu), integration (IntegrationCuda*), the buffer pool
 # (IntegrationStaging*). Each skips with "no GPU: ..." where no GPU is usable: counted below.
 if [ -x "$BUILD/tests/unit/xfer_unit_tests" ] || [ -x "$BUILD/tests/integration/xfer_integration_tests" ]; then
-  stage gputests 16 "$OUT/gpu_tests.log" bash -c "cd '$BUILD' && ctest -R 'Cuda|Gpu|Staging' --timeout 60 --output-on-failure -j 4"
+  stage gputests 14 "$OUT/gpu_tests.log" bash -c "cd '$BUILD' && ctest -R 'Cuda|Gpu|Staging' --timeout 60 --output-on-failure -j 4"
   {
     grep -E "tests passed|tests failed|Total Test time" "$OUT/gpu_tests.log" | tail -3 | sed 's/^/  /'
     echo "  skipped (no GPU here, see xfer-info above): $(grep -c '(Skipped)$' "$OUT/gpu_tests.log")"
@@ -474,11 +484,12 @@ XB=$BUILD/tools/xfer-bench
 # GPU memory over UCX, each cell beside ucx_perftest's (the summary: every 8 MiB row and
 # perftest's 8 MiB line, with its UCX_TLS).
 if [ -x "$XB" ] && grep -q "ucx transport on" "$OUT/build.log"; then
-  stage ucx 20 "$OUT/ucx.txt" bash "$self" --runs "$XB" "$OUT" ucx "$UCX_PREFIX"
+  stage ucx 26 "$OUT/ucx.txt" bash "$self" --runs "$XB" "$OUT" ucx "$UCX_PREFIX"
   awk '/^=== xfer-bench/ {cmd = substr($0, 5)} /^=== ucx_perftest/ {cmd = substr($0, 5)}
        /^(sum +)?8388608 +[0-9]/ {print "  " cmd; print "    " $0} /^# path/ {print "    " $0}
        /^Final:/ && cmd ~ /-s 8388608/ {print "  " cmd; print "    " $0}
-       /^# verify/ {print "  VERIFY: " $0} /^=== skipped \(budget\)/ {print "  " cmd ": skipped (budget)"; next}
+       /^# verify/ {print "  VERIFY: " $0} /^=== skipped \(budget\): / {print "  " substr($0, 5); next}
+       /^=== skipped \(budget\)$/ {print "  " cmd ": skipped (budget)"; next}
        /^=== (FAILED|skipped|cut)/ {print "  " cmd ": " substr($0, 5)} /^=== runs:/ {print "  " substr($0, 5)}' \
     "$OUT/ucx.txt" >>"$SUM"
 else

@@ -104,7 +104,7 @@ class Route {
   std::atomic<uint64_t> staged_bytes_{0};
 };
 
-// A route over a link that moves host memory on both sides (local, cma, ucx).
+// A route over a link that moves host memory on both sides (local, cma).
 class HostRoute : public Route {
  public:
   using Route::Route;

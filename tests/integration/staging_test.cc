@@ -3,7 +3,10 @@
 // and sends it, and a tcp target receives into a staging buffer and copies out. The buffers
 // are few and small here, so requests wait for them and large ones pass in many pieces.
 #include <cstdlib>
+#include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "test_common.h"
 
@@ -21,13 +24,29 @@ std::vector<const char*> Staged(std::vector<const char*> transports) {
 }
 std::string ParamName(const ::testing::TestParamInfo<const char*>& p) { return p.param; }
 
-// Sets UCX_TLS=tcp for a ucx fixture (before either engine starts: the peer inherits it), as
-// between hosts without RDMA.
+// For a ucx fixture: UCX_TLS=tcp (before either engine starts: the peer inherits it), as
+// between hosts without RDMA, and the peer's ucx on (no RDMA device here). Restores UCX_TLS.
 struct UcxOverTcp {
-  explicit UcxOverTcp(const char* transport) {
-    if (std::string(transport) == "ucx") ::setenv("UCX_TLS", "tcp", 1);
+  explicit UcxOverTcp(const char* transport) : ucx(std::string(transport) == "ucx") {
+    if (!ucx) return;
+    if (const char* was = std::getenv("UCX_TLS")) saved = was;
+    ::setenv("UCX_TLS", "tcp", 1);
   }
-  ~UcxOverTcp() { ::unsetenv("UCX_TLS"); }
+  ~UcxOverTcp() {
+    if (!ucx) return;
+    if (saved) {
+      ::setenv("UCX_TLS", saved->c_str(), 1);
+    } else {
+      ::unsetenv("UCX_TLS");
+    }
+  }
+  // The peer's arguments: staging always, and ucx on for ucx.
+  std::vector<std::string> PeerArgs(std::vector<std::string> args) const {
+    if (ucx) args.insert(args.end(), {"--ucx", "on"});
+    return args;
+  }
+  const bool ucx;
+  std::optional<std::string> saved;
 };
 
 // Param: the transport under the pool ("tcp": both sides stage; "cma", "ucx": only this side
@@ -46,12 +65,13 @@ class IntegrationStaging : public PeerFixture, public ::testing::WithParamInterf
   }
   PeerOptions RemoteOptions() override {
     PeerOptions o;
-    o.extra_args = {"--staging", "always", "--ucx", "on"};  // (ucx: no RDMA device here)
+    o.extra_args = tls_.PeerArgs({"--staging", "always"});
     return o;
   }
   double BuffersInUse() {
     xfer::MetricsSnapshot m;
     XT_EXPECT_OK(engine_.GetMetrics(&m));
+    EXPECT_NE(m.Find("xfer_staging_buffers_in_use"), nullptr);
     return m.Sum("xfer_staging_buffers_in_use");
   }
   xfer::PeerInfo Info() {
@@ -122,7 +142,9 @@ TEST_P(IntegrationStaging, ReadDeadlinePassesMidRequest) {
   std::vector<TransferDesc> d(16, TransferDesc{dst.addr(), r.addr, kLen});
   std::vector<xfer::RegionInfo> known;
   XT_ASSERT_OK(engine_.GetRemoteRegions(peer_.name(), &known));
+  const auto t0 = Clock::now();
   XT_EXPECT_CODE(Read(d, 50ms), StatusCode::kTimeout);
+  EXPECT_LT(SecondsSince(t0), 5.0);
   EXPECT_EQ(BuffersInUse(), 0.0);
   peer_.FillRange(r.addr, 4096, 5);
   XT_EXPECT_OK(Read({{dst.addr(), r.addr, 4096}}));
@@ -202,7 +224,7 @@ class IntegrationStagingKill : public PeerFixture, public ::testing::WithParamIn
   }
   PeerOptions RemoteOptions() override {
     PeerOptions o;
-    o.extra_args = {"--staging", "always", "--ucx", "on"};
+    o.extra_args = tls_.PeerArgs({"--staging", "always"});
     return o;
   }
 };

@@ -436,7 +436,7 @@ netns_staged)
   # staged through the buffer pools (--buffer-pool: host memory standing in for GPU memory):
   # sizes from 1 B to 64 MiB (odd ones among them), WRITE and READ, data checked, the staged
   # bytes via ucx.
-  info_has '^  ucx .*not built' && skip "no ucx in this build"
+  info_has 'RDMA through UCX: not built' && skip "no ucx in this build"
   two_hosts 1
   SRV=$(host_ip 0 1):18515
   export UCX_TLS=tcp
@@ -481,7 +481,7 @@ info)
     grep -qE "$pat" "$tmp/out" || { cat "$tmp/out"; fail "xfer-info: no /$pat/"; }
   done
   # With UCX, started or not: what becomes of GPU memory to other hosts with it, and why.
-  if ! grep -qE '^  ucx .*not built' "$tmp/out"; then
+  if ! grep -q 'RDMA through UCX: not built' "$tmp/out"; then
     grep -qE '^ +GPU memory to other hosts: (direct through UCX|through the buffer pool \(UCX [0-9.]+ has no CUDA memory support)' \
       "$tmp/out" || { cat "$tmp/out"; fail "xfer-info: no GPU verdict under ucx"; }
   fi

@@ -92,8 +92,8 @@ int Bench::RunTable() {
         return "cuda: moves pairs with GPU memory; host to host between processes is shm or cma";
     } else if (local_dev || remote_dev) {
       return t == "tcp" ? "tcp: reaches GPU memory only through staging (the tcp bufferpool cells)"
-                        : t + ": host memory only; GPU memory goes through cuda (one host) or "
-                              "the buffer pool (the tcp bufferpool cells)";
+                        : t + ": the table's GPU cells are cuda (one host) and the buffer pool (the tcp "
+                              "bufferpool cells)";
     }
     if (t == "local" && !c_.peer.empty()) return "local: both engines in one process only";
     if (t == "shm" && c_.mem != "alloc")

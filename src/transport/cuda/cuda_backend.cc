@@ -118,7 +118,7 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
   std::string About() const override {
     return "GPU memory: copy engines between processes of this host (CUDA IPC); other hosts through "
-           "the buffer pool\n" +
+           "ucx where its UCX registers CUDA memory, else the buffer pool\n" +
            Describe();
   }
   std::vector<options::Row> Options() const override {

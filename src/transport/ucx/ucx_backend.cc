@@ -20,11 +20,17 @@ class UcxRoute final : public Route {
   bool Reach(MemType local, RemoteRegion& r, uint8_t**) override {
     return (local == MemType::kHost || gpu_) && FindBlob(r.blobs, "ucx") != nullptr;
   }
+  // Both sides' reasons, where both have one.
   std::string WhyNot(MemType local, const RemoteRegion& r) const override {
-    if (local != MemType::kHost && !gpu_)
-      return "ucx: local GPU memory goes " + UcxTransport::GpuVerdict(false);
-    if (r.info.type != MemType::kHost) return "ucx: the peer's UCX does not register GPU memory";
-    return "ucx: the peer could not map the region for UCX";
+    std::string why;
+    if (local != MemType::kHost && !gpu_) why = "our GPU memory: " + UcxTransport::GpuVerdict(false);
+    if (FindBlob(r.blobs, "ucx") == nullptr) {
+      text::Append(&why, r.info.type != MemType::kHost
+                             ? "the peer's GPU region has no ucx key (its UCX registers no CUDA memory, or "
+                               "could not map it)"
+                             : "the peer could not map the region for UCX");
+    }
+    return "ucx: " + why;
   }
 
  private:

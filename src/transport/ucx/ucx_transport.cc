@@ -415,7 +415,8 @@ std::string UcxTransport::GpuVerdict(bool cuda_memory) {
   if (cuda_memory)
     return "direct through UCX (it registers CUDA memory; GPUDirect RDMA where the NIC allows)";
   return std::string("through the buffer pool (UCX ") + ucp_get_version_string() +
-         " has no CUDA memory support here; that takes a UCX built --with-cuda and a GPU driver)";
+         " has no CUDA memory support here; that takes a UCX built --with-cuda, a GPU driver, and UCX_TLS "
+         "naming cuda_copy where it is set)";
 }
 
 std::string UcxTransport::Describe() {
