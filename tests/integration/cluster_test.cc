@@ -6,6 +6,9 @@
 #include <algorithm>
 
 #include "etcd_server.h"
+#ifdef XFER_TEST_ETCD
+#include "metadata/etcd_client.h"
+#endif
 #include "test_common.h"
 
 namespace xfer_test {
@@ -120,6 +123,32 @@ TEST_F(ClusterTest, EnginesFindEachOtherByNameAndTransfer) {
   EXPECT_TRUE(PollUntil([&] { return !Entry(observer, "decode-0").has_value(); }, 1s));
   EXPECT_TRUE(Entry(observer, "prefill-0").has_value());
 }
+
+#ifdef XFER_TEST_ETCD
+// An entry rewritten to an address where no engine answers (a rogue with write access to etcd,
+// or a stale one): the Connect by that name fails, and transfers by the name still go to the
+// engine it was connected to.
+TEST_F(ClusterTest, AFailedConnectByNameLeavesTheNameWithItsEngine) {
+  PeerProcess prefill;
+  std::string err;
+  ASSERT_TRUE(prefill.Start(PeerNamed("prefill-0"), &err)) << err;
+  const PeerRegion kv = prefill.Alloc(1 << 20, "kv");
+  prefill.Fill(kv, 3);
+  xfer::Engine decode;
+  XT_ASSERT_OK(decode.Initialize("127.0.0.1:0", Named("decode-0")));
+  XT_ASSERT_OK(decode.Connect("prefill-0", 10s));
+
+  xfer::metadata::EtcdClient etcd({etcd_.endpoint()}, 2s);
+  const std::string dead = "127.0.0.1:1";  // (nothing listens on port 1)
+  XT_ASSERT_OK(etcd.Put("/test/engines/prefill-0", R"({"name":"prefill-0","address":")" + dead +
+                                                       R"(","incarnation":7,"host_id":"x","tags":[]})"));
+  const xfer::Status c = decode.Connect("prefill-0", 3s);
+  EXPECT_FALSE(c.ok()) << "a Connect to " << dead << " succeeded";
+  LocalBuffer into(1 << 20);
+  XT_EXPECT_OK(decode.TransferSync("prefill-0", Op::kRead, {{into.addr(), kv.addr, kv.len}}, 10s));
+  EXPECT_EQ(into.Hash(), prefill.Sum(kv));
+}
+#endif
 
 TEST_F(ClusterTest, AKilledEngineLeavesTheListWithinItsLeaseAndItsRestartIsFound) {
   xfer::Engine decode;

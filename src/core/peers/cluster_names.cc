@@ -47,10 +47,13 @@ Status ClusterNames::Resolve(const std::string& name, std::string* address) {
                                     " has no host:port address: '" + peer.address + "'"};
   }
   if (!s.ok()) return {s.code(), "Connect: " + s.message()};
-  std::lock_guard lock(mu_);
-  addresses_[name] = peer.address;
   *address = peer.address;
   return Status::Ok();
+}
+
+void ClusterNames::Remember(const std::string& name, const std::string& address) {
+  std::lock_guard lock(mu_);
+  addresses_[name] = address;
 }
 
 std::string ClusterNames::AddressOf(const std::string& remote) {

@@ -164,7 +164,9 @@ Status PeerService::ConnectByName(const std::string& name, std::chrono::millisec
   if (left.count() <= 0) {
     return {StatusCode::kTimeout, "Connect: looking '" + name + "' up in etcd took the whole timeout"};
   }
-  return Connect(address, left);
+  Status s = Connect(address, left);
+  if (s.ok() || s.code() == StatusCode::kAlreadyConnected) names_.Remember(name, address);
+  return s;
 }
 
 void PeerService::AbandonConnect(const std::shared_ptr<control::Session>& session, const std::string& remote,
