@@ -171,6 +171,32 @@ TEST(Hostile, ABadRegionTableClosesOnlyItsSession) {
   XT_EXPECT_OK(e.Connect(peer.name(), 10s));
 }
 
+// A hello naming another engine but carrying the incarnation of a peer that has a session (or
+// the engine's own) is refused: an incarnation keys that peer's data connections, and the
+// impostor's session ending would drop them. The peer's transfers go on meanwhile and after.
+TEST(Hostile, AHelloWithALivePeersIncarnationIsRefused) {
+  PeerProcess peer;
+  std::string error;
+  ASSERT_TRUE(peer.Start(PeerOptions{}, &error)) << error;
+  xfer::Engine e;
+  xfer::EngineOptions o;
+  o.transport = "tcp";  // (data connections keyed by incarnation)
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
+  XT_ASSERT_OK(e.Connect(peer.name(), 10s));
+  const PeerRegion r = peer.Alloc(1 << 20);
+  LocalBuffer src(1 << 20);
+  src.Fill(4);
+  XT_ASSERT_OK(e.TransferSync(peer.name(), Op::kWrite, {{src.addr(), r.addr, src.len()}}, 10s));
+  xfer::PeerInfo info;
+  XT_ASSERT_OK(e.GetPeerInfo(peer.name(), &info));
+  // The peer holds a session with e (e connected to it): an impostor at e's port.
+  RawSession raw(e.LocalName());
+  ExpectRefused(raw, HelloOf("127.0.0.1:9", info.incarnation), "incarnation in use");
+  src.Fill(5);
+  XT_EXPECT_OK(e.TransferSync(peer.name(), Op::kWrite, {{src.addr(), r.addr, src.len()}}, 10s));
+  EXPECT_EQ(peer.Sum(r), src.Hash());
+}
+
 // A raw control session to an engine: our hello out, its hello back (the session stays open).
 std::shared_ptr<xfer::control::Session> Hello(const std::string& engine, const wire::Hello& hello,
                                               wire::Hello* reply) {

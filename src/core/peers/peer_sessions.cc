@@ -45,6 +45,10 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
       s->Shutdown("too many sessions");
       return;
     }
+    if (st.code() == StatusCode::kInvalidArgument) {  // (an impostor, or a broken engine)
+      auth_.Refuse(s, "incarnation in use", "its hello as " + key + ": " + st.message());
+      return;
+    }
     (void)s->Send(wire::Goodbye{"already connected to " + self_.name});
     s->Shutdown("duplicate connection from " + key);
     return;

@@ -134,6 +134,12 @@ Status PeerTable::BeginAccept(const std::string& key, uint64_t incarnation, Peer
   if (our_connect_wins || accepting_.count(key) || duplicate) {
     return {StatusCode::kAlreadyConnected, "already connected to '" + key + "'"};
   }
+  if (incarnation == mine_) return {StatusCode::kInvalidArgument, "its incarnation is this engine's"};
+  for (const auto& [other, p] : peers_) {
+    if (other != key && p.state->info.incarnation == incarnation) {
+      return {StatusCode::kInvalidArgument, "its incarnation is that of peer '" + other + "'"};
+    }
+  }
   // (A restart takes its old session's place; a hello crossing our Connect, that of the claim.)
   if (it == peers_.end() && !connecting_.count(key) && Full()) return TooMany();
   accepting_.insert(key);

@@ -57,7 +57,9 @@ class PeerTable {
 
   // The hello of a session opened to us: kAlreadyConnected when it duplicates a session, or
   // crosses a Connect of ours that wins; kResourceExhausted when it would be one more than
-  // max_sessions; else ok: the name is being accepted (until FinishAccept), and *replaced is
+  // max_sessions; kInvalidArgument when its incarnation is ours or that of a peer of another
+  // name that has a session (an incarnation names one engine: data connections and drops are
+  // keyed by it); else ok: the name is being accepted (until FinishAccept), and *replaced is
   // the session of the peer's previous incarnation, now removed (a restart).
   Status BeginAccept(const std::string& key, uint64_t incarnation, Peer* replaced);
   void FinishAccept(const std::string& key, const Peer& peer);
