@@ -169,13 +169,18 @@ Status PeerMapper::MapSegment(int32_t remote_fd, const std::string& name, uint64
   } else if ((::fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) == 0) {
     // Its owner could shrink it under our mapping, and a copy would then die of SIGBUS.
     s = {StatusCode::kRemoteAccessDenied, who + ": segment is not sealed against shrinking"};
-  } else if (exactly && (::fstatfs(fd, &fs) != 0 || fs.f_type == HUGETLBFS_MAGIC)) {
+  } else if (::fstatfs(fd, &fs) != 0) {
+    s = {StatusCode::kInternal, who + ": " + Errno("fstatfs")};
+  } else if (exactly && fs.f_type == HUGETLBFS_MAGIC) {
     s = {StatusCode::kRemoteAccessDenied, who + ": segment of huge pages"};
   }
   void* p = MAP_FAILED;
-  // Huge pages: whole pages only, so the whole segment.
-  const uint64_t page = static_cast<uint64_t>(::getpagesize());
-  const uint64_t mapped = exactly ? RoundUp(len, page) : static_cast<uint64_t>(st.st_size);
+  // The region's extent in whole pages of the segment (huge pages: its own page size), never
+  // the whole segment: a peer could make that terabytes long and sparse, and fill this
+  // process's address space with its regions.
+  const bool huge = s.ok() && fs.f_type == HUGETLBFS_MAGIC;
+  const uint64_t page = huge ? static_cast<uint64_t>(fs.f_bsize) : static_cast<uint64_t>(::getpagesize());
+  const uint64_t mapped = RoundUp(len, page);
   if (s.ok()) {
     p = ::mmap(nullptr, mapped, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {

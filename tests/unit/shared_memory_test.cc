@@ -48,6 +48,39 @@ TEST(ShmSegment, APeersSegmentThatIsNotSealedIsNotMapped) {
   EXPECT_TRUE(mapper->Map(seg->fd(), sealed_name, 1 << 16, true, &m).ok());
 }
 
+// The length of the mapping that starts at addr, as /proc/self/maps shows it (0: none).
+uint64_t MappingLengthAt(const void* addr) {
+  std::ifstream maps("/proc/self/maps");
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  for (std::string line; std::getline(maps, line);) {
+    const uintptr_t lo = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+    const uintptr_t hi = std::stoull(line.substr(line.find('-') + 1), nullptr, 16);
+    if (a == lo) return hi - lo;
+  }
+  return 0;
+}
+
+// A peer's 1 MiB region in a sparse 1 TiB segment: only the region is mapped here (the whole
+// segment took a TiB of this process's address space per region, 128 of them all of it).
+TEST(ShmSegment, OnlyTheRegionsExtentOfAPeersSegmentIsMapped) {
+  std::string why;
+  if (!Available(&why)) GTEST_SKIP() << "shm unavailable here: " << why;
+  std::unique_ptr<PeerMapper> mapper;
+  ASSERT_TRUE(PeerMapper::Open(getpid(), -1, &mapper).ok());  // this process plays the peer
+  const std::string name = SegmentName(4, 1);
+  const int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 1ll << 40), 0);  // sparse: no memory behind it
+  ASSERT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  for (const uint64_t len : {uint64_t{1} << 20, uint64_t{4097}}) {
+    std::shared_ptr<Mapping> m;
+    ASSERT_TRUE(mapper->Map(fd, name, len, true, &m).ok());
+    EXPECT_EQ(MappingLengthAt(m->base()), (len + 4095) / 4096 * 4096);
+    m->base()[len - 1] = 7;  // (the region's last byte is there)
+  }
+  close(fd);
+}
+
 // The permissions of the mapping that holds addr, as /proc/self/maps shows them ("r--s").
 std::string PermsAt(const void* addr) {
   std::ifstream maps("/proc/self/maps");
