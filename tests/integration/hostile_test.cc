@@ -197,6 +197,34 @@ TEST(Hostile, AHelloWithALivePeersIncarnationIsRefused) {
   EXPECT_EQ(peer.Sum(r), src.Hash());
 }
 
+// A hello that takes the name of a peer whose session is alive, under a new incarnation: the
+// "peer restarted" rule used to replace the live session, and the application's next WRITEs
+// to that name went to the impostor. It is refused while the peer is heard from (a restart
+// shows itself by the old session ending or falling silent); the peer keeps its name.
+TEST(Hostile, AHelloTakingALivePeersNameIsRefused) {
+  PeerProcess peer;
+  std::string error;
+  ASSERT_TRUE(peer.Start(PeerOptions{}, &error)) << error;
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0"));
+  const Reply c = peer.Call("connect " + e.LocalName());  // the peer's session to us (inbound here)
+  ASSERT_TRUE(c.ok) << c.line;
+  ASSERT_TRUE(
+      PollUntil([&] { return e.Connect(peer.name(), 1s).code() == StatusCode::kAlreadyConnected; }, 5s));
+  xfer::PeerInfo info;
+  XT_ASSERT_OK(e.GetPeerInfo(peer.name(), &info));
+  RawSession raw(e.LocalName());
+  ExpectRefused(raw, HelloOf(peer.name(), info.incarnation + 1), "name in use (its session is alive)");
+  xfer::PeerInfo after;
+  XT_ASSERT_OK(e.GetPeerInfo(peer.name(), &after));
+  EXPECT_EQ(after.incarnation, info.incarnation) << "the name went to the impostor";
+  const PeerRegion r = peer.Alloc(1 << 20);
+  LocalBuffer src(1 << 20);
+  src.Fill(6);
+  XT_ASSERT_OK(e.TransferSync(peer.name(), Op::kWrite, {{src.addr(), r.addr, src.len()}}, 10s));
+  EXPECT_EQ(peer.Sum(r), src.Hash());
+}
+
 // A raw control session to an engine: our hello out, its hello back (the session stays open).
 std::shared_ptr<xfer::control::Session> Hello(const std::string& engine, const wire::Hello& hello,
                                               wire::Hello* reply) {

@@ -34,6 +34,11 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
     return;
   }
   const std::string key = PeerKey(hello);
+  if (IsAliveUnderAnotherIncarnation(key, hello.incarnation)) {
+    auth_.Refuse(s, "name in use (its session is alive)",
+                 "its hello as " + key + ", a new incarnation, while the session of that peer is alive");
+    return;
+  }
   Peer replaced;
   if (Status st = table_.BeginAccept(key, hello.incarnation, &replaced); !st.ok()) {
     if (st.code() == StatusCode::kResourceExhausted) {
@@ -55,7 +60,8 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
   }
   if (replaced.session) {  // the peer restarted: forget everything about the old one
     Drop(*replaced.state);
-    XLOG(INFO) << "peer " << key << " restarted (new incarnation); dropping the old session";
+    XLOG(WARN) << "peer " << key << " restarted (a new incarnation, from " << s->remote_addr()
+               << ", while the old session had fallen silent); dropping the old session";
     replaced.session->Shutdown("peer restarted");
   }
   std::string transport_error;
@@ -76,6 +82,13 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
   metrics_->SessionOpened(key);
   if (!SendHelloAndSubscribe(s).ok()) s->Shutdown("cannot send hello");
   events_.up(s, state);  // (after the hello, which the peer reads first)
+}
+
+bool PeerService::IsAliveUnderAnotherIncarnation(const std::string& key, uint64_t incarnation) const {
+  Peer old;
+  if (!table_.Find(key, &old) || !old.session || old.state->info.incarnation == incarnation) return false;
+  // A live peer sends at least a heartbeat every heartbeat_interval.
+  return Clock::now() - old.session->last_rx.load() < 2 * self_.options.heartbeat_interval;
 }
 
 void PeerService::OnBeforeHello(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {
