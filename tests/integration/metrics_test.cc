@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -339,6 +340,51 @@ TEST_F(MetricsEndpoint, StalledScrapersBlockNeitherTransfersNorFinalize) {
   EXPECT_LT(SecondsSince(t1), 4.0) << "Finalize waited on the stalled scrapers";
   stop = true;
   trickler.join();
+}
+
+// The open file descriptors of this process.
+int OpenFds() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) n += e.is_symlink() ? 1 : 0;
+  return n;
+}
+
+// Many scrapers that connect and say nothing: the endpoint holds a few of their connections
+// (two served, four waiting, one on the listen thread), the kernel's backlog the rest, and the
+// engine's descriptors stay for the engine (before, every connection was accepted and queued,
+// a descriptor each: slow scrapers could exhaust them, and then sessions and AllocMem failed).
+TEST_F(MetricsEndpoint, SilentScrapersHoldFewOfTheEnginesDescriptors) {
+  namespace net = xfer::net;
+  net::Address at;
+  XT_ASSERT_OK(net::ParseAddress(engine_.MetricsAddress(), &at));
+  const int before = OpenFds();
+  constexpr int kScrapers = 40;
+  std::vector<net::Fd> silent;
+  for (int i = 0; i < kScrapers; ++i) {
+    net::Fd fd;
+    XT_ASSERT_OK(net::ConnectTcp(at, Clock::now() + 5s, &fd));  // (the backlog completes it)
+    silent.push_back(std::move(fd));
+  }
+  std::this_thread::sleep_for(300ms);  // (the server accepts what it will)
+  const int held = OpenFds() - before - kScrapers;
+  EXPECT_LE(held, 8) << "the metrics server accepted and queued the silent scrapers' connections";
+  // The engine meanwhile: memory and transfers.
+  xfer::MemHandle h = 0;
+  void* p = nullptr;
+  XT_EXPECT_OK(engine_.AllocMem(1 << 20, xfer::MemType::kHost, &p, &h));
+  const PeerRegion r = peer_.Alloc(1 << 20);
+  LocalBuffer buf(1 << 20);
+  XT_EXPECT_OK(Write({{buf.addr(), r.addr, 1 << 20}}, 5s));
+  silent.clear();
+  // Once they are gone the endpoint answers again (each held worker waits out its read timeout).
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        httplib::Client c(engine_.MetricsAddress());
+        auto res = c.Get("/metrics");
+        return res && res->status == 200;
+      },
+      15s));
+  XT_EXPECT_OK(engine_.FreeMem(h));
 }
 
 TEST(MetricsEndpointPort, InUseIsRefused) {

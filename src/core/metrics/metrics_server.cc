@@ -6,8 +6,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "util/log.h"
 #include "util/net.h"
@@ -16,6 +20,61 @@ namespace xfer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// httplib's thread pool with a bound on what waits: `workers` threads, and at most `queued`
+// accepted connections waiting for one. Past that the listen thread serves the connection
+// itself, and accepts nothing meanwhile: later scrapers wait in the kernel's listen backlog,
+// holding none of the engine's file descriptors. (httplib's own pool queues without bound,
+// a descriptor each: slow scrapers could take them all.) The server holds at most
+// workers + queued + 1 connections.
+class BoundedPool final : public httplib::TaskQueue {
+ public:
+  BoundedPool(size_t workers, size_t queued) : max_queued_(queued) {
+    for (size_t i = 0; i < workers; ++i) threads_.emplace_back([this] { Work(); });
+  }
+  ~BoundedPool() override = default;
+  void enqueue(std::function<void()> fn) override {
+    {
+      std::lock_guard lock(mu_);
+      if (jobs_.size() < max_queued_) {
+        jobs_.push_back(std::move(fn));
+        cv_.notify_one();
+        return;
+      }
+    }
+    fn();  // (full)
+  }
+  void shutdown() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  void Work() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;  // (stopping, and nothing left)
+        fn = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      fn();
+    }
+  }
+
+  const size_t max_queued_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;  // mu_
+  bool stop_ = false;                       // mu_
+  std::vector<std::thread> threads_;
+};
 
 // What the server's threads share with its owner: the page's source, dropped when the owner
 // goes (a server left behind then answers 503), and whether the listen thread has returned.
@@ -31,8 +90,9 @@ class HttpMetricsServer final : public MetricsServer {
   explicit HttpMetricsServer(Render render) : shared_(std::make_shared<Shared>()) {
     shared_->render = std::move(render);
     httplib::Server& s = shared_->server;
-    // Two workers and short timeouts: a scraper that stalls holds one worker, not the engine.
-    s.new_task_queue = [] { return new httplib::ThreadPool(2); };
+    // Two workers, four waiting, and short timeouts: a scraper that stalls holds one worker,
+    // not the engine (nor its file descriptors).
+    s.new_task_queue = [] { return new BoundedPool(2, 4); };
     s.set_read_timeout(1, 0);
     s.set_write_timeout(1, 0);
     s.set_keep_alive_timeout(1);
