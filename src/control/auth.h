@@ -14,7 +14,7 @@
 // new connection; the acceptor says nothing but a nonce before the initiator has proved itself;
 // each side checks who the other claims to be (Engine: not itself, and the name it dialled),
 // and the acceptor that the initiator meant to reach it: `dialled` is its own end of the
-// connection (or its name). A relay at another address, passing one engine's handshake to
+// connection. A relay at another address, passing one engine's handshake to
 // another, is thereby refused by both: its address is in the initiator's proof.
 #pragma once
 

@@ -143,10 +143,22 @@ TEST_F(ClusterTest, AFailedConnectByNameLeavesTheNameWithItsEngine) {
   XT_ASSERT_OK(etcd.Put("/test/engines/prefill-0", R"({"name":"prefill-0","address":")" + dead +
                                                        R"(","incarnation":7,"host_id":"x","tags":[]})"));
   const xfer::Status c = decode.Connect("prefill-0", 3s);
-  EXPECT_FALSE(c.ok()) << "a Connect to " << dead << " succeeded";
+  EXPECT_EQ(c.code(), StatusCode::kConnectionLost) << c.ToString();  // (nothing at the dead address)
   LocalBuffer into(1 << 20);
   XT_EXPECT_OK(decode.TransferSync("prefill-0", Op::kRead, {{into.addr(), kv.addr, kv.len}}, 10s));
   EXPECT_EQ(into.Hash(), prefill.Sum(kv));
+
+  // An entry naming another engine we are connected to: "already connected", and the name
+  // stays with its engine too.
+  PeerProcess other;
+  ASSERT_TRUE(other.Start(PeerOptions{}, &err)) << err;
+  XT_ASSERT_OK(decode.Connect(other.name(), 10s));
+  XT_ASSERT_OK(etcd.Put("/test/engines/prefill-0", R"({"name":"prefill-0","address":")" + other.name() +
+                                                       R"(","incarnation":7,"host_id":"x","tags":[]})"));
+  XT_EXPECT_CODE(decode.Connect("prefill-0", 3s), StatusCode::kAlreadyConnected);
+  xfer::PeerInfo info;
+  XT_ASSERT_OK(decode.GetPeerInfo("prefill-0", &info));
+  EXPECT_EQ(info.name, prefill.name()) << "the name went to the engine the rogue entry named";
 }
 #endif
 

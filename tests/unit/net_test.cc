@@ -53,9 +53,12 @@ TEST(Sockets, EachEndOfAConnectionNamesTheOtherAlike) {
     Address bound;
     if (!Listen(Address{host, 0, true}, &listener, &bound).ok()) continue;  // (no IPv6 here)
     Fd client;
-    ASSERT_TRUE(
-        ConnectTcp(Address{"127.0.0.1", bound.port, true}, Clock::now() + std::chrono::seconds(2), &client)
-            .ok());
+    // (An IPv6 wildcard takes IPv4 only where net.ipv6.bindv6only is 0.)
+    if (!ConnectTcp(Address{"127.0.0.1", bound.port, true}, Clock::now() + std::chrono::seconds(2), &client)
+             .ok()) {
+      ASSERT_STREQ(host, "::");
+      continue;
+    }
     Fd accepted(::accept(listener.get(), nullptr, nullptr));
     ASSERT_TRUE(accepted.valid());
     const std::string dialled = PeerOf(client.get());

@@ -135,8 +135,7 @@ bool Authenticator::OnUnauthenticated(const std::shared_ptr<control::Session>& s
       Refuse(s, "authentication failed", "wrong secret, or a replayed handshake");
     } else if (proof->incarnation == self_.incarnation) {
       Refuse(s, "authentication failed", "it claims to be this engine (our own handshake reflected?)");
-    } else if (const std::string here = net::LocalOf(s->fd());
-               proof->dialled != here && proof->dialled != self_.name) {
+    } else if (const std::string here = net::LocalOf(s->fd()); proof->dialled != here) {
       Refuse(s, "authentication failed",
              "its proof is for " + (proof->dialled.empty() ? std::string("no address") : proof->dialled) +
                  ", not this engine (" + here + "): a handshake relayed from another address");

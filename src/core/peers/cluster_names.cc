@@ -34,7 +34,7 @@ void ClusterNames::Stop() {
   if (directory_) directory_->Stop();
 }
 
-Status ClusterNames::Resolve(const std::string& name, std::string* address) {
+Status ClusterNames::Resolve(const std::string& name, ClusterPeer* entry) {
   if (!directory_) {
     return {StatusCode::kInvalidArgument, "Connect: '" + name +
                                               "' is not host:port (connecting by "
@@ -47,7 +47,7 @@ Status ClusterNames::Resolve(const std::string& name, std::string* address) {
                                     " has no host:port address: '" + peer.address + "'"};
   }
   if (!s.ok()) return {s.code(), "Connect: " + s.message()};
-  *address = peer.address;
+  *entry = std::move(peer);
   return Status::Ok();
 }
 

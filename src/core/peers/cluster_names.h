@@ -27,8 +27,8 @@ class ClusterNames {
   void Stop();
   // Whether remote is to be read as a cluster name (metadata is on, and it is no host:port).
   bool IsName(const std::string& remote) const { return directory_ && metadata::IsClusterName(remote); }
-  // The address of the engine of that name, looked up afresh in etcd.
-  Status Resolve(const std::string& name, std::string* address);
+  // The entry of the engine of that name (address, incarnation), looked up afresh in etcd.
+  Status Resolve(const std::string& name, ClusterPeer* entry);
   // Transfers by that name go to address from now on: once a Connect to it succeeded (a failed
   // one, to an address a rogue entry named, leaves the name with the engine it had).
   void Remember(const std::string& name, const std::string& address);

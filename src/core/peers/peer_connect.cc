@@ -155,8 +155,8 @@ Status PeerService::Connect(const std::string& remote, std::chrono::milliseconds
 Status PeerService::ConnectByName(const std::string& name, std::chrono::milliseconds timeout) {
   // (The lookup takes up to a second per etcd endpoint; Connect gets what is left of timeout.)
   const auto deadline = DeadlineAfter(timeout);
-  std::string address;
-  if (Status s = names_.Resolve(name, &address); !s.ok()) {
+  ClusterPeer entry;
+  if (Status s = names_.Resolve(name, &entry); !s.ok()) {
     XLOG(WARN) << s.message();
     return s;
   }
@@ -164,8 +164,15 @@ Status PeerService::ConnectByName(const std::string& name, std::chrono::millisec
   if (left.count() <= 0) {
     return {StatusCode::kTimeout, "Connect: looking '" + name + "' up in etcd took the whole timeout"};
   }
-  Status s = Connect(address, left);
-  if (s.ok() || s.code() == StatusCode::kAlreadyConnected) names_.Remember(name, address);
+  Status s = Connect(entry.address, left);
+  // The name goes to the address once the engine there is the entry's: connected now, or
+  // already, with the entry's incarnation (an entry naming another engine we are connected
+  // to, or a dead address, leaves the name where it was).
+  Peer peer;
+  if (s.ok() || (s.code() == StatusCode::kAlreadyConnected && Lookup(entry.address, &peer) &&
+                 peer.state->info.incarnation == entry.incarnation)) {
+    names_.Remember(name, entry.address);
+  }
   return s;
 }
 

@@ -121,8 +121,8 @@ class PeerService {
                       const std::string& why);
   void OnHello(const std::shared_ptr<control::Session>& s, wire::Hello&& hello);
   // Whether the peer of that key has a session under another incarnation that is alive (heard
-  // from within two heartbeat intervals): a hello taking its name is then an impostor's, not
-  // a restart (a restarted peer's old session ends with its process, or falls silent).
+  // from within heartbeat_timeout): a hello taking its name is then an impostor's, not a
+  // restart (a restarted peer's old session ends with its process, or falls silent and dies).
   bool IsAliveUnderAnotherIncarnation(const std::string& key, uint64_t incarnation) const;
   wire::Hello MakeHello(const std::vector<wire::WireRegion>& regions) const;
   // Sends our hello on s and adds s to the sessions that hear of region changes.

@@ -40,7 +40,7 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
     return;
   }
   Peer replaced;
-  if (Status st = table_.BeginAccept(key, hello.incarnation, &replaced); !st.ok()) {
+  if (Status st = table_.BeginAccept(key, hello.name, hello.incarnation, &replaced); !st.ok()) {
     if (st.code() == StatusCode::kResourceExhausted) {
       if (uint64_t more = 0; too_many_sessions_log_.Due(&more)) {
         XLOG(WARN) << "refused the hello of " << key << " from " << s->remote_addr() << ": " << st.message()
@@ -61,7 +61,7 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
   if (replaced.session) {  // the peer restarted: forget everything about the old one
     Drop(*replaced.state);
     XLOG(WARN) << "peer " << key << " restarted (a new incarnation, from " << s->remote_addr()
-               << ", while the old session had fallen silent); dropping the old session";
+               << ", while the old session was silent for heartbeat_timeout); dropping the old session";
     replaced.session->Shutdown("peer restarted");
   }
   std::string transport_error;
@@ -87,8 +87,9 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
 bool PeerService::IsAliveUnderAnotherIncarnation(const std::string& key, uint64_t incarnation) const {
   Peer old;
   if (!table_.Find(key, &old) || !old.session || old.state->info.incarnation == incarnation) return false;
-  // A live peer sends at least a heartbeat every heartbeat_interval.
-  return Clock::now() - old.session->last_rx.load() < 2 * self_.options.heartbeat_interval;
+  // Until the control loop declares it dead (silent for heartbeat_timeout): a peer's own
+  // heartbeat interval is not ours, and its heartbeats may wait in this loop turn's events.
+  return Clock::now() - old.session->last_rx.load() < self_.options.heartbeat_timeout;
 }
 
 void PeerService::OnBeforeHello(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {

@@ -123,7 +123,8 @@ Status PeerTable::TooMany() const {
                                               ", EngineOptions::max_sessions)"};
 }
 
-Status PeerTable::BeginAccept(const std::string& key, uint64_t incarnation, Peer* replaced) {
+Status PeerTable::BeginAccept(const std::string& key, const std::string& name, uint64_t incarnation,
+                              Peer* replaced) {
   std::lock_guard lock(mu_);
   // While this hello is answered, accepting_ keeps a Connect() of ours from starting a
   // crossing session.
@@ -136,7 +137,9 @@ Status PeerTable::BeginAccept(const std::string& key, uint64_t incarnation, Peer
   }
   if (incarnation == mine_) return {StatusCode::kInvalidArgument, "its incarnation is this engine's"};
   for (const auto& [other, p] : peers_) {
-    if (other != key && p.state->info.incarnation == incarnation) {
+    // (The same engine under another key, e.g. our outbound session to the address we dialled
+    // it at, carries its own name: not an impostor.)
+    if (other != key && p.state->info.incarnation == incarnation && p.state->info.name != name) {
       return {StatusCode::kInvalidArgument, "its incarnation is that of peer '" + other + "'"};
     }
   }

@@ -61,7 +61,8 @@ class PeerTable {
   // name that has a session (an incarnation names one engine: data connections and drops are
   // keyed by it); else ok: the name is being accepted (until FinishAccept), and *replaced is
   // the session of the peer's previous incarnation, now removed (a restart).
-  Status BeginAccept(const std::string& key, uint64_t incarnation, Peer* replaced);
+  // (name: the hello's; key is it, or it with the incarnation for a peer without a port.)
+  Status BeginAccept(const std::string& key, const std::string& name, uint64_t incarnation, Peer* replaced);
   void FinishAccept(const std::string& key, const Peer& peer);
 
   // Removes the peer when s is its session; true when it was.
