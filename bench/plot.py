@@ -25,7 +25,8 @@ one small plot per direction and op, a line per transport and path, and HIXL's o
 --reference FILE.tsv[:COLUMN=VALUE,...][@LABEL]: the rows of one of bench/reference's tables
 that match, drawn dashed and grey (GB/s; perftest's Gb/s are converted).
 
-Writes OUT.png and OUT.svg (OUT defaults to "plot"). Block sizes go on a log2 axis labelled in
+Writes OUT as given when it ends in .png, .svg or .pdf, else OUT.png and OUT.svg (OUT defaults
+to "plot"). Block sizes go on a log2 axis labelled in
 KiB/MiB; GB/s = 1e9 bytes/s. Needs matplotlib (Debian's python3-matplotlib: /usr/bin/python3).
 """
 
@@ -224,7 +225,8 @@ def main():
     p.add_argument("--unit", default="GB/s", help="--stats: the unit of the values")
     p.add_argument("--grid", metavar="TABLE.json", help="xfer-bench table --json output")
     p.add_argument("--reference", action="append", default=[], metavar="FILE.tsv[:COL=VAL,...][@LABEL]")
-    p.add_argument("-o", "--out", default="plot", help="output path without extension")
+    p.add_argument("-o", "--out", default="plot",
+                   help="output file (.png, .svg or .pdf), or a path without extension: OUT.png and OUT.svg")
     p.add_argument("--title", default="xfer-bench")
     p.add_argument("--latency", action="store_true", help="also p50/p99 latency against block size")
     a = p.parse_args()
@@ -300,9 +302,17 @@ def main():
             lat.set_yscale("log")
             lat.set_ylabel("latency per request (us)")
     fig.tight_layout()
-    for ext in ("png", "svg"):
-        fig.savefig(f"{a.out}.{ext}", dpi=110)
-    print(f"plot.py: wrote {a.out}.png and {a.out}.svg")
+    written = output_files(a.out)
+    for path in written:
+        fig.savefig(path, dpi=110)
+    print("plot.py: wrote " + " and ".join(written))
+
+
+def output_files(out):
+    """The files -o OUT names: OUT itself when it has an image extension, else OUT.png and OUT.svg."""
+    if os.path.splitext(out)[1].lower() in (".png", ".svg", ".pdf"):
+        return [out]
+    return [f"{out}.png", f"{out}.svg"]
 
 
 if __name__ == "__main__":

@@ -246,7 +246,8 @@ shm)
   "$XB" -s 64K -n 30 "${SMALL[@]}" --json "$tmp/d.json" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/out" "$tmp/err"; fail "default run exited"; }
   has_row 65536 "$tmp/out" || { cat "$tmp/out"; fail "default run: no row"; }
   grep -qE "^# memory: .*--mem alloc" "$tmp/out" || { cat "$tmp/out"; fail "the header does not say --mem alloc"; }
-  grep -qE "^# peer: .*shm: yes" "$tmp/out" || { cat "$tmp/out"; fail "the header does not say shm"; }
+  grep -qE "^# peer: .*; bytes over shm \(the peer's AllocMem memory is mapped here\); transport " "$tmp/out" \
+    || { cat "$tmp/out"; fail "the header does not say the bytes go over shm"; }
   [ "$(grep -cE '^# path: shm 100% \([0-9]+ bytes\), cma 0%' "$tmp/out")" = 2 ] || { cat "$tmp/out"; fail "default run: want WRITE and READ through shm"; }
   if command -v jq >/dev/null; then
     jq -e '.config.mem == "alloc" and .peer.shm == true and (.paths | length == 2)
@@ -328,6 +329,9 @@ plot)
   grep -q "now WRITE" "$tmp/out.svg" || fail "out.svg has no line named after its label"
   [ "$(stat -c %s "$tmp/out.png")" -gt 10000 ] || fail "out.png is nearly empty"
   expect_exit 1 "is not an xfer-bench --json file" /usr/bin/python3 "$plot" -o "$tmp/bad" "$tmp/plot.txt"
+  # -o with an extension: that one file, as named.
+  /usr/bin/python3 "$plot" -o "$tmp/one.svg" "$tmp/w.json" >"$tmp/plot.txt" 2>&1 || { cat "$tmp/plot.txt"; fail "plot.py -o one.svg"; }
+  [ -s "$tmp/one.svg" ] && [ ! -e "$tmp/one.svg.svg" ] && [ ! -e "$tmp/one.svg.png" ] || fail "-o one.svg did not write one.svg alone"
   # --stats: what a compare script's round_stats wrote: lines per block size, ratios as bars,
   # a reference table's matching rows dashed.
   . "$(dirname "$0")/../../bench/lib.sh"

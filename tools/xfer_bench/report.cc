@@ -72,17 +72,22 @@ void Bench::PrintHeader(const std::string& transport_note) {
   if (!transport_note.empty()) {
     std::printf("# peer:      %s\n", transport_note.c_str());
   } else {
+    // Where this run's bytes go, first: host memory from the peer's AllocMem takes shm where it
+    // reaches the peer, whatever the transport (which carries the rest).
+    const bool over_shm = peer_info_.transport != "shm" && peer_info_.Reaches("shm") && c_.mem == "alloc" &&
+                          c_.local_mem == "host" && c_.remote_mem == "host" && !c_.buffer_pool;
     std::string shm;
-    if (peer_info_.transport != "shm")
-      shm = peer_info_.Reaches("shm") ? "; shm: yes (the peer's AllocMem memory is mapped here)"
-            : !c_.transport.empty()   ? "; shm: no (forcing a transport disables it)"
-                                      : "; shm: no (no mapped path to this peer)";
+    if (peer_info_.transport != "shm" && !over_shm)
+      shm = !c_.transport.empty() ? "; shm: no (forcing a transport disables it)"
+            : peer_info_.Reaches("shm") ? "; shm: for the peer's AllocMem memory (mapped here)"
+                                        : "; shm: no (no mapped path to this peer)";
     shm += GpuNote();
     if (c_.bidir)
       shm += "; reverse direction: transport " + rev_transport_ + ", shm " + (rev_shm_ ? "yes" : "no");
-    std::printf("# peer:      %s (%s); transport %s%s%s\n", peer_.c_str(), WhereLine().c_str(),
+    std::printf("# peer:      %s (%s); %stransport %s%s%s%s\n", peer_.c_str(), WhereLine().c_str(),
+                over_shm ? "bytes over shm (the peer's AllocMem memory is mapped here); " : "",
                 peer_info_.transport.c_str(), c_.transport.empty() ? " (best available)" : " (forced)",
-                shm.c_str());
+                over_shm ? " for other memory" : "", shm.c_str());
   }
   std::printf("# engine:    streams %s; links %s\n",
               c_.streams ? std::to_string(c_.streams).c_str()
