@@ -148,13 +148,14 @@ TEST_F(ClusterTest, AFailedConnectByNameLeavesTheNameWithItsEngine) {
   XT_EXPECT_OK(decode.TransferSync("prefill-0", Op::kRead, {{into.addr(), kv.addr, kv.len}}, 10s));
   EXPECT_EQ(into.Hash(), prefill.Sum(kv));
 
-  // An entry naming another engine we are connected to: "already connected", and the name
-  // stays with its engine too.
+  // An entry naming another engine: the Connect reaches it, finds another incarnation than the
+  // entry's and says so; connected to it already, "already connected". Either way the name
+  // stays with its engine.
   PeerProcess other;
   ASSERT_TRUE(other.Start(PeerOptions{}, &err)) << err;
-  XT_ASSERT_OK(decode.Connect(other.name(), 10s));
   XT_ASSERT_OK(etcd.Put("/test/engines/prefill-0", R"({"name":"prefill-0","address":")" + other.name() +
                                                        R"(","incarnation":7,"host_id":"x","tags":[]})"));
+  XT_EXPECT_CODE(decode.Connect("prefill-0", 3s), StatusCode::kRemoteAccessDenied);
   XT_EXPECT_CODE(decode.Connect("prefill-0", 3s), StatusCode::kAlreadyConnected);
   xfer::PeerInfo info;
   XT_ASSERT_OK(decode.GetPeerInfo("prefill-0", &info));

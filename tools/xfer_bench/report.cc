@@ -74,11 +74,11 @@ void Bench::PrintHeader(const std::string& transport_note) {
   } else {
     // Where this run's bytes go, first: host memory from the peer's AllocMem takes shm where it
     // reaches the peer, whatever the transport (which carries the rest).
-    const bool over_shm = peer_info_.transport != "shm" && peer_info_.Reaches("shm") && c_.mem == "alloc" &&
+    const bool over_shm = peer_info_.transport != "shm" && peer_info_.Reaches("shm") && remote_shared_ &&
                           c_.local_mem == "host" && c_.remote_mem == "host" && !c_.buffer_pool;
     std::string shm;
     if (peer_info_.transport != "shm" && !over_shm)
-      shm = !c_.transport.empty() ? "; shm: no (forcing a transport disables it)"
+      shm = !c_.transport.empty()       ? "; shm: no (forcing a transport disables it)"
             : peer_info_.Reaches("shm") ? "; shm: for the peer's AllocMem memory (mapped here)"
                                         : "; shm: no (no mapped path to this peer)";
     shm += GpuNote();

@@ -165,14 +165,23 @@ Status PeerService::ConnectByName(const std::string& name, std::chrono::millisec
     return {StatusCode::kTimeout, "Connect: looking '" + name + "' up in etcd took the whole timeout"};
   }
   Status s = Connect(entry.address, left);
-  // The name goes to the address once the engine there is the entry's: connected now, or
-  // already, with the entry's incarnation (an entry naming another engine we are connected
-  // to, or a dead address, leaves the name where it was).
+  if (!s.ok() && s.code() != StatusCode::kAlreadyConnected) return s;
+  // The name goes to the address only when the engine there is the entry's (its incarnation):
+  // a rogue or stale entry naming another engine, this one, or a dead address leaves the name
+  // where it was. (ALREADY_CONNECTED while another Connect to it is still under way finds no
+  // session yet: the name is not taken this time; a retry takes it.)
   Peer peer;
-  if (s.ok() || (s.code() == StatusCode::kAlreadyConnected && Lookup(entry.address, &peer) &&
-                 peer.state->info.incarnation == entry.incarnation)) {
-    names_.Remember(name, entry.address);
+  if (!Lookup(entry.address, &peer) || peer.state->info.incarnation != entry.incarnation) {
+    if (s.ok()) {
+      s = {StatusCode::kRemoteAccessDenied,
+           "Connect: the etcd entry of '" + name + "' names " + entry.address +
+               ", where another engine answers (not the entry's incarnation): "
+               "the name is not taken"};
+      XLOG(WARN) << s.message();
+    }
+    return s;
   }
+  names_.Remember(name, entry.address);
   return s;
 }
 

@@ -137,9 +137,10 @@ Status PeerTable::BeginAccept(const std::string& key, const std::string& name, u
   }
   if (incarnation == mine_) return {StatusCode::kInvalidArgument, "its incarnation is this engine's"};
   for (const auto& [other, p] : peers_) {
-    // (The same engine under another key, e.g. our outbound session to the address we dialled
-    // it at, carries its own name: not an impostor.)
-    if (other != key && p.state->info.incarnation == incarnation && p.state->info.name != name) {
+    // (The same engine under another key, our outbound session to the address we dialled it
+    // at, carries its own name: not an impostor.)
+    const bool same_engine = p.state->info.name == name && p.session && p.session->outbound();
+    if (other != key && p.state->info.incarnation == incarnation && !same_engine) {
       return {StatusCode::kInvalidArgument, "its incarnation is that of peer '" + other + "'"};
     }
   }
