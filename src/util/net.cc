@@ -380,33 +380,38 @@ size_t FloodVictim(const std::vector<std::string>& from) {
 
 std::string AddressText(const sockaddr_storage& ss) {
   char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  bool v6 = false;
   if (ss.ss_family == AF_INET) {
     auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
     ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-    return std::string(host) + ":" + std::to_string(ntohs(a->sin_port));
+    port = a->sin_port;
+  } else {
+    auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    v6 = !IN6_IS_ADDR_V4MAPPED(&a->sin6_addr);
+    if (v6) {
+      ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    } else {
+      ::inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], host, sizeof host);
+    }
+    port = a->sin6_port;
   }
-  auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-  if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
-    ::inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], host, sizeof host);
-    return std::string(host) + ":" + std::to_string(ntohs(a->sin6_port));
-  }
-  ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-  return "[" + std::string(host) + "]:" + std::to_string(ntohs(a->sin6_port));
+  const std::string h(host);
+  return (v6 ? "[" + h + "]" : h) + ":" + std::to_string(ntohs(port));
 }
 
-std::string PeerOf(int fd) {
+namespace {
+// "ip:port" of one end of a socket, as getpeername or getsockname (`name`) gives it.
+std::string EndOf(int fd, int (*name)(int, sockaddr*, socklen_t*)) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  if (name(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
   return AddressText(ss);
 }
+}  // namespace
 
-std::string LocalOf(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
-  return AddressText(ss);
-}
+std::string PeerOf(int fd) { return EndOf(fd, ::getpeername); }
+std::string LocalOf(int fd) { return EndOf(fd, ::getsockname); }
 
 bool AcceptPause::Shortage(int err) {
   if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM) return false;

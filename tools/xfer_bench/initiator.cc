@@ -1,6 +1,21 @@
 #include "initiator.h"
 
 namespace xfer::bench {
+namespace {
+
+// The bytes each path (GetPeerInfo's nic_pairs, staged_via) moved between two snapshots.
+std::vector<std::pair<std::string, int64_t>> InWindow(const std::vector<PeerInfo::Moved>& before,
+                                                      const std::vector<PeerInfo::Moved>& after) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& m : after) {
+    uint64_t was = 0;
+    for (const auto& b : before) was = b.path == m.path ? b.bytes : was;
+    out.emplace_back(m.path, int64_t(m.bytes - was));
+  }
+  return out;
+}
+
+}  // namespace
 
 bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& hooks, Progress* progress,
                         Row* row, std::string* err) {
@@ -260,10 +275,8 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
     row->shm_bytes = moved("shm");
     row->cuda_bytes = moved("cuda");
     row->staged_bytes = moved("staged");
-    for (const auto& m : pi1.staged_via) {  // (the routes whose staged bytes grew in the window)
-      uint64_t before = 0;
-      for (const auto& b : pi0.staged_via) before = b.path == m.path ? b.bytes : before;
-      if (m.bytes > before) row->staged_via += (row->staged_via.empty() ? "" : "+") + m.path;
+    for (const auto& [path, bytes] : InWindow(pi0.staged_via, pi1.staged_via)) {
+      if (bytes > 0) row->staged_via += (row->staged_via.empty() ? "" : "+") + path;
     }
     // The transport's column: every other route (the transport, and e.g. tcp beside cma for
     // the peer's GPU memory).
@@ -271,11 +284,7 @@ bool Initiator::RunSize(const std::string& test, uint64_t block, const Hooks& ho
     for (const auto& m : pi1.moved) {
       if (m.path != "shm" && m.path != "cuda" && m.path != "staged") row->transport_bytes += moved(m.path);
     }
-    for (const auto& m : pi1.nic_pairs) {
-      uint64_t before = 0;
-      for (const auto& b : pi0.nic_pairs) before = b.path == m.path ? b.bytes : before;
-      row->nic_bytes.emplace_back(m.path, int64_t(m.bytes - before));
-    }
+    row->nic_bytes = InWindow(pi0.nic_pairs, pi1.nic_pairs);
   }
   if (c_.verify) row->verify = Verify(block);
   return true;
