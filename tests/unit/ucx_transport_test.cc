@@ -12,6 +12,7 @@
 #include "transport/ucx/ucx_transport.h"
 
 #include <dirent.h>
+#include <elf.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -31,6 +32,9 @@
 #include <sstream>
 #include <thread>
 #include <vector>
+
+#include "transport/ucx/ucx_library.h"
+#include "xfer/engine.h"
 
 extern char** environ;
 
@@ -748,6 +752,183 @@ TEST(UcxTransport, DescribeNamesVersionAndTransports) {
   EXPECT_NE(d.find("UCX_TLS=tcp"), std::string::npos) << d;
   EXPECT_NE(d.find("transports: tcp("), std::string::npos) << d;
   EXPECT_NE(d.find("RDMA"), std::string::npos) << d;
+}
+
+// ---------------------------------------------------------------- UCX loaded at run time
+// The DT_NEEDED entries of a 64-bit ELF file: the libraries the dynamic loader must find before
+// the program runs. Empty, with *error set, when the file cannot be read as one.
+std::vector<std::string> NeededLibraries(const char* path, std::string* error) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *error = std::string("open: ") + std::strerror(errno);
+    return {};
+  }
+  auto read_at = [fd](uint64_t offset, void* out, size_t len) {
+    return ::pread(fd, out, len, static_cast<off_t>(offset)) == static_cast<ssize_t>(len);
+  };
+  std::vector<std::string> needed;
+  Elf64_Ehdr eh{};
+  if (!read_at(0, &eh, sizeof eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
+      eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_shentsize != sizeof(Elf64_Shdr)) {
+    *error = "not a 64-bit ELF file";
+  }
+  std::vector<Elf64_Shdr> sections(error->empty() ? eh.e_shnum : 0);
+  if (!sections.empty() && !read_at(eh.e_shoff, sections.data(), sections.size() * sizeof(Elf64_Shdr))) {
+    *error = "unreadable section headers";
+    sections.clear();
+  }
+  for (const Elf64_Shdr& dyn : sections) {
+    if (dyn.sh_type != SHT_DYNAMIC || dyn.sh_link >= sections.size()) continue;
+    const Elf64_Shdr& str = sections[dyn.sh_link];  // the dynamic section's string table
+    std::vector<Elf64_Dyn> entries(dyn.sh_size / sizeof(Elf64_Dyn));
+    std::string strings(str.sh_size, '\0');
+    if (!read_at(dyn.sh_offset, entries.data(), entries.size() * sizeof(Elf64_Dyn)) ||
+        !read_at(str.sh_offset, strings.data(), strings.size())) {
+      *error = "unreadable dynamic section";
+      break;
+    }
+    for (const Elf64_Dyn& e : entries) {
+      if (e.d_tag == DT_NULL) break;
+      if (e.d_tag == DT_NEEDED && e.d_un.d_val < strings.size())
+        needed.emplace_back(strings.c_str() + e.d_un.d_val);
+    }
+  }
+  ::close(fd);
+  if (needed.empty() && error->empty()) *error = "no DT_NEEDED entry";
+  return needed;
+}
+
+// xfer loads UCX at run time (ucx_library.h): no binary it builds names a UCX library among
+// those the dynamic loader must find, so the same binary runs on a machine without UCX.
+TEST(UcxLibrary, BinariesDoNotNeedUcxLibraries) {
+  std::string error;
+  const std::vector<std::string> needed = NeededLibraries("/proc/self/exe", &error);
+  ASSERT_FALSE(needed.empty()) << error;  // (libc, at least)
+  for (const std::string& lib : needed) {
+    for (const char* ucx : {"libucp", "libuct", "libucs", "libucm"}) {
+      EXPECT_NE(lib.rfind(ucx, 0), 0u) << "this binary needs " << lib << " to start";
+    }
+  }
+}
+
+TEST(UcxLibrary, DefaultCandidatesHonourXferUcxLib) {
+  const auto set = ucx::DefaultCandidates("/opt/ucx/lib/libucp.so.0");
+  ASSERT_EQ(set.size(), 1u);  // that one alone: never quietly another UCX
+  EXPECT_EQ(set[0].name, "/opt/ucx/lib/libucp.so.0");
+  EXPECT_NE(set[0].label.find("XFER_UCX_LIB=/opt/ucx/lib/libucp.so.0"), std::string::npos) << set[0].label;
+  for (const char* unset : {static_cast<const char*>(nullptr), ""}) {
+    const auto c = ucx::DefaultCandidates(unset);
+    ASSERT_FALSE(c.empty());
+    EXPECT_EQ(c.back().name, "libucp.so.0");  // the dynamic loader's search comes last
+    EXPECT_TRUE(c.front().if_loaded);         // after one the process loaded already
+    EXPECT_FALSE(c.back().if_loaded);
+    for (const auto& one : c) EXPECT_EQ(one.label.find("XFER_UCX_LIB"), std::string::npos) << one.label;
+  }
+}
+
+TEST(UcxLibrary, MissingLibraryNamesWhatWasTriedAndHowToFix) {
+  const std::string path = "/nonexistent/libucp.so.0";
+  ucx::UcxLibrary lib;
+  const Status s = ucx::LoadLibrary(ucx::DefaultCandidates(path.c_str()), &lib);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
+  EXPECT_NE(s.message().find("not found at run time"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("XFER_UCX_LIB=" + path + " (" + path), std::string::npos)  // (dlerror's)
+      << s.message();
+  EXPECT_NE(s.message().find("LD_LIBRARY_PATH"), std::string::npos) << s.message();
+  EXPECT_EQ(lib.ucp_put_nbx, nullptr);
+}
+
+TEST(UcxLibrary, LibraryWithoutTheFunctionsIsRefused) {
+  ucx::UcxLibrary lib;  // (libc opens, but is no UCX)
+  const Status s = ucx::LoadLibrary({{"libc.so.6", "libc"}, {"/nonexistent/libucp.so.0", "nothing"}}, &lib);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
+  EXPECT_NE(s.message().find("no usable UCX"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("libc (it lacks ucp_cleanup"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("nothing (/nonexistent/libucp.so.0"), std::string::npos) << s.message();
+  EXPECT_EQ(lib.ucp_cleanup, nullptr);
+}
+
+TEST(UcxLibrary, LoadsEveryFunction) {
+  ucx::UcxLibrary lib;
+  const Status s = ucx::LoadLibrary(ucx::DefaultCandidates(nullptr), &lib);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+#define XFER_EXPECT_LOADED(name) EXPECT_NE(lib.name, nullptr) << #name;
+  XFER_UCX_FUNCTIONS(XFER_EXPECT_LOADED)
+#undef XFER_EXPECT_LOADED
+  EXPECT_NE(lib.path.find("/libucp.so"), std::string::npos) << lib.path;  // the file, not the soname
+  // libucs's, found through libucp's handle
+  EXPECT_STREQ(lib.ucs_status_string(UCS_OK), "Success");
+  EXPECT_STREQ(lib.ucs_memory_type_names[UCS_MEMORY_TYPE_HOST], "host");
+  EXPECT_EQ(std::string(lib.ucp_get_version_string()).rfind("1.", 0), 0u) << lib.ucp_get_version_string();
+  if (std::getenv("XFER_UCX_LIB") == nullptr) {  // the process's UCX: the same library
+    ASSERT_TRUE(ucx::LibraryStatus().ok()) << ucx::LibraryStatus().ToString();
+    EXPECT_EQ(ucx::Ucx().path, lib.path);
+    EXPECT_EQ(ucx::Ucx().ucp_put_nbx, lib.ucp_put_nbx);
+  }
+}
+
+// The child of the test below, which names no library in XFER_UCX_LIB: this process has no UCX.
+TEST(UcxWithoutUcx, DISABLED_StartDescribeAndTheEngineSayWhy) {
+  const char* lib = std::getenv("XFER_UCX_LIB");
+  if (lib == nullptr) GTEST_SKIP() << "run by the test below";
+  UcxTransport t(UcxOptions{});
+  const Status s = t.Start();
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
+  EXPECT_EQ(s.message().rfind("ucx: UCX (libucp.so.0) not found at run time", 0), 0u) << s.message();
+  EXPECT_NE(s.message().find(std::string("XFER_UCX_LIB=") + lib), std::string::npos) << s.message();
+  EXPECT_TRUE(t.worker_address().empty());
+  std::vector<uint8_t> region(4096);
+  std::unique_ptr<UcxMemory> mem;
+  EXPECT_EQ(t.MapMemory(A(region.data()), region.size(), &mem).code(), StatusCode::kInvalidArgument);
+  t.Stop();
+  const std::string d = UcxTransport::Describe();  // (xfer-info's)
+  EXPECT_EQ(d.rfind("UCX (libucp.so.0) not found at run time", 0), 0u) << d;
+  EXPECT_NE(d.find("\nGPU memory to other hosts: through the buffer pool (UCX was not found at run time)"),
+            std::string::npos)
+      << d;
+  // An engine starts without it: the other backends serve.
+  EngineOptions o;
+  o.ucx.mode = UcxMode::kOn;
+  Engine e;
+  const Status init = e.Initialize("127.0.0.1:0", o);
+  EXPECT_TRUE(init.ok()) << init.ToString();
+  e.Finalize();
+}
+
+TEST(UcxLibrary, WithoutUcxTheTransportSaysWhyAndTheEngineStarts) {
+  // The library loads once per process: the test runs in a child without it.
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 2);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e) {
+    if (std::string_view(*e).rfind("XFER_UCX_LIB=", 0) != 0) env_s.emplace_back(*e);
+  }
+  env_s.push_back("XFER_UCX_LIB=/nonexistent/libucp.so.0");
+  std::vector<char*> env;
+  for (auto& e : env_s) env.push_back(e.data());
+  env.push_back(nullptr);
+  std::string a0 = "/proc/self/exe",
+              a1 = "--gtest_filter=UcxWithoutUcx.DISABLED_StartDescribeAndTheEngineSayWhy",
+              a2 = "--gtest_also_run_disabled_tests";
+  char* argv[] = {a0.data(), a1.data(), a2.data(), nullptr};
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv, env.data());
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(p[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; rc == 0 && (n = ::read(p[0], buf, sizeof buf)) > 0;) out.append(buf, n);
+  ::close(p[0]);
+  ASSERT_EQ(rc, 0) << std::strerror(rc);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+  EXPECT_EQ(out.find("SKIPPED"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "transport/link.h"
+#include "transport/ucx/ucx_library.h"  // Ucx(): every UCX call goes through it
 
 namespace xfer::transport::ucx {
 

@@ -103,13 +103,13 @@ void OnRequestDone(void* request, ucs_status_t status, void* user) {
     f->what = f->op == Op::kWrite ? "put" : "get";
   }
   --f->left;
-  ucp_request_free(request);
+  Ucx().ucp_request_free(request);
 }
 
 void OnPeerError(void* arg, ucp_ep_h, ucs_status_t status) { static_cast<Conn*>(arg)->failure.store(status); }
 
 void DestroyKeys(Conn& c) {
-  for (auto& [id, k] : c.rkeys) ucp_rkey_destroy(k);
+  for (auto& [id, k] : c.rkeys) Ucx().ucp_rkey_destroy(k);
   c.rkeys.clear();
 }
 
@@ -140,7 +140,7 @@ UcxLink::~UcxLink() {
   for (auto& c : conns_) all.push_back(c.get());
   Teardown(all, kDrainGrace);  // ends what is in flight
   for (auto& c : conns_) {
-    if (c->worker) ucp_worker_destroy(c->worker);
+    if (c->worker) Ucx().ucp_worker_destroy(c->worker);
     for (auto& f : c->flights) f->done(f->result ? std::move(*f->result) : Gone());
   }
 }
@@ -483,7 +483,7 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until, const std:
     bool busy = !expired.empty() || !fresh.empty();
     if (expired.empty()) {
       for (auto [c, f] : fresh) Post(*c, *f);
-      for (Conn* c : mine) busy = (c->worker && ucp_worker_progress(c->worker) != 0) || busy;
+      for (Conn* c : mine) busy = (c->worker && Ucx().ucp_worker_progress(c->worker) != 0) || busy;
     }
     if (!finished || (clock && now >= until)) return;
     if (busy) {
@@ -513,7 +513,7 @@ void UcxLink::Sleep(const std::vector<Conn*>& mine) {
   for (Conn* c : mine) {
     p.push_back({c->kick.fd, POLLIN, 0});
     if (!c->worker) continue;
-    if (ucp_worker_arm(c->worker) != UCS_OK) armed = false;  // events came in: progress
+    if (Ucx().ucp_worker_arm(c->worker) != UCS_OK) armed = false;  // events came in: progress
     p.push_back({c->efd, POLLIN, 0});
   }
   if (armed) ::poll(p.data(), p.size(), kSleepMs);
@@ -571,11 +571,11 @@ void UcxLink::Post(Conn& c, Flight& f) {
     void* buf = reinterpret_cast<void*>(sl.local);
     const ucp_rkey_h key = unpacked[f.key_of[i]];
     const bool ok = f.op == Op::kWrite
-                        ? issued(ucp_put_nbx(c.ep, buf, sl.len, sl.remote, key, &p), "ucp_put_nbx")
-                        : issued(ucp_get_nbx(c.ep, buf, sl.len, sl.remote, key, &p), "ucp_get_nbx");
+                        ? issued(Ucx().ucp_put_nbx(c.ep, buf, sl.len, sl.remote, key, &p), "ucp_put_nbx")
+                        : issued(Ucx().ucp_get_nbx(c.ep, buf, sl.len, sl.remote, key, &p), "ucp_get_nbx");
     if (!ok) return;
   }
-  if (f.op == Op::kWrite) issued(ucp_ep_flush_nbx(c.ep, &p), "ucp_ep_flush_nbx");
+  if (f.op == Op::kWrite) issued(Ucx().ucp_ep_flush_nbx(c.ep, &p), "ucp_ep_flush_nbx");
 }
 
 // A flight on each of cs failed or ran out of time, or the peer failed, or the link was shut
@@ -622,9 +622,9 @@ Status UcxLink::Connect(Conn& c) {
   if (!c.worker) {
     Status s = CreateWorker(ctx_->h, &c.worker);
     if (!s.ok()) return s;
-    ucs_status_t st = ucp_worker_get_efd(c.worker, &c.efd);
+    ucs_status_t st = Ucx().ucp_worker_get_efd(c.worker, &c.efd);
     if (st != UCS_OK) {
-      ucp_worker_destroy(c.worker);
+      Ucx().ucp_worker_destroy(c.worker);
       c.worker = nullptr;
       return {StatusCode::kUnsupported, UcsError("ucp_worker_get_efd", st)};
     }
@@ -638,7 +638,7 @@ Status UcxLink::Connect(Conn& c) {
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = OnPeerError;
   ep.err_handler.arg = &c;
-  ucs_status_t st = ucp_ep_create(c.worker, &ep, &c.ep);
+  ucs_status_t st = Ucx().ucp_ep_create(c.worker, &ep, &c.ep);
   if (st != UCS_OK) {
     c.ep = nullptr;
     std::string msg = UcsError(("endpoint to " + peer_.name).c_str(), st);
@@ -660,7 +660,7 @@ Status UcxLink::Unpack(Conn& c, const UcxRemoteKey& key, ucp_rkey_h* out) {
     *out = it->second;
     return Status::Ok();
   }
-  ucs_status_t st = ucp_ep_rkey_unpack(c.ep, key.packed.data(), out);
+  ucs_status_t st = Ucx().ucp_ep_rkey_unpack(c.ep, key.packed.data(), out);
   if (st != UCS_OK) {
     return {StatusCode::kConnectionLost, UcsError(("unpacking the key of region " +
                                                    std::to_string(key.region_id) + " of peer " + peer_.name)
@@ -681,7 +681,7 @@ void UcxLink::Teardown(std::span<Conn* const> cs, std::chrono::milliseconds drai
   ucp_request_param_t none{};
   for (size_t i = 0; i < cs.size(); ++i) {
     if (!cs[i]->ep || cs[i]->failure.load() != UCS_OK || drain.count() <= 0) continue;
-    void* r = ucp_ep_flush_nbx(cs[i]->ep, &none);
+    void* r = Ucx().ucp_ep_flush_nbx(cs[i]->ep, &none);
     if (!UCS_PTR_IS_ERR(r)) flush[i] = r;
   }
   const auto drained = Clock::now() + drain;
@@ -691,12 +691,12 @@ void UcxLink::Teardown(std::span<Conn* const> cs, std::chrono::milliseconds drai
     unsigned progressed = 0;
     for (size_t i = 0; i < cs.size(); ++i) {
       if (flush[i] == nullptr) continue;
-      if (ucp_request_check_status(flush[i]) != UCS_INPROGRESS) {
-        ucp_request_free(flush[i]);
+      if (Ucx().ucp_request_check_status(flush[i]) != UCS_INPROGRESS) {
+        Ucx().ucp_request_free(flush[i]);
         flush[i] = nullptr;
       } else {
         waiting = true;
-        progressed += ucp_worker_progress(cs[i]->worker);
+        progressed += Ucx().ucp_worker_progress(cs[i]->worker);
       }
     }
     if (waiting && Clock::now() >= drained) break;
@@ -717,7 +717,7 @@ void UcxLink::Close(Conn& c, void* flush) {
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  bool clean = WaitRequest(c.worker, ucp_ep_close_nbx(c.ep, &p), until) != UCS_INPROGRESS;
+  bool clean = WaitRequest(c.worker, Ucx().ucp_ep_close_nbx(c.ep, &p), until) != UCS_INPROGRESS;
   clean = WaitRequest(c.worker, flush, until) != UCS_INPROGRESS && clean;  // canceled by the close
   c.ep = nullptr;
   auto outstanding = [&] {
@@ -728,7 +728,7 @@ void UcxLink::Close(Conn& c, void* flush) {
   while (clean && outstanding()) {
     if (Clock::now() >= until) {
       clean = false;
-    } else if (ucp_worker_progress(c.worker) == 0) {
+    } else if (Ucx().ucp_worker_progress(c.worker) == 0) {
       backoff.Pause();
     }
   }
@@ -742,7 +742,7 @@ void UcxLink::Close(Conn& c, void* flush) {
   XLOG(ERROR) << "ucx: requests to " << peer_.name
               << " did not complete after a forced close; destroying their worker";
   c.rkeys.clear();
-  ucp_worker_destroy(c.worker);  // stops all its transports: no more access to our memory
+  Ucx().ucp_worker_destroy(c.worker);  // stops all its transports: no more access to our memory
   c.worker = nullptr;
   c.efd = -1;
   std::lock_guard l(mu_);

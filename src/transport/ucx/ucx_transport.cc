@@ -29,16 +29,16 @@ namespace xfer::transport {
 namespace ucx {
 
 std::string UcsError(const char* what, ucs_status_t s) {
-  return std::string("ucx: ") + what + ": " + ucs_status_string(s);
+  return std::string("ucx: ") + what + ": " + Ucx().ucs_status_string(s);
 }
 
 Context::~Context() {
-  if (h) ucp_cleanup(h);
+  if (h) Ucx().ucp_cleanup(h);
 }
 
 Status CreateContext(std::shared_ptr<Context>* out) {
   ucp_config_t* cfg = nullptr;
-  ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);  // UCX_TLS, UCX_NET_DEVICES, ...
+  ucs_status_t st = Ucx().ucp_config_read(nullptr, nullptr, &cfg);  // UCX_TLS, UCX_NET_DEVICES, ...
   if (st != UCS_OK) return {StatusCode::kInternal, UcsError("reading UCX configuration", st)};
   ucp_params_t p{};
   p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
@@ -48,8 +48,8 @@ Status CreateContext(std::shared_ptr<Context>* out) {
   p.mt_workers_shared = 1;  // workers live on different threads; MapMemory comes from any
   p.name = "xfer";
   auto ctx = std::make_shared<Context>();
-  st = ucp_init(&p, cfg, &ctx->h);
-  ucp_config_release(cfg);
+  st = Ucx().ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &p, cfg, &ctx->h);
+  Ucx().ucp_config_release(cfg);
   if (st != UCS_OK) {
     ctx->h = nullptr;
     return {StatusCode::kUnsupported, UcsError("ucp_init (check UCX_TLS / UCX_NET_DEVICES)", st)};
@@ -62,7 +62,7 @@ Status CreateWorker(ucp_context_h ctx, ucp_worker_h* out) {
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-  ucs_status_t st = ucp_worker_create(ctx, &wp, out);
+  ucs_status_t st = Ucx().ucp_worker_create(ctx, &wp, out);
   if (st != UCS_OK) return {StatusCode::kResourceExhausted, UcsError("ucp_worker_create", st)};
   return Status::Ok();
 }
@@ -72,13 +72,13 @@ ucs_status_t WaitRequest(ucp_worker_h w, void* req, Clock::time_point until) {
   if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
   Backoff backoff;
   for (;;) {
-    ucs_status_t st = ucp_request_check_status(req);
+    ucs_status_t st = Ucx().ucp_request_check_status(req);
     if (st != UCS_INPROGRESS) {
-      ucp_request_free(req);
+      Ucx().ucp_request_free(req);
       return st;
     }
     if (Clock::now() >= until) return UCS_INPROGRESS;
-    if (ucp_worker_progress(w) == 0) backoff.Pause();
+    if (Ucx().ucp_worker_progress(w) == 0) backoff.Pause();
   }
 }
 
@@ -89,6 +89,7 @@ using ucx::Context;
 using ucx::CreateContext;
 using ucx::CreateWorker;
 using ucx::UcsError;
+using ucx::Ucx;
 using ucx::UcxLink;
 namespace {
 
@@ -111,7 +112,7 @@ class UcxMemoryImpl final : public UcxMemory {
   UcxMemoryImpl(std::shared_ptr<Context> ctx, ucp_mem_h memh, std::string key)
       : ctx_(std::move(ctx)), memh_(memh), key_(std::move(key)) {}
   ~UcxMemoryImpl() override {
-    ucs_status_t st = ucp_mem_unmap(ctx_->h, memh_);
+    ucs_status_t st = Ucx().ucp_mem_unmap(ctx_->h, memh_);
     if (st != UCS_OK) XLOG(WARN) << UcsError("ucp_mem_unmap", st);
   }
   const std::string& packed_key() const override { return key_; }
@@ -128,11 +129,11 @@ std::string MemoryTypes(ucp_context_h ctx, bool* cuda) {
   ucp_context_attr_t attr{};
   attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
   *cuda = false;
-  if (ucp_context_query(ctx, &attr) != UCS_OK) return "?";
+  if (Ucx().ucp_context_query(ctx, &attr) != UCS_OK) return "?";
   std::string out;
   for (int t = 0; t < UCS_MEMORY_TYPE_LAST; ++t) {
     if ((attr.memory_types & UCS_BIT(t)) == 0) continue;
-    out += (out.empty() ? "" : ", ") + std::string(ucs_memory_type_names[t]);
+    out += (out.empty() ? "" : ", ") + std::string(Ucx().ucs_memory_type_names[t]);
   }
   *cuda = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
   return out.empty() ? "none" : out;
@@ -145,7 +146,7 @@ std::string Resources(ucp_context_h ctx) {
   size_t size = 0;
   FILE* f = open_memstream(&text, &size);
   if (!f) return "?";
-  ucp_context_print_info(ctx, f);
+  Ucx().ucp_context_print_info(ctx, f);
   std::fclose(f);
   std::map<std::string, std::vector<std::string>> by_tl;
   std::vector<std::string> order;
@@ -233,8 +234,8 @@ struct UcxTransport::Impl {
       auto quiet_until = Clock::now() + kTargetSpin;
       Clock::time_point now;
       do {
-        if (ucp_worker_progress(worker) != 0) {
-          while (ucp_worker_progress(worker) != 0) {
+        if (Ucx().ucp_worker_progress(worker) != 0) {
+          while (Ucx().ucp_worker_progress(worker) != 0) {
           }
           quiet_until = Clock::now() + kTargetSpin;
           backoff.Reset();
@@ -247,7 +248,7 @@ struct UcxTransport::Impl {
           next_rescue = now + std::chrono::milliseconds(kRescuePollMs);
         }
       } while (now < quiet_until);
-      ucs_status_t st = ucp_worker_arm(worker);
+      ucs_status_t st = Ucx().ucp_worker_arm(worker);
       if (st == UCS_ERR_BUSY) continue;  // events arrived since the last progress
       if (st != UCS_OK) {
         XLOG(ERROR) << UcsError("ucp_worker_arm", st);
@@ -278,27 +279,28 @@ UcxTransport::~UcxTransport() { Stop(); }
 Status UcxTransport::Start() {
   Impl& m = *impl_;
   if (m.ctx) return {StatusCode::kInvalidArgument, "ucx: already started"};
+  if (const Status& lib = ucx::LibraryStatus(); !lib.ok()) return {lib.code(), "ucx: " + lib.message()};
   std::shared_ptr<Context> ctx;
   Status s = CreateContext(&ctx);
   if (!s.ok()) return s;
   const std::string types = MemoryTypes(ctx->h, &m.cuda_memory);
-  XLOG(INFO) << "ucx: UCX " << ucp_get_version_string() << " registers " << types
+  XLOG(INFO) << "ucx: UCX " << Ucx().ucp_get_version_string() << " (" << Ucx().path << ") registers " << types
              << " memory; GPU memory to other hosts: " << GpuVerdict(m.cuda_memory);
   ucp_worker_h w = nullptr;
   s = CreateWorker(ctx->h, &w);
   if (!s.ok()) return s;
   auto fail = [&](Status why) {
-    ucp_worker_destroy(w);
+    Ucx().ucp_worker_destroy(w);
     return why;
   };
   ucp_address_t* addr = nullptr;
   size_t len = 0;
-  ucs_status_t st = ucp_worker_get_address(w, &addr, &len);
+  ucs_status_t st = Ucx().ucp_worker_get_address(w, &addr, &len);
   if (st != UCS_OK) return fail({StatusCode::kInternal, UcsError("ucp_worker_get_address", st)});
   m.address.assign(reinterpret_cast<const char*>(addr), len);
-  ucp_worker_release_address(w, addr);
+  Ucx().ucp_worker_release_address(w, addr);
   int efd = -1;
-  st = ucp_worker_get_efd(w, &efd);
+  st = Ucx().ucp_worker_get_efd(w, &efd);
   if (st != UCS_OK) return fail({StatusCode::kUnsupported, UcsError("ucp_worker_get_efd", st)});
   m.alarm = std::make_shared<Alarm>();
   if (m.alarm->wake.fd < 0) {
@@ -343,7 +345,7 @@ void UcxTransport::Stop() {
   m.stop.store(true);
   m.alarm->wake.Signal();
   m.progress.join();
-  ucp_worker_destroy(m.worker);  // closes the peers' endpoints to us: they see the error
+  Ucx().ucp_worker_destroy(m.worker);  // closes the peers' endpoints to us: they see the error
   m.worker = nullptr;
   m.alarm.reset();
   m.address.clear();
@@ -371,20 +373,20 @@ Status UcxTransport::MapMemory(uint64_t addr, uint64_t len, std::unique_ptr<UcxM
   mp.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ |
             (remote_write ? UCP_MEM_MAP_PROT_REMOTE_WRITE : 0);
   ucp_mem_h memh = nullptr;
-  ucs_status_t st = ucp_mem_map(ctx->h, &mp, &memh);
+  ucs_status_t st = Ucx().ucp_mem_map(ctx->h, &mp, &memh);
   if (st != UCS_OK) {
     return {st == UCS_ERR_NO_MEMORY ? StatusCode::kResourceExhausted : StatusCode::kInternal,
             UcsError(("ucp_mem_map of " + std::to_string(len) + " bytes at " + Hex(addr)).c_str(), st)};
   }
   void* buf = nullptr;
   size_t size = 0;
-  st = ucp_rkey_pack(ctx->h, memh, &buf, &size);
+  st = Ucx().ucp_rkey_pack(ctx->h, memh, &buf, &size);
   if (st != UCS_OK) {
-    (void)ucp_mem_unmap(ctx->h, memh);
+    (void)Ucx().ucp_mem_unmap(ctx->h, memh);
     return {StatusCode::kInternal, UcsError("ucp_rkey_pack", st)};
   }
   std::string key(static_cast<const char*>(buf), size);
-  ucp_rkey_buffer_release(buf);
+  Ucx().ucp_rkey_buffer_release(buf);
   *out = std::make_unique<UcxMemoryImpl>(ctx, memh, std::move(key));
   return Status::Ok();
 }
@@ -412,23 +414,34 @@ PlanLimits UcxTransport::Limits(const EngineOptions& o) const {
 }
 
 std::string UcxTransport::GpuVerdict(bool cuda_memory) {
+  if (!ucx::LibraryStatus().ok()) return "through the buffer pool (UCX was not found at run time)";
   if (cuda_memory)
     return "direct through UCX (it registers CUDA memory; GPUDirect RDMA where the NIC allows)";
-  return std::string("through the buffer pool (UCX ") + ucp_get_version_string() +
+  return std::string("through the buffer pool (UCX ") + Ucx().ucp_get_version_string() +
          " has no CUDA memory support here; that takes a UCX built --with-cuda, a GPU driver, and UCX_TLS "
          "naming cuda_copy where it is set)";
 }
 
-std::string UcxTransport::Describe() {
-  std::string out = std::string("UCX ") + ucp_get_version_string() + "; UCX_TLS=";
+namespace {
+// "UCX 1.13.1 (/usr/lib/.../libucp.so.0); UCX_TLS=...; transports: ...; memory types: ...";
+// *cuda: whether it registers GPU memory.
+std::string DescribeUcx(bool* cuda) {
+  std::string out = std::string("UCX ") + Ucx().ucp_get_version_string() + " (" + Ucx().path + "); UCX_TLS=";
   const char* tls = std::getenv("UCX_TLS");
   out += tls ? tls : "all (default)";
   if (const char* devs = std::getenv("UCX_NET_DEVICES")) out += std::string("; UCX_NET_DEVICES=") + devs;
   std::shared_ptr<Context> ctx;
   Status s = CreateContext(&ctx);
   out += "; transports: " + (s.ok() ? Resources(ctx->h) : s.message());
+  if (s.ok()) out += "; memory types: " + MemoryTypes(ctx->h, cuda);
+  return out;
+}
+}  // namespace
+
+std::string UcxTransport::Describe() {
   bool cuda = false;
-  if (s.ok()) out += "; memory types: " + MemoryTypes(ctx->h, &cuda);
+  const Status& lib = ucx::LibraryStatus();
+  std::string out = lib.ok() ? DescribeUcx(&cuda) : lib.message();
   std::vector<std::string> rdma = host::RdmaDevices();
   if (rdma.empty()) {
     out += "; no RDMA (InfiniBand/RoCE) device found";

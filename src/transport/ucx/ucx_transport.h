@@ -56,7 +56,8 @@ class UcxTransport final {
 
   // Creates the UCP context (honouring UCX_TLS, UCX_NET_DEVICES, ...) and the target worker
   // with its progress thread. Fails with the reason when UCX cannot start or offers no
-  // transport that can put/get.
+  // transport that can put/get, and with kUnsupported, what was tried and how to get UCX, when
+  // no UCX loads at run time (ucx_library.h).
   Status Start();
   void Stop();
   // The target worker's address, advertised in the hello.
@@ -78,8 +79,9 @@ class UcxTransport final {
   // thread drives the batches on an endpoint: more threads than endpoints only wait.
   PlanLimits Limits(const EngineOptions& o) const;
 
-  // For xfer-info: UCX's version, and the transports and devices UCX would use here; on a
-  // second line, what becomes of GPU memory to other hosts (GpuVerdict).
+  // For xfer-info: UCX's version and library, and the transports and devices UCX would use
+  // here, or why no UCX loads here; on a second line, what becomes of GPU memory to other hosts
+  // (GpuVerdict). Both work whether UCX loads or not.
   static std::string Describe();
   // What becomes of GPU memory to other hosts with this UCX, for a person: direct through UCX,
   // or through the buffer pool and why ("UCX 1.13.1 has no CUDA memory support").
