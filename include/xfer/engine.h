@@ -11,8 +11,22 @@
 #include "xfer/options.h"
 #include "xfer/status.h"
 #include "xfer/types.h"
+#include "xfer/version.h"
 
 namespace xfer {
+
+// A backend as an engine with these options would start it here: available, or not and why;
+// and what it says of itself (what it moves, what it found: e.g. ucx's UCX and GPU support).
+struct TransportState {
+  std::string name;  // "shm", "cma", "tcp", "ucx", "cuda", "local"
+  bool available = false;
+  std::string why_not;  // when not available
+  std::string about;    // may hold several lines
+};
+// Every backend of this build, best first. Starts them on loopback and stops them at once. Not
+// ok when Initialize with these options would fail for want of a backend (e.g. a forced
+// transport that is unavailable); `out` is filled either way.
+Status DescribeTransports(const EngineOptions& options, std::vector<TransportState>* out);
 
 class EngineImpl;
 

@@ -3,6 +3,10 @@
 import array
 import asyncio
 import gc
+import pathlib
+import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -242,3 +246,34 @@ def test_max_sessions_caps_the_sessions_an_engine_holds():
             b.connect(e.name)
     with pytest.raises(xfer.InvalidArgumentError, match="max_sessions"):
         xfer.Engine("127.0.0.1", max_sessions=0)
+
+
+def test_the_version_is_the_one_cmake_declares():
+    cmake = (pathlib.Path(__file__).parents[2] / "CMakeLists.txt").read_text()
+    assert xfer.__version__ == re.search(r"project\(xfer VERSION ([0-9.]+)", cmake).group(1)
+
+
+def test_transports_say_what_this_machine_offers():
+    states = {t.name: t for t in xfer.transports()}
+    assert {"local", "shm", "cma", "tcp", "ucx", "cuda"} <= set(states)
+    assert states["tcp"].available and states["tcp"].why_not == ""
+    assert not states["cuda"].available or "GPU" in states["cuda"].about
+    # Forced off: not available, and why.
+    off = {t.name: t for t in xfer.transports(ucx_mode="off")}["ucx"]
+    assert not off.available and "ucx.mode" in off.why_not
+    with pytest.raises(xfer.InvalidArgumentError):
+        xfer.transports(no_such_option=1)
+    # python -m xfer.info prints the same.
+    out = subprocess.run([sys.executable, "-m", "xfer.info"], capture_output=True, text=True, check=True).stdout
+    assert out.startswith(f"xfer {xfer.__version__}\n")
+    assert re.search(r"^  tcp +available", out, re.M)
+
+
+def test_a_ucx_the_process_loaded_already_is_the_one_used():
+    # (A fresh process: the engine loads UCX once per process.) The libucx wheel's UCX, loaded
+    # before xfer starts its ucx transport, is used rather than the system's.
+    pytest.importorskip("libucx")
+    code = ("import libucx; libucx.load_library(); import xfer; "
+            "print(next(t.about for t in xfer.transports(ucx_mode='on') if t.name == 'ucx'))")
+    about = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "site-packages/libucx/lib/libucp" in about, about

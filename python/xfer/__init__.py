@@ -24,17 +24,18 @@ from ._errors import (AlreadyConnectedError, CanceledError, ConnectionLostError,
                       RemoteAccessDeniedError, ResourceExhaustedError, TimeoutError,
                       UnsupportedError, XferError)
 from ._xfer import (Buffer, ClusterPeer, Metric, Metrics, MetricSample, Notification, PeerInfo,
-                    PreparedList, Region, RegionInfo, Request, State, option_names)
+                    PreparedList, Region, RegionInfo, Request, State, TransportState, option_names,
+                    transports)
 from . import _xfer
 
-__version__ = "0.1.0"
+__version__ = _xfer.version  # CMakeLists.txt's project(VERSION), as the library reports it
 __all__ = [
     "Engine", "Buffer", "Region", "Request", "PreparedList", "State", "Notification", "PeerInfo", "RegionInfo",
     "ClusterPeer", "Connecting", "Metrics", "Metric", "MetricSample",
     "XferError", "InvalidArgumentError", "NotConnectedError",
     "AlreadyConnectedError", "UnsupportedError", "ResourceExhaustedError",
     "RemoteAccessDeniedError", "ConnectionLostError", "CanceledError", "InternalError",
-    "DataCorruptedError", "option_names",
+    "DataCorruptedError", "option_names", "transports", "TransportState",
 ]
 
 _xfer._set_error_classes(_errors.BY_CODE)

@@ -155,3 +155,13 @@ class Engine:
     def wait_notifies(self, timeout: _Seconds = None) -> list[Notification]: ...
 
 def option_names() -> str: ...
+
+version: str
+
+class TransportState:
+    name: str
+    available: bool
+    why_not: str
+    about: str
+
+def transports(**options: object) -> list[TransportState]: ...

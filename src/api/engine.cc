@@ -1,8 +1,11 @@
 // The public facade: each call goes to the service that owns it (core/engine_impl.h).
 #include "api/option_table.h"
 #include "core/engine_impl.h"
+#include "xfer/version.h"
 
 namespace xfer {
+
+std::string_view Version() { return XFER_VERSION; }
 
 Engine::Engine() : impl_(std::make_unique<EngineImpl>()) {}
 Engine::~Engine() = default;

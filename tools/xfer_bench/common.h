@@ -23,10 +23,6 @@
 #include "bench_util.h"
 #include "xfer/engine.h"
 
-#ifndef XFER_TOOLS_VERSION
-#define XFER_TOOLS_VERSION "unknown"
-#endif
-
 namespace xfer::bench {
 
 using json = nlohmann::json;

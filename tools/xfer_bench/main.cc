@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
       "xfer-bench: bandwidth and latency of xfer transfers.\n"
       "With no test it runs the main job: a local target child, WRITE then READ, 16K..8M,\n"
       "buffers from Engine::AllocMem (path shm on one host; --mem register: cma)."};
-  app.set_version_flag("--version", std::string("xfer-bench ") + XFER_TOOLS_VERSION);
+  app.set_version_flag("--version", "xfer-bench " + std::string(xfer::Version()));
   app.require_subcommand(0, 1);
   app.footer(
       "Examples:\n"

@@ -68,7 +68,7 @@ void Bench::PrintPaths(const std::string& test) {
 void Bench::PrintHeader(const std::string& transport_note) {
   std::string tests;
   for (auto& t : c_.tests) tests += (tests.empty() ? "" : ", then ") + t;
-  std::printf("# xfer-bench %s: %s\n", XFER_TOOLS_VERSION, tests.c_str());
+  std::printf("# xfer-bench %s: %s\n", std::string(xfer::Version()).c_str(), tests.c_str());
   if (!transport_note.empty()) {
     std::printf("# peer:      %s\n", transport_note.c_str());
   } else {
@@ -230,7 +230,7 @@ bool Bench::WriteJson(std::string* err) {
   json j;
   j["schema"] = kJsonSchema;
   j["schema_version"] = kJsonVersion;
-  j["xfer_version"] = XFER_TOOLS_VERSION;
+  j["xfer_version"] = std::string(xfer::Version());
   j["command"] = RerunCommand(argv0_, c_);
   j["invoked"] = invoked_;
   j["host"] = MachineLine();

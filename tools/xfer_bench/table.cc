@@ -42,7 +42,7 @@ int Bench::RunTable() {
   const std::string pool_target_id = "xfer-bench-table-target";  // bufferpool: the child's host id
 
   std::printf("# xfer-bench %s: table (shape of bench/reference/hixl_a3_bandwidth.tsv)\n",
-              XFER_TOOLS_VERSION);
+              std::string(xfer::Version()).c_str());
   std::printf("# %s; sizes %s; ",
               c_.peer.empty() ? "target: a local child process (local: a "
                                 "target engine in this process)"
