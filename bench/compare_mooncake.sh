@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 BYTES=$(to_bytes "${BYTES:-64M}")
 MC_VENV=build/mooncake-venv
-[ -x .venv/bin/python ] || { echo "compare_mooncake: run ./scripts/setup.sh && ./scripts/build.sh first" >&2; exit 1; }
+[ -x .venv/bin/python ] || { echo "compare_mooncake: run ./scripts/setup.sh --test && ./scripts/build.sh first" >&2; exit 1; }
 mc_version=$(peer_venv "$MC_VENV" mooncake.engine mooncake-transfer-engine-non-cuda)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 BYTES=$(to_bytes "${BYTES:-256M}")
 NIXL_VENV=build/nixl-venv
-[ -x .venv/bin/python ] || { echo "compare_nixl: run ./scripts/setup.sh && ./scripts/build.sh first" >&2; exit 1; }
+[ -x .venv/bin/python ] || { echo "compare_nixl: run ./scripts/setup.sh --test && ./scripts/build.sh first" >&2; exit 1; }
 nixl_version=$(peer_venv "$NIXL_VENV" nixl._api nixl)
 tmp=$(mktemp -d)
 trap 'status=$?; [ $status -eq 0 ] || tail -20 "$tmp/log.txt" >&2; rm -rf "$tmp"' EXIT

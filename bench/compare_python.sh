@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 ROUNDS=${ROUNDS:-5}
 [ -x .venv/bin/python ] && [ -x build/bench/request_cost ] || {
-  echo "compare_python: run ./scripts/setup.sh && ./scripts/build.sh first" >&2; exit 1; }
+  echo "compare_python: run ./scripts/setup.sh --test && ./scripts/build.sh first" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 .venv/bin/python bench/python_cost.py --rounds "$ROUNDS" --rounds-file "$tmp/rounds.txt" >"$tmp/table.md"

@@ -26,6 +26,10 @@ target_include_directories(xfer_shared PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE
 # The CUDA runtime is linked statically: its symbols stay inside libxfer.so, so that a process
 # with a libcudart of its own (torch) keeps using that one.
 target_link_options(xfer_shared PRIVATE "LINKER:--exclude-libs,libcudart_static.a")
+# It exports xfer's own symbols alone (xfer.map): the header-only libraries compiled into it
+# (nlohmann-json, cpp-httplib) stay inside, so a program with its own copies keeps them.
+target_link_options(xfer_shared PRIVATE "LINKER:--version-script=${PROJECT_SOURCE_DIR}/cmake/xfer.map")
+set_property(TARGET xfer_shared APPEND PROPERTY LINK_DEPENDS "${PROJECT_SOURCE_DIR}/cmake/xfer.map")
 if(NOT XFER_SANITIZE AND NOT XFER_FUZZ)  # (clang leaves the sanitizers' runtime to programs)
   target_link_options(xfer_shared PRIVATE "LINKER:--no-undefined")
 endif()
@@ -47,5 +51,6 @@ install(FILES "${PROJECT_BINARY_DIR}/xferConfig.cmake" "${PROJECT_BINARY_DIR}/xf
         DESTINATION "${XFER_CMAKE_DIR}")
 # (Relocatable: the .pc file finds the prefix from where it lies.)
 file(RELATIVE_PATH XFER_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+string(REGEX REPLACE "/$" "" XFER_PC_TO_PREFIX "${XFER_PC_TO_PREFIX}")
 configure_file(cmake/xfer.pc.in "${PROJECT_BINARY_DIR}/xfer.pc" @ONLY)
 install(FILES "${PROJECT_BINARY_DIR}/xfer.pc" DESTINATION "${CMAKE_INSTALL_LIBDIR}/pkgconfig")

@@ -7,10 +7,10 @@
 # (scripts/build_python.sh): the C++ code compiles once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tests=OFF
-if [ "${1:-}" = --tests ]; then tests=ON; shift; fi
+tests=()  # (without --tests: as DIR was configured before; off in a new one)
+if [ "${1:-}" = --tests ]; then tests=(-DXFER_BUILD_TESTS=ON); shift; fi
 dir=${1:-build}; shift || true
-cmake -S . -B "$dir" -G Ninja -DXFER_BUILD_TESTS="$tests" "$@" >/dev/null
+cmake -S . -B "$dir" -G Ninja "${tests[@]}" "$@" >/dev/null
 cmake --build "$dir"
 if [ "$dir" = build ] && [ $# -eq 0 ]; then
   ./scripts/build_python.sh build

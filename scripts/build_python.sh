@@ -10,5 +10,8 @@ if [ ! -x .venv/bin/python ]; then
   echo "build_python: no .venv: run ./scripts/setup.sh first" >&2
   exit 1
 fi
-if [ $# -gt 0 ]; then export SKBUILD_CMAKE_DEFINE="XFER_PREBUILT=$(realpath "$1")"; fi
+if [ $# -gt 0 ]; then
+  [ -f "$1/xferConfig.cmake" ] || { echo "build_python: $1 is not a build of xfer (no xferConfig.cmake)" >&2; exit 1; }
+  export SKBUILD_CMAKE_DEFINE="XFER_PREBUILT=$(cd "$1" && pwd)"
+fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation .

@@ -15,8 +15,16 @@ py=.venv/bin/python
 [ -x .venv/bin/auditwheel ] || { echo "wheel: no auditwheel in .venv: run ./scripts/setup.sh --test" >&2; exit 1; }
 raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT
-if [ -f build/xferConfig.cmake ]; then export SKBUILD_CMAKE_DEFINE="XFER_PREBUILT=$PWD/build"; fi
+if [ -f build/xferConfig.cmake ]; then
+  if grep -qE '^XFER_(SANITIZE|FUZZ):BOOL=ON' build/CMakeCache.txt; then
+    echo "wheel: build/ is a sanitizer or fuzzing build: not for a wheel (rebuild it with ./scripts/build.sh)" >&2
+    exit 1
+  fi
+  cmake --build build --target xfer_shared >/dev/null  # (up to date with the sources)
+  export SKBUILD_CMAKE_DEFINE="XFER_PREBUILT=$PWD/build"
+fi
 "$py" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps -w "$raw" .
 mkdir -p "$out"
+rm -f "$out"/xfer-*.whl  # (the one made now is the one there)
 PATH="$PWD/.venv/bin:$PATH" .venv/bin/auditwheel repair --strip -w "$out" "$raw"/xfer-*.whl
 ls -1 "$out"/xfer-*.whl

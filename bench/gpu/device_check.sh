@@ -100,9 +100,9 @@ if [ "${1:-}" = "--prepare" ]; then
          .deps/googletest/googlemock/docs
   cp -a /usr/include/CLI .deps/include/CLI || exit 1
   cp -a /usr/include/nlohmann .deps/include/nlohmann || exit 1
-  # UCX 1.22 with CUDA, from the libucx-cu13 wheel in .venv (scripts/setup.sh): its shared
+  # UCX 1.22 with CUDA, from the libucx-cu13 wheel in .venv (scripts/setup.sh --test): its shared
   # libraries (debug info stripped), modules, headers, CMake package, ucx_perftest and ucx_info,
-  # and the wheel's libcudart, in the wheel's layout (the binaries' RPATHs need it): about 13 MiB.
+  # and the wheel's libcudart, in the wheel's layout (the build's XFER_UCX_ROOT: its lib/libucp.so.0 is loaded first): about 13 MiB.
   ucx_src=$(.venv/bin/python -c 'import libucx, os; print(os.path.dirname(libucx.__file__))' 2>/dev/null)
   if [ -n "$ucx_src" ] && [ -f "$ucx_src/lib/libucp.so.0" ]; then
     u=.deps/ucx/libucx
@@ -116,7 +116,7 @@ if [ "${1:-}" = "--prepare" ]; then
     strip --strip-debug "$u"/lib/*.so.0 "$u"/lib/ucx/*.so.0 "$u"/bin/* || exit 1
     echo "carried UCX $(cat "$ucx_src/UCX_WHEEL_VERSION.txt" 2>/dev/null || echo '?') with CUDA from $ucx_src into .deps/ucx"
   else
-    echo "device_check.sh --prepare: warning: no libucx-cu13 in .venv (scripts/setup.sh): the ucx stage will be skipped" >&2
+    echo "device_check.sh --prepare: warning: no libucx-cu13 in .venv (scripts/setup.sh --test): the ucx stage will be skipped" >&2
   fi
   if ! git check-ignore -q .deps/ 2>/dev/null; then
     echo "device_check.sh --prepare: warning: .deps/ is not git-ignored (add /.deps/ to .gitignore)" >&2

@@ -30,9 +30,12 @@ PYBIND11_MODULE(_xfer, m) {
   m.def(
       "transports",
       [](const pyb::kwargs& options) {
-        std::vector<xfer::TransportState> out;
         std::chrono::milliseconds unused_timeout{};
-        xfer::DescribeTransports(xfer::py::ParseOptions(options, &unused_timeout), &out);
+        const xfer::EngineOptions o = xfer::py::ParseOptions(options, &unused_timeout);
+        std::vector<xfer::TransportState> out;
+        pyb::gil_scoped_release unlocked;  // (starting the backends probes devices: CUDA, UCX)
+        // (Its status says whether an Engine would start; each state says why not already.)
+        xfer::DescribeTransports(o, &out);
         return out;
       },
       "Every transport of this build as an Engine(**options) here would start it (best first).");

@@ -32,22 +32,22 @@ if ldd "$ext" | grep -q "not found"; then ldd "$ext"; fail "the installed extens
 info=$("$work/venv/bin/python" -m xfer.info)
 echo "$info"
 for t in shm cma tcp; do
-  echo "$info" | grep -qE "^  $t +available" || fail "python -m xfer.info does not offer $t"
+  grep -qE "^  $t +available" <<<"$info" || fail "python -m xfer.info does not offer $t"
 done
-echo "$info" | grep -qE "^  ucx " || fail "python -m xfer.info says nothing of ucx"
+grep -qE "^  ucx " <<<"$info" || fail "python -m xfer.info says nothing of ucx"
 
 for t in shm cma tcp; do
   timeout 120 "$work/venv/bin/python" "$here/transfer_pair.py" "$t" || fail "the two-process transfer over $t failed"
 done
 # UCX is not in the wheel: the machine's is loaded at run time, where it has one.
-if ldconfig -p | grep -q 'libucp\.so\.0 '; then
-  "$work/venv/bin/python" -m xfer.info ucx_mode=on | grep -E "^  ucx +available" ||
+if "$work/venv/bin/python" -c 'import ctypes; ctypes.CDLL("libucp.so.0")' 2>/dev/null; then
+  grep -E "^  ucx +available" <<<"$("$work/venv/bin/python" -m xfer.info ucx_mode=on)" ||
     fail "python -m xfer.info ucx_mode=on: ucx is not available with this machine's UCX"
   UCX_TLS=tcp timeout 120 "$work/venv/bin/python" "$here/transfer_pair.py" ucx ||
     fail "the two-process transfer over ucx (this machine's UCX) failed"
   also=", and ucx through this machine's UCX"
 else
-  "$work/venv/bin/python" -m xfer.info ucx_mode=on | grep -E "^  ucx +unavailable .*not found" ||
+  grep -E "^  ucx +unavailable .*not found" <<<"$("$work/venv/bin/python" -m xfer.info ucx_mode=on)" ||
     fail "without a UCX here, xfer.info does not say ucx is unavailable for want of one"
   also=" (no UCX on this machine: ucx unavailable, and says why)"
 fi

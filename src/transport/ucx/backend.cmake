@@ -4,7 +4,7 @@
 # the UCX there. The headers are found, in this order:
 # - XFER_UCX_ROOT: a UCX install prefix with UCX's CMake package (lib/cmake/ucx), e.g. a
 #   cluster's own UCX (HPC-X, MOFED's, a source build) or the libucx-cu13 wheel's libucx/
-#   folder (UCX 1.22 with CUDA: scripts/setup.sh puts it in .venv). At run time its
+#   folder (UCX 1.22 with CUDA: scripts/setup.sh --test puts it in .venv). At run time its
 #   lib/libucp.so.0 is tried first, then the dynamic loader's search.
 # - pkg-config's ucx (Debian: libucx-dev, UCX 1.13 without CUDA).
 # Without UCX's headers the backend is built as a stub that says how to get it; every other

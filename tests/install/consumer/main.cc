@@ -81,7 +81,14 @@ int main() {
   int name_pipe[2], done_pipe[2];
   if (pipe(name_pipe) != 0 || pipe(done_pipe) != 0) return 1;
   const pid_t child = fork();
-  if (child == 0) _exit(Target(name_pipe[1], done_pipe[0]) ? 0 : 1);
+  if (child == 0) {
+    // (Each side keeps only its own ends: when one side dies, the other's read returns.)
+    close(name_pipe[0]);
+    close(done_pipe[1]);
+    _exit(Target(name_pipe[1], done_pipe[0]) ? 0 : 1);
+  }
+  close(name_pipe[1]);
+  close(done_pipe[0]);
   std::string name;
   char c;
   while (read(name_pipe[0], &c, 1) == 1 && c != '\n') name += c;
