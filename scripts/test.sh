@@ -29,9 +29,16 @@ tests/wheel/wheel_test.sh build/dist/xfer-*.whl
 # run time), its unit, conformance and integration tests.
 echo "== ucx tests against UCX 1.22 (libucx-cu13) =="
 ucx_lib=$(.venv/bin/python -c 'import libucx, os; print(os.path.join(os.path.dirname(libucx.__file__), "lib", "libucp.so.0"))')
-XFER_UCX_LIB="$ucx_lib" ./build/tools/xfer-info --no-engine | grep -q "UCX 1\.22" ||
+grep -q "UCX 1\.22" <<<"$(XFER_UCX_LIB="$ucx_lib" ./build/tools/xfer-info --no-engine)" ||
   { echo "test: XFER_UCX_LIB=$ucx_lib did not load UCX 1.22" >&2; exit 1; }
 XFER_UCX_LIB="$ucx_lib" ctest --test-dir build --output-on-failure -j "$jobs" --timeout 300 -R '[Uu]cx'
+
+# The GPU check builds the ucx backend against that UCX's headers (XFER_UCX_ROOT): it compiles.
+echo "== the ucx backend against UCX 1.22's headers (XFER_UCX_ROOT) =="
+ucx_root=$(dirname "$(dirname "$ucx_lib")")
+cmake -S . -B build-ucx -G Ninja -DXFER_UCX_ROOT="$ucx_root" -DXFER_BUILD_TOOLS=OFF >/dev/null
+cmake --build build-ucx --target $(for f in ucx_library ucx_transport ucx_link ucx_backend; do
+  echo "CMakeFiles/xfer.dir/src/transport/ucx/$f.cc.o"; done)
 
 echo "== build (ASan+UBSan) =="
 ./scripts/build.sh --tests build-asan -DXFER_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
