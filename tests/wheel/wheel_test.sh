@@ -27,7 +27,7 @@ cd "$work"  # (not the source tree: its python/xfer must not shadow the installe
 
 # Every library the extension needs is in the wheel or the system's base (libc, libstdc++...).
 ext=$(find "$work/venv" -name '_xfer*.so' | head -n 1)
-if ldd "$ext" | grep -q "not found"; then ldd "$ext"; fail "the installed extension misses a library"; fi
+if grep -q "not found" <<<"$(ldd "$ext")"; then ldd "$ext"; fail "the installed extension misses a library"; fi
 
 info=$("$work/venv/bin/python" -m xfer.info)
 echo "$info"
