@@ -9,6 +9,7 @@
 #
 #   bench/compare_builds.sh BEFORE_BUILD_DIR [AFTER_BUILD_DIR]   (after: default build)
 #   env: DURATION=0.3 (s per size)  ROUNDS=11  CELLS="shm cma tcp tcp2 batch cbatch msg"
+#        (also: nshm ncma ntcp nucx, 16 KiB requests that each carry a notification)
 #        QUICK=1 (1 round, 0.1 s per size)
 # BEFORE_BUILD_DIR is a build of the other revision (e.g. a git worktree's build/), with
 # xfer-bench built.
@@ -39,6 +40,9 @@ cell_args() {
     batch) echo "-s 16K --batch 1000 --transport tcp --mem register" ;;
     cbatch) echo "-s 16K --batch 1000 --transport cma --mem register" ;;
     msg) echo "-s 8 --transport shm --mem alloc --reuse" ;;
+    nshm | ncma | ntcp | nucx)  # notified 16 KiB requests (--notify), 8 in flight
+      local t=${1#n}
+      echo "-s 16K --depth 8 --notify --transport $t --mem $([ "$t" = shm ] && echo alloc || echo register)" ;;
     *) echo "compare_builds: unknown cell $1" >&2; exit 1 ;;
   esac
 }

@@ -41,8 +41,9 @@ inline xfer::Status FindRegion(xfer::Engine& engine, const std::string& remote, 
 
 // The target side: an engine listening at `name` with a pool of `bytes` from AllocMem, tagged
 // "kv-pool" (peers on this host then copy into it directly: shm).
-inline xfer::Status ServePool(xfer::Engine& engine, const std::string& name, uint64_t bytes, void** pool) {
-  if (xfer::Status s = engine.Initialize(name); !s.ok()) return s;
+inline xfer::Status ServePool(xfer::Engine& engine, const std::string& name, uint64_t bytes, void** pool,
+                              const xfer::EngineOptions& options = {}) {
+  if (xfer::Status s = engine.Initialize(name, options); !s.ok()) return s;
   xfer::MemHandle h;
   return engine.AllocMem(bytes, xfer::MemType::kHost, pool, &h, "kv-pool");
 }

@@ -2,7 +2,12 @@
 // ready": the notification arrives only after every byte has landed in the decode server's
 // memory, so the decode server may use the blocks the moment it sees the message.
 //
-//   terminal 1:  xfer-example-write-ready decode  127.0.0.1:5556   (exits after one request)
+// The decode server asks for outcomes (EngineOptions::notify.outcomes): a request the prefill
+// side gives up on (here request 8, canceled as its client went away) tells the decode server
+// so at once, with the blocks that landed, and it frees the blocks then instead of holding
+// them until a timer runs out.
+//
+//   terminal 1:  xfer-example-write-ready decode  127.0.0.1:5556   (exits after two requests)
 //   terminal 2:  xfer-example-write-ready prefill 127.0.0.1:5556
 #include <cstdio>
 #include <cstring>
@@ -20,23 +25,10 @@ using example::Fail;
 
 constexpr uint64_t kBlock = 64 * 1024;
 constexpr uint64_t kBlocks = 32;
+constexpr uint64_t kUsed = 24;  // request 7's blocks: 0..23; request 8's: 24..31
 
-int Decode(const std::string& name) {
-  xfer::Engine engine;
-  void* pool = nullptr;
-  if (auto s = example::ServePool(engine, name, kBlock * kBlocks, &pool); !s.ok()) return Fail("serve", s);
-  std::printf("decode: %llu free blocks at %s; waiting for a request's blocks\n",
-              static_cast<unsigned long long>(kBlocks), engine.LocalName().c_str());
-  std::fflush(stdout);  // (the address, for whoever starts the other side)
-  std::vector<xfer::Notification> got;
-  if (auto s = engine.WaitNotifies(&got, 60s); !s.ok()) return Fail("WaitNotifies", s);
-  unsigned long long request = 0, blocks = 0;
-  if (std::sscanf(got[0].message.c_str(), "request %llu ready %llu", &request, &blocks) != 2 ||
-      blocks > kBlocks) {
-    std::fprintf(stderr, "decode: unexpected notification '%s'\n", got[0].message.c_str());
-    return 1;
-  }
-  // Every byte is here: check the blocks.
+// Request `request` ready: its blocks hold their bytes.
+int CheckBlocks(const void* pool, unsigned long long request, unsigned long long blocks) {
   for (uint64_t b = 0; b < blocks; ++b) {
     const char* p = static_cast<const char*>(pool) + b * kBlock;
     if (p[0] != char(request + b) || p[kBlock - 1] != char(request + b)) {
@@ -44,38 +36,84 @@ int Decode(const std::string& name) {
       return 1;
     }
   }
-  std::printf("decode: request %llu ready (%llu blocks from %s), decoding\n", request, blocks,
-              got[0].sender.c_str());
+  return 0;
+}
+
+int Decode(const std::string& name) {
+  xfer::Engine engine;
+  void* pool = nullptr;
+  xfer::EngineOptions options;
+  options.notify.outcomes = true;  // hear of the requests that did not complete, too
+  if (auto s = example::ServePool(engine, name, kBlock * kBlocks, &pool, options); !s.ok())
+    return Fail("serve", s);
+  std::printf("decode: %llu free blocks at %s; waiting for two requests' blocks\n",
+              static_cast<unsigned long long>(kBlocks), engine.LocalName().c_str());
+  std::fflush(stdout);  // (the address, for whoever starts the other side)
+  std::vector<xfer::Notification> got;
+  while (got.size() < 2) {
+    if (auto s = engine.WaitNotifies(&got, 60s); !s.ok()) return Fail("WaitNotifies", s);
+  }
+  for (const xfer::Notification& n : got) {
+    unsigned long long request = 0, blocks = 0;
+    if (std::sscanf(n.message.c_str(), "request %llu ready %llu", &request, &blocks) != 2 ||
+        blocks > kBlocks) {
+      std::fprintf(stderr, "decode: unexpected notification '%s'\n", n.message.c_str());
+      return 1;
+    }
+    if (n.outcome != xfer::NotifyOutcome::kCompleted) {
+      // The prefill side gave up: free the request's blocks now (those listed in n.landed hold
+      // their bytes and could be kept for a retry).
+      std::printf("decode: request %llu %s, %zu of %llu blocks landed; its blocks are free again\n", request,
+                  std::string(xfer::NotifyOutcomeName(n.outcome)).c_str(), n.landed.size(), blocks);
+      continue;
+    }
+    const char* first = static_cast<const char*>(pool) + (request == 7 ? 0 : kUsed) * kBlock;
+    if (CheckBlocks(first, request, blocks) != 0) return 1;  // every byte is here
+    std::printf("decode: request %llu ready (%llu blocks from %s), decoding\n", request, blocks,
+                n.sender.c_str());
+  }
+  return 0;
+}
+
+// WRITEs `blocks` blocks of request `request` at the pool's block `first`, announced.
+int Write(xfer::Engine& engine, const std::string& remote, const xfer::RegionInfo& pool, uint64_t request,
+          uint64_t first, uint64_t blocks, bool give_up) {
+  std::vector<char> kv(blocks * kBlock);
+  std::vector<xfer::TransferDesc> descs;
+  for (uint64_t b = 0; b < blocks; ++b) {
+    std::memset(kv.data() + b * kBlock, int(request + b), kBlock);
+    descs.push_back(
+        {reinterpret_cast<uint64_t>(kv.data()) + b * kBlock, pool.addr + (first + b) * kBlock, kBlock});
+  }
+  xfer::TransferOptions options;
+  options.notify = "request " + std::to_string(request) + " ready " + std::to_string(blocks);
+  xfer::RequestHandle req = 0;
+  if (auto s = engine.TransferAsync(remote, xfer::Op::kWrite, descs, 10s, options, &req); !s.ok()) {
+    return Fail("WRITE", s);
+  }
+  if (give_up) (void)engine.Cancel(req);  // its client went away
+  xfer::RequestStatus st;
+  xfer::Status s = engine.Wait(req, 20s, &st);
+  if (give_up && st.state != xfer::RequestState::kWaiting) {  // canceled, or done before the cancel
+    std::printf("prefill: request %llu given up: %s\n", static_cast<unsigned long long>(request),
+                std::string(xfer::RequestStateName(st.state)).c_str());
+    return 0;
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "WRITE: %s; %zu of %zu blocks landed\n", s.ToString().c_str(), st.landed.size(),
+                 descs.size());
+    return 1;
+  }
+  std::printf("prefill: request %llu written and announced\n", static_cast<unsigned long long>(request));
   return 0;
 }
 
 int Prefill(const std::string& remote) {
   xfer::Engine engine;
-  xfer::RegionInfo found;
-  if (auto s = example::OpenPool(engine, remote, &found); !s.ok()) return Fail("the peer's pool", s);
-  const xfer::RegionInfo* pool = &found;
-
-  constexpr uint64_t kRequest = 7, kUsed = 24;
-  std::vector<char> kv(kUsed * kBlock);
-  std::vector<xfer::TransferDesc> descs;
-  for (uint64_t b = 0; b < kUsed; ++b) {
-    std::memset(kv.data() + b * kBlock, int(kRequest + b), kBlock);
-    descs.push_back({reinterpret_cast<uint64_t>(kv.data()) + b * kBlock, pool->addr + b * kBlock, kBlock});
-  }
-  xfer::TransferOptions options;
-  options.notify = "request " + std::to_string(kRequest) + " ready " + std::to_string(kUsed);
-  xfer::RequestHandle req = 0;
-  if (auto s = engine.TransferAsync(remote, xfer::Op::kWrite, descs, 10s, options, &req); !s.ok()) {
-    return Fail("WRITE", s);
-  }
-  xfer::RequestStatus st;
-  if (auto s = engine.Wait(req, 20s, &st); !s.ok()) {
-    std::fprintf(stderr, "WRITE: %s; %zu of %zu blocks landed\n", s.ToString().c_str(), st.landed.size(),
-                 descs.size());
-    return 1;
-  }
-  std::printf("prefill: request %llu written and announced\n", static_cast<unsigned long long>(kRequest));
-  return 0;
+  xfer::RegionInfo pool;
+  if (auto s = example::OpenPool(engine, remote, &pool); !s.ok()) return Fail("the peer's pool", s);
+  if (int rc = Write(engine, remote, pool, 7, 0, kUsed, false); rc != 0) return rc;
+  return Write(engine, remote, pool, 8, kUsed, kBlocks - kUsed, true);
 }
 
 }  // namespace

@@ -109,11 +109,15 @@ struct EngineOptions {
   // engine offers it (no round trip; docs/notifications.md), of this many bytes (rounded up
   // to a power of two that holds two of the largest messages); when it is full, over the
   // control session, as to other hosts. 0: no ring.
+  // outcomes: this engine also receives a notification for each notified request that did not
+  // complete (Notification::outcome and landed: failed, timed out or canceled); off, only those
+  // of completed requests.
   struct Notify {
     uint32_t max_message_bytes = 4096;   // sent and accepted (1..1 MiB)
     uint32_t queue_messages = 65536;     // (1..16 M)
     uint64_t queue_bytes = 64ull << 20;  // messages' bytes (4 KiB..16 GiB)
     uint64_t ring_bytes = 64 << 10;      // 0, or 4 KiB..1 GiB
+    bool outcomes = false;
   } notify;
 
   // Metrics (Engine::GetMetrics; docs/metrics.md). The engine counts bytes, requests and

@@ -84,11 +84,24 @@ struct TransferOptions {
   std::optional<std::string> notify;
 };
 
+// How the request behind a notification ended. A target receives other than kCompleted only
+// with EngineOptions::notify.outcomes (docs/notifications.md has the table).
+enum class NotifyOutcome : uint8_t {
+  kCompleted,  // every byte landed (and SendNotify's notifications)
+  kFailed,     // the request failed (RequestState::kFailed)
+  kTimedOut,   // its deadline passed (RequestState::kTimeout)
+  kCanceled,   // the initiator canceled it (RequestState::kCanceled)
+};
+
 // A notification as its target receives it.
 struct Notification {
   std::string sender;               // the sender's name (PeerInfo::name)
   uint64_t sender_incarnation = 0;  // tells a restarted sender apart
   std::string message;
+  NotifyOutcome outcome = NotifyOutcome::kCompleted;
+  // Other than kCompleted: the indices (ascending) of the request's descriptors whose bytes
+  // all landed, as the initiator's RequestStatus::landed. Empty for kCompleted (all landed).
+  std::vector<uint64_t> landed;
 };
 
 // What the engine knows about a connected peer.
@@ -165,5 +178,6 @@ inline std::string_view PeerAccessName(PeerAccess a) {
 }
 std::string_view OpName(Op op);
 std::string_view RequestStateName(RequestState s);
+std::string_view NotifyOutcomeName(NotifyOutcome o);  // "COMPLETED", "FAILED", "TIMED_OUT", "CANCELED"
 
 }  // namespace xfer

@@ -233,13 +233,31 @@ void BindEngine(pyb::module_& m) {
       .value("TIMEOUT", RequestState::kTimeout)
       .value("CANCELED", RequestState::kCanceled);
 
+  pyb::enum_<NotifyOutcome>(m, "Outcome",
+                            "How the request behind a notification ended (Notification.outcome); other than "
+                            "COMPLETED only for an engine made with notify_outcomes=True.")
+      .value("COMPLETED", NotifyOutcome::kCompleted)
+      .value("FAILED", NotifyOutcome::kFailed)
+      .value("TIMED_OUT", NotifyOutcome::kTimedOut)
+      .value("CANCELED", NotifyOutcome::kCanceled);
+
   pyb::class_<Notification>(m, "Notification", "A notification as its target receives it.")
       .def_readonly("sender", &Notification::sender, "the sender's name (PeerInfo.name)")
       .def_readonly("sender_incarnation", &Notification::sender_incarnation,
                     "random per sender start: tells a restarted sender apart")
       .def_property_readonly("message", [](const Notification& n) { return pyb::bytes(n.message); })
+      .def_readonly("outcome", &Notification::outcome, "how its request ended (xfer.Outcome)")
+      .def_property_readonly(
+          "landed", [](const Notification& n) { return pyb::cast(n.landed); },
+          "other than COMPLETED: the indices of the request's descriptors that landed whole")
       .def("__repr__", [](const Notification& n) {
-        return "<xfer.Notification from " + n.sender + ": " + std::to_string(n.message.size()) + " bytes>";
+        std::string r =
+            "<xfer.Notification from " + n.sender + ": " + std::to_string(n.message.size()) + " bytes";
+        if (n.outcome != NotifyOutcome::kCompleted) {
+          r += ", " + std::string(NotifyOutcomeName(n.outcome)) + ", " + std::to_string(n.landed.size()) +
+               " landed";
+        }
+        return r + ">";
       });
 
   pyb::class_<RegionInfo>(m, "RegionInfo", "A region as a peer advertises it.")

@@ -259,6 +259,32 @@ def test_notifications_through_a_small_ring_or_none_keep_their_order(make_peer, 
         xfer.Engine("127.0.0.1", notify_ring_bytes=100)
 
 
+def test_a_target_with_notify_outcomes_hears_of_requests_that_did_not_complete():
+    with xfer.Engine("127.0.0.1:0", notify_outcomes=True) as target, xfer.Engine("127.0.0.1") as initiator:
+        block = 1 << 20
+        region = target.alloc(block)
+        src = random_bytes(block, 9)
+        initiator.connect(target.name)
+        descs = [(src.ctypes.data, region.addr, block)] * 8192  # 8 GiB: never done in 20 ms
+        timed_out = initiator.write_async(target.name, descs, timeout=0.02, notify=b"timed out")
+        with pytest.raises(xfer.TimeoutError):
+            timed_out.wait()
+        canceled = initiator.write_async(target.name, descs, timeout=60, notify="canceled")
+        canceled.cancel()
+        with pytest.raises(xfer.CanceledError):
+            canceled.wait()
+        initiator.write(target.name, descs[:1], notify=b"done")
+        got = []
+        while len(got) < 3:
+            got += target.wait_notifies(timeout=10)
+        assert [(n.message, n.outcome) for n in got] == [
+            (b"timed out", xfer.Outcome.TIMED_OUT), (b"canceled", xfer.Outcome.CANCELED),
+            (b"done", xfer.Outcome.COMPLETED)]
+        assert got[0].landed == timed_out.landed and len(got[0].landed) < 8192
+        assert got[1].landed == canceled.landed
+        assert got[2].landed == [] and "TIMED_OUT" in repr(got[0])
+
+
 def test_many_python_threads_transfer_at_once(pair):
     engine, peer, _ = pair
     threads, rounds, chunk = 8, 50, 64 << 10

@@ -23,14 +23,14 @@ from ._errors import (AlreadyConnectedError, CanceledError, ConnectionLostError,
                       DataCorruptedError, InternalError, InvalidArgumentError, NotConnectedError,
                       RemoteAccessDeniedError, ResourceExhaustedError, TimeoutError,
                       UnsupportedError, XferError)
-from ._xfer import (Buffer, ClusterPeer, Metric, Metrics, MetricSample, Notification, PeerInfo,
-                    PreparedList, Region, RegionInfo, Request, State, TransportState, option_names,
+from ._xfer import (Buffer, ClusterPeer, Metric, Metrics, MetricSample, Notification, Outcome,
+                    PeerInfo, PreparedList, Region, RegionInfo, Request, State, TransportState, option_names,
                     transports)
 from . import _xfer
 
 __version__ = _xfer.version  # CMakeLists.txt's project(VERSION), as the library reports it
 __all__ = [
-    "Engine", "Buffer", "Region", "Request", "PreparedList", "State", "Notification", "PeerInfo", "RegionInfo",
+    "Engine", "Buffer", "Region", "Request", "PreparedList", "State", "Notification", "Outcome", "PeerInfo", "RegionInfo",
     "ClusterPeer", "Connecting", "Metrics", "Metric", "MetricSample",
     "XferError", "InvalidArgumentError", "NotConnectedError",
     "AlreadyConnectedError", "UnsupportedError", "ResourceExhaustedError",

@@ -15,10 +15,18 @@ class State(enum.Enum):
     TIMEOUT: int
     CANCELED: int
 
+class Outcome(enum.Enum):
+    COMPLETED: int
+    FAILED: int
+    TIMED_OUT: int
+    CANCELED: int
+
 class Notification:
     sender: str
     sender_incarnation: int
     message: bytes
+    outcome: Outcome
+    landed: list[int]
 
 class RegionInfo:
     addr: int

@@ -78,6 +78,8 @@ std::vector<Row> CoreRows() {
                 }),
       XFER_OPTION_BYTES_OR_0("notify.ring_bytes", notify.ring_bytes, 4 * KiB, GiB,
                              "the shared-memory ring offered to each peer on this host (0: none)"),
+      XFER_OPTION_BOOL("notify.outcomes", notify.outcomes,
+                       "also receive a notification for each notified request that did not complete"),
       XFER_OPTION_BOOL("metrics", metrics, "count bytes, requests and durations on the data path"),
       WithCheck(
           XFER_OPTION_TEXT("metrics_listen", metrics_listen, "serve the metrics at http://host:port/metrics"),

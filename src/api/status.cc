@@ -58,6 +58,19 @@ std::string_view RequestStateName(RequestState s) {
   }
   return "UNKNOWN";
 }
+std::string_view NotifyOutcomeName(NotifyOutcome o) {
+  switch (o) {
+    case NotifyOutcome::kCompleted:
+      return "COMPLETED";
+    case NotifyOutcome::kFailed:
+      return "FAILED";
+    case NotifyOutcome::kTimedOut:
+      return "TIMED_OUT";
+    case NotifyOutcome::kCanceled:
+      return "CANCELED";
+  }
+  return "UNKNOWN";
+}
 
 namespace {
 constexpr std::string_view kStagingNames[] = {"auto", "always", "off"};

@@ -147,6 +147,7 @@ void EncodeBody(Writer& w, const Hello& m) {
   w.U64(m.incarnation);
   w.Str(m.host_id);
   w.I32(m.pid);
+  w.U32(m.features);
   w.Blobs(m.backends);
   w.U32(static_cast<uint32_t>(m.regions.size()));
   for (const auto& r : m.regions) w.Region(r);
@@ -169,6 +170,13 @@ void EncodeBody(Writer& w, const Goodbye& m) {
 }
 void EncodeBody(Writer& w, const Notify& m) {
   w.U64(m.seq);
+  w.Str(m.message);
+}
+void EncodeBody(Writer& w, const NotifyEnded& m) {
+  w.U64(m.seq);
+  w.U8(static_cast<uint8_t>(m.outcome));
+  w.U32(static_cast<uint32_t>(m.landed.size()));
+  for (uint64_t i : m.landed) w.U64(i);
   w.Str(m.message);
 }
 void EncodeBody(Writer& w, const NotifyAck& m) {
@@ -194,7 +202,7 @@ void EncodeBody(Writer& w, const AuthProof& m) {
 bool DecodeBody(Reader& r, Hello* m) {
   uint32_t n = 0;
   if (!r.Str(&m->name) || !r.U64(&m->incarnation) || !r.Str(&m->host_id) || !r.I32(&m->pid) ||
-      !r.Blobs(&m->backends) || !r.Count(&n, kMinRegionBytes, sizeof(WireRegion))) {
+      !r.U32(&m->features) || !r.Blobs(&m->backends) || !r.Count(&n, kMinRegionBytes, sizeof(WireRegion))) {
     return false;
   }
   m->regions.resize(n);
@@ -211,6 +219,22 @@ bool DecodeBody(Reader& r, SyncAck* m) { return r.U64(&m->seq); }
 bool DecodeBody(Reader&, Heartbeat*) { return true; }
 bool DecodeBody(Reader& r, Goodbye* m) { return r.Str(&m->reason) && r.U64(&m->seq); }
 bool DecodeBody(Reader& r, Notify* m) { return r.U64(&m->seq) && r.Str(&m->message, kMaxNotify); }
+bool DecodeBody(Reader& r, NotifyEnded* m) {
+  uint8_t outcome = 0;
+  uint32_t n = 0;
+  if (!r.U64(&m->seq) || !r.U8(&outcome) || !r.Count(&n, 8, sizeof(uint64_t))) return false;
+  m->outcome = static_cast<NotifyOutcome>(outcome);
+  if (m->outcome != NotifyOutcome::kFailed && m->outcome != NotifyOutcome::kTimedOut &&
+      m->outcome != NotifyOutcome::kCanceled) {
+    return r.Fail("a request's end that is not failed, timed out or canceled");
+  }
+  m->landed.resize(n);
+  for (size_t k = 0; k < n; ++k) {
+    if (!r.U64(&m->landed[k])) return false;
+    if (k > 0 && m->landed[k] <= m->landed[k - 1]) return r.Fail("landed descriptors out of order");
+  }
+  return r.Str(&m->message, kMaxNotify);
+}
 bool DecodeBody(Reader& r, NotifyAck* m) {
   uint32_t code = 0;
   if (!r.U64(&m->seq) || !r.U32(&code) || !r.Str(&m->why)) return false;
@@ -286,6 +310,10 @@ MsgType TypeOf<AuthProof>() {
 template <>
 MsgType TypeOf<NotifyRingOffer>() {
   return MsgType::kNotifyRingOffer;
+}
+template <>
+MsgType TypeOf<NotifyEnded>() {
+  return MsgType::kNotifyEnded;
 }
 
 template <class T>
@@ -376,6 +404,8 @@ bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out,
       return DecodeAs<NotifyAck>(payload, out, error);
     case MsgType::kNotifyRingOffer:
       return DecodeAs<NotifyRingOffer>(payload, out, error);
+    case MsgType::kNotifyEnded:
+      return DecodeAs<NotifyEnded>(payload, out, error);
     case MsgType::kAuthChallenge:
       return DecodeAs<AuthChallenge>(payload, out, error);
     case MsgType::kAuthProof:
@@ -409,6 +439,8 @@ const char* MsgTypeName(MsgType type) {
       return "NotifyAck";
     case MsgType::kNotifyRingOffer:
       return "NotifyRingOffer";
+    case MsgType::kNotifyEnded:
+      return "NotifyEnded";
     case MsgType::kAuthChallenge:
       return "AuthChallenge";
     case MsgType::kAuthProof:

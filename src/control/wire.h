@@ -20,7 +20,7 @@
 namespace xfer::wire {
 
 inline constexpr uint32_t kMagic = 0x31524658;  // "XFR1" as little-endian bytes
-inline constexpr uint16_t kVersion = 9;         // 9: AuthProof carries the address dialled
+inline constexpr uint16_t kVersion = 10;        // 10: Hello's features, NotifyEnded
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 inline constexpr uint32_t kMaxString = 64 << 10;  // UCX worker addresses can run to kilobytes
@@ -46,8 +46,9 @@ enum class MsgType : uint16_t {
   kAuthChallenge = 11,    // authentication (a secret set): each side's nonce and identity
   kAuthProof = 12,        // the HMAC that proves the sender knows the secret
   kNotifyRingOffer = 13,  // same host: a ring for the sender's notifications (NotifyAck answers)
+  kNotifyEnded = 14,      // a notified request that did not complete (NotifyAck answers)
 };
-inline constexpr MsgType kLastMsgType = MsgType::kNotifyRingOffer;
+inline constexpr MsgType kLastMsgType = MsgType::kNotifyEnded;
 
 // A registered region as its owner advertises it: what it is, and per backend what peers need
 // to reach it (a UCX remote key, a CUDA IPC handle, a memfd's identity).
@@ -62,11 +63,15 @@ struct WireRegion {
   }
 };
 
+// Hello::features: what the sender asks of its peers (bits it does not know are ignored).
+inline constexpr uint32_t kFeatureNotifyOutcomes = 1;  // send NotifyEnded (notify.outcomes)
+
 struct Hello {
   std::string name;  // the sender's listen name ("host" alone for a client-only engine)
   uint64_t incarnation = 0;
   std::string host_id;
   int32_t pid = 0;
+  uint32_t features = 0;
   transport::Blobs backends;  // the backends the sender offers, best first, with their blobs
   std::vector<WireRegion> regions;
   bool operator==(const Hello&) const = default;
@@ -108,6 +113,16 @@ struct Notify {
   std::string message;
   bool operator==(const Notify&) const = default;
 };
+// The notification of a request that ended other than completed: outcome is kFailed,
+// kTimedOut or kCanceled; landed, strictly ascending, the descriptors that landed whole.
+// Sent only to a peer whose Hello asked for it (kFeatureNotifyOutcomes).
+struct NotifyEnded {
+  uint64_t seq = 0;
+  NotifyOutcome outcome = NotifyOutcome::kFailed;
+  std::vector<uint64_t> landed;
+  std::string message;
+  bool operator==(const NotifyEnded&) const = default;
+};
 struct NotifyAck {
   uint64_t seq = 0;
   StatusCode code = StatusCode::kOk;
@@ -148,8 +163,9 @@ inline constexpr uint32_t kMaxAuthName = 1024;
 // What an unauthenticated session may send in one frame (the auth frames are far smaller).
 inline constexpr uint32_t kMaxPayloadBeforeAuth = 4096;
 
-using Message = std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck, Heartbeat,
-                             Goodbye, Notify, NotifyAck, AuthChallenge, AuthProof, NotifyRingOffer>;
+using Message =
+    std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck, Heartbeat, Goodbye, Notify,
+                 NotifyAck, AuthChallenge, AuthProof, NotifyRingOffer, NotifyEnded>;
 
 struct Header {
   MsgType type{};

@@ -6,7 +6,7 @@
 //                  [--staging auto|always|off] [--staging-buffers N] [--notify-queue N]
 //                  [--notify-ring BYTES]
 //                  [--secret-file FILE] [--fd-headroom N] [--metadata URL --cluster-name NAME]
-//                  [--metrics-listen HOST:PORT]
+//                  [--metrics-listen HOST:PORT] [--option KEY=VALUE]... (xfer::SetOption)
 //
 // After Initialize it prints "READY <bound name> <pid>" (or "FAIL <status>" and exits 2).
 // Then each stdin line is one command, answered by exactly one line: "OK [...]" or
@@ -42,6 +42,7 @@
 //   wait <request> <timeout_ms>  -> OK <REQUEST_STATE> <STATUS_CODE>
 //   notify <remote> <timeout_ms> <message>   SendNotify                  -> OK
 //   notifies                     take what is queued -> OK <n> <sender>#<incarnation>:<message> ...
+//                                (a request that did not complete: <message>!<OUTCOME>:<landed,...>)
 //   watch | unwatch              start / stop checking each notification as it arrives
 //                                (NotificationWatcher, notified_stream.h)
 //   watched <count> <timeout_ms> wait for count -> OK <seen> <bad_data> <out_of_order>
@@ -446,6 +447,9 @@ class Peer {
       std::string out = "OK " + std::to_string(got.size());
       for (const auto& n : got) {
         out += " " + n.sender + "#" + std::to_string(n.sender_incarnation) + ":" + n.message;
+        if (n.outcome == xfer::NotifyOutcome::kCompleted) continue;
+        out += "!" + std::string(xfer::NotifyOutcomeName(n.outcome)) + ":";
+        for (size_t k = 0; k < n.landed.size(); ++k) out += (k ? "," : "") + std::to_string(n.landed[k]);
       }
       return out;
     }
@@ -550,6 +554,14 @@ int main(int argc, char** argv) {
       options.staging_buffers = std::stoi(value);
     } else if (arg == "--notify-queue") {
       options.notify.queue_messages = static_cast<uint32_t>(std::stoul(value));
+    } else if (arg == "--option") {
+      const size_t eq = value.find('=');
+      if (xfer::Status s = xfer::SetOption(&options, value.substr(0, eq),
+                                           eq == std::string::npos ? "" : value.substr(eq + 1));
+          !s.ok()) {
+        std::fprintf(stderr, "xfer_test_peer: --option %s: %s\n", value.c_str(), s.ToString().c_str());
+        return 2;
+      }
     } else if (arg == "--notify-ring") {
       options.notify.ring_bytes = std::stoull(value);
     } else if (arg == "--secret-file") {

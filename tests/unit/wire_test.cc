@@ -25,6 +25,7 @@ Hello SampleHello() {
   h.incarnation = 0x1122334455667788ull;
   h.host_id = "boot-id";
   h.pid = 4242;
+  h.features = kFeatureNotifyOutcomes;
   h.backends = {{"local", ""},
                 {"cma", std::string("\0\x7f\xff\0\0\0\0\0", 8)},
                 {"ucx", std::string("\0\x05worker", 8)}};
@@ -53,7 +54,9 @@ TEST(WireCodec, EveryMessageRoundTrips) {
       NotifyAck{9, StatusCode::kResourceExhausted, "queue full"},
       AuthChallenge{std::string(kAuthNonceBytes, '\x07')},
       AuthProof{"10.0.0.1:5555", 42, "10.0.0.2:7000", std::string(kAuthMacBytes, '\xaa')},
-      NotifyRingOffer{11, 7, 3, 4096 + 192, 4096}};
+      NotifyRingOffer{11, 7, 3, 4096 + 192, 4096},
+      NotifyEnded{12, NotifyOutcome::kTimedOut, {0, 1, 5}, "request 7"},
+      NotifyEnded{13, NotifyOutcome::kCanceled, {}, ""}};
   for (const auto& m : all) EXPECT_EQ(RoundTrip(m), m);
 }
 
@@ -91,6 +94,29 @@ TEST(WireCodec, NotificationsUpToTheCapDecodeAndBadOnesAreRefused) {
   std::vector<uint8_t> cut = payload(Notify{3, "abc"});
   cut.pop_back();
   EXPECT_FALSE(DecodePayload(MsgType::kNotify, cut, &out, &why));
+}
+
+// A request's end: only failed, timed out or canceled (completed goes as Notify), and the
+// landed descriptors strictly ascending.
+TEST(WireCodec, NotifyEndedRefusesOtherOutcomesAndLandedOutOfOrder) {
+  auto refused = [](const NotifyEnded& m, const char* why_part) {
+    const std::vector<uint8_t> f = Encode(m);
+    Message out;
+    std::string why;
+    EXPECT_FALSE(DecodePayload(MsgType::kNotifyEnded, std::span(f).subspan(kHeaderSize), &out, &why));
+    EXPECT_NE(why.find(why_part), std::string::npos) << why;
+  };
+  refused({1, NotifyOutcome::kCompleted, {}, "m"}, "not failed");
+  refused({1, static_cast<NotifyOutcome>(77), {}, "m"}, "not failed");
+  refused({1, NotifyOutcome::kFailed, {3, 2}, "m"}, "out of order");
+  refused({1, NotifyOutcome::kFailed, {2, 2}, "m"}, "out of order");
+  refused({1, NotifyOutcome::kFailed, {}, std::string(kMaxNotify + 1, 'n')}, "cap");
+  std::vector<uint8_t> f = Encode(NotifyEnded{1, NotifyOutcome::kFailed, {0, 1}, "m"});
+  f[kHeaderSize + 9] = 0xff;  // a landed count the frame cannot hold
+  Message out;
+  std::string why;
+  EXPECT_FALSE(DecodePayload(MsgType::kNotifyEnded, std::span(f).subspan(kHeaderSize), &out, &why));
+  EXPECT_NE(why.find("cannot fit"), std::string::npos) << why;
 }
 
 TEST(WireCodec, RejectsBadHeaders) {

@@ -177,11 +177,14 @@ void Request::Finish() {
     }
     if (st.state != RequestState::kCompleted) st.landed = Landed();
   }
-  if (st.state != RequestState::kCompleted || !deliver_) return Conclude(std::move(st));
+  if (st.state != RequestState::kCompleted || !deliver_) {
+    if (deliver_) TellTheEnd(st);  // (queued before the request ends: ahead of later ones)
+    return Conclude(std::move(st));
+  }
   // The data landed; the request ends when the target has queued the notification (a stop
   // asked for now changes nothing: the notification is on its way).
   awaiting_answer_.store(true, std::memory_order_release);
-  deliver_([self = shared_from_this()](Status queued) {
+  deliver_(NotifyOutcome::kCompleted, {}, [self = shared_from_this()](Status queued) {
     if (EngineMetrics* m = self->peer_->metrics.get()) {
       ++(queued.ok() ? m->events().notifies_sent : m->events().notifies_unsent);
     }
@@ -192,6 +195,16 @@ void Request::Finish() {
       failed.landed = self->Landed();  // all of them
     }
     self->Conclude(std::move(failed));
+  });
+}
+
+void Request::TellTheEnd(const RequestStatus& st) const {
+  if (!peer_->notify_outcomes) return;
+  const NotifyOutcome outcome = st.state == RequestState::kTimeout    ? NotifyOutcome::kTimedOut
+                                : st.state == RequestState::kCanceled ? NotifyOutcome::kCanceled
+                                                                      : NotifyOutcome::kFailed;
+  deliver_(outcome, st.landed, [metrics = peer_->metrics](const Status& queued) {
+    if (metrics) ++(queued.ok() ? metrics->events().notifies_sent : metrics->events().notifies_unsent);
   });
 }
 

@@ -19,10 +19,12 @@ class Request : public std::enable_shared_from_this<Request> {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // Sends a request's notification once all its data landed, and calls done with the
-  // target's answer (ok: queued). done must be called exactly once; it may be called at once.
+  // Sends a request's notification once it ended: once all its data landed (kCompleted), or,
+  // to a peer that asked for outcomes (PeerState::notify_outcomes), once it failed, timed out
+  // or was canceled, with the descriptors that landed. Then calls done with the target's
+  // answer (ok: queued). done must be called exactly once; it may be called at once.
   using Done = std::function<void(Status)>;
-  using Deliver = std::function<void(Done done)>;
+  using Deliver = std::function<void(NotifyOutcome outcome, std::vector<uint64_t> landed, Done done)>;
 
   // start: when it was submitted (for its duration in the peer's metrics, where counted).
   // deliver: the request's notification (empty: it has none).
@@ -81,8 +83,10 @@ class Request : public std::enable_shared_from_this<Request> {
   // staged bytes); kCanceled (from Admit) means it was dropped because the request was stopping.
   void EndBatch(size_t i, Status result, std::atomic<uint64_t>* counter);
   // Every batch has ended: the request ends, or (all data moved, with a notification) waits
-  // for the target to queue the notification.
+  // for the target to queue the notification. A request that did not complete tells a target
+  // that asked for outcomes, and ends without waiting for its answer.
   void Finish();
+  void TellTheEnd(const RequestStatus& st) const;
   void Conclude(RequestStatus st);
   // The descriptors whose batches all moved their bytes; mu_ held, every batch ended.
   std::vector<uint64_t> Landed() const;

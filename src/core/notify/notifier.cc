@@ -8,17 +8,36 @@
 
 namespace xfer {
 
+namespace {
+// A notification of message as its request ended (its sender is filled in where it is sent
+// or received).
+Notification NotificationOf(std::string message, NotifyOutcome outcome = NotifyOutcome::kCompleted,
+                            std::vector<uint64_t> landed = {}) {
+  Notification n;
+  n.message = std::move(message);
+  n.outcome = outcome;
+  n.landed = std::move(landed);
+  return n;
+}
+}  // namespace
+
 // What every delivery holds: this engine's own queue, and the rings it offered its peers.
 class Notifier::Sender {
  public:
   Sender(std::shared_ptr<NotifyQueue> own, std::string name, uint64_t incarnation)
       : own_(std::move(own)), name_(std::move(name)), incarnation_(incarnation) {}
 
-  void Send(const Peer& peer, std::string message, Done done) const {
-    if (!peer.session) return done(own_->Push({name_, incarnation_, std::move(message)}));
+  // n.message, n.outcome and n.landed as the target is to queue them (the sender is this
+  // engine). A completed request's notification may go into the peer's ring; another goes
+  // over the session as NotifyEnded (in order all the same: see notify_rings.h).
+  void Send(const Peer& peer, Notification n, Done done) const {
+    n.sender = name_;
+    n.sender_incarnation = incarnation_;
+    if (!peer.session) return done(own_->Push(std::move(n)));
+    const bool completed = n.outcome == NotifyOutcome::kCompleted;
     if (std::shared_ptr<NotifyOutbox> box = OutboxOf(peer.state.get())) {
       Status written;
-      if (box->TryWrite(message, &written)) {
+      if (completed ? box->TryWrite(n.message, &written) : box->TryWriteSessionOnly(&written)) {
         if (written.code() == StatusCode::kConnectionLost && box->Inconsistent()) {
           XLOG(WARN) << "peer " << peer.session->peer_key << ": " << written.message()
                      << "; closing its session";
@@ -32,7 +51,10 @@ class Notifier::Sender {
       };
     }
     uint64_t seq = 0;
-    auto frame = [&](uint64_t n) { return wire::Notify{n, std::move(message)}; };
+    auto frame = [&](uint64_t k) -> wire::Message {
+      if (completed) return wire::Notify{k, std::move(n.message)};
+      return wire::NotifyEnded{k, n.outcome, std::move(n.landed), std::move(n.message)};
+    };
     (void)peer.session->SendNumbered(frame, &seq, std::move(done));  // done: the answer, or the loss
   }
 
@@ -93,9 +115,11 @@ Status Notifier::CheckMessage(const char* what, const std::string& message) cons
               " bytes exceeds EngineOptions::notify.max_message_bytes (" + std::to_string(most) + ")"};
 }
 
-std::function<void(Notifier::Done)> Notifier::Delivery(const Peer& peer, std::string message) const {
-  return [sender = sender_, peer, message = std::move(message)](Done done) mutable {
-    sender->Send(peer, std::move(message), std::move(done));  // (called once)
+Notifier::Deliver Notifier::Delivery(const Peer& peer, std::string message) const {
+  return [sender = sender_, peer, message = std::move(message)](
+             NotifyOutcome outcome, std::vector<uint64_t> landed, Done done) mutable {
+    sender->Send(peer, NotificationOf(std::move(message), outcome, std::move(landed)),
+                 std::move(done));  // (called once)
   };
 }
 
@@ -120,8 +144,20 @@ void Notifier::PeerGone(const PeerState& peer) { sender_->Close(&peer); }
 void Notifier::SessionClosed(const std::shared_ptr<control::Session>& s) { inbox_->Retire(s); }
 
 void Notifier::OnNotify(const std::shared_ptr<control::Session>& s, wire::Notify&& m) {
+  Queue(s, m.seq, NotificationOf(std::move(m.message)));
+}
+
+void Notifier::OnNotifyEnded(const std::shared_ptr<control::Session>& s, wire::NotifyEnded&& m) {
+  if (!self_.options.notify.outcomes) {  // (our hello did not ask for it)
+    XLOG(WARN) << "peer " << s->peer_key << " sent a request's end this engine did not ask for; closing";
+    return s->Shutdown("protocol error: NotifyEnded without notify.outcomes");
+  }
+  Queue(s, m.seq, NotificationOf(std::move(m.message), m.outcome, std::move(m.landed)));
+}
+
+void Notifier::Queue(const std::shared_ptr<control::Session>& s, uint64_t seq, Notification n) {
   const PeerState& peer = *PeerOf(*s);
-  Status queued = CheckMessage("a peer's notification", m.message);
+  Status queued = CheckMessage("a peer's notification", n.message);
   if (!queued.ok()) {
     // (A peer whose own limit is higher: logged at most once a second.)
     if (uint64_t more = 0; refusal_log_.Due(&more)) {
@@ -133,16 +169,17 @@ void Notifier::OnNotify(const std::shared_ptr<control::Session>& s, wire::Notify
     // the application can take the notification: a goodbye (or anything else) it sends after
     // taking it then leaves after the answer, never before. (It leaves once the control loop
     // has read what came with it: one write for a burst.)
-    Notification n{peer.info.name, peer.info.incarnation, std::move(m.message)};
+    n.sender = peer.info.name;
+    n.sender_incarnation = peer.info.incarnation;
     queued = inbox_->QueueAfterRing(s, std::move(n), [&] {
       ++metrics_->events().notifies_received;  // (counted before its sender hears of it)
-      s->SendSoon(wire::NotifyAck{m.seq, StatusCode::kOk, ""});
+      s->SendSoon(wire::NotifyAck{seq, StatusCode::kOk, ""});
     });
     if (queued.ok()) return;
     if (queued.code() == StatusCode::kConnectionLost) return s->Shutdown(queued.message());
   }
   ++metrics_->events().notifies_refused;
-  s->SendSoon(wire::NotifyAck{m.seq, queued.code(), queued.message()});
+  s->SendSoon(wire::NotifyAck{seq, queued.code(), queued.message()});
 }
 
 void Notifier::OnAnswer(const std::shared_ptr<control::Session>& s, const wire::NotifyAck& m) {
@@ -179,7 +216,7 @@ Status Notifier::SendNotify(const std::string& remote, const std::string& messag
   }
   auto answer = std::make_shared<std::promise<Status>>();
   std::future<Status> queued = answer->get_future();
-  sender_->Send(peer, message, [answer, metrics = metrics_](Status st) {
+  sender_->Send(peer, NotificationOf(message), [answer, metrics = metrics_](Status st) {
     ++(st.ok() ? metrics->events().notifies_sent : metrics->events().notifies_unsent);
     answer->set_value(std::move(st));
   });

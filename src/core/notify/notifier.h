@@ -29,6 +29,9 @@ class Notifier {
   using Peer = PeerTable::Peer;
   // Called once with how a notification went: ok once the target queued it.
   using Done = std::function<void(Status)>;
+  // A request's notification, sent when the request ended: how it ended and, other than
+  // kCompleted, the descriptors that landed (Request::Deliver).
+  using Deliver = std::function<void(NotifyOutcome outcome, std::vector<uint64_t> landed, Done done)>;
 
   Notifier(const LocalEngine& self, PeerService& peers) : self_(self), peers_(peers) {}
 
@@ -45,9 +48,9 @@ class Notifier {
   // kInvalidArgument when message is longer than the options allow.
   Status CheckMessage(const char* what, const std::string& message) const;
   // Sends message to peer when called (over its ring or session, or into this engine's queue
-  // for itself), then calls done with the outcome. It holds what it needs, so it may run after
-  // the engine is gone (a request ending late).
-  std::function<void(Done)> Delivery(const Peer& peer, std::string message) const;
+  // for itself), then calls done with how that went. It holds what it needs, so it may run
+  // after the engine is gone (a request ending late).
+  Deliver Delivery(const Peer& peer, std::string message) const;
 
   // The peers' events: a peer's state made (a peer on this host gets a ring of this engine's),
   // its session up (the ring is offered), the peer gone (the ring closes: every later
@@ -57,9 +60,10 @@ class Notifier {
   void PeerGone(const PeerState& peer);
   void SessionClosed(const std::shared_ptr<control::Session>& s);
 
-  // Control thread: a peer's notification (queued, answered), the answer to one of ours, a
-  // peer's ring offer (mapped, answered).
+  // Control thread: a peer's notification (queued, answered), a request's end (the same), the
+  // answer to one of ours, a peer's ring offer (mapped, answered).
   void OnNotify(const std::shared_ptr<control::Session>& s, wire::Notify&& m);
+  void OnNotifyEnded(const std::shared_ptr<control::Session>& s, wire::NotifyEnded&& m);
   void OnAnswer(const std::shared_ptr<control::Session>& s, const wire::NotifyAck& m);
   void OnRingOffer(const std::shared_ptr<control::Session>& s, const wire::NotifyRingOffer& m);
 
@@ -67,6 +71,8 @@ class Notifier {
 
  private:
   class Sender;  // shared with the deliveries
+  // Queues a peer's notification n (its sender set here) and answers frame seq.
+  void Queue(const std::shared_ptr<control::Session>& s, uint64_t seq, Notification n);
   // Moves what the queue and the rings hold onto *out; false when there was nothing.
   bool TakeAll(std::vector<Notification>* out) { return inbox_->TakeAll(out); }
 

@@ -5,9 +5,14 @@
 
 namespace xfer {
 
+namespace {
+// What a notification counts against the queue's bytes: its message, and its landed list.
+uint64_t QueuedBytes(const Notification& n) { return n.message.size() + sizeof(uint64_t) * n.landed.size(); }
+}  // namespace
+
 Status NotifyQueue::Push(Notification n, const std::function<void()>& before_visible) {
   std::unique_lock lock(mu_);
-  const uint64_t size = n.message.size();
+  const uint64_t size = QueuedBytes(n);
   if (queue_.size() >= max_messages_ || bytes_ + size > max_bytes_) {
     const bool first = refused_++ == 0;
     const std::string why = "the target's notification queue is full (" + std::to_string(queue_.size()) +
@@ -31,7 +36,7 @@ Status NotifyQueue::Push(Notification n, const std::function<void()>& before_vis
 void NotifyQueue::PushAccepted(Notification n) {
   {
     std::lock_guard lock(mu_);
-    bytes_ += n.message.size();
+    bytes_ += QueuedBytes(n);
     queue_.push_back(std::move(n));
   }
   Nudge();

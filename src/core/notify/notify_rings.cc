@@ -70,6 +70,16 @@ bool NotifyOutbox::TryWrite(const std::string& message, Status* result) {
   return true;
 }
 
+bool NotifyOutbox::TryWriteSessionOnly(Status* result) {
+  std::lock_guard lock(mu_);
+  if (closed_) {
+    *result = {StatusCode::kConnectionLost, "the session with the peer has ended"};
+    return true;
+  }
+  ++on_session_;  // (what the ring takes next waits until the session answered this)
+  return false;
+}
+
 void NotifyOutbox::SessionAnswered() {
   std::lock_guard lock(mu_);
   if (on_session_ > 0) --on_session_;
@@ -129,7 +139,12 @@ Status NotifyInbox::Accept(const std::shared_ptr<control::Session>& session,
 bool NotifyInbox::Read(Inbound& in, std::vector<Notification>* out) {
   std::vector<std::string> messages;
   const Status s = in.ring.ReadAll(max_message_, &messages);
-  for (std::string& m : messages) out->push_back({in.sender, in.incarnation, std::move(m)});
+  for (std::string& m : messages) {
+    Notification& n = out->emplace_back();
+    n.sender = in.sender;
+    n.sender_incarnation = in.incarnation;
+    n.message = std::move(m);
+  }
   received_->fetch_add(messages.size(), std::memory_order_relaxed);
   if (!s.ok()) XLOG(WARN) << "peer " << in.sender << ": " << s.message() << "; closing its session";
   return s.ok();

@@ -56,6 +56,9 @@ class NotifyOutbox {
   // kConnectionLost: the peer left the ring inconsistent). False: send it over the session,
   // and call SessionAnswered once it is answered.
   bool TryWrite(const std::string& message, Status* result);
+  // The same for a notification the ring cannot carry (a request's failed end): never the
+  // ring; true, with kConnectionLost in *result, once the session ended.
+  bool TryWriteSessionOnly(Status* result);
   void SessionAnswered();
   // The session with the peer ended: every later TryWrite answers kConnectionLost.
   void Close();

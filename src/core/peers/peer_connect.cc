@@ -15,6 +15,7 @@ wire::Hello PeerService::MakeHello(const std::vector<wire::WireRegion>& regions)
   h.incarnation = self_.incarnation;
   h.host_id = self_.host_id;
   h.pid = static_cast<int32_t>(::getpid());
+  if (self_.options.notify.outcomes) h.features |= wire::kFeatureNotifyOutcomes;
   h.backends = backends_.HelloBlobs();
   h.regions = regions;
   return h;
@@ -36,6 +37,7 @@ std::shared_ptr<PeerState> PeerService::MakePeerState(const wire::Hello& hello, 
   st->info.pid = hello.pid;
   st->info.transport = "none";
   st->info.outbound = outbound;
+  st->notify_outcomes = hello.features & wire::kFeatureNotifyOutcomes;
   if (self_.options.metrics) {  // (counted under the peer's name)
     st->metrics = metrics_;
     st->metrics_slot = metrics_->SlotOf(st->info.name);

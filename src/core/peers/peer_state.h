@@ -36,6 +36,9 @@ struct PeerState final : control::SessionContext {
   PeerRoutes routes;              // best first; empty when no backend reaches the peer
   bool copies_inline = false;     // some route copies small transfers on the caller
   std::atomic<bool> alive{true};  // cleared when the session ends; batches check it
+  // The peer asked for the notifications of requests that did not complete (its
+  // EngineOptions::notify.outcomes): they go to it as wire::NotifyEnded.
+  bool notify_outcomes = false;
   // The key both sides derived when the control session authenticated (control/auth.h); its
   // tcp data connections prove they know it. Empty without a secret.
   std::string auth_key;
