@@ -10,6 +10,8 @@
 #   bench/compare_builds.sh BEFORE_BUILD_DIR [AFTER_BUILD_DIR]   (after: default build)
 #   env: DURATION=0.3 (s per size)  ROUNDS=11  CELLS="shm cma tcp tcp2 batch cbatch msg"
 #        (also: nshm ncma ntcp nucx, 16 KiB requests that each carry a notification)
+#        AFTER_ARGS="..." (more xfer-bench arguments for the after side alone: with the same
+#        build twice, what an option costs, e.g. AFTER_ARGS="--set notify.outcomes=true")
 #        QUICK=1 (1 round, 0.1 s per size)
 # BEFORE_BUILD_DIR is a build of the other revision (e.g. a git worktree's build/), with
 # xfer-bench built.
@@ -46,10 +48,12 @@ cell_args() {
     *) echo "compare_builds: unknown cell $1" >&2; exit 1 ;;
   esac
 }
+AFTER_ARGS=${AFTER_ARGS:-}
 run() {  # run WHICH BUILD CELL: "<round> WHICH_CELL_w <bytes> <GB/s>" lines into all.txt
-  local which=$1 build=$2 cell=$3
-  # shellcheck disable=SC2046
-  "$build/tools/xfer-bench" $(cell_args "$cell") -D "$DURATION" 2>"$tmp/err.txt" |
+  local which=$1 build=$2 cell=$3 more=""
+  [ "$which" = after ] && more=$AFTER_ARGS
+  # shellcheck disable=SC2046,SC2086
+  "$build/tools/xfer-bench" $(cell_args "$cell") -D "$DURATION" $more 2>"$tmp/err.txt" |
     xfer_rows "${which}_$cell" | awk '$1 != "path"' | in_round >>"$tmp/all.txt" ||
     { echo "compare_builds: $build/tools/xfer-bench $(cell_args "$cell") failed:" >&2; cat "$tmp/err.txt" >&2; exit 1; }
 }
@@ -93,7 +97,7 @@ awk -v cells="$CELLS" "$ROUND_TABLE_AWK"'
   echo
   written_by bench/compare_builds.sh "; before: $BEFORE at $(rev_of "$BEFORE"), after: $AFTER at $(rev_of "$AFTER")"
   echo
-  echo "Command: \`bench/compare_builds.sh $BEFORE $AFTER\` (DURATION=$DURATION ROUNDS=$ROUNDS CELLS=\"$CELLS\"): per round and cell, xfer-bench of both builds one after the other (which goes first alternating by round), with a target child process each. after/before is the median of the per-round ratios, with the lowest and highest round; 1.00 = no change. GB/s columns are the medians of the rounds."
+  echo "Command: \`bench/compare_builds.sh $BEFORE $AFTER\` (DURATION=$DURATION ROUNDS=$ROUNDS CELLS=\"$CELLS\"${AFTER_ARGS:+ AFTER_ARGS=\"$AFTER_ARGS\"}): per round and cell, xfer-bench of both builds one after the other (which goes first alternating by round), with a target child process each. after/before is the median of the per-round ratios, with the lowest and highest round; 1.00 = no change. GB/s columns are the medians of the rounds."
   echo
   cat "$tmp/table.md"
   echo

@@ -3,9 +3,9 @@
 // memory, so the decode server may use the blocks the moment it sees the message.
 //
 // The decode server asks for outcomes (EngineOptions::notify.outcomes): a request the prefill
-// side gives up on (here request 8, canceled as its client went away) tells the decode server
-// so at once, with the blocks that landed, and it frees the blocks then instead of holding
-// them until a timer runs out.
+// side gives up on (here request 8, canceled as its client went away), or whose prefill server
+// dies (kInitiatorLost), tells the decode server so at once, with the blocks that landed, and
+// it frees the blocks then instead of holding them until a timer runs out.
 //
 //   terminal 1:  xfer-example-write-ready decode  127.0.0.1:5556   (exits after two requests)
 //   terminal 2:  xfer-example-write-ready prefill 127.0.0.1:5556

@@ -110,8 +110,10 @@ struct EngineOptions {
   // to a power of two that holds two of the largest messages); when it is full, over the
   // control session, as to other hosts. 0: no ring.
   // outcomes: this engine also receives a notification for each notified request that did not
-  // complete (Notification::outcome and landed: failed, timed out or canceled); off, only those
-  // of completed requests.
+  // complete (Notification::outcome and landed: failed, timed out, canceled, or its initiator
+  // lost); off, only those of completed requests. Peers then announce each notified request
+  // when it begins (one more control message, no round trip), and its message is held here,
+  // counted against the queue's bounds, until it ends.
   struct Notify {
     uint32_t max_message_bytes = 4096;   // sent and accepted (1..1 MiB)
     uint32_t queue_messages = 65536;     // (1..16 M)

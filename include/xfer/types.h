@@ -91,6 +91,9 @@ enum class NotifyOutcome : uint8_t {
   kFailed,     // the request failed (RequestState::kFailed)
   kTimedOut,   // its deadline passed (RequestState::kTimeout)
   kCanceled,   // the initiator canceled it (RequestState::kCanceled)
+  // The session with the initiator ended first (it died, disconnected or finalized): queued
+  // by this engine itself, with the message the initiator announced when the request began.
+  kInitiatorLost,
 };
 
 // A notification as its target receives it.
@@ -100,7 +103,8 @@ struct Notification {
   std::string message;
   NotifyOutcome outcome = NotifyOutcome::kCompleted;
   // Other than kCompleted: the indices (ascending) of the request's descriptors whose bytes
-  // all landed, as the initiator's RequestStatus::landed. Empty for kCompleted (all landed).
+  // all landed, as the initiator's RequestStatus::landed. Empty for kCompleted (all landed)
+  // and kInitiatorLost (unknown: treat the request's bytes as unknown).
   std::vector<uint64_t> landed;
 };
 
@@ -178,6 +182,6 @@ inline std::string_view PeerAccessName(PeerAccess a) {
 }
 std::string_view OpName(Op op);
 std::string_view RequestStateName(RequestState s);
-std::string_view NotifyOutcomeName(NotifyOutcome o);  // "COMPLETED", "FAILED", "TIMED_OUT", "CANCELED"
+std::string_view NotifyOutcomeName(NotifyOutcome o);  // "COMPLETED", "FAILED", ..., "INITIATOR_LOST"
 
 }  // namespace xfer

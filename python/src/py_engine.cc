@@ -239,7 +239,8 @@ void BindEngine(pyb::module_& m) {
       .value("COMPLETED", NotifyOutcome::kCompleted)
       .value("FAILED", NotifyOutcome::kFailed)
       .value("TIMED_OUT", NotifyOutcome::kTimedOut)
-      .value("CANCELED", NotifyOutcome::kCanceled);
+      .value("CANCELED", NotifyOutcome::kCanceled)
+      .value("INITIATOR_LOST", NotifyOutcome::kInitiatorLost);
 
   pyb::class_<Notification>(m, "Notification", "A notification as its target receives it.")
       .def_readonly("sender", &Notification::sender, "the sender's name (PeerInfo.name)")
@@ -249,7 +250,8 @@ void BindEngine(pyb::module_& m) {
       .def_readonly("outcome", &Notification::outcome, "how its request ended (xfer.Outcome)")
       .def_property_readonly(
           "landed", [](const Notification& n) { return pyb::cast(n.landed); },
-          "other than COMPLETED: the indices of the request's descriptors that landed whole")
+          "other than COMPLETED: the indices of the request's descriptors that landed whole (none known for "
+          "INITIATOR_LOST)")
       .def("__repr__", [](const Notification& n) {
         std::string r =
             "<xfer.Notification from " + n.sender + ": " + std::to_string(n.message.size()) + " bytes";

@@ -2,6 +2,7 @@
 
 import asyncio
 import hashlib
+import sys
 import threading
 import time
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 import xfer
+from conftest import Child
 
 SIZES = [1, 7, 4096, 65537, 1 << 20, 64 << 20]
 
@@ -283,6 +285,37 @@ def test_a_target_with_notify_outcomes_hears_of_requests_that_did_not_complete()
         assert got[0].landed == timed_out.landed and len(got[0].landed) < 8192
         assert got[1].landed == canceled.landed
         assert got[2].landed == [] and "TIMED_OUT" in repr(got[0])
+
+
+# A killed initiator: the target queues each of its notified requests still in flight itself.
+LOST_INITIATOR = """
+import sys, numpy as np, xfer
+target, addr = sys.argv[1], int(sys.argv[2])
+engine = xfer.Engine("127.0.0.1")
+engine.connect(target)
+src = np.ones(1 << 20, np.uint8)
+descs = [(src.ctypes.data, addr, 1 << 20)] * 8192  # 8 GiB each
+requests = [engine.write_async(target, descs, timeout=60, notify=m) for m in (b"lost-1", None, b"lost-2")]
+print("started", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_killed_initiators_notified_requests_end_as_initiator_lost():
+    with xfer.Engine("127.0.0.1:0", notify_outcomes=True) as target:
+        region = target.alloc(1 << 20)
+        child = Child([sys.executable, "-c", LOST_INITIATOR, target.name, str(region.addr)])
+        try:
+            assert child.line(30) == "started"
+        finally:
+            child.kill()
+        got = []
+        while len(got) < 2:
+            more = target.wait_notifies(timeout=10)
+            assert more, "no notification for a lost initiator's requests"
+            got += more
+        assert [(n.message, n.outcome, n.landed) for n in got] == [
+            (b"lost-1", xfer.Outcome.INITIATOR_LOST, []), (b"lost-2", xfer.Outcome.INITIATOR_LOST, [])]
 
 
 def test_many_python_threads_transfer_at_once(pair):

@@ -20,6 +20,7 @@ class Outcome(enum.Enum):
     FAILED: int
     TIMED_OUT: int
     CANCELED: int
+    INITIATOR_LOST: int
 
 class Notification:
     sender: str

@@ -68,6 +68,8 @@ std::string_view NotifyOutcomeName(NotifyOutcome o) {
       return "TIMED_OUT";
     case NotifyOutcome::kCanceled:
       return "CANCELED";
+    case NotifyOutcome::kInitiatorLost:
+      return "INITIATOR_LOST";
   }
   return "UNKNOWN";
 }

@@ -172,12 +172,16 @@ void EncodeBody(Writer& w, const Notify& m) {
   w.U64(m.seq);
   w.Str(m.message);
 }
+void EncodeBody(Writer& w, const NotifyBegin& m) {
+  w.U64(m.seq);
+  w.Str(m.message);
+}
 void EncodeBody(Writer& w, const NotifyEnded& m) {
   w.U64(m.seq);
+  w.U64(m.begin);
   w.U8(static_cast<uint8_t>(m.outcome));
   w.U32(static_cast<uint32_t>(m.landed.size()));
   for (uint64_t i : m.landed) w.U64(i);
-  w.Str(m.message);
 }
 void EncodeBody(Writer& w, const NotifyAck& m) {
   w.U64(m.seq);
@@ -219,21 +223,26 @@ bool DecodeBody(Reader& r, SyncAck* m) { return r.U64(&m->seq); }
 bool DecodeBody(Reader&, Heartbeat*) { return true; }
 bool DecodeBody(Reader& r, Goodbye* m) { return r.Str(&m->reason) && r.U64(&m->seq); }
 bool DecodeBody(Reader& r, Notify* m) { return r.U64(&m->seq) && r.Str(&m->message, kMaxNotify); }
+bool DecodeBody(Reader& r, NotifyBegin* m) { return r.U64(&m->seq) && r.Str(&m->message, kMaxNotify); }
 bool DecodeBody(Reader& r, NotifyEnded* m) {
   uint8_t outcome = 0;
   uint32_t n = 0;
-  if (!r.U64(&m->seq) || !r.U8(&outcome) || !r.Count(&n, 8, sizeof(uint64_t))) return false;
+  if (!r.U64(&m->seq) || !r.U64(&m->begin) || !r.U8(&outcome) || !r.Count(&n, 8, sizeof(uint64_t))) {
+    return false;
+  }
+  if (outcome > static_cast<uint8_t>(NotifyOutcome::kCanceled)) {
+    return r.Fail("a request's end that is not completed, failed, timed out or canceled");
+  }
   m->outcome = static_cast<NotifyOutcome>(outcome);
-  if (m->outcome != NotifyOutcome::kFailed && m->outcome != NotifyOutcome::kTimedOut &&
-      m->outcome != NotifyOutcome::kCanceled) {
-    return r.Fail("a request's end that is not failed, timed out or canceled");
+  if (m->outcome == NotifyOutcome::kCompleted && n != 0) {
+    return r.Fail("a completed request with a landed list");
   }
   m->landed.resize(n);
   for (size_t k = 0; k < n; ++k) {
     if (!r.U64(&m->landed[k])) return false;
     if (k > 0 && m->landed[k] <= m->landed[k - 1]) return r.Fail("landed descriptors out of order");
   }
-  return r.Str(&m->message, kMaxNotify);
+  return true;
 }
 bool DecodeBody(Reader& r, NotifyAck* m) {
   uint32_t code = 0;
@@ -310,6 +319,10 @@ MsgType TypeOf<AuthProof>() {
 template <>
 MsgType TypeOf<NotifyRingOffer>() {
   return MsgType::kNotifyRingOffer;
+}
+template <>
+MsgType TypeOf<NotifyBegin>() {
+  return MsgType::kNotifyBegin;
 }
 template <>
 MsgType TypeOf<NotifyEnded>() {
@@ -404,6 +417,8 @@ bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out,
       return DecodeAs<NotifyAck>(payload, out, error);
     case MsgType::kNotifyRingOffer:
       return DecodeAs<NotifyRingOffer>(payload, out, error);
+    case MsgType::kNotifyBegin:
+      return DecodeAs<NotifyBegin>(payload, out, error);
     case MsgType::kNotifyEnded:
       return DecodeAs<NotifyEnded>(payload, out, error);
     case MsgType::kAuthChallenge:
@@ -439,6 +454,8 @@ const char* MsgTypeName(MsgType type) {
       return "NotifyAck";
     case MsgType::kNotifyRingOffer:
       return "NotifyRingOffer";
+    case MsgType::kNotifyBegin:
+      return "NotifyBegin";
     case MsgType::kNotifyEnded:
       return "NotifyEnded";
     case MsgType::kAuthChallenge:

@@ -20,7 +20,7 @@
 namespace xfer::wire {
 
 inline constexpr uint32_t kMagic = 0x31524658;  // "XFR1" as little-endian bytes
-inline constexpr uint16_t kVersion = 10;        // 10: Hello's features, NotifyEnded
+inline constexpr uint16_t kVersion = 10;        // 10: Hello's features, NotifyBegin, NotifyEnded
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 inline constexpr uint32_t kMaxString = 64 << 10;  // UCX worker addresses can run to kilobytes
@@ -46,7 +46,8 @@ enum class MsgType : uint16_t {
   kAuthChallenge = 11,    // authentication (a secret set): each side's nonce and identity
   kAuthProof = 12,        // the HMAC that proves the sender knows the secret
   kNotifyRingOffer = 13,  // same host: a ring for the sender's notifications (NotifyAck answers)
-  kNotifyEnded = 14,      // a notified request that did not complete (NotifyAck answers)
+  kNotifyBegin = 14,      // a notified request begins toward the peer (NotifyAck answers)
+  kNotifyEnded = 15,      // ...and how it ended (NotifyAck answers)
 };
 inline constexpr MsgType kLastMsgType = MsgType::kNotifyEnded;
 
@@ -64,7 +65,7 @@ struct WireRegion {
 };
 
 // Hello::features: what the sender asks of its peers (bits it does not know are ignored).
-inline constexpr uint32_t kFeatureNotifyOutcomes = 1;  // send NotifyEnded (notify.outcomes)
+inline constexpr uint32_t kFeatureNotifyOutcomes = 1;  // NotifyBegin and NotifyEnded (notify.outcomes)
 
 struct Hello {
   std::string name;  // the sender's listen name ("host" alone for a client-only engine)
@@ -113,14 +114,22 @@ struct Notify {
   std::string message;
   bool operator==(const Notify&) const = default;
 };
-// The notification of a request that ended other than completed: outcome is kFailed,
-// kTimedOut or kCanceled; landed, strictly ascending, the descriptors that landed whole.
-// Sent only to a peer whose Hello asked for it (kFeatureNotifyOutcomes).
+// To a peer whose Hello asked for outcomes (kFeatureNotifyOutcomes), a notified request's
+// notification comes in two parts: NotifyBegin with its message before the request's first
+// byte moves, and NotifyEnded{begin: the Begin's seq} once it ended: outcome kCompleted,
+// kFailed, kTimedOut or kCanceled; landed (not for kCompleted), strictly ascending, the
+// descriptors that landed whole. The peer holds the message meanwhile, and queues it with
+// kInitiatorLost itself when the session ends first.
+struct NotifyBegin {
+  uint64_t seq = 0;
+  std::string message;
+  bool operator==(const NotifyBegin&) const = default;
+};
 struct NotifyEnded {
   uint64_t seq = 0;
-  NotifyOutcome outcome = NotifyOutcome::kFailed;
+  uint64_t begin = 0;
+  NotifyOutcome outcome = NotifyOutcome::kCompleted;
   std::vector<uint64_t> landed;
-  std::string message;
   bool operator==(const NotifyEnded&) const = default;
 };
 struct NotifyAck {
@@ -165,7 +174,7 @@ inline constexpr uint32_t kMaxPayloadBeforeAuth = 4096;
 
 using Message =
     std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck, Heartbeat, Goodbye, Notify,
-                 NotifyAck, AuthChallenge, AuthProof, NotifyRingOffer, NotifyEnded>;
+                 NotifyAck, AuthChallenge, AuthProof, NotifyRingOffer, NotifyBegin, NotifyEnded>;
 
 struct Header {
   MsgType type{};

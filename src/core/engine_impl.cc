@@ -170,6 +170,7 @@ Status EngineImpl::GetMetrics(MetricsSnapshot* out) const {
 void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {
   if (!s->established.load()) return peers_.OnBeforeHello(s, std::move(msg));
   if (auto* m = std::get_if<wire::Notify>(&msg)) return notifier_.OnNotify(s, std::move(*m));
+  if (auto* m = std::get_if<wire::NotifyBegin>(&msg)) return notifier_.OnNotifyBegin(s, std::move(*m));
   if (auto* m = std::get_if<wire::NotifyEnded>(&msg)) return notifier_.OnNotifyEnded(s, std::move(*m));
   if (auto* m = std::get_if<wire::NotifyAck>(&msg)) return notifier_.OnAnswer(s, *m);
   if (auto* m = std::get_if<wire::NotifyRingOffer>(&msg)) return notifier_.OnRingOffer(s, *m);

@@ -306,9 +306,10 @@ TEST_F(IntegrationMalformed, BadNotificationFramesCloseOnlyTheirSession) {
     bad.push_back({"unknown status code", frame(kAck, p)});
   }
   bad.push_back({"answer to nothing", wire::Encode(wire::NotifyAck{77, xfer::StatusCode::kOk, ""})});
-  // (well formed, but the peer did not ask for requests' ends: notify.outcomes is off)
+  // (well formed, but the peer did not ask for requests' begins and ends: notify.outcomes is off)
+  bad.push_back({"begin not asked for", wire::Encode(wire::NotifyBegin{4, "x"})});
   bad.push_back(
-      {"end not asked for", wire::Encode(wire::NotifyEnded{4, xfer::NotifyOutcome::kFailed, {0}, "x"})});
+      {"end not asked for", wire::Encode(wire::NotifyEnded{5, 4, xfer::NotifyOutcome::kFailed, {0}})});
   uint64_t incarnation = 0xbad0;
   for (const auto& [name, bytes] : bad) {
     SCOPED_TRACE(name);

@@ -55,8 +55,9 @@ TEST(WireCodec, EveryMessageRoundTrips) {
       AuthChallenge{std::string(kAuthNonceBytes, '\x07')},
       AuthProof{"10.0.0.1:5555", 42, "10.0.0.2:7000", std::string(kAuthMacBytes, '\xaa')},
       NotifyRingOffer{11, 7, 3, 4096 + 192, 4096},
-      NotifyEnded{12, NotifyOutcome::kTimedOut, {0, 1, 5}, "request 7"},
-      NotifyEnded{13, NotifyOutcome::kCanceled, {}, ""}};
+      NotifyBegin{12, "request 7"},
+      NotifyEnded{13, 12, NotifyOutcome::kTimedOut, {0, 1, 5}},
+      NotifyEnded{14, 12, NotifyOutcome::kCompleted, {}}};
   for (const auto& m : all) EXPECT_EQ(RoundTrip(m), m);
 }
 
@@ -96,8 +97,8 @@ TEST(WireCodec, NotificationsUpToTheCapDecodeAndBadOnesAreRefused) {
   EXPECT_FALSE(DecodePayload(MsgType::kNotify, cut, &out, &why));
 }
 
-// A request's end: only failed, timed out or canceled (completed goes as Notify), and the
-// landed descriptors strictly ascending.
+// A request's end: completed, failed, timed out or canceled (an initiator lost is the target's
+// own finding), and the landed descriptors strictly ascending (none when completed).
 TEST(WireCodec, NotifyEndedRefusesOtherOutcomesAndLandedOutOfOrder) {
   auto refused = [](const NotifyEnded& m, const char* why_part) {
     const std::vector<uint8_t> f = Encode(m);
@@ -106,13 +107,13 @@ TEST(WireCodec, NotifyEndedRefusesOtherOutcomesAndLandedOutOfOrder) {
     EXPECT_FALSE(DecodePayload(MsgType::kNotifyEnded, std::span(f).subspan(kHeaderSize), &out, &why));
     EXPECT_NE(why.find(why_part), std::string::npos) << why;
   };
-  refused({1, NotifyOutcome::kCompleted, {}, "m"}, "not failed");
-  refused({1, static_cast<NotifyOutcome>(77), {}, "m"}, "not failed");
-  refused({1, NotifyOutcome::kFailed, {3, 2}, "m"}, "out of order");
-  refused({1, NotifyOutcome::kFailed, {2, 2}, "m"}, "out of order");
-  refused({1, NotifyOutcome::kFailed, {}, std::string(kMaxNotify + 1, 'n')}, "cap");
-  std::vector<uint8_t> f = Encode(NotifyEnded{1, NotifyOutcome::kFailed, {0, 1}, "m"});
-  f[kHeaderSize + 9] = 0xff;  // a landed count the frame cannot hold
+  refused({1, 0, NotifyOutcome::kInitiatorLost, {}}, "not completed");
+  refused({1, 0, static_cast<NotifyOutcome>(77), {}}, "not completed");
+  refused({1, 0, NotifyOutcome::kCompleted, {0}}, "landed list");
+  refused({1, 0, NotifyOutcome::kFailed, {3, 2}}, "out of order");
+  refused({1, 0, NotifyOutcome::kFailed, {2, 2}}, "out of order");
+  std::vector<uint8_t> f = Encode(NotifyEnded{1, 0, NotifyOutcome::kFailed, {0, 1}});
+  f[kHeaderSize + 17] = 0xff;  // a landed count the frame cannot hold
   Message out;
   std::string why;
   EXPECT_FALSE(DecodePayload(MsgType::kNotifyEnded, std::span(f).subspan(kHeaderSize), &out, &why));

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "control/wire.h"
 #include "util/log.h"
 
 namespace xfer {
@@ -19,6 +20,17 @@ Notification NotificationOf(std::string message, NotifyOutcome outcome = NotifyO
   n.landed = std::move(landed);
   return n;
 }
+
+// A notification from the peer of session s (which said hello).
+Notification FromPeer(const control::Session& s, std::string message,
+                      NotifyOutcome outcome = NotifyOutcome::kCompleted, std::vector<uint64_t> landed = {}) {
+  Notification n = NotificationOf(std::move(message), outcome, std::move(landed));
+  if (const PeerState* peer = PeerOf(s)) {
+    n.sender = peer->info.name;
+    n.sender_incarnation = peer->info.incarnation;
+  }
+  return n;
+}
 }  // namespace
 
 // What every delivery holds: this engine's own queue, and the rings it offered its peers.
@@ -27,35 +39,42 @@ class Notifier::Sender {
   Sender(std::shared_ptr<NotifyQueue> own, std::string name, uint64_t incarnation)
       : own_(std::move(own)), name_(std::move(name)), incarnation_(incarnation) {}
 
-  // n.message, n.outcome and n.landed as the target is to queue them (the sender is this
-  // engine). A completed request's notification may go into the peer's ring; another goes
-  // over the session as NotifyEnded (in order all the same: see notify_rings.h).
-  void Send(const Peer& peer, Notification n, Done done) const {
+  // A notification for this engine itself: queued here.
+  void PushOwn(Notification n, Done done) const {
     n.sender = name_;
     n.sender_incarnation = incarnation_;
-    if (!peer.session) return done(own_->Push(std::move(n)));
-    const bool completed = n.outcome == NotifyOutcome::kCompleted;
-    if (std::shared_ptr<NotifyOutbox> box = OutboxOf(peer.state.get())) {
-      Status written;
-      if (completed ? box->TryWrite(n.message, &written) : box->TryWriteSessionOnly(&written)) {
-        if (written.code() == StatusCode::kConnectionLost && box->Inconsistent()) {
-          XLOG(WARN) << "peer " << peer.session->peer_key << ": " << written.message()
-                     << "; closing its session";
-          peer.session->Shutdown("its notification ring is inconsistent");
-        }
-        return done(std::move(written));
-      }
-      done = [box, done = std::move(done)](Status answer) {
-        box->SessionAnswered();
-        done(std::move(answer));
+    done(own_->Push(std::move(n)));
+  }
+
+  // A completed request's (or SendNotify's) message: into the peer's ring where it takes it,
+  // else over the session (ordered all the same: notify_rings.h).
+  void Send(const Peer& peer, std::string message, Done done) const {
+    if (!peer.session) return PushOwn(NotificationOf(std::move(message)), std::move(done));
+    Frame frame = [&](uint64_t k) -> wire::Message { return wire::Notify{k, std::move(message)}; };
+    Deliver(peer, &message, frame, std::move(done));
+  }
+
+  // A notified request toward a peer that asked for outcomes: NotifyBegin with the message
+  // now, and what sends NotifyEnded once the request ended. Its done hears the answer to the
+  // end, or the refusal of the begin (the target's queue was full): the peer answers in order.
+  static Notifier::Deliver Begin(std::shared_ptr<const Sender> self, const Peer& peer, std::string message) {
+    auto begun = std::make_shared<BeginAnswer>();
+    uint64_t begin = 0;
+    (void)peer.session->SendNumbered(
+        [&](uint64_t k) -> wire::Message {
+          return wire::NotifyBegin{k, std::move(message)};
+        },
+        &begin, [begun](Status answer) { begun->Set(std::move(answer)); });
+    return [self, peer, begin, begun](NotifyOutcome outcome, std::vector<uint64_t> landed, Done done) {
+      Done answered = [begun, done = std::move(done)](Status answer) {
+        Status began = begun->Get();
+        done(began.ok() ? std::move(answer) : std::move(began));
       };
-    }
-    uint64_t seq = 0;
-    auto frame = [&](uint64_t k) -> wire::Message {
-      if (completed) return wire::Notify{k, std::move(n.message)};
-      return wire::NotifyEnded{k, n.outcome, std::move(n.landed), std::move(n.message)};
+      Frame frame = [&](uint64_t k) -> wire::Message {
+        return wire::NotifyEnded{k, begin, outcome, std::move(landed)};
+      };
+      self->Deliver(peer, nullptr, frame, std::move(answered));
     };
-    (void)peer.session->SendNumbered(frame, &seq, std::move(done));  // done: the answer, or the loss
   }
 
   // The ring of a peer's state, from its making to the state's end.
@@ -75,6 +94,46 @@ class Notifier::Sender {
   }
 
  private:
+  using Frame = std::function<wire::Message(uint64_t seq)>;
+  // The answer to a NotifyBegin, once it came.
+  class BeginAnswer {
+   public:
+    void Set(Status s) {
+      std::lock_guard lock(mu_);
+      status_ = std::move(s);
+    }
+    Status Get() {
+      std::lock_guard lock(mu_);
+      return status_;
+    }
+
+   private:
+    std::mutex mu_;
+    Status status_;
+  };
+
+  // Into the peer's ring (when ring_message is given, the ring is open and nothing sent over
+  // the session awaits its answer), else over the session as frame; done hears the outcome.
+  void Deliver(const Peer& peer, const std::string* ring_message, const Frame& frame, Done done) const {
+    if (std::shared_ptr<NotifyOutbox> box = OutboxOf(peer.state.get())) {
+      Status written;
+      if (ring_message ? box->TryWrite(*ring_message, &written) : box->TryWriteSessionOnly(&written)) {
+        if (written.code() == StatusCode::kConnectionLost && box->Inconsistent()) {
+          XLOG(WARN) << "peer " << peer.session->peer_key << ": " << written.message()
+                     << "; closing its session";
+          peer.session->Shutdown("its notification ring is inconsistent");
+        }
+        return done(std::move(written));
+      }
+      done = [box, done = std::move(done)](Status answer) {
+        box->SessionAnswered();
+        done(std::move(answer));
+      };
+    }
+    uint64_t seq = 0;
+    (void)peer.session->SendNumbered(frame, &seq, std::move(done));  // done: the answer, or the loss
+  }
+
   const std::shared_ptr<NotifyQueue> own_;
   const std::string name_;  // this engine's, as the sender of its own notifications
   const uint64_t incarnation_;
@@ -94,6 +153,7 @@ void Notifier::Start(std::shared_ptr<EngineMetrics> metrics) {
   const EngineOptions::Notify& o = self_.options.notify;
   metrics_ = std::move(metrics);
   queue_ = std::make_shared<NotifyQueue>(o.queue_messages, o.queue_bytes);
+  begun_ = std::make_unique<BegunRequests>(queue_.get());
   sender_ = std::make_shared<Sender>(queue_, self_.name, self_.incarnation);
   inbox_ = std::make_unique<NotifyInbox>(queue_.get(), &metrics_->events().notifies_received,
                                          o.max_message_bytes, NotifyRing::kHeaderBytes + o.queue_bytes);
@@ -116,11 +176,19 @@ Status Notifier::CheckMessage(const char* what, const std::string& message) cons
 }
 
 Notifier::Deliver Notifier::Delivery(const Peer& peer, std::string message) const {
-  return [sender = sender_, peer, message = std::move(message)](
-             NotifyOutcome outcome, std::vector<uint64_t> landed, Done done) mutable {
-    sender->Send(peer, NotificationOf(std::move(message), outcome, std::move(landed)),
-                 std::move(done));  // (called once)
-  };
+  std::shared_ptr<const Sender> sender = sender_;
+  if (!peer.session) {  // (this engine itself: any outcome goes into its queue)
+    return [sender, message = std::move(message)](NotifyOutcome outcome, std::vector<uint64_t> landed,
+                                                  Done done) mutable {
+      sender->PushOwn(NotificationOf(std::move(message), outcome, std::move(landed)), std::move(done));
+    };
+  }
+  if (peer.state->notify_outcomes) return Sender::Begin(sender, peer, std::move(message));
+  // (Only kCompleted: Request::TellTheEnd asks peers with outcomes alone.)
+  return
+      [sender, peer, message = std::move(message)](NotifyOutcome, std::vector<uint64_t>, Done done) mutable {
+        sender->Send(peer, std::move(message), std::move(done));  // (called once)
+      };
 }
 
 void Notifier::PeerMade(const std::shared_ptr<PeerState>& peer) {
@@ -141,45 +209,81 @@ void Notifier::PeerUp(const std::shared_ptr<control::Session>& s, const std::sha
 
 void Notifier::PeerGone(const PeerState& peer) { sender_->Close(&peer); }
 
-void Notifier::SessionClosed(const std::shared_ptr<control::Session>& s) { inbox_->Retire(s); }
+void Notifier::SessionClosed(const std::shared_ptr<control::Session>& s) {
+  inbox_->Retire(s);
+  // The requests its peer had begun and not ended: the target hears of each (reserved: it fits).
+  for (std::string& message : begun_->Take(s.get())) {
+    const uint64_t reserved = message.size();
+    (void)queue_->PushReserved(FromPeer(*s, std::move(message), NotifyOutcome::kInitiatorLost), reserved);
+  }
+}
 
 void Notifier::OnNotify(const std::shared_ptr<control::Session>& s, wire::Notify&& m) {
-  Queue(s, m.seq, NotificationOf(std::move(m.message)));
-}
-
-void Notifier::OnNotifyEnded(const std::shared_ptr<control::Session>& s, wire::NotifyEnded&& m) {
-  if (!self_.options.notify.outcomes) {  // (our hello did not ask for it)
-    XLOG(WARN) << "peer " << s->peer_key << " sent a request's end this engine did not ask for; closing";
-    return s->Shutdown("protocol error: NotifyEnded without notify.outcomes");
-  }
-  Queue(s, m.seq, NotificationOf(std::move(m.message), m.outcome, std::move(m.landed)));
-}
-
-void Notifier::Queue(const std::shared_ptr<control::Session>& s, uint64_t seq, Notification n) {
-  const PeerState& peer = *PeerOf(*s);
-  Status queued = CheckMessage("a peer's notification", n.message);
+  const uint64_t seq = m.seq;
+  Status queued = CheckMessage("a peer's notification", m.message);
   if (!queued.ok()) {
     // (A peer whose own limit is higher: logged at most once a second.)
     if (uint64_t more = 0; refusal_log_.Due(&more)) {
       XLOG(WARN) << "refused a notification from " << s->peer_key << ": " << queued.message()
                  << log::Limit::More(more);
     }
-  } else {
-    // Queued after what the peer's ring holds (sent before it). The answer is queued before
-    // the application can take the notification: a goodbye (or anything else) it sends after
-    // taking it then leaves after the answer, never before. (It leaves once the control loop
-    // has read what came with it: one write for a burst.)
-    n.sender = peer.info.name;
-    n.sender_incarnation = peer.info.incarnation;
-    queued = inbox_->QueueAfterRing(s, std::move(n), [&] {
+    return Answer(s, seq, queued);
+  }
+  Notification n = FromPeer(*s, std::move(m.message));
+  Queue(s, seq, [&](const std::function<void()>& before_visible) {
+    return queue_->Push(std::move(n), before_visible);
+  });
+}
+
+bool Notifier::AskedForOutcomes(const std::shared_ptr<control::Session>& s) {
+  if (self_.options.notify.outcomes) return true;
+  XLOG(WARN) << "peer " << s->peer_key
+             << " sent a request's begin or end this engine did not ask for; closing";
+  s->Shutdown("protocol error: a request's begin or end without notify.outcomes");
+  return false;
+}
+
+void Notifier::OnNotifyBegin(const std::shared_ptr<control::Session>& s, wire::NotifyBegin&& m) {
+  if (!AskedForOutcomes(s)) return;
+  Status begun = CheckMessage("a peer's notification", m.message);
+  if (begun.ok()) begun = begun_->Begin(s.get(), m.seq, std::move(m.message));
+  if (!begun.ok()) return Answer(s, m.seq, begun);
+  s->SendSoon(wire::NotifyAck{m.seq, StatusCode::kOk, ""});
+}
+
+void Notifier::OnNotifyEnded(const std::shared_ptr<control::Session>& s, wire::NotifyEnded&& m) {
+  if (!AskedForOutcomes(s)) return;
+  std::string message;
+  if (Status known = begun_->End(s.get(), m.begin, &message); !known.ok()) return Answer(s, m.seq, known);
+  const uint64_t reserved = message.size();
+  Notification n = FromPeer(*s, std::move(message), m.outcome, std::move(m.landed));
+  bool pushed = false;
+  Queue(s, m.seq, [&](const std::function<void()>& before_visible) {
+    pushed = true;
+    return queue_->PushReserved(std::move(n), reserved, before_visible);
+  });
+  if (!pushed) queue_->Unreserve(reserved);  // (the session closes: its ring was inconsistent)
+}
+
+void Notifier::Queue(const std::shared_ptr<control::Session>& s, uint64_t seq, const Push& push) {
+  // Queued after what the peer's ring holds (sent before it). The answer is queued before
+  // the application can take the notification: a goodbye (or anything else) it sends after
+  // taking it then leaves after the answer, never before. (It leaves once the control loop
+  // has read what came with it: one write for a burst.)
+  Status queued = inbox_->QueueAfterRing(s, [&] {
+    return push([&] {
       ++metrics_->events().notifies_received;  // (counted before its sender hears of it)
       s->SendSoon(wire::NotifyAck{seq, StatusCode::kOk, ""});
     });
-    if (queued.ok()) return;
-    if (queued.code() == StatusCode::kConnectionLost) return s->Shutdown(queued.message());
-  }
+  });
+  if (queued.ok()) return;
+  if (queued.code() == StatusCode::kConnectionLost) return s->Shutdown(queued.message());
+  Answer(s, seq, queued);
+}
+
+void Notifier::Answer(const std::shared_ptr<control::Session>& s, uint64_t seq, const Status& refused) {
   ++metrics_->events().notifies_refused;
-  s->SendSoon(wire::NotifyAck{seq, queued.code(), queued.message()});
+  s->SendSoon(wire::NotifyAck{seq, refused.code(), refused.message()});
 }
 
 void Notifier::OnAnswer(const std::shared_ptr<control::Session>& s, const wire::NotifyAck& m) {
@@ -216,7 +320,7 @@ Status Notifier::SendNotify(const std::string& remote, const std::string& messag
   }
   auto answer = std::make_shared<std::promise<Status>>();
   std::future<Status> queued = answer->get_future();
-  sender_->Send(peer, NotificationOf(message), [answer, metrics = metrics_](Status st) {
+  sender_->Send(peer, message, [answer, metrics = metrics_](Status st) {
     ++(st.ok() ? metrics->events().notifies_sent : metrics->events().notifies_unsent);
     answer->set_value(std::move(st));
   });

@@ -17,6 +17,7 @@
 #include "control/session.h"
 #include "core/local_engine.h"
 #include "core/metrics/metrics.h"
+#include "core/notify/begun_requests.h"
 #include "core/notify/notify_queue.h"
 #include "core/notify/notify_rings.h"
 #include "core/peers/peer_service.h"
@@ -60,9 +61,11 @@ class Notifier {
   void PeerGone(const PeerState& peer);
   void SessionClosed(const std::shared_ptr<control::Session>& s);
 
-  // Control thread: a peer's notification (queued, answered), a request's end (the same), the
-  // answer to one of ours, a peer's ring offer (mapped, answered).
+  // Control thread: a peer's notification (queued, answered); a request it began toward us
+  // (notify.outcomes: its message held, answered) and its end (queued, answered); the answer
+  // to one of ours; a peer's ring offer (mapped, answered).
   void OnNotify(const std::shared_ptr<control::Session>& s, wire::Notify&& m);
+  void OnNotifyBegin(const std::shared_ptr<control::Session>& s, wire::NotifyBegin&& m);
   void OnNotifyEnded(const std::shared_ptr<control::Session>& s, wire::NotifyEnded&& m);
   void OnAnswer(const std::shared_ptr<control::Session>& s, const wire::NotifyAck& m);
   void OnRingOffer(const std::shared_ptr<control::Session>& s, const wire::NotifyRingOffer& m);
@@ -71,16 +74,25 @@ class Notifier {
 
  private:
   class Sender;  // shared with the deliveries
-  // Queues a peer's notification n (its sender set here) and answers frame seq.
-  void Queue(const std::shared_ptr<control::Session>& s, uint64_t seq, Notification n);
+  // Queues a notification that came as frame seq through push (NotifyQueue::Push or
+  // PushReserved, given what runs before it is visible), after what the peer's ring holds, and
+  // answers the frame.
+  using Push = std::function<Status(const std::function<void()>& before_visible)>;
+  void Queue(const std::shared_ptr<control::Session>& s, uint64_t seq, const Push& push);
+  // Answers frame seq with a refusal.
+  void Answer(const std::shared_ptr<control::Session>& s, uint64_t seq, const Status& refused);
+  // Whether this engine asked for outcomes; a peer that sends a request's begin or end
+  // otherwise breaks the protocol, and its session is closed.
+  bool AskedForOutcomes(const std::shared_ptr<control::Session>& s);
   // Moves what the queue and the rings hold onto *out; false when there was nothing.
   bool TakeAll(std::vector<Notification>* out) { return inbox_->TakeAll(out); }
 
   const LocalEngine& self_;
   PeerService& peers_;
   std::shared_ptr<EngineMetrics> metrics_;
-  std::shared_ptr<NotifyQueue> queue_;  // received, not yet taken; from Start on
-  std::unique_ptr<NotifyInbox> inbox_;  // same-host peers' rings; from Start on
+  std::shared_ptr<NotifyQueue> queue_;    // received, not yet taken; from Start on
+  std::unique_ptr<NotifyInbox> inbox_;    // same-host peers' rings; from Start on
+  std::unique_ptr<BegunRequests> begun_;  // requests peers began toward us; from Start on
   std::shared_ptr<Sender> sender_;
   bool rings_possible_ = false;  // this host lets us share notification rings
   std::atomic<uint64_t> next_ring_key_{1};

@@ -10,36 +10,77 @@ namespace {
 uint64_t QueuedBytes(const Notification& n) { return n.message.size() + sizeof(uint64_t) * n.landed.size(); }
 }  // namespace
 
-Status NotifyQueue::Push(Notification n, const std::function<void()>& before_visible) {
-  std::unique_lock lock(mu_);
-  const uint64_t size = QueuedBytes(n);
-  if (queue_.size() >= max_messages_ || bytes_ + size > max_bytes_) {
-    const bool first = refused_++ == 0;
-    const std::string why = "the target's notification queue is full (" + std::to_string(queue_.size()) +
-                            " messages, " + std::to_string(bytes_) +
-                            " bytes queued; EngineOptions::notify "
-                            "bounds " +
-                            std::to_string(max_messages_) + " / " + std::to_string(max_bytes_) +
-                            "): the application is not taking them";
-    lock.unlock();
-    if (first) XLOG(WARN) << "refused a notification from " << n.sender << ": " << why;
-    return {StatusCode::kResourceExhausted, why};
-  }
-  bytes_ += size;
+bool NotifyQueue::Fits(uint64_t bytes, std::string* why) {
+  if (queue_.size() + reserved_ < max_messages_ && bytes_ + reserved_bytes_ + bytes <= max_bytes_)
+    return true;
+  ++refused_;
+  *why = "the target's notification queue is full (" + std::to_string(queue_.size()) + " messages, " +
+         std::to_string(bytes_) + " bytes queued, " + std::to_string(reserved_) +
+         " more promised; EngineOptions::notify bounds " + std::to_string(max_messages_) + " / " +
+         std::to_string(max_bytes_) + "): the application is not taking them";
+  return false;
+}
+
+void NotifyQueue::Queue(std::unique_lock<std::mutex>& lock, Notification n, uint64_t bytes,
+                        const std::function<void()>& before_visible) {
+  bytes_ += bytes;
   queue_.push_back(std::move(n));
   if (before_visible) before_visible();  // (under the lock: no TakeAll sees it before)
   lock.unlock();
   Nudge();
+}
+
+Status NotifyQueue::Push(Notification n, const std::function<void()>& before_visible) {
+  std::unique_lock lock(mu_);
+  const uint64_t size = QueuedBytes(n);
+  if (std::string why; !Fits(size, &why)) {
+    const bool first = refused_ == 1;
+    lock.unlock();
+    if (first) XLOG(WARN) << "refused a notification from " << n.sender << ": " << why;
+    return {StatusCode::kResourceExhausted, why};
+  }
+  Queue(lock, std::move(n), size, before_visible);
   return Status::Ok();
 }
 
-void NotifyQueue::PushAccepted(Notification n) {
-  {
-    std::lock_guard lock(mu_);
-    bytes_ += QueuedBytes(n);
-    queue_.push_back(std::move(n));
+Status NotifyQueue::Reserve(uint64_t bytes) {
+  std::unique_lock lock(mu_);
+  if (std::string why; !Fits(bytes, &why)) {
+    const bool first = refused_ == 1;
+    lock.unlock();
+    if (first) XLOG(WARN) << "refused a request's notification: " << why;
+    return {StatusCode::kResourceExhausted, why};
   }
-  Nudge();
+  ++reserved_;
+  reserved_bytes_ += bytes;
+  return Status::Ok();
+}
+
+Status NotifyQueue::PushReserved(Notification n, uint64_t reserved,
+                                 const std::function<void()>& before_visible) {
+  std::unique_lock lock(mu_);
+  --reserved_;
+  reserved_bytes_ -= reserved;
+  const uint64_t size = QueuedBytes(n);
+  if (std::string why; size > reserved && !Fits(size, &why)) {
+    lock.unlock();
+    XLOG(WARN) << "refused a notification from " << n.sender << ": " << why;
+    return {StatusCode::kResourceExhausted, why};
+  }
+  Queue(lock, std::move(n), size, before_visible);
+  return Status::Ok();
+}
+
+void NotifyQueue::Unreserve(uint64_t reserved) {
+  std::lock_guard lock(mu_);
+  --reserved_;
+  reserved_bytes_ -= reserved;
+}
+
+void NotifyQueue::PushAccepted(Notification n) {
+  std::unique_lock lock(mu_);
+  const uint64_t size = QueuedBytes(n);
+  Queue(lock, std::move(n), size, nullptr);
 }
 
 bool NotifyQueue::TakeAll(std::vector<Notification>* out) {

@@ -32,6 +32,16 @@ class NotifyQueue {
   Status Push(Notification n, const std::function<void()>& before_visible = nullptr);
   // Queues n past the bounds: one its sender was already told is queued (in a ring).
   void PushAccepted(Notification n);
+  // Counts a notification of `bytes` against the bounds before it comes (a request begun
+  // toward this engine: its notification comes however the request ends), or refuses it with
+  // kResourceExhausted as Push would.
+  Status Reserve(uint64_t bytes);
+  // Queues n in place of a reservation of `reserved` bytes. n's own bytes are checked against
+  // the bounds where they are more (a landed list); refused, the reservation is gone all the same.
+  Status PushReserved(Notification n, uint64_t reserved,
+                      const std::function<void()>& before_visible = nullptr);
+  // Gives a reservation up.
+  void Unreserve(uint64_t reserved);
   // Moves everything queued to the end of *out; false when there was nothing.
   bool TakeAll(std::vector<Notification>* out);
   // TakeAll once something is queued, or false when `until` passes (or Close is called) first.
@@ -56,10 +66,19 @@ class NotifyQueue {
   std::mutex mu_;
   std::deque<Notification> queue_;  // mu_
   uint64_t bytes_ = 0;              // mu_: the queued messages' bytes
+  uint64_t reserved_ = 0;           // mu_: reservations (Reserve) not yet queued...
+  uint64_t reserved_bytes_ = 0;     // mu_: ...and their bytes
   uint64_t refused_ = 0;            // mu_: refusals since the queue was last drained
   bool closed_ = false;             // mu_
   std::atomic<uint32_t> changes_{0};
   std::atomic<uint32_t> sleepers_{0};
+
+  // Whether one more notification of `bytes` fits (mu_ held); else counts the refusal, and
+  // says why in *why.
+  bool Fits(uint64_t bytes, std::string* why);
+  // Queues n (mu_ held by lock, which this releases).
+  void Queue(std::unique_lock<std::mutex>& lock, Notification n, uint64_t bytes,
+             const std::function<void()>& before_visible);
 };
 
 }  // namespace xfer

@@ -175,8 +175,8 @@ bool NotifyInbox::TakeAll(std::vector<Notification>* out) {
   return out->size() > before;
 }
 
-Status NotifyInbox::QueueAfterRing(const std::shared_ptr<control::Session>& session, Notification n,
-                                   const std::function<void()>& before_visible) {
+Status NotifyInbox::QueueAfterRing(const std::shared_ptr<control::Session>& session,
+                                   const std::function<Status()>& queue) {
   std::lock_guard lock(mu_);
   for (size_t i = 0; i < rings_.size(); ++i) {
     if (rings_[i]->session.lock() != session) continue;
@@ -189,7 +189,7 @@ Status NotifyInbox::QueueAfterRing(const std::shared_ptr<control::Session>& sess
     }
     break;
   }
-  return queue_->Push(std::move(n), before_visible);
+  return queue();
 }
 
 void NotifyInbox::Retire(const std::shared_ptr<control::Session>& session) {

@@ -97,10 +97,11 @@ class NotifyInbox {
   bool TakeAll(std::vector<Notification>* out);
   // A notification that came over `session` (control thread): first what that peer's ring
   // holds moves into the queue (sent before it, and queued already: past the bounds), then
-  // queue->Push(n, before_visible) says whether n is queued. kConnectionLost when the peer's
-  // ring is inconsistent (it is dropped; the caller closes the session).
-  Status QueueAfterRing(const std::shared_ptr<control::Session>& session, Notification n,
-                        const std::function<void()>& before_visible);
+  // `queue` queues it (NotifyQueue::Push or PushReserved), whose status this returns.
+  // kConnectionLost when the peer's ring is inconsistent (it is dropped; the caller closes the
+  // session).
+  Status QueueAfterRing(const std::shared_ptr<control::Session>& session,
+                        const std::function<Status()>& queue);
   // The session ended (control thread): its ring is closed, what it holds moves into the
   // queue (readable as the queue's, and ahead of anything from the peer's next session), and
   // it is unmapped.
