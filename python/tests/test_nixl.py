@@ -326,6 +326,33 @@ def test_releasing_a_running_transfer_waits_until_it_stopped():
             d.check_xfer_state(h)
 
 
+def test_a_transfer_that_did_not_complete_reaches_its_target_as_a_failure(monkeypatch):
+    """xfer's addition (XFER_NIXL_NOTIFY_OUTCOMES=1): NIXL code reading get_new_notifs sees
+    nothing of it (as with NIXL); the target finds it with check_remote_xfer_state ("ERR") or
+    get_failed_notifs."""
+    monkeypatch.setenv("XFER_NIXL_NOTIFY_OUTCOMES", "1")
+    p, d, kv, room = pair()
+    local = d.prep_xfer_dlist("", d.get_xfer_descs(blocks(room), "DRAM"))
+    remote = d.prep_xfer_dlist("P", d.get_xfer_descs(blocks(kv), "DRAM"))
+    many = np.tile(np.arange(256), 1000)  # 4 GB of 16 KiB blocks: still running when released
+    for k in (1, 2):
+        h = d.make_prepped_xfer("WRITE", local, many, remote, many, notif_msg=f"fail:{k}".encode())
+        d.transfer(h)
+        d.release_xfer_handle(h)  # cancels it
+    h = d.make_prepped_xfer("WRITE", local, [0], remote, [0], notif_msg=b"done:3")
+    d.transfer(h)
+    wait_for(lambda: d.check_xfer_state(h) == "DONE")
+    wait_for(lambda: p.check_remote_xfer_state("D", b"fail") == "ERR")  # fail:1
+    wait_for(lambda: p.check_remote_xfer_state("D", b"done") == "DONE")
+    assert p.check_remote_xfer_state("D", b"done") == "PROC"  # (taken)
+    failed = p.get_failed_notifs()
+    assert list(failed) == ["D"] and len(failed["D"]) == 1
+    f = failed["D"][0]
+    assert f.message == b"fail:2" and f.outcome == "CANCELED" and len(f.landed) < len(many)
+    assert p.get_new_notifs() == {} and p.get_failed_notifs() == {}
+    assert not p.check_remote_xfer_done("D", b"fail")
+
+
 def test_metadata_through_etcd_as_nixl_reads_it_from_its_environment(etcd, monkeypatch):
     """NIXL's etcd flow: NIXL_ETCD_ENDPOINTS set, send_local_metadata() and
     fetch_remote_metadata(name) without an address, then check_remote_metadata until it came."""

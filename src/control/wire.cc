@@ -173,7 +173,7 @@ void EncodeBody(Writer& w, const Notify& m) {
   w.Str(m.message);
 }
 void EncodeBody(Writer& w, const NotifyBegin& m) {
-  w.U64(m.seq);
+  w.U64(m.id);
   w.Str(m.message);
 }
 void EncodeBody(Writer& w, const NotifyEnded& m) {
@@ -223,7 +223,7 @@ bool DecodeBody(Reader& r, SyncAck* m) { return r.U64(&m->seq); }
 bool DecodeBody(Reader&, Heartbeat*) { return true; }
 bool DecodeBody(Reader& r, Goodbye* m) { return r.Str(&m->reason) && r.U64(&m->seq); }
 bool DecodeBody(Reader& r, Notify* m) { return r.U64(&m->seq) && r.Str(&m->message, kMaxNotify); }
-bool DecodeBody(Reader& r, NotifyBegin* m) { return r.U64(&m->seq) && r.Str(&m->message, kMaxNotify); }
+bool DecodeBody(Reader& r, NotifyBegin* m) { return r.U64(&m->id) && r.Str(&m->message, kMaxNotify); }
 bool DecodeBody(Reader& r, NotifyEnded* m) {
   uint8_t outcome = 0;
   uint32_t n = 0;

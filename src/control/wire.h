@@ -46,7 +46,7 @@ enum class MsgType : uint16_t {
   kAuthChallenge = 11,    // authentication (a secret set): each side's nonce and identity
   kAuthProof = 12,        // the HMAC that proves the sender knows the secret
   kNotifyRingOffer = 13,  // same host: a ring for the sender's notifications (NotifyAck answers)
-  kNotifyBegin = 14,      // a notified request begins toward the peer (NotifyAck answers)
+  kNotifyBegin = 14,      // a notified request begins toward the peer (not answered)
   kNotifyEnded = 15,      // ...and how it ended (NotifyAck answers)
 };
 inline constexpr MsgType kLastMsgType = MsgType::kNotifyEnded;
@@ -116,12 +116,13 @@ struct Notify {
 };
 // To a peer whose Hello asked for outcomes (kFeatureNotifyOutcomes), a notified request's
 // notification comes in two parts: NotifyBegin with its message before the request's first
-// byte moves, and NotifyEnded{begin: the Begin's seq} once it ended: outcome kCompleted,
-// kFailed, kTimedOut or kCanceled; landed (not for kCompleted), strictly ascending, the
-// descriptors that landed whole. The peer holds the message meanwhile, and queues it with
-// kInitiatorLost itself when the session ends first.
+// byte moves (not answered: the request does not wait), and NotifyEnded{begin: the Begin's id}
+// once it ended: outcome kCompleted, kFailed, kTimedOut or kCanceled; landed (not for
+// kCompleted), strictly ascending, the descriptors that landed whole. The peer holds the
+// message meanwhile, and queues it with kInitiatorLost itself when the session ends first. A
+// Begin it could not hold (its queue full) makes it answer the End with kResourceExhausted.
 struct NotifyBegin {
-  uint64_t seq = 0;
+  uint64_t id = 0;  // the sender's, unique per session
   std::string message;
   bool operator==(const NotifyBegin&) const = default;
 };

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <thread>
 
+#include "raw_peer.h"
 #include "test_common.h"
 
 namespace xfer_test {
@@ -277,6 +278,95 @@ INSTANTIATE_TEST_SUITE_P(Transports, NotifyLost,
                          ::testing::Values(Setup{"shm", "", false, "shm"}, Setup{"cma", "cma"},
                                            Setup{"tcp", "tcp"}, Setup{"staged", "", true}),
                          [](const auto& info) { return info.param.name; });
+
+// ---------------------------------------------------------------- a full queue, a wrong peer
+// A target whose queue is full when a notified request begins cannot hold its notification:
+// the request still moves its data, then fails RESOURCE_EXHAUSTED with every descriptor landed,
+// and the target hears nothing of it, as when a completed request's notification is refused.
+TEST(NotifyOutcomeQueue, ARequestBegunWhileTheQueueIsFullFailsAfterItsData) {
+  PeerProcess peer;
+  std::string err;
+  PeerOptions po;
+  po.extra_args = {"--notify-queue", "4", "--option", "notify.outcomes=true"};
+  ASSERT_TRUE(peer.Start(po, &err)) << err;
+  xfer::Engine e;
+  xfer::EngineOptions eo;
+  eo.notify.ring_bytes = 0;  // (SendNotify's go into the target's queue, not a ring)
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", eo));
+  XT_ASSERT_OK(e.Connect(peer.name(), 10s));
+  for (int k = 0; k < 4; ++k) XT_ASSERT_OK(e.SendNotify(peer.name(), "n" + std::to_string(k), 5s));
+  const PeerRegion r = peer.Alloc(4 << 20);
+  LocalBuffer src(4 << 20);
+  src.Fill(3);
+  std::vector<TransferDesc> d;
+  for (uint64_t k = 0; k < 4; ++k) d.push_back({src.addr() + (k << 20), r.addr + (k << 20), 1 << 20});
+  xfer::TransferOptions o;
+  o.notify = "refused";
+  xfer::RequestStatus st;
+  XT_EXPECT_CODE(e.TransferSync(peer.name(), Op::kWrite, d, 30s, o, &st), StatusCode::kResourceExhausted);
+  EXPECT_EQ(st.landed, (std::vector<uint64_t>{0, 1, 2, 3}))
+      << "the data landed; only the notification was refused";
+  EXPECT_EQ(peer.Sum(r), src.Hash());
+  const std::vector<Told> told = TakeNotifies(peer);
+  ASSERT_EQ(told.size(), 4u);
+  EXPECT_EQ(told[3].message, "n3");
+  o.notify = "again";
+  XT_EXPECT_OK(e.TransferSync(peer.name(), Op::kWrite, d, 30s, o));  // (room again)
+  const std::vector<Told> again = TakeNotifies(peer);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].message, "again");
+  e.Finalize();
+}
+
+// A peer that sends begins and ends an engine cannot match: refused, nothing queued for them,
+// the session goes on; each peer holds at most a quarter of the queue with begun requests,
+// and what it held comes back (as kInitiatorLost) when its session ends.
+TEST(NotifyOutcomeQueue, BeginsAndEndsThatDoNotMatchAreRefusedAndAPeerHoldsItsShareOnly) {
+  namespace wire = xfer::wire;
+  xfer::Engine target;
+  xfer::EngineOptions o;
+  o.notify.outcomes = true;
+  o.notify.queue_messages = 8;  // a peer's share: 2
+  XT_ASSERT_OK(target.Initialize("127.0.0.1:0", o));
+  auto raw = std::make_unique<RawSession>(target.LocalName());
+  ASSERT_FALSE(raw->Hello(HelloOf("10.9.8.7:6000", 0x5eed)).name.empty());
+  auto answer = [&](uint64_t seq) {
+    wire::Message m;
+    for (auto until = Clock::now() + 5s; raw->s->ReadOne(until, &m).ok();) {
+      if (auto* ack = std::get_if<wire::NotifyAck>(&m); ack && ack->seq == seq) return ack->code;
+    }
+    return StatusCode::kInternal;  // (none came)
+  };
+  raw->Send(wire::NotifyBegin{1, "a"});
+  raw->Send(wire::NotifyBegin{1, "a twin"});                                 // (the same id: ignored)
+  raw->Send(wire::NotifyEnded{1, 99, xfer::NotifyOutcome::kCompleted, {}});  // never begun
+  EXPECT_EQ(answer(1), StatusCode::kResourceExhausted);
+  raw->Send(wire::NotifyEnded{2, 1, xfer::NotifyOutcome::kFailed, {0}});
+  EXPECT_EQ(answer(2), StatusCode::kOk);
+  raw->Send(wire::NotifyEnded{3, 1, xfer::NotifyOutcome::kFailed, {0}});  // ended already
+  EXPECT_EQ(answer(3), StatusCode::kResourceExhausted);
+  for (uint64_t id = 10; id < 20; ++id) raw->Send(wire::NotifyBegin{id, "held-" + std::to_string(id)});
+  raw->Send(wire::NotifyEnded{4, 12, xfer::NotifyOutcome::kCompleted, {}});  // past its share: not held
+  EXPECT_EQ(answer(4), StatusCode::kResourceExhausted);
+  std::vector<xfer::Notification> got;
+  XT_ASSERT_OK(target.GetNotifies(&got));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].message, "a");
+  EXPECT_EQ(got[0].outcome, xfer::NotifyOutcome::kFailed);
+  EXPECT_EQ(got[0].landed, (std::vector<uint64_t>{0}));
+  raw.reset();  // the session ends: what it held is queued as lost
+  std::vector<xfer::Notification> lost;
+  for (auto until = Clock::now() + 10s; lost.size() < 2 && Clock::now() < until;)
+    (void)target.WaitNotifies(&lost, 1s);
+  ASSERT_EQ(lost.size(), 2u);
+  EXPECT_EQ(lost[0].message, "held-10");
+  EXPECT_EQ(lost[0].outcome, xfer::NotifyOutcome::kInitiatorLost);
+  EXPECT_EQ(lost[1].message, "held-11");
+  // Every place is back: the queue takes 8 again.
+  for (int k = 0; k < 8; ++k) XT_EXPECT_OK(target.SendNotify(target.LocalName(), "p", 5s));
+  XT_EXPECT_CODE(target.SendNotify(target.LocalName(), "p", 5s), StatusCode::kResourceExhausted);
+  target.Finalize();
+}
 
 // A target that did not ask for outcomes hears nothing of a request that did not complete
 // (tests NoNotificationForARequestThatTimedOutOrWasCanceled in notify_test.cc the same over tcp),

@@ -1,5 +1,7 @@
 #include "core/notify/notify_queue.h"
 
+#include "core/notify/begun_requests.h"
+
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -47,6 +49,47 @@ TEST(NotifyQueue, LandedIndicesCountAgainstTheBytes) {
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].outcome, NotifyOutcome::kFailed);
   EXPECT_EQ(got[0].landed, (std::vector<uint64_t>{0, 1}));
+}
+
+// Requests begun toward the engine hold their place in the queue until they end, each
+// session a quarter of it at most; every place comes back.
+TEST(BegunRequests, ReserveUntilTheEndAndGiveEveryPlaceBack) {
+  EngineOptions::Notify o;
+  o.queue_messages = 8;
+  o.queue_bytes = 1000;
+  o.max_message_bytes = 100;
+  NotifyQueue q(o.queue_messages, o.queue_bytes);
+  BegunRequests begun(&q, o);
+  const int s1 = 0, s2 = 0;  // (two sessions: their addresses)
+  EXPECT_TRUE(begun.Begin(&s1, 1, "aaaa").ok());
+  EXPECT_EQ(begun.Begin(&s1, 1, "x").code(), StatusCode::kInvalidArgument);  // a number begun already
+  EXPECT_TRUE(begun.Begin(&s1, 2, "bb").ok());
+  EXPECT_EQ(begun.Begin(&s1, 3, "c").code(), StatusCode::kResourceExhausted);  // its share: 8 / 4
+  EXPECT_TRUE(begun.Begin(&s2, 1, "cc").ok());
+  for (int k = 0; k < 5; ++k) EXPECT_TRUE(q.Push(N("p", 1, "n")).ok()) << k;  // 3 places held
+  EXPECT_EQ(q.Push(N("p", 1, "n")).code(), StatusCode::kResourceExhausted);
+  std::string m;
+  EXPECT_EQ(begun.End(&s1, 9, &m).code(), StatusCode::kInvalidArgument);  // never begun
+  ASSERT_TRUE(begun.End(&s1, 1, &m).ok());
+  EXPECT_EQ(m, "aaaa");
+  EXPECT_EQ(begun.End(&s1, 1, &m).code(), StatusCode::kInvalidArgument);  // ended already
+  Notification ended = N("s1", 1, m);
+  ended.outcome = NotifyOutcome::kFailed;
+  ended.landed.assign(1000, 0);  // 8000 bytes: past the bound, so dropped (the message fits)
+  q.PushReserved(std::move(ended), m.size());
+  for (BegunRequests::Key k : {static_cast<BegunRequests::Key>(&s1), static_cast<BegunRequests::Key>(&s2)}) {
+    for (std::string& left : begun.Take(k)) q.PushReserved(N("lost", 1, left), left.size());
+  }
+  EXPECT_TRUE(begun.Take(&s1).empty());
+  std::vector<Notification> got;
+  ASSERT_TRUE(q.TakeAll(&got));
+  ASSERT_EQ(got.size(), 8u);
+  EXPECT_EQ(got[5].outcome, NotifyOutcome::kFailed);
+  EXPECT_TRUE(got[5].landed.empty()) << "a landed list past the bound is dropped, not the notification";
+  EXPECT_EQ(got[6].message, "bb");
+  EXPECT_EQ(got[7].message, "cc");
+  for (int k = 0; k < 8; ++k) EXPECT_TRUE(q.Push(N("p", 1, "n")).ok()) << "place " << k << " not given back";
+  EXPECT_EQ(q.Push(N("p", 1, "n")).code(), StatusCode::kResourceExhausted);
 }
 
 TEST(NotifyQueue, WaitReturnsOnArrivalOrTimeoutOrClose) {

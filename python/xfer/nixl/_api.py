@@ -15,12 +15,13 @@ from .. import _errors
 from . import _bindings as nb
 from ._bindings import (DEFAULT_COMM_PORT, nixl_thread_sync_t, nixlRegDList,  # noqa: F401
                         nixlXferDList, nixlXferTelemetry)
-from ._wire import Agents, Message, host_address
+from ._wire import Agents, FailedNotif, Message, host_address  # noqa: F401
 
 log = logging.getLogger("xfer.nixl")
 
 HOST_ENV = "XFER_NIXL_HOST"            # the address this process's agents listen on
 TRANSPORT_ENV = "XFER_NIXL_TRANSPORT"  # forces one xfer transport, e.g. "tcp"
+OUTCOMES_ENV = "XFER_NIXL_NOTIFY_OUTCOMES"  # "1": failed transfers' notifications too
 SECRET_ENV = "XFER_SECRET_FILE"        # a shared secret: peers must prove they know it
 ETCD_ENV = "NIXL_ETCD_ENDPOINTS"       # NIXL's metadata server: etcd (http://host:port[,...])
 ETCD_NAMESPACE_ENV = "NIXL_ETCD_NAMESPACE"
@@ -148,7 +149,10 @@ class nixl_agent:
         self.name = _name(agent_name)
         self._telemetry = conf.capture_telemetry
         port = conf.port if conf.enable_listen else 0
-        options = {"notify_max_message_bytes": _NOTIFY_BYTES}
+        # XFER_NIXL_NOTIFY_OUTCOMES=1: transfers toward this agent that do not complete are told
+        # here too (get_failed_notifs, check_remote_xfer_state), at a cost per notified transfer.
+        options = {"notify_max_message_bytes": _NOTIFY_BYTES,
+                   "notify_outcomes": os.environ.get(OUTCOMES_ENV, "0") == "1"}
         if os.environ.get(SECRET_ENV):
             options["secret_file"] = os.environ[SECRET_ENV]
         if os.environ.get(TRANSPORT_ENV):
@@ -174,6 +178,7 @@ class nixl_agent:
                             self.name, b, self.plugin_list)
         log.info("xfer.nixl agent %s listens at %s", self.name, self._engine.name)
         self.notifs = {}
+        self._failed = {}   # agent name -> [FailedNotif] taken from the engine, not by the caller yet
         self._regions = {}  # (addr, len, dev) -> [xfer Region]
         self._rates = {}    # peer address -> bytes/s of the last completed transfer (estimate_xfer_cost)
         self._lock = threading.Lock()
@@ -615,14 +620,42 @@ class nixl_agent:
         """True once a notification from that agent starts with lookup_tag (or, tag_is_prefix
         False, contains it); that one message is taken."""
         self.update_notifs()
-        tag = _bytes(lookup_tag)
         with self._lock:
             msgs = self.notifs.get(_name(remote_agent_name), [])
-            for i, m in enumerate(msgs):
-                if (m.startswith(tag) if tag_is_prefix else tag in m):
-                    del msgs[i]
-                    return True
-        return False
+            return _take_matching(msgs, lookup_tag, tag_is_prefix) is not None
+
+    # xfer's addition: NIXL tells a target nothing of a transfer that failed.
+    def get_failed_notifs(self):
+        """{agent name: [FailedNotif(message, outcome, landed), ...]}: the transfers toward this
+        agent that did not complete, since the last call. outcome: "FAILED", "TIMED_OUT",
+        "CANCELED" or "INITIATOR_LOST" (the initiator's agent died or went away first); landed:
+        the positions of the transfer's descriptors whose bytes all landed (none known for
+        INITIATOR_LOST). Their messages never reach get_new_notifs."""
+        with self._lock:
+            self._collect_failed()
+            got, self._failed = self._failed, {}
+            return got
+
+    def check_remote_xfer_state(self, remote_agent_name, lookup_tag, tag_is_prefix=True):
+        """check_remote_xfer_done with check_xfer_state's answers: "DONE" once that agent's
+        transfer with this notification completed, "ERR" once it ended otherwise (failed, timed
+        out, canceled, its initiator lost), else "PROC". The notification found is taken."""
+        self.update_notifs()
+        name = _name(remote_agent_name)
+        with self._lock:
+            if _take_matching(self.notifs.get(name, []), lookup_tag, tag_is_prefix) is not None:
+                return "DONE"
+            self._collect_failed()
+            mine = self._failed.get(name, [])
+            i = _take_matching([f.message for f in mine], lookup_tag, tag_is_prefix)
+            if i is not None:
+                del mine[i]
+                return "ERR"
+        return "PROC"
+
+    def _collect_failed(self):  # (self._lock held)
+        for name, failed in self._agents.take_failed().items():
+            self._failed.setdefault(name, []).extend(failed)
 
 
 class _Fetch:
@@ -661,6 +694,17 @@ def _bytes(m):
     if m is None:
         return b""
     return m.encode() if isinstance(m, str) else bytes(m)
+
+
+def _take_matching(messages, tag, tag_is_prefix):
+    """The index of the first message that starts with tag (or contains it), removed from
+    messages; None when none does."""
+    tag = _bytes(tag)
+    for i, m in enumerate(messages):
+        if m.startswith(tag) if tag_is_prefix else tag in m:
+            del messages[i]
+            return i
+    return None
 
 
 def _indices(indices, count):

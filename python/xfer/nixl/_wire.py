@@ -5,6 +5,7 @@ engine knows its peers by address; NIXL code knows them by agent name).
 A frame: MAGIC, one kind byte, the sender's name (2-byte length, little-endian), the payload.
 A notification without MAGIC (from a plain xfer engine) is kept under its sender's address."""
 
+import collections
 import enum
 import fcntl
 import json
@@ -13,12 +14,18 @@ import socket
 import struct
 import threading
 
-from .. import XferError
+from .. import Outcome, XferError
 
 log = logging.getLogger("xfer.nixl")
 
 MAGIC = b"xfer-nixl\0"
 CONNECT_TIMEOUT = 10.0  # seconds (the notification thread connects to answer a request)
+
+
+# A transfer toward this agent that did not complete (xfer's notify.outcomes): its
+# notification's message, how it ended ("FAILED", "TIMED_OUT", "CANCELED", "INITIATOR_LOST"),
+# and the positions of the descriptors that landed whole.
+FailedNotif = collections.namedtuple("FailedNotif", "message outcome landed")
 
 
 class Message(bytes, enum.Enum):
@@ -76,6 +83,7 @@ class Agents:
         self._lock = threading.Lock()
         self._by_name = {}
         self._inbox = {}
+        self._failed = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"xfer.nixl {name}", daemon=True)
         self._thread.start()
@@ -148,6 +156,11 @@ class Agents:
             got, self._inbox = self._inbox, {}
         return got
 
+    def take_failed(self):
+        with self._lock:
+            got, self._failed = self._failed, {}
+        return got
+
     def connect(self, address):
         """Connects to address (nothing when connected already)."""
         try:
@@ -174,14 +187,14 @@ class Agents:
 
     def _take(self, n):
         framed = unframe(n.message)
-        if framed is None:
-            with self._lock:
-                self._inbox.setdefault(n.sender, []).append(n.message)
-            return
-        kind, sender, payload = framed
+        kind, sender, payload = framed if framed is not None else (Message.NOTIF, n.sender, n.message)
         if kind == Message.NOTIF:
             with self._lock:
-                self._inbox.setdefault(sender, []).append(payload)
+                if n.outcome == Outcome.COMPLETED:
+                    self._inbox.setdefault(sender, []).append(payload)
+                else:  # (NIXL code that reads get_new_notifs only never sees it: its data did not all land)
+                    failed = FailedNotif(payload, n.outcome.name, list(n.landed))
+                    self._failed.setdefault(sender, []).append(failed)
         elif kind == Message.METADATA:
             try:
                 self.load(payload)

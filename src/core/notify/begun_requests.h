@@ -6,6 +6,7 @@
 // kInitiatorLost, in the order they began.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/notify/notify_queue.h"
+#include "xfer/options.h"
 #include "xfer/status.h"
 
 namespace xfer {
@@ -22,11 +24,17 @@ class BegunRequests {
  public:
   using Key = const void*;  // the session's
 
-  explicit BegunRequests(NotifyQueue* queue) : queue_(queue) {}
+  // One session holds at most a quarter of the queue's bounds (messages, bytes; at least one
+  // of the largest messages): one peer cannot take the whole queue with requests it begins
+  // and never ends.
+  BegunRequests(NotifyQueue* queue, const EngineOptions::Notify& o)
+      : queue_(queue),
+        most_(std::max<uint64_t>(o.queue_messages / 4, 1)),
+        most_bytes_(std::max<uint64_t>(o.queue_bytes / 4, o.max_message_bytes)) {}
 
   // A request begun on a session as its frame number seq, with its notification's message:
-  // reserved in the queue, or refused (kResourceExhausted: the queue is full; kInvalidArgument:
-  // a number already begun).
+  // reserved in the queue, or refused (kResourceExhausted: the queue is full, or the session
+  // holds its share; kInvalidArgument: a number already begun).
   Status Begin(Key session, uint64_t seq, std::string message);
   // Its end: the message back in *message (still reserved: NotifyQueue::PushReserved of its
   // size); kInvalidArgument when no request began as `begin` on the session (or its Begin was
@@ -37,9 +45,14 @@ class BegunRequests {
   std::vector<std::string> Take(Key session);
 
  private:
+  struct Session {
+    std::map<uint64_t, std::string> begun;  // by the Begin's number
+    uint64_t bytes = 0;                     // their messages'
+  };
   NotifyQueue* const queue_;
+  const uint64_t most_, most_bytes_;
   std::mutex mu_;
-  std::unordered_map<Key, std::map<uint64_t, std::string>> begun_;  // mu_
+  std::unordered_map<Key, Session> sessions_;  // mu_
 };
 
 }  // namespace xfer

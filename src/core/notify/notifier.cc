@@ -55,25 +55,16 @@ class Notifier::Sender {
   }
 
   // A notified request toward a peer that asked for outcomes: NotifyBegin with the message
-  // now, and what sends NotifyEnded once the request ended. Its done hears the answer to the
-  // end, or the refusal of the begin (the target's queue was full): the peer answers in order.
+  // now (not answered), and what sends NotifyEnded once the request ended; its done hears the
+  // answer to the end (kResourceExhausted: the target could not hold the beginning).
   static Notifier::Deliver Begin(std::shared_ptr<const Sender> self, const Peer& peer, std::string message) {
-    auto begun = std::make_shared<BeginAnswer>();
-    uint64_t begin = 0;
-    (void)peer.session->SendNumbered(
-        [&](uint64_t k) -> wire::Message {
-          return wire::NotifyBegin{k, std::move(message)};
-        },
-        &begin, [begun](Status answer) { begun->Set(std::move(answer)); });
-    return [self, peer, begin, begun](NotifyOutcome outcome, std::vector<uint64_t> landed, Done done) {
-      Done answered = [begun, done = std::move(done)](Status answer) {
-        Status began = begun->Get();
-        done(began.ok() ? std::move(answer) : std::move(began));
-      };
+    const uint64_t begin = self->next_begin_.fetch_add(1, std::memory_order_relaxed);
+    (void)peer.session->Send(wire::NotifyBegin{begin, std::move(message)});  // (lost: so is the end)
+    return [self, peer, begin](NotifyOutcome outcome, std::vector<uint64_t> landed, Done done) {
       Frame frame = [&](uint64_t k) -> wire::Message {
         return wire::NotifyEnded{k, begin, outcome, std::move(landed)};
       };
-      self->Deliver(peer, nullptr, frame, std::move(answered));
+      self->Deliver(peer, nullptr, frame, std::move(done));
     };
   }
 
@@ -95,23 +86,6 @@ class Notifier::Sender {
 
  private:
   using Frame = std::function<wire::Message(uint64_t seq)>;
-  // The answer to a NotifyBegin, once it came.
-  class BeginAnswer {
-   public:
-    void Set(Status s) {
-      std::lock_guard lock(mu_);
-      status_ = std::move(s);
-    }
-    Status Get() {
-      std::lock_guard lock(mu_);
-      return status_;
-    }
-
-   private:
-    std::mutex mu_;
-    Status status_;
-  };
-
   // Into the peer's ring (when ring_message is given, the ring is open and nothing sent over
   // the session awaits its answer), else over the session as frame; done hears the outcome.
   void Deliver(const Peer& peer, const std::string* ring_message, const Frame& frame, Done done) const {
@@ -137,6 +111,7 @@ class Notifier::Sender {
   const std::shared_ptr<NotifyQueue> own_;
   const std::string name_;  // this engine's, as the sender of its own notifications
   const uint64_t incarnation_;
+  mutable std::atomic<uint64_t> next_begin_{1};  // NotifyBegin's ids
   // The rings of this engine's peers on this host, by their state. An entry outlives its
   // state's end (closed, so that late notifications fail as they did in the state) until the
   // state is destroyed: its address may then be another state's, which the expired weak
@@ -153,7 +128,7 @@ void Notifier::Start(std::shared_ptr<EngineMetrics> metrics) {
   const EngineOptions::Notify& o = self_.options.notify;
   metrics_ = std::move(metrics);
   queue_ = std::make_shared<NotifyQueue>(o.queue_messages, o.queue_bytes);
-  begun_ = std::make_unique<BegunRequests>(queue_.get());
+  begun_ = std::make_unique<BegunRequests>(queue_.get(), o);
   sender_ = std::make_shared<Sender>(queue_, self_.name, self_.incarnation);
   inbox_ = std::make_unique<NotifyInbox>(queue_.get(), &metrics_->events().notifies_received,
                                          o.max_message_bytes, NotifyRing::kHeaderBytes + o.queue_bytes);
@@ -214,7 +189,7 @@ void Notifier::SessionClosed(const std::shared_ptr<control::Session>& s) {
   // The requests its peer had begun and not ended: the target hears of each (reserved: it fits).
   for (std::string& message : begun_->Take(s.get())) {
     const uint64_t reserved = message.size();
-    (void)queue_->PushReserved(FromPeer(*s, std::move(message), NotifyOutcome::kInitiatorLost), reserved);
+    queue_->PushReserved(FromPeer(*s, std::move(message), NotifyOutcome::kInitiatorLost), reserved);
   }
 }
 
@@ -246,23 +221,35 @@ bool Notifier::AskedForOutcomes(const std::shared_ptr<control::Session>& s) {
 void Notifier::OnNotifyBegin(const std::shared_ptr<control::Session>& s, wire::NotifyBegin&& m) {
   if (!AskedForOutcomes(s)) return;
   Status begun = CheckMessage("a peer's notification", m.message);
-  if (begun.ok()) begun = begun_->Begin(s.get(), m.seq, std::move(m.message));
-  if (!begun.ok()) return Answer(s, m.seq, begun);
-  s->SendSoon(wire::NotifyAck{m.seq, StatusCode::kOk, ""});
+  if (begun.ok()) begun = begun_->Begin(s.get(), m.id, std::move(m.message));
+  if (begun.ok()) return;
+  // (Not answered: its end is, with kResourceExhausted. Logged at most once a second.)
+  ++metrics_->events().notifies_refused;
+  if (uint64_t more = 0; refusal_log_.Due(&more)) {
+    XLOG(WARN) << "refused a notified request's beginning from " << s->peer_key << ": " << begun.message()
+               << log::Limit::More(more);
+  }
 }
 
 void Notifier::OnNotifyEnded(const std::shared_ptr<control::Session>& s, wire::NotifyEnded&& m) {
   if (!AskedForOutcomes(s)) return;
   std::string message;
-  if (Status known = begun_->End(s.get(), m.begin, &message); !known.ok()) return Answer(s, m.seq, known);
+  if (!begun_->End(s.get(), m.begin, &message).ok()) {
+    s->SendSoon(wire::NotifyAck{m.seq, StatusCode::kResourceExhausted,
+                                "this engine could not hold the request's notification when it began (its "
+                                "notification queue, or the share one peer may hold, was full)"});
+    return;
+  }
   const uint64_t reserved = message.size();
   Notification n = FromPeer(*s, std::move(message), m.outcome, std::move(m.landed));
   bool pushed = false;
   Queue(s, m.seq, [&](const std::function<void()>& before_visible) {
     pushed = true;
-    return queue_->PushReserved(std::move(n), reserved, before_visible);
+    queue_->PushReserved(std::move(n), reserved, before_visible);
+    return Status::Ok();
   });
-  if (!pushed) queue_->Unreserve(reserved);  // (the session closes: its ring was inconsistent)
+  if (!pushed)
+    queue_->PushReserved(std::move(n), reserved);  // (its ring was inconsistent: the session closes)
 }
 
 void Notifier::Queue(const std::shared_ptr<control::Session>& s, uint64_t seq, const Push& push) {

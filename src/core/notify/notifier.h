@@ -96,7 +96,7 @@ class Notifier {
   std::shared_ptr<Sender> sender_;
   bool rings_possible_ = false;  // this host lets us share notification rings
   std::atomic<uint64_t> next_ring_key_{1};
-  log::Limit refusal_log_;  // control thread: oversize notifications from peers
+  log::Limit refusal_log_;  // control thread: peers' notifications refused
 };
 
 }  // namespace xfer

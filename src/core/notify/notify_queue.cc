@@ -56,25 +56,19 @@ Status NotifyQueue::Reserve(uint64_t bytes) {
   return Status::Ok();
 }
 
-Status NotifyQueue::PushReserved(Notification n, uint64_t reserved,
-                                 const std::function<void()>& before_visible) {
+void NotifyQueue::PushReserved(Notification n, uint64_t reserved,
+                               const std::function<void()>& before_visible) {
   std::unique_lock lock(mu_);
   --reserved_;
   reserved_bytes_ -= reserved;
-  const uint64_t size = QueuedBytes(n);
+  uint64_t size = QueuedBytes(n);
   if (std::string why; size > reserved && !Fits(size, &why)) {
-    lock.unlock();
-    XLOG(WARN) << "refused a notification from " << n.sender << ": " << why;
-    return {StatusCode::kResourceExhausted, why};
+    n.landed.clear();  // (the message was reserved: it fits)
+    size = QueuedBytes(n);
+    if (refused_ == 1)
+      XLOG(WARN) << "dropped the landed list of a notification from " << n.sender << ": " << why;
   }
   Queue(lock, std::move(n), size, before_visible);
-  return Status::Ok();
-}
-
-void NotifyQueue::Unreserve(uint64_t reserved) {
-  std::lock_guard lock(mu_);
-  --reserved_;
-  reserved_bytes_ -= reserved;
 }
 
 void NotifyQueue::PushAccepted(Notification n) {

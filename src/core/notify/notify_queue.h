@@ -36,12 +36,9 @@ class NotifyQueue {
   // toward this engine: its notification comes however the request ends), or refuses it with
   // kResourceExhausted as Push would.
   Status Reserve(uint64_t bytes);
-  // Queues n in place of a reservation of `reserved` bytes. n's own bytes are checked against
-  // the bounds where they are more (a landed list); refused, the reservation is gone all the same.
-  Status PushReserved(Notification n, uint64_t reserved,
-                      const std::function<void()>& before_visible = nullptr);
-  // Gives a reservation up.
-  void Unreserve(uint64_t reserved);
+  // Queues n in place of a reservation of `reserved` bytes (its message's). It always fits:
+  // where its landed list would pass the bytes bound, the list is dropped (landed unknown).
+  void PushReserved(Notification n, uint64_t reserved, const std::function<void()>& before_visible = nullptr);
   // Moves everything queued to the end of *out; false when there was nothing.
   bool TakeAll(std::vector<Notification>* out);
   // TakeAll once something is queued, or false when `until` passes (or Close is called) first.
