@@ -120,7 +120,7 @@ struct Notify {
 // once it ended: outcome kCompleted, kFailed, kTimedOut or kCanceled; landed (not for
 // kCompleted), strictly ascending, the descriptors that landed whole. The peer holds the
 // message meanwhile, and queues it with kInitiatorLost itself when the session ends first. A
-// Begin it could not hold (its queue full) makes it answer the End with kResourceExhausted.
+// Begin it refused (its queue full, a message too long) makes it answer the End with why.
 struct NotifyBegin {
   uint64_t id = 0;  // the sender's, unique per session
   std::string message;

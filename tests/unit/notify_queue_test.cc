@@ -69,10 +69,10 @@ TEST(BegunRequests, ReserveUntilTheEndAndGiveEveryPlaceBack) {
   for (int k = 0; k < 5; ++k) EXPECT_TRUE(q.Push(N("p", 1, "n")).ok()) << k;  // 3 places held
   EXPECT_EQ(q.Push(N("p", 1, "n")).code(), StatusCode::kResourceExhausted);
   std::string m;
-  EXPECT_EQ(begun.End(&s1, 9, &m).code(), StatusCode::kInvalidArgument);  // never begun
+  EXPECT_EQ(begun.End(&s1, 9, &m).code(), StatusCode::kResourceExhausted);  // never begun
   ASSERT_TRUE(begun.End(&s1, 1, &m).ok());
   EXPECT_EQ(m, "aaaa");
-  EXPECT_EQ(begun.End(&s1, 1, &m).code(), StatusCode::kInvalidArgument);  // ended already
+  EXPECT_EQ(begun.End(&s1, 1, &m).code(), StatusCode::kResourceExhausted);  // ended already
   Notification ended = N("s1", 1, m);
   ended.outcome = NotifyOutcome::kFailed;
   ended.landed.assign(1000, 0);  // 8000 bytes: past the bound, so dropped (the message fits)
@@ -90,6 +90,34 @@ TEST(BegunRequests, ReserveUntilTheEndAndGiveEveryPlaceBack) {
   EXPECT_EQ(got[7].message, "cc");
   for (int k = 0; k < 8; ++k) EXPECT_TRUE(q.Push(N("p", 1, "n")).ok()) << "place " << k << " not given back";
   EXPECT_EQ(q.Push(N("p", 1, "n")).code(), StatusCode::kResourceExhausted);
+}
+
+// The lost come back in the order their beginnings came, whatever their ids; a peer's share
+// counts bytes too; an end is answered with its beginning's refusal.
+TEST(BegunRequests, OrderOfArrivalByteShareAndRefusalsRemembered) {
+  EngineOptions::Notify o;
+  o.queue_messages = 400;
+  o.queue_bytes = 4096;  // a peer's share: 1024 bytes
+  o.max_message_bytes = 600;
+  NotifyQueue q(o.queue_messages, o.queue_bytes);
+  BegunRequests begun(&q, o);
+  const int s1 = 0;
+  EXPECT_TRUE(begun.Begin(&s1, 9, "nine").ok());
+  EXPECT_TRUE(begun.Begin(&s1, 3, std::string(600, 't')).ok());
+  EXPECT_EQ(begun.Begin(&s1, 5, std::string(500, 'f')).code(),
+            StatusCode::kResourceExhausted);  // 1104 > 1024
+  EXPECT_TRUE(begun.Begin(&s1, 7, "seven").ok());
+  begun.Refuse(&s1, 11, {StatusCode::kInvalidArgument, "too long"});
+  std::string m;
+  EXPECT_EQ(begun.End(&s1, 5, &m).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(begun.End(&s1, 11, &m).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(begun.End(&s1, 11, &m).code(), StatusCode::kResourceExhausted);  // (answered once)
+  const std::vector<std::string> lost = begun.Take(&s1);
+  ASSERT_EQ(lost.size(), 3u);
+  EXPECT_EQ(lost[0], "nine");
+  EXPECT_EQ(lost[1].size(), 600u);
+  EXPECT_EQ(lost[2], "seven");
+  for (const std::string& l : lost) q.PushReserved(N("lost", 1, l), l.size());
 }
 
 TEST(NotifyQueue, WaitReturnsOnArrivalOrTimeoutOrClose) {

@@ -2,38 +2,65 @@
 
 namespace xfer {
 
-Status BegunRequests::Begin(Key session, uint64_t seq, std::string message) {
+void BegunRequests::RefuseLocked(Session& in, uint64_t id, const Status& why) {
+  in.refused[id] = why;
+  if (in.refused.size() > most_) in.refused.erase(in.refused.begin());
+}
+
+void BegunRequests::Refuse(Key session, uint64_t id, const Status& why) {
+  std::lock_guard lock(mu_);
+  RefuseLocked(sessions_[session], id, why);
+}
+
+Status BegunRequests::Begin(Key session, uint64_t id, std::string message) {
   std::lock_guard lock(mu_);
   Session& in = sessions_[session];
-  if (in.begun.contains(seq)) {
-    return {StatusCode::kInvalidArgument, "request " + std::to_string(seq) + " began already"};
+  if (in.arrival_of.contains(id)) {
+    return {StatusCode::kInvalidArgument, "request " + std::to_string(id) + " began already"};
   }
+  Status s;
   if (in.begun.size() >= most_ || in.bytes + message.size() > most_bytes_) {
-    return {
+    s = {
         StatusCode::kResourceExhausted,
         "the peer has " + std::to_string(in.begun.size()) + " notified requests (" +
             std::to_string(in.bytes) +
             " bytes) begun toward this engine, the most one peer may hold (a quarter of notify.queue_messages"
             " and notify.queue_bytes)"};
+  } else {
+    s = queue_->Reserve(message.size());
   }
-  if (Status s = queue_->Reserve(message.size()); !s.ok()) return s;
+  if (!s.ok()) {
+    RefuseLocked(in, id, s);
+    return s;
+  }
   in.bytes += message.size();
-  in.begun.emplace(seq, std::move(message));
+  in.arrival_of[id] = in.arrivals;
+  in.begun.emplace(in.arrivals++, std::move(message));
   return Status::Ok();
 }
 
-Status BegunRequests::End(Key session, uint64_t begin, std::string* message) {
+Status BegunRequests::End(Key session, uint64_t id, std::string* message) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(session);
-  auto req =
-      it == sessions_.end() ? std::map<uint64_t, std::string>::iterator{} : it->second.begun.find(begin);
-  if (it == sessions_.end() || req == it->second.begun.end()) {
-    return {StatusCode::kInvalidArgument, "no notified request began as " + std::to_string(begin)};
+  if (it != sessions_.end()) {
+    Session& in = it->second;
+    if (auto a = in.arrival_of.find(id); a != in.arrival_of.end()) {
+      auto req = in.begun.find(a->second);
+      *message = std::move(req->second);
+      in.bytes -= message->size();
+      in.begun.erase(req);
+      in.arrival_of.erase(a);
+      return Status::Ok();
+    }
+    if (auto r = in.refused.find(id); r != in.refused.end()) {
+      Status why = std::move(r->second);
+      in.refused.erase(r);
+      return why;
+    }
   }
-  *message = std::move(req->second);
-  it->second.bytes -= message->size();
-  it->second.begun.erase(req);
-  return Status::Ok();
+  return {StatusCode::kResourceExhausted, "this engine holds no notification begun as request " +
+                                              std::to_string(id) +
+                                              " (its beginning was refused, or never came)"};
 }
 
 std::vector<std::string> BegunRequests::Take(Key session) {
@@ -41,7 +68,7 @@ std::vector<std::string> BegunRequests::Take(Key session) {
   std::vector<std::string> out;
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return out;
-  for (auto& [seq, message] : it->second.begun) out.push_back(std::move(message));
+  for (auto& [arrival, message] : it->second.begun) out.push_back(std::move(message));
   sessions_.erase(it);
   return out;
 }

@@ -24,31 +24,39 @@ class BegunRequests {
  public:
   using Key = const void*;  // the session's
 
-  // One session holds at most a quarter of the queue's bounds (messages, bytes; at least one
-  // of the largest messages): one peer cannot take the whole queue with requests it begins
-  // and never ends.
+  // One session holds at most a quarter of the queue's bounds (messages, bytes), and at least
+  // one message of the largest size: with a queue of four or more of those, one peer cannot
+  // take the whole queue with requests it begins and never ends.
   BegunRequests(NotifyQueue* queue, const EngineOptions::Notify& o)
       : queue_(queue),
         most_(std::max<uint64_t>(o.queue_messages / 4, 1)),
         most_bytes_(std::max<uint64_t>(o.queue_bytes / 4, o.max_message_bytes)) {}
 
-  // A request begun on a session as its frame number seq, with its notification's message:
-  // reserved in the queue, or refused (kResourceExhausted: the queue is full, or the session
-  // holds its share; kInvalidArgument: a number already begun).
-  Status Begin(Key session, uint64_t seq, std::string message);
+  // A request begun on a session under the id its sender gave it, with its notification's
+  // message: reserved in the queue, or refused (kResourceExhausted: the queue is full, or the
+  // session holds its share; kInvalidArgument: an id begun already).
+  Status Begin(Key session, uint64_t id, std::string message);
+  // A beginning refused before it got here (e.g. a message too long): remembered as Begin
+  // remembers its own refusals (the last `share` of them per session), for the request's end.
+  void Refuse(Key session, uint64_t id, const Status& why);
   // Its end: the message back in *message (still reserved: NotifyQueue::PushReserved of its
-  // size); kInvalidArgument when no request began as `begin` on the session (or its Begin was
-  // refused).
-  Status End(Key session, uint64_t begin, std::string* message);
-  // The session ended: the messages of the requests still begun, oldest first (each still
-  // reserved), and the session forgotten.
+  // size); else why not: the refusal of its beginning, or kResourceExhausted when none is
+  // known (never begun, ended already, or refused long before).
+  Status End(Key session, uint64_t id, std::string* message);
+  // The session ended: the messages of the requests still begun, in the order their
+  // beginnings came (each still reserved), and the session forgotten.
   std::vector<std::string> Take(Key session);
 
  private:
   struct Session {
-    std::map<uint64_t, std::string> begun;  // by the Begin's number
-    uint64_t bytes = 0;                     // their messages'
+    std::map<uint64_t, std::string> begun;              // by arrival
+    std::unordered_map<uint64_t, uint64_t> arrival_of;  // by id
+    std::map<uint64_t, Status> refused;                 // by id: the last most_ refusals
+    uint64_t arrivals = 0;
+    uint64_t bytes = 0;  // the begun messages'
   };
+  void RefuseLocked(Session& in, uint64_t id, const Status& why);  // (mu_ held)
+
   NotifyQueue* const queue_;
   const uint64_t most_, most_bytes_;
   std::mutex mu_;

@@ -221,7 +221,11 @@ bool Notifier::AskedForOutcomes(const std::shared_ptr<control::Session>& s) {
 void Notifier::OnNotifyBegin(const std::shared_ptr<control::Session>& s, wire::NotifyBegin&& m) {
   if (!AskedForOutcomes(s)) return;
   Status begun = CheckMessage("a peer's notification", m.message);
-  if (begun.ok()) begun = begun_->Begin(s.get(), m.id, std::move(m.message));
+  if (begun.ok()) {
+    begun = begun_->Begin(s.get(), m.id, std::move(m.message));
+  } else {
+    begun_->Refuse(s.get(), m.id, begun);
+  }
   if (begun.ok()) return;
   // (Not answered: its end is, with kResourceExhausted. Logged at most once a second.)
   ++metrics_->events().notifies_refused;
@@ -234,10 +238,8 @@ void Notifier::OnNotifyBegin(const std::shared_ptr<control::Session>& s, wire::N
 void Notifier::OnNotifyEnded(const std::shared_ptr<control::Session>& s, wire::NotifyEnded&& m) {
   if (!AskedForOutcomes(s)) return;
   std::string message;
-  if (!begun_->End(s.get(), m.begin, &message).ok()) {
-    s->SendSoon(wire::NotifyAck{m.seq, StatusCode::kResourceExhausted,
-                                "this engine could not hold the request's notification when it began (its "
-                                "notification queue, or the share one peer may hold, was full)"});
+  if (Status held = begun_->End(s.get(), m.begin, &message); !held.ok()) {
+    s->SendSoon(wire::NotifyAck{m.seq, held.code(), held.message()});  // (its refusal was counted)
     return;
   }
   const uint64_t reserved = message.size();

@@ -62,13 +62,17 @@ void NotifyQueue::PushReserved(Notification n, uint64_t reserved,
   --reserved_;
   reserved_bytes_ -= reserved;
   uint64_t size = QueuedBytes(n);
-  if (std::string why; size > reserved && !Fits(size, &why)) {
+  const bool dropped = size > reserved && bytes_ + reserved_bytes_ + size > max_bytes_;
+  if (dropped) {
     n.landed.clear();  // (the message was reserved: it fits)
     size = QueuedBytes(n);
-    if (refused_ == 1)
-      XLOG(WARN) << "dropped the landed list of a notification from " << n.sender << ": " << why;
   }
+  const std::string sender = dropped ? n.sender : "";
   Queue(lock, std::move(n), size, before_visible);
+  if (dropped) {
+    XLOG(WARN) << "dropped the landed list of a notification from " << sender
+               << ": it would pass notify.queue_bytes (" << max_bytes_ << ")";
+  }
 }
 
 void NotifyQueue::PushAccepted(Notification n) {
