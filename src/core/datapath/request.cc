@@ -185,9 +185,7 @@ void Request::Finish() {
   // asked for now changes nothing: the notification is on its way).
   awaiting_answer_.store(true, std::memory_order_release);
   deliver_(NotifyOutcome::kCompleted, {}, [self = shared_from_this()](Status queued) {
-    if (EngineMetrics* m = self->peer_->metrics.get()) {
-      ++(queued.ok() ? m->events().notifies_sent : m->events().notifies_unsent);
-    }
+    if (EngineMetrics* m = self->peer_->metrics.get()) m->events().Sent(queued);
     if (queued.ok()) return self->Conclude({RequestState::kCompleted, {}, {}});
     RequestStatus failed{RequestState::kFailed, std::move(queued), {}};
     {
@@ -204,7 +202,7 @@ void Request::TellTheEnd(const RequestStatus& st) const {
                                 : st.state == RequestState::kCanceled ? NotifyOutcome::kCanceled
                                                                       : NotifyOutcome::kFailed;
   deliver_(outcome, st.landed, [metrics = peer_->metrics](const Status& queued) {
-    if (metrics) ++(queued.ok() ? metrics->events().notifies_sent : metrics->events().notifies_unsent);
+    if (metrics) metrics->events().Sent(queued);
   });
 }
 

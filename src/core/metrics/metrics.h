@@ -122,6 +122,8 @@ class EngineMetrics {
     std::atomic<uint64_t> notifies_unsent{0};  // refused by the target, or lost on the way
     std::atomic<uint64_t> notifies_received{0};
     std::atomic<uint64_t> notifies_refused{0};  // from peers, refused here (queue full, oversize)
+    // How one of ours went: queued by the target (sent), or not (unsent).
+    void Sent(const Status& queued) { ++(queued.ok() ? notifies_sent : notifies_unsent); }
   };
   Events& events() { return events_; }
   // A request refused before it started (bad input, unknown peer, ...).

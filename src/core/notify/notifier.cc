@@ -51,7 +51,7 @@ class Notifier::Sender {
   void Send(const Peer& peer, std::string message, Done done) const {
     if (!peer.session) return PushOwn(NotificationOf(std::move(message)), std::move(done));
     Frame frame = [&](uint64_t k) -> wire::Message { return wire::Notify{k, std::move(message)}; };
-    Deliver(peer, &message, frame, std::move(done));
+    Post(peer, &message, frame, std::move(done));
   }
 
   // A notified request toward a peer that asked for outcomes: NotifyBegin with the message
@@ -64,7 +64,7 @@ class Notifier::Sender {
       Frame frame = [&](uint64_t k) -> wire::Message {
         return wire::NotifyEnded{k, begin, outcome, std::move(landed)};
       };
-      self->Deliver(peer, nullptr, frame, std::move(done));
+      self->Post(peer, nullptr, frame, std::move(done));
     };
   }
 
@@ -88,10 +88,10 @@ class Notifier::Sender {
   using Frame = std::function<wire::Message(uint64_t seq)>;
   // Into the peer's ring (when ring_message is given, the ring is open and nothing sent over
   // the session awaits its answer), else over the session as frame; done hears the outcome.
-  void Deliver(const Peer& peer, const std::string* ring_message, const Frame& frame, Done done) const {
+  void Post(const Peer& peer, const std::string* ring_message, const Frame& frame, Done done) const {
     if (std::shared_ptr<NotifyOutbox> box = OutboxOf(peer.state.get())) {
       Status written;
-      if (ring_message ? box->TryWrite(*ring_message, &written) : box->TryWriteSessionOnly(&written)) {
+      if (box->TryWrite(ring_message, &written)) {
         if (written.code() == StatusCode::kConnectionLost && box->Inconsistent()) {
           XLOG(WARN) << "peer " << peer.session->peer_key << ": " << written.message()
                      << "; closing its session";
@@ -310,7 +310,7 @@ Status Notifier::SendNotify(const std::string& remote, const std::string& messag
   auto answer = std::make_shared<std::promise<Status>>();
   std::future<Status> queued = answer->get_future();
   sender_->Send(peer, message, [answer, metrics = metrics_](Status st) {
-    ++(st.ok() ? metrics->events().notifies_sent : metrics->events().notifies_unsent);
+    metrics->events().Sent(st);
     answer->set_value(std::move(st));
   });
   if (queued.wait_until(DeadlineAfter(timeout)) != std::future_status::ready) {

@@ -30,27 +30,25 @@ void NotifyQueue::Queue(std::unique_lock<std::mutex>& lock, Notification n, uint
   Nudge();
 }
 
+Status NotifyQueue::Refuse(std::unique_lock<std::mutex>& lock, std::string why, const std::string& what) {
+  const bool first = refused_ == 1;
+  lock.unlock();
+  if (first) XLOG(WARN) << "refused " << what << ": " << why;
+  return {StatusCode::kResourceExhausted, std::move(why)};
+}
+
 Status NotifyQueue::Push(Notification n, const std::function<void()>& before_visible) {
   std::unique_lock lock(mu_);
   const uint64_t size = QueuedBytes(n);
-  if (std::string why; !Fits(size, &why)) {
-    const bool first = refused_ == 1;
-    lock.unlock();
-    if (first) XLOG(WARN) << "refused a notification from " << n.sender << ": " << why;
-    return {StatusCode::kResourceExhausted, why};
-  }
+  if (std::string why; !Fits(size, &why))
+    return Refuse(lock, std::move(why), "a notification from " + n.sender);
   Queue(lock, std::move(n), size, before_visible);
   return Status::Ok();
 }
 
 Status NotifyQueue::Reserve(uint64_t bytes) {
   std::unique_lock lock(mu_);
-  if (std::string why; !Fits(bytes, &why)) {
-    const bool first = refused_ == 1;
-    lock.unlock();
-    if (first) XLOG(WARN) << "refused a request's notification: " << why;
-    return {StatusCode::kResourceExhausted, why};
-  }
+  if (std::string why; !Fits(bytes, &why)) return Refuse(lock, std::move(why), "a request's notification");
   ++reserved_;
   reserved_bytes_ += bytes;
   return Status::Ok();

@@ -73,6 +73,8 @@ class NotifyQueue {
   // Whether one more notification of `bytes` fits (mu_ held); else counts the refusal, and
   // says why in *why.
   bool Fits(uint64_t bytes, std::string* why);
+  // The refusal Fits found (mu_ held by lock, which this releases): logged once a stretch.
+  Status Refuse(std::unique_lock<std::mutex>& lock, std::string why, const std::string& what);
   // Queues n (mu_ held by lock, which this releases).
   void Queue(std::unique_lock<std::mutex>& lock, Notification n, uint64_t bytes,
              const std::function<void()>& before_visible);

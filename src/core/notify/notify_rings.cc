@@ -51,7 +51,7 @@ void NotifyOutbox::Answered(const Status& answer, const std::string& peer) {
   open_ = true;
 }
 
-bool NotifyOutbox::TryWrite(const std::string& message, Status* result) {
+bool NotifyOutbox::TryWrite(const std::string* message, Status* result) {
   bool wake = false;
   {
     std::lock_guard lock(mu_);
@@ -59,25 +59,15 @@ bool NotifyOutbox::TryWrite(const std::string& message, Status* result) {
       *result = {StatusCode::kConnectionLost, "the session with the peer has ended"};
       return true;
     }
-    const bool ring = open_ && on_session_ == 0;
-    if (ring) *result = ring_.Write(message, &wake);
+    const bool ring = message != nullptr && open_ && on_session_ == 0;
+    if (ring) *result = ring_.Write(*message, &wake);
     if (!ring || result->code() == StatusCode::kResourceExhausted) {
-      ++on_session_;  // (the ring is not open yet, waits for the session to drain, or is full)
+      ++on_session_;  // (not for the ring, not open yet, waiting for the session to drain, or full)
       return false;
     }
   }
   if (wake) ring_.WakeReader();  // (a system call: not under the lock)
   return true;
-}
-
-bool NotifyOutbox::TryWriteSessionOnly(Status* result) {
-  std::lock_guard lock(mu_);
-  if (closed_) {
-    *result = {StatusCode::kConnectionLost, "the session with the peer has ended"};
-    return true;
-  }
-  ++on_session_;  // (what the ring takes next waits until the session answered this)
-  return false;
 }
 
 void NotifyOutbox::SessionAnswered() {

@@ -55,10 +55,9 @@ class NotifyOutbox {
   // session waits for its answer: true, with the outcome in *result (ok: queued at the peer;
   // kConnectionLost: the peer left the ring inconsistent). False: send it over the session,
   // and call SessionAnswered once it is answered.
-  bool TryWrite(const std::string& message, Status* result);
-  // The same for a notification the ring cannot carry (a request's failed end): never the
-  // ring; true, with kConnectionLost in *result, once the session ended.
-  bool TryWriteSessionOnly(Status* result);
+  // A null message is one the ring cannot carry (a request's end): false (send it over the
+  // session) unless the session ended.
+  bool TryWrite(const std::string* message, Status* result);
   void SessionAnswered();
   // The session with the peer ended: every later TryWrite answers kConnectionLost.
   void Close();
