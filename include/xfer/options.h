@@ -64,6 +64,12 @@ struct EngineOptions {
   uint64_t batch_bytes = 0;
   // Waiters and idle streams spin this long before they sleep (a wake-up costs tens of us).
   std::chrono::microseconds spin{50};
+  // End-to-end checksums by default (TransferOptions::checksum overrides it per request):
+  // once a request's bytes moved, each descriptor's bytes where they landed are checked
+  // against a checksum (XXH3-64) of where they came from, on every path; a mismatch fails the
+  // request with kDataCorrupted naming the descriptor. Host memory only (GPU memory: the
+  // request is refused, kUnsupported). Needs a build with libxxhash. docs/notifications.md.
+  bool checksum = false;
 
   // Buffer pool: staging buffers of page-locked host memory for memory pairs that no backend
   // reaches directly (GPU memory to or from a peer on another host, say): chunks are copied

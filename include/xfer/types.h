@@ -82,6 +82,12 @@ struct TransferOptions {
   // request has landed; the request completes once the peer has queued it. At most
   // EngineOptions::notify.max_message_bytes. docs/notifications.md has the guarantees.
   std::optional<std::string> notify;
+  // End-to-end checksums for this request (unset: EngineOptions::checksum): once its bytes
+  // moved, each descriptor's bytes where they landed are checked against a checksum of where
+  // they came from; a mismatch fails it with kDataCorrupted naming the descriptor (and a
+  // notification then goes out as kFailed, with the descriptors that landed intact). Costs a
+  // pass over the bytes on each side and, but for shm and local, one round trip.
+  std::optional<bool> checksum;
 };
 
 // How the request behind a notification ended. A target receives other than kCompleted only

@@ -152,9 +152,12 @@ std::optional<std::string> NotifyMessage(pyb::handle notify) {
   RaiseInvalid("a notification must be bytes, str or a bytes-like object");
 }
 
-TransferCall::TransferCall(const Core& core, pyb::handle timeout_s, pyb::handle notify)
+TransferCall::TransferCall(const Core& core, pyb::handle timeout_s, pyb::handle notify, pyb::handle checksum)
     : timeout(ToTimeout(timeout_s, core.timeout)) {
   options.notify = NotifyMessage(notify);
+  if (checksum.is_none()) return;
+  if (!PyBool_Check(checksum.ptr())) RaiseInvalid("checksum must be True, False or None");
+  options.checksum = checksum.cast<bool>();
 }
 
 namespace {
@@ -162,9 +165,10 @@ namespace {
 PeerAccess AccessOf(bool read_only) { return read_only ? PeerAccess::kReadOnly : PeerAccess::kReadWrite; }
 
 void Transfer(PyEngine& self, Op op, const std::string& peer, pyb::handle descs, pyb::handle local,
-              pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
+              pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify,
+              pyb::handle checksum) {
   const std::vector<TransferDesc> d = ToDescs(descs, local, remote, length);
-  TransferCall(*self.core(), timeout, notify)
+  TransferCall(*self.core(), timeout, notify, checksum)
       .Sync(*self.core(), [&](Engine& e, auto t, auto& o, auto* result) {
         return e.TransferSync(peer, op, d, t, o, result);
       });
@@ -172,9 +176,9 @@ void Transfer(PyEngine& self, Op op, const std::string& peer, pyb::handle descs,
 
 std::unique_ptr<PyRequest> TransferAsync(PyEngine& self, Op op, const std::string& peer, pyb::handle descs,
                                          pyb::handle local, pyb::handle remote, pyb::handle length,
-                                         pyb::handle timeout, pyb::handle notify) {
+                                         pyb::handle timeout, pyb::handle notify, pyb::handle checksum) {
   const std::vector<TransferDesc> d = ToDescs(descs, local, remote, length);
-  return TransferCall(*self.core(), timeout, notify)
+  return TransferCall(*self.core(), timeout, notify, checksum)
       .Async(self.core(),
              [&](Engine& e, auto t, auto& o, auto* h) { return e.TransferAsync(peer, op, d, t, o, h); });
 }
@@ -197,7 +201,9 @@ constexpr const char* kTransferDoc = R"(Moves the descriptors' bytes; returns on
 descs: a list of (local_addr, remote_addr, len) triples or an (N, 3) integer array; or give
 local=, remote= and length= as three integer arrays (length may be one int for all).
 timeout: seconds (None: the engine's default). notify: bytes or str delivered to the peer after
-the data (its get_notifies()); the call returns once the peer queued it.
+the data (its get_notifies()); the call returns once the peer queued it. checksum: True checks
+each descriptor's bytes where they landed against a checksum of where they came from
+(DataCorruptedError naming the descriptor on a mismatch); None: the engine's checksum option.
 Raises an XferError subclass on failure; its .landed lists the descriptors that landed whole.)";
 
 // Adds one of read, write, read_async, write_async (the *_async ones return a Request): the
@@ -208,17 +214,19 @@ void DefTransfer(pyb::class_<PyEngine>& cls, const char* name, Op op, const std:
     cls.def(name, f, pyb::arg("peer"), pyb::arg("descs") = pyb::none(), pyb::kw_only(),
             pyb::arg("local") = pyb::none(), pyb::arg("remote") = pyb::none(),
             pyb::arg("length") = pyb::none(), pyb::arg("timeout") = pyb::none(),
-            pyb::arg("notify") = pyb::none(), doc.c_str());
+            pyb::arg("notify") = pyb::none(), pyb::arg("checksum") = pyb::none(), doc.c_str());
   };
   if (async) {
     args([op](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local,
-              pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
-      return TransferAsync(self, op, peer, descs, local, remote, length, timeout, notify);
+              pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify,
+              pyb::handle checksum) {
+      return TransferAsync(self, op, peer, descs, local, remote, length, timeout, notify, checksum);
     });
   } else {
     args([op](PyEngine& self, const std::string& peer, pyb::handle descs, pyb::handle local,
-              pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify) {
-      Transfer(self, op, peer, descs, local, remote, length, timeout, notify);
+              pyb::handle remote, pyb::handle length, pyb::handle timeout, pyb::handle notify,
+              pyb::handle checksum) {
+      Transfer(self, op, peer, descs, local, remote, length, timeout, notify, checksum);
     });
   }
 }

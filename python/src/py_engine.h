@@ -143,7 +143,9 @@ std::optional<std::string> NotifyMessage(pybind11::handle notify);
 struct TransferCall {
   std::chrono::milliseconds timeout;
   TransferOptions options;
-  TransferCall(const Core& core, pybind11::handle timeout_s, pybind11::handle notify);
+  // checksum: None (the engine's EngineOptions::checksum) or a bool (TransferOptions::checksum).
+  TransferCall(const Core& core, pybind11::handle timeout_s, pybind11::handle notify,
+               pybind11::handle checksum);
   // f(engine, timeout, options, &result) is a TransferSync; its failure raises (with .landed).
   template <class F>
   void Sync(Core& core, F&& f) const;

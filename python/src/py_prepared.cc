@@ -53,9 +53,9 @@ struct Pairs {
 
 void TransferPrepared(PyEngine& self, Op op, const PyPreparedList& local, pyb::handle local_index,
                       const PyPreparedList& remote, pyb::handle remote_index, pyb::handle timeout,
-                      pyb::handle notify) {
+                      pyb::handle notify, pyb::handle checksum) {
   const Pairs p(*self.core(), local, local_index, remote, remote_index);
-  TransferCall(*self.core(), timeout, notify)
+  TransferCall(*self.core(), timeout, notify, checksum)
       .Sync(*self.core(), [&](Engine& e, auto t, auto& o, auto* result) {
         return e.TransferSync(op, p.descs, t, o, result);
       });
@@ -64,31 +64,34 @@ void TransferPrepared(PyEngine& self, Op op, const PyPreparedList& local, pyb::h
 std::unique_ptr<PyRequest> TransferPreparedAsync(PyEngine& self, Op op, const PyPreparedList& local,
                                                  pyb::handle local_index, const PyPreparedList& remote,
                                                  pyb::handle remote_index, pyb::handle timeout,
-                                                 pyb::handle notify) {
+                                                 pyb::handle notify, pyb::handle checksum) {
   const Pairs p(*self.core(), local, local_index, remote, remote_index);
-  return TransferCall(*self.core(), timeout, notify)
+  return TransferCall(*self.core(), timeout, notify, checksum)
       .Async(self.core(),
              [&](Engine& e, auto t, auto& o, auto* h) { return e.TransferAsync(op, p.descs, t, o, h); });
 }
 
 constexpr const char* kPreparedDoc = R"(over prepared lists: pair k moves local entry
 local_index[k] and remote entry remote_index[k] (of one length). Indices: integer arrays or
-sequences of ints. timeout and notify as in read()/write(); an error's .landed lists pairs.)";
+sequences of ints. timeout, notify and checksum as in read()/write(); an error's .landed lists
+pairs.)";
 
 void DefTransferPrepared(pyb::class_<PyEngine>& cls, const char* name, Op op, const std::string& doc) {
   const bool async = std::string_view(name).ends_with("_async");
   auto args = [&](auto f) {
     cls.def(name, f, pyb::arg("local"), pyb::arg("local_index"), pyb::arg("remote"), pyb::arg("remote_index"),
-            pyb::kw_only(), pyb::arg("timeout") = pyb::none(), pyb::arg("notify") = pyb::none(), doc.c_str());
+            pyb::kw_only(), pyb::arg("timeout") = pyb::none(), pyb::arg("notify") = pyb::none(),
+            pyb::arg("checksum") = pyb::none(), doc.c_str());
   };
   if (async) {
     args([op](PyEngine& self, const PyPreparedList& l, pyb::handle li, const PyPreparedList& r,
-              pyb::handle ri, pyb::handle timeout,
-              pyb::handle notify) { return TransferPreparedAsync(self, op, l, li, r, ri, timeout, notify); });
+              pyb::handle ri, pyb::handle timeout, pyb::handle notify, pyb::handle checksum) {
+      return TransferPreparedAsync(self, op, l, li, r, ri, timeout, notify, checksum);
+    });
   } else {
     args([op](PyEngine& self, const PyPreparedList& l, pyb::handle li, const PyPreparedList& r,
-              pyb::handle ri, pyb::handle timeout,
-              pyb::handle notify) { TransferPrepared(self, op, l, li, r, ri, timeout, notify); });
+              pyb::handle ri, pyb::handle timeout, pyb::handle notify,
+              pyb::handle checksum) { TransferPrepared(self, op, l, li, r, ri, timeout, notify, checksum); });
   }
 }
 

@@ -287,6 +287,31 @@ def test_a_target_with_notify_outcomes_hears_of_requests_that_did_not_complete()
         assert got[2].landed == [] and "TIMED_OUT" in repr(got[0])
 
 
+def test_checksummed_transfers_complete_and_catch_a_flipped_byte(pair, monkeypatch):
+    engine, peer, route = pair
+    src, back = random_bytes(3 << 20, 5), np.zeros(3 << 20, np.uint8)
+    engine.write(peer.name, [(src.ctypes.data, peer.addr, 3 << 20)], checksum=True)
+    engine.read(peer.name, [(back.ctypes.data, peer.addr, 3 << 20)], checksum=True)
+    assert sha(back) == sha(src)
+    with pytest.raises(xfer.InvalidArgumentError, match="checksum must be"):
+        engine.write(peer.name, [(src.ctypes.data, peer.addr, 1)], checksum=1)
+
+    # Two engines made while the test hook is set corrupt descriptor 1 where it lands.
+    monkeypatch.setenv("XFER_TEST_CORRUPT_LANDED", "1")
+    with xfer.Engine("127.0.0.1:0", notify_outcomes=True) as target, \
+            xfer.Engine("127.0.0.1", transport="tcp", checksum=True) as initiator:
+        monkeypatch.delenv("XFER_TEST_CORRUPT_LANDED")
+        region = target.alloc(3 << 20)
+        initiator.connect(target.name)
+        descs = [(src.ctypes.data + k * (1 << 20), region.addr + k * (1 << 20), 1 << 20) for k in range(3)]
+        with pytest.raises(xfer.DataCorruptedError, match="descriptor 1:") as e:
+            initiator.write(target.name, descs, notify=b"blocks")
+        assert e.value.landed == [0, 2]
+        told = target.wait_notifies(timeout=10)
+        assert [(n.message, n.outcome, n.landed) for n in told] == [(b"blocks", xfer.Outcome.FAILED, [0, 2])]
+        initiator.write(target.name, descs, checksum=False)  # (the hook spares unchecked requests)
+
+
 # A killed initiator: the target queues each of its notified requests still in flight itself.
 LOST_INITIATOR = """
 import sys, numpy as np, xfer

@@ -3,6 +3,7 @@
 #include "control/wire.h"
 #include "metadata/directory.h"
 #include "transport/backend_set.h"
+#include "util/checksum.h"
 #include "util/net.h"
 
 namespace xfer {
@@ -47,6 +48,14 @@ std::vector<Row> CoreRows() {
       XFER_OPTION_BYTES("batch_bytes", batch_bytes, 1, 0, "bytes per batch (0: per transport)"),
       XFER_OPTION_DURATION("spin", spin, "us", 0, kAny,
                            "how long waiters and idle streams spin before they sleep"),
+      WithCheck(XFER_OPTION_BOOL("checksum", checksum,
+                                 "requests check their bytes end to end by default (XXH3 on both sides)"),
+                [](const EngineOptions& o) {
+                  return !o.checksum || checksum::Available()
+                             ? Status::Ok()
+                             : Status{StatusCode::kUnsupported,
+                                      "checksum needs a build with libxxhash (libxxhash-dev)"};
+                }),
       XFER_OPTION_CHOICE("staging", staging, ParseStaging, StagingName, "auto, always, off",
                          "the buffer pool: only where needed, for every transfer, or never"),
       XFER_OPTION_COUNT("staging_buffers", staging_buffers, 1, 64, "buffers in the pool"),

@@ -183,6 +183,22 @@ void EncodeBody(Writer& w, const NotifyEnded& m) {
   w.U32(static_cast<uint32_t>(m.landed.size()));
   for (uint64_t i : m.landed) w.U64(i);
 }
+void EncodeBody(Writer& w, const Digest& m) {
+  w.U64(m.id);
+  w.U8(m.landed ? 1 : 0);
+  w.U32(static_cast<uint32_t>(m.ranges.size()));
+  for (const DigestRange& r : m.ranges) {
+    w.U64(r.addr);
+    w.U64(r.len);
+  }
+}
+void EncodeBody(Writer& w, const DigestAnswer& m) {
+  w.U64(m.id);
+  w.U32(static_cast<uint32_t>(m.code));
+  w.Str(m.why);
+  w.U32(static_cast<uint32_t>(m.digests.size()));
+  for (uint64_t d : m.digests) w.U64(d);
+}
 void EncodeBody(Writer& w, const NotifyAck& m) {
   w.U64(m.seq);
   w.U32(static_cast<uint32_t>(m.code));
@@ -241,6 +257,31 @@ bool DecodeBody(Reader& r, NotifyEnded* m) {
   for (size_t k = 0; k < n; ++k) {
     if (!r.U64(&m->landed[k])) return false;
     if (k > 0 && m->landed[k] <= m->landed[k - 1]) return r.Fail("landed descriptors out of order");
+  }
+  return true;
+}
+bool DecodeBody(Reader& r, Digest* m) {
+  uint8_t landed = 0;
+  uint32_t n = 0;
+  if (!r.U64(&m->id) || !r.U8(&landed) || !r.Count(&n, 16, sizeof(DigestRange))) return false;
+  if (landed > 1) return r.Fail("a landed flag other than 0 or 1");
+  if (n > kMaxDigestRanges) return r.Fail("more ranges than a Digest may ask for");
+  m->landed = landed == 1;
+  m->ranges.resize(n);
+  for (DigestRange& range : m->ranges) {
+    if (!r.U64(&range.addr) || !r.U64(&range.len)) return false;
+  }
+  return true;
+}
+bool DecodeBody(Reader& r, DigestAnswer* m) {
+  uint32_t code = 0, n = 0;
+  if (!r.U64(&m->id) || !r.U32(&code) || !r.Str(&m->why) || !r.Count(&n, 8, sizeof(uint64_t))) return false;
+  if (code > static_cast<uint32_t>(kLastStatusCode)) return r.Fail("unknown status code");
+  m->code = static_cast<StatusCode>(code);
+  if (m->code != StatusCode::kOk && n != 0) return r.Fail("checksums in a refusal");
+  m->digests.resize(n);
+  for (uint64_t& d : m->digests) {
+    if (!r.U64(&d)) return false;
   }
   return true;
 }
@@ -327,6 +368,15 @@ MsgType TypeOf<NotifyBegin>() {
 template <>
 MsgType TypeOf<NotifyEnded>() {
   return MsgType::kNotifyEnded;
+}
+
+template <>
+MsgType TypeOf<Digest>() {
+  return MsgType::kDigest;
+}
+template <>
+MsgType TypeOf<DigestAnswer>() {
+  return MsgType::kDigestAnswer;
 }
 
 template <class T>
@@ -421,6 +471,10 @@ bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out,
       return DecodeAs<NotifyBegin>(payload, out, error);
     case MsgType::kNotifyEnded:
       return DecodeAs<NotifyEnded>(payload, out, error);
+    case MsgType::kDigest:
+      return DecodeAs<Digest>(payload, out, error);
+    case MsgType::kDigestAnswer:
+      return DecodeAs<DigestAnswer>(payload, out, error);
     case MsgType::kAuthChallenge:
       return DecodeAs<AuthChallenge>(payload, out, error);
     case MsgType::kAuthProof:
@@ -458,6 +512,10 @@ const char* MsgTypeName(MsgType type) {
       return "NotifyBegin";
     case MsgType::kNotifyEnded:
       return "NotifyEnded";
+    case MsgType::kDigest:
+      return "Digest";
+    case MsgType::kDigestAnswer:
+      return "DigestAnswer";
     case MsgType::kAuthChallenge:
       return "AuthChallenge";
     case MsgType::kAuthProof:

@@ -20,7 +20,7 @@
 namespace xfer::wire {
 
 inline constexpr uint32_t kMagic = 0x31524658;  // "XFR1" as little-endian bytes
-inline constexpr uint16_t kVersion = 10;        // 10: Hello's features, NotifyBegin, NotifyEnded
+inline constexpr uint16_t kVersion = 11;        // 10: Hello's features, NotifyBegin, NotifyEnded; 11: Digest
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 inline constexpr uint32_t kMaxString = 64 << 10;  // UCX worker addresses can run to kilobytes
@@ -48,8 +48,11 @@ enum class MsgType : uint16_t {
   kNotifyRingOffer = 13,  // same host: a ring for the sender's notifications (NotifyAck answers)
   kNotifyBegin = 14,      // a notified request begins toward the peer (not answered)
   kNotifyEnded = 15,      // ...and how it ended (NotifyAck answers)
+  kDigest = 16,           // the checksums of ranges of the peer's memory (DigestAnswer answers)
+  kDigestAnswer = 17,
 };
-inline constexpr MsgType kLastMsgType = MsgType::kNotifyEnded;
+inline constexpr MsgType kLastMsgType = MsgType::kDigestAnswer;
+inline constexpr uint32_t kMaxDigestRanges = 1u << 20;  // per Digest
 
 // A registered region as its owner advertises it: what it is, and per backend what peers need
 // to reach it (a UCX remote key, a CUDA IPC handle, a memfd's identity).
@@ -66,6 +69,7 @@ struct WireRegion {
 
 // Hello::features: what the sender asks of its peers (bits it does not know are ignored).
 inline constexpr uint32_t kFeatureNotifyOutcomes = 1;  // NotifyBegin and NotifyEnded (notify.outcomes)
+inline constexpr uint32_t kFeatureDigests = 2;         // it answers Digest (its build has xxHash)
 
 struct Hello {
   std::string name;  // the sender's listen name ("host" alone for a client-only engine)
@@ -140,6 +144,28 @@ struct NotifyAck {
   bool operator==(const NotifyAck&) const = default;
 };
 
+// End-to-end checksums (TransferOptions::checksum): asks for the XXH3-64 checksum of each
+// range of the receiver's registered memory. landed: the ranges are where a WRITE's bytes
+// landed (else where a READ's came from). DigestAnswer{id} answers: ok with one checksum per
+// range, or why not (a range not inside a region the sender may read, GPU memory, too many).
+struct DigestRange {
+  uint64_t addr = 0, len = 0;
+  bool operator==(const DigestRange&) const = default;
+};
+struct Digest {
+  uint64_t id = 0;  // the sender's, unique per session
+  bool landed = false;
+  std::vector<DigestRange> ranges;
+  bool operator==(const Digest&) const = default;
+};
+struct DigestAnswer {
+  uint64_t id = 0;
+  StatusCode code = StatusCode::kOk;
+  std::string why;                // empty when ok
+  std::vector<uint64_t> digests;  // ok: one per range, in order; else empty
+  bool operator==(const DigestAnswer&) const = default;
+};
+
 // Same host: the sender's notifications to this peer can go into shared memory (a NotifyRing
 // in the memfd that descriptor `fd` of the sender's process holds, named after the sender's
 // incarnation and key; `bytes` long), none larger than max_message. NotifyAck{seq} answers.
@@ -173,9 +199,9 @@ inline constexpr uint32_t kMaxAuthName = 1024;
 // What an unauthenticated session may send in one frame (the auth frames are far smaller).
 inline constexpr uint32_t kMaxPayloadBeforeAuth = 4096;
 
-using Message =
-    std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck, Heartbeat, Goodbye, Notify,
-                 NotifyAck, AuthChallenge, AuthProof, NotifyRingOffer, NotifyBegin, NotifyEnded>;
+using Message = std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck, Heartbeat,
+                             Goodbye, Notify, NotifyAck, AuthChallenge, AuthProof, NotifyRingOffer,
+                             NotifyBegin, NotifyEnded, Digest, DigestAnswer>;
 
 struct Header {
   MsgType type{};

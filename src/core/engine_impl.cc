@@ -1,5 +1,7 @@
 #include "core/engine_impl.h"
 
+#include <cstdlib>
+
 #include "util/host.h"
 #include "util/log.h"
 
@@ -37,6 +39,10 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   self_.name = addr.ToString();
   self_.incarnation = host::RandomU64();
   self_.host_id = options.host_id.empty() ? host::BootId() : options.host_id;
+  if (const char* k = std::getenv("XFER_TEST_CORRUPT_LANDED")) {  // (LocalEngine::corrupt_landed)
+    self_.corrupt_landed = std::strtoll(k, nullptr, 10);
+    XLOG(WARN) << "XFER_TEST_CORRUPT_LANDED is set: this engine corrupts checksummed requests' data";
+  }
   metrics_ = std::make_shared<EngineMetrics>(self_.options.metrics_max_peers, transport::BackendNames());
   notifier_.Start(metrics_);  // (first: GetMetrics and GetNotifies read it even after a failed start)
   if (s = StartBackends(addr.host); !s.ok()) return {s.code(), "Initialize: " + s.message()};
@@ -98,7 +104,11 @@ void EngineImpl::StartServices() {
                 notifier_.PeerGone(peer);
                 transfers_.ForgetInlineTargets(&peer);
               },
-          .closed = [this](const auto& s) { notifier_.SessionClosed(s); },
+          .closed =
+              [this](const auto& s) {
+                notifier_.SessionClosed(s);
+                verifier_.SessionClosed(s);
+              },
           .fence =
               [this](PeerState* peer, const RemoteRegion* revoked, LocalEngine::Clock::time_point deadline) {
                 transfers_.FenceBatches(peer, deadline);
@@ -115,16 +125,19 @@ void EngineImpl::StartServices() {
                 transfers_.FenceBatches(nullptr, deadline);  // our own transfers from or into the region
                 transfers_.ForgetInlineTargets(&peers_.self_state());
                 backends_.Fence(deadline);  // and peers' batches that our backends' threads execute
+                verifier_.Fence(deadline);  // and the checksums peers asked for
               },
           .tags_changed = [this] { peers_.TagsChanged(); },
       });
+  verifier_.Start();
   transfers_.Start(
       metrics_, staging,
       TransferService::Notifications{
           .check = [this](const char* what, const std::string& m) { return notifier_.CheckMessage(what, m); },
           .delivery = [this](const PeerService::Peer& peer,
                              std::string m) { return notifier_.Delivery(peer, std::move(m)); },
-      });
+      },
+      [this](const PeerService::Peer& peer) { return verifier_.AskerFor(peer); });
 }
 
 Status EngineImpl::StartMetricsServer() {
@@ -148,6 +161,7 @@ void EngineImpl::Finalize() {
   // Peers stop using our memory before Finalize returns (the application may free it next).
   peers_.Stop();
   notifier_.Close();  // (what is queued stays readable)
+  verifier_.Stop();
   transfers_.Stop();
   backends_.StopServing();
   transfers_.Clear();
@@ -174,6 +188,8 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
   if (auto* m = std::get_if<wire::NotifyEnded>(&msg)) return notifier_.OnNotifyEnded(s, std::move(*m));
   if (auto* m = std::get_if<wire::NotifyAck>(&msg)) return notifier_.OnAnswer(s, *m);
   if (auto* m = std::get_if<wire::NotifyRingOffer>(&msg)) return notifier_.OnRingOffer(s, *m);
+  if (auto* m = std::get_if<wire::Digest>(&msg)) return verifier_.OnDigest(s, std::move(*m));
+  if (auto* m = std::get_if<wire::DigestAnswer>(&msg)) return verifier_.OnDigestAnswer(s, std::move(*m));
   peers_.OnMessage(s, msg);
 }
 
@@ -181,6 +197,9 @@ void EngineImpl::OnClosed(const std::shared_ptr<control::Session>& s, const std:
   peers_.OnClosed(s, reason);
 }
 
-void EngineImpl::OnTick() { transfers_.OnTick(); }  // inline targets forgotten while their slot was busy
+void EngineImpl::OnTick() {
+  transfers_.OnTick();  // inline targets forgotten while their slot was busy
+  verifier_.OnTick();   // checksums asked for past their requests' deadlines
+}
 
 }  // namespace xfer

@@ -6,9 +6,11 @@
 //   regions/   RegionService    our registered regions and their fences
 //   datapath/  TransferService  plan, requests, streams, inline copies, prepared lists
 //   notify/    Notifier         sending, the queue, same-host rings
+//   verify/    Verifier         end-to-end checksums: asking peers, answering them
 //   metrics/   EngineMetrics    counters, histograms, /metrics
 //
-// Dependencies run one way: peers -> regions; datapath -> peers, regions; notify -> peers;
+// Dependencies run one way: peers -> regions; datapath -> peers, regions; notify, verify ->
+// peers, regions;
 // this file -> all (tests/tools/core_layers.sh holds them).
 #pragma once
 
@@ -24,6 +26,7 @@
 #include "core/notify/notifier.h"
 #include "core/peers/peer_service.h"
 #include "core/regions/region_service.h"
+#include "core/verify/verifier.h"
 #include "transport/backend_set.h"
 #include "xfer/engine.h"
 
@@ -67,6 +70,7 @@ class EngineImpl final : public control::ControlHandler {
   PeerService peers_{self_, backends_, regions_};
   TransferService transfers_{self_, peers_, regions_};
   Notifier notifier_{self_, peers_};
+  Verifier verifier_{self_, regions_};
   std::shared_ptr<EngineMetrics> metrics_;  // from Initialize on
   std::string metrics_address_;             // where metrics_server_ serves (set by Initialize)
   // Last, so that it stops first: it reads the services while it serves.

@@ -22,6 +22,10 @@ struct LocalEngine {
   uint64_t incarnation = 0;
   std::string host_id;  // EngineOptions::host_id, or the boot id
   std::atomic<bool> running{false};
+  // Test hook (environment XFER_TEST_CORRUPT_LANDED=k, read at Initialize; -1 when unset):
+  // before it computes the checksum of where a request's bytes landed (TransferOptions::checksum),
+  // this engine flips the first byte of descriptor k's landed bytes, as corruption would.
+  int64_t corrupt_landed = -1;
 
   // Ok while the engine runs; else kInvalidArgument naming the call.
   Status CheckRunning(const char* what) const {

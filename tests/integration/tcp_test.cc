@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "test_common.h"
-#include "transport/tcp/checksum.h"
+#include "util/checksum.h"
 
 namespace xfer_test {
 namespace {

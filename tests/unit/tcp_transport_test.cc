@@ -1,7 +1,7 @@
 // The tcp transport against itself over loopback, real sockets: the target side's own checks.
 #include "transport/tcp/tcp_transport.h"
-#include "transport/tcp/checksum.h"
 #include "transport/tcp/tcp_wire.h"
+#include "util/checksum.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>

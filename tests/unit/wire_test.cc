@@ -57,7 +57,12 @@ TEST(WireCodec, EveryMessageRoundTrips) {
       NotifyRingOffer{11, 7, 3, 4096 + 192, 4096},
       NotifyBegin{12, "request 7"},
       NotifyEnded{13, 12, NotifyOutcome::kTimedOut, {0, 1, 5}},
-      NotifyEnded{14, 12, NotifyOutcome::kCompleted, {}}};
+      NotifyEnded{14, 12, NotifyOutcome::kCompleted, {}},
+      Digest{15, true, {{0x1000, 4096}, {0x9000, 1}}},
+      Digest{16, false, {}},
+      DigestAnswer{15, StatusCode::kOk, "", {0x0123456789abcdefull, 7}},
+      DigestAnswer{
+          16, StatusCode::kRemoteAccessDenied, "range 0: not inside one region registered here", {}}};
   for (const auto& m : all) EXPECT_EQ(RoundTrip(m), m);
 }
 
@@ -118,6 +123,24 @@ TEST(WireCodec, NotifyEndedRefusesOtherOutcomesAndLandedOutOfOrder) {
   std::string why;
   EXPECT_FALSE(DecodePayload(MsgType::kNotifyEnded, std::span(f).subspan(kHeaderSize), &out, &why));
   EXPECT_NE(why.find("cannot fit"), std::string::npos) << why;
+}
+
+// A Digest's landed flag is 0 or 1 and its ranges fit the frame; a refusal carries no checksums.
+TEST(WireCodec, DigestFramesOutOfShapeAreRefused) {
+  auto refused = [](const Message& m, size_t poke, uint8_t value, const char* why_part) {
+    std::vector<uint8_t> f = Encode(m);
+    if (poke != 0) f[kHeaderSize + poke] = value;
+    Header h;
+    std::string why;
+    ASSERT_TRUE(DecodeHeader(f, &h, &why)) << why;
+    Message out;
+    EXPECT_FALSE(DecodePayload(h.type, std::span(f).subspan(kHeaderSize), &out, &why));
+    EXPECT_NE(why.find(why_part), std::string::npos) << why;
+  };
+  refused(Digest{1, true, {{1, 1}}}, 8, 2, "landed flag");
+  refused(Digest{1, true, {{1, 1}}}, 12, 0xff, "cannot fit");  // (the count's top byte)
+  refused(DigestAnswer{1, StatusCode::kTimeout, "late", {5}}, 0, 0, "checksums in a refusal");
+  refused(DigestAnswer{1, StatusCode::kOk, "", {5}}, 8, 99, "status code");
 }
 
 TEST(WireCodec, RejectsBadHeaders) {

@@ -97,7 +97,12 @@ class Initiator {
   }
 
   const Config& c_;
-  const TransferOptions transfer_ = c_.notify ? TransferOptions{"xfer-bench done"} : TransferOptions{};
+  static TransferOptions OptionsOf(const Config& c) {
+    TransferOptions o;
+    if (c.notify) o.notify = "xfer-bench done";
+    return o;
+  }
+  const TransferOptions transfer_ = OptionsOf(c_);
   Engine* engine_;
   std::string peer_;
   const BenchMem* local_;

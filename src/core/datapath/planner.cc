@@ -170,13 +170,15 @@ class BatchPacker {
     }
     const bool streaming = r.len >= lim_.streaming_bytes;
     const bool device = run.choice.staged && run.device;
+    const bool mapped = run.choice.base != nullptr;
     if (!kinded_ || current_.route != run.choice.route || current_.staged != run.choice.staged ||
-        current_.streaming != streaming || current_.device != device) {
+        current_.streaming != streaming || current_.device != device || current_.mapped != mapped) {
       CloseBatch();  // (a run of another kind: a batch of its own)
       current_.route = run.choice.route;
       current_.staged = run.choice.staged;
       current_.streaming = streaming;
       current_.device = device;
+      current_.mapped = mapped;
       current_.link = LinkOf(routes_, current_);
       kinded_ = true;
     }
@@ -357,6 +359,7 @@ class RunBuilder {
     }
     last_region_ = region;
     last_device_ = device;
+    plan_->gpu_memory = plan_->gpu_memory || device || region->info.type == MemType::kCuda;
     return Status::Ok();
   }
 
@@ -435,6 +438,25 @@ Status MakePreparedPlan(Op op, const PreparedPairs& pairs, const PeerRoutes& rou
   }
   runs.Finish();
   return Status::Ok();
+}
+
+std::vector<PlannedDescriptor> PlannedDescriptors(const Plan& plan) {
+  const size_t descriptors = plan.desc_ends.empty() ? 1 : plan.desc_ends.size();
+  std::vector<PlannedDescriptor> out;
+  out.reserve(descriptors);
+  size_t slice = 0, batch = 0;
+  uint64_t slice_begin = 0;  // the request's bytes before slices[slice]
+  uint64_t begin = 0;
+  for (size_t k = 0; k < descriptors; ++k) {
+    const uint64_t end = plan.desc_ends.empty() ? plan.bytes : plan.desc_ends[k];
+    while (slice_begin + plan.slices[slice].len <= begin) slice_begin += plan.slices[slice++].len;
+    while (slice >= plan.batches[batch].end) ++batch;
+    const transport::Slice& s = plan.slices[slice];
+    out.push_back({s.local + (begin - slice_begin), s.remote + (begin - slice_begin), end - begin,
+                   plan.batches[batch].mapped});
+    begin = end;
+  }
+  return out;
 }
 
 std::vector<uint64_t> LandedDescriptors(const Plan& plan, const std::vector<uint32_t>& unmoved) {

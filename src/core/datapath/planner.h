@@ -33,11 +33,13 @@ struct Plan {
     bool staged = false;     // through a staging buffer, then the route's link
     bool device = false;     // staged: the local side is GPU memory (else host memory)
     bool streaming = false;  // over the route's streaming link (a run past its streaming_bytes)
+    bool mapped = false;     // its slices' remote addresses are a mapping of the region here
   };
   std::vector<Batch> batches;
   // Every remote region the request touches, so a batch can see if one was revoked.
   std::vector<std::shared_ptr<RemoteRegion>> regions;
   uint64_t bytes = 0;
+  bool gpu_memory = false;              // some descriptor's local or remote side is GPU memory
   size_t batches_in_flight = SIZE_MAX;  // worth running at once: the least of its routes'
   // With two or more descriptors: where each ends in the request's bytes, as the slices
   // carry them in order (so a batch's bytes tell which descriptors it holds part of).
@@ -106,6 +108,14 @@ struct PreparedPairs {
 // MakePlan for prepared pairs (same sizes of index spans, checked by the caller): checks only
 // what may differ per request (indices, lengths, the op's access) and routes each region once.
 Status MakePreparedPlan(Op op, const PreparedPairs& pairs, const PeerRoutes& routes, Plan* plan);
+
+// Where descriptor k of a plan lies (its pieces follow one another in its slices): its local
+// bytes, its remote bytes (the address mapped here, where mapped), their length.
+struct PlannedDescriptor {
+  uint64_t local = 0, remote = 0, len = 0;
+  bool mapped = false;  // remote is where the peer's region is mapped here
+};
+std::vector<PlannedDescriptor> PlannedDescriptors(const Plan& plan);
 
 // The descriptors (ascending indices) none of whose bytes is in a batch of `unmoved` (the
 // batches that failed or were dropped, in any order): those that landed whole.

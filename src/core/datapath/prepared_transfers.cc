@@ -158,7 +158,7 @@ bool TransferService::TryInlinePrepared(Op op, const PreparedDescs& d, const Fou
 Status TransferService::TransferSync(Op op, const PreparedDescs& descs, std::chrono::milliseconds timeout,
                                      const TransferOptions& options, RequestStatus* result) {
   FoundLists found = FindLists(descs);
-  if (!options.notify && TryInlinePrepared(op, descs, found, timeout, UINT64_MAX)) {
+  if (Plain(options) && TryInlinePrepared(op, descs, found, timeout, UINT64_MAX)) {
     if (result != nullptr) *result = {RequestState::kCompleted, {}, {}};
     return Status::Ok();
   }
@@ -171,7 +171,7 @@ Status TransferService::TransferAsync(Op op, const PreparedDescs& descs, std::ch
                                       const TransferOptions& options, RequestHandle* request) {
   if (request == nullptr) return {StatusCode::kInvalidArgument, "TransferAsync: null request pointer"};
   FoundLists found = FindLists(descs);
-  if (!options.notify && TryInlinePrepared(op, descs, found, timeout, kAsyncInlineBytes)) {
+  if (Plain(options) && TryInlinePrepared(op, descs, found, timeout, kAsyncInlineBytes)) {
     *request = requests_.TrackCompleted();
     return Status::Ok();
   }

@@ -7,7 +7,8 @@
 namespace xfer {
 
 Request::Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_point deadline,
-                 std::shared_ptr<PeerState> peer, std::shared_ptr<const Plan> plan, Deliver deliver)
+                 std::shared_ptr<PeerState> peer, std::shared_ptr<const Plan> plan, Deliver deliver,
+                 Verify verify)
     : id_(id),
       op_(op),
       start_(start),
@@ -17,6 +18,7 @@ Request::Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_p
       plan_(*shared_plan_),
       pipelined_(PipelinedRoute(peer_, plan_)),
       deliver_(std::move(deliver)),
+      verify_(std::move(verify)),
       outstanding_(plan_.batches.size()) {
   if (peer_ && peer_->metrics) peer_->metrics->Started(op_, plan_.bytes);
 }
@@ -177,6 +179,11 @@ void Request::Finish() {
     }
     if (st.state != RequestState::kCompleted) st.landed = Landed();
   }
+  if (st.state == RequestState::kCompleted && verify_.ask) return Check();
+  End(std::move(st));
+}
+
+void Request::End(RequestStatus st) {
   if (st.state != RequestState::kCompleted || !deliver_) {
     if (deliver_) TellTheEnd(st);  // (queued before the request ends: ahead of later ones)
     return Conclude(std::move(st));

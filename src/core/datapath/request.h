@@ -9,11 +9,24 @@
 #include <mutex>
 #include <vector>
 
+#include "control/wire.h"
 #include "core/datapath/planner.h"
 #include "core/peers/peer_state.h"
 #include "xfer/types.h"
 
 namespace xfer {
+
+// End-to-end checksums of a request (TransferOptions::checksum).
+struct RequestChecks {
+  // Asks the peer for the checksums of ranges of its memory (landed: where a WRITE's bytes
+  // landed), answered by the deadline or kTimeout; answer is called exactly once, with one
+  // checksum per range (Verifier::Ask).
+  using Answer = std::function<void(Status, std::vector<uint64_t> checksums)>;
+  using Ask = std::function<void(bool landed, std::vector<wire::DigestRange> ranges,
+                                 std::chrono::steady_clock::time_point deadline, Answer answer)>;
+  Ask ask;                      // empty: the request is not checked
+  int64_t corrupt_landed = -1;  // the test hook (LocalEngine::corrupt_landed)
+};
 
 class Request : public std::enable_shared_from_this<Request> {
  public:
@@ -26,10 +39,14 @@ class Request : public std::enable_shared_from_this<Request> {
   using Done = std::function<void(Status)>;
   using Deliver = std::function<void(NotifyOutcome outcome, std::vector<uint64_t> landed, Done done)>;
 
+  using AskChecksums = RequestChecks::Ask;
+  using Verify = RequestChecks;
+
   // start: when it was submitted (for its duration in the peer's metrics, where counted).
-  // deliver: the request's notification (empty: it has none).
+  // deliver: the request's notification (empty: it has none). verify: its checksums.
   Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_point deadline,
-          std::shared_ptr<PeerState> peer, std::shared_ptr<const Plan> plan, Deliver deliver = {});
+          std::shared_ptr<PeerState> peer, std::shared_ptr<const Plan> plan, Deliver deliver = {},
+          Verify verify = {});
 
   RequestHandle id() const { return id_; }
   bool done() const { return done_.load(std::memory_order_acquire); }
@@ -86,6 +103,17 @@ class Request : public std::enable_shared_from_this<Request> {
   // for the target to queue the notification. A request that did not complete tells a target
   // that asked for outcomes, and ends without waiting for its answer.
   void Finish();
+  // Finish's end once the ending is known: tells the target, or (completed, with a
+  // notification) waits for it to queue the notification; then concludes.
+  void End(RequestStatus st);
+  // Every byte moved and the request is checked (verify_): compares each descriptor's
+  // checksums on both sides (the peer's, where its memory is not mapped here, asked for), then
+  // Ends, kDataCorrupted where one differs (request_checks.cc).
+  void Check();
+  // The peer's checksums of the descriptors `asked` came (ok), or not: ours holds this side's.
+  void Compare(std::vector<uint32_t> corrupt, const std::vector<uint32_t>& asked,
+               const std::vector<uint64_t>& ours, const Status& answered,
+               const std::vector<uint64_t>& theirs);
   void TellTheEnd(const RequestStatus& st) const;
   void Conclude(RequestStatus st);
   // The descriptors whose batches all moved their bytes; mu_ held, every batch ended.
@@ -104,6 +132,7 @@ class Request : public std::enable_shared_from_this<Request> {
   const Plan& plan_;
   transport::Route* const pipelined_;  // null: batches run on streams and callers
   const Deliver deliver_;
+  const Verify verify_;
 
   std::atomic<size_t> next_batch_{0};
   std::atomic<size_t> outstanding_;

@@ -2,16 +2,19 @@
 
 #include <algorithm>
 
+#include "util/checksum.h"
 #include "util/log.h"
 
 namespace xfer {
 
 void TransferService::Start(std::shared_ptr<EngineMetrics> metrics,
-                            std::shared_ptr<transport::BufferPool> staging, Notifications notifications) {
+                            std::shared_ptr<transport::BufferPool> staging, Notifications notifications,
+                            Checksums checksums) {
   const EngineOptions& o = self_.options;
   metrics_ = std::move(metrics);
   staging_ = std::move(staging);
   notifications_ = std::move(notifications);
+  checksums_ = std::move(checksums);
   pool_ = std::make_unique<StreamPool>(o.streams, o.spin);
   inline_ = std::make_unique<InlineCopies>(*pool_, peers_, regions_.registry(), self_.running);
 }
@@ -87,11 +90,23 @@ Status TransferService::NewRequest(Op op, Clock::time_point start, std::chrono::
                                    const Peer& peer, std::shared_ptr<const Plan> plan,
                                    const TransferOptions& options, bool track,
                                    std::shared_ptr<Request>* out) {
+  Request::Verify verify;
+  if (Checksummed(options)) {
+    if (!checksum::Available()) {
+      return Refused(op, peer.state->info.name,
+                     {StatusCode::kUnsupported, "checksum needs a build with libxxhash (libxxhash-dev)"});
+    }
+    if (plan->gpu_memory) {
+      return Refused(op, peer.state->info.name,
+                     {StatusCode::kUnsupported, "checksum: GPU memory is not supported (host memory only)"});
+    }
+    verify = {checksums_(peer), self_.corrupt_landed};
+  }
   Request::Deliver deliver;
   if (options.notify) deliver = notifications_.delivery(peer, *options.notify);
   RequestHandle id = requests_.NextHandle();
   *out = std::make_shared<Request>(id, op, start, DeadlineAfter(start, timeout), peer.state, std::move(plan),
-                                   std::move(deliver));
+                                   std::move(deliver), std::move(verify));
   if (track) requests_.Track(*out);
   return Status::Ok();
 }

@@ -44,8 +44,10 @@ class TransferService {
       : self_(self), peers_(peers), regions_(regions) {}
 
   // Initialize: the streams. staging: the buffer pool (null when staging is off), for its gauge.
+  // checksums: how a request asks a peer for the checksums of its memory (Verifier::AskerFor).
+  using Checksums = std::function<Request::AskChecksums(const Peer& peer)>;
   void Start(std::shared_ptr<EngineMetrics> metrics, std::shared_ptr<transport::BufferPool> staging,
-             Notifications notifications);
+             Notifications notifications, Checksums checksums);
   // Finalize, once the sessions are closed: requests end (canceled), the streams run what is
   // queued and stop, the inline targets go (a caller's copy may hold a slot for up to the
   // heartbeat timeout).
@@ -98,9 +100,13 @@ class TransferService {
                  std::chrono::milliseconds timeout, const TransferOptions& options, uint64_t max_len,
                  bool* eligible) {
     *eligible = false;
-    return descs.size() == 1 && descs[0].len <= max_len && !options.notify && inline_ &&
+    return descs.size() == 1 && descs[0].len <= max_len && Plain(options) && inline_ &&
            inline_->TryRemembered(remote, op, descs[0], timeout, eligible);
   }
+  // Whether a request checks its bytes end to end (TransferOptions::checksum, else the engine's).
+  bool Checksummed(const TransferOptions& o) const { return o.checksum.value_or(self_.options.checksum); }
+  // A request that may go without a request object (no notification, no checksums).
+  bool Plain(const TransferOptions& o) const { return !o.notify && !Checksummed(o); }
   // track: keep the request in requests_ under its handle (async requests; a sync one is
   // only ever seen by its caller). try_inline: the one descriptor may be copied inline once
   // the peer is looked up (the lookup then serves the request too): ok, and *out stays null.
@@ -144,6 +150,7 @@ class TransferService {
   PeerService& peers_;
   RegionService& regions_;
   Notifications notifications_;
+  Checksums checksums_;
   std::shared_ptr<EngineMetrics> metrics_;
   std::shared_ptr<transport::BufferPool> staging_;  // null when EngineOptions::staging is off
   std::unique_ptr<StreamPool> pool_;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "core/peers/peer_service.h"
+#include "util/checksum.h"
 #include "util/host.h"
 #include "util/log.h"
 #include "util/process_check.h"
@@ -16,6 +17,7 @@ wire::Hello PeerService::MakeHello(const std::vector<wire::WireRegion>& regions)
   h.host_id = self_.host_id;
   h.pid = static_cast<int32_t>(::getpid());
   if (self_.options.notify.outcomes) h.features |= wire::kFeatureNotifyOutcomes;
+  if (checksum::Available()) h.features |= wire::kFeatureDigests;
   h.backends = backends_.HelloBlobs();
   h.regions = regions;
   return h;
@@ -38,6 +40,7 @@ std::shared_ptr<PeerState> PeerService::MakePeerState(const wire::Hello& hello, 
   st->info.transport = "none";
   st->info.outbound = outbound;
   st->notify_outcomes = hello.features & wire::kFeatureNotifyOutcomes;
+  st->answers_digests = hello.features & wire::kFeatureDigests;
   if (self_.options.metrics) {  // (counted under the peer's name)
     st->metrics = metrics_;
     st->metrics_slot = metrics_->SlotOf(st->info.name);

@@ -39,6 +39,8 @@ struct PeerState final : control::SessionContext {
   // The peer asked for the notifications of requests that did not complete (its
   // EngineOptions::notify.outcomes): they go to it as wire::NotifyEnded.
   bool notify_outcomes = false;
+  // The peer answers wire::Digest (end-to-end checksums, TransferOptions::checksum).
+  bool answers_digests = false;
   // The key both sides derived when the control session authenticated (control/auth.h); its
   // tcp data connections prove they know it. Empty without a secret.
   std::string auth_key;

@@ -1,5 +1,5 @@
 # Backend "tcp": no dependency beyond the C++ library and Linux (batch checksums use xxHash
-# where it was found: libxxhash-dev).
+# where it was found: libxxhash-dev, util/checksum.h).
 target_sources(xfer PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/tcp_transport.cc
   ${CMAKE_CURRENT_LIST_DIR}/tcp_paths.cc
@@ -8,5 +8,4 @@ target_sources(xfer PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/tcp_backend.cc
   ${CMAKE_CURRENT_LIST_DIR}/serve_pool.cc
   ${CMAKE_CURRENT_LIST_DIR}/nics.cc
-  ${CMAKE_CURRENT_LIST_DIR}/checksum.cc
 )

@@ -1,10 +1,10 @@
 // Backend "tcp": any host (tcp_transport.h). The hello carries our data port; the target's
 // threads check every range a peer names and stage GPU memory through buffers of their own.
 #include "transport/backend.h"
-#include "transport/tcp/checksum.h"
 #include "transport/tcp/nics.h"
 #include "transport/tcp/tcp_transport.h"
 #include "util/bytes.h"
+#include "util/checksum.h"
 #include "util/log.h"
 
 namespace xfer::transport {

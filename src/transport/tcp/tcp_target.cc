@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "transport/common/staging.h"
-#include "transport/tcp/checksum.h"
 #include "transport/tcp/tcp_wire.h"
+#include "util/checksum.h"
 #include "util/crypto.h"
 #include "util/log.h"
 #include "util/text.h"

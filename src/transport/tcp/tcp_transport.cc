@@ -8,9 +8,9 @@
 #include <cstring>
 #include <vector>
 
-#include "transport/tcp/checksum.h"
 #include "transport/tcp/tcp_paths.h"
 #include "transport/tcp/tcp_wire.h"
+#include "util/checksum.h"
 #include "util/crypto.h"
 #include "util/log.h"
 

@@ -1,4 +1,4 @@
-#include "transport/tcp/checksum.h"
+#include "util/checksum.h"
 
 #ifdef XFER_HAVE_XXHASH
 #include <xxhash.h>
@@ -12,12 +12,14 @@ struct Running::State {
   ~State() { XXH3_freeState(s); }
 };
 bool Available() { return true; }
+uint64_t Of(const void* p, size_t n) { return XXH3_64bits(p, n); }
 Running::Running() : state_(std::make_unique<State>()) { XXH3_64bits_reset(state_->s); }
 void Running::Add(const void* p, size_t n) { XXH3_64bits_update(state_->s, p, n); }
 uint64_t Running::Value() const { return XXH3_64bits_digest(state_->s); }
 #else
 struct Running::State {};
 bool Available() { return false; }
+uint64_t Of(const void*, size_t) { return 0; }
 Running::Running() = default;
 void Running::Add(const void*, size_t) {}
 uint64_t Running::Value() const { return 0; }

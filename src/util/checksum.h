@@ -1,6 +1,6 @@
-// A fast 64-bit checksum of bytes in several pieces (XXH3 from libxxhash; Debian:
-// libxxhash-dev), for EngineOptions::tcp.checksum. Without libxxhash, Available() is false and
-// the engine refuses the option at Initialize.
+// A fast 64-bit checksum of bytes (XXH3 from libxxhash; Debian: libxxhash-dev), for
+// EngineOptions::tcp.checksum and the end-to-end checksums of requests (EngineOptions::checksum).
+// Without libxxhash, Available() is false and the engine refuses both.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +11,9 @@ namespace xfer::checksum {
 
 // True when this build has libxxhash.
 bool Available();
+
+// The checksum of n bytes at p (as Running's over the same bytes).
+uint64_t Of(const void* p, size_t n);
 
 // The checksum of the bytes given to Add, in order, as if they were one run.
 class Running {

@@ -1,0 +1,219 @@
+// End-to-end checksums (TransferOptions::checksum) between real processes, on every transport
+// this machine has: clean requests complete, and a byte flipped where the bytes landed (the
+// test hook XFER_TEST_CORRUPT_LANDED, set for both processes) fails the request with
+// DATA_CORRUPTED naming the descriptor, its notification telling the target so.
+#include <cstdlib>
+
+#include "pattern.h"
+#include "raw_peer.h"
+#include "test_common.h"
+#include "util/checksum.h"
+
+namespace xfer_test {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Setup {
+  std::string name;
+  std::string forced;  // EngineOptions::transport of the initiator
+  bool staged = false;
+  std::string region = "host";  // "host" or "shm" (AllocMem)
+};
+void PrintTo(const Setup& s, std::ostream* os) { *os << s.name; }
+
+class Checksums : public PeerFixture, public ::testing::WithParamInterface<Setup> {
+ protected:
+  static constexpr uint64_t kRegion = 8 << 20;
+
+  // corrupt: the test hook for both processes (descriptor 1 of each checksummed request).
+  void Start(bool corrupt) {
+    if (GetParam().forced == "ucx") ::setenv("UCX_TLS", "tcp", 1);  // (the peer inherits it)
+    if (corrupt) ::setenv("XFER_TEST_CORRUPT_LANDED", "1", 1);
+    PeerFixture::SetUp();
+    ::unsetenv("XFER_TEST_CORRUPT_LANDED");
+    region_ = GetParam().region == "shm" ? peer_.ShmAlloc(kRegion) : peer_.Alloc(kRegion);
+    local_ = std::make_unique<LocalBuffer>(kRegion);
+  }
+  void SetUp() override {}  // (each test calls Start)
+  void TearDown() override { ::unsetenv("UCX_TLS"); }
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = GetParam().forced;
+    if (GetParam().staged) o.staging = xfer::Staging::kAlways;
+    return o;
+  }
+  PeerOptions RemoteOptions() override {
+    PeerOptions o;
+    o.extra_args = {"--option", "notify.outcomes=true"};
+    if (GetParam().forced == "ucx") o.extra_args.insert(o.extra_args.end(), {"--ucx", "on"});
+    return o;
+  }
+  // Three descriptors of len bytes at offsets 0, 3 len, 6 len of both sides.
+  std::vector<TransferDesc> Three(uint64_t len) const {
+    std::vector<TransferDesc> d;
+    for (uint64_t k = 0; k < 3; ++k)
+      d.push_back({local_->addr() + 3 * k * len, region_.addr + 3 * k * len, len});
+    return d;
+  }
+  xfer::RequestStatus Run(Op op, const std::vector<TransferDesc>& d, std::optional<std::string> notify = {}) {
+    xfer::TransferOptions o;
+    o.checksum = true;
+    o.notify = std::move(notify);
+    xfer::RequestHandle h = 0;
+    EXPECT_TRUE(engine_.TransferAsync(peer_.name(), op, d, 30s, o, &h).ok());
+    return WaitFor(engine_, h).status;
+  }
+
+  PeerRegion region_;
+  std::unique_ptr<LocalBuffer> local_;
+};
+
+TEST_P(Checksums, CleanRequestsCompleteAndTheirBytesArrive) {
+  Start(false);
+  // Sizes across the paths' cuts: small copies, slices, batches, the target's chunks (4 MiB).
+  for (uint64_t len : {1ull, 4096ull, 300000ull, 1ull << 20}) {
+    FillPattern(local_->data(), kRegion, len);
+    const auto d =
+        len >= (1 << 20) ? std::vector<TransferDesc>{{local_->addr(), region_.addr, 5 << 20}} : Three(len);
+    const xfer::RequestStatus w = Run(Op::kWrite, d);
+    ASSERT_EQ(w.state, RequestState::kCompleted) << len << ": " << w.status.ToString();
+    for (const TransferDesc& x : d) {
+      ASSERT_EQ(peer_.SumRange(x.remote_addr, x.len), Hash64(reinterpret_cast<void*>(x.local_addr), x.len));
+    }
+    std::memset(local_->data(), 0, kRegion);
+    const xfer::RequestStatus r = Run(Op::kRead, d);
+    ASSERT_EQ(r.state, RequestState::kCompleted) << len << ": " << r.status.ToString();
+    for (const TransferDesc& x : d) {
+      ASSERT_EQ(peer_.SumRange(x.remote_addr, x.len), Hash64(reinterpret_cast<void*>(x.local_addr), x.len));
+    }
+  }
+  // 10,000 small requests, none reported corrupt (sync, alternating WRITE and READ).
+  xfer::TransferOptions o;
+  o.checksum = true;
+  for (int i = 0; i < 10000; ++i) {
+    const TransferDesc d{local_->addr() + (i % 64) * 4096, region_.addr + (i % 64) * 4096, 512};
+    xfer::RequestStatus st;
+    const xfer::Status s =
+        engine_.TransferSync(peer_.name(), i % 2 ? Op::kRead : Op::kWrite, {d}, 30s, o, &st);
+    ASSERT_TRUE(s.ok()) << "request " << i << ": " << s.ToString();
+  }
+}
+
+TEST_P(Checksums, AByteFlippedWhereItLandedFailsTheRequestNamingItsDescriptor) {
+  Start(true);
+  FillPattern(local_->data(), kRegion, 7);
+  const auto d = Three(64 << 10);
+  const xfer::RequestStatus w = Run(Op::kWrite, d, "blocks");
+  EXPECT_EQ(w.state, RequestState::kFailed);
+  EXPECT_EQ(w.status.code(), xfer::StatusCode::kDataCorrupted) << w.status.ToString();
+  EXPECT_NE(w.status.message().find("descriptor 1:"), std::string::npos) << w.status.ToString();
+  EXPECT_EQ(w.landed, (std::vector<uint64_t>{0, 2}));
+  // The target hears that it failed, with the descriptors that landed intact.
+  const Reply told = peer_.Call("notifies");
+  ASSERT_TRUE(told.ok) << told.line;
+  EXPECT_EQ(told.u64(0), 1u) << told.line;
+  EXPECT_NE(told.line.find(":blocks!FAILED:0,2"), std::string::npos) << told.line;
+
+  const xfer::RequestStatus r = Run(Op::kRead, d);
+  EXPECT_EQ(r.status.code(), xfer::StatusCode::kDataCorrupted) << r.status.ToString();
+  EXPECT_NE(r.status.message().find("descriptor 1:"), std::string::npos) << r.status.ToString();
+  EXPECT_EQ(r.landed, (std::vector<uint64_t>{0, 2}));
+
+  // Without checksums the hook does nothing, and the request completes.
+  XT_ASSERT_OK(engine_.TransferSync(peer_.name(), Op::kWrite, d, 30s));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Checksums,
+                         ::testing::Values(Setup{"shm", "", false, "shm"}, Setup{"cma", "cma"},
+                                           Setup{"tcp", "tcp"},
+#ifdef XFER_TEST_UCX
+                                           Setup{"ucx", "ucx"},
+#endif
+                                           Setup{"staged", "", true}),
+                         [](const auto& info) { return info.param.name; });
+
+// An engine's transfers to itself (the local backend): its own memory is read on both sides.
+TEST(ChecksumsSelf, CleanRequestsCompleteAndAFlippedByteIsCaught) {
+  for (bool corrupt : {false, true}) {
+    if (corrupt) ::setenv("XFER_TEST_CORRUPT_LANDED", "0", 1);
+    xfer::Engine e;
+    xfer::EngineOptions opts;
+    opts.checksum = true;  // (the engine's default: no TransferOptions needed)
+    XT_ASSERT_OK(e.Initialize("127.0.0.1:0", opts));
+    ::unsetenv("XFER_TEST_CORRUPT_LANDED");
+    LocalBuffer a(1 << 20), b(1 << 20);
+    FillPattern(a.data(), 1 << 20, 3);
+    xfer::MemHandle ha = 0, hb = 0;
+    XT_ASSERT_OK(e.RegisterMem(a.data(), 1 << 20, xfer::MemType::kHost, &ha));
+    XT_ASSERT_OK(e.RegisterMem(b.data(), 1 << 20, xfer::MemType::kHost, &hb));
+    xfer::RequestStatus st;
+    const xfer::Status s =
+        e.TransferSync(e.LocalName(), Op::kWrite, {{a.addr(), b.addr(), 1 << 20}}, 10s, {}, &st);
+    if (corrupt) {
+      EXPECT_EQ(s.code(), xfer::StatusCode::kDataCorrupted) << s.ToString();
+      EXPECT_TRUE(st.landed.empty());
+    } else {
+      XT_EXPECT_OK(s);
+      EXPECT_EQ(Hash64(a.data(), 1 << 20), Hash64(b.data(), 1 << 20));
+    }
+    e.Finalize();
+  }
+}
+
+// A peer's asks are checked against the regions it may read: a range outside them, empty or
+// straddling a region's end is refused with why, the session stays open, and a burst past the
+// queue's bound is answered too (some refused RESOURCE_EXHAUSTED), each ask exactly once.
+TEST(ChecksumsHostile, APeersAsksAreCheckedAndEachIsAnsweredOnce) {
+  namespace wire = xfer::wire;
+  xfer::Engine target;
+  XT_ASSERT_OK(target.Initialize("127.0.0.1:0", {}));
+  constexpr uint64_t kLen = 4 << 20;
+  LocalBuffer buf(kLen), other(4096);
+  FillPattern(buf.data(), kLen, 9);
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(target.RegisterMem(buf.data(), kLen, xfer::MemType::kHost, &h));
+  auto raw_session = std::make_unique<RawSession>(target.LocalName());
+  RawSession& raw = *raw_session;
+  ASSERT_FALSE(raw.Hello(HelloOf("10.9.8.7:6000", 0x5eed)).name.empty());
+  std::map<uint64_t, wire::DigestAnswer> answers;
+  auto await = [&](size_t n) {
+    wire::Message m;
+    for (auto until = Clock::now() + 10s; answers.size() < n && raw.s->ReadOne(until, &m).ok();) {
+      if (auto* a = std::get_if<wire::DigestAnswer>(&m)) {
+        EXPECT_TRUE(answers.emplace(a->id, *a).second) << "ask " << a->id << " answered twice";
+      }
+    }
+  };
+  raw.Send(wire::Digest{1, false, {{buf.addr(), 4096}, {buf.addr() + 4096, kLen - 4096}}});
+  raw.Send(wire::Digest{2, false, {{buf.addr() + kLen - 10, 100}}});  // past the region's end
+  raw.Send(wire::Digest{3, true, {{other.addr(), 10}}});              // not registered
+  raw.Send(wire::Digest{4, false, {{buf.addr(), 0}}});
+  await(4);
+  ASSERT_EQ(answers.size(), 4u);
+  EXPECT_EQ(answers[1].code, xfer::StatusCode::kOk) << answers[1].why;
+  EXPECT_EQ(answers[1].digests, (std::vector<uint64_t>{xfer::checksum::Of(buf.data(), 4096),
+                                                       xfer::checksum::Of(buf.data() + 4096, kLen - 4096)}));
+  EXPECT_EQ(answers[2].code, xfer::StatusCode::kRemoteAccessDenied) << answers[2].why;
+  EXPECT_EQ(answers[3].code, xfer::StatusCode::kRemoteAccessDenied) << answers[3].why;
+  EXPECT_EQ(answers[4].code, xfer::StatusCode::kInvalidArgument) << answers[4].why;
+  EXPECT_NE(answers[3].why.find("range 0"), std::string::npos) << answers[3].why;
+
+  answers.clear();
+  constexpr uint64_t kBurst = 300;
+  for (uint64_t id = 100; id < 100 + kBurst; ++id) raw.Send(wire::Digest{id, false, {{buf.addr(), kLen}}});
+  await(kBurst);
+  ASSERT_EQ(answers.size(), kBurst);
+  for (const auto& [id, a] : answers) {
+    EXPECT_TRUE(a.code == xfer::StatusCode::kOk || a.code == xfer::StatusCode::kResourceExhausted)
+        << id << ": " << a.why;
+    if (a.code == xfer::StatusCode::kOk) {
+      EXPECT_EQ(a.digests[0], xfer::checksum::Of(buf.data(), kLen));
+    }
+  }
+  raw_session.reset();  // (first: Finalize would wait for its goodbye's answer)
+  target.Finalize();
+}
+
+}  // namespace
+}  // namespace xfer_test
