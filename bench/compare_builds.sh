@@ -9,7 +9,8 @@
 #
 #   bench/compare_builds.sh BEFORE_BUILD_DIR [AFTER_BUILD_DIR]   (after: default build)
 #   env: DURATION=0.3 (s per size)  ROUNDS=11  CELLS="shm cma tcp tcp2 batch cbatch msg"
-#        (also: nshm ncma ntcp nucx, 16 KiB requests that each carry a notification)
+#        (also: nshm ncma ntcp nucx, 16 KiB requests that each carry a notification;
+#        kshm kcma ktcp kucx kstaged, 1 and 4 MiB WRITEs, for AFTER_ARGS="--set checksum=true")
 #        AFTER_ARGS="..." (more xfer-bench arguments for the after side alone: with the same
 #        build twice, what an option costs, e.g. AFTER_ARGS="--set notify.outcomes=true")
 #        QUICK=1 (1 round, 0.1 s per size)
@@ -45,6 +46,9 @@ cell_args() {
     nshm | ncma | ntcp | nucx)  # notified 16 KiB requests (--notify), 8 in flight
       local t=${1#n}
       echo "-s 16K --depth 8 --notify --transport $t --mem $([ "$t" = shm ] && echo alloc || echo register)" ;;
+    kshm) echo "-s 1M,4M --transport shm --mem alloc" ;;
+    kcma | ktcp | kucx) echo "-s 1M,4M --transport ${1#k} --mem register" ;;
+    kstaged) echo "-s 1M,4M --transport tcp --mem register --set staging=always" ;;
     *) echo "compare_builds: unknown cell $1" >&2; exit 1 ;;
   esac
 }

@@ -5,7 +5,9 @@
 // The decode server asks for outcomes (EngineOptions::notify.outcomes): a request the prefill
 // side gives up on (here request 8, canceled as its client went away), or whose prefill server
 // dies (kInitiatorLost), tells the decode server so at once, with the blocks that landed, and
-// it frees the blocks then instead of holding them until a timer runs out.
+// it frees the blocks then instead of holding them until a timer runs out. The prefill side
+// checks its blocks end to end (TransferOptions::checksum): a block damaged on the way fails
+// the request with DATA_CORRUPTED, and the decode server hears kFailed without that block.
 //
 //   terminal 1:  xfer-example-write-ready decode  127.0.0.1:5556   (exits after two requests)
 //   terminal 2:  xfer-example-write-ready prefill 127.0.0.1:5556
@@ -87,6 +89,7 @@ int Write(xfer::Engine& engine, const std::string& remote, const xfer::RegionInf
   }
   xfer::TransferOptions options;
   options.notify = "request " + std::to_string(request) + " ready " + std::to_string(blocks);
+  options.checksum = true;  // every block checked where it landed
   xfer::RequestHandle req = 0;
   if (auto s = engine.TransferAsync(remote, xfer::Op::kWrite, descs, 10s, options, &req); !s.ok()) {
     return Fail("WRITE", s);

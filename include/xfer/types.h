@@ -85,8 +85,9 @@ struct TransferOptions {
   // End-to-end checksums for this request (unset: EngineOptions::checksum): once its bytes
   // moved, each descriptor's bytes where they landed are checked against a checksum of where
   // they came from; a mismatch fails it with kDataCorrupted naming the descriptor (and a
-  // notification then goes out as kFailed, with the descriptors that landed intact). Costs a
-  // pass over the bytes on each side and, but for shm and local, one round trip.
+  // notification then goes out as kFailed, with the descriptors that landed intact). Over shm
+  // (and to this engine itself) both sides are compared as each batch lands; elsewhere it costs
+  // a pass over the bytes on each side and one round trip.
   std::optional<bool> checksum;
 };
 

@@ -459,6 +459,11 @@ std::vector<PlannedDescriptor> PlannedDescriptors(const Plan& plan) {
   return out;
 }
 
+size_t DescriptorAt(const Plan& plan, uint64_t offset) {
+  const auto& e = plan.desc_ends;
+  return e.empty() ? 0 : static_cast<size_t>(std::upper_bound(e.begin(), e.end(), offset) - e.begin());
+}
+
 std::vector<uint64_t> LandedDescriptors(const Plan& plan, const std::vector<uint32_t>& unmoved) {
   const size_t descriptors = plan.desc_ends.empty() ? 1 : plan.desc_ends.size();
   std::vector<bool> moved(plan.batches.size(), true);

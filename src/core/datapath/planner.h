@@ -116,6 +116,12 @@ struct PlannedDescriptor {
   bool mapped = false;  // remote is where the peer's region is mapped here
 };
 std::vector<PlannedDescriptor> PlannedDescriptors(const Plan& plan);
+// The descriptor that holds byte `offset` of the request, and where its bytes begin and end.
+size_t DescriptorAt(const Plan& plan, uint64_t offset);
+inline uint64_t DescriptorBegin(const Plan& plan, size_t k) { return k == 0 ? 0 : plan.desc_ends[k - 1]; }
+inline uint64_t DescriptorEnd(const Plan& plan, size_t k) {
+  return plan.desc_ends.empty() ? plan.bytes : plan.desc_ends[k];
+}
 
 // The descriptors (ascending indices) none of whose bytes is in a batch of `unmoved` (the
 // batches that failed or were dropped, in any order): those that landed whole.

@@ -21,6 +21,14 @@ Request::Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_p
       verify_(std::move(verify)),
       outstanding_(plan_.batches.size()) {
   if (peer_ && peer_->metrics) peer_->metrics->Started(op_, plan_.bytes);
+  if (verify_.ask) {
+    batch_offsets_.reserve(plan_.batches.size());
+    uint64_t at = 0;
+    for (const Plan::Batch& b : plan_.batches) {
+      batch_offsets_.push_back(at);
+      at += b.bytes;
+    }
+  }
 }
 
 void Request::Stop(StopReason reason, Status why) {
@@ -78,6 +86,7 @@ void Request::RunBatch(size_t i) {
     s = b.link != nullptr
             ? b.link->Execute(op_, slices, deadline_)
             : Status{StatusCode::kInternal, "no link for a batch over " + std::string(route.backend())};
+    if (s.ok() && InPlace(i)) CheckInPlace(i);
   }
   EndBatch(i, std::move(s), counter);
 }

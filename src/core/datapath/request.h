@@ -25,6 +25,7 @@ struct RequestChecks {
   using Ask = std::function<void(bool landed, std::vector<wire::DigestRange> ranges,
                                  std::chrono::steady_clock::time_point deadline, Answer answer)>;
   Ask ask;                      // empty: the request is not checked
+  bool self = false;            // the peer is this engine: every remote address is addressable here
   int64_t corrupt_landed = -1;  // the test hook (LocalEngine::corrupt_landed)
 };
 
@@ -106,14 +107,17 @@ class Request : public std::enable_shared_from_this<Request> {
   // Finish's end once the ending is known: tells the target, or (completed, with a
   // notification) waits for it to queue the notification; then concludes.
   void End(RequestStatus st);
-  // Every byte moved and the request is checked (verify_): compares each descriptor's
-  // checksums on both sides (the peer's, where its memory is not mapped here, asked for), then
-  // Ends, kDataCorrupted where one differs (request_checks.cc).
+  // Checks (request_checks.cc). Batch i just moved its bytes, and both its sides are
+  // addressable here (InPlace: a mapping route, or this engine itself): compares them while they
+  // are still in the caches, noting the descriptors that differ in corrupt_.
+  bool InPlace(size_t i) const { return verify_.ask && (verify_.self || plan_.batches[i].mapped); }
+  void CheckInPlace(size_t i);
+  // Every byte moved and the request is checked (verify_): asks the peer for the checksums of
+  // the descriptors not checked in place, computes its own meanwhile, then Ends (Compare),
+  // kDataCorrupted where one differs.
   void Check();
-  // The peer's checksums of the descriptors `asked` came (ok), or not: ours holds this side's.
-  void Compare(std::vector<uint32_t> corrupt, const std::vector<uint32_t>& asked,
-               const std::vector<uint64_t>& ours, const Status& answered,
-               const std::vector<uint64_t>& theirs);
+  struct Checking;
+  void Compare(const Checking& c);
   void TellTheEnd(const RequestStatus& st) const;
   void Conclude(RequestStatus st);
   // The descriptors whose batches all moved their bytes; mu_ held, every batch ended.
@@ -147,9 +151,11 @@ class Request : public std::enable_shared_from_this<Request> {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  Status error_;                   // why it failed; mu_
-  std::vector<uint32_t> unmoved_;  // batches that failed or were dropped; mu_
-  RequestStatus final_;            // valid once done_; mu_
+  Status error_;                         // why it failed; mu_
+  std::vector<uint32_t> unmoved_;        // batches that failed or were dropped; mu_
+  std::vector<uint64_t> batch_offsets_;  // verify_: where batch i begins in the request's bytes
+  std::vector<uint32_t> corrupt_;        // descriptors CheckInPlace found to differ; mu_
+  RequestStatus final_;                  // valid once done_; mu_
 };
 
 }  // namespace xfer

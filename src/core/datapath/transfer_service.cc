@@ -100,7 +100,7 @@ Status TransferService::NewRequest(Op op, Clock::time_point start, std::chrono::
       return Refused(op, peer.state->info.name,
                      {StatusCode::kUnsupported, "checksum: GPU memory is not supported (host memory only)"});
     }
-    verify = {checksums_(peer), self_.corrupt_landed};
+    verify = {checksums_(peer), peer.session == nullptr, self_.corrupt_landed};
   }
   Request::Deliver deliver;
   if (options.notify) deliver = notifications_.delivery(peer, *options.notify);
