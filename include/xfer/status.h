@@ -19,7 +19,8 @@ enum class StatusCode : int {
   kConnectionLost,      // the peer died, hung, restarted or said goodbye
   kCanceled,            // Cancel() was called
   kInternal,            // a bug or an unexpected system error; the message says which
-  kDataCorrupted,       // a batch's checksum did not match twice (EngineOptions::tcp.checksum)
+  kDataCorrupted,       // bytes differ where they landed (TransferOptions::checksum), or a tcp
+                        // batch's checksum did not match twice (EngineOptions::tcp.checksum)
 };
 inline constexpr StatusCode kLastStatusCode = StatusCode::kDataCorrupted;
 

@@ -29,8 +29,9 @@ def test_blocks_by_index_both_ways(pair):
             assert engine.write_prepared_async(mine, [i], theirs, [int(order[i])]).wait(30)
         for i in (0, 1, n - 1):
             assert peer.sha(int(order[i]) * block, block) == sha(src[i * block:(i + 1) * block])
-        engine.read_prepared(into, list(range(n)), theirs, order.tolist())
+        engine.read_prepared(into, list(range(n)), theirs, order.tolist(), checksum=True)
         assert np.array_equal(back, src)
+        engine.write_prepared(mine, [0, 1], theirs, [int(order[0]), int(order[1])], checksum=True)
         assert engine.read_prepared_async(into, [0], theirs, [int(order[0])]).wait(30)
     assert engine.peer_info(peer.name).moved.get(route, 0) >= 2 * n * block
 

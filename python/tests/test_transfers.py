@@ -303,7 +303,8 @@ def test_checksummed_transfers_complete_and_catch_a_flipped_byte(pair, monkeypat
         monkeypatch.delenv("XFER_TEST_CORRUPT_LANDED")
         region = target.alloc(3 << 20)
         initiator.connect(target.name)
-        descs = [(src.ctypes.data + k * (1 << 20), region.addr + k * (1 << 20), 1 << 20) for k in range(3)]
+        # (apart and short: each one range of the target's, whose hook counts ranges)
+        descs = [(src.ctypes.data + k * (1 << 17), region.addr + k * (1 << 17), 1 << 16) for k in range(3)]
         with pytest.raises(xfer.DataCorruptedError, match="descriptor 1:") as e:
             initiator.write(target.name, descs, notify=b"blocks")
         assert e.value.landed == [0, 2]

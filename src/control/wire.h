@@ -20,7 +20,7 @@
 namespace xfer::wire {
 
 inline constexpr uint32_t kMagic = 0x31524658;  // "XFR1" as little-endian bytes
-inline constexpr uint16_t kVersion = 11;        // 10: Hello's features, NotifyBegin, NotifyEnded; 11: Digest
+inline constexpr uint16_t kVersion = 10;        // 10: Hello's features, NotifyBegin, NotifyEnded
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 inline constexpr uint32_t kMaxString = 64 << 10;  // UCX worker addresses can run to kilobytes
@@ -48,11 +48,12 @@ enum class MsgType : uint16_t {
   kNotifyRingOffer = 13,  // same host: a ring for the sender's notifications (NotifyAck answers)
   kNotifyBegin = 14,      // a notified request begins toward the peer (not answered)
   kNotifyEnded = 15,      // ...and how it ended (NotifyAck answers)
-  kDigest = 16,           // the checksums of ranges of the peer's memory (DigestAnswer answers)
+  // (Only to a peer whose hello says kFeatureDigests: no version change.)
+  kDigest = 16,  // the checksums of ranges of the peer's memory (DigestAnswer answers)
   kDigestAnswer = 17,
 };
 inline constexpr MsgType kLastMsgType = MsgType::kDigestAnswer;
-inline constexpr uint32_t kMaxDigestRanges = 1u << 20;  // per Digest
+inline constexpr uint32_t kMaxDigestRanges = 1u << 16;  // per Digest
 
 // A registered region as its owner advertises it: what it is, and per backend what peers need
 // to reach it (a UCX remote key, a CUDA IPC handle, a memfd's identity).

@@ -39,9 +39,15 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
   self_.name = addr.ToString();
   self_.incarnation = host::RandomU64();
   self_.host_id = options.host_id.empty() ? host::BootId() : options.host_id;
-  if (const char* k = std::getenv("XFER_TEST_CORRUPT_LANDED")) {  // (LocalEngine::corrupt_landed)
-    self_.corrupt_landed = std::strtoll(k, nullptr, 10);
-    XLOG(WARN) << "XFER_TEST_CORRUPT_LANDED is set: this engine corrupts checksummed requests' data";
+  if (const char* k = std::getenv("XFER_TEST_CORRUPT_LANDED"); k != nullptr && *k != '\0') {
+    char* end = nullptr;  // (LocalEngine::corrupt_landed: a descriptor's index, else ignored)
+    const long long v = std::strtoll(k, &end, 10);
+    if (*end == '\0' && v >= 0) {
+      self_.corrupt_landed = v;
+      XLOG(WARN) << "XFER_TEST_CORRUPT_LANDED=" << v << ": this engine corrupts checksummed requests' data";
+    } else {
+      XLOG(WARN) << "XFER_TEST_CORRUPT_LANDED='" << k << "' is not a descriptor's index: ignored";
+    }
   }
   metrics_ = std::make_shared<EngineMetrics>(self_.options.metrics_max_peers, transport::BackendNames());
   notifier_.Start(metrics_);  // (first: GetMetrics and GetNotifies read it even after a failed start)

@@ -2,6 +2,8 @@
 // this machine has: clean requests complete, and a byte flipped where the bytes landed (the
 // test hook XFER_TEST_CORRUPT_LANDED, set for both processes) fails the request with
 // DATA_CORRUPTED naming the descriptor, its notification telling the target so.
+#include <algorithm>
+#include <csignal>
 #include <cstdlib>
 
 #include "pattern.h"
@@ -43,12 +45,7 @@ class Checksums : public PeerFixture, public ::testing::WithParamInterface<Setup
     if (GetParam().staged) o.staging = xfer::Staging::kAlways;
     return o;
   }
-  PeerOptions RemoteOptions() override {
-    PeerOptions o;
-    o.extra_args = {"--option", "notify.outcomes=true"};
-    if (GetParam().forced == "ucx") o.extra_args.insert(o.extra_args.end(), {"--ucx", "on"});
-    return o;
-  }
+  PeerOptions RemoteOptions() override { return OutcomesTarget(GetParam().forced); }
   // Three descriptors of len bytes at offsets 0, 3 len, 6 len of both sides.
   std::vector<TransferDesc> Three(uint64_t len) const {
     std::vector<TransferDesc> d;
@@ -88,6 +85,12 @@ TEST_P(Checksums, CleanRequestsCompleteAndTheirBytesArrive) {
       ASSERT_EQ(peer_.SumRange(x.remote_addr, x.len), Hash64(reinterpret_cast<void*>(x.local_addr), x.len));
     }
   }
+  // 20,000 descriptors apart from one another: the peer is asked in several parts.
+  std::vector<TransferDesc> many;
+  for (uint64_t k = 0; k < 20000; ++k)
+    many.push_back({local_->addr() + 256 * k, region_.addr + 256 * k + 64, 64});
+  const xfer::RequestStatus m = Run(Op::kWrite, many);
+  ASSERT_EQ(m.state, RequestState::kCompleted) << m.status.ToString();
   // 10,000 small requests, none reported corrupt (sync, alternating WRITE and READ).
   xfer::TransferOptions o;
   o.checksum = true;
@@ -133,6 +136,76 @@ INSTANTIATE_TEST_SUITE_P(Transports, Checksums,
 #endif
                                            Setup{"staged", "", true}),
                          [](const auto& info) { return info.param.name; });
+
+// One request over two routes, shm (AllocMem memory, compared in place) and cma (registered
+// memory, the peer asked): clean, then a byte flipped in the one the peer is asked for.
+TEST(ChecksumsMixed, ARequestOverShmAndCmaChecksBoth) {
+  PeerProcess peer;
+  std::string err;
+  ASSERT_TRUE(peer.Start({}, &err)) << err;
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", {}));
+  XT_ASSERT_OK(e.Connect(peer.name(), 10s));
+  const PeerRegion shm = peer.ShmAlloc(1 << 20), reg = peer.Alloc(1 << 20);
+  LocalBuffer local(3 << 20);
+  FillPattern(local.data(), 3 << 20, 4);
+  const std::vector<TransferDesc> d = {{local.addr(), shm.addr, 1 << 20},
+                                       {local.addr() + (1 << 20), reg.addr, 1 << 20},
+                                       {local.addr() + (2 << 20), shm.addr, 4096}};
+  xfer::TransferOptions o;
+  o.checksum = true;
+  xfer::RequestStatus st;
+  XT_ASSERT_OK(e.TransferSync(peer.name(), Op::kWrite, d, 30s, o, &st));
+  XT_ASSERT_OK(e.TransferSync(peer.name(), Op::kRead, d, 30s, o, &st));
+  xfer::PeerInfo info;
+  XT_ASSERT_OK(e.GetPeerInfo(peer.name(), &info));
+  EXPECT_EQ(std::count_if(info.moved.begin(), info.moved.end(), [](const auto& m) { return m.bytes > 0; }), 2)
+      << "the request did not go over two routes";
+  e.Finalize();
+
+  ::setenv("XFER_TEST_CORRUPT_LANDED", "1", 1);
+  xfer::Engine corrupting;
+  XT_ASSERT_OK(corrupting.Initialize("127.0.0.1:0", {}));
+  ::unsetenv("XFER_TEST_CORRUPT_LANDED");
+  XT_ASSERT_OK(corrupting.Connect(peer.name(), 10s));
+  const xfer::Status s = corrupting.TransferSync(peer.name(), Op::kRead, d, 30s, o, &st);
+  EXPECT_EQ(s.code(), xfer::StatusCode::kDataCorrupted) << s.ToString();
+  EXPECT_NE(s.message().find("descriptor 1:"), std::string::npos) << s.ToString();
+  EXPECT_EQ(st.landed, (std::vector<uint64_t>{0, 2}));
+  corrupting.Finalize();
+}
+
+// A peer that moves the data (cma needs nothing of it) but never answers for its checksums:
+// the request ends TIMEOUT at its deadline, every descriptor moved but unchecked.
+TEST(ChecksumsStalledPeer, AnAnswerThatNeverComesEndsTheRequestAtItsDeadline) {
+  PeerProcess peer;
+  std::string err;
+  ASSERT_TRUE(peer.Start({}, &err)) << err;
+  xfer::Engine e;
+  xfer::EngineOptions opts;
+  opts.transport = "cma";
+  opts.heartbeat_timeout = 30s;  // (the session outlives the stop)
+  opts.heartbeat_interval = 1s;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", opts));
+  XT_ASSERT_OK(e.Connect(peer.name(), 10s));
+  const PeerRegion r = peer.Alloc(1 << 20);
+  LocalBuffer local(1 << 20);
+  peer.Signal(SIGSTOP);
+  xfer::TransferOptions o;
+  o.checksum = true;
+  xfer::RequestStatus st;
+  const auto t0 = Clock::now();
+  const xfer::Status s =
+      e.TransferSync(peer.name(), Op::kRead, {{local.addr(), r.addr, 1 << 20}}, 1s, o, &st);
+  const double seconds = SecondsSince(t0);
+  peer.Signal(SIGCONT);
+  EXPECT_EQ(s.code(), xfer::StatusCode::kTimeout) << s.ToString();
+  EXPECT_EQ(st.state, RequestState::kTimeout);
+  EXPECT_NE(s.message().find("checksum"), std::string::npos) << s.ToString();
+  EXPECT_EQ(st.landed, (std::vector<uint64_t>{0}));
+  EXPECT_LT(seconds, 3.0) << "ended long after its deadline";
+  e.Finalize();
+}
 
 // An engine's transfers to itself (the local backend): its own memory is read on both sides.
 TEST(ChecksumsSelf, CleanRequestsCompleteAndAFlippedByteIsCaught) {

@@ -75,12 +75,7 @@ class NotifyOutcomes : public PeerFixture, public ::testing::WithParamInterface<
     if (!GetParam().ring) o.notify.ring_bytes = 0;
     return o;
   }
-  PeerOptions RemoteOptions() override {
-    PeerOptions o;
-    o.extra_args = {"--option", "notify.outcomes=true"};
-    if (GetParam().forced == "ucx") o.extra_args.insert(o.extra_args.end(), {"--ucx", "on"});
-    return o;
-  }
+  PeerOptions RemoteOptions() override { return OutcomesTarget(GetParam().forced); }
   PeerRegion Region() {
     return GetParam().region == "shm" ? peer_.ShmAlloc(kBlocks * kB) : peer_.Alloc(kBlocks * kB);
   }

@@ -112,6 +112,15 @@ bool PollUntil(F cond, std::chrono::milliseconds timeout) {
   }
 }
 
+// A peer process's options as a target that hears every notified request's end
+// (notify.outcomes), with ucx on where the initiator forces it.
+inline PeerOptions OutcomesTarget(const std::string& forced) {
+  PeerOptions o;
+  o.extra_args = {"--option", "notify.outcomes=true"};
+  if (forced == "ucx") o.extra_args.insert(o.extra_args.end(), {"--ucx", "on"});
+  return o;
+}
+
 // One local engine ("initiator") and one xfer_test_peer process ("target"), connected.
 class PeerFixture : public ::testing::Test {
  protected:

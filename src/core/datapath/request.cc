@@ -2,13 +2,14 @@
 
 #include <algorithm>
 
+#include "util/log.h"
 #include "util/spin.h"
 
 namespace xfer {
 
 Request::Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_point deadline,
                  std::shared_ptr<PeerState> peer, std::shared_ptr<const Plan> plan, Deliver deliver,
-                 Verify verify)
+                 RequestChecks checks)
     : id_(id),
       op_(op),
       start_(start),
@@ -18,17 +19,9 @@ Request::Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_p
       plan_(*shared_plan_),
       pipelined_(PipelinedRoute(peer_, plan_)),
       deliver_(std::move(deliver)),
-      verify_(std::move(verify)),
+      checks_(checks.ask ? std::make_unique<RequestCheck>(plan_, op_, std::move(checks)) : nullptr),
       outstanding_(plan_.batches.size()) {
   if (peer_ && peer_->metrics) peer_->metrics->Started(op_, plan_.bytes);
-  if (verify_.ask) {
-    batch_offsets_.reserve(plan_.batches.size());
-    uint64_t at = 0;
-    for (const Plan::Batch& b : plan_.batches) {
-      batch_offsets_.push_back(at);
-      at += b.bytes;
-    }
-  }
 }
 
 void Request::Stop(StopReason reason, Status why) {
@@ -86,7 +79,6 @@ void Request::RunBatch(size_t i) {
     s = b.link != nullptr
             ? b.link->Execute(op_, slices, deadline_)
             : Status{StatusCode::kInternal, "no link for a batch over " + std::string(route.backend())};
-    if (s.ok() && InPlace(i)) CheckInPlace(i);
   }
   EndBatch(i, std::move(s), counter);
 }
@@ -144,6 +136,7 @@ void Request::Drive(Clock::time_point until) {
 
 void Request::EndBatch(size_t i, Status result, std::atomic<uint64_t>* counter) {
   if (result.ok()) {
+    if (checks_) checks_->BatchMoved(i);  // (while its bytes are in the caches)
     counter->fetch_add(plan_.batches[i].bytes, std::memory_order_relaxed);
     if (EngineMetrics* m = peer_->metrics.get()) {
       m->Moved(peer_->metrics_slot, op_, BackendOf(i), plan_.batches[i].bytes);
@@ -188,7 +181,35 @@ void Request::Finish() {
     }
     if (st.state != RequestState::kCompleted) st.landed = Landed();
   }
-  if (st.state == RequestState::kCompleted && verify_.ask) return Check();
+  if (st.state == RequestState::kCompleted && checks_) {
+    awaiting_answer_.store(true, std::memory_order_release);  // (the peer's checksums)
+    return checks_->Finish(deadline_, [self = shared_from_this()](Status why, std::vector<uint32_t> corrupt) {
+      self->Checked(why, corrupt);
+    });
+  }
+  End(std::move(st));
+}
+
+void Request::Checked(const Status& why, const std::vector<uint32_t>& corrupt) {
+  RequestStatus st;
+  if (!corrupt.empty()) {
+    std::string what = "descriptor " + std::to_string(corrupt[0]) +
+                       ": its bytes where they landed differ from where they came from";
+    if (corrupt.size() > 1) what += ", and " + std::to_string(corrupt.size() - 1) + " more descriptors";
+    st = {RequestState::kFailed, {StatusCode::kDataCorrupted, what}, {}};
+  } else if (!why.ok()) {  // (unchecked: the bytes moved, but nobody knows whether intact)
+    const RequestState state = why.code() == StatusCode::kTimeout    ? RequestState::kTimeout
+                               : why.code() == StatusCode::kCanceled ? RequestState::kCanceled
+                                                                     : RequestState::kFailed;
+    st = {state, {why.code(), "checksum: " + why.message()}, {}};
+  } else {
+    return End({RequestState::kCompleted, {}, {}});
+  }
+  XLOG(WARN) << OpName(op_) << " to " << peer_->info.name << " failed: " << st.status.ToString();
+  {
+    std::lock_guard lock(mu_);
+    st.landed = Landed();
+  }
   End(std::move(st));
 }
 
@@ -239,7 +260,13 @@ void Request::Conclude(RequestStatus st) {
   cv_.notify_all();
 }
 
-std::vector<uint64_t> Request::Landed() const { return LandedDescriptors(plan_, unmoved_); }
+std::vector<uint64_t> Request::Landed() const {
+  std::vector<uint64_t> landed = LandedDescriptors(plan_, unmoved_);
+  if (!checks_) return landed;
+  const std::vector<uint32_t> corrupt = checks_->Corrupt();
+  std::erase_if(landed, [&](uint64_t k) { return std::binary_search(corrupt.begin(), corrupt.end(), k); });
+  return landed;
+}
 
 RequestStatus Request::Poll() {
   if (done_.load(std::memory_order_acquire)) {

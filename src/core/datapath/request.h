@@ -9,25 +9,12 @@
 #include <mutex>
 #include <vector>
 
-#include "control/wire.h"
 #include "core/datapath/planner.h"
+#include "core/datapath/request_checks.h"
 #include "core/peers/peer_state.h"
 #include "xfer/types.h"
 
 namespace xfer {
-
-// End-to-end checksums of a request (TransferOptions::checksum).
-struct RequestChecks {
-  // Asks the peer for the checksums of ranges of its memory (landed: where a WRITE's bytes
-  // landed), answered by the deadline or kTimeout; answer is called exactly once, with one
-  // checksum per range (Verifier::Ask).
-  using Answer = std::function<void(Status, std::vector<uint64_t> checksums)>;
-  using Ask = std::function<void(bool landed, std::vector<wire::DigestRange> ranges,
-                                 std::chrono::steady_clock::time_point deadline, Answer answer)>;
-  Ask ask;                      // empty: the request is not checked
-  bool self = false;            // the peer is this engine: every remote address is addressable here
-  int64_t corrupt_landed = -1;  // the test hook (LocalEngine::corrupt_landed)
-};
 
 class Request : public std::enable_shared_from_this<Request> {
  public:
@@ -40,14 +27,12 @@ class Request : public std::enable_shared_from_this<Request> {
   using Done = std::function<void(Status)>;
   using Deliver = std::function<void(NotifyOutcome outcome, std::vector<uint64_t> landed, Done done)>;
 
-  using AskChecksums = RequestChecks::Ask;
-  using Verify = RequestChecks;
-
   // start: when it was submitted (for its duration in the peer's metrics, where counted).
-  // deliver: the request's notification (empty: it has none). verify: its checksums.
+  // deliver: the request's notification (empty: it has none). checks: how it checks its
+  // bytes (checks.ask empty: it does not).
   Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_point deadline,
           std::shared_ptr<PeerState> peer, std::shared_ptr<const Plan> plan, Deliver deliver = {},
-          Verify verify = {});
+          RequestChecks checks = {});
 
   RequestHandle id() const { return id_; }
   bool done() const { return done_.load(std::memory_order_acquire); }
@@ -107,20 +92,13 @@ class Request : public std::enable_shared_from_this<Request> {
   // Finish's end once the ending is known: tells the target, or (completed, with a
   // notification) waits for it to queue the notification; then concludes.
   void End(RequestStatus st);
-  // Checks (request_checks.cc). Batch i just moved its bytes, and both its sides are
-  // addressable here (InPlace: a mapping route, or this engine itself): compares them while they
-  // are still in the caches, noting the descriptors that differ in corrupt_.
-  bool InPlace(size_t i) const { return verify_.ask && (verify_.self || plan_.batches[i].mapped); }
-  void CheckInPlace(size_t i);
-  // Every byte moved and the request is checked (verify_): asks the peer for the checksums of
-  // the descriptors not checked in place, computes its own meanwhile, then Ends (Compare),
-  // kDataCorrupted where one differs.
-  void Check();
-  struct Checking;
-  void Compare(const Checking& c);
+  // The checks of a request that checks its bytes ended (RequestCheck::Finish): it completes,
+  // or fails (kDataCorrupted where a descriptor's sides differ).
+  void Checked(const Status& why, const std::vector<uint32_t>& corrupt);
   void TellTheEnd(const RequestStatus& st) const;
   void Conclude(RequestStatus st);
-  // The descriptors whose batches all moved their bytes; mu_ held, every batch ended.
+  // The descriptors whose batches all moved their bytes (and, checked, whose sides do not
+  // differ); mu_ held, every batch ended.
   std::vector<uint64_t> Landed() const;
   // Where the peer's metrics count batch i (EngineMetrics' backend index).
   int BackendOf(size_t i) const { return peer_->routes.routes[plan_.batches[i].route]->backend_index(); }
@@ -136,7 +114,7 @@ class Request : public std::enable_shared_from_this<Request> {
   const Plan& plan_;
   transport::Route* const pipelined_;  // null: batches run on streams and callers
   const Deliver deliver_;
-  const Verify verify_;
+  const std::unique_ptr<RequestCheck> checks_;  // null: the request does not check its bytes
 
   std::atomic<size_t> next_batch_{0};
   std::atomic<size_t> outstanding_;
@@ -151,11 +129,9 @@ class Request : public std::enable_shared_from_this<Request> {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  Status error_;                         // why it failed; mu_
-  std::vector<uint32_t> unmoved_;        // batches that failed or were dropped; mu_
-  std::vector<uint64_t> batch_offsets_;  // verify_: where batch i begins in the request's bytes
-  std::vector<uint32_t> corrupt_;        // descriptors CheckInPlace found to differ; mu_
-  RequestStatus final_;                  // valid once done_; mu_
+  Status error_;                   // why it failed; mu_
+  std::vector<uint32_t> unmoved_;  // batches that failed or were dropped; mu_
+  RequestStatus final_;            // valid once done_; mu_
 };
 
 }  // namespace xfer

@@ -1,120 +1,114 @@
-// A request's end-to-end checksums (TransferOptions::checksum): Request::CheckInPlace, Check
-// and Compare.
+#include "core/datapath/request_checks.h"
+
 #include <algorithm>
 #include <cstring>
 
-#include "core/datapath/request.h"
 #include "util/checksum.h"
-#include "util/log.h"
 
 namespace xfer {
 
-// What Check gathers for Compare: this side's checksums of the descriptors not checked in
-// place and the peer's answer for them; whichever comes last calls Compare.
-struct Request::Checking {
-  std::vector<uint32_t> asked;  // the descriptors whose checksums the peer was asked for
-  std::vector<uint64_t> ours;   // this side's, in that order
-  Status answered;
-  std::vector<uint64_t> theirs;
-  std::atomic<int> waiting{2};  // this side's and the peer's
-};
+RequestCheck::RequestCheck(const Plan& plan, Op op, RequestChecks config)
+    : plan_(plan), op_(op), config_(std::move(config)) {
+  batch_at_.reserve(plan_.batches.size());
+  batch_piece_.reserve(plan_.batches.size() + 1);
+  uint64_t at = 0;  // the request's bytes before the slice
+  size_t desc = 0;  // the descriptor that holds byte `at`
+  for (size_t i = 0; i < plan_.batches.size(); ++i) {
+    const Plan::Batch& b = plan_.batches[i];
+    batch_at_.push_back(at);
+    batch_piece_.push_back(static_cast<uint32_t>(pieces_.size()));
+    if (InPlace(i)) {
+      at += b.bytes;
+      continue;
+    }
+    for (uint32_t k = b.begin; k < b.end; ++k) {
+      const transport::Slice& s = plan_.slices[k];
+      for (uint64_t off = 0; off < s.len;) {
+        while (DescriptorEnd(plan_, desc) <= at + off) ++desc;
+        const uint64_t end = std::min(DescriptorEnd(plan_, desc) - at, s.len);
+        pieces_.push_back({s.local + off, s.remote + off, end - off, at + off, static_cast<uint32_t>(desc)});
+        off = end;
+      }
+      at += s.len;
+    }
+  }
+  batch_piece_.push_back(static_cast<uint32_t>(pieces_.size()));
+  ours_.resize(pieces_.size());
+}
 
-void Request::CheckInPlace(size_t i) {
-  const Plan::Batch& b = plan_.batches[i];
+void RequestCheck::MaybeCorrupt(uint64_t at, uint64_t len, uint8_t* landed) const {
+  const int64_t k = config_.corrupt_landed;
   const size_t descriptors = plan_.desc_ends.empty() ? 1 : plan_.desc_ends.size();
-  uint64_t at = batch_offsets_[i];  // the request's bytes before the slice
+  if (k < 0 || static_cast<uint64_t>(k) >= descriptors) return;
+  const uint64_t begin = DescriptorBegin(plan_, static_cast<size_t>(k));
+  if (begin >= at && begin < at + len) landed[begin - at] ^= 0xff;
+}
+
+void RequestCheck::BatchMoved(size_t i) {
+  if (InPlace(i)) return Compare(i);
+  for (uint32_t p = batch_piece_[i]; p < batch_piece_[i + 1]; ++p) {
+    const Piece& piece = pieces_[p];
+    auto* local = reinterpret_cast<uint8_t*>(piece.local);
+    if (op_ == Op::kRead) MaybeCorrupt(piece.at, piece.len, local);  // (a WRITE's: the peer's engine)
+    ours_[p] = checksum::Of(local, piece.len);
+  }
+}
+
+void RequestCheck::Compare(size_t i) {
+  const Plan::Batch& b = plan_.batches[i];
+  uint64_t at = batch_at_[i];
   for (uint32_t k = b.begin; k < b.end; ++k) {
     const transport::Slice& s = plan_.slices[k];
     auto* local = reinterpret_cast<uint8_t*>(s.local);
     auto* there = reinterpret_cast<uint8_t*>(s.remote);
-    const int64_t hook = verify_.corrupt_landed;
-    if (hook >= 0 && static_cast<uint64_t>(hook) < descriptors) {
-      const uint64_t begin = DescriptorBegin(plan_, hook);
-      if (begin >= at && begin < at + s.len) (op_ == Op::kWrite ? there : local)[begin - at] ^= 0xff;
-    }
-    // Both sides are compared byte for byte (stronger than a checksum, and cheaper: they were
-    // just copied, so they are in the caches).
+    MaybeCorrupt(at, s.len, op_ == Op::kWrite ? there : local);
+    // Byte for byte: stronger than a checksum, and cheaper (both sides are in the caches).
     for (uint64_t off = 0; off < s.len && std::memcmp(local + off, there + off, s.len - off) != 0;) {
-      while (local[off] == there[off]) ++off;
+      while (off < s.len && local[off] == there[off]) ++off;  // (memory may change meanwhile)
+      if (off == s.len) break;
       const size_t d = DescriptorAt(plan_, at + off);
-      {
-        std::lock_guard lock(mu_);
-        corrupt_.push_back(static_cast<uint32_t>(d));
-      }
+      NoteCorrupt(d);
       off = DescriptorEnd(plan_, d) - at;  // (on past that descriptor)
     }
     at += s.len;
   }
 }
 
-void Request::Check() {
-  auto c = std::make_shared<Checking>();
-  const std::vector<PlannedDescriptor> descs = PlannedDescriptors(plan_);
-  std::vector<wire::DigestRange> ask;
-  for (size_t k = 0; k < descs.size(); ++k) {
-    if (verify_.self || descs[k].mapped) continue;  // (checked in place)
-    c->asked.push_back(static_cast<uint32_t>(k));
-    ask.push_back({descs[k].remote, descs[k].len});
-  }
-  if (c->asked.empty()) return Compare(*c);
-  // Asked first: the peer computes its checksums while this side computes its own.
-  awaiting_answer_.store(true, std::memory_order_release);
-  verify_.ask(op_ == Op::kWrite, std::move(ask), deadline_,
-              [self = shared_from_this(), c](Status answered, std::vector<uint64_t> theirs) {
-                c->answered = std::move(answered);
-                c->theirs = std::move(theirs);
-                if (c->waiting.fetch_sub(1, std::memory_order_acq_rel) == 1) self->Compare(*c);
-              });
-  c->ours.reserve(c->asked.size());
-  for (uint32_t k : c->asked) {
-    auto* local = reinterpret_cast<uint8_t*>(descs[k].local);
-    if (op_ == Op::kRead && verify_.corrupt_landed == static_cast<int64_t>(k)) local[0] ^= 0xff;  // the hook
-    c->ours.push_back(checksum::Of(local, descs[k].len));
-  }
-  if (c->waiting.fetch_sub(1, std::memory_order_acq_rel) == 1) Compare(*c);
+void RequestCheck::NoteCorrupt(size_t desc) {
+  std::lock_guard lock(mu_);
+  corrupt_.push_back(static_cast<uint32_t>(desc));
 }
 
-void Request::Compare(const Checking& c) {
-  Status why = c.answered;
-  if (why.ok() && c.theirs.size() != c.asked.size()) {
-    why = {StatusCode::kInternal, "peer answered " + std::to_string(c.theirs.size()) + " checksums for " +
-                                      std::to_string(c.asked.size()) + " ranges"};
-  }
-  if (!why.ok()) {  // (unchecked: the bytes moved, but nobody knows whether they landed intact)
-    RequestStatus st{why.code() == StatusCode::kTimeout ? RequestState::kTimeout : RequestState::kFailed,
-                     {why.code(), "checksum: " + why.message()},
-                     {}};
-    XLOG(WARN) << OpName(op_) << " to " << peer_->info.name << " failed: " << st.status.ToString();
-    {
-      std::lock_guard lock(mu_);
-      st.landed = Landed();
-    }
-    return End(std::move(st));
-  }
-  std::vector<uint32_t> corrupt;
+std::vector<uint32_t> RequestCheck::Corrupt() const {
+  std::vector<uint32_t> out;
   {
     std::lock_guard lock(mu_);
-    corrupt = corrupt_;
+    out = corrupt_;
   }
-  for (size_t i = 0; i < c.asked.size(); ++i) {
-    if (c.theirs[i] != c.ours[i]) corrupt.push_back(c.asked[i]);
-  }
-  if (corrupt.empty()) return End({RequestState::kCompleted, {}, {}});
-  std::sort(corrupt.begin(), corrupt.end());
-  corrupt.erase(std::unique(corrupt.begin(), corrupt.end()), corrupt.end());
-  std::string what = "descriptor " + std::to_string(corrupt[0]) +
-                     ": its bytes where they landed differ from where they came from";
-  if (corrupt.size() > 1) what += ", and " + std::to_string(corrupt.size() - 1) + " more descriptors";
-  RequestStatus st{RequestState::kFailed, {StatusCode::kDataCorrupted, what}, {}};
-  XLOG(WARN) << OpName(op_) << " to " << peer_->info.name << " failed: " << st.status.ToString();
-  {
-    std::lock_guard lock(mu_);
-    for (uint64_t k : Landed()) {
-      if (!std::binary_search(corrupt.begin(), corrupt.end(), static_cast<uint32_t>(k)))
-        st.landed.push_back(k);
-    }
-  }
-  End(std::move(st));
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+void RequestCheck::Finish(std::chrono::steady_clock::time_point deadline, Done done) {
+  if (pieces_.empty()) return done(Status::Ok(), Corrupt());
+  std::vector<wire::DigestRange> ask;
+  ask.reserve(pieces_.size());
+  for (const Piece& p : pieces_) ask.push_back({p.remote, p.len});
+  config_.ask(op_ == Op::kWrite, std::move(ask), deadline,
+              [this, done = std::move(done)](Status answered, std::vector<uint64_t> theirs) {
+                if (answered.ok() && theirs.size() != pieces_.size()) {
+                  answered = {StatusCode::kInternal, "peer answered " + std::to_string(theirs.size()) +
+                                                         " checksums for " + std::to_string(pieces_.size()) +
+                                                         " ranges"};
+                }
+                if (answered.ok()) {
+                  for (size_t p = 0; p < pieces_.size(); ++p) {
+                    if (theirs[p] != ours_[p]) NoteCorrupt(pieces_[p].desc);
+                  }
+                }
+                done(std::move(answered), Corrupt());
+              });
 }
 
 }  // namespace xfer

@@ -86,27 +86,36 @@ Status TransferService::Refused(Op op, const std::string& remote, const Status& 
   return s;
 }
 
+Status TransferService::CanCheck(const Peer& peer, const Plan& plan) const {
+  if (!checksum::Available()) {
+    return {StatusCode::kUnsupported, "checksum needs a build with libxxhash (libxxhash-dev)"};
+  }
+  if (plan.gpu_memory)
+    return {StatusCode::kUnsupported, "checksum: GPU memory is not supported (host memory only)"};
+  const bool asks_peer =
+      peer.session != nullptr &&
+      std::any_of(plan.batches.begin(), plan.batches.end(), [](const Plan::Batch& b) { return !b.mapped; });
+  if (asks_peer && !peer.state->answers_digests) {
+    return {StatusCode::kUnsupported, "checksum: peer " + peer.state->info.name +
+                                          " cannot check checksums (its build has no libxxhash)"};
+  }
+  return Status::Ok();
+}
+
 Status TransferService::NewRequest(Op op, Clock::time_point start, std::chrono::milliseconds timeout,
                                    const Peer& peer, std::shared_ptr<const Plan> plan,
                                    const TransferOptions& options, bool track,
                                    std::shared_ptr<Request>* out) {
-  Request::Verify verify;
+  RequestChecks checks;
   if (Checksummed(options)) {
-    if (!checksum::Available()) {
-      return Refused(op, peer.state->info.name,
-                     {StatusCode::kUnsupported, "checksum needs a build with libxxhash (libxxhash-dev)"});
-    }
-    if (plan->gpu_memory) {
-      return Refused(op, peer.state->info.name,
-                     {StatusCode::kUnsupported, "checksum: GPU memory is not supported (host memory only)"});
-    }
-    verify = {checksums_(peer), peer.session == nullptr, self_.corrupt_landed};
+    if (Status s = CanCheck(peer, *plan); !s.ok()) return Refused(op, peer.state->info.name, s);
+    checks = {checksums_(peer), peer.session == nullptr, self_.corrupt_landed};
   }
   Request::Deliver deliver;
   if (options.notify) deliver = notifications_.delivery(peer, *options.notify);
   RequestHandle id = requests_.NextHandle();
   *out = std::make_shared<Request>(id, op, start, DeadlineAfter(start, timeout), peer.state, std::move(plan),
-                                   std::move(deliver), std::move(verify));
+                                   std::move(deliver), std::move(checks));
   if (track) requests_.Track(*out);
   return Status::Ok();
 }

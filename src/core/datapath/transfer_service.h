@@ -45,7 +45,7 @@ class TransferService {
 
   // Initialize: the streams. staging: the buffer pool (null when staging is off), for its gauge.
   // checksums: how a request asks a peer for the checksums of its memory (Verifier::AskerFor).
-  using Checksums = std::function<Request::AskChecksums(const Peer& peer)>;
+  using Checksums = std::function<RequestChecks::Ask(const Peer& peer)>;
   void Start(std::shared_ptr<EngineMetrics> metrics, std::shared_ptr<transport::BufferPool> staging,
              Notifications notifications, Checksums checksums);
   // Finalize, once the sessions are closed: requests end (canceled), the streams run what is
@@ -105,6 +105,8 @@ class TransferService {
   }
   // Whether a request checks its bytes end to end (TransferOptions::checksum, else the engine's).
   bool Checksummed(const TransferOptions& o) const { return o.checksum.value_or(self_.options.checksum); }
+  // Whether a checksummed request over this plan can be checked (kUnsupported: why not).
+  Status CanCheck(const Peer& peer, const Plan& plan) const;
   // A request that may go without a request object (no notification, no checksums).
   bool Plain(const TransferOptions& o) const { return !o.notify && !Checksummed(o); }
   // track: keep the request in requests_ under its handle (async requests; a sync one is

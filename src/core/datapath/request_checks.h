@@ -1,0 +1,73 @@
+// A request's end-to-end checksums (TransferOptions::checksum; docs/notifications.md,
+// "Checksums"). Each batch is checked as it moves its bytes, on the thread that moved them and
+// while they are still in the caches: where both its sides are addressable here (shm, this
+// engine itself) the two are compared byte for byte; elsewhere this side's checksums of its
+// pieces (a slice's part of one descriptor) are taken. Once every batch moved, the peer is asked
+// for its side's checksums of those pieces, and the descriptors whose sides differ are named.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "control/wire.h"
+#include "core/datapath/planner.h"
+#include "xfer/status.h"
+
+namespace xfer {
+
+// How a request checks its bytes (TransferService makes it; Verifier::AskerFor the ask).
+struct RequestChecks {
+  // Asks the peer for the checksums of ranges of its memory (landed: where a WRITE's bytes
+  // landed), answered by the deadline or kTimeout; answer is called exactly once, with one
+  // checksum per range (Verifier::Ask).
+  using Answer = std::function<void(Status, std::vector<uint64_t> checksums)>;
+  using Ask = std::function<void(bool landed, std::vector<wire::DigestRange> ranges,
+                                 std::chrono::steady_clock::time_point deadline, Answer answer)>;
+  Ask ask;                      // empty: the request is not checked
+  bool self = false;            // the peer is this engine: every remote address is addressable here
+  int64_t corrupt_landed = -1;  // the test hook (LocalEngine::corrupt_landed)
+};
+
+class RequestCheck {
+ public:
+  // plan: the request's (it outlives this).
+  RequestCheck(const Plan& plan, Op op, RequestChecks config);
+
+  // Whether batch i is compared in place (both sides addressable here).
+  bool InPlace(size_t i) const { return config_.self || plan_.batches[i].mapped; }
+  // Batch i moved its bytes: checks it (the thread that moved them, in its execution slot).
+  void BatchMoved(size_t i);
+  // Every batch moved: asks the peer for its checksums of the pieces not compared in place,
+  // compares them, then calls done exactly once (at once when nothing is asked) with the
+  // descriptors found to differ (ascending) and, when the peer could not answer, why.
+  using Done = std::function<void(Status why, std::vector<uint32_t> corrupt)>;
+  void Finish(std::chrono::steady_clock::time_point deadline, Done done);
+  // The descriptors found to differ so far (ascending, each once).
+  std::vector<uint32_t> Corrupt() const;
+
+ private:
+  struct Piece {
+    uint64_t local = 0, remote = 0, len = 0;
+    uint64_t at = 0;  // where it begins in the request's bytes
+    uint32_t desc = 0;
+  };
+  void Compare(size_t i);  // an InPlace batch's two sides
+  void NoteCorrupt(size_t desc);
+  // The test hook: flips the first byte of descriptor config_.corrupt_landed where it landed,
+  // when that byte lies in [at, at + len) of the request's bytes (landed: its address).
+  void MaybeCorrupt(uint64_t at, uint64_t len, uint8_t* landed) const;
+
+  const Plan& plan_;
+  const Op op_;
+  const RequestChecks config_;
+  std::vector<uint64_t> batch_at_;     // where batch i begins in the request's bytes
+  std::vector<uint32_t> batch_piece_;  // batch i's pieces: pieces_[batch_piece_[i], [i + 1])
+  std::vector<Piece> pieces_;          // of the batches not compared in place, in order
+  std::vector<uint64_t> ours_;         // this side's checksum of each piece (BatchMoved)
+  mutable std::mutex mu_;
+  std::vector<uint32_t> corrupt_;  // mu_
+};
+
+}  // namespace xfer

@@ -1,0 +1,74 @@
+// DigestServer: the target's side of end-to-end checksums (docs/notifications.md, "Checksums").
+// Peers' asks (wire::Digest) wait in a queue per session, at most kMaxQueuedPerSession each, and
+// one thread of its own (never the control thread) answers them, the sessions taking turns. Each
+// range is checked against the regions that peer may read and read in chunks, each under a lock
+// that a deregistration's fence takes between two chunks; an ask whose session ended, or
+// asked while the engine stops, is given up between chunks.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "control/session.h"
+#include "core/local_engine.h"
+#include "core/regions/region_service.h"
+
+namespace xfer {
+
+class DigestServer {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  DigestServer(const LocalEngine& self, RegionService& regions) : self_(self), regions_(regions) {}
+  ~DigestServer() { Stop(); }
+
+  void Start();  // the thread (once: again while it runs does nothing)
+  void Stop();   // what is queued is dropped; the ask being answered is given up
+
+  // Control thread: queues a peer's ask, or refuses it at once (its queue full, stopping).
+  void Queue(const std::shared_ptr<control::Session>& s, wire::Digest&& ask);
+  // The session ended: its queued asks are dropped.
+  void Forget(const control::Session* s);
+  // Returns once no chunk that began before the call reads this engine's memory (a
+  // deregistration: the region is gone from the registry already), or at the deadline.
+  void Fence(Clock::time_point deadline);
+
+  // The checksums of the ranges of this engine's memory that ask names, on the calling thread,
+  // or why not. give_up, when set, is asked between chunks (true: the answer is not wanted).
+  wire::DigestAnswer Answer(const wire::Digest& ask, const std::function<bool()>& give_up = {});
+
+ private:
+  static constexpr size_t kMaxQueuedPerSession = 16;
+  static constexpr uint64_t kChunkBytes = 4ull << 20;
+
+  struct SessionAsks {
+    std::shared_ptr<control::Session> session;
+    std::deque<wire::Digest> asks;
+  };
+  void Serve();  // the thread
+  // One range, chunk by chunk; false (with *why) when a chunk is no longer readable by peers,
+  // or give_up says so.
+  bool ChecksumOf(const wire::DigestRange& r, const std::function<bool()>& give_up, uint64_t* out,
+                  Status* why);
+
+  const LocalEngine& self_;
+  RegionService& regions_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<const control::Session*, SessionAsks> queues_;  // mu_
+  std::deque<const control::Session*> turns_;  // mu_: sessions with asks queued, in turn
+  bool running_ = false;                       // mu_
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::timed_mutex reading_;     // held while a chunk of our memory is read
+  std::atomic<int> fencing_{0};  // fences waiting for reading_: they go before the next chunk
+};
+
+}  // namespace xfer
