@@ -58,6 +58,7 @@ Status Request::CheckBeforeExecute() const {
 bool Request::Claim(size_t* i) {
   if (next_batch_.load(std::memory_order_relaxed) >= plan_.batches.size()) return false;
   *i = next_batch_.fetch_add(1, std::memory_order_relaxed);
+  if (*i == 0 && checks_) checks_->Start(deadline_, shared_from_this());  // (before any byte moves)
   return *i < plan_.batches.size();
 }
 
@@ -183,9 +184,12 @@ void Request::Finish() {
   }
   if (st.state == RequestState::kCompleted && checks_) {
     awaiting_answer_.store(true, std::memory_order_release);  // (the peer's checksums)
-    return checks_->Finish(deadline_, [self = shared_from_this()](Status why, std::vector<uint32_t> corrupt) {
-      self->Checked(why, corrupt);
-    });
+    return checks_->Finish(
+        deadline_,
+        [self = shared_from_this()](Status why, std::vector<uint32_t> corrupt) {
+          self->Checked(why, corrupt);
+        },
+        shared_from_this());
   }
   End(std::move(st));
 }

@@ -76,7 +76,8 @@ class Request : public std::enable_shared_from_this<Request> {
   Status CheckBeforeExecute() const;
   // The route whose pipelined link every batch takes (Plan::Batch::link), else null.
   static transport::Route* PipelinedRoute(const std::shared_ptr<PeerState>& peer, const Plan& plan);
-  // Takes the next batch nobody has started; false when every batch has been taken.
+  // Takes the next batch nobody has started; false when every batch has been taken. The
+  // first one taken starts the checks (RequestCheck::Start).
   bool Claim(size_t* i);
   // Whether a batch may go out now: kCanceled when the request is stopping (the batch is
   // dropped), else the peer's and the regions' state.

@@ -90,25 +90,65 @@ std::vector<uint32_t> RequestCheck::Corrupt() const {
   return out;
 }
 
-void RequestCheck::Finish(std::chrono::steady_clock::time_point deadline, Done done) {
-  if (pieces_.empty()) return done(Status::Ok(), Corrupt());
+void RequestCheck::Start(std::chrono::steady_clock::time_point deadline, std::shared_ptr<void> keep) {
+  if (op_ == Op::kRead && !pieces_.empty()) Ask(deadline, std::move(keep));
+}
+
+void RequestCheck::Ask(std::chrono::steady_clock::time_point deadline, std::shared_ptr<void> keep) {
+  {
+    std::lock_guard lock(mu_);
+    if (asked_) return;
+    asked_ = true;
+  }
   std::vector<wire::DigestRange> ask;
   ask.reserve(pieces_.size());
   for (const Piece& p : pieces_) ask.push_back({p.remote, p.len});
   config_.ask(op_ == Op::kWrite, std::move(ask), deadline,
-              [this, done = std::move(done)](Status answered, std::vector<uint64_t> theirs) {
-                if (answered.ok() && theirs.size() != pieces_.size()) {
-                  answered = {StatusCode::kInternal, "peer answered " + std::to_string(theirs.size()) +
-                                                         " checksums for " + std::to_string(pieces_.size()) +
-                                                         " ranges"};
-                }
-                if (answered.ok()) {
-                  for (size_t p = 0; p < pieces_.size(); ++p) {
-                    if (theirs[p] != ours_[p]) NoteCorrupt(pieces_[p].desc);
-                  }
-                }
-                done(std::move(answered), Corrupt());
+              [this, keep = std::move(keep)](Status why, std::vector<uint64_t> theirs) {
+                Answered(std::move(why), std::move(theirs));
               });
+}
+
+void RequestCheck::Answered(Status why, std::vector<uint64_t> theirs) {
+  Done done;
+  {
+    std::lock_guard lock(mu_);
+    if (!done_) {  // (Finish has not come yet: it concludes)
+      answered_ = true;
+      why_ = std::move(why);
+      theirs_ = std::move(theirs);
+      return;
+    }
+    done = std::move(done_);
+  }
+  Conclude(std::move(why), theirs, done);
+}
+
+void RequestCheck::Finish(std::chrono::steady_clock::time_point deadline, Done done,
+                          std::shared_ptr<void> keep) {
+  if (pieces_.empty()) return done(Status::Ok(), Corrupt());
+  bool answered;
+  {
+    std::lock_guard lock(mu_);
+    answered = answered_;
+    if (!answered) done_ = std::move(done);
+  }
+  // (Answered already: why_ and theirs_ no longer change.)
+  if (answered) return Conclude(why_, theirs_, done);
+  Ask(deadline, std::move(keep));  // (a WRITE's: its bytes have landed now)
+}
+
+void RequestCheck::Conclude(Status why, const std::vector<uint64_t>& theirs, const Done& done) {
+  if (why.ok() && theirs.size() != pieces_.size()) {
+    why = {StatusCode::kInternal, "peer answered " + std::to_string(theirs.size()) + " checksums for " +
+                                      std::to_string(pieces_.size()) + " ranges"};
+  }
+  if (why.ok()) {
+    for (size_t p = 0; p < pieces_.size(); ++p) {
+      if (theirs[p] != ours_[p]) NoteCorrupt(pieces_[p].desc);
+    }
+  }
+  done(std::move(why), Corrupt());
 }
 
 }  // namespace xfer

@@ -37,13 +37,18 @@ class RequestCheck {
 
   // Whether batch i is compared in place (both sides addressable here).
   bool InPlace(size_t i) const { return config_.self || plan_.batches[i].mapped; }
+  // The request's first batch is about to move. A READ asks the peer now: its side (where the
+  // bytes come from) does not change while they move, so its pass overlaps the copy. keep: what
+  // must live until the answer came (the request).
+  void Start(std::chrono::steady_clock::time_point deadline, std::shared_ptr<void> keep);
   // Batch i moved its bytes: checks it (the thread that moved them, in its execution slot).
   void BatchMoved(size_t i);
-  // Every batch moved: asks the peer for its checksums of the pieces not compared in place,
-  // compares them, then calls done exactly once (at once when nothing is asked) with the
-  // descriptors found to differ (ascending) and, when the peer could not answer, why.
+  // Every batch moved: asks the peer for its checksums of the pieces not compared in place
+  // (unless Start did), compares them, then calls done exactly once (at once when nothing is
+  // asked) with the descriptors found to differ (ascending) and, when the peer could not
+  // answer, why. keep: as Start's.
   using Done = std::function<void(Status why, std::vector<uint32_t> corrupt)>;
-  void Finish(std::chrono::steady_clock::time_point deadline, Done done);
+  void Finish(std::chrono::steady_clock::time_point deadline, Done done, std::shared_ptr<void> keep);
   // The descriptors found to differ so far (ascending, each once).
   std::vector<uint32_t> Corrupt() const;
 
@@ -54,6 +59,12 @@ class RequestCheck {
     uint32_t desc = 0;
   };
   void Compare(size_t i);  // an InPlace batch's two sides
+  // Asks the peer for its checksums of the pieces (once); the answer goes to done_ once both
+  // it and Finish came.
+  void Ask(std::chrono::steady_clock::time_point deadline, std::shared_ptr<void> keep);
+  void Answered(Status why, std::vector<uint64_t> theirs);
+  // Compares the peer's checksums with ours and calls done (once both are known).
+  void Conclude(Status why, const std::vector<uint64_t>& theirs, const Done& done);
   void NoteCorrupt(size_t desc);
   // The test hook: flips the first byte of descriptor config_.corrupt_landed where it landed,
   // when that byte lies in [at, at + len) of the request's bytes (landed: its address).
@@ -68,6 +79,11 @@ class RequestCheck {
   std::vector<uint64_t> ours_;         // this side's checksum of each piece (BatchMoved)
   mutable std::mutex mu_;
   std::vector<uint32_t> corrupt_;  // mu_
+  bool asked_ = false;             // mu_
+  bool answered_ = false;          // mu_: the answer came (why_, theirs_)
+  Status why_;                     // mu_
+  std::vector<uint64_t> theirs_;   // mu_
+  Done done_;                      // mu_: Finish's, while the answer has not come
 };
 
 }  // namespace xfer
