@@ -1,5 +1,6 @@
 // DigestServer: the target's side of end-to-end checksums (docs/notifications.md, "Checksums").
-// Peers' asks (wire::Digest) wait in a queue per session, at most kMaxQueuedPerSession each, and
+// Peers' asks (wire::Digest) wait in a queue per session, their ranges bounded per session and
+// in all, and
 // one thread of its own (never the control thread) answers them, the sessions taking turns. Each
 // range is checked against the regions that peer may read and read in chunks, each under a lock
 // that a deregistration's fence takes between two chunks; an ask whose session ended, or
@@ -37,7 +38,8 @@ class DigestServer {
   // The session ended: its queued asks are dropped.
   void Forget(const control::Session* s);
   // Returns once no chunk that began before the call reads this engine's memory (a
-  // deregistration: the region is gone from the registry already), or at the deadline.
+  // deregistration: the region is gone from the registry already), past the deadline too:
+  // the region is freed next, and a chunk takes well under a millisecond.
   void Fence(Clock::time_point deadline);
 
   // The checksums of the ranges of this engine's memory that ask names, on the calling thread,
@@ -45,12 +47,15 @@ class DigestServer {
   wire::DigestAnswer Answer(const wire::Digest& ask, const std::function<bool()>& give_up = {});
 
  private:
-  static constexpr size_t kMaxQueuedPerSession = 16;
+  // Ranges waiting (16 B each as asked): per session, and in all.
+  static constexpr size_t kMaxRangesPerSession = 1 << 20;
+  static constexpr size_t kMaxRanges = 1 << 24;
   static constexpr uint64_t kChunkBytes = 4ull << 20;
 
   struct SessionAsks {
     std::shared_ptr<control::Session> session;
     std::deque<wire::Digest> asks;
+    size_t ranges = 0;  // in asks
   };
   void Serve();  // the thread
   // One range, chunk by chunk; false (with *why) when a chunk is no longer readable by peers,
@@ -64,6 +69,7 @@ class DigestServer {
   std::condition_variable cv_;
   std::unordered_map<const control::Session*, SessionAsks> queues_;  // mu_
   std::deque<const control::Session*> turns_;  // mu_: sessions with asks queued, in turn
+  size_t queued_ranges_ = 0;                   // mu_: in all queues
   bool running_ = false;                       // mu_
   std::atomic<bool> stop_{false};
   std::thread thread_;

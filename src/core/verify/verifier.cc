@@ -62,17 +62,18 @@ Verifier::Ask Verifier::AskerFor(const Peer& peer) {
     gather->answer = std::move(answer);
     for (size_t part = 0; part < parts; ++part) {
       const size_t first = part * kRangesPerDigest, count = std::min(kRangesPerDigest, n - first);
-      uint64_t id;
+      uint64_t id = 0;
       {
         std::lock_guard lock(mu_);
-        if (stopping_)
-          return gather->Part(first, {StatusCode::kCanceled, "the engine was finalized"}, {}, count);
-        id = next_id_++;
-        pending_[id] =
-            Pending{session.get(), deadline, [gather, first, count](Status s, std::vector<uint64_t> sums) {
-                      gather->Part(first, s, sums, count);
-                    }};
+        if (!stopping_) {
+          id = next_id_++;
+          pending_[id] =
+              Pending{session.get(), deadline, [gather, first, count](Status s, std::vector<uint64_t> sums) {
+                        gather->Part(first, s, sums, count);
+                      }};
+        }
       }
+      if (id == 0) return gather->Part(first, {StatusCode::kCanceled, "the engine was finalized"}, {}, count);
       wire::Digest d{id, landed, {}};
       d.ranges.assign(ranges.begin() + static_cast<ptrdiff_t>(first),
                       ranges.begin() + static_cast<ptrdiff_t>(first + count));
