@@ -140,6 +140,7 @@ void ControlLoop::Tick() {
     listener_paused_ = false;
   }
   std::vector<std::pair<std::shared_ptr<Session>, std::string>> dead;
+  uint64_t declared_dead = 0;  // of `dead`, the peers silent past the heartbeat timeout
   for (auto& [fd, s] : sessions_) {
     if (!s->established.load()) {
       if (now - s->created > opts_.heartbeat_timeout) {
@@ -154,11 +155,11 @@ void ControlLoop::Tick() {
     if (late && !s->late) ++counters_.peers_late;
     s->late = late;
     if (silent > opts_.heartbeat_timeout) {
-      ++counters_.peers_declared_dead;
       dead.emplace_back(
           s, "no heartbeat for " +
                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
                  " ms (peer dead or hung)");
+      ++declared_dead;
       continue;
     }
     if (now - s->last_tx >= opts_.heartbeat_interval) {
@@ -168,6 +169,8 @@ void ControlLoop::Tick() {
     }
   }
   for (auto& [s, why] : dead) CloseSession(s, why);
+  // (Counted once their sessions are closed: a reader that sees the count sees them gone.)
+  counters_.peers_declared_dead += declared_dead;
   handler_->OnTick();
 }
 
