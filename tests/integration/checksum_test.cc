@@ -202,6 +202,7 @@ TEST(ChecksumsStalledPeer, AnAnswerThatNeverComesEndsTheRequestAtItsDeadline) {
   XT_ASSERT_OK(e.Connect(peer.name(), 10s));
   const PeerRegion r = peer.Alloc(1 << 20);
   LocalBuffer local(1 << 20);
+  XT_ASSERT_OK(e.TransferSync(peer.name(), Op::kRead, {{local.addr(), r.addr, 4096}}, 10s));  // (knows r now)
   peer.Signal(SIGSTOP);
   xfer::TransferOptions o;
   o.checksum = true;
