@@ -102,8 +102,10 @@ struct EngineOptions {
   // "etcd://host:port[,host:port...][/prefix]": the engine publishes cluster_name (if set)
   // with its address, incarnation, host id and region tags under a lease that ends
   // heartbeat_timeout after the engine dies, and Connect, transfers and SendNotify take other
-  // engines' cluster names. Initialize fails when etcd cannot be reached, unless
-  // start_without_metadata: it then publishes once etcd answers. Needs a build with libcurl.
+  // engines' cluster names. Or "http://host:port/path": an HTTP metadata server speaking
+  // Mooncake's protocol (no leases: a dead engine's entry stays; no ListPeers). Initialize
+  // fails when the service cannot be reached, unless start_without_metadata: it then
+  // publishes once the service answers. Needs a build with libcurl.
   std::string metadata;
   std::string cluster_name;  // 1..128 of A-Z a-z 0-9 . _ - ; unique in the cluster
   bool start_without_metadata = false;

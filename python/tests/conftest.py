@@ -1,11 +1,14 @@
 """Fixtures: a peer process (peer.py) and the transports the tests run over."""
 
+import http.server
 import json
 import os
 import select
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 
 import pytest
 
@@ -163,3 +166,60 @@ def etcd(tmp_path):
         proc.kill()
         proc.wait(10)
         log.close()
+
+
+class _MetadataHandler(http.server.BaseHTTPRequestHandler):
+    """Mooncake's HTTP metadata protocol, as its mooncake_http_metadata_server speaks it: GET,
+    PUT and DELETE of /metadata?key=KEY; the value is the body; 404 for a key it does not hold."""
+
+    def _key(self):
+        url = urllib.parse.urlparse(self.path)
+        keys = urllib.parse.parse_qs(url.query).get("key")
+        return keys[0] if url.path == "/metadata" and keys else None
+
+    def _answer(self, status, body=b""):
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        value = self.server.store.get(self._key())
+        self._answer(200, value) if value is not None else self._answer(404, b"metadata not found")
+
+    def do_PUT(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        key = self._key()
+        if key is None:
+            return self._answer(400, b"metadata key is required")
+        self.server.store[key] = body
+        self._answer(200, b"metadata updated")
+
+    def do_DELETE(self):
+        found = self.server.store.pop(self._key(), None) is not None
+        self._answer(200 if found else 404)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def http_metadata():
+    """A real HTTP metadata server (Mooncake's protocol) on a free loopback port: (its URL, its
+    store, a dict of key -> bytes)."""
+    try:
+        xfer.Engine("127.0.0.1", metadata="http://127.0.0.1:1/metadata").close()
+    except xfer.UnsupportedError as e:
+        pytest.skip(str(e))
+    except xfer.XferError:
+        pass  # (nobody there: the build has it)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _MetadataHandler)
+    server.store = {}
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metadata", server.store
+    finally:
+        server.shutdown()
+        server.server_close()

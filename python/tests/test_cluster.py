@@ -36,6 +36,26 @@ def test_engines_find_each_other_by_name_and_a_killed_one_leaves_the_list(etcd, 
             decode.connect("nobody")
 
 
+def test_an_http_metadata_server_finds_engines_by_name(http_metadata, make_peer):
+    """Mooncake's HTTP metadata protocol as the metadata service: engines publish and find each
+    other by name; it cannot list; a clean close withdraws the entry."""
+    url, store = http_metadata
+    prefill = make_peer(memory="register", options={"metadata": url, "cluster_name": "prefill-0"})
+    prefill.call("fill", 0, 4096, 42)
+    with xfer.Engine("127.0.0.1:0", metadata=url, cluster_name="decode-0") as decode:
+        decode.connect("prefill-0")
+        back = np.zeros(4096, np.uint8)
+        decode.read("prefill-0", [(back.ctypes.data, prefill.addr, 4096)])
+        assert (back == 42).all()
+        assert decode.peer_info("prefill-0").name == prefill.name
+        assert b'"address":"%s"' % decode.name.encode() in store["xfer/engines/decode-0"]
+        with pytest.raises(xfer.UnsupportedError, match="cannot list"):
+            decode.list_peers()
+    assert "xfer/engines/decode-0" not in store
+    with pytest.raises(xfer.InvalidArgumentError, match="the key goes there"):
+        xfer.Engine("127.0.0.1:0", metadata=url + "?key=x", cluster_name="q")
+
+
 def test_cluster_options_are_checked(etcd):
     with pytest.raises(xfer.InvalidArgumentError, match="cluster_name needs metadata"):
         xfer.Engine("127.0.0.1:0", cluster_name="alone")

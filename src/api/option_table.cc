@@ -65,15 +65,18 @@ std::vector<Row> CoreRows() {
       XFER_OPTION_TEXT("host_id", host_id, "this host's identity (empty: the kernel's boot id)"),
       XFER_OPTION_SECRET("secret", secret, "peers must prove they know it (at least 16 bytes)"),
       XFER_OPTION_TEXT("secret_file", secret_file, "a file holding the secret"),
-      XFER_OPTION_TEXT("metadata", metadata, "etcd://host:port[,host:port...][/prefix] (empty: off)"),
+      XFER_OPTION_TEXT("metadata", metadata,
+                       "etcd://host:port[,...][/prefix] or http://host:port/path (empty: off)"),
       WithCheck(XFER_OPTION_TEXT("cluster_name", cluster_name, "this engine's name in the cluster"),
                 [](const EngineOptions& o) {
                   if (o.cluster_name.empty()) return Status::Ok();
-                  if (o.metadata.empty()) return Bad("cluster_name needs metadata (an etcd:// URL)");
+                  if (o.metadata.empty())
+                    return Bad("cluster_name needs metadata (an etcd:// or http:// URL)");
                   return metadata::CheckClusterName(o.cluster_name);
                 }),
-      XFER_OPTION_BOOL("start_without_metadata", start_without_metadata,
-                       "Initialize succeeds while etcd cannot be reached, and publishes once it answers"),
+      XFER_OPTION_BOOL(
+          "start_without_metadata", start_without_metadata,
+          "Initialize succeeds while the metadata service cannot be reached, and publishes once it answers"),
       XFER_OPTION_BYTES("notify.max_message_bytes", notify.max_message_bytes, 1, wire::kMaxNotify,
                         "the longest notification sent or accepted"),
       XFER_OPTION_COUNT("notify.queue_messages", notify.queue_messages, 1, 16 * MiB,

@@ -1,8 +1,11 @@
-// Directory: this engine's entry in the cluster's metadata service (etcd), and the lookups of
-// other engines' entries. The entry (name -> address, incarnation, host id, region tags) lives
-// under a lease that a thread keeps alive: when the engine dies, etcd deletes it once the lease
-// runs out; Stop revokes it at once. When etcd cannot be reached the thread logs once, retries
-// with back-off and publishes again when it can; nothing else in the engine waits for it.
+// Directory: this engine's entry in the cluster's metadata service, and the lookups of other
+// engines' entries (name -> address, incarnation, host id, region tags). Two services:
+// - etcd (etcd_directory.cc): the entry lives under a lease that a thread keeps alive: when the
+//   engine dies, etcd deletes it once the lease runs out; Stop revokes it at once.
+// - an HTTP metadata server speaking Mooncake's protocol (http_directory.cc): no leases and no
+//   listing; Stop deletes the entry.
+// When the service cannot be reached the thread logs once, retries with back-off and publishes
+// again when it can; nothing else in the engine waits for it.
 #pragma once
 
 #include <chrono>
@@ -24,14 +27,14 @@ inline bool IsClusterName(const std::string& remote) { return remote.find(':') =
 class Directory {
  public:
   struct Options {
-    std::string url;                                 // etcd://host:port[,host:port...][/prefix]
-    ClusterPeer self;                                // self.name empty: look up others, publish nothing
-    std::chrono::seconds ttl{3};                     // the lease (etcd may raise it to its minimum)
-    bool required = true;                            // Start fails when etcd cannot be reached now
+    std::string url;              // etcd://host:port[,...][/prefix] or http://host:port/path
+    ClusterPeer self;             // self.name empty: look up others, publish nothing
+    std::chrono::seconds ttl{3};  // the lease (etcd may raise it to its minimum)
+    bool required = true;         // Start fails when etcd cannot be reached now
     std::function<std::vector<std::string>()> tags;  // the current region tags (any thread)
   };
   // With required, publishes before it returns (or fails saying why); otherwise the thread
-  // publishes as soon as etcd answers. kUnsupported in a build without libcurl.
+  // publishes as soon as the service answers. kUnsupported in a build without libcurl.
   static Status Start(Options options, std::unique_ptr<Directory>* out);
   virtual ~Directory() = default;
 
@@ -41,7 +44,7 @@ class Directory {
   virtual void TagsChanged() = 0;
   virtual Status Lookup(const std::string& name, ClusterPeer* peer) = 0;
   virtual Status List(std::vector<ClusterPeer>* peers) = 0;
-  // The service, as "etcd://endpoints/prefix".
+  // The service, as "etcd://endpoints/prefix" or the HTTP URL.
   virtual const std::string& url() const = 0;
 };
 

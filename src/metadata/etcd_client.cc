@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "metadata/http_call.h"
 #include "util/log.h"
 
 namespace xfer::metadata {
@@ -53,11 +54,7 @@ namespace {
 constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 std::once_flag curl_once;
-
-size_t Collect(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
-  return size * n;
-}
+constexpr size_t kMaxReply = 64 << 20;  // (a List of every engine's entry fits many times over)
 
 // etcd's JSON renders 64-bit integers as strings ("TTL": "5"); absent means 0.
 int64_t Int(const json& j, const char* field) {
@@ -120,36 +117,19 @@ Status EtcdClient::Call(const char* path, const json& request,
   const size_t first = current_.load();
   for (size_t k = 0; k < endpoints_.size(); ++k) {
     const size_t at = (first + k) % endpoints_.size();
-    const std::string url = "http://" + endpoints_[at] + path;
-    // One handle per thread, reset for each call: its connections to etcd are kept and
-    // reused (a lease kept alive once a second would otherwise open a connection each time).
-    thread_local std::unique_ptr<CURL, void (*)(CURL*)> curl(nullptr, curl_easy_cleanup);
-    if (curl) {
-      curl_easy_reset(curl.get());
-    } else {
-      curl.reset(curl_easy_init());
-      if (!curl) return {StatusCode::kResourceExhausted, "etcd: curl_easy_init failed"};
-    }
-    std::unique_ptr<curl_slist, void (*)(curl_slist*)> headers(
-        curl_slist_append(nullptr, "Content-Type: application/json"), curl_slist_free_all);
-    std::string reply;
-    curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
-    curl_easy_setopt(curl.get(), CURLOPT_HTTPHEADER, headers.get());
-    curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDS, body.c_str());
-    curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-    curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, Collect);
-    curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &reply);
-    curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_.count()));
-    curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_.count()));
-    curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);  // (threads: no SIGALRM for timeouts)
-    curl_easy_setopt(curl.get(), CURLOPT_NOPROXY, "*");  // (etcd is reached directly)
-    const CURLcode rc = curl_easy_perform(curl.get());
-    if (rc != CURLE_OK) {
-      last_error = endpoints_[at] + ": " + curl_easy_strerror(rc);
+    HttpRequest call;
+    call.method = "POST";
+    call.url = "http://" + endpoints_[at] + path;
+    call.body = &body;
+    call.timeout = timeout_;
+    call.max_reply = kMaxReply;
+    HttpReply answer;
+    if (Status s = HttpCall(call, &answer); !s.ok()) {
+      last_error = endpoints_[at] + ": " + s.message();
       continue;
     }
-    long http = 0;
-    curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &http);
+    const long http = answer.status;
+    const std::string& reply = answer.body;
     const std::string where = "etcd at " + endpoints_[at] + path;
     const json j = json::parse(reply, nullptr, false);
     if (j.is_discarded() || !j.is_object()) {  // (not etcd, or a proxy's error page: the next one)

@@ -343,8 +343,8 @@ TEST_F(ClusterTest, BadNamesUrlsAndOptionsGetClearErrors) {
   XT_EXPECT_CODE(init(o), StatusCode::kInvalidArgument);  // a name needs metadata
   o = Named("a:b");
   XT_EXPECT_CODE(init(o), StatusCode::kInvalidArgument);  // it would read as host:port
-  o = Named("x", "http://" + etcd_.endpoint());
-  XT_EXPECT_CODE(init(o), StatusCode::kInvalidArgument);
+  o = Named("x", etcd_.endpoint());
+  XT_EXPECT_CODE(init(o), StatusCode::kInvalidArgument);  // no scheme
   o = Named("x", "etcd://127.0.0.1");
   XT_EXPECT_CODE(init(o), StatusCode::kInvalidArgument);  // no port
   o = Named("x", "etcd://127.0.0.1:" + std::to_string(UnusedPort()));

@@ -234,7 +234,8 @@ int main(int argc, char** argv) {
                     "host:port of an `xfer-bench serve` (with --metadata: its --name); without it "
                     "a local target is started");
     sub->add_option("--metadata", c.metadata,
-                    "etcd://host:port[,...][/prefix]: find the serve named `peer` there");
+                    "etcd://host:port[,...][/prefix] or http://host:port/path (an HTTP metadata "
+                    "server): find the serve named `peer` there");
     test_apps.push_back(sub);
   }
   CLI::App* serve = app.add_subcommand(
@@ -248,7 +249,8 @@ int main(int argc, char** argv) {
                    "default: $XFER_SECRET_FILE")
       ->type_name("FILE");
   serve->add_option("--metadata", c.metadata,
-                    "etcd://host:port[,...][/prefix]: publish this serve there as --name, for clients "
+                    "etcd://host:port[,...][/prefix] or http://host:port/path: publish this serve "
+                    "there as --name, for clients "
                     "that name it (needs --listen with a reachable address)");
   serve->add_option("--name", c.cluster_name, "This serve's cluster name (with --metadata)");
   serve
