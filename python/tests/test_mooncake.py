@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import Child
-from xfer.mooncake import TransferEngine, TransferNotify, TransferOpcode
+from xfer.mooncake import ERR_METADATA, ERR_SOCKET, TransferEngine, TransferNotify, TransferOpcode
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -145,17 +145,26 @@ def test_register_memory_and_local_segment(engine):
     assert TransferOpcode.Read == TransferOpcode.READ == 0 and TransferOpcode.Write == 1
 
 
-def test_an_etcd_metadata_server_names_segments_by_local_hostname(etcd):
-    """Mooncake's etcd mode: segments are named by the local_hostname each engine was initialized
-    with (given as etcd://host:port or, as Mooncake reads it, a bare host:port)."""
-    endpoint = etcd[len("etcd://"):].split("/")[0]
+@pytest.mark.parametrize("service", ["etcd", "http_metadata"])
+def test_a_metadata_server_names_segments_by_local_hostname(service, request):
+    """Mooncake's metadata-server modes: segments are named by the local_hostname each engine
+    was initialized with, published in etcd (given as etcd://host:port or, as Mooncake reads it,
+    a bare host:port) or in an HTTP metadata server (Mooncake's protocol, its http://host:port/metadata)."""
+    if service == "etcd":
+        endpoint = request.getfixturevalue("etcd")[len("etcd://"):].split("/")[0]
+        theirs, mine = f"etcd://{endpoint}", endpoint
+    else:
+        theirs, store = request.getfixturevalue("http_metadata")
+        mine = theirs
     child = Child([sys.executable, os.path.join(HERE, "mooncake_target.py"), "--allocate", str(1 << 20),
-                   "--host", "127.0.0.1:7001", "--metadata", f"etcd://{endpoint}"])
+                   "--host", "127.0.0.1:7001", "--metadata", theirs])
     e = TransferEngine()
     try:
         hello = child.recv(30)
         assert hello == {"rc": 0, "segment": "127.0.0.1:7001"}
-        assert e.initialize("127.0.0.1:7002", endpoint, "tcp", "") == 0
+        assert e.initialize("127.0.0.1:7002", mine, "tcp", "") == 0
+        if service == "http_metadata":
+            assert {"xfer/engines/127.0.0.1_7001", "xfer/engines/127.0.0.1_7002"} <= set(store)
         remote = e.get_first_buffer_address("127.0.0.1:7001")
         assert remote != 0
         buf = e.allocate_managed_buffer(4096)
@@ -167,9 +176,29 @@ def test_an_etcd_metadata_server_names_segments_by_local_hostname(etcd):
         assert e.read_bytes_from_buffer(buf, 4096) == data
         assert e.transfer_sync_write("127.0.0.1:7009", buf, remote, 4096) < 0  # no such segment
         assert e.get_first_buffer_address("127.0.0.1:7002") != 0  # its own segment, by its name
+        # Mooncake's codes: a probe of a known segment answers 0, of an unknown one ERR_METADATA;
+        # submits to an unknown one give the batch-id sentinel 0.
+        assert e.send_probe("127.0.0.1:7001") == 0
+        assert e.send_probe("127.0.0.1:7001") == 0  # (connected already)
+        assert e.send_probe("unreachable_peer:9") == ERR_METADATA
+        assert e.transfer_submit_write("unreachable_peer:9", buf, 0, 16) == 0
+        assert e.batch_transfer_async_write("unreachable_peer:9", [buf], [0], [16]) == 0
     finally:
         e.close()
         child.close()
+    if service == "http_metadata":  # (a clean close withdraws the entry)
+        assert "xfer/engines/127.0.0.1_7002" not in store
+
+
+def test_send_probe_by_address(target, engine):
+    _, segment = target
+    assert engine.send_probe(segment) == 0
+    assert engine.send_probe("127.0.0.1:1") == ERR_SOCKET  # nobody there
+    assert TransferEngine().send_probe(segment) < 0  # not initialized
+
+
+def test_unsupported_metadata_servers_are_refused():
     bad = TransferEngine()
-    assert bad.initialize("127.0.0.1", "http://127.0.0.1:8080/metadata", "tcp", "") == -1
+    assert bad.initialize("127.0.0.1", "redis://127.0.0.1:6379", "tcp", "") == -1
     assert bad.initialize_ext("127.0.0.1", "127.0.0.1:1", "tcp", "", "redis") == -1
+    assert bad.initialize_ext("127.0.0.1", "http://127.0.0.1:1/metadata", "tcp", "", "etcd") == -1

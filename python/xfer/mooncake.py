@@ -7,8 +7,9 @@ Code written for Mooncake runs on xfer by changing one import::
 Methods keep Mooncake's names, signatures and return conventions: 0 or a negative int for
 success or failure, batch ids, transfer_check_status's 1/0/-1/-2. Failures are logged (logger
 "xfer.mooncake") with the engine's reason, never raised, as Mooncake does. Segment names are
-the peers' "host:port", as in Mooncake's P2P handshake mode, or, with an etcd metadata server,
-the local_hostname each engine was initialized with. docs/python.md lists what is not covered
+the peers' "host:port", as in Mooncake's P2P handshake mode, or, with a metadata server (etcd,
+or an HTTP metadata server such as Mooncake's), the local_hostname each engine was initialized
+with. docs/python.md lists what is not covered
 and where xfer is stricter.
 """
 
@@ -20,7 +21,7 @@ import logging
 import os
 import threading
 
-from . import Engine, XferError, _cluster_name
+from . import AlreadyConnectedError, Engine, NotConnectedError, XferError, _cluster_name
 
 log = logging.getLogger("xfer.mooncake")
 
@@ -30,6 +31,10 @@ DEFAULT_POOL_BYTES = 256 << 20
 _MANAGED_TAG = "mooncake-managed"
 _ALIGN = 64
 _NOTIFY_MAGIC = b"xfer-mc\0"  # a notification that carries Mooncake's TransferNotify.name
+# Mooncake's error codes (its error.h) where its Python API returns them.
+ERR_INVALID_ARGUMENT = -1
+ERR_SOCKET = -102
+ERR_METADATA = -200
 
 
 class TransferOpcode(enum.IntEnum):
@@ -132,7 +137,7 @@ class TransferEngine:
         self._batch_ids = itertools.count(1)
         self._timeout = None   # seconds (MC_TRANSFER_TIMEOUT), before the per-byte allowance
         self._hostname = None  # local_hostname: this engine's segment name
-        self._named = False    # etcd metadata: segment names are published cluster names
+        self._named = False    # a metadata server: segment names are published cluster names
 
     # ---- set-up
 
@@ -150,10 +155,11 @@ class TransferEngine:
             return -1
         options = {"auto_connect": True}
         if metadata_server != "P2PHANDSHAKE":
-            url = _etcd_url(metadata_server, metadata_type)
+            url = _metadata_url(metadata_server, metadata_type)
             if url is None:
                 log.warning("initialize: metadata server %r is not supported: use \"P2PHANDSHAKE\" "
-                            "(peers are named host:port) or etcd (\"etcd://host:port\")", metadata_server)
+                            "(peers are named host:port), etcd (\"etcd://host:port\") or an HTTP "
+                            "metadata server (\"http://host:port/metadata\")", metadata_server)
                 return -1
             options.update(metadata=url, cluster_name=_cluster_name(local_hostname))
         if protocol == "tcp":
@@ -183,7 +189,7 @@ class TransferEngine:
         return 0
 
     def _peer(self, segment_name):
-        """The engine to reach for a segment name: with etcd, the engine published under it
+        """The engine to reach for a segment name: with a metadata server, the engine published under it
         (this one for its own name); else the name itself, host:port."""
         if not self._named:
             return segment_name
@@ -363,10 +369,10 @@ class TransferEngine:
         return self._move("batch_transfer_sync", opcode, target_hostname, buffers,
                           peer_buffer_addresses, lengths, notify)
 
-    def _submit(self, what, opcode, target, buffers, peers, lengths, failed=0):
-        """A batch id (> 0), or `failed` when the request could not start."""
+    def _submit(self, what, opcode, target, buffers, peers, lengths):
+        """A batch id (> 0), or 0 when the request could not start."""
         if not self._ready(what):
-            return failed
+            return 0
         start = (self._engine.write_async if TransferOpcode(opcode) == TransferOpcode.WRITE
                  else self._engine.read_async)
         try:
@@ -374,7 +380,7 @@ class TransferEngine:
                             timeout=self._timeout_for(lengths))
         except _FAILURES as e:
             log.warning("%s to %r failed: %s", what, target, e)
-            return failed
+            return 0
         batch = next(self._batch_ids)
         self._batches[batch] = request
         return batch
@@ -396,9 +402,10 @@ class TransferEngine:
 
     def transfer_submit_write(self, target_hostname, buffer, peer_buffer_address, length,
                               transport_hint=""):
-        """A batch id (> 0) for transfer_check_status, or -1."""
+        """A batch id (> 0) for transfer_check_status, or 0 (as Mooncake: its batch ids are
+        unsigned, and 0 is their failure sentinel)."""
         return self._submit("transfer_submit_write", TransferOpcode.WRITE, target_hostname,
-                            [buffer], [peer_buffer_address], [length], failed=-1)
+                            [buffer], [peer_buffer_address], [length])
 
     def get_batch_transfer_status(self, batch_ids):
         """Waits for the batches to end and releases them: 0 when all completed, -1 if any
@@ -436,6 +443,22 @@ class TransferEngine:
             log.warning("batch %d failed: %s", batch_id, e)
         return -2 if state == "TIMEOUT" else -1
 
+    def send_probe(self, peer_server_name):
+        """0 when the peer's engine answers (connected now, or already); else Mooncake's code:
+        ERR_METADATA (-200) for a name the metadata server does not know, ERR_SOCKET (-102)
+        for a peer that cannot be reached."""
+        if not self._ready("send_probe"):
+            return ERR_INVALID_ARGUMENT
+        try:
+            self._engine.connect(self._peer(peer_server_name), timeout=self._timeout)
+        except AlreadyConnectedError:
+            pass  # (a live session: its heartbeats would have ended it if the peer were gone)
+        except _FAILURES as e:
+            log.warning("send_probe(%r) failed: %s", peer_server_name, e)
+            unknown = self._named and isinstance(e, NotConnectedError) and "no engine named" in str(e)
+            return ERR_METADATA if unknown else ERR_SOCKET
+        return 0
+
     # ---- notifications
 
     def get_notifies(self):
@@ -452,13 +475,16 @@ class TransferEngine:
         return out
 
 
-def _etcd_url(metadata_server, metadata_type=""):
-    """xfer's etcd:// URL for a Mooncake metadata server given as "etcd://host:port[,...]" or,
-    as Mooncake reads a bare "host:port" (or metadata_type "etcd"), as etcd; None for others
-    (http://, redis://)."""
-    if metadata_server.startswith("etcd://"):
+def _metadata_url(metadata_server, metadata_type=""):
+    """xfer's metadata URL for a Mooncake metadata server: "etcd://host:port[,...]" and an HTTP
+    metadata server's "http://host:port/path" as they are; a bare "host:port" as etcd, as
+    Mooncake reads it (or metadata_type "etcd"); None for others (redis://)."""
+    scheme = metadata_server.partition("://")[0] if "://" in metadata_server else ""
+    if scheme in ("http", "https") and metadata_type in ("", "http"):
         return metadata_server
-    if "://" in metadata_server or metadata_type not in ("", "etcd") or not metadata_server:
+    if scheme == "etcd" and metadata_type in ("", "etcd"):
+        return metadata_server
+    if scheme or metadata_type not in ("", "etcd") or not metadata_server:
         return None
     return "etcd://" + metadata_server
 
