@@ -129,7 +129,7 @@ ucx_run() {
 # the file to the first of the sections below), compare_tcp.sh the section "## tcp ...",
 # compare_shm.sh "## shm ...", compare_ucx.sh "## ucx ...", compare_builds.sh "## builds ...".
 # A new script adds its name here.
-RESULTS_SECTIONS="tcp shm ucx staged small builds notify multinic python mooncake nixl checksum scale plot metrics GPU first"  # GPU, first: written by hand (bench/gpu/device_check.sh results; the first command, timed)
+RESULTS_SECTIONS="tcp shm ucx staged small builds notify multinic python mooncake nixl suites checksum scale plot metrics GPU first"  # GPU, first: written by hand (bench/gpu/device_check.sh results; the first command, timed)
 
 # results_section FILE NAME CONTENT: writes the file CONTENT into FILE as the section NAME (""
 # for the head), replacing that section from its "## NAME" line up to the next line that starts
