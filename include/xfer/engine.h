@@ -82,7 +82,8 @@ class Engine {
   // The engines that cluster metadata lists (EngineOptions::metadata), this one included:
   // those alive, or dead for less than their heartbeat timeout. From the first call on, a
   // watch keeps the list current, and calls answer from it without asking etcd (docs/
-  // cluster.md). kInvalidArgument without metadata; kNotConnected when etcd cannot be reached.
+  // cluster.md). kInvalidArgument without metadata; kNotConnected when etcd cannot be reached;
+  // kUnsupported with an HTTP metadata server (its protocol cannot list).
   Status ListPeers(std::vector<ClusterPeer>* peers);
 
   // The local buffers of a request must stay valid until it ends (sync: returns): the engine

@@ -451,13 +451,20 @@ class TransferEngine:
             return ERR_INVALID_ARGUMENT
         try:
             self._engine.connect(self._peer(peer_server_name), timeout=self._timeout)
+            return 0
         except AlreadyConnectedError:
-            pass  # (a live session: its heartbeats would have ended it if the peer were gone)
+            pass  # (a session, or a connect under way: the peer answered only if it is up)
         except _FAILURES as e:
             log.warning("send_probe(%r) failed: %s", peer_server_name, e)
+            # (The engine's words for a name its metadata service does not hold: ERR_METADATA.)
             unknown = self._named and isinstance(e, NotConnectedError) and "no engine named" in str(e)
             return ERR_METADATA if unknown else ERR_SOCKET
-        return 0
+        try:  # a live session: its heartbeats would have ended it if the peer were gone
+            self._engine.peer_info(self._peer(peer_server_name))
+            return 0
+        except XferError as e:
+            log.warning("send_probe(%r): no session yet: %s", peer_server_name, e)
+            return ERR_SOCKET
 
     # ---- notifications
 

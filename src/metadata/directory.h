@@ -29,8 +29,8 @@ class Directory {
   struct Options {
     std::string url;              // etcd://host:port[,...][/prefix] or http://host:port/path
     ClusterPeer self;             // self.name empty: look up others, publish nothing
-    std::chrono::seconds ttl{3};  // the lease (etcd may raise it to its minimum)
-    bool required = true;         // Start fails when etcd cannot be reached now
+    std::chrono::seconds ttl{3};  // etcd's lease (it may raise it to its minimum); renewed every third
+    bool required = true;         // Start fails when the service cannot be reached now
     std::function<std::vector<std::string>()> tags;  // the current region tags (any thread)
   };
   // With required, publishes before it returns (or fails saying why); otherwise the thread

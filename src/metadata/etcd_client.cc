@@ -53,7 +53,6 @@ namespace {
 
 constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-std::once_flag curl_once;
 constexpr size_t kMaxReply = 64 << 20;  // (a List of every engine's entry fits many times over)
 
 // etcd's JSON renders 64-bit integers as strings ("TTL": "5"); absent means 0.
@@ -107,7 +106,7 @@ bool Base64Decode(const std::string& text, std::string* bytes) {
 
 EtcdClient::EtcdClient(std::vector<std::string> endpoints, std::chrono::milliseconds timeout)
     : endpoints_(std::move(endpoints)), timeout_(timeout) {
-  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  CurlInit();
 }
 
 Status EtcdClient::Call(const char* path, const json& request,

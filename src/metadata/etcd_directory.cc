@@ -13,8 +13,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr auto kCallTimeout = 1000ms;  // per etcd endpoint and call
-constexpr auto kFirstRetry = 100ms;    // the watch's back-off: doubles up to 1 s
+constexpr auto kCallTimeout = 1000ms;     // per etcd endpoint and call
+constexpr auto kFirstWatchRetry = 100ms;  // the watch's back-off: doubles up to 1 s
 
 std::string UrlOf(const EtcdUrl& url) {
   std::string u = "etcd://";
@@ -144,7 +144,7 @@ Status EtcdDirectory::List(std::vector<ClusterPeer>* peers) {
 }
 
 void EtcdDirectory::Watch() {
-  auto retry = kFirstRetry;
+  auto retry = kFirstWatchRetry;
   auto apply = [this](const std::string& key, const std::string* value) {  // (view_mu_ held)
     ClusterPeer p;
     if (value != nullptr && ReadEntry(*value, &p)) {
@@ -164,7 +164,7 @@ void EtcdDirectory::Watch() {
         for (const auto& [key, value] : kvs) apply(key, &value);
         view_current_ = true;
       }
-      retry = kFirstRetry;
+      retry = kFirstWatchRetry;
       // (From the next revision on: nothing between the list and the watch is missed.)
       s = etcd_.Watch(KeyOf(""), revision + 1, [&](const EtcdClient::WatchEvent& e) {
         std::lock_guard lock(view_mu_);
@@ -176,7 +176,7 @@ void EtcdDirectory::Watch() {
       view_current_ = false;  // (ListPeers asks etcd itself until the watch runs again)
     }
     if (s.code() == StatusCode::kCanceled) return;
-    if (retry == kFirstRetry) {  // (once per outage: then it retries quietly, with back-off)
+    if (retry == kFirstWatchRetry) {  // (once per outage: then it retries quietly, with back-off)
       XLOG(INFO) << "cluster metadata: the watch of " << url_ << " ended (" << s.message()
                  << "); ListPeers asks etcd itself until it runs again";
     }

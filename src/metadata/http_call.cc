@@ -28,7 +28,7 @@ size_t Collect(char* data, size_t size, size_t n, void* out) {
 }
 
 CURL* ThreadHandle() {
-  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  CurlInit();
   thread_local std::unique_ptr<CURL, void (*)(CURL*)> curl(nullptr, curl_easy_cleanup);
   if (curl) {
     curl_easy_reset(curl.get());
@@ -71,11 +71,8 @@ Status HttpCall(const HttpRequest& request, HttpReply* reply) {
   return Status::Ok();
 }
 
-std::string UrlEscape(const std::string& text) {
+void CurlInit() {
   std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  std::unique_ptr<char, void (*)(void*)> escaped(
-      curl_easy_escape(nullptr, text.data(), static_cast<int>(text.size())), curl_free);
-  return escaped ? std::string(escaped.get()) : std::string();
 }
 
 }  // namespace xfer::metadata

@@ -29,7 +29,7 @@ struct HttpReply {
 // (kResourceExhausted: an answer over max_reply).
 Status HttpCall(const HttpRequest& request, HttpReply* reply);
 
-// text escaped for a URL's query (curl's).
-std::string UrlEscape(const std::string& text);
+// libcurl's global set-up, once per process (before any other call of it).
+void CurlInit();
 
 }  // namespace xfer::metadata

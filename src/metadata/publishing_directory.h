@@ -2,7 +2,8 @@
 // this engine's entry published. It publishes at start, renews every third of the ttl, publishes
 // again soon after the tags change, and while the service cannot be reached retries with
 // back-off (logged once per outage). A service supplies Publish and Renew, and withdraws the
-// entry in its Stop after StopPublishing.
+// entry in its Stop after StopPublishing; its destructor calls Stop (the thread calls Publish
+// and Renew: it must end before the service's part of the object goes).
 #pragma once
 
 #include <condition_variable>

@@ -21,7 +21,8 @@ using namespace std::chrono_literals;
 // replaced to play a broken or hostile server.
 class MetadataServer {
  public:
-  MetadataServer() {
+  // port 0: any free one.
+  explicit MetadataServer(int port = 0) {
     server_.Get("/metadata", [this](const httplib::Request& rq, httplib::Response& rs) {
       std::lock_guard lock(mu_);
       if (!override_body_.empty()) return rs.set_content(override_body_, "application/json");
@@ -47,7 +48,8 @@ class MetadataServer {
       rs.status = store_.erase(rq.get_param_value("key")) ? 200 : 404;
     });
     server_.set_keep_alive_timeout(1);  // (stop waits for idle connections that long)
-    port_ = server_.bind_to_any_port("127.0.0.1");
+    port_ = port == 0 ? server_.bind_to_any_port("127.0.0.1")
+                      : (server_.bind_to_port("127.0.0.1", port) ? port : -1);
     thread_ = std::thread([this] { server_.listen_after_bind(); });  // (bound: connects queue until then)
   }
   ~MetadataServer() {
@@ -103,7 +105,7 @@ class HttpMetadataTest : public ::testing::Test {
     o.metadata = server_.url();
     o.cluster_name = name;
     o.heartbeat_interval = 200ms;
-    o.heartbeat_timeout = 1500ms;  // (the entry is put again every half second)
+    o.heartbeat_timeout = 1500ms;  // (a ttl of 2 s: the entry is renewed every 667 ms)
     return o;
   }
   static std::string Key(const std::string& name) { return "xfer/engines/" + name; }
@@ -159,16 +161,40 @@ TEST_F(HttpMetadataTest, AServerThatLostItsStoreGetsTheEntryBack) {
       << "the entry was not put again after the server lost it";
 }
 
-TEST_F(HttpMetadataTest, StopLeavesANameThatAnotherEngineTookSince) {
+// Two live engines with one name: the later one keeps it (the earlier one stops putting its
+// entry back, over several renewals), and the earlier one's Finalize leaves it.
+TEST_F(HttpMetadataTest, ANameTakenByALaterEngineStaysItsThroughRenewalsAndFinalize) {
   xfer::Engine first;
   XT_ASSERT_OK(first.Initialize("127.0.0.1:0", Named("shared")));
   xfer::Engine second;
   XT_ASSERT_OK(second.Initialize("127.0.0.1:0", Named("shared")));
-  ASSERT_NE(server_.Get(Key("shared")).value_or("").find(second.LocalName()), std::string::npos);
+  auto holder = [&] {
+    const std::string entry = server_.Get(Key("shared")).value_or("");
+    return entry.find(second.LocalName()) != std::string::npos  ? "second"
+           : entry.find(first.LocalName()) != std::string::npos ? "first"
+                                                                : "nobody";
+  };
+  const auto until = Clock::now() + 2500ms;  // (three renewals and more)
+  while (Clock::now() < until) {
+    ASSERT_STREQ(holder(), "second") << "the earlier engine took the name back";
+    std::this_thread::sleep_for(20ms);
+  }
   first.Finalize();
-  const auto left = server_.Get(Key("shared"));
-  ASSERT_TRUE(left.has_value()) << "the first engine's Finalize deleted the second one's entry";
-  EXPECT_NE(left->find(second.LocalName()), std::string::npos) << *left;
+  EXPECT_STREQ(holder(), "second") << "the earlier engine's Finalize deleted the later one's entry";
+}
+
+// An engine started while the server is down (start_without_metadata) publishes once it is up.
+TEST_F(HttpMetadataTest, AnEngineThatStartedWithoutTheServerPublishesOnceItIsUp) {
+  const int port = UnusedPort();
+  xfer::EngineOptions o = Named("early");
+  o.metadata = "http://127.0.0.1:" + std::to_string(port) + "/metadata";
+  o.start_without_metadata = true;
+  xfer::Engine early;
+  XT_ASSERT_OK(early.Initialize("127.0.0.1:0", o));
+  MetadataServer late(port);
+  ASSERT_EQ(late.url(), o.metadata);
+  EXPECT_TRUE(PollUntil([&] { return late.Get(Key("early")).has_value(); }, 5s))
+      << "the entry did not appear once the server was up";
 }
 
 TEST_F(HttpMetadataTest, BadUrlsServersAndEntriesGetClearErrors) {
@@ -180,6 +206,8 @@ TEST_F(HttpMetadataTest, BadUrlsServersAndEntriesGetClearErrors) {
     return e.Initialize("127.0.0.1:0", o);
   };
   XT_EXPECT_CODE(init(server_.url() + "?key=a"), StatusCode::kInvalidArgument);  // the key goes there
+  XT_EXPECT_CODE(init(server_.url() + "?"), StatusCode::kInvalidArgument);
+  XT_EXPECT_CODE(init(server_.url() + "#x"), StatusCode::kInvalidArgument);      // (it would hide the key)
   XT_EXPECT_CODE(init("http://a host/metadata"), StatusCode::kInvalidArgument);  // not a URL
   const xfer::Status unreachable = init("http://127.0.0.1:" + std::to_string(UnusedPort()) + "/metadata");
   EXPECT_EQ(unreachable.code(), StatusCode::kNotConnected) << unreachable.ToString();
@@ -187,11 +215,14 @@ TEST_F(HttpMetadataTest, BadUrlsServersAndEntriesGetClearErrors) {
 
   // An entry that is not an engine's, and a server whose answers never end: clear errors.
   server_.Set(Key("junk"), "{\"not\": \"an entry\"}");
+  server_.Set(Key("alias"), "{\"name\":\"other\",\"address\":\"127.0.0.1:1\",\"incarnation\":1}");
   xfer::Engine e;
   XT_ASSERT_OK(e.Initialize("127.0.0.1:0", Named("e")));
   const xfer::Status junk = e.Connect("junk", 2s);
   EXPECT_EQ(junk.code(), StatusCode::kInternal) << junk.ToString();
   EXPECT_NE(junk.message().find("not an xfer engine's"), std::string::npos) << junk.message();
+  const xfer::Status alias = e.Connect("alias", 2s);  // (an entry of another name)
+  EXPECT_EQ(alias.code(), StatusCode::kInternal) << alias.ToString();
   server_.AnswerEveryGetWith(std::string(8 << 20, 'x'));
   const xfer::Status huge = e.Connect("anyone", 2s);
   EXPECT_EQ(huge.code(), StatusCode::kResourceExhausted) << huge.ToString();

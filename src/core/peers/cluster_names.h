@@ -1,6 +1,7 @@
-// Cluster metadata (docs/cluster.md): this engine's entry in etcd, and other engines' cluster
-// names turned into the addresses the rest of the engine knows peers by. Only Connect looks a
-// name up in etcd; the data path uses the address it found, so it never waits for etcd.
+// Cluster metadata (docs/cluster.md): this engine's entry in the metadata service (etcd, or an
+// HTTP metadata server), and other engines' cluster names turned into the addresses the rest of
+// the engine knows peers by. Only Connect looks a name up there; the data path uses the address
+// it found, so it never waits for the service.
 #pragma once
 
 #include <functional>
@@ -27,7 +28,7 @@ class ClusterNames {
   void Stop();
   // Whether remote is to be read as a cluster name (metadata is on, and it is no host:port).
   bool IsName(const std::string& remote) const { return directory_ && metadata::IsClusterName(remote); }
-  // The entry of the engine of that name (address, incarnation), looked up afresh in etcd.
+  // The entry of the engine of that name (address, incarnation), looked up afresh.
   Status Resolve(const std::string& name, ClusterPeer* entry);
   // Transfers by that name go to address from now on: once a Connect to it succeeded (a failed
   // one, to an address a rogue entry named, leaves the name with the engine it had).

@@ -158,7 +158,7 @@ Status PeerService::Connect(const std::string& remote, std::chrono::milliseconds
 }
 
 Status PeerService::ConnectByName(const std::string& name, std::chrono::milliseconds timeout) {
-  // (The lookup takes up to a second per etcd endpoint; Connect gets what is left of timeout.)
+  // (The lookup takes up to a second per metadata endpoint; Connect gets what is left of timeout.)
   const auto deadline = DeadlineAfter(timeout);
   ClusterPeer entry;
   if (Status s = names_.Resolve(name, &entry); !s.ok()) {
@@ -167,7 +167,8 @@ Status PeerService::ConnectByName(const std::string& name, std::chrono::millisec
   }
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   if (left.count() <= 0) {
-    return {StatusCode::kTimeout, "Connect: looking '" + name + "' up in etcd took the whole timeout"};
+    return {StatusCode::kTimeout,
+            "Connect: looking '" + name + "' up in the cluster metadata took the whole timeout"};
   }
   Status s = Connect(entry.address, left);
   if (!s.ok() && s.code() != StatusCode::kAlreadyConnected) return s;
@@ -179,7 +180,7 @@ Status PeerService::ConnectByName(const std::string& name, std::chrono::millisec
   if (!Lookup(entry.address, &peer) || peer.state->info.incarnation != entry.incarnation) {
     if (s.ok()) {
       s = {StatusCode::kRemoteAccessDenied,
-           "Connect: the etcd entry of '" + name + "' names " + entry.address +
+           "Connect: the cluster metadata entry of '" + name + "' names " + entry.address +
                ", where another engine answers (not the entry's incarnation): "
                "the name is not taken"};
       XLOG(WARN) << s.message();
