@@ -154,14 +154,15 @@ results_plot() {
 }
 
 # peer_venv DIR MODULE PACKAGE: a virtual environment in DIR (it sees Debian's packages, e.g.
-# numpy) with a peer's released wheel PACKAGE from PyPI, installed unless MODULE imports
-# already; prints PACKAGE's version. (The differential checks against Mooncake and NIXL.)
+# numpy) with a peer's released wheel PACKAGE from PyPI (a name, or name==version), installed
+# unless MODULE imports already; prints the version installed. (The differential checks against
+# Mooncake and NIXL.)
 peer_venv() {
   local dir=$1 module=$2 package=$3
   [ -x "$dir/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$dir"
   "$dir/bin/python" -c "import $module" 2>/dev/null ||
     "$dir/bin/python" -m pip install -q --disable-pip-version-check "$package" >&2 || return 1
-  "$dir/bin/python" -m pip show "$package" 2>/dev/null | awk '/^Version/ { print $2 }'
+  "$dir/bin/python" -m pip show "${package%%==*}" 2>/dev/null | awk '/^Version/ { print $2 }'
 }
 
 # rotate ROUNDS NAME...: calls the script's `run NAME ROUND` for every name in every round, in

@@ -1,6 +1,7 @@
 """Runs one unittest file (a peer's test script, unedited, in its own directory) as its
-`unittest.main()` would, and writes one line per test to RESULTS: "<test> ok" or "<test> FAIL"
-(a failure, an error, or a test that never ran because its class's set-up failed). For
+`unittest.main()` would, and writes one line per test to RESULTS: "<Class.test> ok", "skip", or
+"FAIL" (a failure, an error, an expected failure, or a test that never ran because its
+class's set-up failed). For
 bench/peer_suites.sh: the runner's own report goes to stderr, mixed with the tests' logging.
     python bench/unittest_results.py TEST_FILE RESULTS
 """
@@ -22,11 +23,15 @@ def tests_of(suite):
 class Recorder(unittest.TextTestResult):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.passed = set()
+        self.outcome = {}  # test id -> "ok" or "skip"
 
     def addSuccess(self, test):
         super().addSuccess(test)
-        self.passed.add(test.id())
+        self.outcome[test.id()] = "ok"
+
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason)
+        self.outcome[test.id()] = "skip"
 
 
 def main():
@@ -41,7 +46,7 @@ def main():
     result = unittest.TextTestRunner(verbosity=2, resultclass=Recorder).run(suite)
     with open(out, "w") as f:
         for name in names:
-            f.write(f"{name.rpartition('.')[2]} {'ok' if name in result.passed else 'FAIL'}\n")
+            f.write(f"{'.'.join(name.split('.')[-2:])} {result.outcome.get(name, 'FAIL')}\n")
     return 0 if result.wasSuccessful() else 1
 
 

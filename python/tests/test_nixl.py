@@ -115,7 +115,8 @@ def test_a_prepped_handle_posted_again_moves_the_data_of_the_moment():
     local = d.prep_xfer_dlist("", d.get_xfer_descs(blocks(room), "DRAM"))
     remote = d.prep_xfer_dlist("P", d.get_xfer_descs(blocks(kv), "DRAM"))
     h = d.make_prepped_xfer("READ", local, np.arange(8), remote, np.arange(8, 16))
-    assert h.prepared is not None, "the handle does not use the engine's prepared lists"
+    xfer = d.agent._xfer(h._handle)  # (the low-level agent's transfer behind the handle)
+    assert xfer.prepared is not None, "the handle does not use the engine's prepared lists"
     for value in (3, 4, 5):
         kv[8 * BLOCK:16 * BLOCK] = value
         d.transfer(h)
@@ -123,7 +124,7 @@ def test_a_prepped_handle_posted_again_moves_the_data_of_the_moment():
         assert (room[:8 * BLOCK] == value).all()
     p.close()
     deadline = time.monotonic() + 30
-    while h.prepared is not None:  # (until D has seen P leave: a posting fails, or completes)
+    while xfer.prepared is not None:  # (until D has seen P leave: a posting fails, or completes)
         assert time.monotonic() < deadline, "a list of a dead session is still used"
         try:
             d.transfer(h)
@@ -164,7 +165,9 @@ def test_descriptor_forms_are_read_as_nixl_reads_them():
     assert a.get_xfer_descs(t[::2]) is None  # not contiguous
     arr = np.array([[0x1000, 64, 0], [0x2000, 64, 0]])
     assert a.get_xfer_descs(arr, "DRAM") == a.get_xfer_descs([(0x1000, 64, 0), (0x2000, 64, 0)], "DRAM")
-    assert a.get_xfer_descs(arr, "SSD") is None and a.get_xfer_descs([(1, 2)], "DRAM") is None
+    with pytest.raises(KeyError):  # (an unknown memory type, as NIXL)
+        a.get_xfer_descs(arr, "SSD")
+    assert a.get_xfer_descs([(1, 2)], "DRAM") is None and a.get_xfer_descs(arr) is None
     reg = a.get_reg_descs([(0x1000, 64, 0, "meta")], "DRAM", is_sorted=True)
     assert reg.trim() == a.get_xfer_descs([(0x1000, 64, 0)], "DRAM")
     assert pickle.loads(a.get_serialized_descs(reg)) == reg == a.deserialize_descs(pickle.dumps(reg))
@@ -218,10 +221,11 @@ def test_connection_partial_metadata_memory_queries_and_cost_estimates():
     assert not d.check_remote_metadata("P", later_descs)
     p.register_memory([(later.ctypes.data, BLOCK, 0, "")], "DRAM")
     wait_for(lambda: d.check_remote_metadata("P", later_descs))
-    # Partial metadata is the whole metadata (a peer sees every region); loaded as NIXL's is.
+    # Partial metadata gives only its descriptors (test_nixl_bindings.py has more).
     q = nixl_agent("Q")
-    assert q.add_remote_agent(p.get_partial_agent_metadata(inside, True, ["UCX"])) == b"P"
-    assert q.check_remote_metadata("P", inside)
+    inside_reg = p.get_reg_descs([(kv.ctypes.data + 3 * BLOCK, 2 * BLOCK, 0, "")], "DRAM")
+    assert q.add_remote_agent(p.get_partial_agent_metadata(inside_reg, True, ["UCX"])) == b"P"
+    assert q.check_remote_metadata("P", inside) and not q.check_remote_metadata("P", later_descs)
     # Memory backends do not answer query_memory (NIXL's UCX neither); unknown backends: ValueError.
     with pytest.raises(nixl.nixlNotSupportedError):
         d.query_memory([(room.ctypes.data, BLOCK, 0, "")], "UCX", "DRAM")
@@ -258,7 +262,8 @@ def test_a_peer_that_goes_away_then_comes_back():
 
 
 def test_install_makes_nixls_own_imports_load_xfer_nixl():
-    saved = {k: sys.modules.get(k) for k in ("nixl", "nixl._api", "nixl._bindings")}
+    saved = {k: sys.modules.get(k) for k in ("nixl", "nixl._api", "nixl._bindings", "nixl._utils",
+                                              "nixl.logging")}
     try:
         nixl.install()
         # What vLLM's connector and SGLang's backend import.
@@ -268,6 +273,14 @@ def test_install_makes_nixls_own_imports_load_xfer_nixl():
         assert agent_type is nixl_agent and nixlXferDList is nixl.nixlXferDList
         assert issubclass(nixlRemoteDisconnectError, Exception)
         assert "np" not in dir(sys.modules["nixl"])  # (only NIXL's names)
+        # What NIXL's own tests and examples import.
+        import nixl._bindings as bindings
+        import nixl._utils as utils
+        from nixl.logging import get_logger
+        assert bindings.nixlAgent is nixl.nixlAgent and utils.malloc_passthru is nixl.malloc_passthru
+        assert get_logger("_x").name == "nixl.x"
+        import nixl as top
+        assert top.nixl_thread_sync_t is nixl_thread_sync_t  # (_api's, as NIXL's package has it)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -282,7 +295,7 @@ def test_configs_of_vllm_and_sglang():
     assert list(a.backends) == ["UCX"]
     # SGLang: no backend in the config, then create_backend by name after get_plugin_list.
     b = nixl_agent("sglang", nixl_agent_config(backends=[], num_threads=8,
-                                               sync_mode=nixl.NIXL_THREAD_SYNC_STRICT))
+                                               sync_mode=nixl.nixl_thread_sync_t.NIXL_THREAD_SYNC_STRICT))
     assert b.backends == {} and "UCX" in b.get_plugin_list()
     b.create_backend("UCX", {"num_threads": "8"})
     assert list(b.backends) == ["UCX"] and b.name == "sglang"
@@ -320,8 +333,9 @@ def test_releasing_a_running_transfer_waits_until_it_stopped():
     for _ in range(5):
         h = d.make_prepped_xfer("READ", local, np.arange(256), remote, np.arange(256))
         d.transfer(h)
+        xfer = d.agent._xfer(h._handle)
         d.release_xfer_handle(h)  # (at once: it may still be running)
-        assert h.request.done(), "released while its bytes may still move"
+        assert xfer.request.done(), "released while its bytes may still move"
         with pytest.raises(nixl.nixlInvalidParamError):
             d.check_xfer_state(h)
 

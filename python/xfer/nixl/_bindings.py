@@ -1,26 +1,42 @@
-"""NIXL's nixl._bindings, as much as agent code touches: descriptor lists, exceptions, telemetry
-and constants. The agent itself is in _api."""
+"""NIXL's nixl._bindings (a C++ extension in NIXL): the enums and constants, the exceptions, the
+descriptor lists, and the low-level agent (nixlAgent, nixlAgentConfig; in _agent) that
+nixl._api.nixl_agent is built on."""
 
+import datetime
 import enum
 
 import numpy as np
 
 NIXL_INIT_AGENT = ""
 DEFAULT_COMM_PORT = 8888
+# prep_mem_view needs UCX's GPU device API; xfer.nixl has no such path (nixlAgent.prepMemView).
+HAVE_UCX_GPU_DEVICE_API = False
 
 __all__ = [
-    "NIXL_INIT_AGENT", "DEFAULT_COMM_PORT", "nixl_mem_t", "DRAM_SEG", "VRAM_SEG", "BLK_SEG",
-    "OBJ_SEG", "FILE_SEG", "nixl_xfer_op_t", "NIXL_READ", "NIXL_WRITE", "nixl_thread_sync_t",
-    "NIXL_THREAD_SYNC_NONE", "NIXL_THREAD_SYNC_STRICT", "NIXL_THREAD_SYNC_RW",
-    "NIXL_THREAD_SYNC_DEFAULT", "nixlNotPostedError", "nixlInvalidParamError",
+    "NIXL_INIT_AGENT", "DEFAULT_COMM_PORT", "HAVE_UCX_GPU_DEVICE_API", "nixl_mem_t", "DRAM_SEG",
+    "VRAM_SEG", "BLK_SEG", "OBJ_SEG", "FILE_SEG", "nixl_xfer_op_t", "NIXL_READ", "NIXL_WRITE",
+    "nixl_thread_sync_t", "NIXL_THREAD_SYNC_NONE", "NIXL_THREAD_SYNC_STRICT", "NIXL_THREAD_SYNC_RW",
+    "NIXL_THREAD_SYNC_DEFAULT", "nixl_status_t", "NIXL_IN_PROG", "NIXL_SUCCESS", "NIXL_ERR_NOT_POSTED",
+    "NIXL_ERR_INVALID_PARAM", "NIXL_ERR_BACKEND", "NIXL_ERR_NOT_FOUND", "NIXL_ERR_MISMATCH",
+    "NIXL_ERR_NOT_ALLOWED", "NIXL_ERR_REPOST_ACTIVE", "NIXL_ERR_UNKNOWN", "NIXL_ERR_NOT_SUPPORTED",
+    "NIXL_ERR_REMOTE_DISCONNECT", "NIXL_ERR_CANCELED", "NIXL_ERR_NO_TELEMETRY", "nixl_cost_t",
+    "NIXL_COST_ANALYTICAL_BACKEND", "nixlNotPostedError", "nixlInvalidParamError",
     "nixlBackendError", "nixlNotFoundError", "nixlMismatchError", "nixlNotAllowedError",
     "nixlRepostActiveError", "nixlUnknownError", "nixlNotSupportedError",
     "nixlRemoteDisconnectError", "nixlCancelledError", "nixlNoTelemetryError",
-    "nixlXferDList", "nixlRegDList", "nixlXferTelemetry",
+    "nixlXferDList", "nixlRegDList", "nixlRemoteDList", "nixlXferTelemetry", "nixlAgentConfig",
+    "nixlAgent",
 ]
 
 
-class nixl_mem_t(enum.IntEnum):
+class _Enum(enum.IntEnum):
+    """As NIXL's (pybind11) enums: equal to and hashed as their integer; str() names the type and
+    the member (an IntEnum's str() would be the bare number)."""
+
+    __str__ = enum.Enum.__str__
+
+
+class nixl_mem_t(_Enum):
     DRAM_SEG = 0
     VRAM_SEG = 1
     BLK_SEG = 2
@@ -31,7 +47,7 @@ class nixl_mem_t(enum.IntEnum):
 DRAM_SEG, VRAM_SEG, BLK_SEG, OBJ_SEG, FILE_SEG = nixl_mem_t
 
 
-class nixl_xfer_op_t(enum.IntEnum):
+class nixl_xfer_op_t(_Enum):
     NIXL_READ = 0
     NIXL_WRITE = 1
 
@@ -39,17 +55,51 @@ class nixl_xfer_op_t(enum.IntEnum):
 NIXL_READ, NIXL_WRITE = nixl_xfer_op_t
 
 
-class nixl_thread_sync_t(enum.IntEnum):
-    """Accepted (nixl_agent_config's sync_mode) and not needed: an xfer.nixl agent is safe to
-    call from several threads."""
+class nixl_thread_sync_t(_Enum):
+    """nixlAgentConfig.syncMode. Checked and kept, not needed: an xfer.nixl agent is safe to call
+    from several threads whatever the mode. DEFAULT is NONE (as in NIXL)."""
 
     NIXL_THREAD_SYNC_NONE = 0
     NIXL_THREAD_SYNC_STRICT = 1
     NIXL_THREAD_SYNC_RW = 2
-    NIXL_THREAD_SYNC_DEFAULT = 3
+    NIXL_THREAD_SYNC_DEFAULT = 0
 
 
-NIXL_THREAD_SYNC_NONE, NIXL_THREAD_SYNC_STRICT, NIXL_THREAD_SYNC_RW, NIXL_THREAD_SYNC_DEFAULT = nixl_thread_sync_t
+NIXL_THREAD_SYNC_NONE = nixl_thread_sync_t.NIXL_THREAD_SYNC_NONE
+NIXL_THREAD_SYNC_STRICT = nixl_thread_sync_t.NIXL_THREAD_SYNC_STRICT
+NIXL_THREAD_SYNC_RW = nixl_thread_sync_t.NIXL_THREAD_SYNC_RW
+NIXL_THREAD_SYNC_DEFAULT = nixl_thread_sync_t.NIXL_THREAD_SYNC_DEFAULT
+
+
+class nixl_status_t(_Enum):
+    """What nixlAgent's methods return (errors are raised as the exceptions below instead)."""
+
+    NIXL_IN_PROG = 1
+    NIXL_SUCCESS = 0
+    NIXL_ERR_NOT_POSTED = -1
+    NIXL_ERR_INVALID_PARAM = -2
+    NIXL_ERR_BACKEND = -3
+    NIXL_ERR_NOT_FOUND = -4
+    NIXL_ERR_MISMATCH = -5
+    NIXL_ERR_NOT_ALLOWED = -6
+    NIXL_ERR_REPOST_ACTIVE = -7
+    NIXL_ERR_UNKNOWN = -8
+    NIXL_ERR_NOT_SUPPORTED = -9
+    NIXL_ERR_REMOTE_DISCONNECT = -10
+    NIXL_ERR_CANCELED = -11
+    NIXL_ERR_NO_TELEMETRY = -12
+
+
+(NIXL_IN_PROG, NIXL_SUCCESS, NIXL_ERR_NOT_POSTED, NIXL_ERR_INVALID_PARAM, NIXL_ERR_BACKEND,
+ NIXL_ERR_NOT_FOUND, NIXL_ERR_MISMATCH, NIXL_ERR_NOT_ALLOWED, NIXL_ERR_REPOST_ACTIVE, NIXL_ERR_UNKNOWN,
+ NIXL_ERR_NOT_SUPPORTED, NIXL_ERR_REMOTE_DISCONNECT, NIXL_ERR_CANCELED, NIXL_ERR_NO_TELEMETRY) = nixl_status_t
+
+
+class nixl_cost_t(_Enum):
+    NIXL_COST_ANALYTICAL_BACKEND = 0
+
+
+NIXL_COST_ANALYTICAL_BACKEND = nixl_cost_t.NIXL_COST_ANALYTICAL_BACKEND
 
 
 # ---------------------------------------------------------------- exceptions
@@ -82,6 +132,14 @@ nixlRemoteDisconnectError = _error("nixlRemoteDisconnectError", "NIXL_ERR_REMOTE
 nixlCancelledError = _error("nixlCancelledError", "NIXL_ERR_CANCELED")
 nixlNoTelemetryError = _error("nixlNoTelemetryError", "NIXL_ERR_NO_TELEMETRY")
 
+_BY_STATUS = {cls.status: cls for cls in _NixlError.__subclasses__()}
+
+
+def error_for(status, reason=""):
+    """The exception NIXL raises for a status (an nixl_status_t, or its name)."""
+    name = status.name if isinstance(status, nixl_status_t) else str(status)
+    return _BY_STATUS.get(name, nixlUnknownError)(reason)
+
 
 # ---------------------------------------------------------------- descriptor lists
 def _mem(t):
@@ -112,7 +170,9 @@ class _DList:
         self._metas = [_meta(t[3]) for t in descs] if self._width == 4 else [b""] * len(descs)
 
     def _check(self, t):
-        if not isinstance(t, tuple) or len(t) != self._width:
+        if not isinstance(t, tuple):
+            raise TypeError(f"each descriptor is a tuple, not {type(t).__name__}")
+        if len(t) != self._width:
             raise ValueError(f"a descriptor here is a {self._width}-tuple, not {t!r}")
 
     def __bool__(self):
@@ -202,6 +262,17 @@ class nixlRegDList(_DList):
         return out
 
 
+class nixlRemoteDList(_DList):
+    """Descriptors of other agents' memory: (addr, len, devId, agent name); prep_mem_view's input
+    (which xfer.nixl does not offer: see nixlAgent.prepMemView)."""
+
+    _width = 4
+
+    def __getitem__(self, i):
+        addr, length, dev, name = super().__getitem__(i)
+        return addr, length, dev, name.decode()
+
+
 class nixlXferTelemetry:
     """A transfer's times (µs) and size, as get_xfer_telemetry gives them."""
 
@@ -216,3 +287,28 @@ class nixlXferTelemetry:
         return (f"nixlXferTelemetry(startTime={self.startTime}, postDuration={self.postDuration}, "
                 f"xferDuration={self.xferDuration}, totalBytes={self.totalBytes}, "
                 f"descCount={self.descCount})")
+
+
+class nixlAgentConfig:
+    """The low-level agent's options (NIXL's nixlAgentConfig, positional order included).
+    listenPort: where the metadata listener listens when useListenThread (0: a free port).
+    useProgThread, pthrDelay, lthrDelay and etcdWatchTimeout are kept for NIXL code and not
+    needed: xfer's engine runs its own threads."""
+
+    def __init__(self, useProgThread=False, useListenThread=False, listenPort=DEFAULT_COMM_PORT,
+                 syncMode=NIXL_THREAD_SYNC_DEFAULT, num_workers=1, pthrDelay=0, lthrDelay=100000,
+                 captureTelemetry=False, etcdWatchTimeout=datetime.timedelta(seconds=5)):
+        self.useProgThread = useProgThread
+        self.useListenThread = useListenThread
+        self.listenPort = listenPort
+        self.syncMode = syncMode
+        self.pthrDelay = pthrDelay
+        self.lthrDelay = lthrDelay
+        self.captureTelemetry = captureTelemetry
+        self.etcdWatchTimeout = etcdWatchTimeout
+
+    def __repr__(self):
+        return f"nixlAgentConfig({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
+
+
+from ._agent import nixlAgent  # noqa: E402  (it uses the names above)

@@ -30,8 +30,8 @@ FailedNotif = collections.namedtuple("FailedNotif", "message outcome landed")
 
 class Message(bytes, enum.Enum):
     NOTIF = b"N"     # NIXL code's notification
-    METADATA = b"M"  # the sender's metadata: remember its name and address
-    ASK = b"A"       # answer with METADATA
+    METADATA = b"M"  # the sender's metadata (whole or partial): load it
+    ASK = b"A"       # answer with METADATA: the metadata served under the label in the payload
     FORGET = b"F"    # forget the sender
 
 
@@ -75,13 +75,24 @@ def host_address():
 
 
 class Agents:
-    """The agents this one knows (name -> engine address), and a thread that takes the
-    engine's notifications as they come: metadata at once, NIXL code's kept for the taking."""
+    """The agents this one knows (name -> engine address, and the memory of theirs whose
+    metadata came), and a thread that takes the engine's notifications as they come: metadata at
+    once, NIXL code's kept for the taking.
+
+    Metadata (get_agent_metadata's bytes): MAGIC, then JSON {"name", "address", "regions"}.
+    regions: null in whole metadata (every region the agent registers, now or later, as xfer's
+    engine gives a peer); a list of [addr, len] in partial metadata (only those: NIXL refuses
+    descriptors outside the partial metadata it was sent, and so does this agent). address is
+    left out of partial metadata sent without connection info: it then adds to an agent known
+    already. Labels: metadata served to agents that ask (ASK) under a label (etcd's flow)."""
 
     def __init__(self, engine, name):
         self._engine, self._name = engine, name
         self._lock = threading.Lock()
         self._by_name = {}
+        self._exposed = {}  # name -> None (whole metadata loaded) or [(addr, len)] (partial only)
+        self._served = {}   # label -> metadata bytes, for ASK
+        self._waiting = {}  # label -> {address}: asked before the label was served
         self._inbox = {}
         self._failed = {}
         self._stop = threading.Event()
@@ -93,47 +104,75 @@ class Agents:
         if threading.current_thread() is not self._thread:  # (a collection on this thread)
             self._thread.join()
 
-    def metadata(self):
-        return MAGIC + json.dumps({"name": self._name, "address": self._engine.name}).encode()
+    def metadata(self, regions=None, with_address=True):
+        """This agent's metadata: whole (regions None), or partial: regions [(addr, len)]."""
+        md = {"name": self._name, "regions": None if regions is None else [list(r) for r in regions]}
+        if with_address or regions is None:
+            md["address"] = self._engine.name
+        return MAGIC + json.dumps(md).encode()
 
     def load(self, metadata):
-        """Remembers the agent whose metadata this is, connects to it; returns its name."""
-        try:
-            md = json.loads(bytes(metadata)[len(MAGIC):]) if bytes(metadata).startswith(MAGIC) else None
-            name, address = md["name"], md["address"]
-            if not isinstance(name, str) or not isinstance(address, str):
-                md = None
-        except (ValueError, TypeError, KeyError):
-            md = None
-        if md is None:
-            raise ValueError("not the metadata of an xfer.nixl agent (get_agent_metadata)")
+        """Remembers the agent whose metadata this is, connects to it; returns its name.
+        ValueError: not metadata; KeyError: partial metadata without connection info from an
+        agent not known yet."""
+        name, address, regions = _parse(metadata)
+        if address is None:
+            address = self.address(name)
+            if address is None:
+                raise KeyError(f"partial metadata of agent {name!r} has no connection info, and "
+                               "no metadata of that agent was loaded before")
         self.connect(address)
         with self._lock:
+            # (metadata adds to what came before from the same agent; an agent at another
+            # address is another instance of it: what came before is forgotten)
+            prior = self._exposed.get(name, []) if self._by_name.get(name) == address else []
             self._by_name[name] = address
+            self._exposed[name] = None if regions is None or prior is None else prior + regions
         return name
+
+    def exposed(self, name):
+        """None: every region of the agent is known (whole metadata); else the [(addr, len)]
+        its partial metadata gave."""
+        with self._lock:
+            regions = self._exposed.get(name)
+            return None if regions is None else list(regions)
+
+    def serve(self, label, metadata):
+        """Serves metadata under label to the agents that ask (those waiting for it included)."""
+        with self._lock:
+            self._served[label] = metadata
+            waiting = self._waiting.pop(label, set())
+        for address in waiting:
+            self._answer(address, label)
 
     def remember(self, name, address):
         """An agent found elsewhere (etcd), connected already."""
         with self._lock:
             self._by_name[name] = address
+            self._exposed[name] = None
 
     def address(self, name):
         with self._lock:
             return self._by_name.get(name)
 
     def forget(self, name):
+        """Forgets the agent and disconnects; False when it was not known."""
         with self._lock:
             address = self._by_name.pop(name, None)
+            self._exposed.pop(name, None)
         if address is not None:
             try:
                 self._engine.disconnect(address)
             except XferError:
                 pass  # (not connected, or gone: nothing to undo)
+        return address is not None
 
-    def tell(self, address, kind):
-        """Sends the agent at address a frame of kind (our metadata with METADATA)."""
+    def tell(self, address, kind, payload=None):
+        """Sends the agent at address a frame of kind; METADATA's payload: our whole metadata
+        unless given."""
         self.connect(address)
-        payload = self.metadata() if kind == Message.METADATA else b""
+        if payload is None:
+            payload = self.metadata() if kind == Message.METADATA else b""
         self._engine.send_notify(address, frame(kind, self._name, payload))
 
     def tell_all(self, kind):
@@ -198,14 +237,41 @@ class Agents:
         elif kind == Message.METADATA:
             try:
                 self.load(payload)
-            except (ValueError, XferError) as e:
+            except (ValueError, KeyError, XferError) as e:
                 log.warning("xfer.nixl: metadata from %s not loaded: %s", n.sender, e)
         elif kind == Message.ASK:
-            try:
-                self.tell(n.sender, Message.METADATA)
-            except XferError as e:
-                log.warning("xfer.nixl: could not answer %s's request for metadata: %s", sender, e)
+            self._answer(n.sender, payload.decode(errors="replace"))
         elif kind == Message.FORGET:
             with self._lock:
                 if self._by_name.get(sender) == n.sender:
                     del self._by_name[sender]
+                    self._exposed.pop(sender, None)
+
+    def _answer(self, address, label):
+        """Sends the metadata served under label (no label: the whole metadata) to address; a
+        label not served yet is answered once it is."""
+        with self._lock:
+            metadata = self._served.get(label)
+            if metadata is None and label:
+                self._waiting.setdefault(label, set()).add(address)
+                return
+        try:
+            self.tell(address, Message.METADATA, metadata)
+        except XferError as e:
+            log.warning("xfer.nixl: could not answer %s's request for metadata: %s", address, e)
+
+
+def _parse(metadata):
+    """(name, address or None, regions or None) of get_agent_metadata's bytes; ValueError when
+    they are not an xfer.nixl agent's metadata."""
+    try:
+        data = bytes(metadata)
+        md = json.loads(data[len(MAGIC):]) if data.startswith(MAGIC) else None
+        name, address, regions = md["name"], md.get("address"), md.get("regions")
+        if regions is not None:
+            regions = [(int(a), int(n)) for a, n in regions]
+        if isinstance(name, str) and name and (address is None or isinstance(address, str)):
+            return name, address, regions
+    except (ValueError, TypeError, KeyError, AttributeError):
+        pass
+    raise ValueError("not the metadata of an xfer.nixl agent (get_agent_metadata)")
