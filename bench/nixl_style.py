@@ -93,7 +93,8 @@ def run_size(agent, impl, pool, remote_addr, size, count, nbytes):
     remote = agent.prep_xfer_dlist("target", agent.get_xfer_descs(remote_rows.astype(np.int64), "DRAM"))
     ids = np.arange(n)
     if impl == "direct":  # the same READ through the agent's engine, posted and polled alike
-        engine, peer = agent._engine, agent._agents.address("target")
+        low = agent.agent  # (the low-level nixlAgent: its engine, and the target agent's address)
+        engine, peer = low._engine, low._agents.address("target")
 
         def one():
             r = engine.read_async(peer, local=local_rows[:, 0], remote=remote_rows[:, 0], length=size)
