@@ -85,6 +85,67 @@ TEST(ServePool, BusyConnectionsCannotStarveTheOthersWhenEveryThreadServes) {
   pool.Stop();
 }
 
+// Serves as the tcp target serves a frame: it keeps its thread until the whole frame (16 bytes)
+// came, however slowly, and yields to nobody meanwhile.
+ServePool::Next ServeFrames(Conn& c) {
+  char buf[16];
+  size_t got = 0;
+  while (got < sizeof buf) {
+    const ssize_t n = ::recv(c.here, buf + got, sizeof buf - got, 0);
+    if (n <= 0) {
+      ::close(c.here);
+      return ServePool::Next::kDone;
+    }
+    got += static_cast<size_t>(n);
+  }
+  c.bytes += static_cast<int>(got);
+  return ServePool::Next::kIdle;
+}
+
+TEST(ServePool, APeerWhoseFramesTrickleHoldsOnlyItsShareOfTheThreads) {
+  // Four threads; one peer's eight connections each trickle a frame a byte every 20 ms (each
+  // would hold a thread for 300 ms and more), another peer's frame comes whole: it is served
+  // at once, on a thread the first peer could not take (its share: two of four).
+  ServePool pool([&](void* c) { return ServeFrames(*static_cast<Conn*>(c)); }, 4, 1000ms);
+  ASSERT_TRUE(pool.Start().ok());
+  std::vector<std::unique_ptr<Conn>> trickling;
+  for (int i = 0; i < 8; ++i) {
+    trickling.push_back(std::make_unique<Conn>());
+    ASSERT_TRUE(pool.Add(trickling.back()->here, trickling.back().get(), 1).ok());
+  }
+  Conn whole;
+  ASSERT_TRUE(pool.Add(whole.here, &whole, 2).ok());
+  std::atomic<bool> stop{false};
+  std::thread trickler([&] {
+    while (!stop.load()) {
+      for (auto& c : trickling) (void)!::write(c->there, "t", 1);
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  std::this_thread::sleep_for(150ms);  // (the trickling frames hold their threads now)
+  ASSERT_EQ(::write(whole.there, "0123456789abcdef", 16), 16);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (whole.bytes.load() == 0 && std::chrono::steady_clock::now() - t0 < 3s)
+    std::this_thread::sleep_for(1ms);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(whole.bytes.load(), 16);
+  EXPECT_LT(waited, 100ms) << "a whole frame waited behind another peer's trickling ones";
+  EXPECT_LE(pool.threads(), 4u);
+  auto trickled = [&] {
+    int n = 0;
+    for (auto& c : trickling) n += c->bytes.load();
+    return n;
+  };
+  while (trickled() < 4 * 16 && std::chrono::steady_clock::now() - t0 < 5s) std::this_thread::sleep_for(10ms);
+  EXPECT_GE(trickled(), 4 * 16) << "the trickling peer's frames were not served";
+  stop.store(true);
+  trickler.join();
+  for (auto& c : trickling) ::shutdown(c->there, SHUT_RDWR);
+  ::shutdown(whole.there, SHUT_RDWR);
+  std::this_thread::sleep_for(200ms);  // (each serve sees the end and closes its side)
+  pool.Stop();
+}
+
 TEST(ServePool, IdleConnectionsHoldNoThreadAndIdleThreadsEnd) {
   ServePool* self = nullptr;
   ServePool pool([&](void* c) { return ServeLikeTcp(*self, *static_cast<Conn*>(c)); }, 64, 200ms);

@@ -16,6 +16,13 @@ namespace xfer::net {
 
 namespace {
 constexpr uint32_t kArmed = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+// The group of the connection this thread serves (Saturated: a serve asks about its own).
+thread_local const std::atomic<bool>* serving_crowded = nullptr;
+}  // namespace
+
+bool ServePool::Saturated() const {
+  return saturated_.load(std::memory_order_relaxed) ||
+         (serving_crowded != nullptr && serving_crowded->load(std::memory_order_relaxed));
 }
 
 Status ServePool::Start() {
@@ -34,8 +41,8 @@ Status ServePool::Start() {
   return threads_.load() > 0 ? Status::Ok() : Status{StatusCode::kResourceExhausted, "serve pool: no thread"};
 }
 
-Status ServePool::Add(int fd, void* conn) {
-  auto owned = std::make_unique<Entry>(Entry{fd, conn});
+Status ServePool::Add(int fd, void* conn, uint64_t group) {
+  auto owned = std::make_unique<Entry>(Entry{fd, conn, group});
   Entry* e = owned.get();
   {
     std::lock_guard lock(entries_mu_);
@@ -100,21 +107,63 @@ void ServePool::Recount() {
   saturated_.store(waiting_ == 0 && live >= std::min(max_threads_, spawnable_), std::memory_order_relaxed);
 }
 
+size_t ServePool::Share() const {
+  // (One share more than there are groups stays free: a group that comes finds threads for
+  // its connections at once, however long the others' serves take.)
+  return std::max<size_t>(1, std::min(max_threads_, spawnable_) / (groups_.size() + 1));
+}
+
+bool ServePool::Enter(Entry* e) {
+  Group& g = groups_[e->group];
+  if (g.serving >= Share()) {
+    g.parked.push_back(e);
+    g.crowded.store(true, std::memory_order_relaxed);
+    return false;
+  }
+  ++g.serving;
+  serving_crowded = &g.crowded;  // (the group lives while one of its serves runs)
+  return true;
+}
+
+ServePool::Entry* ServePool::Leave(uint64_t group) {
+  auto it = groups_.find(group);
+  Group& g = it->second;
+  if (!g.parked.empty() && g.serving <= Share()) {  // (its place passes to the first parked one)
+    Entry* next = g.parked.front();
+    g.parked.pop_front();
+    g.crowded.store(!g.parked.empty(), std::memory_order_relaxed);
+    return next;
+  }
+  serving_crowded = nullptr;
+  if (--g.serving == 0 && g.parked.empty()) groups_.erase(it);
+  return nullptr;
+}
+
+bool ServePool::Watch(Entry* e) {
+  epoll_event again{};
+  again.events = kArmed;
+  again.data.ptr = e;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, e->fd, &again) == 0) return true;
+  XLOG(ERROR) << "serve pool: cannot watch a connection again (" << std::strerror(errno) << "); closing it";
+  return false;
+}
+
 void ServePool::Work(Worker self) {
   const int idle_ms = static_cast<int>(idle_exit_.count());
+  Entry* e = nullptr;  // the next connection to serve
   for (;;) {
-    epoll_event ev{};
-    const int n = ::epoll_wait(epoll_.get(), &ev, 1, idle_ms);
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0) {
-      if (ExitIfAnotherWaits(self)) return;
-      continue;
-    }
-    auto* e = n > 0 ? static_cast<Entry*>(ev.data.ptr) : nullptr;
-    {
+    if (e == nullptr) {
+      epoll_event ev{};
+      const int n = ::epoll_wait(epoll_.get(), &ev, 1, idle_ms);
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0) {
+        if (ExitIfAnotherWaits(self)) return;
+        continue;
+      }
+      e = n > 0 ? static_cast<Entry*>(ev.data.ptr) : nullptr;
       std::lock_guard lock(workers_mu_);
-      --waiting_;
       if (e == nullptr) {  // Stop(), or epoll_wait failed
+        --waiting_;
         if (n < 0) {
           XLOG(ERROR) << "serve pool: epoll_wait: " << std::strerror(errno);
           if (!stopping_.load()) exited_.push_back(self);
@@ -122,26 +171,27 @@ void ServePool::Work(Worker self) {
         Recount();
         return;
       }
+      if (!Enter(e)) {  // (past its group's share: parked, this worker waits again)
+        e = nullptr;
+        continue;
+      }
+      --waiting_;
       Recount();
     }
     AddWorkerIfNoneWaits();  // (the others may turn ready while this one is busy)
+    const uint64_t group = e->group;
     Next next = serve_(e->conn);
-    if (next == Next::kIdle) {
-      epoll_event again{};
-      again.events = kArmed;
-      again.data.ptr = e;
-      if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, e->fd, &again) != 0) {
-        // (Never to be served again: end it here, its serve sees the end.)
-        XLOG(ERROR) << "serve pool: cannot watch a connection again (" << std::strerror(errno)
-                    << "); closing it";
-        ::shutdown(e->fd, SHUT_RDWR);
-        while (next == Next::kIdle) next = serve_(e->conn);
-      }
+    if (next == Next::kIdle && !Watch(e)) {
+      ::shutdown(e->fd, SHUT_RDWR);  // (never to be served again: end it here, its serve sees the end)
+      while (next == Next::kIdle) next = serve_(e->conn);
     }
     if (next == Next::kDone) Forget(e);
     std::lock_guard lock(workers_mu_);
-    ++waiting_;
-    Recount();
+    e = Leave(group);  // (a parked one of its group, still ready: this worker serves it next)
+    if (e == nullptr) {
+      ++waiting_;
+      Recount();
+    }
   }
 }
 

@@ -6,13 +6,19 @@
 // There are as many workers as connections being served, plus one waiting, up to max_threads
 // (past that, ready connections wait for a worker to come free, and serves should yield after
 // each unit of work: Saturated()); a worker that waited idle_exit for a connection while
-// another waits too ends.
+// another waits too ends. Connections come in groups (the tcp target's: one per peer engine):
+// with G groups having connections being served or waiting, each may hold max_threads / (G + 1)
+// threads (at least one), and a ready connection past its group's share waits until one of
+// that group's serves returns. So a peer whose many connections each hold their thread for
+// long (a frame trickling in) cannot take every thread from the others, and a peer that comes
+// finds threads free at once (while there are fewer groups than threads).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <list>
 #include <memory>
@@ -41,21 +47,35 @@ class ServePool {
   // Serves conn whenever fd is readable (or hung up), from now until serve returns kDone for
   // it; conn must stay valid until then. A connection of the pool's must not be closed by
   // anyone but its serve (shut it down instead: its serve then sees the end).
-  Status Add(int fd, void* conn);
+  Status Add(int fd, void* conn, uint64_t group = 0);
   // Ends the workers once each has returned to waiting. The caller ends its connections first
   // (shut down, and wait until each serve said kDone): a connection left behind is forgotten.
   void Stop();
   size_t threads() const { return threads_.load(); }
-  // Every worker is serving and no more may start: a serve should give its connection back
-  // after each unit of work (kIdle with data pending: it queues behind the other ready ones).
-  bool Saturated() const { return saturated_.load(std::memory_order_relaxed); }
+  // Called by a serve: it should give its connection back after each unit of work (kIdle with
+  // data pending: it queues behind the other ready ones), because every worker is serving and
+  // no more may start, or because connections of its group wait past the group's share.
+  bool Saturated() const;
 
  private:
   struct Entry {
     int fd;
     void* conn;
+    uint64_t group;
+  };
+  struct Group {
+    size_t serving = 0;                // (workers_mu_) its connections being served now
+    std::deque<Entry*> parked;         // (workers_mu_) ready ones past its share, not watched
+    std::atomic<bool> crowded{false};  // parked is not empty (read by its serves: Saturated)
   };
   void Forget(Entry* e);  // its serve said kDone
+  // (workers_mu_ held) Whether e may be served now (counted as serving), else parked.
+  bool Enter(Entry* e);
+  // (workers_mu_ held) A serve of group returned: the parked connection that takes its place,
+  // to be served next by the same worker, if any.
+  Entry* Leave(uint64_t group);
+  size_t Share() const;  // (workers_mu_ held)
+  bool Watch(Entry* e);  // watched again (EPOLLONESHOT re-armed); false: it could not be
   using Worker = std::list<std::thread>::iterator;
   void Work(Worker self);
   void AddWorkerIfNoneWaits();
@@ -72,10 +92,11 @@ class ServePool {
   std::atomic<size_t> threads_{0};      // workers not ended (Recount)
   std::atomic<bool> saturated_{false};  // (Recount)
   std::mutex workers_mu_;
-  size_t waiting_ = 0;              // (workers_mu_) workers in epoll_wait, or about to be
-  size_t spawnable_ = SIZE_MAX;     // (workers_mu_) as many as could start when one could not
-  std::list<std::thread> workers_;  // (workers_mu_)
-  std::vector<Worker> exited_;      // (workers_mu_) ended, not joined yet
+  size_t waiting_ = 0;                          // (workers_mu_) workers in epoll_wait, or about to be
+  size_t spawnable_ = SIZE_MAX;                 // (workers_mu_) as many as could start when one could not
+  std::list<std::thread> workers_;              // (workers_mu_)
+  std::vector<Worker> exited_;                  // (workers_mu_) ended, not joined yet
+  std::unordered_map<uint64_t, Group> groups_;  // (workers_mu_) those with connections served or parked
   // Every connection's entry, also held here: an idle one is otherwise named by the kernel's
   // epoll set alone (LeakSanitizer, which cannot see it there, would call it a leak).
   std::mutex entries_mu_;
