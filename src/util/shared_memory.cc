@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -119,7 +120,19 @@ Segment::~Segment() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Mapping::~Mapping() { ::munmap(base_, len_); }
+Mapping::~Mapping() {
+  ::munmap(base_, len_);
+  if (used_) used_->fetch_sub(len_);
+}
+
+uint64_t PeerMapper::max_mapped_bytes() {
+  static const uint64_t cap = [] {
+    struct sysinfo si {};
+    if (::sysinfo(&si) != 0) return uint64_t{1} << 40;  // (a TiB: should sysinfo ever fail)
+    return (static_cast<uint64_t>(si.totalram) + si.totalswap) * si.mem_unit;
+  }();
+  return cap;
+}
 
 Status PeerMapper::Open(int32_t pid, int pidfd, std::unique_ptr<PeerMapper>* out) {
   const int fd = pidfd >= 0 ? ::fcntl(pidfd, F_DUPFD_CLOEXEC, 0) : host::PidfdOpen(pid);
@@ -181,17 +194,23 @@ Status PeerMapper::MapSegment(int32_t remote_fd, const std::string& name, uint64
   const bool huge = s.ok() && fs.f_type == HUGETLBFS_MAGIC;
   const uint64_t page = huge ? static_cast<uint64_t>(fs.f_bsize) : static_cast<uint64_t>(::getpagesize());
   const uint64_t mapped = RoundUp(len, page);
-  if (s.ok()) {
+  if (s.ok() && used_->fetch_add(mapped) + mapped > max_mapped_bytes()) {
+    used_->fetch_sub(mapped);
+    s = {StatusCode::kResourceExhausted, who + ": this peer's mapped segments would pass " +
+                                             std::to_string(max_mapped_bytes()) +
+                                             " bytes (this host's memory and swap)"};
+  } else if (s.ok()) {
     p = ::mmap(nullptr, mapped, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       // EPERM: a writable mapping of a segment its owner sealed read-only for peers.
       s = {errno == EPERM ? StatusCode::kRemoteAccessDenied : StatusCode::kResourceExhausted,
            who + ": " + Errno("mmap")};
+      used_->fetch_sub(mapped);
     }
   }
   ::close(fd);
   if (!s.ok()) return s;
-  *out = std::make_shared<Mapping>(static_cast<uint8_t*>(p), mapped);
+  *out = std::make_shared<Mapping>(static_cast<uint8_t*>(p), mapped, used_);
   return Status::Ok();
 }
 

@@ -81,6 +81,37 @@ TEST(ShmSegment, OnlyTheRegionsExtentOfAPeersSegmentIsMapped) {
   close(fd);
 }
 
+// A peer's mapped segments are bounded by this host's memory and swap: regions of a sparse
+// 1 TiB segment past that are refused (each took its length of this process's address space
+// before: 128 such regions all of it), and the budget comes back as mappings go.
+TEST(ShmSegment, APeersMappedBytesStayWithinThisHostsMemory) {
+  std::string why;
+  if (!Available(&why)) GTEST_SKIP() << "shm unavailable here: " << why;
+  std::unique_ptr<PeerMapper> mapper;
+  ASSERT_TRUE(PeerMapper::Open(getpid(), -1, &mapper).ok());
+  const std::string name = SegmentName(5, 1);
+  const int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 1ll << 40), 0);
+  ASSERT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  const uint64_t cap = PeerMapper::max_mapped_bytes();
+  ASSERT_LT(cap, uint64_t{1} << 40) << "this host has a TiB of memory and swap: the test needs less";
+  std::shared_ptr<Mapping> whole, half, other;
+  Status s = mapper->Map(fd, name, uint64_t{1} << 40, true, &whole);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("memory and swap"), std::string::npos) << s.message();
+  const uint64_t part = cap / 2 / 4096 * 4096;
+  ASSERT_TRUE(mapper->Map(fd, name, part, true, &half).ok());
+  ASSERT_TRUE(mapper->Map(fd, name, part, true, &other).ok());
+  EXPECT_EQ(mapper->mapped_bytes(), 2 * part);
+  std::shared_ptr<Mapping> more;
+  EXPECT_EQ(mapper->Map(fd, name, 1 << 20, true, &more).code(), StatusCode::kResourceExhausted);
+  other.reset();  // (unmapped: its bytes are free again)
+  EXPECT_EQ(mapper->mapped_bytes(), part);
+  EXPECT_TRUE(mapper->Map(fd, name, 1 << 20, true, &more).ok());
+  close(fd);
+}
+
 // The permissions of the mapping that holds addr, as /proc/self/maps shows them ("r--s").
 std::string PermsAt(const void* addr) {
   std::ifstream maps("/proc/self/maps");
