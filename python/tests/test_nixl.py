@@ -5,6 +5,7 @@ return values and exceptions."""
 import os
 import pickle
 import sys
+import threading
 import time
 
 import numpy as np
@@ -278,6 +279,8 @@ def test_install_makes_nixls_own_imports_load_xfer_nixl():
         import nixl._utils as utils
         from nixl.logging import get_logger
         assert bindings.nixlAgent is nixl.nixlAgent and utils.malloc_passthru is nixl.malloc_passthru
+        from nixl._api import nixlBind  # (LMCache's NIXL backend takes the bindings from _api)
+        assert nixlBind is bindings
         assert get_logger("_x").name == "nixl.x"
         import nixl as top
         assert top.nixl_thread_sync_t is nixl_thread_sync_t  # (_api's, as NIXL's package has it)
@@ -338,6 +341,110 @@ def test_releasing_a_running_transfer_waits_until_it_stopped():
         assert xfer.request.done(), "released while its bytes may still move"
         with pytest.raises(nixl.nixlInvalidParamError):
             d.check_xfer_state(h)
+
+
+def test_a_failed_posting_stays_the_transfers_status_until_it_is_posted_again():
+    """As NIXL keeps a request's error status: check_xfer_state raises the posting's error (not
+    "DONE" of the posting before, nor nixlNotPostedError), on the prepared and the plain path."""
+    p, d, kv, room = pair()
+    local = d.prep_xfer_dlist("", d.get_xfer_descs(blocks(room)[:1], "DRAM"))
+    remote = d.prep_xfer_dlist("P", d.get_xfer_descs(blocks(kv)[:1], "DRAM"))
+    prepared = d.make_prepped_xfer("READ", local, [0], remote, [0])
+    plain = d.initialize_xfer("READ", d.get_xfer_descs(blocks(room)[:1], "DRAM"),
+                              d.get_xfer_descs(blocks(kv)[:1], "DRAM"), "P")
+    too_long = b"x" * (2 << 20)  # (a notification over 1 MiB: the posting fails)
+    for h in (prepared, plain):
+        d.transfer(h)
+        wait_for(lambda: d.check_xfer_state(h) == "DONE")
+        with pytest.raises(nixl.nixlInvalidParamError) as failed:
+            d.transfer(h, too_long)
+        for _ in range(2):
+            with pytest.raises(nixl.nixlInvalidParamError, match=str(failed.value)[:30]):
+                d.check_xfer_state(h)
+        d.transfer(h)
+        wait_for(lambda: d.check_xfer_state(h) == "DONE")
+
+
+def test_threads_taking_their_own_notifications_lose_none():
+    """check_remote_xfer_done reads and takes under the agent's lock: each message goes to the
+    one caller that asked for it, whatever the threads."""
+    p, d, kv, room = pair()
+    threads, each = 4, 500
+    for i in range(threads * each):
+        d.send_notif("P", f"t{i % threads}:{i};".encode())
+    wait_for(lambda: len(p.update_notifs().get("D", [])) == threads * each)
+    found = [0] * threads
+
+    def take(k):
+        for i in range(k, threads * each, threads):
+            found[k] += p.check_remote_xfer_done("D", f"t{k}:{i};".encode())
+
+    workers = [threading.Thread(target=take, args=(k,)) for k in range(threads)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # (threads switch between any two steps)
+    try:
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert found == [each] * threads and p.notifs["D"] == []
+
+
+def read_one_block(d, room, kv):
+    """A handle of D's that read a block of P's."""
+    h = d.initialize_xfer("READ", d.get_xfer_descs(blocks(room)[:1], "DRAM"),
+                          d.get_xfer_descs(blocks(kv)[:1], "DRAM"), "P")
+    d.transfer(h)
+    wait_for(lambda: d.check_xfer_state(h) == "DONE")
+    return h
+
+
+class Stubborn:
+    """A transfer's request that goes on when canceled, until stop is set."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+
+    def done(self):
+        return self.stop.is_set()
+
+    def cancel(self):
+        pass
+
+    def wait(self, timeout=None):
+        return self.stop.wait(timeout)
+
+
+def test_a_handle_collected_while_running_does_not_wait_and_close_waits_for_it():
+    """As NIXL defers a collected handle whose release failed to the agent's end: its transfer is
+    canceled, kept (never posted again) and waited for by close()."""
+    p, d, kv, room = pair()
+    h = read_one_block(d, room, kv)
+    xfer = d.agent._xfer(h._handle)
+    xfer.request = stubborn = Stubborn()  # (a transfer that will not stop yet)
+    t0 = time.monotonic()
+    del h  # (collected)
+    assert time.monotonic() - t0 < 1.0, "the collection waited for the transfer"
+    assert xfer.released and d.agent._leaked == [xfer] and xfer not in d.agent._xfers.values()
+    threading.Timer(0.3, stubborn.stop.set).start()
+    d.close()
+    assert stubborn.done(), "close() did not wait for the transfer to stop"
+
+
+def test_a_closed_agent_raises_nixls_error_saying_so():
+    p, d, kv, room = pair()
+    h = d.initialize_xfer("READ", d.get_xfer_descs(blocks(room)[:1], "DRAM"),
+                          d.get_xfer_descs(blocks(kv)[:1], "DRAM"), "P")
+    d.close()
+    calls = (d.get_new_notifs, d.update_notifs, lambda: d.send_notif("P", b"x"), lambda: d.transfer(h),
+             d.get_agent_metadata, lambda: d.check_remote_metadata("P"), d.get_listen_port,
+             lambda: d.register_memory([(room.ctypes.data, BLOCK, 0, "")], "DRAM"))
+    for call in calls:
+        with pytest.raises(nixl.nixlBackendError, match="agent 'D' is closed"):
+            call()
+    d.close()  # (again: nothing)
 
 
 def test_a_transfer_that_did_not_complete_reaches_its_target_as_a_failure(monkeypatch):

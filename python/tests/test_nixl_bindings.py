@@ -12,7 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from xfer.nixl import _api, _bindings as nb, _utils, nixl_agent, nixl_agent_config
+import xfer
+from xfer.nixl import _api, _bindings as nb, _utils, _wire, nixl_agent, nixl_agent_config
 
 BLOCK = 4096
 TELEMETRY_VARS = ("NIXL_TELEMETRY_ENABLE", "NIXL_TELEMETRY_DIR", "NIXL_TELEMETRY_EXPORTER",
@@ -53,9 +54,8 @@ def test_enums_and_constants_read_as_nixls():
     assert str(_api.nixl_thread_sync_t.NIXL_THREAD_SYNC_RW) == "nixl_thread_sync_t.NIXL_THREAD_SYNC_RW"
     assert nb.HAVE_UCX_GPU_DEVICE_API is False and nb.NIXL_INIT_AGENT == "" and nb.DEFAULT_COMM_PORT == 8888
     # Each error status has its exception, whose text starts with the status name.
-    e = nb.error_for(nb.NIXL_ERR_NOT_FOUND, "why")
-    assert isinstance(e, nb.nixlNotFoundError) and str(e) == "NIXL_ERR_NOT_FOUND: why"
-    assert isinstance(nb.error_for("NIXL_ERR_CANCELED"), nb.nixlCancelledError)
+    assert str(nb.nixlNotFoundError("why")) == "NIXL_ERR_NOT_FOUND: why"
+    assert str(nb.nixlCancelledError()) == "NIXL_ERR_CANCELED"
     remote = nb.nixlRemoteDList(nb.VRAM_SEG, [(0x1000, 64, 1, "peer")])
     assert remote[0] == (0x1000, 64, 1, "peer") and remote.getType() == nb.VRAM_SEG
     with pytest.raises(TypeError):
@@ -79,6 +79,10 @@ def test_agent_config_arguments_are_checked_as_nixl_checks_them():
         nb.nixlAgent("low", config)
     with pytest.raises(TypeError, match="nixlAgentConfig"):
         nb.nixlAgent("low", 5)
+    # NIXL's positional order; num_workers (5th) is taken and not kept, as NIXL's.
+    config = nb.nixlAgentConfig(True, True, 0, nb.NIXL_THREAD_SYNC_RW, 4, 7)
+    assert (config.listenPort, config.syncMode, config.pthrDelay) == (0, nb.NIXL_THREAD_SYNC_RW, 7)
+    assert not hasattr(config, "num_workers")
     a = nixl_agent("ops", nixl_agent_config(backends=[]))
     x = nb.nixlXferDList(nb.DRAM_SEG)
     with pytest.raises(KeyError):  # (the operation is read first)
@@ -134,8 +138,9 @@ def test_the_low_level_agent_moves_bytes_with_statuses_and_int_handles(monkeypat
     with pytest.raises(nb.nixlNotPostedError):
         one.getXferStatus(handle)
     status, notifs = one.postXferReq(handle), {}
+    deadline = time.monotonic() + 30
     while status != nb.NIXL_SUCCESS or not notifs:
-        assert status in (nb.NIXL_SUCCESS, nb.NIXL_IN_PROG)
+        assert status in (nb.NIXL_SUCCESS, nb.NIXL_IN_PROG) and time.monotonic() < deadline
         status = one.getXferStatus(handle) if status != nb.NIXL_SUCCESS else status
         notifs = two.getNotifs(notifs)
     assert notifs == {"One": [b"n\0tification"]} and (dst[8:16] == src[8:16]).all() and dst[16] == 0
@@ -166,6 +171,13 @@ def test_prepared_lists_by_handle_local_remote_and_loopback():
     itself = a.prepXferDlist("Lists", blocks, [])   # (loopback: the agent's own name)
     with pytest.raises(nb.nixlNotFoundError):
         a.prepXferDlist("nobody", blocks)
+    with pytest.raises(nb.nixlNotFoundError):  # (by keyword too: not taken for a local list)
+        a.prepXferDlist(agent_name="nobody", descs=blocks)
+    for bad in ((blocks,), {"backends": []}), (("Lists", blocks, [], []), {}), ((), {"backend": []}):
+        with pytest.raises(TypeError, match="prepXferDlist"):  # (neither of NIXL's two forms)
+            a.prepXferDlist(*bad[0], **bad[1])
+    by_keyword = a.prepXferDlist(agent_name="Lists", descs=blocks, backend=[])
+    assert a.makeXferReq(nb.NIXL_READ, a.prepXferDlist(descs=blocks), [0], by_keyword, [1])
     with pytest.raises(nb.nixlInvalidParamError):   # (a list of an agent's memory as the local side)
         a.makeXferReq(nb.NIXL_READ, itself, [0], itself, [1])
     h = a.makeXferReq(nb.NIXL_READ, local, np.array([0], np.int32), itself, [3])
@@ -298,6 +310,39 @@ def test_telemetry_events_go_to_the_agents_file_in_nixls_format(monkeypatch, tmp
     assert (13, 1) in read_events(tmp_path / "D")[1]  # AGENT_ERR_NOT_ALLOWED
 
 
+def test_a_transfers_events_go_in_whole_and_its_error_is_counted_once(monkeypatch, tmp_path):
+    """As NIXL: a transfer's four events are one all-or-none batch, and a failed transfer's error
+    is counted when its status became it, not at each check."""
+    monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", "1")
+    monkeypatch.setenv("NIXL_TELEMETRY_DIR", str(tmp_path))
+    monkeypatch.setenv("NIXL_TELEMETRY_BUFFER_SIZE", "8")  # (7 records fit)
+    kv, room = np.ones(2 * BLOCK, np.uint8), np.zeros(2 * BLOCK, np.uint8)
+    p, d = nixl_agent("P"), nixl_agent("D")
+    p.register_memory([(kv.ctypes.data, kv.nbytes, 0, "")], "DRAM")
+    d.register_memory([(room.ctypes.data, room.nbytes, 0, "")], "DRAM")  # 1 event
+    d.add_remote_agent(p.get_agent_metadata())
+    transfer(d, p, room, kv)  # 4 events: 5 in the ring
+    transfer(d, p, room, kv)  # 4 more do not fit: none goes in
+    assert [e for e, _ in read_events(tmp_path / "D")[1]] == [4, 7, 6, 0, 2]
+
+    class Failed:  # (the engine's request of a transfer that failed: its peer went away)
+        def done(self):
+            return True
+
+        def wait(self, timeout=None):
+            raise xfer.ConnectionLostError("the peer went away")
+
+    h = d.initialize_xfer("READ", d.get_xfer_descs([(room.ctypes.data, BLOCK, 0)], "DRAM"),
+                          d.get_xfer_descs([(kv.ctypes.data, BLOCK, 0)], "DRAM"), "P")
+    monkeypatch.setattr(d.agent, "_submit", lambda xfer, notif: Failed())
+    with pytest.raises(nb.nixlRemoteDisconnectError):
+        d.transfer(h)
+    for _ in range(3):
+        with pytest.raises(nb.nixlRemoteDisconnectError):
+            d.check_xfer_state(h)
+    assert read_events(tmp_path / "D")[1] == [(20, 4), (17, 1)]  # (the whole batch dropped; one error)
+
+
 def test_a_full_telemetry_ring_counts_what_it_dropped(monkeypatch, tmp_path):
     monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", "1")
     monkeypatch.setenv("NIXL_TELEMETRY_DIR", str(tmp_path))
@@ -332,6 +377,31 @@ def partial_pair():
     room = np.zeros(2 * BLOCK, np.uint8)
     d.register_memory([(room.ctypes.data, room.nbytes, 0, "")], "DRAM")
     return p, d, kv, room, first, second
+
+
+def test_partial_metadata_checks_region_tables():
+    """Partial metadata's regions are kept sorted without repeats (sent again, they add nothing)
+    and checked with a binary search: a descriptor is accepted when it lies within one region."""
+    p, d, kv, room, first, second = partial_pair()
+    for _ in range(3):
+        d.add_remote_agent(p.get_partial_agent_metadata(first, True))
+    assert len(d.agent._agents.exposed("P")) == 1
+    d.add_remote_agent(p.get_partial_agent_metadata(second, True))
+    across = d.get_xfer_descs([(kv.ctypes.data + BLOCK, 2 * BLOCK, 0)], "DRAM")  # (over both halves)
+    assert d.check_remote_metadata("P", first.trim()) and d.check_remote_metadata("P", second.trim())
+    assert not d.check_remote_metadata("P", across)
+    with pytest.raises(nb.nixlNotFoundError):  # (a backend that is not the agent's)
+        p.agent.getLocalPartialMD(first, True, [12345])
+    # The table against the question it answers, on random regions (nested, overlapping, repeated).
+    rng = np.random.default_rng(3)
+    regions = [(int(a), int(n)) for a, n in zip(rng.integers(0, 1000, 300), rng.integers(0, 60, 300))]
+    table = _wire.region_table(regions[:150], _wire.region_table(regions[150:]))
+    rows = np.stack([rng.integers(0, 1100, 2000), rng.integers(0, 40, 2000)], 1).astype(np.uint64)
+    expected = [not any(a <= x and x + n <= a + m for a, m in regions) for x, n in rows.tolist()]
+    assert _wire.outside(table, rows).tolist() == expected
+    assert (np.diff(table[:, 0].astype(np.int64)) > 0).all()
+    assert _wire.outside(table, np.array([[2**64 - 8, 16]], np.uint64)).all()  # (wraps around)
+    assert _wire.outside(_wire.region_table([]), rows[:1]).all()
 
 
 def read_half(d, room, descs):
@@ -379,16 +449,59 @@ def test_partial_metadata_through_etcd_by_label(etcd, monkeypatch):
         p.send_partial_agent_metadata(first, True, ["UCX"])
     p.send_partial_agent_metadata(first, True, ["UCX"], label="one")
     d.fetch_remote_metadata("P", label="one")
+    d.fetch_remote_metadata("P", label="two")  # (while P is looked up: asked too once it is found)
     wait_for(lambda: d.check_remote_metadata("P", first.trim()))
     with pytest.raises(nb.nixlNotFoundError):
         read_half(d, room, second.trim())
-    d.fetch_remote_metadata("P", label="two")  # (asked before it is served: answered once it is)
-    time.sleep(0.2)
+    # Asked before it is served: P keeps the request, answered once it is (not with anything else).
+    wait_for(lambda: "two" in p.agent._agents._waiting, timeout=10)
     assert not d.check_remote_metadata("P", second.trim())
     p.send_partial_agent_metadata(second, True, ["UCX"], label="two")
     wait_for(lambda: d.check_remote_metadata("P", second.trim()))
     read_half(d, room, second.trim())
     assert (room == kv[2 * BLOCK:]).all()
+
+
+def test_an_etcd_label_request_that_could_not_be_sent_is_sent_again(etcd, monkeypatch):
+    endpoint = etcd[len("etcd://"):].split("/")[0]
+    monkeypatch.setenv("NIXL_ETCD_ENDPOINTS", f"http://{endpoint}")
+    monkeypatch.setenv("NIXL_ETCD_NAMESPACE", "/nixl/resent")
+    p, d, kv, room, first, second = partial_pair()
+    p.send_partial_agent_metadata(first, True, ["UCX"], label="one")
+    agents, failed = d.agent._agents, []
+    real_tell = agents.tell
+
+    def tell(address, kind, payload=None):  # (the first request for metadata is lost)
+        if kind == _wire.Message.ASK and not failed:
+            failed.append(address)
+            raise xfer.ConnectionLostError("lost on the way")
+        return real_tell(address, kind, payload)
+
+    monkeypatch.setattr(agents, "tell", tell)
+    d.fetch_remote_metadata("P", label="one")
+    wait_for(lambda: d.check_remote_metadata("P", first.trim()))  # (returns False meanwhile: no raise)
+    assert failed
+
+
+# ---------------------------------------------------------------- releases
+def test_a_transfer_released_while_its_posting_waited_is_not_posted(monkeypatch):
+    a = nb.nixlAgent("Rel", nb.nixlAgentConfig())
+    buf = np.zeros(2 * BLOCK, np.uint8)
+    a.registerMem(nb.nixlRegDList(nb.DRAM_SEG, [(buf.ctypes.data, buf.nbytes, 0, "")]))
+    h = a.createXferReq(nb.NIXL_WRITE, nb.nixlXferDList(nb.DRAM_SEG, [(buf.ctypes.data, BLOCK, 0)]),
+                        nb.nixlXferDList(nb.DRAM_SEG, [(buf.ctypes.data + BLOCK, BLOCK, 0)]), "Rel")
+    found, lookup = [], a._xfer
+
+    def lookup_then_release(handle):  # (another thread releases it between the lookup and the lock)
+        found.append(lookup(handle))
+        monkeypatch.setattr(a, "_xfer", lookup)  # (once)
+        a.releaseXferReq(handle)
+        return found[-1]
+
+    monkeypatch.setattr(a, "_xfer", lookup_then_release)
+    with pytest.raises(nb.nixlInvalidParamError, match="released"):
+        a.postXferReq(h)
+    assert found[0].request is None and not found[0].posted
 
 
 # ---------------------------------------------------------------- query_memory

@@ -23,7 +23,7 @@ from .. import _errors
 from . import _bindings as nb
 from . import _telemetry
 from . import logging as nixl_logging
-from ._wire import Agents, Message, host_address
+from ._wire import Agents, Message, host_address, outside, region_table
 
 log = logging.getLogger("xfer.nixl")
 
@@ -55,21 +55,24 @@ def _close_all():
 
 
 _log_configured = False
+_log_lock = threading.Lock()  # (agents may be made on several threads at once)
 
 
 def _configure_log():
     """Once: NIXL_LOG_LEVEL, when set, is also the level of xfer.nixl's own log, printed on
-    stderr as NIXL's C++ core prints its own (NIXL's CI reads the listener's port there)."""
+    stderr as NIXL's C++ core prints its own (NIXL's CI reads the listener's port there). The
+    log still propagates: an application's own handlers get xfer.nixl's records as any
+    library's (where one of them prints on stderr too, a line shows twice)."""
     global _log_configured
     level = nixl_logging.level_from_env()
-    if _log_configured or level is None:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s xfer.nixl %(levelname)s %(message)s"))
-    log.addHandler(handler)
-    log.setLevel(level)
-    log.propagate = False
-    _log_configured = True
+    with _log_lock:
+        if _log_configured or level is None:
+            return
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s xfer.nixl %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(level)
+        _log_configured = True
 
 
 def _name(agent):
@@ -84,23 +87,37 @@ _NIXL_ERRORS = ((_errors.ConnectionLostError, nb.nixlRemoteDisconnectError),
                 (_errors.UnsupportedError, nb.nixlNotSupportedError))
 
 
-def _raise_nixl(e):
+def _nixl_error(e):
     """The nixl exception for an xfer error (nixlBackendError for the others)."""
     for xfer_type, nixl_type in _NIXL_ERRORS:
         if isinstance(e, xfer_type):
-            raise nixl_type(str(e)) from e
-    raise nb.nixlBackendError(str(e)) from e
+            return nixl_type(str(e))
+    return nb.nixlBackendError(str(e))
+
+
+def _raise_nixl(e):
+    raise _nixl_error(e) from e
+
+
+class _Closed:
+    """What a closed agent has for its engine and agent layer: any use raises nixlBackendError
+    (NIXL's agents are never closed: they end when collected)."""
+
+    def __init__(self, name):
+        self._closed_agent = name  # (its only attribute: every other one raises)
+
+    def __getattr__(self, attr):
+        raise nb.nixlBackendError(f"agent {self._closed_agent!r} is closed")
 
 
 class _Prepped:
     """prepXferDlist's list: one side's descriptors (peer: None for local memory), and the
-    engine's prepared list of them, made at the first makeXferReq that uses it."""
+    agent's engine's prepared list of them, made at the first makeXferReq that uses it."""
 
     def __init__(self, peer, rows):
         self.peer, self.rows = peer, rows
         self.lock = threading.Lock()
         self._list = None     # the engine's list; False: it cannot be prepared (tried once)
-        self._engine = None   # the engine it was prepared by
 
     def engine_list(self, engine):
         """The engine's prepared list of the rows (xfer.PreparedList), or None where the
@@ -113,31 +130,33 @@ class _Prepped:
                 try:
                     self._list = (engine.prepare_local(addr, length) if self.peer is None
                                   else engine.prepare_remote(self.peer, addr, length))
-                    self._engine = engine
                 except (_errors.NotConnectedError, _errors.ConnectionLostError) as e:
                     log.debug("xfer.nixl: the descriptor list is not prepared yet (%s)", e)
                 except XferError as e:
                     log.debug("xfer.nixl: the descriptor list is not prepared (%s); plain transfers", e)
                     self._list = False
-            return self._list if self._list and self._engine is engine else None
+            return self._list or None
 
     def forget_list(self, stale=None):
         """Drops the engine's list (stale: only when it is that one, whose session ended).
         Transfers made from it keep their own reference."""
         with self.lock:
             if stale is None or self._list is stale:
-                self._list = self._engine = None
+                self._list = None
 
 
 class _Xfer:
-    """A transfer: its descriptors, and the request of its last posting."""
+    """A transfer: its descriptors, and how its last posting went."""
 
     def __init__(self, op, peer, local, remote, lengths, notif):
         self.op, self.peer, self.notif = op, peer, notif
         self.local, self.remote, self.lengths = local, remote, lengths
+        self.nbytes = int(lengths.sum())  # (once: each completion needs it, and a sum costs ~1 µs)
         self.prepared = None  # (local _Prepped, its list, indices, remote _Prepped, its list, indices)
-        self.request = None
-        self.lock = threading.Lock()
+        self.request = None   # the engine's request of the last posting (None: none, or nothing to move)
+        self.error = None     # the last posting's nixl error once seen: its status until posted again
+        self.released = False  # released: never posted again (set and read under self.lock)
+        self.lock = threading.Lock()  # (postings and the release)
         self.start_time = 0.0                         # time.time() of the last posting
         self.start = self.posted = self.ended = 0     # perf_counter_ns() of its steps (0: not yet)
 
@@ -159,6 +178,17 @@ class nixlAgent:
         self.name = _name(name)
         if not self.name:
             raise ValueError("Agent needs a non-empty name")
+        # Tables by handle. Reads take no lock: a dict's get is atomic (the GIL; a free-threaded
+        # build locks each dict operation), so a reader finds a handle added or removed at the
+        # same time either there or not, and both are right answers. Writes take self._lock, so
+        # that a check and the write that follows it (createBackend's, deregisterMem's) are one.
+        self._lock = threading.Lock()
+        self._backends = {}  # handle -> plugin name
+        self._lists = {}     # handle -> _Prepped
+        self._xfers = {}     # handle -> _Xfer
+        self._regions = {}   # (addr, len, dev) -> [xfer Region]
+        self._rates = {}     # peer address -> bytes/s of the last completed transfer (estimateXferCost)
+        self._leaked = []    # _Xfers of handles collected while running (see _release_collected)
         _configure_log()
         self._telemetry = _telemetry.for_agent(self.name, config.captureTelemetry)
         port = int(config.listenPort) if config.useListenThread else 0
@@ -173,7 +203,7 @@ class nixlAgent:
         self._etcd = _etcd_url()
         if self._etcd:  # (the agent is published under its name from now on)
             options.update(metadata=self._etcd, cluster_name=_cluster_name(self.name))
-        self._fetching = {}  # agent name -> _Fetch: etcd lookups under way (_fetch_lock)
+        self._fetching = {}  # agent name -> _Fetch: etcd lookups under way (under _fetch_lock)
         self._fetch_lock = threading.Lock()
         host = self._host = os.environ.get(HOST_ENV) or host_address()
         try:
@@ -185,27 +215,31 @@ class nixlAgent:
             log.log(logging.INFO if port == 0 else logging.DEBUG,
                     "MD listener is listening on port %d", self.listenPort())
         log.info("xfer.nixl agent %s listens at %s", self.name, self._engine.name)
-        self._backends = {}  # handle -> plugin name
-        self._lists = {}     # handle -> _Prepped
-        self._xfers = {}     # handle -> _Xfer
-        self._regions = {}   # (addr, len, dev) -> [xfer Region]
-        self._rates = {}     # peer address -> bytes/s of the last completed transfer (estimateXferCost)
-        self._lock = threading.Lock()
         _live.add(self)
 
     def __del__(self):
         self.close()
 
     def close(self):
-        """Stops the agent: its thread, then its engine, and its telemetry file (not in NIXL: its
-        agents end when collected, which this also does)."""
-        agents = getattr(self, "_agents", None)
-        if agents is not None:
-            agents.stop()
-            self._engine.close()
-            self._agents = None
-            if self._telemetry is not None:
-                self._telemetry.close()
+        """Stops the agent: its thread, the transfers of handles collected while running (it
+        waits until they stopped, up to 10 s), its engine, and its telemetry file (not in NIXL:
+        its agents end when collected, which this also does). Later calls that need the engine
+        raise nixlBackendError."""
+        lock = self.__dict__.get("_lock")
+        if lock is None:  # (__init__ failed before anything was made)
+            return
+        with lock:
+            agents, engine = self.__dict__.get("_agents"), self.__dict__.get("_engine")
+            if not isinstance(agents, Agents):  # (closed already, or never opened)
+                return
+            self._agents = self._engine = _Closed(self.name)
+            self._fetching.clear()
+            leaked, self._leaked = self._leaked, []
+        agents.stop()
+        _wait_stopped(leaked)
+        engine.close()
+        if self._telemetry is not None:
+            self._telemetry.close()
 
     def listenPort(self):
         """xfer's: the port the engine listens on (the metadata listener's, when it is one)."""
@@ -244,8 +278,7 @@ class nixlAgent:
 
     def _backend(self, handle):
         """The plugin name of a backend handle (nixlNotFoundError for a handle not of this agent)."""
-        with self._lock:
-            name = self._backends.get(handle)
+        name = self._backends.get(handle)  # (no lock: see __init__)
         if name is None:
             raise nb.nixlNotFoundError(f"no backend with handle {handle!r} in agent {self.name}")
         return name
@@ -321,20 +354,21 @@ class nixlAgent:
     def getLocalPartialMD(self, descs, inc_conn_info=False, backends=()):
         """Metadata that gives the loading agent only these registered descriptors (and how to
         reach this agent when inc_conn_info)."""
-        return self._agents.metadata(self._partial_regions(descs, "getLocalPartialMD"), inc_conn_info)
+        regions = self._partial_regions(descs, backends, "getLocalPartialMD")
+        return self._agents.metadata(regions, inc_conn_info)
 
-    def _partial_regions(self, descs, what):
+    def _partial_regions(self, descs, backends, what):
         """[(addr, len)] of an nixlRegDList whose descriptors are all in registered memory."""
         _expect(descs, nb.nixlRegDList, what)
-        self._check_backends(())
+        self._check_backends(backends)
         with self._lock:
-            held = [key for key, regions in self._regions.items() if regions]
-        regions = []
-        for addr, length, _, _ in descs:
-            if not any(a <= addr and addr + length <= a + n for a, n, _ in held):
-                raise nb.nixlNotFoundError(f"{what}: ({addr:#x}, {length}) is not registered memory")
-            regions.append((addr, length))
-        return regions
+            held = region_table((a, n) for (a, n, _), regions in self._regions.items() if regions)
+        rows = descs._rows
+        bad = outside(held, rows)
+        if bad.any():
+            addr, length, _ = rows[bad.argmax()].tolist()
+            raise nb.nixlNotFoundError(f"{what}: ({addr:#x}, {length}) is not registered memory")
+        return rows[:, :2].tolist()
 
     def loadRemoteMD(self, remote_metadata):
         """Loads a peer's getLocalMD() or getLocalPartialMD(); returns its name (bytes)."""
@@ -379,40 +413,48 @@ class nixlAgent:
         if not ip_addr and self._etcd:
             name = _name(remote_agent)
             address = self._agents.address(name)
-            if label and address is not None:
-                self._tell(address, Message.ASK, label.encode())
-                return
-            with self._fetch_lock:
-                if name not in self._fetching:  # (one lookup at a time per agent)
-                    self._fetching[name] = _Fetch(self._engine, _cluster_name(name), label)
+            if not (label and address is not None and self._ask(name, address, label)):
+                self._fetch(name, [label])
             return
         self._listener_call("fetchRemoteMD", ip_addr, port, Message.ASK, label.encode())
 
-    def _fetched(self, name):
-        """Moves an etcd lookup of that agent on: once its engine is connected, the agent is
-        known (or, for a label, asked for the metadata served under it); looked up again, with
-        back-off, while etcd does not list it (other failures are logged once)."""
+    def _fetch(self, name, labels):
+        """Looks the agent up in etcd (one lookup per agent at a time), then asks it for each
+        of labels ("": its whole metadata)."""
         with self._fetch_lock:
             fetch = self._fetching.get(name)
-            if fetch is None or not fetch.connecting.done():
-                return
-            try:
-                fetch.connecting.wait(0)
-            except _errors.AlreadyConnectedError:
-                pass  # (connected, or a connect to it under way: peer_info below tells)
-            except XferError as e:
-                fetch.retry(e)
-                return
-            try:
-                address = self._engine.peer_info(fetch.cluster_name).name
-            except XferError as e:  # (another connect to it is still under way)
-                fetch.retry(e)
+            if fetch is None:
+                fetch = self._fetching[name] = _Fetch(self._engine, _cluster_name(name))
+            fetch.labels.update(labels)
+
+    def _fetched(self, name):
+        """Moves an etcd lookup of that agent on (see _Fetch): once connected, the agent is
+        known (a lookup without a label) and asked for the metadata served under each label.
+        Labels it could not be asked for are looked up again (a log line)."""
+        if not self._fetching:  # (no lock: see __init__; the common case, on every transfer made)
+            return
+        with self._fetch_lock:
+            fetch = self._fetching.get(name)
+            address = fetch.address() if fetch is not None else None
+            if address is None:
                 return
             del self._fetching[name]
-        if fetch.label:
-            self._tell(address, Message.ASK, fetch.label.encode())
-        else:
+        if "" in fetch.labels:
             self._agents.remember(name, address)
+        failed = [label for label in fetch.labels - {""} if not self._ask(name, address, label)]
+        if failed:
+            self._fetch(name, failed)
+
+    def _ask(self, name, address, label):
+        """Asks the agent for the metadata it serves under label; False (a log line) when the
+        request could not be sent."""
+        try:
+            self._agents.tell(address, Message.ASK, label.encode())
+            return True
+        except XferError as e:
+            log.warning("xfer.nixl: asking agent %s for its metadata %r failed: %s (looked up "
+                        "again)", name, label, e)
+            return False
 
     def invalidateLocalMD(self, ip_addr="", port=0):
         """Tells the agent at ip_addr:port (every known one when none is given) to forget us;
@@ -457,15 +499,14 @@ class nixlAgent:
             return nb.NIXL_ERR_NOT_FOUND
         if len(descs) == 0:
             return nb.NIXL_SUCCESS
-        rows = descs._rows.tolist()
         exposed = self._agents.exposed(name)
         if exposed is None:
             try:
-                exposed = [(r.addr, r.len) for r in self._engine.remote_regions(address)]
+                exposed = region_table((r.addr, r.len) for r in self._engine.remote_regions(address))
             except XferError as e:
                 log.info("xfer.nixl: checkRemoteMD: the regions of %s are not known: %s", name, e)
                 return nb.NIXL_ERR_NOT_FOUND
-        return nb.NIXL_SUCCESS if _inside(rows, exposed) else nb.NIXL_ERR_NOT_FOUND
+        return nb.NIXL_ERR_NOT_FOUND if outside(exposed, descs._rows).any() else nb.NIXL_SUCCESS
 
     def makeConnection(self, remote_agent, backends=()):
         """Connects to the agent now (transfers connect on first use otherwise); nothing when
@@ -479,18 +520,14 @@ class nixlAgent:
         return nb.NIXL_SUCCESS
 
     # ------------------------------------------------------------ transfers
-    def prepXferDlist(self, *args, backends=(), **kwargs):
-        """prepXferDlist(agent_name, descs, backends=[]): a list of an agent's memory (this
-        agent's own name: loopback); prepXferDlist(descs, backends=[]): of local memory. Its
-        handle (for makeXferReq)."""
-        if args and isinstance(args[0], (str, bytes)):
-            agent_name, rest = _name(args[0]), args[1:]
-        else:
-            agent_name, rest = None, args
-        descs = rest[0] if rest else kwargs.pop("descs")
-        backends = rest[1] if len(rest) > 1 else kwargs.pop("backend", backends)
+    def prepXferDlist(self, *args, **kwargs):
+        """NIXL's two forms, by position or keyword: prepXferDlist(agent_name, descs, backend=[]),
+        a list of an agent's memory (this agent's own name: loopback; NIXL_INIT_AGENT: local),
+        and prepXferDlist(descs, backend=[]), of local memory. Its handle (for makeXferReq).
+        TypeError for arguments that fit neither."""
+        agent_name, descs, backend = _prep_args(*args, **kwargs)
         _expect(descs, nb.nixlXferDList, "prepXferDlist")
-        self._check_backends(backends)
+        self._check_backends(backend)
         peer = None
         if agent_name not in (None, nb.NIXL_INIT_AGENT):
             peer = self._peer(agent_name, descs._rows, "prepXferDlist")
@@ -541,18 +578,16 @@ class nixlAgent:
         return handle
 
     def _list(self, handle):
-        with self._lock:
-            prepped = self._lists.get(handle)
+        prepped = self._lists.get(handle)  # (no lock: see __init__)
         if prepped is None:
             raise nb.nixlInvalidParamError(f"no prepared descriptor list {handle!r} (released, or "
                                            "not of this agent)")
         return prepped
 
     def _xfer(self, handle):
-        with self._lock:
-            xfer = self._xfers.get(handle)
+        xfer = self._xfers.get(handle)  # (no lock: see __init__)
         if xfer is None:
-            raise nb.nixlInvalidParamError(f"no transfer {handle!r} (released, or not of this agent)")
+            raise _no_xfer(handle)
         return xfer
 
     def _peer(self, name, rows=None, what=""):
@@ -566,46 +601,48 @@ class nixlAgent:
         if address is None:
             raise nb.nixlNotFoundError(f"no metadata of agent {name!r} (add_remote_agent first)")
         exposed = self._agents.exposed(name)
-        if rows is not None and exposed is not None and not _inside(rows.tolist(), exposed):
+        if rows is not None and exposed is not None and outside(exposed, rows).any():
             raise nb.nixlNotFoundError(f"{what}: descriptors of agent {name!r} outside the partial "
                                        "metadata it sent")
         return address
 
     def postXferReq(self, reqh, notif_msg=b""):
         """Posts the transfer; NIXL_SUCCESS when it completed at once, else NIXL_IN_PROG
-        (failures raise). notif_msg: this posting's notification, over the transfer's own."""
+        (failures raise, and stay its status until it is posted again). notif_msg: this
+        posting's notification, over the transfer's own."""
         xfer = self._xfer(reqh)
         with xfer.lock:
-            try:
-                return self._post(xfer, notif_msg)
-            except nb._NixlError as e:
-                if self._telemetry is not None:
-                    self._telemetry.error(e)
-                raise
+            if xfer.released:  # (releaseXferReq had the lock while this call waited for it)
+                raise _no_xfer(reqh)
+            return self._post(xfer, notif_msg)
 
     def _post(self, xfer, notif_msg):
         if xfer.request is not None and not xfer.request.done():
             raise nb.nixlRepostActiveError("postXferReq: the transfer's last posting is still running")
         notif = _bytes(notif_msg) or xfer.notif
+        xfer.request = xfer.error = None
         xfer.start_time, xfer.start, xfer.posted, xfer.ended = time.time(), time.perf_counter_ns(), 0, 0
         try:
-            if len(xfer.local) == 0:
-                if notif:
-                    self._agents.notify(xfer.peer, notif)
-                xfer.request = None
-                xfer.posted = xfer.ended = time.perf_counter_ns()
-                self._transfer_done(xfer)
-                return nb.NIXL_SUCCESS
-            framed = self._agents.framed(notif) if notif else None
-            xfer.request = self._post_prepared(xfer, framed) if xfer.prepared else None
-            if xfer.request is None:
-                move = self._engine.read_async if xfer.op == nb.NIXL_READ else self._engine.write_async
-                xfer.request = move(xfer.peer, local=xfer.local, remote=xfer.remote,
-                                    length=xfer.lengths, notify=framed)
+            xfer.request = self._submit(xfer, notif)
         except XferError as e:
-            _raise_nixl(e)
+            self._fail(xfer, e)
         xfer.posted = time.perf_counter_ns()
         return self._status(xfer)
+
+    def _submit(self, xfer, notif):
+        """Starts the transfer on the engine: its request; None when it has no descriptors (its
+        notification alone goes, now)."""
+        if len(xfer.local) == 0:
+            if notif:
+                self._agents.notify(xfer.peer, notif)
+            return None
+        framed = self._agents.framed(notif) if notif else None
+        request = self._post_prepared(xfer, framed) if xfer.prepared else None
+        if request is None:
+            move = self._engine.read_async if xfer.op == nb.NIXL_READ else self._engine.write_async
+            request = move(xfer.peer, local=xfer.local, remote=xfer.remote, length=xfer.lengths,
+                           notify=framed)
+        return request
 
     def _post_prepared(self, xfer, framed):
         """Posts a makeXferReq transfer over the engine's prepared lists: no descriptor is
@@ -625,36 +662,43 @@ class nixlAgent:
 
     def getXferStatus(self, reqh):
         """NIXL_SUCCESS once the transfer completed, NIXL_IN_PROG while it runs; its error once
-        it failed (nixlNotPostedError before it was posted)."""
-        xfer = self._xfer(reqh)
-        try:
-            return self._status(xfer)
-        except nb._NixlError as e:
-            if self._telemetry is not None and not isinstance(e, nb.nixlNotPostedError):
-                self._telemetry.error(e)
-            raise
+        its posting failed (nixlNotPostedError before it was posted)."""
+        return self._status(self._xfer(reqh))
 
     def _status(self, xfer):
-        if xfer.request is None:
-            if xfer.ended:
-                return nb.NIXL_SUCCESS
-            raise nb.nixlNotPostedError("getXferStatus: the transfer was never posted")
-        try:
-            if not xfer.request.done():
+        if xfer.error is not None:  # (raised again at each check, as NIXL keeps the error status)
+            raise xfer.error.with_traceback(None)
+        if xfer.ended:
+            return nb.NIXL_SUCCESS
+        request = xfer.request
+        if request is not None:
+            if not request.done():
                 return nb.NIXL_IN_PROG
-            xfer.request.wait(0)  # (raises its error)
-        except XferError as e:
-            _raise_nixl(e)
-        if not xfer.ended:
-            xfer.ended = time.perf_counter_ns()
-            self._rates[xfer.peer] = xfer.lengths.sum() / max(xfer.ended - xfer.start, 1) * 1e9
-            self._transfer_done(xfer)
+            try:
+                request.wait(0)  # (raises its error)
+            except XferError as e:
+                self._fail(xfer, e)
+        elif not xfer.posted:
+            raise nb.nixlNotPostedError("getXferStatus: the transfer was never posted")
+        self._completed(xfer)
         return nb.NIXL_SUCCESS
 
-    def _transfer_done(self, xfer):
+    def _fail(self, xfer, e):
+        """Makes the xfer error e the posting's status (counted once in telemetry, as NIXL
+        counts a transfer's error when its status becomes it) and raises it."""
+        xfer.error = _nixl_error(e)
+        if self._telemetry is not None:
+            self._telemetry.error(xfer.error)
+        raise xfer.error from e
+
+    def _completed(self, xfer):
+        """The posting completed: its time, the rate to its agent, and its telemetry."""
+        xfer.ended = time.perf_counter_ns()
+        if xfer.nbytes:
+            self._rates[xfer.peer] = xfer.nbytes / max(xfer.ended - xfer.start, 1) * 1e9
         if self._telemetry is not None:
             post_us, xfer_us = (xfer.posted - xfer.start) // 1000, (xfer.ended - xfer.start) // 1000
-            self._telemetry.transfer_done(xfer.op == nb.NIXL_WRITE, int(xfer.lengths.sum()), post_us, xfer_us)
+            self._telemetry.transfer_done(xfer.op == nb.NIXL_WRITE, xfer.nbytes, post_us, xfer_us)
 
     def getXferTelemetry(self, reqh):
         """The transfer's times (µs: start, post, transfer), bytes and descriptors.
@@ -668,7 +712,7 @@ class nixlAgent:
         return nb.nixlXferTelemetry(startTime=int(xfer.start_time * 1e6),
                                     postDuration=us(xfer.posted - xfer.start) if xfer.posted else 0,
                                     xferDuration=us(xfer.ended - xfer.start) if xfer.ended else 0,
-                                    totalBytes=int(xfer.lengths.sum()), descCount=len(xfer.lengths))
+                                    totalBytes=xfer.nbytes, descCount=len(xfer.lengths))
 
     def queryXferBackend(self, reqh):
         """The handle of the backend the transfer is told to have used: the agent's first
@@ -686,27 +730,39 @@ class nixlAgent:
         not NIXL_COST_ANALYTICAL_BACKEND (an observation, not a model)."""
         xfer = self._xfer(req_handle)
         rate = self._rates.get(xfer.peer)
-        duration = int(xfer.lengths.sum() / rate * 1e6) if rate else 0
+        duration = int(xfer.nbytes / rate * 1e6) if rate else 0
         return duration, 0, _COST_OBSERVED
 
     def releaseXferReq(self, reqh):
         """Cancels the transfer if it is still running and waits until no byte of it moves any
         more (batches already started finish); then forgets it. A transfer that does not stop
-        within 10 s raises nixlBackendError and stays, as in NIXL."""
+        within 10 s raises nixlBackendError and stays."""
         xfer = self._xfer(reqh)
         with xfer.lock:
-            request = xfer.request
-            if request is not None and not request.done():
-                request.cancel()
-                try:
-                    request.wait(_RELEASE_WAIT)
-                except XferError:
-                    pass  # (canceled, or failed: either way it stopped)
-                if not request.done():
-                    raise nb.nixlBackendError("releaseXferReq: the transfer did not stop in time")
-            with self._lock:
-                self._xfers.pop(reqh, None)
+            if not _stopped(xfer.request, _RELEASE_WAIT):
+                raise nb.nixlBackendError("releaseXferReq: the transfer did not stop in time")
+            self._forget(reqh, xfer)
         return nb.NIXL_SUCCESS
+
+    def _release_collected(self, reqh):
+        """nixl_xfer_handle's release when it is collected, which must not wait: a transfer
+        still running is canceled, forgotten, and kept until it stopped; close() waits for
+        those (NIXL keeps such handles in a list the agent releases again when it goes)."""
+        xfer = self._xfers.get(reqh)
+        if xfer is None:
+            return
+        with xfer.lock:
+            running = not _stopped(xfer.request, 0)
+            self._forget(reqh, xfer)
+        if running:
+            with self._lock:
+                self._leaked = [x for x in self._leaked if not x.request.done()] + [xfer]
+
+    def _forget(self, reqh, xfer):
+        """Forgets the transfer (under xfer.lock: a posting waiting for it then sees released)."""
+        xfer.released = True
+        with self._lock:
+            self._xfers.pop(reqh, None)
 
     def releasedDlistH(self, handle):
         prepped = self._list(handle)
@@ -749,13 +805,31 @@ class nixlAgent:
 
 class _Fetch:
     """An etcd lookup of one agent (fetchRemoteMD without an address): a connect by its cluster
-    name, started again with back-off (0.1 s doubling to 1 s) while it fails. label: the partial
-    metadata to ask it for once connected ("" for none)."""
+    name, started again with back-off (0.1 s doubling to 1 s) while it fails. labels: what to
+    ask the agent for once connected ("": its whole metadata; others: what it serves under them)."""
 
-    def __init__(self, engine, cluster_name, label=""):
-        self.engine, self.cluster_name, self.label = engine, cluster_name, label
+    def __init__(self, engine, cluster_name):
+        self.engine, self.cluster_name, self.labels = engine, cluster_name, set()
         self.wait_s, self.logged = _FETCH_RETRY, False
         self.connecting, self.started = engine.connect_async(cluster_name, 10.0), time.monotonic()
+
+    def address(self):
+        """The agent's engine address once connected; None before (a connect that failed is
+        started again: see retry)."""
+        if not self.connecting.done():
+            return None
+        try:
+            self.connecting.wait(0)
+        except _errors.AlreadyConnectedError:
+            pass  # (connected, or a connect to it under way: peer_info below tells)
+        except XferError as e:
+            self.retry(e)
+            return None
+        try:
+            return self.engine.peer_info(self.cluster_name).name
+        except XferError as e:  # (another connect to it is still under way)
+            self.retry(e)
+            return None
 
     def retry(self, error):
         if time.monotonic() - self.started < self.wait_s:
@@ -797,9 +871,51 @@ def _bytes(m):
     return m.encode() if isinstance(m, str) else bytes(m)
 
 
-def _inside(rows, regions):
-    """Whether every (addr, len, ...) row lies within one of regions [(addr, len)]."""
-    return all(any(a <= addr and addr + length <= a + n for a, n in regions) for addr, length, *_ in rows)
+def _no_xfer(handle):
+    return nb.nixlInvalidParamError(f"no transfer {handle!r} (released, or not of this agent)")
+
+
+def _stopped(request, wait_s):
+    """Cancels the request if it still runs; whether it stopped within wait_s seconds."""
+    if request is None or request.done():
+        return True
+    request.cancel()
+    try:
+        request.wait(wait_s)
+    except XferError:
+        pass  # (canceled, failed, or not stopped yet: done() tells)
+    return request.done()
+
+
+def _wait_stopped(xfers):
+    """Waits (10 s in all) until the transfers' requests stopped; a log line for those that did not."""
+    deadline = time.monotonic() + _RELEASE_WAIT
+    for xfer in xfers:
+        if not _stopped(xfer.request, max(deadline - time.monotonic(), 0)):
+            log.warning("xfer.nixl: a released transfer did not stop in time; the engine closes under it")
+
+
+def _prep_remote_args(agent_name, descs, backend=()):
+    if not isinstance(agent_name, (str, bytes, bytearray)):
+        raise TypeError("agent_name is a str")
+    return _name(agent_name), descs, backend
+
+
+def _prep_local_args(descs, backend=()):
+    return None, descs, backend
+
+
+def _prep_args(*args, **kwargs):
+    """prepXferDlist's arguments as (agent name or None, descs, backend), read as NIXL's
+    binding reads them: the first of its two forms that takes them."""
+    for form in (_prep_remote_args, _prep_local_args):
+        try:
+            return form(*args, **kwargs)
+        except TypeError:
+            pass
+    raise TypeError("prepXferDlist(): incompatible arguments; it takes (agent_name, descs, "
+                    f"backend=[]) or (descs, backend=[]), not {len(args)} positional and "
+                    f"{sorted(kwargs)}")
 
 
 def _stat(meta):

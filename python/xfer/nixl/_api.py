@@ -8,10 +8,12 @@ import enum
 import logging
 import pickle
 import sys
+import threading
 
 import numpy as np
 
-from . import _bindings as nb
+from . import _bindings as nixlBind  # (NIXL's _api has the bindings under this name; code uses it)
+from ._agent import _bytes, _name
 from ._bindings import DEFAULT_COMM_PORT, nixlRegDList, nixlRemoteDList, nixlXferDList  # noqa: F401
 from ._wire import FailedNotif  # noqa: F401  (get_failed_notifs's items)
 
@@ -20,10 +22,11 @@ log = logging.getLogger("xfer.nixl")
 __all__ = ["DEFAULT_COMM_PORT", "nixl_agent", "nixl_agent_config", "nixl_backend_handle",
            "nixl_prepped_dlist_handle", "nixl_thread_sync_t", "nixl_xfer_handle"]
 
-_MEMS = {"DRAM": nb.DRAM_SEG, "VRAM": nb.VRAM_SEG, "FILE": nb.FILE_SEG, "BLOCK": nb.BLK_SEG,
-         "OBJ": nb.OBJ_SEG, "cpu": nb.DRAM_SEG, "cuda": nb.VRAM_SEG}
-_OPS = {"READ": nb.NIXL_READ, "WRITE": nb.NIXL_WRITE}
-_STATES = {nb.NIXL_SUCCESS: "DONE", nb.NIXL_IN_PROG: "PROC"}
+_MEMS = {"DRAM": nixlBind.DRAM_SEG, "VRAM": nixlBind.VRAM_SEG, "FILE": nixlBind.FILE_SEG,
+         "BLOCK": nixlBind.BLK_SEG, "OBJ": nixlBind.OBJ_SEG, "cpu": nixlBind.DRAM_SEG,
+         "cuda": nixlBind.VRAM_SEG}
+_OPS = {"READ": nixlBind.NIXL_READ, "WRITE": nixlBind.NIXL_WRITE}
+_STATES = {nixlBind.NIXL_SUCCESS: "DONE", nixlBind.NIXL_IN_PROG: "PROC"}
 
 nixl_backend_handle = int  # (a backend's handle: the low-level agent's int)
 
@@ -31,10 +34,10 @@ nixl_backend_handle = int  # (a backend's handle: the low-level agent's int)
 class nixl_thread_sync_t(enum.Enum):
     """nixl_agent_config's sync_mode: the low-level agent's modes (each member's value)."""
 
-    NIXL_THREAD_SYNC_NONE = nb.NIXL_THREAD_SYNC_NONE
-    NIXL_THREAD_SYNC_STRICT = nb.NIXL_THREAD_SYNC_STRICT
-    NIXL_THREAD_SYNC_RW = nb.NIXL_THREAD_SYNC_RW
-    NIXL_THREAD_SYNC_DEFAULT = nb.NIXL_THREAD_SYNC_DEFAULT  # (NONE, as in NIXL)
+    NIXL_THREAD_SYNC_NONE = nixlBind.NIXL_THREAD_SYNC_NONE
+    NIXL_THREAD_SYNC_STRICT = nixlBind.NIXL_THREAD_SYNC_STRICT
+    NIXL_THREAD_SYNC_RW = nixlBind.NIXL_THREAD_SYNC_RW
+    NIXL_THREAD_SYNC_DEFAULT = nixlBind.NIXL_THREAD_SYNC_DEFAULT  # (NONE, as in NIXL)
 
 
 class nixl_agent_config:
@@ -61,7 +64,7 @@ def _low_config(conf):
     """The low-level agent's nixlAgentConfig for a nixl_agent_config."""
     default = (nixl_thread_sync_t.NIXL_THREAD_SYNC_STRICT if conf.enable_listen
                else nixl_thread_sync_t.NIXL_THREAD_SYNC_NONE)
-    low = nb.nixlAgentConfig()
+    low = nixlBind.nixlAgentConfig()
     low.useProgThread = conf.enable_pthread
     low.useListenThread = conf.enable_listen
     low.listenPort = conf.port
@@ -96,7 +99,8 @@ class nixl_prepped_dlist_handle:
 
 class nixl_xfer_handle:
     """A transfer's handle (the low-level agent's int in _handle); released once, by
-    release_xfer_handle, release() (a running transfer is canceled first), or when collected."""
+    release_xfer_handle, release() (a running transfer is canceled first, and waited for), or
+    when collected (never waiting: see nixlAgent._release_collected)."""
 
     __slots__ = ("_handle", "_agent", "_released")
 
@@ -112,14 +116,11 @@ class nixl_xfer_handle:
             self._released = True
 
     def __del__(self):
-        try:
-            self.release()
-        except Exception as e:  # (collected: nothing to raise to)
-            log.warning("xfer.nixl: a transfer handle could not be released when collected: %s", e)
-
-
-def _name(agent):
-    return agent.decode() if isinstance(agent, (bytes, bytearray)) else str(agent)
+        if not self._released:
+            try:
+                self._agent._release_collected(self._handle)
+            except Exception as e:  # (collected: nothing to raise to)
+                log.warning("xfer.nixl: a transfer handle could not be released when collected: %s", e)
 
 
 class nixl_agent:
@@ -131,10 +132,14 @@ class nixl_agent:
             instantiate_all = False  # (as NIXL: the config's backends win)
             log.warning("xfer.nixl: instantiate_all is ignored when a config is given")
         conf = nixl_conf or nixl_agent_config()
-        self.agent = nb.nixlAgent(agent_name, _low_config(conf))  # (looked up now: NIXL's tests spy on it)
+        # (nixlBind.nixlAgent is looked up now: NIXL's tests spy on it)
+        self.agent = nixlBind.nixlAgent(agent_name, _low_config(conf))
         self.name = agent_name
         self.notifs = {}
         self._failed = {}  # agent name -> [FailedNotif] taken from the agent, not by the caller yet
+        # (self.notifs and self._failed are read, then taken from, under it: each message goes
+        # to one caller, whatever the threads; reentrant: the methods call each other)
+        self._notif_lock = threading.RLock()
         self.backends = {}
         self.backend_mems = {}
         self.backend_options = {}
@@ -219,7 +224,7 @@ class nixl_agent:
         nixlInvalidParamError when they cannot be read."""
         descs = self.get_reg_descs(reg_list, mem_type)
         if descs is None:
-            raise nb.nixlInvalidParamError("register_memory: the descriptors cannot be read")
+            raise nixlBind.nixlInvalidParamError("register_memory: the descriptors cannot be read")
         self.agent.registerMem(descs, self._handles(backends))
         return descs
 
@@ -233,7 +238,7 @@ class nixl_agent:
         if backend not in self.backends:
             raise ValueError(f"Backend '{backend}' not found. Available backends: {list(self.backends)}")
         if descs is None:
-            raise nb.nixlInvalidParamError("query_memory: the descriptors cannot be read")
+            raise nixlBind.nixlInvalidParamError("query_memory: the descriptors cannot be read")
         return self.agent.queryMem(descs, self.backends[backend])
 
     # ------------------------------------------------------------ metadata
@@ -273,8 +278,8 @@ class nixl_agent:
     def check_remote_metadata(self, agent, descs=None):
         """True once the agent's metadata came and, when descs (an nixlXferDList) are given,
         they are memory of the agent that this one may reach."""
-        descs = nixlXferDList(nb.DRAM_SEG) if descs is None else descs
-        return self.agent.checkRemoteMD(_name(agent), descs) == nb.NIXL_SUCCESS
+        descs = nixlXferDList(nixlBind.DRAM_SEG) if descs is None else descs
+        return self.agent.checkRemoteMD(_name(agent), descs) == nixlBind.NIXL_SUCCESS
 
     def make_connection(self, remote_agent, backends=None):
         self.agent.makeConnection(_name(remote_agent), self._handles(backends))
@@ -285,7 +290,7 @@ class nixl_agent:
         agent's, as a local side; this agent's own name: loopback)."""
         descs = self.get_xfer_descs(xfer_list, mem_type)
         if descs is None:
-            raise nb.nixlInvalidParamError("prep_xfer_dlist: the descriptors cannot be read")
+            raise nixlBind.nixlInvalidParamError("prep_xfer_dlist: the descriptors cannot be read")
         name = _name(agent_name)
         if name in ("", "NIXL_INIT_AGENT"):
             handle = self.agent.prepXferDlist(descs, self._handles(backends))
@@ -325,7 +330,7 @@ class nixl_agent:
     def estimate_xfer_cost(self, req_handle):
         """(duration µs, error margin µs, method): see nixlAgent.estimateXferCost."""
         duration, margin, method = self.agent.estimateXferCost(_handle_of(req_handle))
-        return duration, margin, ("ANALYTICAL_BACKEND" if method == nb.NIXL_COST_ANALYTICAL_BACKEND
+        return duration, margin, ("ANALYTICAL_BACKEND" if method == nixlBind.NIXL_COST_ANALYTICAL_BACKEND
                                   else "UNKNOWN")
 
     def release_xfer_handle(self, handle):
@@ -349,15 +354,17 @@ class nixl_agent:
         return self.agent.getNotifs({}, self._handles(backends))
 
     def update_notifs(self, backends=None):
-        self.notifs = self.agent.getNotifs(self.notifs, self._handles(backends))
-        return self.notifs
+        with self._notif_lock:
+            self.notifs = self.agent.getNotifs(self.notifs, self._handles(backends))
+            return self.notifs
 
     def check_remote_xfer_done(self, remote_agent_name, lookup_tag, backends=None, tag_is_prefix=True):
         """True once a notification from that agent starts with lookup_tag (or, tag_is_prefix
         False, contains it); that one message is taken."""
-        self.update_notifs(backends)
-        msgs = self.notifs.get(_name(remote_agent_name), [])
-        return _take_matching(msgs, lookup_tag, tag_is_prefix) is not None
+        with self._notif_lock:
+            self.update_notifs(backends)
+            msgs = self.notifs.get(_name(remote_agent_name), [])
+            return _take_matching(msgs, lookup_tag, tag_is_prefix) is not None
 
     # xfer's addition: NIXL tells a target nothing of a transfer that failed.
     def get_failed_notifs(self):
@@ -366,32 +373,35 @@ class nixl_agent:
         "CANCELED" or "INITIATOR_LOST" (the initiator's agent died or went away first); landed:
         the positions of the transfer's descriptors whose bytes all landed (none known for
         INITIATOR_LOST). Their messages never reach get_new_notifs. (XFER_NIXL_NOTIFY_OUTCOMES=1)"""
-        self._collect_failed()
-        got, self._failed = self._failed, {}
-        return got
+        with self._notif_lock:
+            self._collect_failed()
+            got, self._failed = self._failed, {}
+            return got
 
     def check_remote_xfer_state(self, remote_agent_name, lookup_tag, tag_is_prefix=True):
         """check_remote_xfer_done with check_xfer_state's answers: "DONE" once that agent's
         transfer with this notification completed, "ERR" once it ended otherwise (failed, timed
         out, canceled, its initiator lost), else "PROC". The notification found is taken."""
-        if self.check_remote_xfer_done(remote_agent_name, lookup_tag, tag_is_prefix=tag_is_prefix):
-            return "DONE"
-        self._collect_failed()
-        mine = self._failed.get(_name(remote_agent_name), [])
-        i = _take_matching([f.message for f in mine], lookup_tag, tag_is_prefix)
-        if i is not None:
-            del mine[i]
-            return "ERR"
-        return "PROC"
+        with self._notif_lock:
+            if self.check_remote_xfer_done(remote_agent_name, lookup_tag, tag_is_prefix=tag_is_prefix):
+                return "DONE"
+            self._collect_failed()
+            mine = self._failed.get(_name(remote_agent_name), [])
+            i = _take_matching([f.message for f in mine], lookup_tag, tag_is_prefix)
+            if i is not None:
+                del mine[i]
+                return "ERR"
+            return "PROC"
 
     def _collect_failed(self):
-        for name, failed in self.agent.takeFailedNotifs().items():
-            self._failed.setdefault(name, []).extend(failed)
+        with self._notif_lock:
+            for name, failed in self.agent.takeFailedNotifs().items():
+                self._failed.setdefault(name, []).extend(failed)
 
 
 def _handle_of(handle):
     """The low-level agent's int of a nixl_agent handle (or the int itself)."""
-    return handle._handle if isinstance(handle, (nixl_xfer_handle, nixl_prepped_dlist_handle)) else handle
+    return getattr(handle, "_handle", handle)
 
 
 def _descs(descs, mem_type, cls):
@@ -444,7 +454,7 @@ def _tensor_descs(tensors, cls):
         return None
     dev = tensors[0].get_device()
     rows = np.array([(t.data_ptr(), t.numel() * t.element_size(), max(dev, 0)) for t in tensors], np.uint64)
-    return cls(nb.DRAM_SEG if dev < 0 else nb.VRAM_SEG, rows)
+    return cls(nixlBind.DRAM_SEG if dev < 0 else nixlBind.VRAM_SEG, rows)
 
 
 def _tensors(descs):
@@ -458,12 +468,6 @@ def _tensors(descs):
     if isinstance(descs, (list, tuple)) and descs and all(isinstance(t, torch.Tensor) for t in descs):
         return list(descs)
     return None
-
-
-def _bytes(m):
-    if m is None:
-        return b""
-    return m.encode() if isinstance(m, str) else bytes(m)
 
 
 def _take_matching(messages, tag, tag_is_prefix):

@@ -132,14 +132,6 @@ nixlRemoteDisconnectError = _error("nixlRemoteDisconnectError", "NIXL_ERR_REMOTE
 nixlCancelledError = _error("nixlCancelledError", "NIXL_ERR_CANCELED")
 nixlNoTelemetryError = _error("nixlNoTelemetryError", "NIXL_ERR_NO_TELEMETRY")
 
-_BY_STATUS = {cls.status: cls for cls in _NixlError.__subclasses__()}
-
-
-def error_for(status, reason=""):
-    """The exception NIXL raises for a status (an nixl_status_t, or its name)."""
-    name = status.name if isinstance(status, nixl_status_t) else str(status)
-    return _BY_STATUS.get(name, nixlUnknownError)(reason)
-
 
 # ---------------------------------------------------------------- descriptor lists
 def _mem(t):
@@ -293,7 +285,8 @@ class nixlAgentConfig:
     """The low-level agent's options (NIXL's nixlAgentConfig, positional order included).
     listenPort: where the metadata listener listens when useListenThread (0: a free port).
     useProgThread, pthrDelay, lthrDelay and etcdWatchTimeout are kept for NIXL code and not
-    needed: xfer's engine runs its own threads."""
+    needed: xfer's engine runs its own threads. num_workers is taken and not kept, as NIXL's
+    constructor takes it and keeps it nowhere (its config has no such attribute)."""
 
     def __init__(self, useProgThread=False, useListenThread=False, listenPort=DEFAULT_COMM_PORT,
                  syncMode=NIXL_THREAD_SYNC_DEFAULT, num_workers=1, pthrDelay=0, lthrDelay=100000,

@@ -7,9 +7,11 @@ records in a file the agent maps and a reader maps too, laid out as NIXL lays it
         expected_version i32, capacity u64 (a power of 2), mask u64 (capacity - 1)
     capacity records (16 bytes): event type u32, 4 bytes of padding, value u64
 
-The writer fills the record at write_pos, then moves write_pos on; the reader takes the record at
-read_pos, then moves read_pos on; the ring is full when write_pos + 1 == read_pos (mod capacity),
-and an event that finds it full is counted and told later as one AGENT_TELEMETRY_EVENTS_DROPPED."""
+The writer fills the records from write_pos on, then moves write_pos past them; the reader takes
+the record at read_pos, then moves read_pos on; the ring is full when write_pos + 1 == read_pos
+(mod capacity). Events go in as NIXL's queue takes them: one alone, or a transfer's four as one
+batch, all or none; those that find no room are counted and told later as one
+AGENT_TELEMETRY_EVENTS_DROPPED."""
 
 import enum
 import fnmatch
@@ -111,26 +113,29 @@ class Telemetry:
                                            "(the file in NIXL_TELEMETRY_DIR) or NOP only")
 
     def transfer_done(self, write, nbytes, post_us, xfer_us):
-        """A transfer completed: its post and transfer times (µs), bytes, and one request."""
-        self._emit(Event.AGENT_XFER_POST_TIME, post_us)
-        self._emit(Event.AGENT_XFER_TIME, xfer_us)
-        self._emit(Event.AGENT_TX_BYTES if write else Event.AGENT_RX_BYTES, nbytes)
-        self._emit(Event.AGENT_TX_REQUESTS_NUM if write else Event.AGENT_RX_REQUESTS_NUM, 1)
+        """A transfer completed: its post and transfer times (µs), bytes, and one request, as
+        one batch (NIXL's addXferStats: a reader never sees part of a transfer)."""
+        self._emit((Event.AGENT_XFER_POST_TIME, post_us), (Event.AGENT_XFER_TIME, xfer_us),
+                   (Event.AGENT_TX_BYTES if write else Event.AGENT_RX_BYTES, nbytes),
+                   (Event.AGENT_TX_REQUESTS_NUM if write else Event.AGENT_RX_REQUESTS_NUM, 1))
 
     def registered(self, nbytes):
-        self._emit(Event.AGENT_MEMORY_REGISTERED, nbytes)
+        self._emit((Event.AGENT_MEMORY_REGISTERED, nbytes))
 
     def deregistered(self, nbytes):
-        self._emit(Event.AGENT_MEMORY_DEREGISTERED, nbytes)
+        self._emit((Event.AGENT_MEMORY_DEREGISTERED, nbytes))
 
     def error(self, exc):
         """One more error of the exception's status (a nixl exception)."""
         status = getattr(exc, "status", "NIXL_ERR_UNKNOWN")
-        self._emit(Event["AGENT_" + status[len("NIXL_"):]], 1)
+        self._emit((Event["AGENT_" + status[len("NIXL_"):]], 1))
 
-    def _emit(self, event, value):
-        if self._ring is not None and self._on[event]:
-            self._ring.push(event, int(value))
+    def _emit(self, *events):
+        """Pushes the (event, value) pairs that are on, as one batch."""
+        if self._ring is not None:
+            batch = [(event, int(value)) for event, value in events if self._on[event]]
+            if batch:
+                self._ring.push(batch)
 
     def close(self):
         if self._ring is not None:
@@ -175,27 +180,35 @@ class EventRing:
             os.close(fd)
         _HEADER.pack_into(self._map, 0, 0, 0, VERSION, VERSION, capacity, self._mask)
 
-    def push(self, event, value):
-        """Adds the record; False when the ring is full (then counted, and told as one
-        AGENT_TELEMETRY_EVENTS_DROPPED once there is room)."""
+    def push(self, events):
+        """Adds the (event, value) records, all or none (as NIXL's queue takes a batch); False
+        when the ring has no room for them all: then counted, and told as one
+        AGENT_TELEMETRY_EVENTS_DROPPED once there is room."""
         with self._lock:
             if self._map is None:
                 return False
-            if self._dropped and self._put(Event.AGENT_TELEMETRY_EVENTS_DROPPED, self._dropped):
+            write, read = _POSITIONS.unpack_from(self._map, 0)
+            if self._dropped and self._room(write, read):
+                write = self._put(write, [(Event.AGENT_TELEMETRY_EVENTS_DROPPED, self._dropped)])
                 self._dropped = 0
-            if self._put(event, value):
-                return True
-            self._dropped += 1
-            return False
+            if len(events) > self._room(write, read):
+                self._dropped += len(events)
+                return False
+            self._put(write, events)
+            return True
 
-    def _put(self, event, value):
-        write, read = _POSITIONS.unpack_from(self._map, 0)
-        following = (write + 1) & self._mask
-        if following == read:
-            return False
-        _EVENT.pack_into(self._map, _HEADER.size + _EVENT.size * write, int(event), value)
-        struct.pack_into("=Q", self._map, 0, following)  # (after the record: readers see whole ones)
-        return True
+    def _room(self, write, read):
+        """How many records fit (one slot stays free: write_pos == read_pos means empty)."""
+        return self._mask - ((write - read) & self._mask)
+
+    def _put(self, write, events):
+        """Writes the records from write on, then moves write_pos past them (after the records:
+        a reader sees whole ones, and a batch at once); the new write_pos."""
+        for event, value in events:
+            _EVENT.pack_into(self._map, _HEADER.size + _EVENT.size * write, int(event), value)
+            write = (write + 1) & self._mask
+        struct.pack_into("=Q", self._map, 0, write)
+        return write
 
     def close(self):
         with self._lock:

@@ -14,6 +14,8 @@ import socket
 import struct
 import threading
 
+import numpy as np
+
 from .. import Outcome, XferError
 
 log = logging.getLogger("xfer.nixl")
@@ -82,7 +84,8 @@ class Agents:
     Metadata (get_agent_metadata's bytes): MAGIC, then JSON {"name", "address", "regions"}.
     regions: null in whole metadata (every region the agent registers, now or later, as xfer's
     engine gives a peer); a list of [addr, len] in partial metadata (only those: NIXL refuses
-    descriptors outside the partial metadata it was sent, and so does this agent). address is
+    descriptors outside the partial metadata it was sent, and so does this agent; kept as a
+    region_table, see outside()). address is
     left out of partial metadata sent without connection info: it then adds to an agent known
     already. Labels: metadata served to agents that ask (ASK) under a label (etcd's flow)."""
 
@@ -90,7 +93,7 @@ class Agents:
         self._engine, self._name = engine, name
         self._lock = threading.Lock()
         self._by_name = {}
-        self._exposed = {}  # name -> None (whole metadata loaded) or [(addr, len)] (partial only)
+        self._exposed = {}  # name -> None (whole metadata loaded) or a region_table (partial only)
         self._served = {}   # label -> metadata bytes, for ASK
         self._waiting = {}  # label -> {address}: asked before the label was served
         self._inbox = {}
@@ -125,17 +128,18 @@ class Agents:
         with self._lock:
             # (metadata adds to what came before from the same agent; an agent at another
             # address is another instance of it: what came before is forgotten)
-            prior = self._exposed.get(name, []) if self._by_name.get(name) == address else []
+            same = self._by_name.get(name) == address
+            prior = self._exposed.get(name, _NO_REGIONS) if same else _NO_REGIONS
             self._by_name[name] = address
-            self._exposed[name] = None if regions is None or prior is None else prior + regions
+            self._exposed[name] = (None if regions is None or prior is None
+                                   else region_table(regions, prior))
         return name
 
     def exposed(self, name):
-        """None: every region of the agent is known (whole metadata); else the [(addr, len)]
-        its partial metadata gave."""
+        """None: every region of the agent is known (whole metadata); else the region_table
+        of what its partial metadata gave (not to be changed: a load replaces it)."""
         with self._lock:
-            regions = self._exposed.get(name)
-            return None if regions is None else list(regions)
+            return self._exposed.get(name)
 
     def serve(self, label, metadata):
         """Serves metadata under label to the agents that ask (those waiting for it included)."""
@@ -261,6 +265,40 @@ class Agents:
             log.warning("xfer.nixl: could not answer %s's request for metadata: %s", address, e)
 
 
+def region_table(regions, more=None):
+    """Memory regions [(addr, len)] (with the rows of the region_table more) as a region_table:
+    (M, 2) uint64 rows (start, end), sorted by start, without the rows that lie inside another
+    (the same region sent again, say). Their ends then grow with their starts, so a descriptor
+    lies within one region exactly when it lies within the last row starting at or before it,
+    which outside() finds with a binary search. (Touching or overlapping regions are not merged
+    into one: a descriptor across two of them is not within one region, which NIXL refuses.)"""
+    rows = np.array([(a, a + n) for a, n in regions], np.uint64).reshape(-1, 2)
+    if more is not None:
+        rows = np.concatenate([rows, more])
+    if len(rows) < 2:
+        return rows
+    rows = rows[np.lexsort((np.iinfo(np.uint64).max - rows[:, 1], rows[:, 0]))]  # start up, end down
+    ends = rows[:, 1]
+    keep = np.ones(len(rows), bool)
+    keep[1:] = ends[1:] > np.maximum.accumulate(ends)[:-1]  # (else inside an earlier row)
+    return rows[keep]
+
+
+_NO_REGIONS = region_table([])
+
+
+def outside(table, rows):
+    """For descriptor rows (addr, len, ...) (an (N, >=2) integer array), whether each does not
+    lie within one region of the region_table: a boolean array."""
+    addr = np.asarray(rows[:, 0], np.uint64)
+    end = addr + np.asarray(rows[:, 1], np.uint64)
+    i = np.searchsorted(table[:, 0], addr, side="right") - 1  # the last row starting at or before addr
+    inside = (i >= 0) & (end >= addr)  # (end < addr: the length wrapped around)
+    if len(table):
+        inside &= end <= table[np.maximum(i, 0), 1]
+    return ~inside
+
+
 def _parse(metadata):
     """(name, address or None, regions or None) of get_agent_metadata's bytes; ValueError when
     they are not an xfer.nixl agent's metadata."""
@@ -270,6 +308,8 @@ def _parse(metadata):
         name, address, regions = md["name"], md.get("address"), md.get("regions")
         if regions is not None:
             regions = [(int(a), int(n)) for a, n in regions]
+            if not all(0 <= a and 0 <= n and a + n < 1 << 64 for a, n in regions):
+                raise ValueError
         if isinstance(name, str) and name and (address is None or isinstance(address, str)):
             return name, address, regions
     except (ValueError, TypeError, KeyError, AttributeError):
