@@ -10,6 +10,7 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -120,10 +121,25 @@ Segment::~Segment() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+namespace {
+std::atomic<uint64_t> peers_mapped{0};  // bytes of peers' segments mapped in this process now
+
+// Counts len more mapped bytes, unless that would pass cap (then nothing changes).
+bool Reserve(uint64_t len, uint64_t cap) {
+  uint64_t now = peers_mapped.load();
+  do {
+    if (len > cap || now > cap - len) return false;
+  } while (!peers_mapped.compare_exchange_weak(now, now + len));
+  return true;
+}
+}  // namespace
+
 Mapping::~Mapping() {
   ::munmap(base_, len_);
-  if (used_) used_->fetch_sub(len_);
+  peers_mapped.fetch_sub(len_);
 }
+
+uint64_t PeerMapper::mapped_bytes() { return peers_mapped.load(); }
 
 uint64_t PeerMapper::max_mapped_bytes() {
   static const uint64_t cap = [] {
@@ -194,9 +210,8 @@ Status PeerMapper::MapSegment(int32_t remote_fd, const std::string& name, uint64
   const bool huge = s.ok() && fs.f_type == HUGETLBFS_MAGIC;
   const uint64_t page = huge ? static_cast<uint64_t>(fs.f_bsize) : static_cast<uint64_t>(::getpagesize());
   const uint64_t mapped = RoundUp(len, page);
-  if (s.ok() && used_->fetch_add(mapped) + mapped > max_mapped_bytes()) {
-    used_->fetch_sub(mapped);
-    s = {StatusCode::kResourceExhausted, who + ": this peer's mapped segments would pass " +
+  if (s.ok() && (mapped < len || !Reserve(mapped, max_mapped_bytes()))) {
+    s = {StatusCode::kResourceExhausted, who + ": peers' mapped segments would pass " +
                                              std::to_string(max_mapped_bytes()) +
                                              " bytes (this host's memory and swap)"};
   } else if (s.ok()) {
@@ -205,12 +220,12 @@ Status PeerMapper::MapSegment(int32_t remote_fd, const std::string& name, uint64
       // EPERM: a writable mapping of a segment its owner sealed read-only for peers.
       s = {errno == EPERM ? StatusCode::kRemoteAccessDenied : StatusCode::kResourceExhausted,
            who + ": " + Errno("mmap")};
-      used_->fetch_sub(mapped);
+      peers_mapped.fetch_sub(mapped);
     }
   }
   ::close(fd);
   if (!s.ok()) return s;
-  *out = std::make_shared<Mapping>(static_cast<uint8_t*>(p), mapped, used_);
+  *out = std::make_shared<Mapping>(static_cast<uint8_t*>(p), mapped);
   return Status::Ok();
 }
 

@@ -4,7 +4,6 @@
 // too.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,11 +43,10 @@ class Segment {
 
 // Initiator side: a peer's segment mapped into this process; unmapped when the last user
 // (the peer's region table, or a request still running on it) lets go. Its bytes count
-// against its PeerMapper's budget until then.
+// against PeerMapper's budget until then.
 class Mapping {
  public:
-  Mapping(uint8_t* base, uint64_t len, std::shared_ptr<std::atomic<uint64_t>> budget_used)
-      : base_(base), len_(len), used_(std::move(budget_used)) {}
+  Mapping(uint8_t* base, uint64_t len) : base_(base), len_(len) {}
   ~Mapping();
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
@@ -57,13 +55,13 @@ class Mapping {
  private:
   uint8_t* base_;
   uint64_t len_;
-  std::shared_ptr<std::atomic<uint64_t>> used_;
 };
 
-// Maps segments of one peer process: at most max_mapped_bytes() of them at once, this host's
-// memory and swap (a peer's AllocMem memory cannot hold more; a peer advertising regions in
-// huge sparse segments would otherwise fill this process's address space). A mapping past it
-// is refused (kResourceExhausted): that region takes another route.
+// Maps segments of one peer process. Peers' segments mapped in this process, all peers and
+// mappers together, stay within max_mapped_bytes(), this host's memory and swap: the AllocMem
+// memory of every process of the host cannot hold more, and a peer advertising regions in huge
+// sparse segments would otherwise fill this process's address space. A mapping past it is
+// refused (kResourceExhausted): that region takes another route.
 class PeerMapper {
  public:
   // pidfd: the peer process, verified (PeerContext::pidfd; a duplicate is kept), or -1 to
@@ -85,7 +83,7 @@ class PeerMapper {
   // A duplicate of the peer's descriptor remote_fd in this process (the caller closes it):
   // how GPU memory exported as a file descriptor (CUDA VMM) reaches us.
   Status TakeFd(int32_t remote_fd, int* fd) const;
-  uint64_t mapped_bytes() const { return used_->load(); }  // now
+  static uint64_t mapped_bytes();  // now, in this process
   static uint64_t max_mapped_bytes();
 
  private:
@@ -94,8 +92,6 @@ class PeerMapper {
                     std::shared_ptr<Mapping>* out) const;
   int pidfd_;
   int32_t pid_;
-  // Bytes of this peer's segments mapped now (shared with the mappings, which outlive us).
-  std::shared_ptr<std::atomic<uint64_t>> used_ = std::make_shared<std::atomic<uint64_t>>(0);
 };
 
 }  // namespace xfer::shared_memory

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -102,42 +103,51 @@ ServePool::Next ServeFrames(Conn& c) {
   return ServePool::Next::kIdle;
 }
 
-TEST(ServePool, APeerWhoseFramesTrickleHoldsOnlyItsShareOfTheThreads) {
-  // Four threads; one peer's eight connections each trickle a frame a byte every 20 ms (each
-  // would hold a thread for 300 ms and more), another peer's frame comes whole: it is served
-  // at once, on a thread the first peer could not take (its share: two of four).
-  ServePool pool([&](void* c) { return ServeFrames(*static_cast<Conn*>(c)); }, 4, 1000ms);
+// Peers that come one after another, each with connections whose frames trickle in (each
+// frame holds its thread 640 ms and more): none takes the threads a later one needs, and a peer
+// that comes then is served at once. (Before, the first peer kept the half it took alone, the
+// second a third: the fourth peer's frame waited for a trickling frame to end.)
+TEST(ServePool, PeersWhoseFramesTrickleLeaveThreadsForAPeerThatComes) {
+  ServePool pool([&](void* c) { return ServeFrames(*static_cast<Conn*>(c)); }, 12, 1000ms);
   ASSERT_TRUE(pool.Start().ok());
   std::vector<std::unique_ptr<Conn>> trickling;
-  for (int i = 0; i < 8; ++i) {
-    trickling.push_back(std::make_unique<Conn>());
-    ASSERT_TRUE(pool.Add(trickling.back()->here, trickling.back().get(), 1).ok());
-  }
-  Conn whole;
-  ASSERT_TRUE(pool.Add(whole.here, &whole, 2).ok());
   std::atomic<bool> stop{false};
+  std::mutex mu;
   std::thread trickler([&] {
     while (!stop.load()) {
-      for (auto& c : trickling) (void)!::write(c->there, "t", 1);
-      std::this_thread::sleep_for(20ms);
+      {
+        std::lock_guard lock(mu);
+        for (auto& c : trickling) (void)!::write(c->there, "t", 1);
+      }
+      std::this_thread::sleep_for(40ms);  // (a frame: 640 ms and more)
     }
   });
-  std::this_thread::sleep_for(150ms);  // (the trickling frames hold their threads now)
+  for (uint64_t group = 1; group <= 3; ++group) {  // three peers, six connections each, 100 ms apart
+    for (int i = 0; i < 6; ++i) {
+      std::lock_guard lock(mu);
+      trickling.push_back(std::make_unique<Conn>());
+      ASSERT_TRUE(pool.Add(trickling.back()->here, trickling.back().get(), group).ok());
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  Conn whole;
+  ASSERT_TRUE(pool.Add(whole.here, &whole, 4).ok());
   ASSERT_EQ(::write(whole.there, "0123456789abcdef", 16), 16);
   const auto t0 = std::chrono::steady_clock::now();
   while (whole.bytes.load() == 0 && std::chrono::steady_clock::now() - t0 < 3s)
     std::this_thread::sleep_for(1ms);
   const auto waited = std::chrono::steady_clock::now() - t0;
   EXPECT_EQ(whole.bytes.load(), 16);
-  EXPECT_LT(waited, 100ms) << "a whole frame waited behind another peer's trickling ones";
-  EXPECT_LE(pool.threads(), 4u);
+  EXPECT_LT(waited, 100ms) << "a whole frame waited behind other peers' trickling ones";
   auto trickled = [&] {
+    std::lock_guard lock(mu);
     int n = 0;
     for (auto& c : trickling) n += c->bytes.load();
     return n;
   };
-  while (trickled() < 4 * 16 && std::chrono::steady_clock::now() - t0 < 5s) std::this_thread::sleep_for(10ms);
-  EXPECT_GE(trickled(), 4 * 16) << "the trickling peer's frames were not served";
+  while (trickled() < 12 * 16 && std::chrono::steady_clock::now() - t0 < 5s)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_GE(trickled(), 12 * 16) << "the trickling peers' frames were not served";
   stop.store(true);
   trickler.join();
   for (auto& c : trickling) ::shutdown(c->there, SHUT_RDWR);

@@ -16,7 +16,8 @@ namespace xfer::net {
 
 namespace {
 constexpr uint32_t kArmed = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
-// The group of the connection this thread serves (Saturated: a serve asks about its own).
+// The group of the connection this thread serves (Saturated: a serve asks about its own). One
+// per thread for every pool: a worker serves one pool.
 thread_local const std::atomic<bool>* serving_crowded = nullptr;
 }  // namespace
 
@@ -108,19 +109,23 @@ void ServePool::Recount() {
 }
 
 size_t ServePool::Share() const {
-  // (One share more than there are groups stays free: a group that comes finds threads for
-  // its connections at once, however long the others' serves take.)
   return std::max<size_t>(1, std::min(max_threads_, spawnable_) / (groups_.size() + 1));
 }
 
 bool ServePool::Enter(Entry* e) {
   Group& g = groups_[e->group];
-  if (g.serving >= Share()) {
+  // A group none of whose connections is served always enters: its connections make progress,
+  // and a group that comes is served at once. Any other stays within its share, and takes no
+  // thread that would leave less than a share free for the next group to come (the groups that
+  // came earlier may hold more than today's share: their serves had started).
+  const size_t share = Share();
+  if (g.serving > 0 && (g.serving >= share || serving_ + share >= std::min(max_threads_, spawnable_))) {
     g.parked.push_back(e);
     g.crowded.store(true, std::memory_order_relaxed);
     return false;
   }
   ++g.serving;
+  ++serving_;
   serving_crowded = &g.crowded;  // (the group lives while one of its serves runs)
   return true;
 }
@@ -135,6 +140,7 @@ ServePool::Entry* ServePool::Leave(uint64_t group) {
     return next;
   }
   serving_crowded = nullptr;
+  --serving_;
   if (--g.serving == 0 && g.parked.empty()) groups_.erase(it);
   return nullptr;
 }

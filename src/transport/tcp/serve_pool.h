@@ -8,10 +8,12 @@
 // each unit of work: Saturated()); a worker that waited idle_exit for a connection while
 // another waits too ends. Connections come in groups (the tcp target's: one per peer engine):
 // with G groups having connections being served or waiting, each may hold max_threads / (G + 1)
-// threads (at least one), and a ready connection past its group's share waits until one of
-// that group's serves returns. So a peer whose many connections each hold their thread for
-// long (a frame trickling in) cannot take every thread from the others, and a peer that comes
-// finds threads free at once (while there are fewer groups than threads).
+// threads (at least one), and a group with a connection served takes another only while that
+// leaves a share free; a ready connection past that waits until one of its group's serves
+// returns. A group none of whose connections is served always gets a thread. So a peer whose
+// many connections each hold their thread for long (a frame trickling in) cannot take every
+// thread from the others, and a peer that comes is served at once, while fewer groups than
+// threads hold them.
 #pragma once
 
 #include <atomic>
@@ -97,6 +99,7 @@ class ServePool {
   std::list<std::thread> workers_;              // (workers_mu_)
   std::vector<Worker> exited_;                  // (workers_mu_) ended, not joined yet
   std::unordered_map<uint64_t, Group> groups_;  // (workers_mu_) those with connections served or parked
+  size_t serving_ = 0;                          // (workers_mu_) connections being served, all groups
   // Every connection's entry, also held here: an idle one is otherwise named by the kernel's
   // epoll set alone (LeakSanitizer, which cannot see it there, would call it a leak).
   std::mutex entries_mu_;
