@@ -83,7 +83,11 @@ class HttpDirectory final : public PublishingDirectory {
  private:
   static std::string KeyOf(const std::string& name) { return "xfer/engines/" + name; }
   Status Publish() override;  // the first time unconditionally; then only while the name is ours
-  Status Renew() override;    // put again when the server lost it
+  Status Renew() override { return KeepName(false); }  // put again when the server lost it
+  // After the first put: puts the entry again where the name has gone (the server lost it), or
+  // is still ours and put_ours (the tags changed); where another engine holds it, yields the
+  // name (once, logged). One GET, and a PUT where needed.
+  Status KeepName(bool put_ours);
   // Whose the entry under this engine's name is: kOurs, kGone (no entry), or kTheirs
   // (another engine's, or what is no engine's entry).
   enum class Holder { kOurs, kGone, kTheirs };
@@ -173,24 +177,23 @@ Status HttpDirectory::Publish() {
     took_name_ = s.ok();
     return s;
   }
-  Holder holder = Holder::kGone;
-  ClusterPeer there;
-  if (Status s = HolderOfName(&holder, &there); !s.ok()) return s;
-  if (holder != Holder::kTheirs) return Put();
-  yielded_ = true;
-  XLOG(WARN) << "cluster metadata: the name '" << options_.self.name << "' at " << url_
-             << " was taken by another engine ("
-             << (there.address.empty() ? "an entry no engine wrote" : there.address)
-             << "); this engine no longer publishes it";
-  return Status::Ok();
+  return KeepName(true);
 }
 
-Status HttpDirectory::Renew() {
+Status HttpDirectory::KeepName(bool put_ours) {
   if (yielded_) return Status::Ok();
   Holder holder = Holder::kGone;
   ClusterPeer there;
   if (Status s = HolderOfName(&holder, &there); !s.ok()) return s;
-  return holder == Holder::kOurs ? Status::Ok() : Publish();  // (gone: put back; theirs: yield)
+  if (holder == Holder::kGone || (holder == Holder::kOurs && put_ours)) return Put();
+  if (holder == Holder::kTheirs) {
+    yielded_ = true;
+    XLOG(WARN) << "cluster metadata: the name '" << options_.self.name << "' at " << url_
+               << " was taken by another engine ("
+               << (there.address.empty() ? "an entry no engine wrote" : there.address)
+               << "); this engine no longer publishes it";
+  }
+  return Status::Ok();
 }
 
 void HttpDirectory::Stop() {

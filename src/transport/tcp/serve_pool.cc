@@ -68,7 +68,7 @@ void ServePool::Forget(Entry* e) {
 void ServePool::AddWorkerIfNoneWaits() {
   std::lock_guard lock(workers_mu_);
   JoinExited();
-  if (stopping_.load() || waiting_ > 0 || workers_.size() >= std::min(max_threads_, spawnable_)) return;
+  if (stopping_.load() || waiting_ > 0 || workers_.size() >= Cap()) return;
   try {
     ++waiting_;  // (counted before it runs: a burst of ready connections starts one)
     workers_.emplace_back();
@@ -105,12 +105,10 @@ void ServePool::JoinExited() {
 void ServePool::Recount() {
   const size_t live = workers_.size() - exited_.size();
   threads_.store(live);
-  saturated_.store(waiting_ == 0 && live >= std::min(max_threads_, spawnable_), std::memory_order_relaxed);
+  saturated_.store(waiting_ == 0 && live >= Cap(), std::memory_order_relaxed);
 }
 
-size_t ServePool::Share() const {
-  return std::max<size_t>(1, std::min(max_threads_, spawnable_) / (groups_.size() + 1));
-}
+size_t ServePool::Share() const { return std::max<size_t>(1, Cap() / (groups_.size() + 1)); }
 
 bool ServePool::Enter(Entry* e) {
   Group& g = groups_[e->group];
@@ -119,7 +117,7 @@ bool ServePool::Enter(Entry* e) {
   // thread that would leave less than a share free for the next group to come (the groups that
   // came earlier may hold more than today's share: their serves had started).
   const size_t share = Share();
-  if (g.serving > 0 && (g.serving >= share || serving_ + share >= std::min(max_threads_, spawnable_))) {
+  if (g.serving > 0 && (g.serving >= share || serving_ + share >= Cap())) {
     g.parked.push_back(e);
     g.crowded.store(true, std::memory_order_relaxed);
     return false;

@@ -76,7 +76,8 @@ class ServePool {
   // (workers_mu_ held) A serve of group returned: the parked connection that takes its place,
   // to be served next by the same worker, if any.
   Entry* Leave(uint64_t group);
-  size_t Share() const;  // (workers_mu_ held)
+  size_t Share() const;                                              // (workers_mu_ held)
+  size_t Cap() const { return std::min(max_threads_, spawnable_); }  // (workers_mu_ held) threads at most
   bool Watch(Entry* e);  // watched again (EPOLLONESHOT re-armed); false: it could not be
   using Worker = std::list<std::thread>::iterator;
   void Work(Worker self);
