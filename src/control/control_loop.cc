@@ -59,10 +59,14 @@ void ControlLoop::Add(std::shared_ptr<Session> s) {
 }
 
 void ControlLoop::Stop() {
-  if (!thread_.joinable()) return;
-  stop_.store(true);
-  Wake();
-  thread_.join();
+  if (thread_.joinable()) {
+    stop_.store(true);
+    Wake();
+    thread_.join();
+  }
+  worker_.Stop();
+  std::lock_guard lock(add_mu_);
+  prepared_.clear();  // (their sessions were closed with the others)
 }
 
 void ControlLoop::Accept() {
@@ -143,7 +147,8 @@ void ControlLoop::Tick() {
   uint64_t declared_dead = 0;  // of `dead`, the peers silent past the heartbeat timeout
   for (auto& [fd, s] : sessions_) {
     if (!s->established.load()) {
-      if (now - s->created > opts_.heartbeat_timeout) {
+      // (A held session has said its hello: the time it waits for the worker is ours.)
+      if (!s->held() && now - s->created > opts_.heartbeat_timeout) {
         dead.emplace_back(s, "no hello within " + std::to_string(opts_.heartbeat_timeout.count()) + " ms");
       }
       continue;
@@ -187,6 +192,7 @@ void ControlLoop::Run() {
       const int fd = events[i].data.fd;
       if (fd == wake_.get()) {
         AddQueued();
+        TakePrepared();
         FlushAll();  // (a thread left bytes its socket did not take)
       } else if (fd == listener_.get()) {
         Accept();
@@ -246,13 +252,71 @@ bool ControlLoop::FlushAnswers(Session& s, std::string* why) {
   }
   const bool want = f == Session::Flushed::kPending;  // the rest leaves once the socket drains
   if (want != s.watching_writable) {
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0u);
-    ev.data.fd = s.fd();
-    ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, s.fd(), &ev);
     s.watching_writable = want;
+    Watch(s);
   }
   return true;
+}
+
+void ControlLoop::Watch(Session& s) {
+  epoll_event ev{};
+  // (Held, it asks for no input at all: a peer's end, level-triggered, would spin the loop.
+  // Hang-ups and errors are reported anyway.)
+  ev.events = (s.held() ? 0u : EPOLLIN | EPOLLRDHUP) | (s.watching_writable ? EPOLLOUT : 0u);
+  ev.data.fd = s.fd();
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, s.fd(), &ev);
+}
+
+Session::Handlers ControlLoop::HandlersFor(const std::shared_ptr<Session>& s) {
+  return {[this, s](wire::Message&& m) {
+            if (!std::holds_alternative<wire::Heartbeat>(m)) handler_->OnMessage(s, std::move(m));
+          },
+          [this, s](std::vector<uint8_t>&& payload) { Prepare(s, std::move(payload)); }};
+}
+
+void ControlLoop::Prepare(const std::shared_ptr<Session>& s, std::vector<uint8_t>&& payload) {
+  Watch(*s);  // (held: no input until it is taken)
+  const uint64_t size = payload.size();
+  worker_.Post(
+      [this, s, payload = std::move(payload)] {
+        PreparedHello done{s, {}, nullptr, ""};
+        if (wire::DecodePayload(wire::MsgType::kHello, payload, &done.hello, &done.error)) {
+          done.prepared = handler_->Prepare(done.hello);
+        }
+        {
+          std::lock_guard lock(add_mu_);
+          prepared_.push_back(std::move(done));
+        }
+        Wake();
+      },
+      size);
+}
+
+void ControlLoop::TakePrepared() {
+  std::vector<PreparedHello> ready;
+  {
+    std::lock_guard lock(add_mu_);
+    ready.swap(prepared_);
+  }
+  for (auto& p : ready) {
+    const std::shared_ptr<Session> s = p.session;
+    if (s->closed()) {  // (closed meanwhile: what was made of its hello is freed off this thread)
+      Offload([gone = std::move(p)] {});
+      continue;
+    }
+    if (!p.error.empty()) {
+      AfterFrames(s, false, "bad frame: " + p.error, 0);
+      continue;
+    }
+    s->last_rx.store(Clock::now());  // (its frames waited for the worker, not for the peer)
+    s->prepared = std::move(p.prepared);
+    handler_->OnMessage(s, std::move(p.hello));
+    Offload([gone = std::move(s->prepared)] {});  // (what a refused hello left)
+    std::string why;
+    const bool alive = s->Resume(HandlersFor(s), &why);
+    if (alive && !s->held()) Watch(*s);
+    AfterFrames(s, alive, why, 0);
+  }
 }
 
 void ControlLoop::Serve(int fd, uint32_t events) {
@@ -260,11 +324,12 @@ void ControlLoop::Serve(int fd, uint32_t events) {
   if (it == sessions_.end()) return;
   std::shared_ptr<Session> s = it->second;
   std::string why;
-  bool alive = s->ReadAvailable(
-      [&](wire::Message&& m) {
-        if (!std::holds_alternative<wire::Heartbeat>(m)) handler_->OnMessage(s, std::move(m));
-      },
-      &why);
+  const bool alive = s->ReadAvailable(HandlersFor(s), &why);
+  AfterFrames(s, alive, why, events);
+}
+
+void ControlLoop::AfterFrames(const std::shared_ptr<Session>& s, bool alive, std::string why,
+                              uint32_t events) {
   if (alive && s->shutdown_reason().empty()) alive = FlushAnswers(*s, &why);
   if (!alive) {
     if (why.rfind("connection closed", 0) != 0 && s->shutdown_reason().empty()) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -12,14 +13,19 @@
 
 #include "control/session.h"
 #include "util/net.h"
+#include "util/worker_thread.h"
 
 namespace xfer::control {
 
 class ControlHandler {
  public:
   virtual ~ControlHandler() = default;
-  // Every frame but heartbeats, in arrival order, on the control thread.
+  // Every frame but heartbeats, in arrival order, on the control thread. For a big hello
+  // (Session::kBigHello), s->prepared holds what Prepare made of it.
   virtual void OnMessage(const std::shared_ptr<Session>& s, wire::Message&& msg) = 0;
+  // On the loop's worker thread, for a big hello before OnMessage gets it: the work on it that
+  // touches nothing shared (checking and indexing its region table).
+  virtual std::shared_ptr<SessionContext> Prepare(const wire::Message& /*hello*/) { return nullptr; }
   // The session is gone (closed by either side, silent too long, or malformed input).
   virtual void OnClosed(const std::shared_ptr<Session>& s, const std::string& reason) = 0;
   // Once per heartbeat interval or so, on the control thread, after the loop's own checks.
@@ -49,6 +55,10 @@ class ControlLoop {
   void Add(std::shared_ptr<Session> s);
   // Closes every session (OnClosed is called for each) and joins the thread.
   void Stop();
+  // Runs job on the loop's worker thread, ahead of the big hellos waiting there: for the
+  // handler's work too slow for the control thread (freeing a big region table). Dropped,
+  // captures and all, once the loop stopped.
+  void Offload(std::function<void()> job) { worker_.Post(std::move(job)); }
 
   // What the loop saw of its peers' liveness (read by any thread).
   struct Counters {
@@ -65,6 +75,15 @@ class ControlLoop {
   void Accept();
   void AddQueued();                     // the sessions Add() queued, now watched
   void Serve(int fd, uint32_t events);  // a session's frames, or its end
+  Session::Handlers HandlersFor(const std::shared_ptr<Session>& s);
+  // A big hello: decoded and prepared on the worker, smallest first, while s is held; its
+  // result comes back through prepared_.
+  void Prepare(const std::shared_ptr<Session>& s, std::vector<uint8_t>&& payload);
+  void TakePrepared();  // hands each prepared hello on, and resumes its session
+  // After frames were handed on: the session's answers written, and its end when it must end.
+  void AfterFrames(const std::shared_ptr<Session>& s, bool alive, std::string why, uint32_t events);
+  // The events the loop asks for s: its input unless held, room to write while bytes wait.
+  void Watch(Session& s);
   // Writes what s has queued (its answers, Session::SendSoon, and what other threads' sends
   // left) without blocking, and watches the socket for room while some is left; false (with
   // *why) when the session must close.
@@ -89,7 +108,15 @@ class ControlLoop {
   Counters counters_;
 
   std::mutex add_mu_;
-  std::vector<std::shared_ptr<Session>> to_add_;                // add_mu_
+  std::vector<std::shared_ptr<Session>> to_add_;  // add_mu_
+  struct PreparedHello {
+    std::shared_ptr<Session> session;
+    wire::Message hello;
+    std::shared_ptr<SessionContext> prepared;
+    std::string error;  // the payload did not decode
+  };
+  std::vector<PreparedHello> prepared_;  // add_mu_
+  WorkerThread worker_;                  // (stopped by Stop, before the members it uses go)
   std::unordered_map<int, std::shared_ptr<Session>> sessions_;  // control thread only
 };
 

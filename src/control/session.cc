@@ -130,9 +130,9 @@ void Session::set_on_pending(std::function<void()> f) {
   on_pending_ = std::move(f);
 }
 
-bool Session::ParseFrames(const std::function<void(wire::Message&&)>& on_msg, std::string* why) {
+bool Session::ParseFrames(const Handlers& on, std::string* why) {
   size_t pos = 0;
-  while (rx_.size() - pos >= wire::kHeaderSize) {
+  while (!held_ && rx_.size() - pos >= wire::kHeaderSize) {
     wire::Header h;
     std::span<const uint8_t> rest(rx_.data() + pos, rx_.size() - pos);
     if (!wire::DecodeHeader(rest, &h, why)) return false;
@@ -142,18 +142,23 @@ bool Session::ParseFrames(const std::function<void(wire::Message&&)>& on_msg, st
       return false;
     }
     if (rest.size() < wire::kHeaderSize + h.length) break;  // wait for the rest
-    wire::Message msg;
-    if (!wire::DecodePayload(h.type, rest.subspan(wire::kHeaderSize, h.length), &msg, why)) {
-      return false;
-    }
+    const auto payload = rest.subspan(wire::kHeaderSize, h.length);
     pos += wire::kHeaderSize + h.length;
-    on_msg(std::move(msg));
+    if (h.type == wire::MsgType::kHello && h.length >= kBigHello && on.big_hello) {
+      held_ = true;
+      on.big_hello(std::vector<uint8_t>(payload.begin(), payload.end()));
+      break;
+    }
+    wire::Message msg;
+    if (!wire::DecodePayload(h.type, payload, &msg, why)) return false;
+    on.message(std::move(msg));
   }
   rx_.erase(rx_.begin(), rx_.begin() + static_cast<long>(pos));
   return true;
 }
 
-bool Session::ReadAvailable(const std::function<void(wire::Message&&)>& on_msg, std::string* why) {
+bool Session::ReadAvailable(const Handlers& on, std::string* why) {
+  if (held_) return true;
   // At most 64 KiB per call (a flood of small frames: about a thousand): the loop comes back
   // for the rest after the other sessions and its heartbeats. (With 1 MiB, 100,000 region
   // frames from one peer held the loop for over a heartbeat timeout under ASan.)
@@ -162,7 +167,7 @@ bool Session::ReadAvailable(const std::function<void(wire::Message&&)>& on_msg, 
   if (n > 0) {
     last_rx.store(Clock::now());
     rx_.insert(rx_.end(), buf, buf + n);
-    return ParseFrames(on_msg, why);
+    return ParseFrames(on, why);
   }
   if (n == 0) {
     *why = "connection closed by peer";
@@ -171,6 +176,11 @@ bool Session::ReadAvailable(const std::function<void(wire::Message&&)>& on_msg, 
   if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) return true;
   *why = std::string("receive failed: ") + std::strerror(errno);
   return false;
+}
+
+bool Session::Resume(const Handlers& on, std::string* why) {
+  held_ = false;
+  return ParseFrames(on, why);
 }
 
 Status Session::ReadOne(Clock::time_point deadline, wire::Message* msg) {

@@ -63,9 +63,23 @@ class Session {
   // (the control loop then writes them as the socket drains).
   void set_on_pending(std::function<void()> f);
 
-  // Reads what the socket has (non-blocking; up to 64 KiB a call) and hands each whole frame to on_msg. False
-  // on end of stream, a socket error or a malformed frame, with *why set.
-  bool ReadAvailable(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
+  // What a session does with the frames it reads: each whole frame goes to `message`, in order,
+  // but a hello of kBigHello bytes or more goes undecoded to `big_hello` (decoding it, and
+  // checking and indexing the region table it carries, may take a second: the control loop
+  // does that on another thread), and the session then reads and parses nothing more until
+  // Resume.
+  static constexpr size_t kBigHello = 64 * 1024;
+  struct Handlers {
+    std::function<void(wire::Message&&)> message;
+    std::function<void(std::vector<uint8_t>&& payload)> big_hello;
+  };
+  // Reads what the socket has (non-blocking; up to 64 KiB a call; nothing while held) and hands
+  // on each whole frame. False on end of stream, a socket error or a malformed frame, with *why
+  // set.
+  bool ReadAvailable(const Handlers& on, std::string* why);
+  // Held since a big hello went out, until Resume hands on the frames read behind it.
+  bool held() const { return held_; }
+  bool Resume(const Handlers& on, std::string* why);
   // Frames longer than this close the session (an unauthenticated one gets few bytes).
   void set_max_payload(uint32_t bytes) { max_payload_.store(bytes); }
   // Bytes queued for a peer that does not read them: past this, the session is shut down
@@ -94,6 +108,9 @@ class Session {
   // Set by the engine once the hello exchange is done, with what it keeps about the peer.
   std::atomic<bool> established{false};
   std::shared_ptr<SessionContext> context;
+  // While a big hello is handed to the engine (control thread): what ControlHandler::Prepare
+  // made of it on the loop's worker.
+  std::shared_ptr<SessionContext> prepared;
   std::string peer_key;  // key in the engine's peer table
   // An accepted session's authentication (engine with a secret; control thread only): the
   // handshake under way, and whether the peer has proved it knows the secret.
@@ -108,7 +125,8 @@ class Session {
   bool watching_writable = false;            // control loop only: EPOLLOUT is asked for
 
  private:
-  bool ParseFrames(const std::function<void(wire::Message&&)>& on_msg, std::string* why);
+  bool ParseFrames(const Handlers& on, std::string* why);
+  bool held_ = false;  // control loop only
   std::atomic<uint32_t> max_payload_{wire::kMaxPayload};
   std::atomic<uint64_t> max_queued_{64ull << 20};
 

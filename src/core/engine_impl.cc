@@ -199,6 +199,11 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
   peers_.OnMessage(s, msg);
 }
 
+std::shared_ptr<control::SessionContext> EngineImpl::Prepare(const wire::Message& hello) {
+  const auto* h = std::get_if<wire::Hello>(&hello);
+  return h ? PeerService::Prepare(*h, self_.options.max_peer_regions) : nullptr;
+}
+
 void EngineImpl::OnClosed(const std::shared_ptr<control::Session>& s, const std::string& reason) {
   peers_.OnClosed(s, reason);
 }

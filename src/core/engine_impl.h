@@ -53,6 +53,7 @@ class EngineImpl final : public control::ControlHandler {
 
   // control::ControlHandler (control thread)
   void OnMessage(const std::shared_ptr<control::Session>& s, wire::Message&& msg) override;
+  std::shared_ptr<control::SessionContext> Prepare(const wire::Message& hello) override;
   void OnClosed(const std::shared_ptr<control::Session>& s, const std::string& reason) override;
   void OnTick() override;
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -564,6 +565,185 @@ TEST(Hostile, AHundredThousandRegionsAfterConnectAreTakenInStride) {
   EXPECT_EQ(ack->seq, 1u);
   EXPECT_LT(SecondsSince(t0), 60.0);
   EXPECT_EQ(pool.Hash(), src.Hash());
+}
+
+// Hello bombs (issue 42.5): ten connections each send a hello of the most regions a peer may
+// have (1 M regions, 36 MiB). Checking and indexing them must not hold the control thread: a
+// legitimate peer's session survives (its transfers go on, verified, and it is never declared
+// dead) and a newcomer connects at once, while the bombs are still being taken.
+TEST(Hostile, HelloBombsLeaveTheControlThreadFree) {
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr uint64_t kRegions = 1u << 17;  // (the sanitizers make each region costlier)
+#else
+  constexpr uint64_t kRegions = 1u << 20;
+#endif
+  constexpr int kBombs = 10;
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0"));
+  LocalBuffer pool(1 << 20), src(1 << 20), back(1 << 20);
+  xfer::MemHandle mh = 0;
+  XT_ASSERT_OK(e.RegisterMem(pool.data(), pool.len(), xfer::MemType::kHost, &mh));
+  xfer::Engine legit;
+  XT_ASSERT_OK(legit.Initialize("127.0.0.1"));
+  XT_ASSERT_OK(legit.Connect(e.LocalName(), 10s));
+  std::atomic<bool> stop{false};
+  std::atomic<int> rounds{0}, failures{0};
+  std::string first_failure;
+  std::thread transfers([&] {
+    for (uint64_t seed = 1; !stop.load(); ++seed) {
+      src.Fill(seed);
+      xfer::Status w =
+          legit.TransferSync(e.LocalName(), Op::kWrite, {{src.addr(), pool.addr(), src.len()}}, 10s);
+      xfer::Status r =
+          legit.TransferSync(e.LocalName(), Op::kRead, {{back.addr(), pool.addr(), back.len()}}, 10s);
+      if (!w.ok() || !r.ok() || back.Hash() != src.Hash()) {
+        if (failures.fetch_add(1) == 0) first_failure = w.ok() ? r.ToString() : w.ToString();
+        std::this_thread::sleep_for(10ms);
+      } else {
+        rounds.fetch_add(1);
+      }
+    }
+  });
+  // A probe of the control thread: a round trip every 20 ms on a session of its own.
+  wire::Hello probe_hello = HelloOf("127.0.0.1:99", 99), engines;
+  auto probe = Hello(e.LocalName(), probe_hello, &engines);
+  ASSERT_FALSE(engines.name.empty());
+  std::atomic<int64_t> slowest_us{0};
+  std::thread prober([&] {
+    for (uint64_t seq = 1; !stop.load(); ++seq) {
+      const auto sent = Clock::now();
+      if (!probe->Send(wire::Sync{seq}).ok() || !Await<wire::SyncAck>(*probe, sent + 10s)) {
+        slowest_us.store(INT64_MAX);
+        return;
+      }
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent).count();
+      if (us > slowest_us.load()) slowest_us.store(us);
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  wire::Hello bomb;
+  bomb.host_id = "elsewhere";
+  bomb.regions.reserve(kRegions);
+  for (uint64_t i = 1; i <= kRegions; ++i) bomb.regions.push_back(Region(i, (1ull << 40) + i * 4096, 4096));
+  std::vector<std::vector<uint8_t>> frames;  // (encoded first: the test's own work is not timed)
+  for (int b = 0; b < kBombs; ++b) {
+    bomb.name = "127.0.0.1:" + std::to_string(100 + b);
+    bomb.incarnation = 1000 + static_cast<uint64_t>(b);
+    frames.push_back(wire::Encode(bomb));
+  }
+  // Each bomb's last byte goes once every bomb is in but for its last byte: the hellos land
+  // together, as an attacker would time them.
+  std::vector<std::thread> bombers;
+  std::atomic<int> answered{0}, loaded{0};
+  const auto t0 = Clock::now();
+  for (int b = 0; b < kBombs; ++b) {
+    bombers.emplace_back([&, b] {
+      net::Address a;
+      net::Fd fd;
+      const auto deadline = Clock::now() + 60s;
+      const bool in = net::ParseAddress(e.LocalName(), &a).ok() && net::ConnectTcp(a, deadline, &fd).ok() &&
+                      net::SendAll(fd.get(), frames[b].data(), frames[b].size() - 1, deadline).ok();
+      loaded.fetch_add(1);
+      while (loaded.load() < kBombs && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+      if (!in || !net::SendAll(fd.get(), &frames[b].back(), 1, deadline).ok()) return;
+      xfer::control::Session s(std::move(fd), true, e.LocalName());
+      wire::Message m;
+      if (s.ReadOne(Clock::now() + 60s, &m).ok() && std::holds_alternative<wire::Hello>(m))
+        answered.fetch_add(1);
+    });
+  }
+  while (loaded.load() < kBombs) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(100ms);  // (the bombs are being taken)
+  xfer::Engine newcomer;
+  XT_ASSERT_OK(newcomer.Initialize("127.0.0.1"));
+  const auto c0 = Clock::now();
+  XT_EXPECT_OK(newcomer.Connect(e.LocalName(), 10s));
+  const double connect_s = SecondsSince(c0);
+  for (auto& t : bombers) t.join();
+  const double bombs_s = SecondsSince(t0);
+  std::this_thread::sleep_for(1s);  // (their sessions end, and what they left is freed)
+  stop.store(true);
+  transfers.join();
+  prober.join();
+  std::printf(
+      "[ hello bombs ] %d of %d hellos of %llu regions taken in %.2f s; legit: %d verified rounds "
+      "of 2 MiB (%.0f MB/s), %d failed; newcomer connected in %.3f s; slowest control round "
+      "trip %.3f s\n",
+      answered.load(), kBombs, static_cast<unsigned long long>(kRegions), bombs_s, rounds.load(),
+      rounds.load() * 2.0 * (1 << 20) / 1e6 / bombs_s, failures.load(), connect_s,
+      static_cast<double>(slowest_us.load()) / 1e6);
+  EXPECT_EQ(answered.load(), kBombs);
+  EXPECT_LT(slowest_us.load(), 1000000) << "the control thread was held (before: 3 s)";
+  EXPECT_EQ(failures.load(), 0) << first_failure;
+  EXPECT_GT(rounds.load(), 0);
+  EXPECT_LT(connect_s, 1.0) << "the newcomer waited for the bombs";
+  xfer::PeerInfo info;
+  XT_EXPECT_OK(legit.GetPeerInfo(e.LocalName(), &info));
+}
+
+// A big hello (decoded and indexed off the control thread) and the frames sent right behind
+// it, in one write: those wait for the table and are taken in order after it. A big hello
+// whose payload does not decode, or whose table is bad, closes only its session.
+TEST(Hostile, FramesBehindABigHelloAreTakenInOrderAfterIt) {
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0"));
+  constexpr uint64_t kRegions = 3000;  // (a hello over 64 KiB)
+  wire::Hello big = HelloOf("127.0.0.1:31", 31);
+  for (uint64_t i = 1; i <= kRegions; ++i) big.regions.push_back(Region(i, (1ull << 40) + i * 4096, 4096));
+  std::vector<uint8_t> burst = wire::Encode(big);
+  ASSERT_GE(burst.size(), 64u * 1024);
+  for (const wire::Message& m : {wire::Message{wire::RegionAdd{Region(kRegions + 1, 1ull << 41, 4096)}},
+                                 wire::Message{wire::RegionRemove{1, 1}}, wire::Message{wire::Sync{2}}}) {
+    const auto frame = wire::Encode(m);
+    burst.insert(burst.end(), frame.begin(), frame.end());
+  }
+  net::Address a;
+  ASSERT_TRUE(net::ParseAddress(e.LocalName(), &a).ok());
+  auto send = [&](const std::vector<uint8_t>& bytes) {
+    net::Fd fd;
+    EXPECT_TRUE(net::ConnectTcp(a, Clock::now() + 5s, &fd).ok());
+    EXPECT_TRUE(net::SendAll(fd.get(), bytes.data(), bytes.size(), Clock::now() + 10s).ok());
+    return std::make_shared<xfer::control::Session>(std::move(fd), true, e.LocalName());
+  };
+  auto s = send(burst);
+  std::vector<wire::Message> got;
+  for (wire::Message m; got.size() < 3 && s->ReadOne(Clock::now() + 10s, &m).ok();) {
+    if (!std::holds_alternative<wire::Heartbeat>(m)) got.push_back(std::move(m));
+  }
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_TRUE(std::holds_alternative<wire::Hello>(got[0]));
+  ASSERT_TRUE(std::holds_alternative<wire::RegionRemoveAck>(got[1]));
+  ASSERT_TRUE(std::holds_alternative<wire::SyncAck>(got[2]));
+  EXPECT_EQ(std::get<wire::SyncAck>(got[2]).seq, 2u);
+  std::vector<xfer::RegionInfo> theirs;
+  auto listed = std::async(std::launch::async, [&] { return e.GetRemoteRegions(big.name, &theirs); });
+  const auto asked = Await<wire::Sync>(*s, Clock::now() + 10s);  // (its round trip, answered)
+  ASSERT_TRUE(asked.has_value());
+  ASSERT_TRUE(s->Send(wire::SyncAck{asked->seq}).ok());
+  XT_ASSERT_OK(listed.get());
+  EXPECT_EQ(theirs.size(), kRegions);  // 3000, one added and one removed
+  bool added = false, removed = true;
+  for (const auto& r : theirs) {
+    added = added || r.addr == 1ull << 41;
+    removed = removed && r.addr != (1ull << 40) + 4096;
+  }
+  EXPECT_TRUE(added && removed);
+
+  wire::Hello twice = HelloOf("127.0.0.1:32", 32);  // a bad table
+  twice.regions = big.regions;
+  twice.regions.back().id = 1;
+  const auto refused = send(wire::Encode(twice));
+  wire::Message m;
+  ASSERT_TRUE(refused->ReadOne(Clock::now() + 10s, &m).ok());
+  ASSERT_TRUE(std::holds_alternative<wire::Goodbye>(m));
+  EXPECT_NE(std::get<wire::Goodbye>(m).reason.find("two regions have id 1"), std::string::npos);
+  std::vector<uint8_t> garbled = wire::Encode(big);  // a payload that does not decode
+  garbled.resize(garbled.size() - 100);
+  garbled.resize(garbled.size() + 100, 0xff);
+  EXPECT_FALSE(send(garbled)->ReadOne(Clock::now() + 10s, &m).ok()) << "the engine answered a garbled hello";
+  xfer::Engine legit;
+  XT_ASSERT_OK(legit.Initialize("127.0.0.1"));
+  XT_EXPECT_OK(legit.Connect(e.LocalName(), 10s));
 }
 
 // EngineOptions::max_peer_regions: a hello with more regions gets only a goodbye, a peer that

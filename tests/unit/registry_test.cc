@@ -172,13 +172,14 @@ TEST(RemoteRegions, AHundredThousandRegionsAddedAndRemovedOneByOne) {
   }
   EXPECT_FALSE(rr.Find(kBase + 2 * kLen - 4, 8));  // straddles a removed and a live one
   EXPECT_EQ(rr.List().size(), kN / 2);
-  EXPECT_EQ(rr.RevokeAll().size(), kN / 2);
+  EXPECT_EQ(rr.RevokeAll().regions.size(), kN / 2);
 }
 
 TEST(RemoteRegions, FindRevokeAndStraddle) {
   RemoteRegions rr;
-  rr.Reset({{1, RegionInfo{0x1000, 0x1000, MemType::kHost, -1, "a", false}, {}},
-            {2, RegionInfo{0x2000, 0x1000, MemType::kHost, -1, "b", false}, {}}});
+  rr.Adopt(RemoteRegions::Table({{1, RegionInfo{0x1000, 0x1000, MemType::kHost, -1, "a", false}, {}},
+                                 {2, RegionInfo{0x2000, 0x1000, MemType::kHost, -1, "b", false}, {}}},
+                                2));
   ASSERT_TRUE(rr.Find(0x1000, 0x1000));
   EXPECT_EQ(rr.Find(0x2800, 0x10)->id, 2u);
   EXPECT_FALSE(rr.Find(0x1ff0, 0x20));  // straddles two adjacent regions
@@ -201,11 +202,11 @@ TEST(RemoteRegions, FindRevokeAndStraddle) {
   EXPECT_FALSE(rr.Add({5, RegionInfo{~0ull - 8, 16, MemType::kHost, -1, "", false}, {}}, &why));
   EXPECT_NE(why.find("wraps"), std::string::npos) << why;
   EXPECT_EQ(rr.List().size(), 2u);
-  EXPECT_NE(WhyBadTable({{1, RegionInfo{0x1000, 16, MemType::kHost, -1, "", false}, {}},
-                         {1, RegionInfo{0x2000, 16, MemType::kHost, -1, "", false}, {}}})
-                .find("id 1"),
+  const RegionInfo a{0x1000, 16, MemType::kHost, -1, "", false}, b{0x2000, 16, MemType::kHost, -1, "", false};
+  EXPECT_NE(RemoteRegions::Table({{1, a, {}}, {1, b, {}}}, 2).why_bad().find("id 1"), std::string::npos);
+  EXPECT_NE(RemoteRegions::Table({{1, a, {}}, {2, b, {}}}, 1).why_bad().find("max_peer_regions"),
             std::string::npos);
-  EXPECT_EQ(WhyBadTable({{1, RegionInfo{0x1000, 16, MemType::kHost, -1, "", false}, {}}}), "");
+  EXPECT_EQ(RemoteRegions::Table({{1, a, {}}, {2, b, {}}}, 2).why_bad(), "");
   rr.RevokeAll();
   EXPECT_TRUE(rr.List().empty());
 }

@@ -27,8 +27,8 @@ Status PeerService::SendHelloAndSubscribe(const std::shared_ptr<control::Session
   return regions_.SendHelloAndSubscribe(s, [this](const auto& r) { return MakeHello(r); });
 }
 
-std::shared_ptr<PeerState> PeerService::MakePeerState(const wire::Hello& hello, bool outbound,
-                                                      const std::string& host, int control_fd,
+std::shared_ptr<PeerState> PeerService::MakePeerState(const wire::Hello& hello, RemoteRegions::Table&& table,
+                                                      bool outbound, const std::string& host, int control_fd,
                                                       const std::string& auth_key,
                                                       std::string* transport_error) {
   auto st = std::make_shared<PeerState>();
@@ -99,7 +99,7 @@ std::shared_ptr<PeerState> PeerService::MakePeerState(const wire::Hello& hello, 
   if (!st->Reachable()) {
     *transport_error = "no transport reaches peer " + hello.name + " (" + *transport_error + ")";
   }
-  st->regions.Reset(hello.regions);
+  st->regions.Adopt(std::move(table));
   if (!itself) events_.made(st);
   return st;
 }
@@ -227,8 +227,9 @@ Status PeerService::OpenSession(const net::Address& addr, const std::string& rem
 Status PeerService::InstallOutbound(const std::shared_ptr<control::Session>& session,
                                     const std::string& remote, const wire::Hello& hello,
                                     const std::string& host) {
-  if (std::string why = WhyBadTable(hello.regions, self_.options.max_peer_regions); !why.empty()) {
-    return {StatusCode::kConnectionLost, "'" + remote + "' sent a bad region table: " + why};
+  RemoteRegions::Table table(hello.regions, self_.options.max_peer_regions);
+  if (!table.why_bad().empty()) {
+    return {StatusCode::kConnectionLost, "'" + remote + "' sent a bad region table: " + table.why_bad()};
   }
   if (session->auth && (hello.name != session->auth->their_name() ||
                         hello.incarnation != session->auth->their_incarnation())) {
@@ -236,7 +237,8 @@ Status PeerService::InstallOutbound(const std::shared_ptr<control::Session>& ses
             "'" + remote + "' sent a hello for another engine than it authenticated as"};
   }
   std::string transport_error;
-  auto state = MakePeerState(hello, true, host, session->fd(), session->auth_key, &transport_error);
+  auto state =
+      MakePeerState(hello, std::move(table), true, host, session->fd(), session->auth_key, &transport_error);
   if (!state->Reachable()) return {StatusCode::kUnsupported, transport_error};
   session->context = state;
   session->peer_key = remote;

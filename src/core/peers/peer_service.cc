@@ -12,7 +12,7 @@ void PeerService::Begin(std::shared_ptr<EngineMetrics> metrics,
   table_.set_incarnation(self_.incarnation);
   table_.set_max_sessions(self_.options.max_sessions);
   std::string unreachable;
-  self_state_ = MakePeerState(MakeHello({}), false, "", -1, "", &unreachable);
+  self_state_ = MakePeerState(MakeHello({}), RemoteRegions::Table({}, 0), false, "", -1, "", &unreachable);
   self_state_->info.name = self_.name;
 }
 
@@ -45,13 +45,17 @@ void PeerService::Stop() {
   auth_.Forget();   // (no thread reads it any more: the control loop stopped, Connects settled)
 }
 
-std::vector<std::shared_ptr<RemoteRegion>> PeerService::Drop(PeerState& state) {
+RemoteRegions::Revoked PeerService::Drop(PeerState& state) {
   state.alive.store(false);
   events_.gone(state);  // (its notification ring closes; the data path lets go of it)
   auto gone = state.regions.RevokeAll();
   for (const auto& r : state.routes.routes) r->link().Shutdown();
   backends_.DropPeer(state.info.incarnation);
   return gone;
+}
+
+void PeerService::FreeLater(RemoteRegions::Revoked&& gone) {
+  loop_->Offload([gone = std::make_shared<RemoteRegions::Revoked>(std::move(gone))] {});
 }
 
 void PeerService::SayGoodbye(const std::vector<std::shared_ptr<control::Session>>& sessions,
@@ -112,7 +116,7 @@ Status PeerService::Disconnect(const std::string& remote) {
   }
   auto gone = Drop(*peer.state);
   events_.fence_streams(self_.HeartbeatDeadline());  // our batches to the peer have finished
-  for (auto& r : gone) r->CloseAll();
+  for (auto& r : gone.regions) r->CloseAll();
   SayGoodbye({peer.session}, "disconnected by " + self_.name);
   return Status::Ok();
 }

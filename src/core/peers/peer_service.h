@@ -106,6 +106,9 @@ class PeerService {
   // Control thread (EngineImpl routes the session's frames here): the frames before a
   // session's hello, and the hello; then region updates, round trips, goodbye.
   void OnBeforeHello(const std::shared_ptr<control::Session>& s, wire::Message&& msg);
+  // Any thread (the control loop's worker, for a big hello): the peer's region table, checked
+  // and indexed, for OnHello to take from Session::prepared.
+  static std::shared_ptr<control::SessionContext> Prepare(const wire::Hello& hello, size_t max_regions);
   void OnMessage(const std::shared_ptr<control::Session>& s, wire::Message& msg);
   void OnClosed(const std::shared_ptr<control::Session>& s, const std::string& reason);
 
@@ -130,12 +133,15 @@ class PeerService {
   // host: the peer's address as we reach it (the control connection's other end).
   // auth_key: the authenticated session's key (PeerState::auth_key), or "".
   // control_fd: the peer's control connection, whose owner a claim to be on this host must
-  // be (-1: the engine itself).
-  std::shared_ptr<PeerState> MakePeerState(const wire::Hello& hello, bool outbound, const std::string& host,
-                                           int control_fd, const std::string& auth_key,
-                                           std::string* transport_error);
+  // be (-1: the engine itself). table: the hello's regions, checked (RemoteRegions::Table).
+  std::shared_ptr<PeerState> MakePeerState(const wire::Hello& hello, RemoteRegions::Table&& table,
+                                           bool outbound, const std::string& host, int control_fd,
+                                           const std::string& auth_key, std::string* transport_error);
   // Marks the peer gone and revokes its regions; returns them, for CloseAll after a fence.
-  std::vector<std::shared_ptr<RemoteRegion>> Drop(PeerState& state);
+  RemoteRegions::Revoked Drop(PeerState& state);
+  // Control thread: frees what Drop returned on the loop's worker (a million regions take a
+  // fraction of a second).
+  void FreeLater(RemoteRegions::Revoked&& gone);
   // One round trip on the session: when it returns true, the peer's earlier frames (region
   // updates) have been applied here.
   bool SyncWith(const std::shared_ptr<control::Session>& s, Clock::time_point deadline);

@@ -15,7 +15,17 @@ std::string PeerKey(const wire::Hello& h) {
   return h.name + "#" + inc;
 }
 
+// A big hello's region table, made on the control loop's worker (Session::prepared).
+struct PreparedTable final : control::SessionContext {
+  PreparedTable(const wire::Hello& hello, size_t max_regions) : table(hello.regions, max_regions) {}
+  RemoteRegions::Table table;
+};
+
 }  // namespace
+
+std::shared_ptr<control::SessionContext> PeerService::Prepare(const wire::Hello& hello, size_t max_regions) {
+  return std::make_shared<PreparedTable>(hello, max_regions);
+}
 
 void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello&& hello) {
   if (hello.name.empty() || hello.incarnation == 0) {
@@ -23,7 +33,10 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
     s->Shutdown("invalid hello");
     return;
   }
-  if (std::string why = WhyBadTable(hello.regions, self_.options.max_peer_regions); !why.empty()) {
+  auto prepared = std::dynamic_pointer_cast<PreparedTable>(s->prepared);
+  if (!prepared) prepared = std::make_shared<PreparedTable>(hello, self_.options.max_peer_regions);
+  RemoteRegions::Table& table = prepared->table;
+  if (const std::string& why = table.why_bad(); !why.empty()) {
     XLOG(WARN) << "hello from " << s->remote_addr() << " has a bad region table (" << why << "); closing";
     (void)s->Send(wire::Goodbye{"bad region table: " + why});
     s->Shutdown("bad region table");
@@ -59,14 +72,14 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
     return;
   }
   if (replaced.session) {  // the peer restarted: forget everything about the old one
-    Drop(*replaced.state);
+    FreeLater(Drop(*replaced.state));
     XLOG(WARN) << "peer " << key << " restarted (a new incarnation, from " << s->remote_addr()
                << ", while the old session was silent for heartbeat_timeout); dropping the old session";
     replaced.session->Shutdown("peer restarted");
   }
   std::string transport_error;
-  auto state =
-      MakePeerState(hello, false, net::HostOf(s->remote_addr()), s->fd(), s->auth_key, &transport_error);
+  auto state = MakePeerState(hello, std::move(table), false, net::HostOf(s->remote_addr()), s->fd(),
+                             s->auth_key, &transport_error);
   if (!state->Reachable()) {
     XLOG(INFO) << "peer " << key
                << " connected; this engine cannot initiate transfers to it: " << transport_error;
@@ -129,7 +142,8 @@ void PeerService::OnMessage(const std::shared_ptr<control::Session>& s, wire::Me
           // Stop using the peer's memory, then say so: it may free that memory next.
           auto gone = Drop(peer);
           events_.fence_streams(self_.ControlFenceDeadline());
-          for (auto& r : gone) r->CloseAll();
+          for (auto& r : gone.regions) r->CloseAll();
+          FreeLater(std::move(gone));
           // The answer goes now or not at all: a peer that does not read what we sent it must
           // not hold the control thread (it sees the session close instead, which also says
           // that we stopped).
@@ -151,7 +165,7 @@ void PeerService::OnMessage(const std::shared_ptr<control::Session>& s, wire::Me
 
 void PeerService::OnClosed(const std::shared_ptr<control::Session>& s, const std::string& reason) {
   regions_.Unsubscribe(s);
-  if (PeerState* peer = PeerOf(*s)) Drop(*peer);
+  if (PeerState* peer = PeerOf(*s)) FreeLater(Drop(*peer));
   events_.closed(s);
   const bool was_peer = table_.RemoveSession(s->peer_key, s);
   if (was_peer || s->established.load()) {

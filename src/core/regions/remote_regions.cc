@@ -1,7 +1,6 @@
 #include "core/regions/remote_regions.h"
 
 #include <algorithm>
-#include <unordered_set>
 
 #include "util/range.h"
 
@@ -26,17 +25,31 @@ std::string WhyBad(const wire::WireRegion& r) {
 
 }  // namespace
 
-std::string WhyBadTable(const std::vector<wire::WireRegion>& regions, size_t max_regions) {
+RemoteRegions::Table::Table(const std::vector<wire::WireRegion>& regions, size_t max_regions) {
   if (regions.size() > max_regions) {
-    return std::to_string(regions.size()) + " regions, more than this engine takes from a peer (" +
-           std::to_string(max_regions) + ", EngineOptions::max_peer_regions)";
+    why_bad_ = std::to_string(regions.size()) + " regions, more than this engine takes from a peer (" +
+               std::to_string(max_regions) + ", EngineOptions::max_peer_regions)";
+    return;
   }
-  std::unordered_set<uint64_t> ids;
-  for (const auto& r : regions) {
-    if (std::string why = WhyBad(r); !why.empty()) return why;
-    if (!ids.insert(r.id).second) return "two regions have id " + std::to_string(r.id);
+  by_id_.reserve(regions.size());
+  index_.by_addr.reserve(regions.size());
+  for (const auto& w : regions) {
+    if (why_bad_ = WhyBad(w); why_bad_.empty()) {
+      auto [at, added] = by_id_.try_emplace(w.id);
+      if (added) {
+        at->second = Make(w);
+        index_.by_addr.push_back({w.info.addr, w.info.addr + w.info.len, 0, at->second});
+        continue;
+      }
+      why_bad_ = "two regions have id " + std::to_string(w.id);
+    }
+    index_ = {};
+    by_id_ = {};
+    return;
   }
-  return "";
+  std::sort(index_.by_addr.begin(), index_.by_addr.end(),
+            [](const auto& a, const auto& b) { return a.addr < b.addr; });
+  index_.Rebuild(0);
 }
 
 void RemoteRegions::Index::Rebuild(size_t from) {
@@ -94,21 +107,13 @@ void RemoteRegions::DropRevoked() {
   revoked_in_index_ = 0;
 }
 
-void RemoteRegions::Reset(const std::vector<wire::WireRegion>& regions) {
+void RemoteRegions::Adopt(Table&& table) {
   std::lock_guard lock(mu_);
   for (auto& [id, r] : by_id_) r->revoked = true;
-  by_id_.clear();
-  all_ = {};
+  by_id_ = std::move(table.by_id_);
+  all_ = std::move(table.index_);
   recent_ = {};
   revoked_in_index_ = 0;
-  for (const auto& w : regions) {
-    auto r = Make(w);
-    by_id_[w.id] = r;
-    all_.by_addr.push_back({w.info.addr, w.info.addr + w.info.len, 0, std::move(r)});
-  }
-  std::sort(all_.by_addr.begin(), all_.by_addr.end(),
-            [](const auto& a, const auto& b) { return a.addr < b.addr; });
-  all_.Rebuild(0);
 }
 
 bool RemoteRegions::Add(const wire::WireRegion& region, std::string* why) {
@@ -137,18 +142,23 @@ std::shared_ptr<RemoteRegion> RemoteRegions::Revoke(uint64_t id) {
   return gone;
 }
 
-std::vector<std::shared_ptr<RemoteRegion>> RemoteRegions::RevokeAll() {
-  std::lock_guard lock(mu_);
-  std::vector<std::shared_ptr<RemoteRegion>> gone;
-  gone.reserve(by_id_.size());
-  for (auto& [id, r] : by_id_) {
-    r->revoked = true;
-    gone.push_back(std::move(r));
+RemoteRegions::Revoked RemoteRegions::RevokeAll() {
+  Revoked gone;
+  Index all, recent;
+  {
+    std::lock_guard lock(mu_);
+    gone.by_id.swap(by_id_);
+    all.by_addr.swap(all_.by_addr);
+    recent.by_addr.swap(recent_.by_addr);
+    revoked_in_index_ = 0;
   }
-  by_id_.clear();
-  all_ = {};
-  recent_ = {};
-  revoked_in_index_ = 0;
+  // The live regions are those of the indexes not revoked yet (a vector walk, not the map's).
+  gone.regions.reserve(gone.by_id.size());
+  for (Index* x : {&all, &recent}) {
+    for (auto& e : x->by_addr) {
+      if (!e.region->revoked.exchange(true)) gone.regions.push_back(std::move(e.region));
+    }
+  }
   return gone;
 }
 
