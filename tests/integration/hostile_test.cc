@@ -529,6 +529,111 @@ TEST(Hostile, AFloodFromOneHostShutsOutNoNewcomerFromAnother) {
   EXPECT_EQ(xfer::transport::tcp_wire::Get<uint32_t>(verdict), 0u);
 }
 
+// The threads a process's status line counts.
+int ThreadsOf(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+// Issue 42's attack at its scale: from one host (127.0.0.2), five sessions open 220 tcp data
+// connections each and keep a WRITE frame trickling on every one (a byte every 200 ms, each
+// frame within the 3 s a frame may take). The target's serve threads stay within that host's
+// share (before: 1,029 threads, every one it may start) and a legitimate peer from another host
+// keeps transferring, verified; its throughput beside the attack is printed against its own
+// just before.
+TEST(Hostile, OneHostsManySessionsTakeOnlyItsShareOfTheServeThreads) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "a thousand connections and their threads under the sanitizers: the normal build runs it";
+#endif
+  PeerProcess target;
+  std::string error;
+  PeerOptions elsewhere;
+  elsewhere.host_id = "target-host";  // (the legitimate peer then takes tcp)
+  ASSERT_TRUE(target.Start(elsewhere, &error)) << error;
+  if (!ConnectFrom("127.0.0.2", static_cast<uint16_t>(target.port())).valid())
+    GTEST_SKIP() << "cannot bind 127.0.0.2 (a second loopback address)";
+  const PeerRegion pool = target.Alloc(4 << 20), bait = target.Alloc(1 << 20);
+  xfer::Engine legit;
+  XT_ASSERT_OK(legit.Initialize("127.0.0.1"));
+  XT_ASSERT_OK(legit.Connect(target.name(), 10s));
+  xfer::PeerInfo info;
+  XT_ASSERT_OK(legit.GetPeerInfo(target.name(), &info));
+  ASSERT_EQ(info.transport, "tcp");
+  LocalBuffer src(4 << 20), back(4 << 20);
+  int failures = 0;
+  auto legit_mbps = [&](double seconds) {  // WRITE then READ back 4 MiB, verified, for that long
+    uint64_t bytes = 0;
+    const auto t0 = Clock::now();
+    for (uint64_t seed = 1; SecondsSince(t0) < seconds; ++seed) {
+      src.Fill(seed);
+      const bool ok =
+          legit.TransferSync(target.name(), Op::kWrite, {{src.addr(), pool.addr, src.len()}}, 10s).ok() &&
+          legit.TransferSync(target.name(), Op::kRead, {{back.addr(), pool.addr, back.len()}}, 10s).ok() &&
+          back.Hash() == src.Hash();
+      failures += ok ? 0 : 1;
+      bytes += ok ? 2 * src.len() : 0;
+    }
+    return static_cast<double>(bytes) / 1e6 / SecondsSince(t0);
+  };
+  const double before = legit_mbps(1.5);
+
+  constexpr int kSessions = 5, kConnections = 220, kPayload = 12;
+  std::vector<std::shared_ptr<xfer::control::Session>> sessions;
+  std::vector<net::Fd> data;
+  for (int i = 0; i < kSessions; ++i) {
+    const wire::Hello ours = HelloOf("127.0.0.2:" + std::to_string(600 + i), 600 + i);
+    wire::Hello theirs;
+    sessions.push_back(Hello(target.name(), ours, &theirs));
+    ASSERT_FALSE(theirs.name.empty());
+    const auto hello = xfer::transport::tcp_wire::DataHello(theirs.incarnation, ours.incarnation);
+    uint8_t verdict[xfer::transport::tcp_wire::kAcceptBytes];
+    for (int c = 0; c < kConnections; ++c) {
+      net::Fd fd = ConnectFrom("127.0.0.2", DataPortOf(theirs));
+      ASSERT_TRUE(fd.valid());
+      ASSERT_TRUE(net::SendAll(fd.get(), hello.data(), hello.size(), Clock::now() + 5s).ok());
+      ASSERT_TRUE(net::RecvAll(fd.get(), verdict, sizeof verdict, Clock::now() + 5s).ok());
+      ASSERT_EQ(xfer::transport::tcp_wire::Get<uint32_t>(verdict), 0u);
+      data.push_back(std::move(fd));
+    }
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickler([&] {
+    const auto head = WriteFrameHead(bait.addr, kPayload);
+    std::vector<int> left(data.size(), 0);
+    uint8_t sink[4096];
+    while (!stop.load()) {
+      for (size_t i = 0; i < data.size(); ++i) {
+        while (::recv(data[i].get(), sink, sizeof sink, MSG_DONTWAIT) > 0) {
+        }  // (the target's replies)
+        if (left[i] == 0) {
+          (void)net::SendAll(data[i].get(), head.data(), head.size(), Clock::now() + 1s);
+          left[i] = kPayload;
+        } else if (::send(data[i].get(), "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1) {
+          --left[i];
+        }
+      }
+      for (auto& s : sessions) (void)s->Send(wire::Heartbeat{});
+      std::this_thread::sleep_for(200ms);
+    }
+  });
+  std::this_thread::sleep_for(1500ms);  // (every connection's frame is under way)
+  int most_threads = ThreadsOf(target.pid());
+  const double during = legit_mbps(2.0);
+  most_threads = std::max(most_threads, ThreadsOf(target.pid()));
+  stop.store(true);
+  trickler.join();
+  std::printf(
+      "[ serve shares ] legit peer %.0f MB/s before, %.0f MB/s beside %d trickling connections "
+      "(%.2fx); the target had %d threads\n",
+      before, during, kSessions * kConnections, during / before, most_threads);
+  EXPECT_EQ(failures, 0);
+  EXPECT_LT(most_threads, 600) << "one host took more than its share of the serve threads";
+  EXPECT_GT(during, 0.2 * before) << "the legitimate peer was starved";
+}
+
 // A peer that registers 100,000 regions one by one costs the engine's control thread no
 // quadratic work (before: every one re-sorted the peer's table, many minutes), and a legitimate
 // peer's transfers go on meanwhile.

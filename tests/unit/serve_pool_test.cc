@@ -22,6 +22,7 @@ using namespace std::chrono_literals;
 struct Conn {
   int here = -1, there = -1;  // a socketpair: the pool serves `here`, the test writes `there`
   std::atomic<int> bytes{0};
+  std::chrono::milliseconds work{0};  // ServeFrames: how long taking a frame holds the thread
   Conn() {
     int sv[2];
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -87,7 +88,7 @@ TEST(ServePool, BusyConnectionsCannotStarveTheOthersWhenEveryThreadServes) {
 }
 
 // Serves as the tcp target serves a frame: it keeps its thread until the whole frame (16 bytes)
-// came, however slowly, and yields to nobody meanwhile.
+// came, however slowly, and yields to nobody meanwhile; then it works on it for c.work.
 ServePool::Next ServeFrames(Conn& c) {
   char buf[16];
   size_t got = 0;
@@ -99,6 +100,7 @@ ServePool::Next ServeFrames(Conn& c) {
     }
     got += static_cast<size_t>(n);
   }
+  std::this_thread::sleep_for(c.work);
   c.bytes += static_cast<int>(got);
   return ServePool::Next::kIdle;
 }
@@ -126,12 +128,12 @@ TEST(ServePool, PeersWhoseFramesTrickleLeaveThreadsForAPeerThatComes) {
     for (int i = 0; i < 6; ++i) {
       std::lock_guard lock(mu);
       trickling.push_back(std::make_unique<Conn>());
-      ASSERT_TRUE(pool.Add(trickling.back()->here, trickling.back().get(), group).ok());
+      ASSERT_TRUE(pool.Add(trickling.back()->here, trickling.back().get(), group, group).ok());
     }
     std::this_thread::sleep_for(100ms);
   }
   Conn whole;
-  ASSERT_TRUE(pool.Add(whole.here, &whole, 4).ok());
+  ASSERT_TRUE(pool.Add(whole.here, &whole, 4, 4).ok());
   ASSERT_EQ(::write(whole.there, "0123456789abcdef", 16), 16);
   const auto t0 = std::chrono::steady_clock::now();
   while (whole.bytes.load() == 0 && std::chrono::steady_clock::now() - t0 < 3s)
@@ -152,6 +154,60 @@ TEST(ServePool, PeersWhoseFramesTrickleLeaveThreadsForAPeerThatComes) {
   trickler.join();
   for (auto& c : trickling) ::shutdown(c->there, SHUT_RDWR);
   ::shutdown(whole.there, SHUT_RDWR);
+  std::this_thread::sleep_for(200ms);  // (each serve sees the end and closes its side)
+  pool.Stop();
+}
+
+// One host that opens many engines, each with connections whose frames trickle in, holds only
+// its host's share: a peer from another host gets threads for all its connections at once.
+// (Before, shares were per engine: eight engines of one host left the newcomer a twelfth of the
+// threads, and its four frames went one after another.)
+TEST(ServePool, ManyEnginesOfOneHostHoldOnlyThatHostsShare) {
+  ServePool pool([&](void* c) { return ServeFrames(*static_cast<Conn*>(c)); }, 12, 1000ms);
+  ASSERT_TRUE(pool.Start().ok());
+  std::vector<std::unique_ptr<Conn>> trickling;
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::thread trickler([&] {
+    while (!stop.load()) {
+      {
+        std::lock_guard lock(mu);
+        for (auto& c : trickling) (void)!::write(c->there, "t", 1);
+      }
+      std::this_thread::sleep_for(40ms);  // (a frame: 640 ms and more)
+    }
+  });
+  for (uint64_t engine = 1; engine <= 8; ++engine) {  // host 1: eight engines, three connections each
+    for (int i = 0; i < 3; ++i) {
+      std::lock_guard lock(mu);
+      trickling.push_back(std::make_unique<Conn>());
+      ASSERT_TRUE(pool.Add(trickling.back()->here, trickling.back().get(), engine, 1).ok());
+    }
+  }
+  std::this_thread::sleep_for(300ms);
+  // Host 2: one engine, four connections, each a whole frame that takes 200 ms to work on (a
+  // big batch).
+  std::vector<std::unique_ptr<Conn>> peer;
+  for (int i = 0; i < 4; ++i) {
+    peer.push_back(std::make_unique<Conn>());
+    peer.back()->work = 200ms;
+    ASSERT_TRUE(pool.Add(peer.back()->here, peer.back().get(), 9, 2).ok());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& c : peer) ASSERT_EQ(::write(c->there, "0123456789abcdef", 16), 16);
+  auto served = [&] {
+    int n = 0;
+    for (auto& c : peer) n += c->bytes.load();
+    return n;
+  };
+  while (served() < 4 * 16 && std::chrono::steady_clock::now() - t0 < 3s) std::this_thread::sleep_for(1ms);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(served(), 4 * 16);
+  EXPECT_LT(waited, 500ms) << "the peer's frames went one after another (800 ms and more)";
+  stop.store(true);
+  trickler.join();
+  for (auto& c : trickling) ::shutdown(c->there, SHUT_RDWR);
+  for (auto& c : peer) ::shutdown(c->there, SHUT_RDWR);
   std::this_thread::sleep_for(200ms);  // (each serve sees the end and closes its side)
   pool.Stop();
 }

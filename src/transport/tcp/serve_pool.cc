@@ -16,7 +16,7 @@ namespace xfer::net {
 
 namespace {
 constexpr uint32_t kArmed = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
-// The group of the connection this thread serves (Saturated: a serve asks about its own). One
+// The host of the connection this thread serves (Saturated: a serve asks about its own). One
 // per thread for every pool: a worker serves one pool.
 thread_local const std::atomic<bool>* serving_crowded = nullptr;
 }  // namespace
@@ -42,8 +42,8 @@ Status ServePool::Start() {
   return threads_.load() > 0 ? Status::Ok() : Status{StatusCode::kResourceExhausted, "serve pool: no thread"};
 }
 
-Status ServePool::Add(int fd, void* conn, uint64_t group) {
-  auto owned = std::make_unique<Entry>(Entry{fd, conn, group});
+Status ServePool::Add(int fd, void* conn, uint64_t group, uint64_t host) {
+  auto owned = std::make_unique<Entry>(Entry{fd, conn, group, host});
   Entry* e = owned.get();
   {
     std::lock_guard lock(entries_mu_);
@@ -108,39 +108,67 @@ void ServePool::Recount() {
   saturated_.store(waiting_ == 0 && live >= Cap(), std::memory_order_relaxed);
 }
 
-size_t ServePool::Share() const { return std::max<size_t>(1, Cap() / (groups_.size() + 1)); }
+bool ServePool::MayTakeAnother(const Host& h, const Group& g) const {
+  // It takes no thread past its host's share, nor one that would leave less than a share free
+  // for the next host to come (hosts that came earlier may hold more than today's share: their
+  // serves had started). Within the host, a group none of whose connections is served takes
+  // one, and another keeps to its part of the host's share.
+  const size_t share = std::max<size_t>(1, Cap() / (hosts_.size() + 1));
+  if (h.serving >= share || serving_ + share >= Cap()) return false;
+  return g.serving == 0 || g.serving < std::max<size_t>(1, share / h.groups);
+}
 
-bool ServePool::Enter(Entry* e) {
-  Group& g = groups_[e->group];
-  // A group none of whose connections is served always enters: its connections make progress,
-  // and a group that comes is served at once. Any other stays within its share, and takes no
-  // thread that would leave less than a share free for the next group to come (the groups that
-  // came earlier may hold more than today's share: their serves had started).
-  const size_t share = Share();
-  if (g.serving > 0 && (g.serving >= share || serving_ + share >= Cap())) {
-    g.parked.push_back(e);
-    g.crowded.store(true, std::memory_order_relaxed);
-    return false;
-  }
+void ServePool::Take(Host& h, Group& g) {
+  ++h.serving;
   ++g.serving;
   ++serving_;
-  serving_crowded = &g.crowded;  // (the group lives while one of its serves runs)
+  serving_crowded = &h.crowded;  // (the host lives while one of its serves runs)
+}
+
+bool ServePool::Enter(Entry* e) {
+  Host& h = hosts_[e->host];
+  auto [at, fresh] = groups_.try_emplace(GroupKey{e->host, e->group});
+  if (fresh) ++h.groups;
+  Group& g = at->second;
+  // A host none of whose connections is served always enters: its connections make progress,
+  // and a host that comes is served at once.
+  if (h.serving > 0 && !MayTakeAnother(h, g)) {
+    h.parked.push_back(e);
+    ++g.parked;
+    h.crowded.store(true, std::memory_order_relaxed);
+    return false;
+  }
+  Take(h, g);
   return true;
 }
 
-ServePool::Entry* ServePool::Leave(uint64_t group) {
-  auto it = groups_.find(group);
-  Group& g = it->second;
-  if (!g.parked.empty() && g.serving <= Share()) {  // (its place passes to the first parked one)
-    Entry* next = g.parked.front();
-    g.parked.pop_front();
-    g.crowded.store(!g.parked.empty(), std::memory_order_relaxed);
-    return next;
-  }
-  serving_crowded = nullptr;
+ServePool::Entry* ServePool::Leave(const Entry& e) {
+  const auto hit = hosts_.find(e.host);
+  const auto git = groups_.find(GroupKey{e.host, e.group});
+  Host& h = hit->second;
+  --h.serving;
+  --git->second.serving;
   --serving_;
-  if (--g.serving == 0 && g.parked.empty()) groups_.erase(it);
-  return nullptr;
+  serving_crowded = nullptr;
+  // Its place passes to the first of its host's parked connections that may take it.
+  Entry* next = nullptr;
+  for (auto it = h.parked.begin(); it != h.parked.end(); ++it) {
+    Group& theirs = groups_.find(GroupKey{e.host, (*it)->group})->second;
+    if (h.serving == 0 || MayTakeAnother(h, theirs)) {
+      next = *it;
+      h.parked.erase(it);
+      --theirs.parked;
+      Take(h, theirs);
+      break;
+    }
+  }
+  h.crowded.store(!h.parked.empty(), std::memory_order_relaxed);
+  if (git->second.serving == 0 && git->second.parked == 0) {
+    groups_.erase(git);
+    --h.groups;
+  }
+  if (h.serving == 0 && h.parked.empty()) hosts_.erase(hit);
+  return next;
 }
 
 bool ServePool::Watch(Entry* e) {
@@ -182,8 +210,8 @@ void ServePool::Work(Worker self) {
       --waiting_;
       Recount();
     }
-    AddWorkerIfNoneWaits();  // (the others may turn ready while this one is busy)
-    const uint64_t group = e->group;
+    AddWorkerIfNoneWaits();   // (the others may turn ready while this one is busy)
+    const Entry served = *e;  // (e itself goes with Forget)
     Next next = serve_(e->conn);
     if (next == Next::kIdle && !Watch(e)) {
       ::shutdown(e->fd, SHUT_RDWR);  // (never to be served again: end it here, its serve sees the end)
@@ -191,7 +219,7 @@ void ServePool::Work(Worker self) {
     }
     if (next == Next::kDone) Forget(e);
     std::lock_guard lock(workers_mu_);
-    e = Leave(group);  // (a parked one of its group, still ready: this worker serves it next)
+    e = Leave(served);  // (a parked one of its host, still ready: this worker serves it next)
     if (e == nullptr) {
       ++waiting_;
       Recount();

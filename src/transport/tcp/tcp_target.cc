@@ -303,8 +303,9 @@ void TcpTransport::Admit(Handshaking& h, StatusCode verdict) {
     std::lock_guard l(services_mu_);
     services_.push_back(svc);  // (listed before it is served: its end is then reaped like any other)
   }
-  // (Grouped by peer engine: each gets its share of the serve threads.)
-  if (Status s = serving_.Add(svc->fd.get(), svc.get(), h.initiator); !s.ok()) {
+  // (Grouped by host, then by peer engine: each gets its share of the serve threads.)
+  const uint64_t host = std::hash<std::string>{}(net::HostOf(h.from));
+  if (Status s = serving_.Add(svc->fd.get(), svc.get(), h.initiator, host); !s.ok()) {
     XLOG(WARN) << "tcp: closed the data connection from " << h.from << ": " << s.message();
     {
       std::lock_guard l(svc->fd_mu);
