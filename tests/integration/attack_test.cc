@@ -76,14 +76,28 @@ class Attacks : public ::testing::Test {
   }
 
   // Runs an attack, which returns what it holds on to; the legitimate peer must complete
-  // transfers while it does.
+  // transfers while it does. Its rate then (and once, before the first attack) is printed.
   void During(const char* attack, const std::function<std::shared_ptr<void>()>& run) {
     SCOPED_TRACE(attack);
+    if (!measured_before_) {
+      measured_before_ = true;
+      PrintRate("(none yet)");
+    }
     std::shared_ptr<void> held = run();
     const uint64_t before = moved_.load();
     EXPECT_TRUE(PollUntil([&] { return moved_.load() >= before + 5; }, 10s))
         << "the legitimate peer stalled during: " << attack;
+    PrintRate(attack);
   }
+  // The legitimate peer's WRITE and READ back, in MB/s over the next half second.
+  void PrintRate(const char* attack) {
+    const uint64_t from = moved_.load();
+    const auto t0 = Clock::now();
+    std::this_thread::sleep_for(500ms);
+    const double mbps = static_cast<double>((moved_.load() - from) * 2 * src_.len()) / 1e6 / SecondsSince(t0);
+    std::printf("[ attack ] %-55s legitimate peer: %7.1f MB/s\n", attack, mbps);
+  }
+  bool measured_before_ = false;
 
   // An authenticated raw session (the attacker knows the secret) and the target's hello.
   std::unique_ptr<RawSession> Insider(const wire::Hello& ours, wire::Hello* theirs,
