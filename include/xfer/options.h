@@ -54,6 +54,10 @@ struct EngineOptions {
   // Sessions with peers, both ways, counting those being set up (1..1 M): past this, a peer's
   // hello gets a goodbye (one log line a second at most) and Connect kResourceExhausted.
   uint32_t max_sessions = 4096;
+  // Sessions peers of one host (the address their control connection comes from) opened to
+  // this engine, counting those being set up (1..1 M): past this, that host's next hello gets
+  // a goodbye as above, so that one host cannot take every session.
+  uint32_t max_sessions_per_host = 1024;
 
   // Data path. Streams are worker threads that share a request's batches.
   int streams = 2;

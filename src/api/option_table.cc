@@ -42,6 +42,8 @@ std::vector<Row> CoreRows() {
           "max_unsent_bytes", max_unsent_bytes, 64 * KiB, 4 * GiB,
           "control frames queued for a peer that does not read them, before its session closes"),
       XFER_OPTION_COUNT("max_sessions", max_sessions, 1, MiB, "sessions with peers, both ways"),
+      XFER_OPTION_COUNT("max_sessions_per_host", max_sessions_per_host, 1, MiB,
+                        "sessions peers of one host opened to this engine"),
       XFER_OPTION_COUNT("streams", streams, 1, 256, "worker threads that share a request's batches"),
       XFER_OPTION_BYTES("slice_bytes", slice_bytes, 1, 0,
                         "descriptors longer than this are cut (0: per transport)"),

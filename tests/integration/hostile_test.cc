@@ -493,6 +493,36 @@ net::Fd ConnectFrom(const char* source_ip, uint16_t port) {
   return fd;
 }
 
+// EngineOptions::max_sessions_per_host: one host's sessions past it are refused, a peer from
+// another host still gets in, our own Connects are not counted, and a session that ends makes
+// room. (Before, one host could open every session max_sessions allows.)
+TEST(Hostile, OneHostOpensAtMostItsSessions) {
+  xfer::EngineOptions o;
+  o.max_sessions_per_host = 2;
+  xfer::Engine e, a, b, c, out;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
+  for (auto* p : {&a, &b, &c, &out}) XT_ASSERT_OK(p->Initialize("127.0.0.1:0"));
+  XT_ASSERT_OK(a.Connect(e.LocalName(), 10s));
+  XT_ASSERT_OK(b.Connect(e.LocalName(), 10s));
+  const xfer::Status third = c.Connect(e.LocalName(), 10s);
+  EXPECT_EQ(third.code(), StatusCode::kResourceExhausted) << third.ToString();
+  EXPECT_NE(third.message().find("max_sessions_per_host"), std::string::npos) << third.ToString();
+  XT_EXPECT_OK(e.Connect(out.LocalName(), 10s));  // (ours: not the host's)
+  net::Address control;
+  ASSERT_TRUE(net::ParseAddress(e.LocalName(), &control).ok());
+  net::Fd other = ConnectFrom("127.0.0.2", control.port);
+  if (!other.valid()) GTEST_SKIP() << "cannot bind 127.0.0.2 (a second loopback address)";
+  auto from_other = std::make_shared<xfer::control::Session>(std::move(other), true, e.LocalName());
+  ASSERT_TRUE(from_other->Send(HelloOf("127.0.0.2:10", 77)).ok());
+  ASSERT_TRUE(from_other->FlushUntil(Clock::now() + 5s).ok());
+  wire::Message reply;
+  ASSERT_TRUE(from_other->ReadOne(Clock::now() + 5s, &reply).ok());
+  EXPECT_TRUE(std::holds_alternative<wire::Hello>(reply)) << "a peer from another host was refused";
+  XT_ASSERT_OK(a.Disconnect(e.LocalName()));
+  EXPECT_TRUE(PollUntil([&] { return c.Connect(e.LocalName(), 10s).ok(); }, 5s))
+      << "the session that ended made no room";
+}
+
 // More connections than a listener lets wait for their handshake, all from one host, arrive
 // after a newcomer from another host connected and before it spoke: the listener closes the
 // flood's connections for the new ones, not the newcomer's, on the control port (256 pending)

@@ -39,12 +39,12 @@ TEST(PeerTable, FindSeesEveryChangeOfTheTable) {
   EXPECT_FALSE(table.Find("a", &found)) << "a removed peer was found";
   const PeerTable::Peer second = MakePeer(20, false);
   PeerTable::Peer replaced;
-  ASSERT_TRUE(table.BeginAccept("a", "a", 20, &replaced).ok());
+  ASSERT_TRUE(table.BeginAccept("a", "a", 20, "10.0.0.1", &replaced).ok());
   table.FinishAccept("a", second);
   ASSERT_TRUE(table.Find("a", &found));
   EXPECT_EQ(found.state, second.state);
   const PeerTable::Peer third = MakePeer(30, false);
-  ASSERT_TRUE(table.BeginAccept("a", "a", 30, &replaced).ok());
+  ASSERT_TRUE(table.BeginAccept("a", "a", 30, "10.0.0.1", &replaced).ok());
   EXPECT_EQ(replaced.state, second.state);
   EXPECT_FALSE(table.Find("a", &found)) << "found while its restart is being accepted";
   table.FinishAccept("a", third);

@@ -11,6 +11,7 @@ void PeerService::Begin(std::shared_ptr<EngineMetrics> metrics,
   events_ = std::move(events);
   table_.set_incarnation(self_.incarnation);
   table_.set_max_sessions(self_.options.max_sessions);
+  table_.set_max_sessions_per_host(self_.options.max_sessions_per_host);
   std::string unreachable;
   self_state_ = MakePeerState(MakeHello({}), RemoteRegions::Table({}, 0), false, "", -1, "", &unreachable);
   self_state_->info.name = self_.name;

@@ -53,7 +53,9 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
     return;
   }
   Peer replaced;
-  if (Status st = table_.BeginAccept(key, hello.name, hello.incarnation, &replaced); !st.ok()) {
+  if (Status st =
+          table_.BeginAccept(key, hello.name, hello.incarnation, net::HostOf(s->remote_addr()), &replaced);
+      !st.ok()) {
     if (st.code() == StatusCode::kResourceExhausted) {
       if (uint64_t more = 0; too_many_sessions_log_.Due(&more)) {
         XLOG(WARN) << "refused the hello of " << key << " from " << s->remote_addr() << ": " << st.message()

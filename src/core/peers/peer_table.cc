@@ -1,5 +1,7 @@
 #include "core/peers/peer_table.h"
 
+#include "util/net.h"
+
 namespace xfer {
 namespace {
 
@@ -123,8 +125,17 @@ Status PeerTable::TooMany() const {
                                               ", EngineOptions::max_sessions)"};
 }
 
+size_t PeerTable::OpenedFrom(const std::string& host) const {
+  size_t n = 0;
+  for (const auto& [key, p] : peers_) {
+    n += p.session && !p.session->outbound() && net::HostOf(p.session->remote_addr()) == host;
+  }
+  for (const auto& [key, from] : accepting_) n += from == host;
+  return n;
+}
+
 Status PeerTable::BeginAccept(const std::string& key, const std::string& name, uint64_t incarnation,
-                              Peer* replaced) {
+                              const std::string& host, Peer* replaced) {
   std::lock_guard lock(mu_);
   // While this hello is answered, accepting_ keeps a Connect() of ours from starting a
   // crossing session.
@@ -146,7 +157,12 @@ Status PeerTable::BeginAccept(const std::string& key, const std::string& name, u
   }
   // (A restart takes its old session's place; a hello crossing our Connect, that of the claim.)
   if (it == peers_.end() && !connecting_.count(key) && Full()) return TooMany();
-  accepting_.insert(key);
+  if (it == peers_.end() && OpenedFrom(host) >= max_per_host_) {
+    return {StatusCode::kResourceExhausted, "this engine holds as many sessions from " + host +
+                                                " as it allows (" + std::to_string(max_per_host_) +
+                                                ", EngineOptions::max_sessions_per_host)"};
+  }
+  accepting_.emplace(key, host);
   if (it != peers_.end()) {  // same name, new incarnation: the peer restarted
     *replaced = it->second;
     peers_.erase(it);

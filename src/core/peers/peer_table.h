@@ -31,6 +31,8 @@ class PeerTable {
   void set_incarnation(uint64_t mine) { mine_ = mine; }
   // Sessions, claimed and being accepted ones included, that Claim and BeginAccept allow.
   void set_max_sessions(size_t n) { max_sessions_ = n; }
+  // Sessions from one host (opened to us, being accepted ones included) that BeginAccept allows.
+  void set_max_sessions_per_host(size_t n) { max_per_host_ = n; }
   // (Without the table's lock while the table is as this thread last found it: threads that
   // transfer to different peers share no lock here.)
   bool Find(const std::string& key, Peer* out) const;
@@ -57,12 +59,14 @@ class PeerTable {
 
   // The hello of a session opened to us: kAlreadyConnected when it duplicates a session, or
   // crosses a Connect of ours that wins; kResourceExhausted when it would be one more than
-  // max_sessions; kInvalidArgument when its incarnation is ours or that of a peer of another
-  // name that has a session (an incarnation names one engine: data connections and drops are
-  // keyed by it); else ok: the name is being accepted (until FinishAccept), and *replaced is
+  // max_sessions, or than max_sessions_per_host from its host; kInvalidArgument when its incarnation is ours
+  // or that of a peer of another name that has a session (an incarnation names one engine: data connections
+  // and drops are keyed by it); else ok: the name is being accepted (until FinishAccept), and *replaced is
   // the session of the peer's previous incarnation, now removed (a restart).
-  // (name: the hello's; key is it, or it with the incarnation for a peer without a port.)
-  Status BeginAccept(const std::string& key, const std::string& name, uint64_t incarnation, Peer* replaced);
+  // (name: the hello's; key is it, or it with the incarnation for a peer without a port; host:
+  // where its control connection comes from.)
+  Status BeginAccept(const std::string& key, const std::string& name, uint64_t incarnation,
+                     const std::string& host, Peer* replaced);
   void FinishAccept(const std::string& key, const Peer& peer);
 
   // Removes the peer when s is its session; true when it was.
@@ -76,18 +80,21 @@ class PeerTable {
 
   bool Full() const;  // mu_ held
   Status TooMany() const;
+  size_t OpenedFrom(const std::string& host) const;  // mu_ held: sessions opened to us from host
 
   uint64_t mine_ = 0;  // this engine's incarnation
   size_t max_sessions_ = SIZE_MAX;
+  size_t max_per_host_ = SIZE_MAX;
   // Changes with every change of peers_ (under mu_).
   std::atomic<uint64_t> version_{NextTableVersion()};
   void Changed() { version_.store(NextTableVersion(), std::memory_order_release); }  // mu_ held
 
   mutable std::mutex mu_;
-  std::map<std::string, Peer> peers_;  // by name (outbound: as the user wrote it)
-  std::set<std::string> connecting_;   // Connect() calls in progress
-  std::set<std::string> accepting_;    // hellos of sessions opened to us, being answered
-  std::condition_variable changed_;    // accepting_ shrank
+  std::map<std::string, Peer> peers_;             // by name (outbound: as the user wrote it)
+  std::set<std::string> connecting_;              // Connect() calls in progress
+  std::map<std::string, std::string> accepting_;  // hellos of sessions opened to us, being
+                                                  // answered: their hosts by key
+  std::condition_variable changed_;               // accepting_ shrank
 };
 
 }  // namespace xfer
