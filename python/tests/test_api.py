@@ -248,6 +248,15 @@ def test_max_sessions_caps_the_sessions_an_engine_holds():
         xfer.Engine("127.0.0.1", max_sessions=0)
 
 
+def test_max_sessions_per_host_caps_one_hosts_sessions():
+    with xfer.Engine("127.0.0.1:0", max_sessions_per_host=1) as e, xfer.Engine("127.0.0.1:0") as a, \
+            xfer.Engine("127.0.0.1:0") as b:
+        a.connect(e.name)
+        with pytest.raises(xfer.ResourceExhaustedError, match="max_sessions_per_host"):
+            b.connect(e.name)
+        e.connect(b.name)  # (ours: not counted)
+
+
 def test_the_version_is_the_one_cmake_declares():
     cmake = (pathlib.Path(__file__).parents[2] / "CMakeLists.txt").read_text()
     assert xfer.__version__ == re.search(r"project\(xfer VERSION ([0-9.]+)", cmake).group(1)
