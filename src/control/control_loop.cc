@@ -65,6 +65,7 @@ void ControlLoop::Stop() {
     thread_.join();
   }
   worker_.Stop();
+  waiting_.clear();
   std::lock_guard lock(add_mu_);
   prepared_.clear();  // (their sessions were closed with the others)
 }
@@ -127,7 +128,7 @@ std::vector<std::shared_ptr<Session>> ControlLoop::Pending() const {
 void ControlLoop::CloseSession(const std::shared_ptr<Session>& s, const std::string& reason) {
   if (s->fd() >= 0) {
     ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd(), nullptr);
-    sessions_.erase(s->fd());
+    if (sessions_.erase(s->fd()) > 0) buffered_ -= s->buffered();
   }
   std::string why = s->shutdown_reason();
   s->Close();
@@ -271,15 +272,19 @@ Session::Handlers ControlLoop::HandlersFor(const std::shared_ptr<Session>& s) {
   return {[this, s](wire::Message&& m) {
             if (!std::holds_alternative<wire::Heartbeat>(m)) handler_->OnMessage(s, std::move(m));
           },
-          [this, s](std::vector<uint8_t>&& payload) { Prepare(s, std::move(payload)); }};
+          [this, s](std::span<const uint8_t> payload) { return Prepare(s, payload); }};
 }
 
-void ControlLoop::Prepare(const std::shared_ptr<Session>& s, std::vector<uint8_t>&& payload) {
+bool ControlLoop::Prepare(const std::shared_ptr<Session>& s, std::span<const uint8_t> payload) {
   Watch(*s);  // (held: no input until it is taken)
-  const uint64_t size = payload.size();
+  if (preparing_ > 0 && preparing_ + payload.size() > kMaxPreparingBytes) {
+    waiting_.push_back(s);
+    return false;
+  }
+  preparing_ += payload.size();
   worker_.Post(
-      [this, s, payload = std::move(payload)] {
-        PreparedHello done{s, {}, nullptr, ""};
+      [this, s, payload = std::vector<uint8_t>(payload.begin(), payload.end())] {
+        PreparedHello done{s, {}, nullptr, "", payload.size()};
         if (wire::DecodePayload(wire::MsgType::kHello, payload, &done.hello, &done.error)) {
           done.prepared = handler_->Prepare(done.hello);
         }
@@ -289,7 +294,8 @@ void ControlLoop::Prepare(const std::shared_ptr<Session>& s, std::vector<uint8_t
         }
         Wake();
       },
-      size);
+      payload.size());
+  return true;
 }
 
 void ControlLoop::TakePrepared() {
@@ -299,6 +305,7 @@ void ControlLoop::TakePrepared() {
     ready.swap(prepared_);
   }
   for (auto& p : ready) {
+    preparing_ -= p.bytes;
     const std::shared_ptr<Session> s = p.session;
     if (s->closed()) {  // (closed meanwhile: what was made of its hello is freed off this thread)
       Offload([gone = std::move(p)] {});
@@ -312,11 +319,23 @@ void ControlLoop::TakePrepared() {
     s->prepared = std::move(p.prepared);
     handler_->OnMessage(s, std::move(p.hello));
     Offload([gone = std::move(s->prepared)] {});  // (what a refused hello left)
-    std::string why;
-    const bool alive = s->Resume(HandlersFor(s), &why);
-    if (alive && !s->held()) Watch(*s);
-    AfterFrames(s, alive, why, 0);
+    Resume(s);
   }
+  if (ready.empty()) return;
+  std::vector<std::shared_ptr<Session>> waiting;
+  waiting.swap(waiting_);
+  for (auto& s : waiting) {  // (in order; those still refused wait again)
+    if (!s->closed()) Resume(s);
+  }
+}
+
+void ControlLoop::Resume(const std::shared_ptr<Session>& s) {
+  std::string why;
+  const size_t before = s->buffered();
+  const bool alive = s->Resume(HandlersFor(s), &why);
+  Account(*s, before);
+  if (alive && !s->held()) Watch(*s);
+  AfterFrames(s, alive, why, 0);
 }
 
 void ControlLoop::Serve(int fd, uint32_t events) {
@@ -324,8 +343,32 @@ void ControlLoop::Serve(int fd, uint32_t events) {
   if (it == sessions_.end()) return;
   std::shared_ptr<Session> s = it->second;
   std::string why;
+  const size_t before = s->buffered();
   const bool alive = s->ReadAvailable(HandlersFor(s), &why);
+  Account(*s, before);
   AfterFrames(s, alive, why, events);
+}
+
+void ControlLoop::Account(const Session& s, size_t before) {
+  buffered_ = buffered_ - before + s.buffered();
+  while (buffered_ > kMaxBufferedBytes) {
+    Session* most = nullptr;
+    for (const auto& [fd, other] : sessions_) {
+      if (!most || other->buffered() > most->buffered()) most = other.get();
+    }
+    if (most == nullptr || most->buffered() == 0) break;  // (cannot be: the total is theirs)
+    const size_t held = most->buffered();
+    if (uint64_t more = 0; shed_log_.Due(&more)) {
+      XLOG(WARN) << "control frames not yet whole hold " << buffered_ << " bytes, more than "
+                 << kMaxBufferedBytes << "; closing the session holding the most ("
+                 << (most->peer_key.empty() ? most->remote_addr() : most->peer_key) << ", " << held
+                 << " bytes)" << log::Limit::More(more);
+    }
+    // (Its bytes go now; its end comes as the loop reads it.)
+    most->Shutdown("its unfinished control frames held the most of the engine's budget");
+    most->DropBuffered();
+    buffered_ -= held;
+  }
 }
 
 void ControlLoop::AfterFrames(const std::shared_ptr<Session>& s, bool alive, std::string why,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "control/session.h"
+#include "util/log.h"
 #include "util/net.h"
 #include "util/worker_thread.h"
 
@@ -44,6 +45,13 @@ struct LoopOptions {
 // Accepted connections that have not finished their hello, at most; for each one more, the
 // oldest of them is closed.
 inline constexpr size_t kMaxPendingSessions = 256;
+// Bytes all sessions together may hold of frames not handed on yet (Session::buffered): past
+// it, the session holding the most is shut down (a frame may be 64 MiB: without a budget,
+// sessions that each begin one and never finish it would hold that much each).
+inline constexpr size_t kMaxBufferedBytes = 512ull << 20;
+// Bytes of big hellos handed to the worker and not taken yet, at most: one more waits, read,
+// in its session (counted there) until those before it are taken. (One alone always goes.)
+inline constexpr size_t kMaxPreparingBytes = 256ull << 20;
 
 class ControlLoop {
  public:
@@ -77,13 +85,21 @@ class ControlLoop {
   void Serve(int fd, uint32_t events);  // a session's frames, or its end
   Session::Handlers HandlersFor(const std::shared_ptr<Session>& s);
   // A big hello: decoded and prepared on the worker, smallest first, while s is held; its
-  // result comes back through prepared_.
-  void Prepare(const std::shared_ptr<Session>& s, std::vector<uint8_t>&& payload);
-  void TakePrepared();  // hands each prepared hello on, and resumes its session
+  // result comes back through prepared_. False (s waits in waiting_) past kMaxPreparingBytes.
+  bool Prepare(const std::shared_ptr<Session>& s, std::span<const uint8_t> payload);
+  void TakePrepared();                             // hands each prepared hello on, and resumes its session
+  void Resume(const std::shared_ptr<Session>& s);  // s's frames read while held, and its input
+  size_t preparing_ = 0;                           // control thread: bytes at the worker
+  std::vector<std::shared_ptr<Session>> waiting_;  // control thread: hellos Prepare refused
   // After frames were handed on: the session's answers written, and its end when it must end.
   void AfterFrames(const std::shared_ptr<Session>& s, bool alive, std::string why, uint32_t events);
   // The events the loop asks for s: its input unless held, room to write while bytes wait.
   void Watch(Session& s);
+  // After s's frames were read or handed on (it held `before` bytes then): the loop's total
+  // follows, and past kMaxBufferedBytes the sessions holding the most are shut down.
+  void Account(const Session& s, size_t before);
+  size_t buffered_ = 0;  // control thread: Session::buffered, summed over sessions_
+  log::Limit shed_log_{std::chrono::seconds(10)};
   // Writes what s has queued (its answers, Session::SendSoon, and what other threads' sends
   // left) without blocking, and watches the socket for room while some is left; false (with
   // *why) when the session must close.
@@ -114,6 +130,7 @@ class ControlLoop {
     wire::Message hello;
     std::shared_ptr<SessionContext> prepared;
     std::string error;  // the payload did not decode
+    size_t bytes = 0;   // the payload's
   };
   std::vector<PreparedHello> prepared_;  // add_mu_
   WorkerThread worker_;                  // (stopped by Stop, before the members it uses go)

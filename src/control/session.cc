@@ -143,12 +143,12 @@ bool Session::ParseFrames(const Handlers& on, std::string* why) {
     }
     if (rest.size() < wire::kHeaderSize + h.length) break;  // wait for the rest
     const auto payload = rest.subspan(wire::kHeaderSize, h.length);
-    pos += wire::kHeaderSize + h.length;
     if (h.type == wire::MsgType::kHello && h.length >= kBigHello && on.big_hello) {
       held_ = true;
-      on.big_hello(std::vector<uint8_t>(payload.begin(), payload.end()));
+      if (on.big_hello(payload)) pos += wire::kHeaderSize + h.length;
       break;
     }
+    pos += wire::kHeaderSize + h.length;
     wire::Message msg;
     if (!wire::DecodePayload(h.type, payload, &msg, why)) return false;
     on.message(std::move(msg));

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -67,19 +68,25 @@ class Session {
   // but a hello of kBigHello bytes or more goes undecoded to `big_hello` (decoding it, and
   // checking and indexing the region table it carries, may take a second: the control loop
   // does that on another thread), and the session then reads and parses nothing more until
-  // Resume.
+  // Resume. When big_hello does not take it (false: not now), the hello stays read, unparsed.
   static constexpr size_t kBigHello = 64 * 1024;
   struct Handlers {
     std::function<void(wire::Message&&)> message;
-    std::function<void(std::vector<uint8_t>&& payload)> big_hello;
+    std::function<bool(std::span<const uint8_t> payload)> big_hello;
   };
   // Reads what the socket has (non-blocking; up to 64 KiB a call; nothing while held) and hands
   // on each whole frame. False on end of stream, a socket error or a malformed frame, with *why
   // set.
   bool ReadAvailable(const Handlers& on, std::string* why);
-  // Held since a big hello went out, until Resume hands on the frames read behind it.
+  // Held since a big hello was handed on or refused for now, until Resume parses what was read
+  // behind it (the refused hello first).
   bool held() const { return held_; }
   bool Resume(const Handlers& on, std::string* why);
+  // Bytes read of frames not handed on yet (control loop only).
+  size_t buffered() const { return rx_.size(); }
+  // Frees what it read of unfinished frames (a session shut down to stay within the loop's
+  // budget: it reads nothing more).
+  void DropBuffered() { std::vector<uint8_t>().swap(rx_); }
   // Frames longer than this close the session (an unauthenticated one gets few bytes).
   void set_max_payload(uint32_t bytes) { max_payload_.store(bytes); }
   // Bytes queued for a peer that does not read them: past this, the session is shut down
