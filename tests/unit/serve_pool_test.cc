@@ -105,34 +105,61 @@ ServePool::Next ServeFrames(Conn& c) {
   return ServePool::Next::kIdle;
 }
 
+// Connections whose frames trickle in: a byte every 40 ms on each (a frame: 640 ms and more),
+// from a thread of its own, until End (then each connection sees its end). It must outlive the
+// pool that serves them.
+class Trickling {
+ public:
+  Trickling()
+      : thread_([this] {
+          while (!stop_.load()) {
+            {
+              std::lock_guard lock(mu_);
+              for (auto& c : conns_) (void)!::write(c->there, "t", 1);
+            }
+            std::this_thread::sleep_for(40ms);
+          }
+        }) {}
+  ~Trickling() { End(); }
+  void End() {
+    if (stop_.exchange(true)) return;
+    thread_.join();
+    for (auto& c : conns_) ::shutdown(c->there, SHUT_RDWR);
+  }
+  Conn* Add() {
+    std::lock_guard lock(mu_);
+    return conns_.emplace_back(std::make_unique<Conn>()).get();
+  }
+  int Bytes() {  // served so far, all connections
+    std::lock_guard lock(mu_);
+    int n = 0;
+    for (auto& c : conns_) n += c->bytes.load();
+    return n;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Conn>> conns_;  // mu_
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // Peers that come one after another, each with connections whose frames trickle in (each
 // frame holds its thread 640 ms and more): none takes the threads a later one needs, and a peer
 // that comes then is served at once. (Before, the first peer kept the half it took alone, the
 // second a third: the fourth peer's frame waited for a trickling frame to end.)
 TEST(ServePool, PeersWhoseFramesTrickleLeaveThreadsForAPeerThatComes) {
+  Trickling trickling;
+  Conn whole;
   ServePool pool([&](void* c) { return ServeFrames(*static_cast<Conn*>(c)); }, 12, 1000ms);
   ASSERT_TRUE(pool.Start().ok());
-  std::vector<std::unique_ptr<Conn>> trickling;
-  std::atomic<bool> stop{false};
-  std::mutex mu;
-  std::thread trickler([&] {
-    while (!stop.load()) {
-      {
-        std::lock_guard lock(mu);
-        for (auto& c : trickling) (void)!::write(c->there, "t", 1);
-      }
-      std::this_thread::sleep_for(40ms);  // (a frame: 640 ms and more)
-    }
-  });
-  for (uint64_t group = 1; group <= 3; ++group) {  // three peers, six connections each, 100 ms apart
+  for (uint64_t peer = 1; peer <= 3; ++peer) {  // three peers (hosts), six connections each, 100 ms apart
     for (int i = 0; i < 6; ++i) {
-      std::lock_guard lock(mu);
-      trickling.push_back(std::make_unique<Conn>());
-      ASSERT_TRUE(pool.Add(trickling.back()->here, trickling.back().get(), group, group).ok());
+      Conn* c = trickling.Add();
+      ASSERT_TRUE(pool.Add(c->here, c, peer, peer).ok());
     }
     std::this_thread::sleep_for(100ms);
   }
-  Conn whole;
   ASSERT_TRUE(pool.Add(whole.here, &whole, 4, 4).ok());
   ASSERT_EQ(::write(whole.there, "0123456789abcdef", 16), 16);
   const auto t0 = std::chrono::steady_clock::now();
@@ -141,18 +168,10 @@ TEST(ServePool, PeersWhoseFramesTrickleLeaveThreadsForAPeerThatComes) {
   const auto waited = std::chrono::steady_clock::now() - t0;
   EXPECT_EQ(whole.bytes.load(), 16);
   EXPECT_LT(waited, 100ms) << "a whole frame waited behind other peers' trickling ones";
-  auto trickled = [&] {
-    std::lock_guard lock(mu);
-    int n = 0;
-    for (auto& c : trickling) n += c->bytes.load();
-    return n;
-  };
-  while (trickled() < 12 * 16 && std::chrono::steady_clock::now() - t0 < 5s)
+  while (trickling.Bytes() < 12 * 16 && std::chrono::steady_clock::now() - t0 < 5s)
     std::this_thread::sleep_for(10ms);
-  EXPECT_GE(trickled(), 12 * 16) << "the trickling peers' frames were not served";
-  stop.store(true);
-  trickler.join();
-  for (auto& c : trickling) ::shutdown(c->there, SHUT_RDWR);
+  EXPECT_GE(trickling.Bytes(), 12 * 16) << "the trickling peers' frames were not served";
+  trickling.End();
   ::shutdown(whole.there, SHUT_RDWR);
   std::this_thread::sleep_for(200ms);  // (each serve sees the end and closes its side)
   pool.Stop();
@@ -163,31 +182,19 @@ TEST(ServePool, PeersWhoseFramesTrickleLeaveThreadsForAPeerThatComes) {
 // (Before, shares were per engine: eight engines of one host left the newcomer a twelfth of the
 // threads, and its four frames went one after another.)
 TEST(ServePool, ManyEnginesOfOneHostHoldOnlyThatHostsShare) {
+  Trickling trickling;
+  std::vector<std::unique_ptr<Conn>> peer;
   ServePool pool([&](void* c) { return ServeFrames(*static_cast<Conn*>(c)); }, 12, 1000ms);
   ASSERT_TRUE(pool.Start().ok());
-  std::vector<std::unique_ptr<Conn>> trickling;
-  std::atomic<bool> stop{false};
-  std::mutex mu;
-  std::thread trickler([&] {
-    while (!stop.load()) {
-      {
-        std::lock_guard lock(mu);
-        for (auto& c : trickling) (void)!::write(c->there, "t", 1);
-      }
-      std::this_thread::sleep_for(40ms);  // (a frame: 640 ms and more)
-    }
-  });
   for (uint64_t engine = 1; engine <= 8; ++engine) {  // host 1: eight engines, three connections each
     for (int i = 0; i < 3; ++i) {
-      std::lock_guard lock(mu);
-      trickling.push_back(std::make_unique<Conn>());
-      ASSERT_TRUE(pool.Add(trickling.back()->here, trickling.back().get(), engine, 1).ok());
+      Conn* c = trickling.Add();
+      ASSERT_TRUE(pool.Add(c->here, c, engine, 1).ok());
     }
   }
   std::this_thread::sleep_for(300ms);
   // Host 2: one engine, four connections, each a whole frame that takes 200 ms to work on (a
   // big batch).
-  std::vector<std::unique_ptr<Conn>> peer;
   for (int i = 0; i < 4; ++i) {
     peer.push_back(std::make_unique<Conn>());
     peer.back()->work = 200ms;
@@ -204,9 +211,7 @@ TEST(ServePool, ManyEnginesOfOneHostHoldOnlyThatHostsShare) {
   const auto waited = std::chrono::steady_clock::now() - t0;
   EXPECT_EQ(served(), 4 * 16);
   EXPECT_LT(waited, 500ms) << "the peer's frames went one after another (800 ms and more)";
-  stop.store(true);
-  trickler.join();
-  for (auto& c : trickling) ::shutdown(c->there, SHUT_RDWR);
+  trickling.End();
   for (auto& c : peer) ::shutdown(c->there, SHUT_RDWR);
   std::this_thread::sleep_for(200ms);  // (each serve sees the end and closes its side)
   pool.Stop();
