@@ -32,7 +32,7 @@ TEST(NotifyQueue, RefusesPastEitherBoundAndTakesInOrder) {
   EXPECT_EQ(got[0].message, "1234");
   EXPECT_EQ(got[2].sender, "b");
   EXPECT_FALSE(q.TakeAll(&got));
-  EXPECT_TRUE(q.Push(N("c", 3, "0123456789")).ok());  // room again once taken
+  EXPECT_TRUE(q.Push(N("c", 3, "012345678")).ok());  // room again once taken (9: one sender's most)
 }
 
 // A request's end counts 8 bytes per landed index against the bytes bound.
@@ -42,13 +42,35 @@ TEST(NotifyQueue, LandedIndicesCountAgainstTheBytes) {
   ended.outcome = NotifyOutcome::kFailed;
   ended.landed = {0, 1};  // 4 + 16 bytes
   EXPECT_TRUE(q.Push(ended).ok());
-  EXPECT_EQ(q.Push(N("a", 1, "12345")).code(), StatusCode::kResourceExhausted);  // 25 > 24
-  EXPECT_TRUE(q.Push(N("a", 1, "1234")).ok());
+  EXPECT_EQ(q.Push(N("b", 2, "12345")).code(), StatusCode::kResourceExhausted);  // 25 > 24
+  EXPECT_TRUE(q.Push(N("b", 2, "1234")).ok());
   std::vector<Notification> got;
   ASSERT_TRUE(q.TakeAll(&got));
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].outcome, NotifyOutcome::kFailed);
   EXPECT_EQ(got[0].landed, (std::vector<uint64_t>{0, 1}));
+}
+
+// One sender fills at most seven eighths of each bound: another still gets in, and once the
+// application took what was queued, the first sender's part is whole again. (Before, one
+// sender's flood refused every other sender's notifications.)
+TEST(NotifyQueue, OneSenderLeavesAnEighthForTheOthers) {
+  NotifyQueue q(16, 1000);
+  for (int i = 0; i < 14; ++i) ASSERT_TRUE(q.Push(N("flood", 1, "x")).ok()) << i;
+  const Status refused = q.Push(N("flood", 1, "x"));
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.message().find("other senders"), std::string::npos) << refused.ToString();
+  EXPECT_TRUE(q.Push(N("other", 2, "y")).ok());
+  EXPECT_TRUE(q.Push(N("third", 3, "z")).ok());
+  EXPECT_EQ(q.Push(N("third", 3, "z")).code(), StatusCode::kResourceExhausted);  // (16: full)
+  std::vector<Notification> got;
+  ASSERT_TRUE(q.TakeAll(&got));
+  EXPECT_EQ(got.size(), 16u);
+  for (int i = 0; i < 14; ++i) EXPECT_TRUE(q.Push(N("flood", 1, "x")).ok()) << i;
+  NotifyQueue bytes(1000, 800);  // and by bytes: 700 of 800
+  EXPECT_TRUE(bytes.Push(N("flood", 1, std::string(700, 'x'))).ok());
+  EXPECT_EQ(bytes.Push(N("flood", 1, "x")).code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(bytes.Push(N("other", 2, std::string(100, 'y'))).ok());
 }
 
 // Requests begun toward the engine hold their place in the queue until they end, each
@@ -88,8 +110,10 @@ TEST(BegunRequests, ReserveUntilTheEndAndGiveEveryPlaceBack) {
   EXPECT_TRUE(got[5].landed.empty()) << "a landed list past the bound is dropped, not the notification";
   EXPECT_EQ(got[6].message, "bb");
   EXPECT_EQ(got[7].message, "cc");
-  for (int k = 0; k < 8; ++k) EXPECT_TRUE(q.Push(N("p", 1, "n")).ok()) << "place " << k << " not given back";
-  EXPECT_EQ(q.Push(N("p", 1, "n")).code(), StatusCode::kResourceExhausted);
+  for (int k = 0; k < 8; ++k) {  // (seven from one sender, its most: OneSenderLeavesAnEighthForTheOthers)
+    EXPECT_TRUE(q.Push(N(k < 7 ? "p" : "q", k < 7 ? 1 : 2, "n")).ok()) << "place " << k << " not given back";
+  }
+  EXPECT_EQ(q.Push(N("q", 2, "n")).code(), StatusCode::kResourceExhausted);
 }
 
 // The lost come back in the order their beginnings came, whatever their ids; a peer's share

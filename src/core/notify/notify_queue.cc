@@ -10,20 +10,37 @@ namespace {
 uint64_t QueuedBytes(const Notification& n) { return n.message.size() + sizeof(uint64_t) * n.landed.size(); }
 }  // namespace
 
-bool NotifyQueue::Fits(uint64_t bytes, std::string* why) {
-  if (queue_.size() + reserved_ < max_messages_ && bytes_ + reserved_bytes_ + bytes <= max_bytes_)
-    return true;
+bool NotifyQueue::Fits(uint64_t bytes, uint64_t sender, std::string* why) {
+  const bool room =
+      queue_.size() + reserved_ < max_messages_ && bytes_ + reserved_bytes_ + bytes <= max_bytes_;
+  const auto it = held_.find(sender);
+  const Held own = sender != 0 && it != held_.end() ? it->second : Held{};
+  const bool within_part =
+      own.messages < max_messages_ - max_messages_ / 8 && own.bytes + bytes <= max_bytes_ - max_bytes_ / 8;
+  if (room && within_part) return true;
   ++refused_;
-  *why = "the target's notification queue is full (" + std::to_string(queue_.size()) + " messages, " +
-         std::to_string(bytes_) + " bytes queued, " + std::to_string(reserved_) +
-         " more promised; EngineOptions::notify bounds " + std::to_string(max_messages_) + " / " +
-         std::to_string(max_bytes_) + "): the application is not taking them";
+  if (!room) {
+    *why = "the target's notification queue is full (" + std::to_string(queue_.size()) + " messages, " +
+           std::to_string(bytes_) + " bytes queued, " + std::to_string(reserved_) +
+           " more promised; EngineOptions::notify bounds " + std::to_string(max_messages_) + " / " +
+           std::to_string(max_bytes_) + "): the application is not taking them";
+  } else {
+    *why = "this sender holds " + std::to_string(own.messages) + " messages and " +
+           std::to_string(own.bytes) +
+           " bytes of the target's notification queue, the most one sender may (seven eighths of "
+           "EngineOptions::notify bounds " +
+           std::to_string(max_messages_) + " / " + std::to_string(max_bytes_) +
+           "; the rest is kept for other senders): the application is not taking them";
+  }
   return false;
 }
 
 void NotifyQueue::Queue(std::unique_lock<std::mutex>& lock, Notification n, uint64_t bytes,
                         const std::function<void()>& before_visible) {
   bytes_ += bytes;
+  Held& own = held_[n.sender_incarnation];
+  ++own.messages;
+  own.bytes += bytes;
   queue_.push_back(std::move(n));
   if (before_visible) before_visible();  // (under the lock: no TakeAll sees it before)
   lock.unlock();
@@ -40,7 +57,7 @@ Status NotifyQueue::Refuse(std::unique_lock<std::mutex>& lock, std::string why, 
 Status NotifyQueue::Push(Notification n, const std::function<void()>& before_visible) {
   std::unique_lock lock(mu_);
   const uint64_t size = QueuedBytes(n);
-  if (std::string why; !Fits(size, &why))
+  if (std::string why; !Fits(size, n.sender_incarnation, &why))
     return Refuse(lock, std::move(why), "a notification from " + n.sender);
   Queue(lock, std::move(n), size, before_visible);
   return Status::Ok();
@@ -48,7 +65,7 @@ Status NotifyQueue::Push(Notification n, const std::function<void()>& before_vis
 
 Status NotifyQueue::Reserve(uint64_t bytes) {
   std::unique_lock lock(mu_);
-  if (std::string why; !Fits(bytes, &why)) return Refuse(lock, std::move(why), "a request's notification");
+  if (std::string why; !Fits(bytes, 0, &why)) return Refuse(lock, std::move(why), "a request's notification");
   ++reserved_;
   reserved_bytes_ += bytes;
   return Status::Ok();
@@ -88,6 +105,7 @@ bool NotifyQueue::TakeAll(std::vector<Notification>* out) {
     if (queue_.empty()) return false;
     for (auto& n : queue_) out->push_back(std::move(n));
     queue_.clear();
+    held_.clear();
     bytes_ = 0;
   }
   if (refused > 1) XLOG(WARN) << "the notification queue had refused " << refused << " notifications";

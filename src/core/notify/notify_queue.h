@@ -1,6 +1,8 @@
 // The notifications this engine received and the application has not taken yet: bounded by
 // count and bytes, in arrival order. A notification that does not fit is refused (its sender
-// is told why), never dropped.
+// is told why), never dropped. One sender may hold at most seven eighths of each bound (of
+// eight messages or more): the rest is kept for the others, so that one sender's flood does
+// not shut them out.
 #pragma once
 
 #include <atomic>
@@ -10,6 +12,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "xfer/status.h"
@@ -24,8 +27,9 @@ class NotifyQueue {
   NotifyQueue(uint32_t max_messages, uint64_t max_bytes)
       : max_messages_(max_messages), max_bytes_(max_bytes) {}
 
-  // Queues n, or refuses it with kResourceExhausted when either bound would be passed (logged
-  // once per stretch of refusals: until the application next takes what is queued).
+  // Queues n, or refuses it with kResourceExhausted when either bound would be passed, or its
+  // sender's part of them (logged once per stretch of refusals: until the application next
+  // takes what is queued).
   // before_visible, when given, runs once n is queued and before anyone can take it (it must
   // not call back into the queue): e.g. the answer to its sender, which must leave before
   // anything the application sends after taking it.
@@ -66,13 +70,17 @@ class NotifyQueue {
   uint64_t reserved_ = 0;           // mu_: reservations (Reserve) not yet queued...
   uint64_t reserved_bytes_ = 0;     // mu_: ...and their bytes
   uint64_t refused_ = 0;            // mu_: refusals since the queue was last drained
-  bool closed_ = false;             // mu_
+  struct Held {
+    uint64_t messages = 0, bytes = 0;
+  };
+  std::unordered_map<uint64_t, Held> held_;  // mu_: what each sender (by incarnation) has queued
+  bool closed_ = false;                      // mu_
   std::atomic<uint32_t> changes_{0};
   std::atomic<uint32_t> sleepers_{0};
 
   // Whether one more notification of `bytes` fits (mu_ held); else counts the refusal, and
-  // says why in *why.
-  bool Fits(uint64_t bytes, std::string* why);
+  // says why in *why. sender: its incarnation (0: a reservation, whose share is kept apart).
+  bool Fits(uint64_t bytes, uint64_t sender, std::string* why);
   // The refusal Fits found (mu_ held by lock, which this releases): logged once a stretch.
   Status Refuse(std::unique_lock<std::mutex>& lock, std::string why, const std::string& what);
   // Queues n (mu_ held by lock, which this releases).
