@@ -129,6 +129,7 @@ void ControlLoop::CloseSession(const std::shared_ptr<Session>& s, const std::str
   if (s->fd() >= 0) {
     ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd(), nullptr);
     if (sessions_.erase(s->fd()) > 0) buffered_ -= s->buffered();
+    s->DropBuffered();  // (it may wait in waiting_ a while yet)
   }
   std::string why = s->shutdown_reason();
   s->Close();
@@ -277,11 +278,17 @@ Session::Handlers ControlLoop::HandlersFor(const std::shared_ptr<Session>& s) {
 
 bool ControlLoop::Prepare(const std::shared_ptr<Session>& s, std::span<const uint8_t> payload) {
   Watch(*s);  // (held: no input until it is taken)
-  if (preparing_ > 0 && preparing_ + payload.size() > kMaxPreparingBytes) {
+  // (Behind those already waiting, in order: a big hello is not passed over for good.)
+  if (preparing_ > 0 && (!waiting_.empty() || preparing_ + payload.size() > kMaxPreparingBytes)) {
     waiting_.push_back(s);
     return false;
   }
   preparing_ += payload.size();
+  // Its place at the worker: when it came, plus 100 ms a MB (a small hello goes ahead of big
+  // ones that came just before it, not of those that have waited longer than their size).
+  const uint64_t place = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count() +
+      payload.size() / 10000);
   worker_.Post(
       [this, s, payload = std::vector<uint8_t>(payload.begin(), payload.end())] {
         PreparedHello done{s, {}, nullptr, "", payload.size()};
@@ -294,7 +301,7 @@ bool ControlLoop::Prepare(const std::shared_ptr<Session>& s, std::span<const uin
         }
         Wake();
       },
-      payload.size());
+      place);
   return true;
 }
 
@@ -318,7 +325,8 @@ void ControlLoop::TakePrepared() {
     s->last_rx.store(Clock::now());  // (its frames waited for the worker, not for the peer)
     s->prepared = std::move(p.prepared);
     handler_->OnMessage(s, std::move(p.hello));
-    Offload([gone = std::move(s->prepared)] {});  // (what a refused hello left)
+    // (The decoded hello, and what a refused one left: a million regions take a while to free.)
+    Offload([hello = std::move(p.hello), prepared = std::move(s->prepared)] {});
     Resume(s);
   }
   if (ready.empty()) return;

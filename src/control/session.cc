@@ -141,7 +141,11 @@ bool Session::ParseFrames(const Handlers& on, std::string* why) {
              std::to_string(max_payload_.load()) + ")";
       return false;
     }
-    if (rest.size() < wire::kHeaderSize + h.length) break;  // wait for the rest
+    if (rest.size() < wire::kHeaderSize + h.length) break;        // wait for the rest
+    if (h.type == wire::MsgType::kHello && established.load()) {  // (not decoded: it may be big)
+      *why = "a second hello";
+      return false;
+    }
     const auto payload = rest.subspan(wire::kHeaderSize, h.length);
     if (h.type == wire::MsgType::kHello && h.length >= kBigHello && on.big_hello) {
       held_ = true;
@@ -154,7 +158,26 @@ bool Session::ParseFrames(const Handlers& on, std::string* why) {
     on.message(std::move(msg));
   }
   rx_.erase(rx_.begin(), rx_.begin() + static_cast<long>(pos));
+  FitBuffer();
   return true;
+}
+
+void Session::FitBuffer() {
+  // Room for the frame under way, as its header says, and no more than that (or 64 KiB): a big
+  // frame is counted whole as soon as it begins (buffered), and its room goes once it is done.
+  size_t want = rx_.size();
+  wire::Header h;
+  if (std::string ignored; rx_.size() >= wire::kHeaderSize && wire::DecodeHeader(rx_, &h, &ignored)) {
+    want = wire::kHeaderSize + h.length;
+  }
+  if (rx_.capacity() > std::max<size_t>(want, kBigHello)) {
+    std::vector<uint8_t> fitted;
+    fitted.reserve(want);
+    fitted.assign(rx_.begin(), rx_.end());
+    rx_.swap(fitted);
+  } else if (want > rx_.capacity()) {
+    rx_.reserve(want);
+  }
 }
 
 bool Session::ReadAvailable(const Handlers& on, std::string* why) {

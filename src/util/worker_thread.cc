@@ -1,13 +1,26 @@
 #include "util/worker_thread.h"
 
+#include <system_error>
+
+#include "util/log.h"
+
 namespace xfer {
 
 void WorkerThread::Post(std::function<void()> job, uint64_t weight) {
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    if (!stopping_ && !thread_.joinable()) {
+      try {
+        thread_ = std::thread([this] { Run(); });
+      } catch (const std::system_error& e) {  // (no thread to be had: the caller runs it)
+        lock.unlock();
+        XLOG(WARN) << "cannot start a worker thread (" << e.what() << "); running its job in place";
+        job();
+        return;
+      }
+    }
     if (!stopping_) {
       queue_.emplace(weight, std::move(job));  // (after the equal weights already there)
-      if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
       cv_.notify_one();
       return;
     }

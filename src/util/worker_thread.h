@@ -20,8 +20,9 @@ class WorkerThread {
   WorkerThread& operator=(const WorkerThread&) = delete;
 
   // Queues the job; weight orders the queue (say, the bytes it works on). The thread starts
-  // with the first job. After Stop, nothing runs: the job is dropped at once (its captures are
-  // destroyed on the caller's thread).
+  // with the first job (when it cannot, the job runs on the caller, with a log line). After
+  // Stop, nothing runs: the job is dropped at once (its captures are destroyed on the
+  // caller's thread).
   void Post(std::function<void()> job, uint64_t weight = 0);
   // Lets the running job end, drops the queued ones (destroying their captures here) and joins.
   void Stop();

@@ -157,10 +157,7 @@ void PeerService::OnMessage(const std::shared_ptr<control::Session>& s, wire::Me
             }
           }
           s->Shutdown("peer said goodbye: " + m.reason);
-        } else if constexpr (std::is_same_v<T, wire::Hello>) {
-          XLOG(WARN) << "peer " << s->peer_key << " sent a second hello; closing";
-          s->Shutdown("protocol error: second hello");
-        }
+        }  // (A second hello never comes here: the session refuses it undecoded.)
       },
       msg);
 }

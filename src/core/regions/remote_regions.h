@@ -56,6 +56,7 @@ class RemoteRegions {
   };
   // Takes a good table's regions in place of the ones known (those are revoked).
   void Adopt(Table&& table);
+  // (Tests: a table known to be good; a bad one leaves no region.)
   void Reset(const std::vector<wire::WireRegion>& regions) { Adopt(Table(regions, SIZE_MAX)); }
   // Adds the region; false (nothing added, *why set) when it is bad or its id is taken.
   bool Add(const wire::WireRegion& region, std::string* why);

@@ -152,7 +152,9 @@ ServePool::Entry* ServePool::Leave(const Entry& e) {
   serving_crowded = nullptr;
   // Its place passes to the first of its host's parked connections that may take it.
   Entry* next = nullptr;
-  for (auto it = h.parked.begin(); it != h.parked.end(); ++it) {
+  const size_t share = std::max<size_t>(1, Cap() / (hosts_.size() + 1));
+  const bool host_full = h.serving > 0 && (h.serving >= share || serving_ + share >= Cap());
+  for (auto it = h.parked.begin(); !host_full && it != h.parked.end(); ++it) {
     Group& theirs = groups_.find(GroupKey{e.host, (*it)->group})->second;
     if (h.serving == 0 || MayTakeAnother(h, theirs)) {
       next = *it;
