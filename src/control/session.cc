@@ -132,7 +132,8 @@ void Session::set_on_pending(std::function<void()> f) {
 
 bool Session::ParseFrames(const Handlers& on, std::string* why) {
   size_t pos = 0;
-  while (!held_ && rx_.size() - pos >= wire::kHeaderSize) {
+  // (Nothing more once shut down: a refused hello's session hands on nothing behind it.)
+  while (!held_ && !shut_.load(std::memory_order_relaxed) && rx_.size() - pos >= wire::kHeaderSize) {
     wire::Header h;
     std::span<const uint8_t> rest(rx_.data() + pos, rx_.size() - pos);
     if (!wire::DecodeHeader(rest, &h, why)) return false;
@@ -141,17 +142,22 @@ bool Session::ParseFrames(const Handlers& on, std::string* why) {
              std::to_string(max_payload_.load()) + ")";
       return false;
     }
-    if (rest.size() < wire::kHeaderSize + h.length) break;        // wait for the rest
-    if (h.type == wire::MsgType::kHello && established.load()) {  // (not decoded: it may be big)
+    if (h.type == wire::MsgType::kHello && hello_seen_) {  // (by its header alone: it may be big)
       *why = "a second hello";
       return false;
     }
+    if (rest.size() < wire::kHeaderSize + h.length) break;  // wait for the rest
     const auto payload = rest.subspan(wire::kHeaderSize, h.length);
-    if (h.type == wire::MsgType::kHello && h.length >= kBigHello && on.big_hello) {
+    const bool hello = h.type == wire::MsgType::kHello;
+    if (hello && h.length >= kBigHello && on.big_hello) {
       held_ = true;
-      if (on.big_hello(payload)) pos += wire::kHeaderSize + h.length;
+      if (on.big_hello(payload)) {  // (else it stays, to be parsed again on Resume)
+        pos += wire::kHeaderSize + h.length;
+        hello_seen_ = true;
+      }
       break;
     }
+    hello_seen_ = hello_seen_ || hello;
     pos += wire::kHeaderSize + h.length;
     wire::Message msg;
     if (!wire::DecodePayload(h.type, payload, &msg, why)) return false;
@@ -163,20 +169,24 @@ bool Session::ParseFrames(const Handlers& on, std::string* why) {
 }
 
 void Session::FitBuffer() {
-  // Room for the frame under way, as its header says, and no more than that (or 64 KiB): a big
-  // frame is counted whole as soon as it begins (buffered), and its room goes once it is done.
-  size_t want = rx_.size();
+  // Room for what the next reads bring: twice what is read of the frame under way (the next
+  // read's 64 KiB at least), never past the frame's end as its header says; and once frames
+  // are done, no more than 64 KiB. The room is what buffered() counts: a frame that only
+  // announces its length is counted for what came, not for what it says.
+  size_t frame = rx_.size();
   wire::Header h;
   if (std::string ignored; rx_.size() >= wire::kHeaderSize && wire::DecodeHeader(rx_, &h, &ignored)) {
-    want = wire::kHeaderSize + h.length;
+    frame = std::max<size_t>(frame, wire::kHeaderSize + h.length);
   }
+  const size_t next_read = std::min(frame, rx_.size() + 64 * 1024);
+  const size_t want = std::min(frame, std::max(2 * rx_.size(), next_read));
   if (rx_.capacity() > std::max<size_t>(want, kBigHello)) {
     std::vector<uint8_t> fitted;
     fitted.reserve(want);
     fitted.assign(rx_.begin(), rx_.end());
     rx_.swap(fitted);
-  } else if (want > rx_.capacity()) {
-    rx_.reserve(want);
+  } else if (rx_.capacity() < next_read) {
+    rx_.reserve(want);  // (doubling: a big frame is copied a few times, not once a read)
   }
 }
 
@@ -228,6 +238,7 @@ void Session::Shutdown(const std::string& reason) {
     std::lock_guard lock(mu_);
     if (shutdown_why_.empty()) shutdown_why_ = reason;
   }
+  shut_.store(true);
   std::lock_guard lock(send_mu_);
   if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
 }

@@ -75,16 +75,16 @@ class Session {
     std::function<bool(std::span<const uint8_t> payload)> big_hello;
   };
   // Reads what the socket has (non-blocking; up to 64 KiB a call; nothing while held) and hands
-  // on each whole frame. False on end of stream, a socket error or a malformed frame (a hello
-  // once established: refused undecoded), with *why set.
+  // on each whole frame. False on end of stream, a socket error or a malformed frame (a second
+  // hello: refused by its header), with *why set. Nothing is handed on once shut down.
   bool ReadAvailable(const Handlers& on, std::string* why);
   // Held since a big hello was handed on or refused for now, until Resume parses what was read
   // behind it (the refused hello first).
   bool held() const { return held_; }
   bool Resume(const Handlers& on, std::string* why);
-  // Bytes held for frames not handed on yet: room for the whole frame under way, once its
-  // header came (control loop only).
-  size_t buffered() const { return rx_.capacity(); }
+  // Bytes held for frames not handed on yet, with their room to grow (FitBuffer; a session's
+  // 64 KiB of room for small frames is not counted) (control loop only).
+  size_t buffered() const { return rx_.capacity() > kBigHello ? rx_.capacity() : rx_.size(); }
   // Frees what it read of unfinished frames (a session shut down to stay within the loop's
   // budget: it reads nothing more).
   void DropBuffered() { std::vector<uint8_t>().swap(rx_); }
@@ -134,8 +134,10 @@ class Session {
 
  private:
   bool ParseFrames(const Handlers& on, std::string* why);
-  void FitBuffer();    // rx_'s room: the frame under way's
-  bool held_ = false;  // control loop only
+  void FitBuffer();                // rx_'s room: the frame under way's
+  bool held_ = false;              // control loop only
+  bool hello_seen_ = false;        // control loop only: a hello was handed on (another closes the session)
+  std::atomic<bool> shut_{false};  // Shutdown was called
   std::atomic<uint32_t> max_payload_{wire::kMaxPayload};
   std::atomic<uint64_t> max_queued_{64ull << 20};
 

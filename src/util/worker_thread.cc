@@ -13,8 +13,13 @@ void WorkerThread::Post(std::function<void()> job, uint64_t weight) {
       try {
         thread_ = std::thread([this] { Run(); });
       } catch (const std::system_error& e) {  // (no thread to be had: the caller runs it)
+        uint64_t more = 0;
+        const bool log = start_failed_log_.Due(&more);
         lock.unlock();
-        XLOG(WARN) << "cannot start a worker thread (" << e.what() << "); running its job in place";
+        if (log) {
+          XLOG(WARN) << "cannot start a worker thread (" << e.what() << "); running its job in place"
+                     << log::Limit::More(more);
+        }
         job();
         return;
       }

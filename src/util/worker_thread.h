@@ -10,6 +10,8 @@
 #include <string>
 #include <thread>
 
+#include "util/log.h"
+
 namespace xfer {
 
 class WorkerThread {
@@ -31,9 +33,10 @@ class WorkerThread {
   void Run();
   std::mutex mu_;
   std::condition_variable cv_;
-  std::multimap<uint64_t, std::function<void()>> queue_;  // mu_: by weight, then in order
-  bool stopping_ = false;                                 // mu_
-  std::thread thread_;                                    // started under mu_
+  std::multimap<uint64_t, std::function<void()>> queue_;   // mu_: by weight, then in order
+  bool stopping_ = false;                                  // mu_
+  log::Limit start_failed_log_{std::chrono::seconds(10)};  // mu_
+  std::thread thread_;                                     // started under mu_
 };
 
 }  // namespace xfer

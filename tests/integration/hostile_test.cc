@@ -931,6 +931,17 @@ TEST(Hostile, FramesBehindABigHelloAreTakenInOrderAfterIt) {
     removed = removed && r.addr != (1ull << 40) + 4096;
   }
   EXPECT_TRUE(added && removed);
+  // A second hello closes the session on its header alone (before, it was read and decoded).
+  auto second = wire::Encode(HelloOf("127.0.0.1:31", 31));
+  const uint32_t huge = 60u << 20;
+  std::memcpy(second.data() + 8, &huge, 4);
+  ASSERT_TRUE(net::SendAll(s->fd(), second.data(), wire::kHeaderSize, Clock::now() + 5s).ok());
+  const auto until = Clock::now() + 5s;
+  for (wire::Message m; s->ReadOne(until, &m).ok();) {
+  }  // (until the engine closes it, or 5 s)
+  xfer::PeerInfo gone;
+  EXPECT_TRUE(PollUntil([&] { return !e.GetPeerInfo(big.name, &gone).ok(); }, 5s))
+      << "a second hello's header did not close the session";
 
   wire::Hello twice = HelloOf("127.0.0.1:32", 32);  // a bad table
   twice.regions = big.regions;
