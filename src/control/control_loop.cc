@@ -270,10 +270,12 @@ void ControlLoop::Watch(Session& s) {
 }
 
 Session::Handlers ControlLoop::HandlersFor(const std::shared_ptr<Session>& s) {
-  return {[this, s](wire::Message&& m) {
+  // (s by reference: the handlers live only for the call they are made for, and two pointers
+  // fit std::function's own storage, so a read allocates nothing for them.)
+  return {[this, &s](wire::Message&& m) {
             if (!std::holds_alternative<wire::Heartbeat>(m)) handler_->OnMessage(s, std::move(m));
           },
-          [this, s](std::span<const uint8_t> payload) { return Prepare(s, payload); }};
+          [this, &s](std::span<const uint8_t> payload) { return Prepare(s, payload); }};
 }
 
 bool ControlLoop::Prepare(const std::shared_ptr<Session>& s, std::span<const uint8_t> payload) {

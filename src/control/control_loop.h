@@ -81,9 +81,9 @@ class ControlLoop {
   void Run();
   void Wake();
   void Accept();
-  void AddQueued();                     // the sessions Add() queued, now watched
-  void Serve(int fd, uint32_t events);  // a session's frames, or its end
-  Session::Handlers HandlersFor(const std::shared_ptr<Session>& s);
+  void AddQueued();                                                  // the sessions Add() queued, now watched
+  void Serve(int fd, uint32_t events);                               // a session's frames, or its end
+  Session::Handlers HandlersFor(const std::shared_ptr<Session>& s);  // (for one call: s must outlive them)
   // A big hello: decoded and prepared on the worker, smallest first, while s is held; its
   // result comes back through prepared_. False (s waits in waiting_) past kMaxPreparingBytes.
   bool Prepare(const std::shared_ptr<Session>& s, std::span<const uint8_t> payload);

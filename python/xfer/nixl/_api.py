@@ -73,9 +73,9 @@ def _low_config(conf):
     return low
 
 
-class nixl_prepped_dlist_handle:
-    """prep_xfer_dlist's handle (the low-level agent's int in _handle); released once, by
-    release_dlist_handle, release(), or when collected."""
+class _LowHandle:
+    """A handle of the low-level agent (its int in _handle), released once: by the agent's
+    release call, by release(), or when collected (_collected)."""
 
     __slots__ = ("_handle", "_agent", "_released")
 
@@ -83,44 +83,52 @@ class nixl_prepped_dlist_handle:
         self._handle, self._agent, self._released = int(value), agent, False
 
     def __repr__(self):
-        return f"nixl_prepped_dlist_handle({self._handle:#x}, released={self._released})"
+        return f"{type(self).__name__}({self._handle:#x}, released={self._released})"
 
     def release(self):
         if not self._released:
-            self._agent.releasedDlistH(self._handle)
-            self._released = True
-
-    def __del__(self):
-        try:
-            self.release()
-        except Exception as e:  # (collected: nothing to raise to)
-            log.debug("xfer.nixl: a descriptor list handle was not released when collected: %s", e)
-
-
-class nixl_xfer_handle:
-    """A transfer's handle (the low-level agent's int in _handle); released once, by
-    release_xfer_handle, release() (a running transfer is canceled first, and waited for), or
-    when collected (never waiting: see nixlAgent._release_collected)."""
-
-    __slots__ = ("_handle", "_agent", "_released")
-
-    def __init__(self, agent, value):
-        self._handle, self._agent, self._released = int(value), agent, False
-
-    def __repr__(self):
-        return f"nixl_xfer_handle({self._handle:#x}, released={self._released})"
-
-    def release(self):
-        if not self._released:
-            self._agent.releaseXferReq(self._handle)
+            self._free()
             self._released = True
 
     def __del__(self):
         if not self._released:
             try:
-                self._agent._release_collected(self._handle)
+                self._collected()
             except Exception as e:  # (collected: nothing to raise to)
-                log.warning("xfer.nixl: a transfer handle could not be released when collected: %s", e)
+                self._not_released(e)
+
+
+class nixl_prepped_dlist_handle(_LowHandle):
+    """prep_xfer_dlist's handle; released by release_dlist_handle, release(), or when
+    collected."""
+
+    __slots__ = ()
+
+    def _free(self):
+        self._agent.releasedDlistH(self._handle)
+
+    def _collected(self):
+        self.release()
+
+    def _not_released(self, e):
+        log.debug("xfer.nixl: a descriptor list handle was not released when collected: %s", e)
+
+
+class nixl_xfer_handle(_LowHandle):
+    """A transfer's handle; released by release_xfer_handle, release() (a running transfer is
+    canceled first, and waited for), or when collected (never waiting: see
+    nixlAgent._release_collected)."""
+
+    __slots__ = ()
+
+    def _free(self):
+        self._agent.releaseXferReq(self._handle)
+
+    def _collected(self):
+        self._agent._release_collected(self._handle)
+
+    def _not_released(self, e):
+        log.warning("xfer.nixl: a transfer handle could not be released when collected: %s", e)
 
 
 class nixl_agent:
