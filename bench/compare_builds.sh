@@ -13,6 +13,7 @@
 #        kshm kcma ktcp kucx kstaged, 1 and 4 MiB WRITEs, for AFTER_ARGS="--set checksum=true")
 #        AFTER_ARGS="..." (more xfer-bench arguments for the after side alone: with the same
 #        build twice, what an option costs, e.g. AFTER_ARGS="--set notify.outcomes=true")
+#        BEFORE_ARGS="..." (the same for the before side: what both sides share)
 #        QUICK=1 (1 round, 0.1 s per size)
 # BEFORE_BUILD_DIR is a build of the other revision (e.g. a git worktree's build/), with
 # xfer-bench built.
@@ -53,9 +54,10 @@ cell_args() {
   esac
 }
 AFTER_ARGS=${AFTER_ARGS:-}
+BEFORE_ARGS=${BEFORE_ARGS:-}
 run() {  # run WHICH BUILD CELL: "<round> WHICH_CELL_w <bytes> <GB/s>" lines into all.txt
   local which=$1 build=$2 cell=$3 more=""
-  [ "$which" = after ] && more=$AFTER_ARGS
+  if [ "$which" = after ]; then more=$AFTER_ARGS; else more=$BEFORE_ARGS; fi
   # shellcheck disable=SC2046,SC2086
   "$build/tools/xfer-bench" $(cell_args "$cell") -D "$DURATION" $more 2>"$tmp/err.txt" |
     xfer_rows "${which}_$cell" | awk '$1 != "path"' | in_round >>"$tmp/all.txt" ||
@@ -101,7 +103,7 @@ awk -v cells="$CELLS" "$ROUND_TABLE_AWK"'
   echo
   written_by bench/compare_builds.sh "; before: $BEFORE at $(rev_of "$BEFORE"), after: $AFTER at $(rev_of "$AFTER")"
   echo
-  echo "Command: \`bench/compare_builds.sh $BEFORE $AFTER\` (DURATION=$DURATION ROUNDS=$ROUNDS CELLS=\"$CELLS\"${AFTER_ARGS:+ AFTER_ARGS=\"$AFTER_ARGS\"}): per round and cell, xfer-bench of both builds one after the other (which goes first alternating by round), with a target child process each. after/before is the median of the per-round ratios, with the lowest and highest round; 1.00 = no change. GB/s columns are the medians of the rounds."
+  echo "Command: \`bench/compare_builds.sh $BEFORE $AFTER\` (DURATION=$DURATION ROUNDS=$ROUNDS CELLS=\"$CELLS\"${BEFORE_ARGS:+ BEFORE_ARGS=\"$BEFORE_ARGS\"}${AFTER_ARGS:+ AFTER_ARGS=\"$AFTER_ARGS\"}): per round and cell, xfer-bench of both builds one after the other (which goes first alternating by round), with a target child process each. after/before is the median of the per-round ratios, with the lowest and highest round; 1.00 = no change. GB/s columns are the medians of the rounds."
   echo
   cat "$tmp/table.md"
   echo

@@ -124,8 +124,9 @@ struct EngineOptions {
   // outcomes: this engine also receives a notification for each notified request that did not
   // complete (Notification::outcome and landed: failed, timed out, canceled, or its initiator
   // lost); off, only those of completed requests. Peers then announce each notified request
-  // when it begins (one more control message, no round trip), and its message is held here,
-  // counted against the queue's bounds, until it ends.
+  // when it begins (one more control message, no round trip; on this host, a write into its
+  // ring), and its message is held here until it ends, counted against the queue's bounds
+  // (begun in a ring: against the peer's share of them only).
   struct Notify {
     uint32_t max_message_bytes = 4096;   // sent and accepted (1..1 MiB)
     uint32_t queue_messages = 65536;     // (1..16 M)

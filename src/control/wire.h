@@ -71,6 +71,8 @@ struct WireRegion {
 // Hello::features: what the sender asks of its peers (bits it does not know are ignored).
 inline constexpr uint32_t kFeatureNotifyOutcomes = 1;  // NotifyBegin and NotifyEnded (notify.outcomes)
 inline constexpr uint32_t kFeatureDigests = 2;         // it answers Digest (its build has xxHash)
+// It carries requests' beginnings and ends in notification rings (core/notify/ring_record.h).
+inline constexpr uint32_t kFeatureRingEnds = 4;
 
 struct Hello {
   std::string name;  // the sender's listen name ("host" alone for a client-only engine)

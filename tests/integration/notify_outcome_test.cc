@@ -2,6 +2,7 @@
 // transport, a notified request that times out, is canceled or fails at the target tells the
 // target how it ended, with the descriptors that landed, once, in order with completed ones;
 // an unnotified one tells nothing.
+#include <algorithm>
 #include <sstream>
 #include <thread>
 
@@ -176,6 +177,87 @@ INSTANTIATE_TEST_SUITE_P(Transports, NotifyOutcomes,
 #endif
                                            Setup{"staged", "", true}),
                          [](const auto& info) { return info.param.name; });
+
+// ---------------------------------------------------------------- through a same-host ring
+// With the target stopped (SIGSTOP), notified requests to it begin and end in its ring: each
+// completes at once, a timed-out one tells its outcome there too (the requests after it do not
+// wait), until the ring is full; then they begin or end over the session, and wait. Once the
+// target runs again it finds every one, once, in the order they ended.
+class NotifyOutcomeRing : public PeerFixture {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.notify.ring_bytes = 4096;
+    o.notify.max_message_bytes = 100;
+    o.heartbeat_timeout = 30s;
+    o.batch_bytes = 256 << 10;
+    return o;
+  }
+  PeerOptions RemoteOptions() override {
+    PeerOptions o = OutcomesTarget("");
+    o.heartbeat_timeout_ms = 30000;  // a target stopped for a while is not declared dead
+    return o;
+  }
+};
+
+TEST_F(NotifyOutcomeRing, WhileTheTargetIsStoppedRequestsBeginAndEndInItsRing) {
+  constexpr uint64_t kLen = 64 << 20;
+  const PeerRegion r = peer_.ShmAlloc(kLen);
+  LocalBuffer src(kLen);
+  src.Fill(6);
+  XT_ASSERT_OK(engine_.SendNotify(peer_.name(), "first", 10s));  // (answered: the ring is open)
+  peer_.Signal(SIGSTOP);
+  std::vector<std::string> sent = {"first"};
+  auto notified = [&](const std::string& message) {
+    xfer::TransferOptions o;
+    o.notify = message;
+    sent.push_back(message);
+    return o;
+  };
+  for (int i = 0; i < 10; ++i) {
+    const std::string m = "c" + std::to_string(i);
+    const xfer::Status done =
+        engine_.TransferSync(peer_.name(), Op::kWrite, {{src.addr(), r.addr, 4096}}, 5s, notified(m));
+    ASSERT_TRUE(done.ok()) << m << " waited for the stopped target: " << done.ToString();
+  }
+  // 8 GiB in 128 descriptors, far past its deadline: its end, with a short landed list, fits
+  // in the ring.
+  const std::vector<TransferDesc> long_request(128, {src.addr(), r.addr, kLen});
+  xfer::RequestHandle h = 0;
+  XT_ASSERT_OK(
+      engine_.TransferAsync(peer_.name(), Op::kWrite, long_request, 30ms, notified("timed-out"), &h));
+  const Outcome timed_out = WaitFor(engine_, h);
+  ASSERT_EQ(timed_out.status.state, RequestState::kTimeout) << timed_out.status.status.ToString();
+  std::vector<xfer::RequestHandle> waiting;  // (until the ring is full: then one waits)
+  for (int i = 0; waiting.empty() && i < 200; ++i) {
+    XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, {{src.addr(), r.addr, 64}}, 30s,
+                                       notified("f" + std::to_string(i)), &h));
+    const Outcome f = WaitFor(engine_, h, 200ms);
+    if (f.wait.code() == StatusCode::kTimeout) waiting.push_back(h);
+  }
+  ASSERT_EQ(waiting.size(), 1u) << "the ring never filled";
+  const size_t after_it = sent.size() - (std::find(sent.begin(), sent.end(), "timed-out") - sent.begin()) - 1;
+  EXPECT_GT(after_it, 4u) << "the requests after the timed-out one waited: its end went over the session";
+  xfer::TransferOptions more;
+  more.notify = "over-the-session";
+  sent.push_back("over-the-session");
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, {{src.addr(), r.addr, 64}}, 30s, more, &h));
+  waiting.push_back(h);
+  peer_.Signal(SIGCONT);
+  for (xfer::RequestHandle w : waiting) {
+    const Outcome out = WaitFor(engine_, w);
+    EXPECT_EQ(out.status.state, RequestState::kCompleted) << out.status.status.ToString();
+  }
+  const std::vector<Told> told = TakeNotifies(peer_);
+  ASSERT_EQ(told.size(), sent.size());
+  for (size_t k = 0; k < sent.size(); ++k) {
+    EXPECT_EQ(told[k].message, sent[k]) << "notification " << k;
+    EXPECT_EQ(told[k].outcome, sent[k] == "timed-out" ? "TIMED_OUT" : "COMPLETED") << sent[k];
+  }
+  const auto t = std::find(sent.begin(), sent.end(), "timed-out") - sent.begin();
+  EXPECT_EQ(told[t].landed, timed_out.status.landed);
+  EXPECT_TRUE(TakeNotifies(peer_).empty()) << "a notification too many";
+}
 
 // ---------------------------------------------------------------- the initiator lost
 // This engine is the target; the peer process the initiator, killed with requests in flight.

@@ -476,6 +476,41 @@ TEST_F(NotifyRingFromPeer, ARingFoundInconsistentClosesItsSessionOnly) {
   EXPECT_EQ(other.Call("notifies").u64(0), 1u);
 }
 
+// The same for a record that is not one in a ring that carries requests' beginnings and ends
+// (this engine asked for outcomes): a kind that does not exist.
+class NotifyTypedRingFromPeer : public PeerFixture {
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.notify.outcomes = true;
+    return o;
+  }
+};
+TEST_F(NotifyTypedRingFromPeer, ARecordOfNoKindClosesItsSessionOnly) {
+  ASSERT_TRUE(peer_.Call("notify " + engine_.LocalName() + " 10000 before").ok);  // (the ring opens)
+  ASSERT_TRUE(peer_.Call("notify " + engine_.LocalName() + " 10000 in-ring").ok);
+  std::vector<xfer::Notification> got;
+  while (got.size() < 2) XT_ASSERT_OK(engine_.WaitNotifies(&got, 10s));
+  EXPECT_EQ(got[1].message, "in-ring");
+  const Reply garbled = peer_.Call("garble_notify_records");
+  ASSERT_TRUE(garbled.ok) << garbled.line;
+  ASSERT_GE(garbled.u64(0), 1u) << "the peer has no ring to garble";
+  got.clear();
+  XT_EXPECT_OK(engine_.GetNotifies(&got));
+  EXPECT_TRUE(got.empty()) << got[0].message;
+  xfer::PeerInfo info;
+  EXPECT_TRUE(PollUntil([&] { return !engine_.GetPeerInfo(peer_.name(), &info).ok(); }, 10s))
+      << "the session with the peer that garbled its ring is still up";
+  PeerProcess other;
+  std::string err;
+  ASSERT_TRUE(other.Start({}, &err)) << err;
+  ASSERT_TRUE(other.Call("connect " + engine_.LocalName() + " 10000").ok);
+  ASSERT_TRUE(other.Call("notify " + engine_.LocalName() + " 10000 still-serving").ok);
+  got.clear();
+  XT_ASSERT_OK(engine_.WaitNotifies(&got, 10s));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].message, "still-serving");
+}
+
 // Two threads wait at once; one gives up (its timeout) while the other still waits: the next
 // notification from the peer's ring still wakes the one that waits.
 TEST_F(NotifyRingFromPeer, AWaiterLeavingDoesNotLeaveTheOtherAsleep) {

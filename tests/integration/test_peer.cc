@@ -53,6 +53,8 @@
 //   garble_notify_rings          write a write index no ring can have into every notification
 //                                ring mapped here (this engine's, and those peers offered it)
 //                                -> OK <rings garbled>
+//   garble_notify_records        append a whole record of one byte, 0x09 (a typed ring's kind
+//                                that does not exist), to every ring mapped here -> OK <rings>
 //   finalize [addr len seed]     engine.Finalize() but keep running (memory stays mapped); with
 //                                arguments, pattern-fill that range the moment Finalize returns
 //   sleep <ms> | ping | exit
@@ -254,6 +256,26 @@ class Peer {
       engine_.Finalize();
       if (fill) xfer_test::FillPattern(reinterpret_cast<void*>(r.addr), r.len, seed);
       return "OK";
+    }
+    if (cmd == "garble_notify_records") {
+      // As above; a record is an 8-byte length, then its bytes padded to 8, at the writer's
+      // index (byte 64) modulo the capacity (byte 8), after the 192-byte header.
+      std::ifstream maps("/proc/self/maps");
+      int garbled = 0;
+      for (std::string line; std::getline(maps, line);) {
+        if (line.find("/memfd:xfer-notify.") == std::string::npos) continue;
+        auto* base = reinterpret_cast<uint8_t*>(std::stoull(line.substr(0, line.find('-')), nullptr, 16));
+        uint64_t capacity = 0, head = 0;
+        std::memcpy(&capacity, base + 8, 8);
+        head = __atomic_load_n(reinterpret_cast<uint64_t*>(base + 64), __ATOMIC_ACQUIRE);
+        if (capacity - head % capacity < 16) continue;  // (no room before the end: left alone)
+        const uint64_t len = 1;
+        std::memcpy(base + 192 + head % capacity, &len, 8);
+        base[192 + head % capacity + 8] = 0x09;
+        __atomic_store_n(reinterpret_cast<uint64_t*>(base + 64), head + 16, __ATOMIC_RELEASE);
+        ++garbled;
+      }
+      return "OK " + std::to_string(garbled);
     }
     if (cmd == "garble_notify_rings") {
       // This process's mappings of its own rings, by their memfd names (core/notify/notify_rings.h);

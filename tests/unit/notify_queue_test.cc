@@ -49,6 +49,17 @@ TEST(NotifyQueue, LandedIndicesCountAgainstTheBytes) {
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].outcome, NotifyOutcome::kFailed);
   EXPECT_EQ(got[0].landed, (std::vector<uint64_t>{0, 1}));
+  // Past the bounds (one whose beginning came in a ring), a landed list that would pass the
+  // bytes bound is dropped, never the notification.
+  ended.landed.assign(1000, 0);
+  q.PushAccepted(ended);
+  ended.landed = {7};
+  q.PushAccepted(ended);  // (4 + 8 + 4 bytes queued: it fits)
+  got.clear();
+  ASSERT_TRUE(q.TakeAll(&got));
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(got[0].landed.empty());
+  EXPECT_EQ(got[1].landed, (std::vector<uint64_t>{7}));
 }
 
 // One sender fills at most seven eighths of each bound: another still gets in, and once the
@@ -90,17 +101,19 @@ TEST(BegunRequests, ReserveUntilTheEndAndGiveEveryPlaceBack) {
   EXPECT_TRUE(begun.Begin(&s2, 1, "cc").ok());
   for (int k = 0; k < 5; ++k) EXPECT_TRUE(q.Push(N("p", 1, "n")).ok()) << k;  // 3 places held
   EXPECT_EQ(q.Push(N("p", 1, "n")).code(), StatusCode::kResourceExhausted);
-  std::string m;
+  BegunRequests::Held m;
   EXPECT_EQ(begun.End(&s1, 9, &m).code(), StatusCode::kResourceExhausted);  // never begun
   ASSERT_TRUE(begun.End(&s1, 1, &m).ok());
-  EXPECT_EQ(m, "aaaa");
+  EXPECT_EQ(m.message, "aaaa");
+  EXPECT_TRUE(m.reserved);
   EXPECT_EQ(begun.End(&s1, 1, &m).code(), StatusCode::kResourceExhausted);  // ended already
-  Notification ended = N("s1", 1, m);
+  Notification ended = N("s1", 1, m.message);
   ended.outcome = NotifyOutcome::kFailed;
   ended.landed.assign(1000, 0);  // 8000 bytes: past the bound, so dropped (the message fits)
-  q.PushReserved(std::move(ended), m.size());
+  q.PushReserved(std::move(ended), m.message.size());
   for (BegunRequests::Key k : {static_cast<BegunRequests::Key>(&s1), static_cast<BegunRequests::Key>(&s2)}) {
-    for (std::string& left : begun.Take(k)) q.PushReserved(N("lost", 1, left), left.size());
+    for (BegunRequests::Held& left : begun.Take(k))
+      q.PushReserved(N("lost", 1, left.message), left.message.size());
   }
   EXPECT_TRUE(begun.Take(&s1).empty());
   std::vector<Notification> got;
@@ -132,16 +145,16 @@ TEST(BegunRequests, OrderOfArrivalByteShareAndRefusalsRemembered) {
             StatusCode::kResourceExhausted);  // 1104 > 1024
   EXPECT_TRUE(begun.Begin(&s1, 7, "seven").ok());
   begun.Refuse(&s1, 11, {StatusCode::kInvalidArgument, "too long"});
-  std::string m;
+  BegunRequests::Held m;
   EXPECT_EQ(begun.End(&s1, 5, &m).code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(begun.End(&s1, 11, &m).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(begun.End(&s1, 11, &m).code(), StatusCode::kResourceExhausted);  // (answered once)
-  const std::vector<std::string> lost = begun.Take(&s1);
+  const std::vector<BegunRequests::Held> lost = begun.Take(&s1);
   ASSERT_EQ(lost.size(), 3u);
-  EXPECT_EQ(lost[0], "nine");
-  EXPECT_EQ(lost[1].size(), 600u);
-  EXPECT_EQ(lost[2], "seven");
-  for (const std::string& l : lost) q.PushReserved(N("lost", 1, l), l.size());
+  EXPECT_EQ(lost[0].message, "nine");
+  EXPECT_EQ(lost[1].message.size(), 600u);
+  EXPECT_EQ(lost[2].message, "seven");
+  for (const BegunRequests::Held& l : lost) q.PushReserved(N("lost", 1, l.message), l.message.size());
 }
 
 TEST(NotifyQueue, WaitReturnsOnArrivalOrTimeoutOrClose) {
@@ -165,6 +178,30 @@ TEST(NotifyQueue, WaitReturnsOnArrivalOrTimeoutOrClose) {
   EXPECT_FALSE(q.WaitTakeAll(&got, t0 + 10s));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
   closer.join();
+}
+
+// A beginning that came in a ring holds no place in the queue (a ring's records are past its
+// bounds), but counts against its peer's share all the same, and says so at its end.
+TEST(BegunRequests, ARingsBeginningsHoldNoPlaceButCountAgainstTheShare) {
+  EngineOptions::Notify o;
+  o.queue_messages = 8;  // a peer's share: 2
+  o.queue_bytes = 1000;
+  o.max_message_bytes = 100;
+  NotifyQueue q(o.queue_messages, o.queue_bytes);
+  BegunRequests begun(&q, o);
+  const int s1 = 0;
+  EXPECT_TRUE(begun.Begin(&s1, 1, "ring-1", false).ok());
+  EXPECT_TRUE(begun.Begin(&s1, 2, "ring-2", false).ok());
+  EXPECT_EQ(begun.Begin(&s1, 3, "ring-3", false).code(), StatusCode::kResourceExhausted);
+  for (int k = 0; k < 7; ++k) EXPECT_TRUE(q.Push(N("p", 1, "n")).ok()) << "place " << k << " held";
+  BegunRequests::Held m;
+  ASSERT_TRUE(begun.End(&s1, 1, &m).ok());
+  EXPECT_EQ(m.message, "ring-1");
+  EXPECT_FALSE(m.reserved);
+  const std::vector<BegunRequests::Held> lost = begun.Take(&s1);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].message, "ring-2");
+  EXPECT_FALSE(lost[0].reserved);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "core/notify/notify_ring.h"
+#include "core/notify/ring_record.h"
 #include "util/futex.h"
 
 #include <gtest/gtest.h>
@@ -268,6 +269,54 @@ TEST(NotifyRing, TwoProcessesThroughSharedMemoryAndNoWakeUpIsLost) {
   EXPECT_GT(sleeps, 0u) << "the reader never slept: the test proved nothing about wake-ups";
   EXPECT_EQ(slept_out, 0u) << "of " << sleeps << " sleeps";
   munmap(p, kBytes);
+}
+
+// A typed ring's records: each kind comes back as it went; bytes that are no record are
+// refused with the reason, never read past their end.
+TEST(RingRecord, EachKindRoundTripsAndBadBytesAreRefused) {
+  using Kind = RingRecord::Kind;
+  const std::vector<RingRecord> records = {
+      {Kind::kNotify, 0, NotifyOutcome::kCompleted, {}, "plain"},
+      {Kind::kBegin, 7, NotifyOutcome::kCompleted, {}, "begun"},
+      {Kind::kEnded, 7, NotifyOutcome::kCompleted, {}, "done"},
+      {Kind::kEnded, 9, NotifyOutcome::kTimedOut, {0, 2, 40}, ""},
+  };
+  for (const RingRecord& r : records) {
+    const std::string bytes = EncodeRingRecord(r);
+    RingRecord back;
+    ASSERT_TRUE(DecodeRingRecord(bytes, 100, &back).ok()) << bytes.size();
+    EXPECT_EQ(back.kind, r.kind);
+    EXPECT_EQ(back.id, r.id);
+    EXPECT_EQ(back.outcome, r.outcome);
+    EXPECT_EQ(back.landed, r.landed);
+    EXPECT_EQ(back.message, r.message);
+    // A cut within the fixed fields is refused; past them, it reads as a shorter message.
+    const size_t fixed = bytes.size() - r.message.size();
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      const Status s = DecodeRingRecord(bytes.substr(0, n), 100, &back);
+      EXPECT_EQ(s.ok(), n >= fixed) << "cut at " << n << ": " << s.ToString();
+      if (s.ok()) {
+        EXPECT_EQ(back.message, r.message.substr(0, n - fixed));
+      }
+    }
+  }
+  auto refused = [](const RingRecord& r, uint32_t most = 100) {
+    RingRecord back;
+    const Status s = DecodeRingRecord(EncodeRingRecord(r), most, &back);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    return s.message();
+  };
+  EXPECT_NE(refused({Kind::kEnded, 1, NotifyOutcome::kInitiatorLost, {}, ""}).find("other than"),
+            std::string::npos);
+  EXPECT_NE(refused({Kind::kEnded, 1, NotifyOutcome::kCompleted, {3}, ""}).find("completed"),
+            std::string::npos);
+  EXPECT_NE(refused({Kind::kEnded, 1, NotifyOutcome::kFailed, {3, 3}, ""}).find("order"), std::string::npos);
+  EXPECT_NE(refused({Kind::kNotify, 0, {}, {}, std::string(11, 'x')}, 10).find("over 10"), std::string::npos);
+  RingRecord back;
+  EXPECT_FALSE(DecodeRingRecord(std::string(1, '\x03'), 100, &back).ok());  // no such kind
+  std::string long_list = EncodeRingRecord({Kind::kEnded, 1, NotifyOutcome::kFailed, {1}, ""});
+  long_list[10] = 2;  // (n: two landed indices, of which one is there)
+  EXPECT_NE(DecodeRingRecord(long_list, 100, &back).message().find("landed list"), std::string::npos);
 }
 
 }  // namespace

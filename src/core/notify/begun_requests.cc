@@ -1,5 +1,7 @@
 #include "core/notify/begun_requests.h"
 
+#include <algorithm>
+
 namespace xfer {
 
 void BegunRequests::RefuseLocked(Session& in, uint64_t id, const Status& why) {
@@ -12,10 +14,10 @@ void BegunRequests::Refuse(Key session, uint64_t id, const Status& why) {
   RefuseLocked(sessions_[session], id, why);
 }
 
-Status BegunRequests::Begin(Key session, uint64_t id, std::string message) {
+Status BegunRequests::Begin(Key session, uint64_t id, std::string message, bool reserve) {
   std::lock_guard lock(mu_);
   Session& in = sessions_[session];
-  if (in.arrival_of.contains(id)) {
+  if (in.begun.contains(id)) {
     return {StatusCode::kInvalidArgument, "request " + std::to_string(id) + " began already"};
   }
   Status s;
@@ -26,7 +28,7 @@ Status BegunRequests::Begin(Key session, uint64_t id, std::string message) {
             std::to_string(in.bytes) +
             " bytes) begun toward this engine, the most one peer may hold (a quarter of notify.queue_messages"
             " and notify.queue_bytes)"};
-  } else {
+  } else if (reserve) {
     s = queue_->Reserve(message.size());
   }
   if (!s.ok()) {
@@ -34,22 +36,19 @@ Status BegunRequests::Begin(Key session, uint64_t id, std::string message) {
     return s;
   }
   in.bytes += message.size();
-  in.arrival_of[id] = in.arrivals;
-  in.begun.emplace(in.arrivals++, std::move(message));
+  in.begun.emplace(id, Begun{Held{std::move(message), reserve}, in.arrivals++});
   return Status::Ok();
 }
 
-Status BegunRequests::End(Key session, uint64_t id, std::string* message) {
+Status BegunRequests::End(Key session, uint64_t id, Held* held) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(session);
   if (it != sessions_.end()) {
     Session& in = it->second;
-    if (auto a = in.arrival_of.find(id); a != in.arrival_of.end()) {
-      auto req = in.begun.find(a->second);
-      *message = std::move(req->second);
-      in.bytes -= message->size();
+    if (auto req = in.begun.find(id); req != in.begun.end()) {
+      *held = std::move(req->second.held);
+      in.bytes -= held->message.size();
       in.begun.erase(req);
-      in.arrival_of.erase(a);
       return Status::Ok();
     }
     if (auto r = in.refused.find(id); r != in.refused.end()) {
@@ -63,12 +62,16 @@ Status BegunRequests::End(Key session, uint64_t id, std::string* message) {
                                               " (its beginning was refused, or never came)"};
 }
 
-std::vector<std::string> BegunRequests::Take(Key session) {
+std::vector<BegunRequests::Held> BegunRequests::Take(Key session) {
   std::lock_guard lock(mu_);
-  std::vector<std::string> out;
+  std::vector<Held> out;
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return out;
-  for (auto& [arrival, message] : it->second.begun) out.push_back(std::move(message));
+  std::vector<Begun*> in_order;
+  for (auto& [id, begun] : it->second.begun) in_order.push_back(&begun);
+  std::sort(in_order.begin(), in_order.end(),
+            [](const Begun* a, const Begun* b) { return a->arrival < b->arrival; });
+  for (Begun* b : in_order) out.push_back(std::move(b->held));
   sessions_.erase(it);
   return out;
 }

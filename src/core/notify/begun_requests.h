@@ -1,9 +1,10 @@
 // The target's side of EngineOptions::notify.outcomes: the notified requests its peers
-// announced (wire::NotifyBegin) and have not ended yet, per session, with their messages. Each
-// is reserved in the queue when it begins (NotifyQueue::Reserve), so that its notification
-// fits however the request ends; its end (wire::NotifyEnded) takes the message back to queue
-// it with the outcome; a session that ends first leaves the rest to be queued as
-// kInitiatorLost, in the order they began.
+// announced (wire::NotifyBegin, or a ring's beginning) and have not ended yet, per session,
+// with their messages. One begun over the session is reserved in the queue (NotifyQueue::
+// Reserve), so that its notification fits however the request ends; one begun in a ring is
+// past the bounds, as everything a ring carries. Its end takes the message back to queue it
+// with the outcome; a session that ends first leaves the rest to be queued as kInitiatorLost,
+// in the order they began.
 #pragma once
 
 #include <algorithm>
@@ -33,25 +34,34 @@ class BegunRequests {
         most_bytes_(std::max<uint64_t>(o.queue_bytes / 4, o.max_message_bytes)) {}
 
   // A request begun on a session under the id its sender gave it, with its notification's
-  // message: reserved in the queue, or refused (kResourceExhausted: the queue is full, or the
-  // session holds its share; kInvalidArgument: an id begun already).
-  Status Begin(Key session, uint64_t id, std::string message);
+  // message: held (and, when `reserve`, reserved in the queue), or refused
+  // (kResourceExhausted: the queue is full, or the session holds its share; kInvalidArgument:
+  // an id begun already).
+  Status Begin(Key session, uint64_t id, std::string message, bool reserve = true);
   // A beginning refused before it got here (e.g. a message too long): remembered as Begin
   // remembers its own refusals (the last `share` of them per session), for the request's end.
   void Refuse(Key session, uint64_t id, const Status& why);
-  // Its end: the message back in *message (still reserved: NotifyQueue::PushReserved of its
-  // size); else why not: the refusal of its beginning, or kResourceExhausted when none is
-  // known (never begun, ended already, or refused long before).
-  Status End(Key session, uint64_t id, std::string* message);
-  // The session ended: the messages of the requests still begun, in the order their
-  // beginnings came (each still reserved), and the session forgotten.
-  std::vector<std::string> Take(Key session);
+  // A request's message, and whether the queue holds a reservation for it (then queue its
+  // notification with NotifyQueue::PushReserved of the message's size).
+  struct Held {
+    std::string message;
+    bool reserved = true;
+  };
+  // Its end: what was held, in *held; else why not: the refusal of its beginning, or
+  // kResourceExhausted when none is known (never begun, ended already, or refused long before).
+  Status End(Key session, uint64_t id, Held* held);
+  // The session ended: the requests still begun, in the order their beginnings came, and the
+  // session forgotten.
+  std::vector<Held> Take(Key session);
 
  private:
+  struct Begun {
+    Held held;
+    uint64_t arrival = 0;  // (Take puts them in this order)
+  };
   struct Session {
-    std::map<uint64_t, std::string> begun;              // by arrival
-    std::unordered_map<uint64_t, uint64_t> arrival_of;  // by id
-    std::map<uint64_t, Status> refused;                 // by id: the last most_ refusals
+    std::unordered_map<uint64_t, Begun> begun;  // by id
+    std::map<uint64_t, Status> refused;         // by id: the last most_ refusals
     uint64_t arrivals = 0;
     uint64_t bytes = 0;  // the begun messages'
   };

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "control/wire.h"
+#include "core/notify/ring_record.h"
 #include "util/log.h"
 
 namespace xfer {
@@ -50,21 +51,39 @@ class Notifier::Sender {
   // else over the session (ordered all the same: notify_rings.h).
   void Send(const Peer& peer, std::string message, Done done) const {
     if (!peer.session) return PushOwn(NotificationOf(std::move(message)), std::move(done));
+    std::shared_ptr<NotifyOutbox> box = OutboxOf(peer.state.get());
+    const std::string* record = &message;
+    if (box && box->typed())
+      record = &Record(RingRecord::Kind::kNotify, 0, NotifyOutcome::kCompleted, {}, message);
     Frame frame = [&](uint64_t k) -> wire::Message { return wire::Notify{k, std::move(message)}; };
-    Post(peer, &message, frame, std::move(done));
+    Post(peer, std::move(box), record, frame, std::move(done));
   }
 
-  // A notified request toward a peer that asked for outcomes: NotifyBegin with the message
-  // now (not answered), and what sends NotifyEnded once the request ended; its done hears the
-  // answer to the end (kResourceExhausted: the target could not hold the beginning).
+  // A notified request toward a peer that asked for outcomes: its beginning now, into the
+  // peer's typed ring or else as NotifyBegin over the session (not answered), and what sends
+  // its end (the same way, where it fits: notify_rings.h) once the request ended; its done
+  // hears how that went (over the session: the answer; kResourceExhausted when the target
+  // could not hold the beginning).
   static Notifier::Deliver Begin(std::shared_ptr<const Sender> self, const Peer& peer, std::string message) {
     const uint64_t begin = self->next_begin_.fetch_add(1, std::memory_order_relaxed);
+    std::shared_ptr<NotifyOutbox> box = self->OutboxOf(peer.state.get());
+    if (box &&
+        box->TryBegin(Record(RingRecord::Kind::kBegin, begin, NotifyOutcome::kCompleted, {}, message))) {
+      return [self, peer, box, begin, message = std::move(message)](NotifyOutcome outcome,
+                                                                    std::vector<uint64_t> landed, Done done) {
+        const std::string& record = Record(RingRecord::Kind::kEnded, begin, outcome, landed, message);
+        Frame frame = [&](uint64_t k) -> wire::Message {
+          return wire::NotifyEnded{k, begin, outcome, std::move(landed)};
+        };
+        self->Post(peer, box, &record, frame, std::move(done));
+      };
+    }
     (void)peer.session->Send(wire::NotifyBegin{begin, std::move(message)});  // (lost: so is the end)
-    return [self, peer, begin](NotifyOutcome outcome, std::vector<uint64_t> landed, Done done) {
+    return [self, peer, box, begin](NotifyOutcome outcome, std::vector<uint64_t> landed, Done done) {
       Frame frame = [&](uint64_t k) -> wire::Message {
         return wire::NotifyEnded{k, begin, outcome, std::move(landed)};
       };
-      self->Post(peer, nullptr, frame, std::move(done));
+      self->Post(peer, box, nullptr, frame, std::move(done));
     };
   }
 
@@ -86,12 +105,22 @@ class Notifier::Sender {
 
  private:
   using Frame = std::function<wire::Message(uint64_t seq)>;
-  // Into the peer's ring (when ring_message is given, the ring is open and nothing sent over
-  // the session awaits its answer), else over the session as frame; done hears the outcome.
-  void Post(const Peer& peer, const std::string* ring_message, const Frame& frame, Done done) const {
-    if (std::shared_ptr<NotifyOutbox> box = OutboxOf(peer.state.get())) {
+  // A typed ring's record, in this thread's own string: valid until its next call here (the
+  // callers write it into the ring before they call anything else).
+  static const std::string& Record(RingRecord::Kind kind, uint64_t id, NotifyOutcome outcome,
+                                   std::span<const uint64_t> landed, std::string_view message) {
+    thread_local std::string record;
+    EncodeRingRecord(kind, id, outcome, landed, message, &record);
+    return record;
+  }
+  // Into the peer's ring, box (when ring_record is given, the ring is open and nothing sent
+  // over the session awaits its answer), else over the session as frame; done hears the
+  // outcome.
+  void Post(const Peer& peer, std::shared_ptr<NotifyOutbox> box, const std::string* ring_record,
+            const Frame& frame, Done done) const {
+    if (box) {
       Status written;
-      if (box->TryWrite(ring_message, &written)) {
+      if (box->TryWrite(ring_record, &written)) {
         if (written.code() == StatusCode::kConnectionLost && box->Inconsistent()) {
           XLOG(WARN) << "peer " << peer.session->peer_key << ": " << written.message()
                      << "; closing its session";
@@ -130,8 +159,9 @@ void Notifier::Start(std::shared_ptr<EngineMetrics> metrics) {
   queue_ = std::make_shared<NotifyQueue>(o.queue_messages, o.queue_bytes);
   begun_ = std::make_unique<BegunRequests>(queue_.get(), o);
   sender_ = std::make_shared<Sender>(queue_, self_.name, self_.incarnation);
-  inbox_ = std::make_unique<NotifyInbox>(queue_.get(), &metrics_->events().notifies_received,
-                                         o.max_message_bytes, NotifyRing::kHeaderBytes + o.queue_bytes);
+  inbox_ = std::make_unique<NotifyInbox>(
+      queue_.get(), &metrics_->events().notifies_received, &metrics_->events().notifies_refused,
+      o.outcomes ? begun_.get() : nullptr, o.max_message_bytes, NotifyRing::kHeaderBytes + o.queue_bytes);
   if (std::string why; o.ring_bytes != 0 && !(rings_possible_ = shared_memory::Available(&why))) {
     XLOG(INFO) << "notifications to peers on this host go over the control session: no shared rings here ("
                << why << ")";
@@ -169,8 +199,8 @@ Notifier::Deliver Notifier::Delivery(const Peer& peer, std::string message) cons
 void Notifier::PeerMade(const std::shared_ptr<PeerState>& peer) {
   if (!rings_possible_ || !peer->on_this_host) return;
   const EngineOptions::Notify& o = self_.options.notify;
-  auto box =
-      NotifyOutbox::Make(self_.incarnation, next_ring_key_.fetch_add(1), o.ring_bytes, o.max_message_bytes);
+  auto box = NotifyOutbox::Make(self_.incarnation, next_ring_key_.fetch_add(1), o.ring_bytes,
+                                o.max_message_bytes, peer->notify_outcomes && peer->ring_ends);
   if (box) sender_->Keep(peer, std::move(box));
 }
 
@@ -187,9 +217,14 @@ void Notifier::PeerGone(const PeerState& peer) { sender_->Close(&peer); }
 void Notifier::SessionClosed(const std::shared_ptr<control::Session>& s) {
   inbox_->Retire(s);
   // The requests its peer had begun and not ended: the target hears of each (reserved: it fits).
-  for (std::string& message : begun_->Take(s.get())) {
-    const uint64_t reserved = message.size();
-    queue_->PushReserved(FromPeer(*s, std::move(message), NotifyOutcome::kInitiatorLost), reserved);
+  for (BegunRequests::Held& held : begun_->Take(s.get())) {
+    const uint64_t reserved = held.message.size();
+    Notification n = FromPeer(*s, std::move(held.message), NotifyOutcome::kInitiatorLost);
+    if (held.reserved) {
+      queue_->PushReserved(std::move(n), reserved);
+    } else {
+      queue_->PushAccepted(std::move(n));  // (begun in the ring: past the bounds)
+    }
   }
 }
 
@@ -221,11 +256,16 @@ bool Notifier::AskedForOutcomes(const std::shared_ptr<control::Session>& s) {
 void Notifier::OnNotifyBegin(const std::shared_ptr<control::Session>& s, wire::NotifyBegin&& m) {
   if (!AskedForOutcomes(s)) return;
   Status begun = CheckMessage("a peer's notification", m.message);
-  if (begun.ok()) {
-    begun = begun_->Begin(s.get(), m.id, std::move(m.message));
-  } else {
-    begun_->Refuse(s.get(), m.id, begun);
-  }
+  // (After what the peer's ring holds: requests begun there before this one are held first.)
+  const Status ring = inbox_->QueueAfterRing(s, [&] {
+    if (begun.ok()) {
+      begun = begun_->Begin(s.get(), m.id, std::move(m.message));
+    } else {
+      begun_->Refuse(s.get(), m.id, begun);
+    }
+    return Status::Ok();
+  });
+  if (!ring.ok()) return s->Shutdown(ring.message());  // (its ring is inconsistent)
   if (begun.ok()) return;
   // (Not answered: its end is, with kResourceExhausted. Logged at most once a second.)
   ++metrics_->events().notifies_refused;
@@ -237,24 +277,34 @@ void Notifier::OnNotifyBegin(const std::shared_ptr<control::Session>& s, wire::N
 
 void Notifier::OnNotifyEnded(const std::shared_ptr<control::Session>& s, wire::NotifyEnded&& m) {
   if (!AskedForOutcomes(s)) return;
-  std::string message;
-  if (Status held = begun_->End(s.get(), m.begin, &message); !held.ok()) {
-    s->SendSoon(wire::NotifyAck{m.seq, held.code(), held.message()});  // (its refusal was counted)
-    return;
-  }
-  const uint64_t reserved = message.size();
-  Notification n = FromPeer(*s, std::move(message), m.outcome, std::move(m.landed));
-  bool pushed = false;
-  Queue(s, m.seq, [&](const std::function<void()>& before_visible) {
-    pushed = true;
-    queue_->PushReserved(std::move(n), reserved, before_visible);
-    return Status::Ok();
-  });
-  if (!pushed)
-    queue_->PushReserved(std::move(n), reserved);  // (its ring was inconsistent: the session closes)
+  // Queues its message with how it ended; false when no beginning is held for it.
+  auto queue = [&](const std::function<void()>& before_visible, Status* known) {
+    BegunRequests::Held held;
+    if (*known = begun_->End(s.get(), m.begin, &held); !known->ok()) return;
+    const uint64_t reserved = held.message.size();
+    Notification n = FromPeer(*s, std::move(held.message), m.outcome, std::move(m.landed));
+    if (held.reserved) {
+      queue_->PushReserved(std::move(n), reserved, before_visible);
+    } else {
+      queue_->PushAccepted(std::move(n), before_visible);
+    }
+  };
+  bool taken = false;
+  // (After what the peer's ring holds: the request may have begun there.)
+  Queue(
+      s, m.seq,
+      [&](const std::function<void()>& before_visible) {
+        taken = true;
+        Status known;
+        queue(before_visible, &known);
+        return known;
+      },
+      /*count_refusal=*/false);                      // (its beginning's refusal was counted)
+  if (Status known; !taken) queue(nullptr, &known);  // (its ring was inconsistent: the session closes)
 }
 
-void Notifier::Queue(const std::shared_ptr<control::Session>& s, uint64_t seq, const Push& push) {
+void Notifier::Queue(const std::shared_ptr<control::Session>& s, uint64_t seq, const Push& push,
+                     bool count_refusal) {
   // Queued after what the peer's ring holds (sent before it). The answer is queued before
   // the application can take the notification: a goodbye (or anything else) it sends after
   // taking it then leaves after the answer, never before. (It leaves once the control loop
@@ -267,6 +317,7 @@ void Notifier::Queue(const std::shared_ptr<control::Session>& s, uint64_t seq, c
   });
   if (queued.ok()) return;
   if (queued.code() == StatusCode::kConnectionLost) return s->Shutdown(queued.message());
+  if (!count_refusal) return s->SendSoon(wire::NotifyAck{seq, queued.code(), queued.message()});
   Answer(s, seq, queued);
 }
 

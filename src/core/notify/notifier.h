@@ -74,11 +74,12 @@ class Notifier {
 
  private:
   class Sender;  // shared with the deliveries
-  // Queues a notification that came as frame seq through push (NotifyQueue::Push or
-  // PushReserved, given what runs before it is visible), after what the peer's ring holds, and
-  // answers the frame.
+  // Queues a notification that came as frame seq through push (NotifyQueue::Push, PushReserved
+  // or PushAccepted, given what runs before it is visible), after what the peer's ring holds,
+  // and answers the frame: ok, or push's refusal (counted as one when count_refusal).
   using Push = std::function<Status(const std::function<void()>& before_visible)>;
-  void Queue(const std::shared_ptr<control::Session>& s, uint64_t seq, const Push& push);
+  void Queue(const std::shared_ptr<control::Session>& s, uint64_t seq, const Push& push,
+             bool count_refusal = true);
   // Answers frame seq with a refusal.
   void Answer(const std::shared_ptr<control::Session>& s, uint64_t seq, const Status& refused);
   // Whether this engine asked for outcomes; a peer that sends a request's begin or end

@@ -76,10 +76,20 @@ void NotifyQueue::PushReserved(Notification n, uint64_t reserved,
   std::unique_lock lock(mu_);
   --reserved_;
   reserved_bytes_ -= reserved;
+  QueueFitted(lock, std::move(n), reserved, before_visible);  // (the message was reserved: it fits)
+}
+
+void NotifyQueue::PushAccepted(Notification n, const std::function<void()>& before_visible) {
+  std::unique_lock lock(mu_);
+  QueueFitted(lock, std::move(n), 0, before_visible);
+}
+
+void NotifyQueue::QueueFitted(std::unique_lock<std::mutex>& lock, Notification n, uint64_t allowed,
+                              const std::function<void()>& before_visible) {
   uint64_t size = QueuedBytes(n);
-  const bool dropped = size > reserved && bytes_ + reserved_bytes_ + size > max_bytes_;
+  const bool dropped = !n.landed.empty() && size > allowed && bytes_ + reserved_bytes_ + size > max_bytes_;
   if (dropped) {
-    n.landed.clear();  // (the message was reserved: it fits)
+    n.landed.clear();
     size = QueuedBytes(n);
   }
   const std::string sender = dropped ? n.sender : "";
@@ -88,12 +98,6 @@ void NotifyQueue::PushReserved(Notification n, uint64_t reserved,
     XLOG(WARN) << "dropped the landed list of a notification from " << sender
                << ": it would pass notify.queue_bytes (" << max_bytes_ << ")";
   }
-}
-
-void NotifyQueue::PushAccepted(Notification n) {
-  std::unique_lock lock(mu_);
-  const uint64_t size = QueuedBytes(n);
-  Queue(lock, std::move(n), size, nullptr);
 }
 
 bool NotifyQueue::TakeAll(std::vector<Notification>* out) {

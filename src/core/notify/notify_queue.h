@@ -34,8 +34,9 @@ class NotifyQueue {
   // not call back into the queue): e.g. the answer to its sender, which must leave before
   // anything the application sends after taking it.
   Status Push(Notification n, const std::function<void()>& before_visible = nullptr);
-  // Queues n past the bounds: one its sender was already told is queued (in a ring).
-  void PushAccepted(Notification n);
+  // Queues n past the bounds: one its sender was already told is queued (in a ring), or whose
+  // beginning came in a ring. Its landed list is dropped where it would pass the bytes bound.
+  void PushAccepted(Notification n, const std::function<void()>& before_visible = nullptr);
   // Counts a notification of `bytes` against the bounds before it comes (a request begun
   // toward this engine: its notification comes however the request ends), or refuses it with
   // kResourceExhausted as Push would.
@@ -83,6 +84,10 @@ class NotifyQueue {
   bool Fits(uint64_t bytes, uint64_t sender, std::string* why);
   // The refusal Fits found (mu_ held by lock, which this releases): logged once a stretch.
   Status Refuse(std::unique_lock<std::mutex>& lock, std::string why, const std::string& what);
+  // Queues n past the bounds (mu_ held by lock, which this releases), less its landed list
+  // where that would pass the bytes bound and n is larger than `allowed` (its reservation).
+  void QueueFitted(std::unique_lock<std::mutex>& lock, Notification n, uint64_t allowed,
+                   const std::function<void()>& before_visible);
   // Queues n (mu_ held by lock, which this releases).
   void Queue(std::unique_lock<std::mutex>& lock, Notification n, uint64_t bytes,
              const std::function<void()>& before_visible);

@@ -154,13 +154,14 @@ Status NotifyRing::ReadAll(uint64_t max_message, std::vector<std::string>* out) 
   return why.empty() ? Status::Ok() : Broken(std::move(why));
 }
 
-void NotifyRing::Count(uint64_t max_message, uint64_t* messages, uint64_t* bytes) const {
+void NotifyRing::Count(uint64_t max_message, uint64_t* messages, uint64_t* bytes, Counts counts) const {
   *messages = *bytes = 0;
   if (data_ == nullptr || !broken_.empty()) return;
   const uint64_t head = head_->load(std::memory_order_acquire);
   if (!HeadInRange(head)) return;
   std::string why;
-  (void)Walk(head, max_message, &why, [&](const uint8_t*, uint64_t len) {
+  (void)Walk(head, max_message, &why, [&](const uint8_t* message, uint64_t len) {
+    if (counts != nullptr && !counts(message, len)) return;
     ++*messages;
     *bytes += len;
   });

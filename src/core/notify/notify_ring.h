@@ -68,8 +68,10 @@ class NotifyRing {
   // The target: whether a message is waiting (a quick look; ReadAll decides).
   bool HasMessages() const;
   // The target: the whole messages waiting and their bytes, taking none (stops at anything
-  // ReadAll would refuse).
-  void Count(uint64_t max_message, uint64_t* messages, uint64_t* bytes) const;
+  // ReadAll would refuse); given `counts`, only those it says count (it sees the bytes in the
+  // shared memory, which the writer may change meanwhile).
+  using Counts = bool (*)(const uint8_t* message, uint64_t len);
+  void Count(uint64_t max_message, uint64_t* messages, uint64_t* bytes, Counts counts = nullptr) const;
 
   // The target, to sleep until a message comes: BeginWait says the reader is about to sleep
   // and returns the doorbell's value; then look for messages (HasMessages, ReadAll) and, if

@@ -17,13 +17,16 @@ std::string NotifyRingName(uint64_t incarnation, uint64_t key) {
 }
 
 std::shared_ptr<NotifyOutbox> NotifyOutbox::Make(uint64_t incarnation, uint64_t key, uint64_t ring_bytes,
-                                                 uint32_t max_message) {
+                                                 uint32_t max_message, bool typed) {
+  // (A typed record of the largest message is a few bytes longer than the ring may carry: it
+  // goes over the session, as any record that does not fit.)
   uint64_t capacity = std::bit_ceil(std::max<uint64_t>(ring_bytes, 2 * (uint64_t{max_message} + 8)));
   capacity = std::clamp(capacity, NotifyRing::kMinCapacity, NotifyRing::kMaxCapacity);
   std::shared_ptr<NotifyOutbox> box(new NotifyOutbox());
   box->key_ = key;
   box->bytes_ = NotifyRing::BytesFor(capacity);
   box->max_message_ = max_message;
+  box->typed_ = typed;
   // Writable by the peer: it publishes its read index in the ring.
   Status s = shared_memory::Segment::Create(box->bytes_, false, true, NotifyRingName(incarnation, key),
                                             &box->segment_);
@@ -51,7 +54,7 @@ void NotifyOutbox::Answered(const Status& answer, const std::string& peer) {
   open_ = true;
 }
 
-bool NotifyOutbox::TryWrite(const std::string* message, Status* result) {
+bool NotifyOutbox::TryWrite(const std::string* record, Status* result) {
   bool wake = false;
   {
     std::lock_guard lock(mu_);
@@ -59,15 +62,24 @@ bool NotifyOutbox::TryWrite(const std::string* message, Status* result) {
       *result = {StatusCode::kConnectionLost, "the session with the peer has ended"};
       return true;
     }
-    const bool ring = message != nullptr && open_ && on_session_ == 0;
-    if (ring) *result = ring_.Write(*message, &wake);
+    const bool ring = record != nullptr && open_ && on_session_ == 0 &&
+                      record->size() <= NotifyRing::MaxMessage(ring_.capacity());
+    if (ring) *result = ring_.Write(*record, &wake);
     if (!ring || result->code() == StatusCode::kResourceExhausted) {
-      ++on_session_;  // (not for the ring, not open yet, waiting for the session to drain, or full)
+      // (Not for the ring, too large for it, not open yet, waiting for the session, or full.)
+      ++on_session_;
       return false;
     }
   }
   if (wake) ring_.WakeReader();  // (a system call: not under the lock)
   return true;
+}
+
+bool NotifyOutbox::TryBegin(const std::string& record) {
+  std::lock_guard lock(mu_);
+  if (!typed_ || !open_ || closed_ || record.size() > NotifyRing::MaxMessage(ring_.capacity())) return false;
+  bool wake = false;  // (left unused: a reader waits for notifications, and this is none)
+  return ring_.Write(record, &wake).ok();
 }
 
 void NotifyOutbox::SessionAnswered() {
@@ -115,6 +127,8 @@ Status NotifyInbox::Accept(const std::shared_ptr<control::Session>& session,
   in->sender = peer->info.name;
   in->incarnation = peer->info.incarnation;
   in->session = session;
+  in->key = session.get();
+  in->typed = begun_ != nullptr && peer->ring_ends;
   const std::string name = NotifyRingName(peer->info.incarnation, offer.key);
   if (Status s = mapper->MapExactly(offer.fd, name, offer.bytes, &in->mapping); !s.ok()) return s;
   if (Status s = NotifyRing::Attach(in->mapping->base(), offer.bytes, &in->ring); !s.ok()) return s;
@@ -127,17 +141,52 @@ Status NotifyInbox::Accept(const std::shared_ptr<control::Session>& session,
 }
 
 bool NotifyInbox::Read(Inbound& in, std::vector<Notification>* out) {
-  std::vector<std::string> messages;
-  const Status s = in.ring.ReadAll(max_message_, &messages);
-  for (std::string& m : messages) {
-    Notification& n = out->emplace_back();
-    n.sender = in.sender;
-    n.sender_incarnation = in.incarnation;
-    n.message = std::move(m);
+  std::vector<std::string> records;
+  // (A typed record is a message and what the ring adds to it: its length is checked here
+  // against the ring, its message by DecodeRingRecord.)
+  Status s = in.ring.ReadAll(in.typed ? NotifyRing::MaxMessage(in.ring.capacity()) : max_message_, &records);
+  const size_t before = out->size();
+  for (std::string& record : records) {
+    if (!in.typed) {
+      out->push_back(
+          Notification{in.sender, in.incarnation, std::move(record), NotifyOutcome::kCompleted, {}});
+      continue;
+    }
+    RingRecord r;
+    if (Status bad = DecodeRingRecord(std::move(record), max_message_, &r); !bad.ok()) {
+      if (s.ok()) s = {StatusCode::kConnectionLost, bad.message()};  // (the others are taken)
+      continue;
+    }
+    Take(in, std::move(r), out);
   }
-  received_->fetch_add(messages.size(), std::memory_order_relaxed);
+  received_->fetch_add(out->size() - before, std::memory_order_relaxed);
   if (!s.ok()) XLOG(WARN) << "peer " << in.sender << ": " << s.message() << "; closing its session";
   return s.ok();
+}
+
+void NotifyInbox::Take(Inbound& in, RingRecord&& r, std::vector<Notification>* out) {
+  using Kind = RingRecord::Kind;
+  if (r.kind == Kind::kBegin) {
+    // (Refused past the peer's share, or twice: its end still queues whole; only its loss
+    // would go unreported.)
+    if (Status begun = begun_->Begin(in.key, r.id, std::move(r.message), false); !begun.ok()) {
+      refused_->fetch_add(1, std::memory_order_relaxed);
+      if (uint64_t more = 0; refusal_log_.Due(&more)) {
+        XLOG(WARN) << "peer " << in.sender << ": a notified request's beginning in its ring refused ("
+                   << begun.message() << "): if the peer is lost, that request goes unreported"
+                   << log::Limit::More(more);
+      }
+    }
+    return;
+  }
+  Notification n{in.sender, in.incarnation, std::move(r.message), r.outcome, std::move(r.landed)};
+  BegunRequests::Held held;
+  if (r.kind == Kind::kEnded && begun_->End(in.key, r.id, &held).ok() && held.reserved) {
+    // (Begun over the session, ended here: only a peer that breaks the rule does this.)
+    received_->fetch_add(1, std::memory_order_relaxed);
+    return queue_->PushReserved(std::move(n), held.message.size());
+  }
+  out->push_back(std::move(n));
 }
 
 void NotifyInbox::Drop(size_t i) {
@@ -200,7 +249,11 @@ void NotifyInbox::Pending(uint64_t* messages, uint64_t* bytes) {
   std::lock_guard lock(mu_);
   for (const auto& in : rings_) {
     uint64_t m = 0, b = 0;
-    in->ring.Count(max_message_, &m, &b);
+    if (in->typed) {
+      in->ring.Count(NotifyRing::MaxMessage(in->ring.capacity()), &m, &b, QueuesANotification);
+    } else {
+      in->ring.Count(max_message_, &m, &b);
+    }
     *messages += m;
     *bytes += b;
   }

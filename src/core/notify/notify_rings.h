@@ -5,6 +5,16 @@
 // the ring is full, it goes over the session instead (and waits for the answer), and the
 // peer's queue bounds it as any other.
 //
+// A ring whose target asked for outcomes (and whose two engines carry them in rings:
+// wire::kFeatureRingEnds) is typed (ring_record.h): besides notifications, it carries a
+// notified request's beginning, written as the request starts (no wake-up: it is no
+// notification), and its end, written as a notification is. A request begun in the ring ends
+// there too, unless its end does not fit (or waits behind the session, below): then it goes
+// over the session as wire::NotifyEnded, and the target reads the ring before it. One begun
+// over the session (the ring closed, not open yet, or full) ends over the session. What the
+// target read of a ring is its peer's once the session ends: requests begun and not ended are
+// queued as lost (BegunRequests).
+//
 // Order, per sender and target:
 // - the sender writes into the ring only while no notification it sent over the session
 //   awaits its answer (those were queued at the target first);
@@ -21,9 +31,12 @@
 #include <vector>
 
 #include "control/wire.h"
+#include "core/notify/begun_requests.h"
 #include "core/notify/notify_queue.h"
 #include "core/notify/notify_ring.h"
+#include "core/notify/ring_record.h"
 #include "util/futex.h"
+#include "util/log.h"
 #include "util/shared_memory.h"
 #include "xfer/status.h"
 #include "xfer/types.h"
@@ -42,22 +55,28 @@ std::string NotifyRingName(uint64_t incarnation, uint64_t key);
 class NotifyOutbox {
  public:
   // A ring for one peer (ring_bytes rounded up to a power of two that holds two messages of
-  // max_message bytes); null, with a log line, when this host cannot make one.
+  // max_message bytes), typed (ring_record.h) or not; null, with a log line, when this host
+  // cannot make one.
   static std::shared_ptr<NotifyOutbox> Make(uint64_t incarnation, uint64_t key, uint64_t ring_bytes,
-                                            uint32_t max_message);
+                                            uint32_t max_message, bool typed);
+  bool typed() const { return typed_; }
 
   // The offer to send the peer (before any Write).
   wire::NotifyRingOffer Offer(uint64_t seq) const;
   // The peer's answer to the offer: ok opens the ring.
   void Answered(const Status& answer, const std::string& peer);
 
-  // Puts message into the ring when it is open, has room, and no notification sent over the
-  // session waits for its answer: true, with the outcome in *result (ok: queued at the peer;
-  // kConnectionLost: the peer left the ring inconsistent). False: send it over the session,
-  // and call SessionAnswered once it is answered.
-  // A null message is one the ring cannot carry (a request's end): false (send it over the
-  // session) unless the session ended.
-  bool TryWrite(const std::string* message, Status* result);
+  // Puts a record (a message; in a typed ring, a kNotify or kEnded record) into the ring when
+  // it is open, has room, and no notification sent over the session waits for its answer:
+  // true, with the outcome in *result (ok: queued at the peer; kConnectionLost: the peer left
+  // the ring inconsistent). False: send it over the session, and call SessionAnswered once it
+  // is answered.
+  // A null record is one the ring cannot carry: false (send it over the session) unless the
+  // session ended.
+  bool TryWrite(const std::string* record, Status* result);
+  // A typed ring's kBegin record, written when the ring is open and has room (whatever waits
+  // over the session: a beginning is not queued) and wakes no reader: whether it was.
+  bool TryBegin(const std::string& record);
   void SessionAnswered();
   // The session with the peer ended: every later TryWrite answers kConnectionLost.
   void Close();
@@ -71,6 +90,7 @@ class NotifyOutbox {
   NotifyRing ring_;  // mu_ (the writer's side)
   uint64_t key_ = 0, bytes_ = 0;
   uint32_t max_message_ = 0;
+  bool typed_ = false;
   bool open_ = false;        // mu_: the peer took the ring
   bool closed_ = false;      // mu_: the session ended
   uint64_t on_session_ = 0;  // mu_: sent over the session, not answered yet
@@ -81,12 +101,19 @@ class NotifyInbox {
   struct Inbound;
 
  public:
-  // queue: the engine's; received: the count of notifications received, which messages taken
-  // from the rings join (both outlive this); max_message, max_ring_bytes: the largest
-  // notification and ring this engine takes.
-  NotifyInbox(NotifyQueue* queue, std::atomic<uint64_t>* received, uint32_t max_message,
-              uint64_t max_ring_bytes)
-      : queue_(queue), received_(received), max_message_(max_message), max_ring_bytes_(max_ring_bytes) {}
+  // queue: the engine's; received, refused: the counts of notifications received (which
+  // messages taken from the rings join) and refused (which refused beginnings join); begun: the requests
+  // peers began toward this engine, when it asked for outcomes (peers whose builds can then send it typed
+  // rings), else null (all outlive this); max_message, max_ring_bytes: the largest notification and ring this
+  // engine takes.
+  NotifyInbox(NotifyQueue* queue, std::atomic<uint64_t>* received, std::atomic<uint64_t>* refused,
+              BegunRequests* begun, uint32_t max_message, uint64_t max_ring_bytes)
+      : queue_(queue),
+        received_(received),
+        refused_(refused),
+        begun_(begun),
+        max_message_(max_message),
+        max_ring_bytes_(max_ring_bytes) {}
 
   // A peer's offer (control thread): maps its ring through the peer's mapper, or says why not.
   Status Accept(const std::shared_ptr<control::Session>& session, const std::shared_ptr<PeerState>& peer,
@@ -120,20 +147,29 @@ class NotifyInbox {
     std::string sender;
     uint64_t incarnation = 0;
     std::weak_ptr<control::Session> session;
+    BegunRequests::Key key = nullptr;  // the session's
+    bool typed = false;                // its records: ring_record.h
     std::shared_ptr<shared_memory::Mapping> mapping;
     NotifyRing ring;
     uint32_t waiters = 0;  // mu_: WaitNotifies calls asleep on it
   };
-  // Reads one ring onto *out (mu_ held); false when it is inconsistent.
+  // Reads one ring onto *out (mu_ held): its notifications, and of a typed ring the ends of
+  // requests it began (those whose beginnings came over the session go into the queue);
+  // false when it is inconsistent.
   bool Read(Inbound& in, std::vector<Notification>* out);
+  // A typed ring's record (mu_ held): onto *out, or held, or into the queue.
+  void Take(Inbound& in, RingRecord&& r, std::vector<Notification>* out);
   // Drops rings_[i] (mu_ held); a waiter asleep on it is woken to look again.
   void Drop(size_t i);
   NotifyQueue* const queue_;
   std::atomic<uint64_t>* const received_;
+  std::atomic<uint64_t>* const refused_;
+  BegunRequests* const begun_;
   const uint32_t max_message_;
   const uint64_t max_ring_bytes_;
   std::mutex mu_;
   std::vector<std::shared_ptr<Inbound>> rings_;  // mu_
+  log::Limit refusal_log_;                       // mu_: beginnings refused
 };
 
 }  // namespace xfer

@@ -41,6 +41,9 @@ struct PeerState final : control::SessionContext {
   bool notify_outcomes = false;
   // The peer answers wire::Digest (end-to-end checksums, TransferOptions::checksum).
   bool answers_digests = false;
+  // The peer's build carries requests' beginnings and ends in notification rings
+  // (wire::kFeatureRingEnds): the ring between us is typed when the target asked for outcomes.
+  bool ring_ends = false;
   // The key both sides derived when the control session authenticated (control/auth.h); its
   // tcp data connections prove they know it. Empty without a secret.
   std::string auth_key;
