@@ -309,5 +309,41 @@ TEST(ChecksumsHostile, APeersAsksAreCheckedBoundedAndGivenUpWithItsSession) {
   EXPECT_LT(SecondsSince(t0), 5.0);
 }
 
+// The target's thread takes the sessions' asks in turns of a chunk each: a peer that asks for
+// the checksums of huge ranges (minutes of reading) delays another peer's checksummed WRITE by
+// a chunk per turn, not by the whole of its ask.
+TEST(ChecksumsHostile, AHugeAskDelaysAnotherPeersAskByATurnOnly) {
+  namespace wire = xfer::wire;
+  xfer::Engine target;
+  XT_ASSERT_OK(target.Initialize("127.0.0.1:0", {}));
+  constexpr uint64_t kLen = 4 << 20;
+  LocalBuffer buf(kLen);
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(target.RegisterMem(buf.data(), kLen, xfer::MemType::kHost, &h));
+  auto raw = std::make_unique<RawSession>(target.LocalName());
+  ASSERT_FALSE(raw->Hello(HelloOf("10.9.8.7:6000", 0x5eed)).name.empty());
+  raw->Send(wire::Digest{1, false, std::vector<wire::DigestRange>(65536, {buf.addr(), kLen})});  // 256 GiB
+
+  xfer::Engine peer;
+  xfer::EngineOptions o;
+  o.transport = "tcp";
+  XT_ASSERT_OK(peer.Initialize("127.0.0.1:0", o));
+  XT_ASSERT_OK(peer.Connect(target.LocalName(), 10s));
+  LocalBuffer src(1 << 20);
+  src.Fill(5);
+  xfer::TransferOptions checked;
+  checked.checksum = true;
+  for (int k = 0; k < 3; ++k) {
+    const auto t0 = Clock::now();
+    XT_ASSERT_OK(
+        peer.TransferSync(target.LocalName(), Op::kWrite, {{src.addr(), buf.addr(), 1 << 20}}, 10s, checked));
+    EXPECT_LT(SecondsSince(t0), 2.0) << "write " << k << " waited behind the huge ask";
+  }
+  EXPECT_EQ(Hash64(buf.data(), 1 << 20), src.Hash());
+  peer.Finalize();
+  raw.reset();
+  target.Finalize();
+}
+
 }  // namespace
 }  // namespace xfer_test

@@ -1,6 +1,5 @@
 #include "core/verify/digest_server.h"
 
-#include "util/checksum.h"
 #include "util/text.h"
 
 namespace xfer {
@@ -41,7 +40,8 @@ void DigestServer::Queue(const std::shared_ptr<control::Session>& s, wire::Diges
                 " ranges would wait for their checksums here (" +
                 (q.ranges + n > kMaxRangesPerSession ? "this peer's" : "all peers'") + ")";
     } else {
-      if (q.asks.empty()) turns_.push_back(s.get());
+      if (!q.in_turn) turns_.push_back(s.get());
+      q.in_turn = true;
       q.session = s;
       q.ranges += n;
       queued_ranges_ += n;
@@ -49,7 +49,7 @@ void DigestServer::Queue(const std::shared_ptr<control::Session>& s, wire::Diges
       cv_.notify_one();
       return;
     }
-    if (q.asks.empty()) queues_.erase(s.get());
+    if (!q.in_turn) queues_.erase(s.get());
   }
   s->SendSoon(wire::DigestAnswer{ask.id, StatusCode::kResourceExhausted, refused, {}});
 }
@@ -79,80 +79,103 @@ void DigestServer::Serve() {
     turns_.pop_front();
     auto it = queues_.find(key);
     if (it == queues_.end()) continue;  // (forgotten)
-    std::shared_ptr<control::Session> session = it->second.session;
-    wire::Digest ask = std::move(it->second.asks.front());
-    it->second.asks.pop_front();
-    it->second.ranges -= ask.ranges.size();
-    queued_ranges_ -= ask.ranges.size();
-    if (it->second.asks.empty()) {
+    SessionAsks& q = it->second;
+    if (!q.current && q.asks.empty()) {  // (a turn left over from an earlier session at its address)
       queues_.erase(it);
-    } else {
-      turns_.push_back(key);  // (its next ask after the other sessions' next)
+      continue;
     }
+    if (!q.current) {  // (its next ask)
+      q.current = std::make_unique<Answering>();
+      q.current->ask = std::move(q.asks.front());
+      q.asks.pop_front();
+      q.ranges -= q.current->ask.ranges.size();
+      queued_ranges_ -= q.current->ask.ranges.size();
+    }
+    const std::shared_ptr<control::Session> session = q.session;
+    std::unique_ptr<Answering> work = std::move(q.current);
     lock.unlock();
     auto give_up = [&] { return stop_.load() || session->closed(); };
-    wire::DigestAnswer a = Answer(ask, give_up);
-    if (!give_up()) (void)session->Send(a);  // (fails only when the session is gone: nobody waits)
+    const bool answered = Step(*work, give_up);
+    if (answered && !give_up()) (void)session->Send(work->answer);  // (fails only when nobody waits)
     lock.lock();
+    it = queues_.find(key);
+    if (it == queues_.end() || it->second.session != session) continue;  // (forgotten meanwhile)
+    if (!answered) it->second.current = std::move(work);
+    if (it->second.current || !it->second.asks.empty()) {
+      turns_.push_back(key);  // (after the other sessions' turns)
+    } else {
+      queues_.erase(it);
+    }
   }
 }
 
 wire::DigestAnswer DigestServer::Answer(const wire::Digest& ask, const std::function<bool()>& give_up) {
-  wire::DigestAnswer a;
-  a.id = ask.id;
+  Answering w;
+  w.ask = ask;
+  while (!Step(w, give_up)) {
+  }
+  return std::move(w.answer);
+}
+
+bool DigestServer::Step(Answering& w, const std::function<bool()>& give_up) {
+  wire::DigestAnswer& a = w.answer;
+  a.id = w.ask.id;
   if (!checksum::Available()) {
     a.code = StatusCode::kUnsupported;
     a.why = "this engine's build has no libxxhash";
-    return a;
+    return true;
   }
-  a.digests.reserve(ask.ranges.size());
-  for (size_t i = 0; i < ask.ranges.size(); ++i) {
-    const wire::DigestRange& r = ask.ranges[i];
-    if (ask.landed && self_.corrupt_landed == static_cast<int64_t>(i)) {  // the test hook
+  if (w.range == 0 && w.offset == 0) a.digests.reserve(w.ask.ranges.size());
+  for (uint64_t budget = kChunkBytes; budget > 0 && w.range < w.ask.ranges.size();) {
+    const wire::DigestRange& r = w.ask.ranges[w.range];
+    if (w.offset == 0 && w.ask.landed &&
+        self_.corrupt_landed == static_cast<int64_t>(w.range)) {  // the test hook
       std::lock_guard hold(reading_);
       if (r.len > 0 && regions_.Access(r.addr, 1, false).allowed) *reinterpret_cast<uint8_t*>(r.addr) ^= 0xff;
     }
+    const uint64_t n = std::min(budget, r.len - std::min(w.offset, r.len));
     Status why;
-    uint64_t sum = 0;
-    if (!ChecksumOf(r, give_up, &sum, &why)) {
+    if (!SumChunk(r, w.offset, n, give_up, &w.sum, &why)) {
       a.digests.clear();
       a.code = why.code();
-      a.why = "range " + std::to_string(i) + " (" + text::Hex(r.addr) + ", " + std::to_string(r.len) +
+      a.why = "range " + std::to_string(w.range) + " (" + text::Hex(r.addr) + ", " + std::to_string(r.len) +
               " bytes): " + why.message();
-      return a;
+      return true;
     }
-    a.digests.push_back(sum);
+    w.offset += n;
+    budget -= std::min(budget, std::max(n, kRangeBytes));
+    if (w.offset < r.len) continue;
+    a.digests.push_back(w.sum.Value());
+    w.sum = checksum::Running();
+    w.offset = 0;
+    ++w.range;
   }
-  return a;
+  return w.range == w.ask.ranges.size();
 }
 
-bool DigestServer::ChecksumOf(const wire::DigestRange& r, const std::function<bool()>& give_up, uint64_t* out,
-                              Status* why) {
+bool DigestServer::SumChunk(const wire::DigestRange& r, uint64_t offset, uint64_t most,
+                            const std::function<bool()>& give_up, checksum::Running* sum, Status* why) {
   if (r.len == 0 || r.addr + r.len < r.addr) {
     *why = {StatusCode::kInvalidArgument, "empty or wrapping"};
     return false;
   }
-  checksum::Running sum;
-  for (uint64_t off = 0; off < r.len; off += kChunkBytes) {
-    while (fencing_.load() > 0) std::this_thread::yield();  // (a fence goes first)
-    std::lock_guard hold(reading_);
-    if (give_up && give_up()) {
-      *why = {StatusCode::kCanceled, "given up"};
-      return false;
-    }
-    // (The whole range, each time: a deregistration between two chunks ends the checksum.)
-    const transport::TargetAccess access = regions_.Access(r.addr, r.len, false);
-    if (!access.allowed) {
-      *why = {StatusCode::kRemoteAccessDenied, "not inside one region registered here"};
-      return false;
-    }
-    if (access.device) {
-      *why = {StatusCode::kUnsupported, "GPU memory (checksums cover host memory only)"};
-      return false;
-    }
-    sum.Add(reinterpret_cast<const void*>(r.addr + off), std::min(kChunkBytes, r.len - off));
+  while (fencing_.load() > 0) std::this_thread::yield();  // (a fence goes first)
+  std::lock_guard hold(reading_);
+  if (give_up && give_up()) {
+    *why = {StatusCode::kCanceled, "given up"};
+    return false;
   }
-  *out = sum.Value();
+  // (The whole range, each time: a deregistration between two chunks ends the checksum.)
+  const transport::TargetAccess access = regions_.Access(r.addr, r.len, false);
+  if (!access.allowed) {
+    *why = {StatusCode::kRemoteAccessDenied, "not inside one region registered here"};
+    return false;
+  }
+  if (access.device) {
+    *why = {StatusCode::kUnsupported, "GPU memory (checksums cover host memory only)"};
+    return false;
+  }
+  sum->Add(reinterpret_cast<const void*>(r.addr + offset), most);
   return true;
 }
 

@@ -1,10 +1,12 @@
 // DigestServer: the target's side of end-to-end checksums (docs/notifications.md, "Checksums").
 // Peers' asks (wire::Digest) wait in a queue per session, their ranges bounded per session and
-// in all, and
-// one thread of its own (never the control thread) answers them, the sessions taking turns. Each
-// range is checked against the regions that peer may read and read in chunks, each under a lock
-// that a deregistration's fence takes between two chunks; an ask whose session ended, or
-// asked while the engine stops, is given up between chunks.
+// in all, and one thread of its own (never the control thread) answers them, the sessions
+// taking turns of at most a chunk's work each (kChunkBytes of memory read, or that many ranges'
+// worth of small ones), so that a peer that asks for the checksums of huge ranges delays
+// another's ask by one chunk per turn, not by the whole of its own. Each range is checked
+// against the regions that peer may read and read in chunks, each under a lock that a
+// deregistration's fence takes between two chunks; an ask whose session ended, or asked while
+// the engine stops, is given up between chunks.
 #pragma once
 
 #include <atomic>
@@ -20,6 +22,7 @@
 #include "control/session.h"
 #include "core/local_engine.h"
 #include "core/regions/region_service.h"
+#include "util/checksum.h"
 
 namespace xfer {
 
@@ -51,17 +54,32 @@ class DigestServer {
   static constexpr size_t kMaxRangesPerSession = 1 << 20;
   static constexpr size_t kMaxRanges = 1 << 24;
   static constexpr uint64_t kChunkBytes = 4ull << 20;
+  static constexpr uint64_t kRangeBytes = 256;  // what a range costs a turn, however short
 
+  // An ask being answered, and how far.
+  struct Answering {
+    wire::Digest ask;
+    wire::DigestAnswer answer;
+    size_t range = 0;     // the range under way
+    uint64_t offset = 0;  // the bytes of it summed so far
+    checksum::Running sum;
+  };
   struct SessionAsks {
     std::shared_ptr<control::Session> session;
     std::deque<wire::Digest> asks;
-    size_t ranges = 0;  // in asks
+    size_t ranges = 0;                   // in asks
+    std::unique_ptr<Answering> current;  // (out with the thread during a turn)
+    bool in_turn = false;                // in turns_, or being served
   };
   void Serve();  // the thread
-  // One range, chunk by chunk; false (with *why) when a chunk is no longer readable by peers,
-  // or give_up says so.
-  bool ChecksumOf(const wire::DigestRange& r, const std::function<bool()>& give_up, uint64_t* out,
-                  Status* why);
+  // Moves w on by one turn: up to kChunkBytes read (a range counts at least kRangeBytes);
+  // true once it is answered (its answer: the digests, or why not). give_up, when set, is
+  // asked between chunks.
+  bool Step(Answering& w, const std::function<bool()>& give_up);
+  // The next chunk of range r, from offset, into sum (at most `most` bytes); false (with
+  // *why) when it is no longer readable by peers, or give_up says so.
+  bool SumChunk(const wire::DigestRange& r, uint64_t offset, uint64_t most,
+                const std::function<bool()>& give_up, checksum::Running* sum, Status* why);
 
   const LocalEngine& self_;
   RegionService& regions_;
