@@ -192,6 +192,7 @@ void EncodeBody(Writer& w, const Digest& m) {
     w.U64(r.len);
   }
 }
+void EncodeBody(Writer& w, const DigestCancel& m) { w.U64(m.id); }
 void EncodeBody(Writer& w, const DigestAnswer& m) {
   w.U64(m.id);
   w.U32(static_cast<uint32_t>(m.code));
@@ -273,6 +274,7 @@ bool DecodeBody(Reader& r, Digest* m) {
   }
   return true;
 }
+bool DecodeBody(Reader& r, DigestCancel* m) { return r.U64(&m->id); }
 bool DecodeBody(Reader& r, DigestAnswer* m) {
   uint32_t code = 0, n = 0;
   if (!r.U64(&m->id) || !r.U32(&code) || !r.Str(&m->why) || !r.Count(&n, 8, sizeof(uint64_t))) return false;
@@ -378,6 +380,10 @@ template <>
 MsgType TypeOf<DigestAnswer>() {
   return MsgType::kDigestAnswer;
 }
+template <>
+MsgType TypeOf<DigestCancel>() {
+  return MsgType::kDigestCancel;
+}
 
 template <class T>
 bool DecodeAs(std::span<const uint8_t> payload, Message* out, std::string* error) {
@@ -475,6 +481,8 @@ bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out,
       return DecodeAs<Digest>(payload, out, error);
     case MsgType::kDigestAnswer:
       return DecodeAs<DigestAnswer>(payload, out, error);
+    case MsgType::kDigestCancel:
+      return DecodeAs<DigestCancel>(payload, out, error);
     case MsgType::kAuthChallenge:
       return DecodeAs<AuthChallenge>(payload, out, error);
     case MsgType::kAuthProof:
@@ -516,6 +524,8 @@ const char* MsgTypeName(MsgType type) {
       return "Digest";
     case MsgType::kDigestAnswer:
       return "DigestAnswer";
+    case MsgType::kDigestCancel:
+      return "DigestCancel";
     case MsgType::kAuthChallenge:
       return "AuthChallenge";
     case MsgType::kAuthProof:

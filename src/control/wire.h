@@ -51,8 +51,10 @@ enum class MsgType : uint16_t {
   // (Only to a peer whose hello says kFeatureDigests: no version change.)
   kDigest = 16,  // the checksums of ranges of the peer's memory (DigestAnswer answers)
   kDigestAnswer = 17,
+  // (Only to a peer whose hello says kFeatureDigestCancel: no version change.)
+  kDigestCancel = 18,  // the answer to a Digest is no longer wanted (its request ended)
 };
-inline constexpr MsgType kLastMsgType = MsgType::kDigestAnswer;
+inline constexpr MsgType kLastMsgType = MsgType::kDigestCancel;
 inline constexpr uint32_t kMaxDigestRanges = 1u << 16;  // per Digest
 
 // A registered region as its owner advertises it: what it is, and per backend what peers need
@@ -73,6 +75,7 @@ inline constexpr uint32_t kFeatureNotifyOutcomes = 1;  // NotifyBegin and Notify
 inline constexpr uint32_t kFeatureDigests = 2;         // it answers Digest (its build has xxHash)
 // It carries requests' beginnings and ends in notification rings (core/notify/ring_record.h).
 inline constexpr uint32_t kFeatureRingEnds = 4;
+inline constexpr uint32_t kFeatureDigestCancel = 8;  // it takes DigestCancel
 
 struct Hello {
   std::string name;  // the sender's listen name ("host" alone for a client-only engine)
@@ -168,6 +171,10 @@ struct DigestAnswer {
   std::vector<uint64_t> digests;  // ok: one per range, in order; else empty
   bool operator==(const DigestAnswer&) const = default;
 };
+struct DigestCancel {
+  uint64_t id = 0;  // the Digest's
+  bool operator==(const DigestCancel&) const = default;
+};
 
 // Same host: the sender's notifications to this peer can go into shared memory (a NotifyRing
 // in the memfd that descriptor `fd` of the sender's process holds, named after the sender's
@@ -204,7 +211,7 @@ inline constexpr uint32_t kMaxPayloadBeforeAuth = 4096;
 
 using Message = std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck, Heartbeat,
                              Goodbye, Notify, NotifyAck, AuthChallenge, AuthProof, NotifyRingOffer,
-                             NotifyBegin, NotifyEnded, Digest, DigestAnswer>;
+                             NotifyBegin, NotifyEnded, Digest, DigestAnswer, DigestCancel>;
 
 struct Header {
   MsgType type{};

@@ -196,6 +196,7 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
   if (auto* m = std::get_if<wire::NotifyRingOffer>(&msg)) return notifier_.OnRingOffer(s, *m);
   if (auto* m = std::get_if<wire::Digest>(&msg)) return verifier_.OnDigest(s, std::move(*m));
   if (auto* m = std::get_if<wire::DigestAnswer>(&msg)) return verifier_.OnDigestAnswer(s, std::move(*m));
+  if (auto* m = std::get_if<wire::DigestCancel>(&msg)) return verifier_.OnDigestCancel(s, *m);
   peers_.OnMessage(s, msg);
 }
 

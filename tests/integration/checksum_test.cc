@@ -345,5 +345,39 @@ TEST(ChecksumsHostile, AHugeAskDelaysAnotherPeersAskByATurnOnly) {
   target.Finalize();
 }
 
+// A request whose checksums the peer still computes when its deadline passes tells the peer to
+// drop the ask (wire::DigestCancel): the next request's ask, which waits behind it in that
+// peer's turn, is answered at once instead of after the whole of the abandoned one.
+TEST(ChecksumsAbandoned, AnAskPastItsDeadlineIsDroppedByThePeer) {
+  xfer::Engine target;
+  XT_ASSERT_OK(target.Initialize("127.0.0.1:0", {}));
+  constexpr uint64_t kLen = 64 << 20;
+  LocalBuffer buf(kLen);
+  buf.Fill(8);
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(target.RegisterMem(buf.data(), kLen, xfer::MemType::kHost, &h));
+  xfer::Engine peer;
+  xfer::EngineOptions o;
+  o.transport = "tcp";
+  XT_ASSERT_OK(peer.Initialize("127.0.0.1:0", o));
+  XT_ASSERT_OK(peer.Connect(target.LocalName(), 10s));
+  LocalBuffer dst(kLen);
+  xfer::TransferOptions checked;
+  checked.checksum = true;
+  // A READ's ask leaves as it starts: 64 GiB to checksum at the target (seconds), far more
+  // than its 200 ms allow.
+  const std::vector<TransferDesc> huge(1024, {dst.addr(), buf.addr(), kLen});
+  xfer::RequestStatus st;
+  XT_EXPECT_CODE(peer.TransferSync(target.LocalName(), Op::kRead, huge, 200ms, checked, &st),
+                 StatusCode::kTimeout);
+  const auto t0 = Clock::now();
+  XT_ASSERT_OK(
+      peer.TransferSync(target.LocalName(), Op::kRead, {{dst.addr(), buf.addr(), 1 << 20}}, 30s, checked));
+  EXPECT_LT(SecondsSince(t0), 3.0) << "the next ask waited for the abandoned one";
+  EXPECT_EQ(Hash64(dst.data(), 1 << 20), Hash64(buf.data(), 1 << 20));
+  peer.Finalize();
+  target.Finalize();
+}
+
 }  // namespace
 }  // namespace xfer_test

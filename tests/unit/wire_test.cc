@@ -61,8 +61,8 @@ TEST(WireCodec, EveryMessageRoundTrips) {
       Digest{15, true, {{0x1000, 4096}, {0x9000, 1}}},
       Digest{16, false, {}},
       DigestAnswer{15, StatusCode::kOk, "", {0x0123456789abcdefull, 7}},
-      DigestAnswer{
-          16, StatusCode::kRemoteAccessDenied, "range 0: not inside one region registered here", {}}};
+      DigestAnswer{16, StatusCode::kRemoteAccessDenied, "range 0: not inside one region registered here", {}},
+      DigestCancel{15}};
   for (const auto& m : all) EXPECT_EQ(RoundTrip(m), m);
 }
 

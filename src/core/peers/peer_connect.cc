@@ -18,7 +18,7 @@ wire::Hello PeerService::MakeHello(const std::vector<wire::WireRegion>& regions)
   h.pid = static_cast<int32_t>(::getpid());
   if (self_.options.notify.outcomes) h.features |= wire::kFeatureNotifyOutcomes;
   if (checksum::Available()) h.features |= wire::kFeatureDigests;
-  h.features |= wire::kFeatureRingEnds;
+  h.features |= wire::kFeatureRingEnds | wire::kFeatureDigestCancel;
   h.backends = backends_.HelloBlobs();
   h.regions = regions;
   return h;
@@ -43,6 +43,7 @@ std::shared_ptr<PeerState> PeerService::MakePeerState(const wire::Hello& hello, 
   st->notify_outcomes = hello.features & wire::kFeatureNotifyOutcomes;
   st->answers_digests = hello.features & wire::kFeatureDigests;
   st->ring_ends = hello.features & wire::kFeatureRingEnds;
+  st->cancels_digests = hello.features & wire::kFeatureDigestCancel;
   if (self_.options.metrics) {  // (counted under the peer's name)
     st->metrics = metrics_;
     st->metrics_slot = metrics_->SlotOf(st->info.name);

@@ -39,8 +39,10 @@ struct PeerState final : control::SessionContext {
   // The peer asked for the notifications of requests that did not complete (its
   // EngineOptions::notify.outcomes): they go to it as wire::NotifyEnded.
   bool notify_outcomes = false;
-  // The peer answers wire::Digest (end-to-end checksums, TransferOptions::checksum).
+  // The peer answers wire::Digest (end-to-end checksums, TransferOptions::checksum), and drops
+  // one on wire::DigestCancel.
   bool answers_digests = false;
+  bool cancels_digests = false;
   // The peer's build carries requests' beginnings and ends in notification rings
   // (wire::kFeatureRingEnds): the ring between us is typed when the target asked for outcomes.
   bool ring_ends = false;

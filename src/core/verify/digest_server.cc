@@ -62,6 +62,22 @@ void DigestServer::Forget(const control::Session* s) {
   queues_.erase(it);  // (its turn is skipped)
 }
 
+void DigestServer::Cancel(const control::Session* s, uint64_t id) {
+  std::lock_guard lock(mu_);
+  if (s == serving_session_ && id == serving_id_) return serving_canceled_.store(true);
+  auto it = queues_.find(s);
+  if (it == queues_.end()) return;
+  SessionAsks& q = it->second;
+  if (q.current && q.current->ask.id == id) return q.current.reset();  // (between its turns)
+  for (auto a = q.asks.begin(); a != q.asks.end(); ++a) {
+    if (a->id != id) continue;
+    q.ranges -= a->ranges.size();
+    queued_ranges_ -= a->ranges.size();
+    q.asks.erase(a);
+    return;  // (a turn left with nothing to do is dropped when it comes)
+  }
+}
+
 void DigestServer::Fence(Clock::time_point) {
   // Not bounded by the deadline: the region goes once this returns, and the chunk being read
   // takes well under a millisecond (this thread waits for no I/O and no lock of the fence's).
@@ -93,14 +109,18 @@ void DigestServer::Serve() {
     }
     const std::shared_ptr<control::Session> session = q.session;
     std::unique_ptr<Answering> work = std::move(q.current);
+    serving_session_ = key;
+    serving_id_ = work->ask.id;
+    serving_canceled_.store(false);
     lock.unlock();
-    auto give_up = [&] { return stop_.load() || session->closed(); };
+    auto give_up = [&] { return stop_.load() || session->closed() || serving_canceled_.load(); };
     const bool answered = Step(*work, give_up);
     if (answered && !give_up()) (void)session->Send(work->answer);  // (fails only when nobody waits)
     lock.lock();
+    serving_session_ = nullptr;
     it = queues_.find(key);
     if (it == queues_.end() || it->second.session != session) continue;  // (forgotten meanwhile)
-    if (!answered) it->second.current = std::move(work);
+    if (!answered && !serving_canceled_.load()) it->second.current = std::move(work);
     if (it->second.current || !it->second.asks.empty()) {
       turns_.push_back(key);  // (after the other sessions' turns)
     } else {

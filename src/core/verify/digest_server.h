@@ -40,6 +40,9 @@ class DigestServer {
   void Queue(const std::shared_ptr<control::Session>& s, wire::Digest&& ask);
   // The session ended: its queued asks are dropped.
   void Forget(const control::Session* s);
+  // Control thread: the peer no longer wants ask `id`'s answer: dropped, waiting or under way
+  // (then between two chunks). An id it does not know is ignored.
+  void Cancel(const control::Session* s, uint64_t id);
   // Returns once no chunk that began before the call reads this engine's memory (a
   // deregistration: the region is gone from the registry already), past the deadline too:
   // the region is freed next, and a chunk takes well under a millisecond.
@@ -87,8 +90,13 @@ class DigestServer {
   std::condition_variable cv_;
   std::unordered_map<const control::Session*, SessionAsks> queues_;  // mu_
   std::deque<const control::Session*> turns_;  // mu_: sessions with asks queued, in turn
-  size_t queued_ranges_ = 0;                   // mu_: in all queues
-  bool running_ = false;                       // mu_
+  // mu_: the ask the thread works on during a turn (its session, its id); Cancel sets
+  // serving_canceled_ for it.
+  const control::Session* serving_session_ = nullptr;
+  uint64_t serving_id_ = 0;
+  std::atomic<bool> serving_canceled_{false};
+  size_t queued_ranges_ = 0;  // mu_: in all queues
+  bool running_ = false;      // mu_
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::timed_mutex reading_;     // held while a chunk of our memory is read

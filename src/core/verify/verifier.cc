@@ -52,8 +52,9 @@ Verifier::Ask Verifier::AskerFor(const Peer& peer) {
       answer(Status(a.code, std::move(a.why)), std::move(a.digests));
     };
   }
-  return [this, session = peer.session](bool landed, std::vector<wire::DigestRange> ranges,
-                                        Clock::time_point deadline, Answer answer) {
+  std::shared_ptr<control::Session> cancel_to = peer.state->cancels_digests ? peer.session : nullptr;
+  return [this, session = peer.session, cancel_to](bool landed, std::vector<wire::DigestRange> ranges,
+                                                   Clock::time_point deadline, Answer answer) {
     auto gather = std::make_shared<Gather>();
     const size_t n = ranges.size();
     const size_t parts = std::max<size_t>(1, (n + kRangesPerDigest - 1) / kRangesPerDigest);
@@ -67,10 +68,10 @@ Verifier::Ask Verifier::AskerFor(const Peer& peer) {
         std::lock_guard lock(mu_);
         if (!stopping_) {
           id = next_id_++;
-          pending_[id] =
-              Pending{session.get(), deadline, [gather, first, count](Status s, std::vector<uint64_t> sums) {
-                        gather->Part(first, s, sums, count);
-                      }};
+          pending_[id] = Pending{session.get(), cancel_to, deadline,
+                                 [gather, first, count](Status s, std::vector<uint64_t> sums) {
+                                   gather->Part(first, s, sums, count);
+                                 }};
         }
       }
       if (id == 0) return gather->Part(first, {StatusCode::kCanceled, "the engine was finalized"}, {}, count);
@@ -85,19 +86,23 @@ Verifier::Ask Verifier::AskerFor(const Peer& peer) {
   };
 }
 
-void Verifier::FailPending(const std::function<bool(uint64_t id, const Pending&)>& pick, const Status& why) {
+void Verifier::FailPending(const std::function<bool(uint64_t id, const Pending&)>& pick, const Status& why,
+                           bool cancel) {
   std::vector<Answer> failed;
+  std::vector<std::pair<std::shared_ptr<control::Session>, uint64_t>> cancels;
   {
     std::lock_guard lock(mu_);
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (pick(it->first, it->second)) {
         failed.push_back(std::move(it->second.answer));
+        if (cancel && it->second.cancel_to) cancels.emplace_back(std::move(it->second.cancel_to), it->first);
         it = pending_.erase(it);
       } else {
         ++it;
       }
     }
   }
+  for (auto& [session, id] : cancels) session->SendSoon(wire::DigestCancel{id});
   for (Answer& a : failed) a(why, {});
 }
 
@@ -126,7 +131,7 @@ void Verifier::SessionClosed(const std::shared_ptr<control::Session>& s) {
 void Verifier::OnTick() {
   const auto now = Clock::now();
   FailPending([now](uint64_t, const Pending& p) { return p.deadline <= now; },
-              {StatusCode::kTimeout, "request deadline passed while the peer computed the checksums"});
+              {StatusCode::kTimeout, "request deadline passed while the peer computed the checksums"}, true);
 }
 
 }  // namespace xfer

@@ -40,10 +40,14 @@ class Verifier {
   // How a request asks `peer` (this engine itself: answered here, at once).
   Ask AskerFor(const Peer& peer);
 
-  // Control thread: a peer's ask; the answer to one of ours; a session's end (our asks over
-  // it fail, its asks here are dropped); the tick (asks past their deadline fail).
+  // Control thread: a peer's ask, and its cancel; the answer to one of ours; a session's end
+  // (our asks over it fail, its asks here are dropped); the tick (asks past their deadline
+  // fail, and the peer is told to drop them where it can be).
   void OnDigest(const std::shared_ptr<control::Session>& s, wire::Digest&& m) {
     server_.Queue(s, std::move(m));
+  }
+  void OnDigestCancel(const std::shared_ptr<control::Session>& s, const wire::DigestCancel& m) {
+    server_.Cancel(s.get(), m.id);
   }
   void OnDigestAnswer(const std::shared_ptr<control::Session>& s, wire::DigestAnswer&& m);
   void SessionClosed(const std::shared_ptr<control::Session>& s);
@@ -57,11 +61,14 @@ class Verifier {
   struct Gather;  // the parts of one ask
   struct Pending {
     const control::Session* session = nullptr;
+    std::shared_ptr<control::Session> cancel_to;  // the session, when its peer takes DigestCancel
     Clock::time_point deadline;
     Answer answer;  // this part's
   };
-  // Answers (outside mu_) the pending parts that `pick` chooses.
-  void FailPending(const std::function<bool(uint64_t id, const Pending&)>& pick, const Status& why);
+  // Answers (outside mu_) the pending parts that `pick` chooses; with `cancel`, tells their
+  // peers (those that take it) to drop them.
+  void FailPending(const std::function<bool(uint64_t id, const Pending&)>& pick, const Status& why,
+                   bool cancel = false);
 
   DigestServer server_;
   std::mutex mu_;
