@@ -186,18 +186,11 @@ INSTANTIATE_TEST_SUITE_P(Transports, NotifyOutcomes,
 class NotifyOutcomeRing : public PeerFixture {
  protected:
   xfer::EngineOptions LocalOptions() override {
-    xfer::EngineOptions o;
-    o.notify.ring_bytes = 4096;
-    o.notify.max_message_bytes = 100;
-    o.heartbeat_timeout = 30s;
+    xfer::EngineOptions o = SmallRingOptions();
     o.batch_bytes = 256 << 10;
     return o;
   }
-  PeerOptions RemoteOptions() override {
-    PeerOptions o = OutcomesTarget("");
-    o.heartbeat_timeout_ms = 30000;  // a target stopped for a while is not declared dead
-    return o;
-  }
+  PeerOptions RemoteOptions() override { return Stoppable(OutcomesTarget("")); }
 };
 
 TEST_F(NotifyOutcomeRing, WhileTheTargetIsStoppedRequestsBeginAndEndInItsRing) {

@@ -391,18 +391,8 @@ TEST(NotifyStalledPeer, OthersAreServedAndEverythingCompletesLater) {
 // This engine's ring to the peer holds 4 KiB (36 notifications of 100 bytes, 112 a record).
 class NotifyRings : public PeerFixture {
  protected:
-  xfer::EngineOptions LocalOptions() override {
-    xfer::EngineOptions o;
-    o.notify.ring_bytes = 4096;
-    o.notify.max_message_bytes = 100;
-    o.heartbeat_timeout = 30s;
-    return o;
-  }
-  PeerOptions RemoteOptions() override {
-    PeerOptions o;
-    o.heartbeat_timeout_ms = 30000;  // a target stopped for a while is not declared dead
-    return o;
-  }
+  xfer::EngineOptions LocalOptions() override { return SmallRingOptions(); }
+  PeerOptions RemoteOptions() override { return Stoppable({}); }
   static std::string Message(int i) {
     std::string m = "n" + std::to_string(i) + ":";
     return m + std::string(100 - m.size(), '.');
@@ -451,47 +441,29 @@ TEST_F(NotifyRings, WhileTheTargetIsStoppedTheyQueueInItsRingThenWait) {
 
 // A peer that writes nonsense into its ring to us loses its session; this engine serves on.
 // (Both with the default limits: a peer whose messages may be larger than this engine takes
-// is refused its ring, and its notifications go over the session.)
-class NotifyRingFromPeer : public PeerFixture {};
-TEST_F(NotifyRingFromPeer, ARingFoundInconsistentClosesItsSessionOnly) {
-  ASSERT_TRUE(peer_.Call("notify " + engine_.LocalName() + " 10000 before").ok);  // (the ring opens)
-  ASSERT_TRUE(peer_.Call("notify " + engine_.LocalName() + " 10000 in-ring").ok);
-  std::vector<xfer::Notification> got;
-  while (got.size() < 2) XT_ASSERT_OK(engine_.WaitNotifies(&got, 10s));
-  EXPECT_EQ(got[1].message, "in-ring");
-  const Reply garbled = peer_.Call("garble_notify_rings");
-  ASSERT_TRUE(garbled.ok) << garbled.line;
-  ASSERT_GE(garbled.u64(0), 1u) << "the peer has no ring to garble";
-  got.clear();
-  XT_EXPECT_OK(engine_.GetNotifies(&got));
-  EXPECT_TRUE(got.empty());
-  xfer::PeerInfo info;
-  EXPECT_TRUE(PollUntil([&] { return !engine_.GetPeerInfo(peer_.name(), &info).ok(); }, 10s))
-      << "the session with the peer that garbled its ring is still up";
-  PeerProcess other;
-  std::string err;
-  ASSERT_TRUE(other.Start({}, &err)) << err;
-  XT_ASSERT_OK(engine_.Connect(other.name(), 10s));
-  XT_EXPECT_OK(engine_.SendNotify(other.name(), "still serving", 10s));
-  EXPECT_EQ(other.Call("notifies").u64(0), 1u);
-}
-
-// The same for a record that is not one in a ring that carries requests' beginnings and ends
-// (this engine asked for outcomes): a kind that does not exist.
-class NotifyTypedRingFromPeer : public PeerFixture {
+// is refused its ring, and its notifications go over the session.) The nonsense: a write index
+// no ring can have; or, in a ring that carries requests' beginnings and ends (this engine
+// asked for outcomes), a record of a kind that does not exist.
+struct Garbling {
+  std::string name;
+  std::string command;  // the peer's
+  bool outcomes = false;
+};
+void PrintTo(const Garbling& g, std::ostream* os) { *os << g.name; }
+class NotifyGarbledRing : public PeerFixture, public ::testing::WithParamInterface<Garbling> {
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
-    o.notify.outcomes = true;
+    o.notify.outcomes = GetParam().outcomes;
     return o;
   }
 };
-TEST_F(NotifyTypedRingFromPeer, ARecordOfNoKindClosesItsSessionOnly) {
+TEST_P(NotifyGarbledRing, ClosesItsSessionOnly) {
   ASSERT_TRUE(peer_.Call("notify " + engine_.LocalName() + " 10000 before").ok);  // (the ring opens)
   ASSERT_TRUE(peer_.Call("notify " + engine_.LocalName() + " 10000 in-ring").ok);
   std::vector<xfer::Notification> got;
   while (got.size() < 2) XT_ASSERT_OK(engine_.WaitNotifies(&got, 10s));
   EXPECT_EQ(got[1].message, "in-ring");
-  const Reply garbled = peer_.Call("garble_notify_records");
+  const Reply garbled = peer_.Call(GetParam().command);
   ASSERT_TRUE(garbled.ok) << garbled.line;
   ASSERT_GE(garbled.u64(0), 1u) << "the peer has no ring to garble";
   got.clear();
@@ -503,13 +475,21 @@ TEST_F(NotifyTypedRingFromPeer, ARecordOfNoKindClosesItsSessionOnly) {
   PeerProcess other;
   std::string err;
   ASSERT_TRUE(other.Start({}, &err)) << err;
-  ASSERT_TRUE(other.Call("connect " + engine_.LocalName() + " 10000").ok);
-  ASSERT_TRUE(other.Call("notify " + engine_.LocalName() + " 10000 still-serving").ok);
+  XT_ASSERT_OK(engine_.Connect(other.name(), 10s));
+  XT_EXPECT_OK(engine_.SendNotify(other.name(), "still serving", 10s));
+  EXPECT_EQ(other.Call("notifies").u64(0), 1u);
+  ASSERT_TRUE(other.Call("notify " + engine_.LocalName() + " 10000 still-heard").ok);
   got.clear();
   XT_ASSERT_OK(engine_.WaitNotifies(&got, 10s));
   ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].message, "still-serving");
+  EXPECT_EQ(got[0].message, "still-heard");
 }
+INSTANTIATE_TEST_SUITE_P(Nonsense, NotifyGarbledRing,
+                         ::testing::Values(Garbling{"index", "garble_notify_rings", false},
+                                           Garbling{"record_of_no_kind", "garble_notify_records", true}),
+                         [](const auto& info) { return info.param.name; });
+
+class NotifyRingFromPeer : public PeerFixture {};
 
 // Two threads wait at once; one gives up (its timeout) while the other still waits: the next
 // notification from the peer's ring still wakes the one that waits.

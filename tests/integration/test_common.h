@@ -121,6 +121,21 @@ inline PeerOptions OutcomesTarget(const std::string& forced) {
   return o;
 }
 
+// A local engine whose notification ring to a same-host peer is small (4 KiB, messages of up
+// to 100 bytes), and a peer process that may stay stopped (SIGSTOP) a while without either
+// side declaring the other dead.
+inline xfer::EngineOptions SmallRingOptions() {
+  xfer::EngineOptions o;
+  o.notify.ring_bytes = 4096;
+  o.notify.max_message_bytes = 100;
+  o.heartbeat_timeout = std::chrono::seconds(30);
+  return o;
+}
+inline PeerOptions Stoppable(PeerOptions o) {
+  o.heartbeat_timeout_ms = 30000;
+  return o;
+}
+
 // One local engine ("initiator") and one xfer_test_peer process ("target"), connected.
 class PeerFixture : public ::testing::Test {
  protected:
