@@ -314,10 +314,12 @@ TEST(ChecksumsHostile, APeersAsksAreCheckedBoundedAndGivenUpWithItsSession) {
 // a chunk per turn, not by the whole of its ask.
 TEST(ChecksumsHostile, AHugeAskDelaysAnotherPeersAskByATurnOnly) {
   namespace wire = xfer::wire;
-  xfer::Engine target;
-  XT_ASSERT_OK(target.Initialize("127.0.0.1:0", {}));
   constexpr uint64_t kLen = 4 << 20;
-  LocalBuffer buf(kLen);
+  LocalBuffer buf(kLen), src(1 << 20);  // (first: they outlive the engines)
+  xfer::Engine target;
+  xfer::EngineOptions to;
+  to.heartbeat_timeout = 60s;  // (the raw session sends none: it stays, and so does its ask)
+  XT_ASSERT_OK(target.Initialize("127.0.0.1:0", to));
   xfer::MemHandle h = 0;
   XT_ASSERT_OK(target.RegisterMem(buf.data(), kLen, xfer::MemType::kHost, &h));
   auto raw = std::make_unique<RawSession>(target.LocalName());
@@ -329,7 +331,6 @@ TEST(ChecksumsHostile, AHugeAskDelaysAnotherPeersAskByATurnOnly) {
   o.transport = "tcp";
   XT_ASSERT_OK(peer.Initialize("127.0.0.1:0", o));
   XT_ASSERT_OK(peer.Connect(target.LocalName(), 10s));
-  LocalBuffer src(1 << 20);
   src.Fill(5);
   xfer::TransferOptions checked;
   checked.checksum = true;
@@ -349,11 +350,11 @@ TEST(ChecksumsHostile, AHugeAskDelaysAnotherPeersAskByATurnOnly) {
 // drop the ask (wire::DigestCancel): the next request's ask, which waits behind it in that
 // peer's turn, is answered at once instead of after the whole of the abandoned one.
 TEST(ChecksumsAbandoned, AnAskPastItsDeadlineIsDroppedByThePeer) {
+  constexpr uint64_t kLen = 64 << 20;
+  LocalBuffer buf(kLen), dst(kLen);  // (first: they outlive the engines)
+  buf.Fill(8);
   xfer::Engine target;
   XT_ASSERT_OK(target.Initialize("127.0.0.1:0", {}));
-  constexpr uint64_t kLen = 64 << 20;
-  LocalBuffer buf(kLen);
-  buf.Fill(8);
   xfer::MemHandle h = 0;
   XT_ASSERT_OK(target.RegisterMem(buf.data(), kLen, xfer::MemType::kHost, &h));
   xfer::Engine peer;
@@ -361,12 +362,11 @@ TEST(ChecksumsAbandoned, AnAskPastItsDeadlineIsDroppedByThePeer) {
   o.transport = "tcp";
   XT_ASSERT_OK(peer.Initialize("127.0.0.1:0", o));
   XT_ASSERT_OK(peer.Connect(target.LocalName(), 10s));
-  LocalBuffer dst(kLen);
   xfer::TransferOptions checked;
   checked.checksum = true;
-  // A READ's ask leaves as it starts: 64 GiB to checksum at the target (seconds), far more
-  // than its 200 ms allow.
-  const std::vector<TransferDesc> huge(1024, {dst.addr(), buf.addr(), kLen});
+  // A READ's ask leaves as it starts: 256 GiB to checksum at the target (half a minute or
+  // more), far more than its 200 ms allow.
+  const std::vector<TransferDesc> huge(4096, {dst.addr(), buf.addr(), kLen});
   xfer::RequestStatus st;
   XT_EXPECT_CODE(peer.TransferSync(target.LocalName(), Op::kRead, huge, 200ms, checked, &st),
                  StatusCode::kTimeout);

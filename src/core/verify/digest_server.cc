@@ -59,7 +59,8 @@ void DigestServer::Forget(const control::Session* s) {
   auto it = queues_.find(s);
   if (it == queues_.end()) return;
   queued_ranges_ -= it->second.ranges;
-  queues_.erase(it);  // (its turn is skipped)
+  queues_.erase(it);
+  std::erase(turns_, s);  // (a session made later at its address starts a turn of its own)
 }
 
 void DigestServer::Cancel(const control::Session* s, uint64_t id) {
@@ -68,7 +69,12 @@ void DigestServer::Cancel(const control::Session* s, uint64_t id) {
   auto it = queues_.find(s);
   if (it == queues_.end()) return;
   SessionAsks& q = it->second;
-  if (q.current && q.current->ask.id == id) return q.current.reset();  // (between its turns)
+  if (q.current && q.current->ask.id == id) {  // (between its turns)
+    q.ranges -= q.current->ask.ranges.size();
+    queued_ranges_ -= q.current->ask.ranges.size();
+    q.current.reset();
+    return;
+  }
   for (auto a = q.asks.begin(); a != q.asks.end(); ++a) {
     if (a->id != id) continue;
     q.ranges -= a->ranges.size();
@@ -100,12 +106,10 @@ void DigestServer::Serve() {
       queues_.erase(it);
       continue;
     }
-    if (!q.current) {  // (its next ask)
+    if (!q.current) {  // (its next ask: its ranges count as waiting until it is answered)
       q.current = std::make_unique<Answering>();
       q.current->ask = std::move(q.asks.front());
       q.asks.pop_front();
-      q.ranges -= q.current->ask.ranges.size();
-      queued_ranges_ -= q.current->ask.ranges.size();
     }
     const std::shared_ptr<control::Session> session = q.session;
     std::unique_ptr<Answering> work = std::move(q.current);
@@ -120,7 +124,12 @@ void DigestServer::Serve() {
     serving_session_ = nullptr;
     it = queues_.find(key);
     if (it == queues_.end() || it->second.session != session) continue;  // (forgotten meanwhile)
-    if (!answered && !serving_canceled_.load()) it->second.current = std::move(work);
+    if (!answered && !serving_canceled_.load()) {
+      it->second.current = std::move(work);
+    } else {
+      it->second.ranges -= work->ask.ranges.size();
+      queued_ranges_ -= work->ask.ranges.size();
+    }
     if (it->second.current || !it->second.asks.empty()) {
       turns_.push_back(key);  // (after the other sessions' turns)
     } else {

@@ -70,7 +70,7 @@ class DigestServer {
   struct SessionAsks {
     std::shared_ptr<control::Session> session;
     std::deque<wire::Digest> asks;
-    size_t ranges = 0;                   // in asks
+    size_t ranges = 0;                   // in asks and current
     std::unique_ptr<Answering> current;  // (out with the thread during a turn)
     bool in_turn = false;                // in turns_, or being served
   };

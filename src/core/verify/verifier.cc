@@ -78,10 +78,15 @@ Verifier::Ask Verifier::AskerFor(const Peer& peer) {
       wire::Digest d{id, landed, {}};
       d.ranges.assign(ranges.begin() + static_cast<ptrdiff_t>(first),
                       ranges.begin() + static_cast<ptrdiff_t>(first + count));
-      if (Status sent = session->Send(d); !sent.ok()) {
-        FailPending([id](uint64_t k, const Pending&) { return k == id; }, sent);
-        return;
+      const Status sent = session->Send(d);
+      bool cancel = false;
+      {
+        std::lock_guard lock(mu_);
+        if (auto it = pending_.find(id); it != pending_.end()) it->second.sent = true;
+        cancel = cancel_once_sent_.erase(id) > 0 && sent.ok();
       }
+      if (cancel) session->SendSoon(wire::DigestCancel{id});  // (failed while it was being sent)
+      if (!sent.ok()) return FailPending([id](uint64_t k, const Pending&) { return k == id; }, sent);
     }
   };
 }
@@ -95,7 +100,11 @@ void Verifier::FailPending(const std::function<bool(uint64_t id, const Pending&)
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (pick(it->first, it->second)) {
         failed.push_back(std::move(it->second.answer));
-        if (cancel && it->second.cancel_to) cancels.emplace_back(std::move(it->second.cancel_to), it->first);
+        if (cancel && it->second.cancel_to && it->second.sent) {
+          cancels.emplace_back(std::move(it->second.cancel_to), it->first);
+        } else if (cancel && it->second.cancel_to) {
+          cancel_once_sent_.insert(it->first);
+        }
         it = pending_.erase(it);
       } else {
         ++it;

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "control/session.h"
@@ -63,16 +64,18 @@ class Verifier {
     const control::Session* session = nullptr;
     std::shared_ptr<control::Session> cancel_to;  // the session, when its peer takes DigestCancel
     Clock::time_point deadline;
-    Answer answer;  // this part's
+    Answer answer;      // this part's
+    bool sent = false;  // its Digest is on the session (a cancel must not overtake it)
   };
   // Answers (outside mu_) the pending parts that `pick` chooses; with `cancel`, tells their
-  // peers (those that take it) to drop them.
+  // peers (those that take it) to drop them: at once when sent, else once sent.
   void FailPending(const std::function<bool(uint64_t id, const Pending&)>& pick, const Status& why,
                    bool cancel = false);
 
   DigestServer server_;
   std::mutex mu_;
   std::map<uint64_t, Pending> pending_;  // mu_: our asks' parts by id
+  std::set<uint64_t> cancel_once_sent_;  // mu_: parts failed while their Digest was being sent
   uint64_t next_id_ = 1;                 // mu_
   bool stopping_ = false;                // mu_
 };
