@@ -15,6 +15,10 @@ struct Verifier::Gather {
   std::vector<uint64_t> sums;
   Answer answer;
 
+  bool Ended() {
+    std::lock_guard lock(mu);
+    return ended;
+  }
   void Part(size_t first, const Status& s, const std::vector<uint64_t>& part, size_t expected) {
     Answer to_call;
     Status why = s;
@@ -61,7 +65,7 @@ Verifier::Ask Verifier::AskerFor(const Peer& peer) {
     gather->left = parts;
     gather->sums.resize(n);
     gather->answer = std::move(answer);
-    for (size_t part = 0; part < parts; ++part) {
+    for (size_t part = 0; part < parts && !gather->Ended(); ++part) {  // (an earlier part may have failed)
       const size_t first = part * kRangesPerDigest, count = std::min(kRangesPerDigest, n - first);
       uint64_t id = 0;
       {
@@ -82,10 +86,10 @@ Verifier::Ask Verifier::AskerFor(const Peer& peer) {
       bool cancel = false;
       {
         std::lock_guard lock(mu_);
-        if (auto it = pending_.find(id); it != pending_.end()) it->second.sent = true;
+        if (auto it = pending_.find(id); it != pending_.end() && sent.ok()) it->second.sent = true;
         cancel = cancel_once_sent_.erase(id) > 0 && sent.ok();
       }
-      if (cancel) session->SendSoon(wire::DigestCancel{id});  // (failed while it was being sent)
+      if (cancel) (void)session->Send(wire::DigestCancel{id});  // (failed while it was being sent)
       if (!sent.ok()) return FailPending([id](uint64_t k, const Pending&) { return k == id; }, sent);
     }
   };
@@ -111,7 +115,8 @@ void Verifier::FailPending(const std::function<bool(uint64_t id, const Pending&)
       }
     }
   }
-  for (auto& [session, id] : cancels) session->SendSoon(wire::DigestCancel{id});
+  for (auto& [session, id] : cancels)
+    (void)session->Send(wire::DigestCancel{id});  // (now: the tick flushes nothing)
   for (Answer& a : failed) a(why, {});
 }
 
