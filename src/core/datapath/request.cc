@@ -182,6 +182,7 @@ void Request::Finish() {
     }
     if (st.state != RequestState::kCompleted) st.landed = Landed();
   }
+  if (st.state != RequestState::kCompleted && checks_) checks_->Abandon();  // (a READ's ask under way)
   if (st.state == RequestState::kCompleted && checks_) {
     awaiting_answer_.store(true, std::memory_order_release);  // (the peer's checksums)
     return checks_->Finish(

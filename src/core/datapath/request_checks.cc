@@ -103,10 +103,22 @@ void RequestCheck::Ask(std::chrono::steady_clock::time_point deadline, std::shar
   std::vector<wire::DigestRange> ask;
   ask.reserve(pieces_.size());
   for (const Piece& p : pieces_) ask.push_back({p.remote, p.len});
-  config_.ask(op_ == Op::kWrite, std::move(ask), deadline,
-              [this, keep = std::move(keep)](Status why, std::vector<uint64_t> theirs) {
-                Answered(std::move(why), std::move(theirs));
-              });
+  RequestChecks::Withdraw withdraw =
+      config_.ask(op_ == Op::kWrite, std::move(ask), deadline,
+                  [this, keep = std::move(keep)](Status why, std::vector<uint64_t> theirs) {
+                    Answered(std::move(why), std::move(theirs));
+                  });
+  std::lock_guard lock(mu_);
+  if (!answered_) withdraw_ = std::move(withdraw);
+}
+
+void RequestCheck::Abandon() {
+  RequestChecks::Withdraw withdraw;
+  {
+    std::lock_guard lock(mu_);
+    withdraw = std::move(withdraw_);
+  }
+  if (withdraw) withdraw();
 }
 
 void RequestCheck::Answered(Status why, std::vector<uint64_t> theirs) {

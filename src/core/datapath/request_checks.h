@@ -21,10 +21,11 @@ namespace xfer {
 struct RequestChecks {
   // Asks the peer for the checksums of ranges of its memory (landed: where a WRITE's bytes
   // landed), answered by the deadline or kTimeout; answer is called exactly once, with one
-  // checksum per range (Verifier::Ask).
+  // checksum per range; returns what withdraws the ask, if anything can (Verifier::Ask).
   using Answer = std::function<void(Status, std::vector<uint64_t> checksums)>;
-  using Ask = std::function<void(bool landed, std::vector<wire::DigestRange> ranges,
-                                 std::chrono::steady_clock::time_point deadline, Answer answer)>;
+  using Withdraw = std::function<void()>;
+  using Ask = std::function<Withdraw(bool landed, std::vector<wire::DigestRange> ranges,
+                                     std::chrono::steady_clock::time_point deadline, Answer answer)>;
   Ask ask;                      // empty: the request is not checked
   bool self = false;            // the peer is this engine: every remote address is addressable here
   int64_t corrupt_landed = -1;  // the test hook (LocalEngine::corrupt_landed)
@@ -51,6 +52,9 @@ class RequestCheck {
   void Finish(std::chrono::steady_clock::time_point deadline, Done done, std::shared_ptr<void> keep);
   // The descriptors found to differ so far (ascending, each once).
   std::vector<uint32_t> Corrupt() const;
+  // The request ended without Finish (failed, timed out, canceled): an ask under way (a
+  // READ's) is withdrawn, so that the peer stops computing it.
+  void Abandon();
 
  private:
   struct Piece {
@@ -78,12 +82,13 @@ class RequestCheck {
   std::vector<Piece> pieces_;          // of the batches not compared in place, in order
   std::vector<uint64_t> ours_;         // this side's checksum of each piece (BatchMoved)
   mutable std::mutex mu_;
-  std::vector<uint32_t> corrupt_;  // mu_
-  bool asked_ = false;             // mu_
-  bool answered_ = false;          // mu_: the answer came (why_, theirs_)
-  Status why_;                     // mu_
-  std::vector<uint64_t> theirs_;   // mu_
-  Done done_;                      // mu_: Finish's, while the answer has not come
+  std::vector<uint32_t> corrupt_;     // mu_
+  bool asked_ = false;                // mu_
+  bool answered_ = false;             // mu_: the answer came (why_, theirs_)
+  Status why_;                        // mu_
+  std::vector<uint64_t> theirs_;      // mu_
+  Done done_;                         // mu_: Finish's, while the answer has not come
+  RequestChecks::Withdraw withdraw_;  // mu_: the ask's, once made
 };
 
 }  // namespace xfer

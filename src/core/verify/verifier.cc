@@ -54,12 +54,19 @@ Verifier::Ask Verifier::AskerFor(const Peer& peer) {
     return [this](bool landed, std::vector<wire::DigestRange> ranges, Clock::time_point, Answer answer) {
       wire::DigestAnswer a = server_.Answer(wire::Digest{0, landed, std::move(ranges)});
       answer(Status(a.code, std::move(a.why)), std::move(a.digests));
+      return Withdraw();
     };
   }
   std::shared_ptr<control::Session> cancel_to = peer.state->cancels_digests ? peer.session : nullptr;
   return [this, session = peer.session, cancel_to](bool landed, std::vector<wire::DigestRange> ranges,
-                                                   Clock::time_point deadline, Answer answer) {
+                                                   Clock::time_point deadline, Answer answer) -> Withdraw {
     auto gather = std::make_shared<Gather>();
+    auto ids = std::make_shared<std::vector<uint64_t>>();  // the parts'
+    Withdraw withdraw = [this, ids] {
+      FailPending(
+          [ids](uint64_t k, const Pending&) { return std::find(ids->begin(), ids->end(), k) != ids->end(); },
+          {StatusCode::kCanceled, "the request ended before the peer answered its checksums"}, true);
+    };
     const size_t n = ranges.size();
     const size_t parts = std::max<size_t>(1, (n + kRangesPerDigest - 1) / kRangesPerDigest);
     gather->left = parts;
@@ -78,7 +85,11 @@ Verifier::Ask Verifier::AskerFor(const Peer& peer) {
                                  }};
         }
       }
-      if (id == 0) return gather->Part(first, {StatusCode::kCanceled, "the engine was finalized"}, {}, count);
+      if (id == 0) {
+        gather->Part(first, {StatusCode::kCanceled, "the engine was finalized"}, {}, count);
+        return withdraw;
+      }
+      ids->push_back(id);
       wire::Digest d{id, landed, {}};
       d.ranges.assign(ranges.begin() + static_cast<ptrdiff_t>(first),
                       ranges.begin() + static_cast<ptrdiff_t>(first + count));
@@ -90,8 +101,12 @@ Verifier::Ask Verifier::AskerFor(const Peer& peer) {
         cancel = cancel_once_sent_.erase(id) > 0 && sent.ok();
       }
       if (cancel) (void)session->Send(wire::DigestCancel{id});  // (failed while it was being sent)
-      if (!sent.ok()) return FailPending([id](uint64_t k, const Pending&) { return k == id; }, sent);
+      if (!sent.ok()) {
+        FailPending([id](uint64_t k, const Pending&) { return k == id; }, sent);
+        return withdraw;
+      }
     }
+    return withdraw;
   };
 }
 

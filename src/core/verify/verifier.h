@@ -27,9 +27,11 @@ class Verifier {
   // The checksums of the ranges asked for, in order; or why not. Called exactly once.
   using Answer = std::function<void(Status, std::vector<uint64_t> checksums)>;
   // Asks for the checksums of ranges of the peer's memory (landed: where a WRITE's bytes
-  // landed), answered by `deadline` or kTimeout (RequestChecks::Ask).
-  using Ask = std::function<void(bool landed, std::vector<wire::DigestRange> ranges,
-                                 Clock::time_point deadline, Answer answer)>;
+  // landed), answered by `deadline` or kTimeout (RequestChecks::Ask). Returns what withdraws
+  // the ask (answered kCanceled; the peer told to drop it), or nothing when it is answered.
+  using Withdraw = std::function<void()>;
+  using Ask = std::function<Withdraw(bool landed, std::vector<wire::DigestRange> ranges,
+                                     Clock::time_point deadline, Answer answer)>;
 
   Verifier(const LocalEngine& self, RegionService& regions) : server_(self, regions) {}
   ~Verifier() { Stop(); }
