@@ -108,8 +108,13 @@ void RequestCheck::Ask(std::chrono::steady_clock::time_point deadline, std::shar
                   [this, keep = std::move(keep)](Status why, std::vector<uint64_t> theirs) {
                     Answered(std::move(why), std::move(theirs));
                   });
-  std::lock_guard lock(mu_);
-  if (!answered_) withdraw_ = std::move(withdraw);
+  bool failed = false;
+  {
+    std::lock_guard lock(mu_);
+    withdraw_ = std::move(withdraw);
+    failed = failed_;
+  }
+  if (failed) Abandon();  // (a part failed while the others were being sent)
 }
 
 void RequestCheck::Abandon() {
@@ -122,6 +127,14 @@ void RequestCheck::Abandon() {
 }
 
 void RequestCheck::Answered(Status why, std::vector<uint64_t> theirs) {
+  // A part that failed ends the ask: its other parts are withdrawn (the peer stops them).
+  if (!why.ok()) {
+    {
+      std::lock_guard lock(mu_);
+      failed_ = true;
+    }
+    Abandon();
+  }
   Done done;
   {
     std::lock_guard lock(mu_);

@@ -53,7 +53,8 @@ class RequestCheck {
   // The descriptors found to differ so far (ascending, each once).
   std::vector<uint32_t> Corrupt() const;
   // The request ended without Finish (failed, timed out, canceled): an ask under way (a
-  // READ's) is withdrawn, so that the peer stops computing it.
+  // READ's) is withdrawn, so that the peer stops computing it. (A failed part withdraws the
+  // others itself.)
   void Abandon();
 
  private:
@@ -88,7 +89,8 @@ class RequestCheck {
   Status why_;                        // mu_
   std::vector<uint64_t> theirs_;      // mu_
   Done done_;                         // mu_: Finish's, while the answer has not come
-  RequestChecks::Withdraw withdraw_;  // mu_: the ask's, once made
+  RequestChecks::Withdraw withdraw_;  // mu_: the ask's, once made, until used
+  bool failed_ = false;               // mu_: its answer was a failure
 };
 
 }  // namespace xfer

@@ -28,7 +28,8 @@ class Verifier {
   using Answer = std::function<void(Status, std::vector<uint64_t> checksums)>;
   // Asks for the checksums of ranges of the peer's memory (landed: where a WRITE's bytes
   // landed), answered by `deadline` or kTimeout (RequestChecks::Ask). Returns what withdraws
-  // the ask (answered kCanceled; the peer told to drop it), or nothing when it is answered.
+  // the parts of the ask not answered yet (answered kCanceled; the peer told to drop them), or
+  // nothing (an ask this engine answers itself, at once).
   using Withdraw = std::function<void()>;
   using Ask = std::function<Withdraw(bool landed, std::vector<wire::DigestRange> ranges,
                                      Clock::time_point deadline, Answer answer)>;
