@@ -76,4 +76,10 @@ std::vector<BegunRequests::Held> BegunRequests::Take(Key session) {
   return out;
 }
 
+void BegunRequests::Queue(Notification n, bool reserved, const std::function<void()>& before_visible) {
+  if (!reserved) return queue_->PushAccepted(std::move(n), before_visible);
+  const uint64_t bytes = n.message.size();  // (the reservation's: the message it held)
+  queue_->PushReserved(std::move(n), bytes, before_visible);
+}
+
 }  // namespace xfer

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -53,6 +54,10 @@ class BegunRequests {
   // The session ended: the requests still begun, in the order their beginnings came, and the
   // session forgotten.
   std::vector<Held> Take(Key session);
+  // Queues n, the notification of a request held with its message (Held::reserved: through
+  // NotifyQueue::PushReserved in place of its reservation, else PushAccepted: begun in a ring,
+  // past the bounds).
+  void Queue(Notification n, bool reserved, const std::function<void()>& before_visible = nullptr);
 
  private:
   struct Begun {

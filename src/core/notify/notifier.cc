@@ -218,13 +218,7 @@ void Notifier::SessionClosed(const std::shared_ptr<control::Session>& s) {
   inbox_->Retire(s);
   // The requests its peer had begun and not ended: the target hears of each (reserved: it fits).
   for (BegunRequests::Held& held : begun_->Take(s.get())) {
-    const uint64_t reserved = held.message.size();
-    Notification n = FromPeer(*s, std::move(held.message), NotifyOutcome::kInitiatorLost);
-    if (held.reserved) {
-      queue_->PushReserved(std::move(n), reserved);
-    } else {
-      queue_->PushAccepted(std::move(n));  // (begun in the ring: past the bounds)
-    }
+    begun_->Queue(FromPeer(*s, std::move(held.message), NotifyOutcome::kInitiatorLost), held.reserved);
   }
 }
 
@@ -277,17 +271,14 @@ void Notifier::OnNotifyBegin(const std::shared_ptr<control::Session>& s, wire::N
 
 void Notifier::OnNotifyEnded(const std::shared_ptr<control::Session>& s, wire::NotifyEnded&& m) {
   if (!AskedForOutcomes(s)) return;
-  // Queues its message with how it ended; false when no beginning is held for it.
-  auto queue = [&](const std::function<void()>& before_visible, Status* known) {
+  // Queues its message with how it ended, or says why not (no beginning held for it).
+  auto queue = [&](const std::function<void()>& before_visible) {
     BegunRequests::Held held;
-    if (*known = begun_->End(s.get(), m.begin, &held); !known->ok()) return;
-    const uint64_t reserved = held.message.size();
-    Notification n = FromPeer(*s, std::move(held.message), m.outcome, std::move(m.landed));
-    if (held.reserved) {
-      queue_->PushReserved(std::move(n), reserved, before_visible);
-    } else {
-      queue_->PushAccepted(std::move(n), before_visible);
-    }
+    Status known = begun_->End(s.get(), m.begin, &held);
+    if (known.ok())
+      begun_->Queue(FromPeer(*s, std::move(held.message), m.outcome, std::move(m.landed)), held.reserved,
+                    before_visible);
+    return known;
   };
   bool taken = false;
   // (After what the peer's ring holds: the request may have begun there.)
@@ -295,12 +286,10 @@ void Notifier::OnNotifyEnded(const std::shared_ptr<control::Session>& s, wire::N
       s, m.seq,
       [&](const std::function<void()>& before_visible) {
         taken = true;
-        Status known;
-        queue(before_visible, &known);
-        return known;
+        return queue(before_visible);
       },
-      /*count_refusal=*/false);                      // (its beginning's refusal was counted)
-  if (Status known; !taken) queue(nullptr, &known);  // (its ring was inconsistent: the session closes)
+      /*count_refusal=*/false);      // (its beginning's refusal was counted)
+  if (!taken) (void)queue(nullptr);  // (its ring was inconsistent: the session closes)
 }
 
 void Notifier::Queue(const std::shared_ptr<control::Session>& s, uint64_t seq, const Push& push,

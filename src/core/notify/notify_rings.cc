@@ -77,9 +77,9 @@ bool NotifyOutbox::TryWrite(const std::string* record, Status* result) {
 
 bool NotifyOutbox::TryBegin(const std::string& record) {
   std::lock_guard lock(mu_);
-  if (!typed_ || !open_ || closed_ || record.size() > NotifyRing::MaxMessage(ring_.capacity())) return false;
+  if (!typed_ || !open_ || closed_) return false;
   bool wake = false;  // (left unused: a reader waits for notifications, and this is none)
-  return ring_.Write(record, &wake).ok();
+  return ring_.Write(record, &wake).ok();  // (not ok: full, too large, or the ring ended)
 }
 
 void NotifyOutbox::SessionAnswered() {
@@ -142,9 +142,7 @@ Status NotifyInbox::Accept(const std::shared_ptr<control::Session>& session,
 
 bool NotifyInbox::Read(Inbound& in, std::vector<Notification>* out) {
   std::vector<std::string> records;
-  // (A typed record is a message and what the ring adds to it: its length is checked here
-  // against the ring, its message by DecodeRingRecord.)
-  Status s = in.ring.ReadAll(in.typed ? NotifyRing::MaxMessage(in.ring.capacity()) : max_message_, &records);
+  Status s = in.ring.ReadAll(RecordLimit(in), &records);
   const size_t before = out->size();
   for (std::string& record : records) {
     if (!in.typed) {
@@ -184,7 +182,8 @@ void NotifyInbox::Take(Inbound& in, RingRecord&& r, std::vector<Notification>* o
   if (r.kind == Kind::kEnded && begun_->End(in.key, r.id, &held).ok() && held.reserved) {
     // (Begun over the session, ended here: only a peer that breaks the rule does this.)
     received_->fetch_add(1, std::memory_order_relaxed);
-    return queue_->PushReserved(std::move(n), held.message.size());
+    n.message = std::move(held.message);  // (the one its reservation counted)
+    return begun_->Queue(std::move(n), true);
   }
   out->push_back(std::move(n));
 }
@@ -249,11 +248,7 @@ void NotifyInbox::Pending(uint64_t* messages, uint64_t* bytes) {
   std::lock_guard lock(mu_);
   for (const auto& in : rings_) {
     uint64_t m = 0, b = 0;
-    if (in->typed) {
-      in->ring.Count(NotifyRing::MaxMessage(in->ring.capacity()), &m, &b, QueuesANotification);
-    } else {
-      in->ring.Count(max_message_, &m, &b);
-    }
+    in->ring.Count(RecordLimit(*in), &m, &b, in->typed ? QueuesANotification : nullptr);
     *messages += m;
     *bytes += b;
   }

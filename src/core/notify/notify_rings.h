@@ -157,6 +157,11 @@ class NotifyInbox {
   // requests it began (those whose beginnings came over the session go into the queue);
   // false when it is inconsistent.
   bool Read(Inbound& in, std::vector<Notification>* out);
+  // The longest record ring `in` may carry: a message, or in a typed ring a message and what
+  // the record adds to it (its message checked by DecodeRingRecord).
+  uint64_t RecordLimit(const Inbound& in) const {
+    return in.typed ? NotifyRing::MaxMessage(in.ring.capacity()) : max_message_;
+  }
   // A typed ring's record (mu_ held): onto *out, or held, or into the queue.
   void Take(Inbound& in, RingRecord&& r, std::vector<Notification>* out);
   // Drops rings_[i] (mu_ held); a waiter asleep on it is woken to look again.

@@ -57,9 +57,9 @@ Verifier::Ask Verifier::AskerFor(const Peer& peer) {
       return Withdraw();
     };
   }
-  std::shared_ptr<control::Session> cancel_to = peer.state->cancels_digests ? peer.session : nullptr;
-  return [this, session = peer.session, cancel_to](bool landed, std::vector<wire::DigestRange> ranges,
-                                                   Clock::time_point deadline, Answer answer) -> Withdraw {
+  return [this, session = peer.session, cancels = peer.state->cancels_digests](
+             bool landed, std::vector<wire::DigestRange> ranges, Clock::time_point deadline,
+             Answer answer) -> Withdraw {
     auto gather = std::make_shared<Gather>();
     auto ids = std::make_shared<std::vector<uint64_t>>();  // the parts'
     Withdraw withdraw = [this, ids] {
@@ -79,7 +79,7 @@ Verifier::Ask Verifier::AskerFor(const Peer& peer) {
         std::lock_guard lock(mu_);
         if (!stopping_) {
           id = next_id_++;
-          pending_[id] = Pending{session.get(), cancel_to, deadline,
+          pending_[id] = Pending{session, cancels, deadline,
                                  [gather, first, count](Status s, std::vector<uint64_t> sums) {
                                    gather->Part(first, s, sums, count);
                                  }};
@@ -119,9 +119,9 @@ void Verifier::FailPending(const std::function<bool(uint64_t id, const Pending&)
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (pick(it->first, it->second)) {
         failed.push_back(std::move(it->second.answer));
-        if (cancel && it->second.cancel_to && it->second.sent) {
-          cancels.emplace_back(std::move(it->second.cancel_to), it->first);
-        } else if (cancel && it->second.cancel_to) {
+        if (cancel && it->second.cancels && it->second.sent) {
+          cancels.emplace_back(std::move(it->second.session), it->first);
+        } else if (cancel && it->second.cancels) {
           cancel_once_sent_.insert(it->first);
         }
         it = pending_.erase(it);
@@ -140,7 +140,7 @@ void Verifier::OnDigestAnswer(const std::shared_ptr<control::Session>& s, wire::
   {
     std::lock_guard lock(mu_);
     auto it = pending_.find(m.id);
-    if (it != pending_.end() && it->second.session == s.get()) {
+    if (it != pending_.end() && it->second.session == s) {
       answer = std::move(it->second.answer);
       pending_.erase(it);
     }
@@ -153,7 +153,7 @@ void Verifier::OnDigestAnswer(const std::shared_ptr<control::Session>& s, wire::
 
 void Verifier::SessionClosed(const std::shared_ptr<control::Session>& s) {
   server_.Forget(s.get());
-  FailPending([s = s.get()](uint64_t, const Pending& p) { return p.session == s; },
+  FailPending([&s](uint64_t, const Pending& p) { return p.session == s; },
               {StatusCode::kConnectionLost, "the peer's session ended before it answered the checksums"});
 }
 

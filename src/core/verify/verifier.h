@@ -64,8 +64,8 @@ class Verifier {
   static constexpr size_t kRangesPerDigest = 1 << 14;
   struct Gather;  // the parts of one ask
   struct Pending {
-    const control::Session* session = nullptr;
-    std::shared_ptr<control::Session> cancel_to;  // the session, when its peer takes DigestCancel
+    std::shared_ptr<control::Session> session;
+    bool cancels = false;  // its peer takes DigestCancel
     Clock::time_point deadline;
     Answer answer;      // this part's
     bool sent = false;  // its Digest is on the session (a cancel must not overtake it)
