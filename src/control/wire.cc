@@ -200,6 +200,30 @@ void EncodeBody(Writer& w, const DigestAnswer& m) {
   w.U32(static_cast<uint32_t>(m.digests.size()));
   for (uint64_t d : m.digests) w.U64(d);
 }
+void EncodeBody(Writer& w, const StageOpen& m) { w.U64(m.id); }
+void EncodeBody(Writer& w, const StageOpened& m) {
+  w.U64(m.id);
+  w.U32(static_cast<uint32_t>(m.code));
+  w.Str(m.why);
+  w.Region(m.region);
+  w.U64(m.slot_bytes);
+  w.U32(m.slots);
+}
+void EncodeBody(Writer& w, const StageMove& m) {
+  w.U64(m.id);
+  w.U8(m.write ? 1 : 0);
+  w.U32(m.slot);
+  w.U32(static_cast<uint32_t>(m.ranges.size()));
+  for (const DigestRange& r : m.ranges) {
+    w.U64(r.addr);
+    w.U64(r.len);
+  }
+}
+void EncodeBody(Writer& w, const StageMoved& m) {
+  w.U64(m.id);
+  w.U32(static_cast<uint32_t>(m.code));
+  w.Str(m.why);
+}
 void EncodeBody(Writer& w, const NotifyAck& m) {
   w.U64(m.seq);
   w.U32(static_cast<uint32_t>(m.code));
@@ -286,6 +310,35 @@ bool DecodeBody(Reader& r, DigestAnswer* m) {
     if (!r.U64(&d)) return false;
   }
   return true;
+}
+bool DecodeCode(Reader& r, StatusCode* code) {
+  uint32_t c = 0;
+  if (!r.U32(&c)) return false;
+  if (c > static_cast<uint32_t>(kLastStatusCode)) return r.Fail("unknown status code");
+  *code = static_cast<StatusCode>(c);
+  return true;
+}
+bool DecodeBody(Reader& r, StageOpen* m) { return r.U64(&m->id); }
+bool DecodeBody(Reader& r, StageOpened* m) {
+  return r.U64(&m->id) && DecodeCode(r, &m->code) && r.Str(&m->why) && r.Region(&m->region) &&
+         r.U64(&m->slot_bytes) && r.U32(&m->slots);
+}
+bool DecodeBody(Reader& r, StageMove* m) {
+  uint8_t write = 0;
+  uint32_t n = 0;
+  if (!r.U64(&m->id) || !r.U8(&write) || !r.U32(&m->slot) || !r.Count(&n, 16, sizeof(DigestRange)))
+    return false;
+  if (write > 1) return r.Fail("a write flag other than 0 or 1");
+  if (n > kMaxStageRanges) return r.Fail("more ranges than a StageMove may name");
+  m->write = write == 1;
+  m->ranges.resize(n);
+  for (DigestRange& range : m->ranges) {
+    if (!r.U64(&range.addr) || !r.U64(&range.len)) return false;
+  }
+  return true;
+}
+bool DecodeBody(Reader& r, StageMoved* m) {
+  return r.U64(&m->id) && DecodeCode(r, &m->code) && r.Str(&m->why);
 }
 bool DecodeBody(Reader& r, NotifyAck* m) {
   uint32_t code = 0;
@@ -383,6 +436,22 @@ MsgType TypeOf<DigestAnswer>() {
 template <>
 MsgType TypeOf<DigestCancel>() {
   return MsgType::kDigestCancel;
+}
+template <>
+MsgType TypeOf<StageOpen>() {
+  return MsgType::kStageOpen;
+}
+template <>
+MsgType TypeOf<StageOpened>() {
+  return MsgType::kStageOpened;
+}
+template <>
+MsgType TypeOf<StageMove>() {
+  return MsgType::kStageMove;
+}
+template <>
+MsgType TypeOf<StageMoved>() {
+  return MsgType::kStageMoved;
 }
 
 template <class T>
@@ -483,6 +552,14 @@ bool DecodePayload(MsgType type, std::span<const uint8_t> payload, Message* out,
       return DecodeAs<DigestAnswer>(payload, out, error);
     case MsgType::kDigestCancel:
       return DecodeAs<DigestCancel>(payload, out, error);
+    case MsgType::kStageOpen:
+      return DecodeAs<StageOpen>(payload, out, error);
+    case MsgType::kStageOpened:
+      return DecodeAs<StageOpened>(payload, out, error);
+    case MsgType::kStageMove:
+      return DecodeAs<StageMove>(payload, out, error);
+    case MsgType::kStageMoved:
+      return DecodeAs<StageMoved>(payload, out, error);
     case MsgType::kAuthChallenge:
       return DecodeAs<AuthChallenge>(payload, out, error);
     case MsgType::kAuthProof:
@@ -526,6 +603,14 @@ const char* MsgTypeName(MsgType type) {
       return "DigestAnswer";
     case MsgType::kDigestCancel:
       return "DigestCancel";
+    case MsgType::kStageOpen:
+      return "StageOpen";
+    case MsgType::kStageOpened:
+      return "StageOpened";
+    case MsgType::kStageMove:
+      return "StageMove";
+    case MsgType::kStageMoved:
+      return "StageMoved";
     case MsgType::kAuthChallenge:
       return "AuthChallenge";
     case MsgType::kAuthProof:

@@ -53,9 +53,15 @@ enum class MsgType : uint16_t {
   kDigestAnswer = 17,
   // (Only to a peer whose hello says kFeatureDigestCancel: no version change.)
   kDigestCancel = 18,  // the answer to a Digest is no longer wanted (its request ended)
+  // (Only to a peer whose hello says kFeatureTargetStaging: no version change.)
+  kStageOpen = 19,    // asks the peer for staging slots of its own (StageOpened answers)
+  kStageOpened = 20,  // ...its slots, as a region of its memory, or why not
+  kStageMove = 21,    // copy between one of those slots and ranges of the peer's memory
+  kStageMoved = 22,   // ...done, or why not
 };
-inline constexpr MsgType kLastMsgType = MsgType::kDigestCancel;
+inline constexpr MsgType kLastMsgType = MsgType::kStageMoved;
 inline constexpr uint32_t kMaxDigestRanges = 1u << 16;  // per Digest
+inline constexpr uint32_t kMaxStageRanges = 1u << 12;   // per StageMove
 
 // A registered region as its owner advertises it: what it is, and per backend what peers need
 // to reach it (a UCX remote key, a CUDA IPC handle, a memfd's identity).
@@ -76,6 +82,11 @@ inline constexpr uint32_t kFeatureDigests = 2;         // it answers Digest (its
 // It carries requests' beginnings and ends in notification rings (core/notify/ring_record.h).
 inline constexpr uint32_t kFeatureRingEnds = 4;
 inline constexpr uint32_t kFeatureDigestCancel = 8;  // it takes DigestCancel
+// It stages its memory for a peer's one-sided route (StageOpen, StageMove: core/stage/).
+inline constexpr uint32_t kFeatureTargetStaging = 16;
+// It stages all its memory (its staging = always), standing in for GPU memory: one-sided routes
+// reach it through its staging slots.
+inline constexpr uint32_t kFeatureStagesAll = 32;
 
 struct Hello {
   std::string name;  // the sender's listen name ("host" alone for a client-only engine)
@@ -176,6 +187,41 @@ struct DigestCancel {
   bool operator==(const DigestCancel&) const = default;
 };
 
+// Staging on the target's side over a one-sided route (docs/gpu.md, "Staging at the
+// target"): StageOpen{id} asks the receiver for slots of its own memory, which it answers with
+// StageOpened{id}: ok with `slots` slots of `slot_bytes` bytes one after the other in
+// `region` (a region of its memory that only this session is told of, with its backends'
+// blobs), or why not. StageMove{id} then asks it to copy between slot `slot` and `ranges` of
+// its registered memory, in order and packed from the slot's start (write: out of the slot into
+// the ranges, which the sender filled over its route first; else into the slot, which the sender
+// reads over its route after StageMoved{id} said ok).
+struct StageOpen {
+  uint64_t id = 0;  // the sender's, unique per session
+  bool operator==(const StageOpen&) const = default;
+};
+struct StageOpened {
+  uint64_t id = 0;
+  StatusCode code = StatusCode::kOk;
+  std::string why;  // empty when ok
+  WireRegion region;
+  uint64_t slot_bytes = 0;
+  uint32_t slots = 0;
+  bool operator==(const StageOpened&) const = default;
+};
+struct StageMove {
+  uint64_t id = 0;  // the sender's, unique per session
+  bool write = false;
+  uint32_t slot = 0;
+  std::vector<DigestRange> ranges;
+  bool operator==(const StageMove&) const = default;
+};
+struct StageMoved {
+  uint64_t id = 0;
+  StatusCode code = StatusCode::kOk;
+  std::string why;  // empty when ok
+  bool operator==(const StageMoved&) const = default;
+};
+
 // Same host: the sender's notifications to this peer can go into shared memory (a NotifyRing
 // in the memfd that descriptor `fd` of the sender's process holds, named after the sender's
 // incarnation and key; `bytes` long), none larger than max_message. NotifyAck{seq} answers.
@@ -209,9 +255,10 @@ inline constexpr uint32_t kMaxAuthName = 1024;
 // What an unauthenticated session may send in one frame (the auth frames are far smaller).
 inline constexpr uint32_t kMaxPayloadBeforeAuth = 4096;
 
-using Message = std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck, Heartbeat,
-                             Goodbye, Notify, NotifyAck, AuthChallenge, AuthProof, NotifyRingOffer,
-                             NotifyBegin, NotifyEnded, Digest, DigestAnswer, DigestCancel>;
+using Message =
+    std::variant<Hello, RegionAdd, RegionRemove, RegionRemoveAck, Sync, SyncAck, Heartbeat, Goodbye, Notify,
+                 NotifyAck, AuthChallenge, AuthProof, NotifyRingOffer, NotifyBegin, NotifyEnded, Digest,
+                 DigestAnswer, DigestCancel, StageOpen, StageOpened, StageMove, StageMoved>;
 
 struct Header {
   MsgType type{};

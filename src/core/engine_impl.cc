@@ -104,7 +104,11 @@ void EngineImpl::StartServices() {
       metrics_, staging,
       PeerService::Events{
           .made = [this](const auto& peer) { notifier_.PeerMade(peer); },
-          .up = [this](const auto& s, const auto& peer) { notifier_.PeerUp(s, peer); },
+          .up =
+              [this](const auto& s, const auto& peer) {
+                notifier_.PeerUp(s, peer);
+                if (peer->stage) peer->stage->Attach(s);
+              },
           .gone =
               [this](PeerState& peer) {
                 notifier_.PeerGone(peer);
@@ -114,6 +118,8 @@ void EngineImpl::StartServices() {
               [this](const auto& s) {
                 notifier_.SessionClosed(s);
                 verifier_.SessionClosed(s);
+                stager_.SessionClosed(s.get());
+                if (PeerState* peer = PeerOf(*s); peer && peer->stage) peer->stage->Close();
               },
           .fence =
               [this](PeerState* peer, const RemoteRegion* revoked, LocalEngine::Clock::time_point deadline) {
@@ -132,10 +138,16 @@ void EngineImpl::StartServices() {
                 transfers_.ForgetInlineTargets(&peers_.self_state());
                 backends_.Fence(deadline);  // and peers' batches that our backends' threads execute
                 verifier_.Fence(deadline);  // and the checksums peers asked for
+                stager_.Fence(deadline);    // and the copies through our staging slots
               },
           .tags_changed = [this] { peers_.TagsChanged(); },
       });
   verifier_.Start();
+  stager_.Start(
+      [this](const RegionInfo& info, std::unique_ptr<RegionResources>* res, transport::Blobs* blobs) {
+        *res = std::make_unique<RegionResources>();
+        return backends_.PrepareRegion(info, res->get(), blobs);
+      });
   transfers_.Start(
       metrics_, staging,
       TransferService::Notifications{
@@ -170,6 +182,7 @@ void EngineImpl::Finalize() {
   verifier_.Stop();
   transfers_.Stop();
   backends_.StopServing();
+  stager_.Stop();  // (no peer uses its slots any more)
   transfers_.Clear();
   regions_.ReleaseAll();  // peers were told goodbye: none uses the memory any more
   backends_.Clear();      // (UCX goes after the mappings of our regions)
@@ -197,7 +210,23 @@ void EngineImpl::OnMessage(const std::shared_ptr<control::Session>& s, wire::Mes
   if (auto* m = std::get_if<wire::Digest>(&msg)) return verifier_.OnDigest(s, std::move(*m));
   if (auto* m = std::get_if<wire::DigestAnswer>(&msg)) return verifier_.OnDigestAnswer(s, std::move(*m));
   if (auto* m = std::get_if<wire::DigestCancel>(&msg)) return verifier_.OnDigestCancel(s, *m);
+  if (auto* m = std::get_if<wire::StageOpen>(&msg)) return stager_.OnOpen(s, *m);
+  if (auto* m = std::get_if<wire::StageMove>(&msg)) return stager_.OnMove(s, std::move(*m));
+  if (std::holds_alternative<wire::StageOpened>(msg) || std::holds_alternative<wire::StageMoved>(msg)) {
+    return OnStageAnswer(s, std::move(msg));
+  }
   peers_.OnMessage(s, msg);
+}
+
+void EngineImpl::OnStageAnswer(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {
+  PeerState* peer = PeerOf(*s);
+  StageChannel* channel = peer ? peer->stage.get() : nullptr;
+  bool expected = false;
+  if (auto* m = std::get_if<wire::StageOpened>(&msg)) expected = channel && channel->OnOpened(std::move(*m));
+  if (auto* m = std::get_if<wire::StageMoved>(&msg)) expected = channel && channel->OnMoved(*m);
+  if (expected) return;
+  XLOG(WARN) << "peer " << s->peer_key << " answered a staging ask never made; closing";
+  s->Shutdown("protocol error: unexpected staging answer");
 }
 
 std::shared_ptr<control::SessionContext> EngineImpl::Prepare(const wire::Message& hello) {

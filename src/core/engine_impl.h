@@ -26,6 +26,7 @@
 #include "core/notify/notifier.h"
 #include "core/peers/peer_service.h"
 #include "core/regions/region_service.h"
+#include "core/stage/stage_server.h"
 #include "core/verify/verifier.h"
 #include "transport/backend_set.h"
 #include "xfer/engine.h"
@@ -53,6 +54,8 @@ class EngineImpl final : public control::ControlHandler {
 
   // control::ControlHandler (control thread)
   void OnMessage(const std::shared_ptr<control::Session>& s, wire::Message&& msg) override;
+  // A peer's answer to our staging asks (its StageOpened or StageMoved).
+  void OnStageAnswer(const std::shared_ptr<control::Session>& s, wire::Message&& msg);
   std::shared_ptr<control::SessionContext> Prepare(const wire::Message& hello) override;
   void OnClosed(const std::shared_ptr<control::Session>& s, const std::string& reason) override;
   void OnTick() override;
@@ -72,6 +75,7 @@ class EngineImpl final : public control::ControlHandler {
   TransferService transfers_{self_, peers_, regions_};
   Notifier notifier_{self_, peers_};
   Verifier verifier_{self_, regions_};
+  StageServer stager_{self_, regions_};     // our staging slots, lent to peers' one-sided routes
   std::shared_ptr<EngineMetrics> metrics_;  // from Initialize on
   std::string metrics_address_;             // where metrics_server_ serves (set by Initialize)
   // Last, so that it stops first: it reads the services while it serves.

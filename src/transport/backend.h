@@ -78,6 +78,10 @@ class Route {
   // under staging = always, host memory): true for a link over a wire, false for copies
   // through a mapping, which reach GPU memory themselves or not at all.
   virtual bool Stageable() const { return true; }
+  // Whether the peer's CPU takes no part in this route's batches (RDMA): memory of the peer's
+  // that it cannot reach itself (GPU memory the peer's UCX does not register) is then reached
+  // through the peer's staging slots, over this route (core/stage/bounce_route.h).
+  virtual bool OneSided() const { return false; }
 
   std::string_view backend() const { return backend_; }
   int backend_index() const { return index_; }  // in BackendNames()

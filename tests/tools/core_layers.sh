@@ -2,7 +2,8 @@
 # The engine's layers, as an include graph: every `#include "dir/..."` edge between the parts of
 # src/ below must be allowed here. Allowed edges go one way (each part's list holds all it may
 # reach, so no chain of includes climbs back up):
-#   core/<service>/: peers -> regions; datapath -> peers, regions; notify, verify -> peers, regions;
+#   core/<service>/: peers -> stage, regions; stage -> regions; datapath -> peers, regions;
+#                    notify, verify -> peers, regions;
 #                    each of them -> metrics and core/local_engine.h; metrics -> none of them;
 #   core/engine_impl.* (the wiring) -> every service; only src/api includes engine_impl.h;
 #   control, transport, metadata, util: never core or api; transport never control (whose
@@ -31,8 +32,9 @@ T="transport transport/common"
 allowed() {
   case $1 in
     api) echo "core/engine_impl core/base control $T metadata" ;;
-    core/engine_impl) echo "core/peers core/regions core/datapath core/notify core/verify core/metrics core/base control $T metadata" ;;
-    core/peers) echo "core/regions core/metrics core/base control $T metadata" ;;
+    core/engine_impl) echo "core/peers core/regions core/datapath core/notify core/verify core/stage core/metrics core/base control $T metadata" ;;
+    core/peers) echo "core/stage core/regions core/metrics core/base control $T metadata" ;;
+    core/stage) echo "core/regions core/metrics core/base control $T" ;;
     core/regions) echo "core/metrics core/base control $T" ;;
     core/datapath) echo "core/peers core/regions core/metrics core/base control $T" ;;
     core/notify) echo "core/peers core/regions core/metrics core/base control $T" ;;

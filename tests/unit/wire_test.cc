@@ -62,8 +62,36 @@ TEST(WireCodec, EveryMessageRoundTrips) {
       Digest{16, false, {}},
       DigestAnswer{15, StatusCode::kOk, "", {0x0123456789abcdefull, 7}},
       DigestAnswer{16, StatusCode::kRemoteAccessDenied, "range 0: not inside one region registered here", {}},
-      DigestCancel{15}};
+      DigestCancel{15},
+      StageOpen{17},
+      StageOpened{17,
+                  StatusCode::kOk,
+                  "",
+                  {1ull << 63, RegionInfo{0x7000, 4 << 20, MemType::kHost, -1, ""}, {{"ucx", "rkey"}}},
+                  1 << 20,
+                  4},
+      StageOpened{18, StatusCode::kUnsupported, "staging is off here", {}, 0, 0},
+      StageMove{19, true, 3, {{0x1000, 4096}, {0x9000, 1}}},
+      StageMove{20, false, 0, {}},
+      StageMoved{19, StatusCode::kOk, ""},
+      StageMoved{20, StatusCode::kRemoteAccessDenied, "range 0: not inside one region registered here"}};
   for (const auto& m : all) EXPECT_EQ(RoundTrip(m), m);
+}
+
+TEST(WireCodec, StageMovesRefuseBadFlagsCodesAndTooManyRanges) {
+  auto refused = [](const Message& m, MsgType type, size_t byte, uint8_t value, const char* why_part) {
+    std::vector<uint8_t> f = Encode(m);
+    if (byte != SIZE_MAX) f[kHeaderSize + byte] = value;
+    Message out;
+    std::string why;
+    EXPECT_FALSE(DecodePayload(type, std::span(f).subspan(kHeaderSize), &out, &why));
+    EXPECT_NE(why.find(why_part), std::string::npos) << why;
+  };
+  refused(StageMove{1, true, 0, {}}, MsgType::kStageMove, 8, 2, "write flag");
+  refused(StageMove{1, true, 0, std::vector<DigestRange>(kMaxStageRanges + 1)}, MsgType::kStageMove, SIZE_MAX,
+          0, "more ranges");
+  refused(StageMoved{1, StatusCode::kOk, ""}, MsgType::kStageMoved, 8, 99, "status code");
+  refused(StageOpened{1, StatusCode::kOk, "", {}, 0, 0}, MsgType::kStageOpened, 8, 99, "status code");
 }
 
 TEST(WireCodec, AuthFramesOfTheWrongLengthAreRefused) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "core/peers/peer_service.h"
+#include "core/stage/bounce_route.h"
 #include "util/checksum.h"
 #include "util/host.h"
 #include "util/log.h"
@@ -19,6 +20,8 @@ wire::Hello PeerService::MakeHello(const std::vector<wire::WireRegion>& regions)
   if (self_.options.notify.outcomes) h.features |= wire::kFeatureNotifyOutcomes;
   if (checksum::Available()) h.features |= wire::kFeatureDigests;
   h.features |= wire::kFeatureRingEnds | wire::kFeatureDigestCancel;
+  if (self_.options.staging != Staging::kOff) h.features |= wire::kFeatureTargetStaging;
+  if (self_.options.staging == Staging::kAlways) h.features |= wire::kFeatureStagesAll;
   h.backends = backends_.HelloBlobs();
   h.regions = regions;
   return h;
@@ -75,10 +78,12 @@ std::shared_ptr<PeerState> PeerService::MakePeerState(const wire::Hello& hello, 
     if (!shared_memory::PeerMapper::Open(hello.pid, pidfd.get(), &st->mapper).ok()) st->mapper.reset();
   }
   // (The routes live in the peer's state, which outlives them.)
-  peer.find_region = [regions = &st->regions](uint64_t a, uint64_t l, bool w) {
-    return regions->Find(a, l, w);
+  peer.find_region = [st = st.get()](uint64_t a, uint64_t l, bool w) {
+    std::shared_ptr<RemoteRegion> r = st->regions.Find(a, l, w);
+    return r || !st->stage ? r : st->stage->SlotsRegion(a, l);  // (the peer's staging slots)
   };
   st->routes.routes = backends_.Connect(peer, hello.backends, itself, transport_error);
+  if ((hello.features & wire::kFeatureTargetStaging) && !itself) AddBounceRoutes(*st, hello.features);
   st->routes.staging = staging_ != nullptr;
   st->routes.stage_all = self_.options.staging == Staging::kAlways;
   st->routes.staging_bytes = self_.options.staging_buffer_bytes;
@@ -105,6 +110,18 @@ std::shared_ptr<PeerState> PeerService::MakePeerState(const wire::Hello& hello, 
   st->regions.Adopt(std::move(table));
   if (!itself) events_.made(st);
   return st;
+}
+
+void PeerService::AddBounceRoutes(PeerState& st, uint32_t features) {
+  auto& routes = st.routes.routes;
+  for (size_t i = 0; i < routes.size(); ++i) {
+    if (!routes[i]->OneSided()) continue;
+    if (!st.stage) st.stage = std::make_shared<StageChannel>();
+    // (Ahead of it: with kFeatureStagesAll, the peer's memory goes through its slots.)
+    auto bounce = std::make_shared<BounceRoute>(routes[i], st.stage, features & wire::kFeatureStagesAll);
+    routes.insert(routes.begin() + static_cast<std::ptrdiff_t>(i), std::move(bounce));
+    ++i;
+  }
 }
 
 Status PeerService::Connect(const std::string& remote, std::chrono::milliseconds timeout) {

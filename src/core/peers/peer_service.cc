@@ -134,11 +134,20 @@ Status PeerService::GetPeerInfo(const std::string& remote, PeerInfo* info) {
   *info = st.info;
   uint64_t staged = 0;
   for (const auto& r : st.routes.routes) {  // (built here: the routes are the one record)
-    info->routes.emplace_back(r->backend());
-    info->moved.push_back({std::string(r->backend()), r->bytes().load(std::memory_order_relaxed)});
+    const uint64_t moved = r->bytes().load(std::memory_order_relaxed);
+    if (!info->routes.empty() && info->routes.back() == r->backend()) {
+      info->moved.back().bytes += moved;  // (a route through the peer's staging slots, and its own)
+    } else {
+      info->routes.emplace_back(r->backend());
+      info->moved.push_back({std::string(r->backend()), moved});
+    }
     for (auto& [path, bytes] : r->link().PathBytes()) info->nic_pairs.push_back({std::move(path), bytes});
     if (const uint64_t n = r->staged_bytes().load(std::memory_order_relaxed); n > 0) {
-      info->staged_via.push_back({std::string(r->backend()), n});
+      if (!info->staged_via.empty() && info->staged_via.back().path == r->backend()) {
+        info->staged_via.back().bytes += n;
+      } else {
+        info->staged_via.push_back({std::string(r->backend()), n});
+      }
       staged += n;
     }
   }

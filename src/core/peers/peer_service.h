@@ -137,6 +137,9 @@ class PeerService {
   std::shared_ptr<PeerState> MakePeerState(const wire::Hello& hello, RemoteRegions::Table&& table,
                                            bool outbound, const std::string& host, int control_fd,
                                            const std::string& auth_key, std::string* transport_error);
+  // Puts a route through the peer's staging slots ahead of each one-sided route (the peer
+  // said wire::kFeatureTargetStaging; `features`: its hello's).
+  static void AddBounceRoutes(PeerState& st, uint32_t features);
   // Marks the peer gone and revokes its regions; returns them, for CloseAll after a fence.
   RemoteRegions::Revoked Drop(PeerState& state);
   // Control thread: frees what Drop returned on the loop's worker (a million regions take a

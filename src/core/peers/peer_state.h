@@ -11,6 +11,7 @@
 #include "control/session.h"
 #include "core/metrics/metrics.h"
 #include "core/regions/remote_regions.h"
+#include "core/stage/stage_channel.h"
 #include "transport/backend.h"
 #include "util/shared_memory.h"
 #include "xfer/types.h"
@@ -46,6 +47,9 @@ struct PeerState final : control::SessionContext {
   // The peer's build carries requests' beginnings and ends in notification rings
   // (wire::kFeatureRingEnds): the ring between us is typed when the target asked for outcomes.
   bool ring_ends = false;
+  // The peer lends staging slots of its own (wire::kFeatureTargetStaging): memory of its that
+  // a one-sided route cannot reach goes through them (core/stage/), asked for over `stage`.
+  std::shared_ptr<StageChannel> stage;
   // The key both sides derived when the control session authenticated (control/auth.h); its
   // tcp data connections prove they know it. Empty without a secret.
   std::string auth_key;

@@ -32,6 +32,7 @@ class UcxRoute final : public Route {
     }
     return "ucx: " + why;
   }
+  bool OneSided() const override { return true; }
 
  private:
   const bool gpu_;  // our UCX registers GPU memory

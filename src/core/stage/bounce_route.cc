@@ -1,0 +1,62 @@
+#include "core/stage/bounce_route.h"
+
+#include <algorithm>
+
+namespace xfer {
+
+Status BounceLink::Execute(Op op, std::span<const transport::Slice> batch,
+                           transport::Clock::time_point deadline) {
+  size_t first = 0;
+  uint64_t done = 0;
+  while (first < batch.size()) {
+    if (Status s = Chunk(op, batch, &first, &done, deadline); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+Status BounceLink::Chunk(Op op, std::span<const transport::Slice> batch, size_t* first, uint64_t* done,
+                         transport::Clock::time_point deadline) {
+  StageChannel::Slot slot;
+  if (Status s = channel_->Acquire(deadline, &slot); !s.ok()) return s;
+  std::vector<transport::Slice> to_slot;  // our memory <-> the slot
+  std::vector<wire::DigestRange> ranges;  // the slot <-> the peer's memory
+  uint64_t used = 0;
+  while (*first < batch.size() && used < slot.bytes) {
+    const transport::Slice& s = batch[*first];
+    const uint64_t n = std::min(s.len - *done, slot.bytes - used);
+    to_slot.push_back({s.local + *done, slot.addr + used, n});
+    ranges.push_back({s.remote + *done, n});
+    used += n;
+    *done += n;
+    if (*done == s.len) {
+      ++*first;
+      *done = 0;
+    }
+  }
+  const bool write = op == Op::kWrite;
+  if (write) {
+    if (Status s = inner_->Execute(op, to_slot, deadline); !s.ok()) {
+      channel_->Release(slot);
+      return s;
+    }
+  }
+  if (Status s = channel_->Move(slot, write, std::move(ranges), deadline); !s.ok()) return s;
+  Status s =
+      write ? Status::Ok() : inner_->Execute(op, to_slot, deadline);  // (READ: the slot is ours till then)
+  channel_->Release(slot);
+  return s;
+}
+
+bool BounceRoute::Reach(MemType local, transport::RemoteRegion& r, uint8_t**) {
+  if (local != MemType::kHost) return false;  // (GPU memory here: the buffer pool, then this route)
+  uint8_t* mapped = nullptr;
+  return stages_all_ || !inner_->Reach(local, r, &mapped);
+}
+
+std::string BounceRoute::WhyNot(MemType local, const transport::RemoteRegion&) const {
+  return local != MemType::kHost
+             ? std::string(backend()) + " through the peer's staging: from host memory only"
+             : "";
+}
+
+}  // namespace xfer

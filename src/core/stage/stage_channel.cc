@@ -1,0 +1,155 @@
+#include "core/stage/stage_channel.h"
+
+#include "util/log.h"
+
+namespace xfer {
+
+namespace {
+Status Lost() { return {StatusCode::kConnectionLost, "the peer's session ended"}; }
+}  // namespace
+
+void StageChannel::Attach(const std::shared_ptr<control::Session>& s) {
+  std::lock_guard lock(mu_);
+  if (!closed_) session_ = s;
+}
+
+void StageChannel::Close() {
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    session_.reset();
+    for (auto& [id, m] : moves_) {
+      if (!m.answered) m.status = Lost();
+      m.answered = true;
+    }
+    std::erase_if(moves_, [](const auto& e) { return e.second.abandoned; });
+  }
+  cv_.notify_all();
+}
+
+bool StageChannel::OnOpened(wire::StageOpened&& m) {
+  {
+    std::lock_guard lock(mu_);
+    if (pool_ != Pool::kAsked || m.id != open_id_) return false;
+    if (m.code != StatusCode::kOk) {
+      open_failed_ = {m.code, "the peer lent no staging slots: " + m.why};
+      pool_ = Pool::kNone;
+    } else if (m.slots == 0 || m.slot_bytes == 0 || m.slot_bytes > m.region.info.len / m.slots ||
+               m.region.info.type != MemType::kHost ||
+               m.region.info.addr + m.region.info.len < m.region.info.addr) {
+      XLOG(WARN) << "the peer's staging slots do not fit their region";
+      open_failed_ = {StatusCode::kInternal, "the peer's staging slots do not fit their region"};
+      pool_ = Pool::kNone;
+    } else {
+      region_ = std::make_shared<transport::RemoteRegion>();
+      region_->id = m.region.id;
+      region_->info = m.region.info;
+      region_->blobs = m.region.blobs;
+      slots_ = std::move(m);
+      for (uint32_t i = slots_.slots; i > 0; --i) free_.push_back(i - 1);
+      pool_ = Pool::kOpen;
+    }
+  }
+  cv_.notify_all();
+  return true;
+}
+
+std::shared_ptr<transport::RemoteRegion> StageChannel::SlotsRegion(uint64_t addr, uint64_t len) {
+  std::lock_guard lock(mu_);
+  if (!region_ || addr < region_->info.addr || len > region_->info.len ||
+      addr - region_->info.addr > region_->info.len - len) {
+    return nullptr;
+  }
+  return region_;
+}
+
+bool StageChannel::OnMoved(const wire::StageMoved& m) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = moves_.find(m.id);
+    if (it == moves_.end() || it->second.answered) return false;
+    Asked& a = it->second;
+    a.answered = true;
+    if (m.code != StatusCode::kOk) a.status = {m.code, "the peer's staging: " + m.why};
+    if (a.abandoned) {
+      free_.push_back(a.slot);
+      moves_.erase(it);
+    }
+  }
+  cv_.notify_all();
+  return true;
+}
+
+Status StageChannel::Open(std::unique_lock<std::mutex>& lock, Clock::time_point deadline) {
+  while (pool_ != Pool::kOpen) {
+    if (closed_ || !session_) return Lost();
+    if (pool_ == Pool::kNone) {
+      open_failed_ = Status::Ok();
+      open_id_ = next_id_++;
+      pool_ = Pool::kAsked;
+      if (Status s = session_->Send(wire::StageOpen{open_id_}); !s.ok()) {
+        pool_ = Pool::kNone;
+        return s;
+      }
+    }
+    const uint64_t asked = open_id_;
+    if (!cv_.wait_until(lock, deadline, [&] { return pool_ != Pool::kAsked || closed_; })) {
+      return {StatusCode::kTimeout, "the peer did not lend staging slots in time"};
+    }
+    if (pool_ == Pool::kNone && asked == open_id_ && !open_failed_.ok()) return open_failed_;
+  }
+  return Status::Ok();
+}
+
+Status StageChannel::Acquire(Clock::time_point deadline, Slot* out) {
+  std::unique_lock lock(mu_);
+  if (Status s = Open(lock, deadline); !s.ok()) return s;
+  if (!cv_.wait_until(lock, deadline, [&] { return !free_.empty() || closed_; })) {
+    return {StatusCode::kTimeout, "no staging slot of the peer's came free in time"};
+  }
+  if (closed_) return Lost();
+  out->index = free_.back();
+  free_.pop_back();
+  out->bytes = slots_.slot_bytes;
+  out->addr = slots_.region.info.addr + out->index * slots_.slot_bytes;
+  return Status::Ok();
+}
+
+void StageChannel::Release(const Slot& slot) {
+  {
+    std::lock_guard lock(mu_);
+    free_.push_back(slot.index);
+  }
+  cv_.notify_all();
+}
+
+Status StageChannel::Move(const Slot& slot, bool write, std::vector<wire::DigestRange> ranges,
+                          Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  if (closed_ || !session_) {
+    free_.push_back(slot.index);
+    return Lost();
+  }
+  const uint64_t id = next_id_++;
+  moves_[id].slot = slot.index;
+  // (Sent under mu_: its answer, on the control thread, finds the move waiting.)
+  if (Status s = session_->Send(wire::StageMove{id, write, slot.index, std::move(ranges)}); !s.ok()) {
+    moves_.erase(id);
+    free_.push_back(slot.index);
+    return s;
+  }
+  const bool answered = cv_.wait_until(lock, deadline, [&] { return moves_.at(id).answered; });
+  if (!answered) {
+    moves_.at(id).abandoned = true;  // (its slot goes back with the answer, or the session's end)
+    return {StatusCode::kTimeout, "the peer did not stage a batch by its deadline"};
+  }
+  Status s = std::move(moves_.at(id).status);
+  moves_.erase(id);
+  if (!s.ok()) {
+    free_.push_back(slot.index);
+    cv_.notify_all();
+  }
+  return s;
+}
+
+}  // namespace xfer

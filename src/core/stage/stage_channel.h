@@ -1,0 +1,76 @@
+// StageChannel: the initiator's side of staging at the target (stage_server.h), for one peer:
+// the peer's slots (asked for on first use, wire::StageOpen) and the moves asked of it
+// (wire::StageMove), each answered over the control session. The one-sided route finds the
+// slots' region here (SlotsRegion) where the peer's table has none: it writes and reads them as
+// any region of the peer's, and the application never sees them.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "control/session.h"
+#include "control/wire.h"
+#include "transport/remote_region.h"
+#include "xfer/status.h"
+
+namespace xfer {
+
+class StageChannel {
+ public:
+  using Clock = std::chrono::steady_clock;
+  StageChannel() = default;
+
+  // The session is up (before it, and after Close, asks fail with kConnectionLost).
+  void Attach(const std::shared_ptr<control::Session>& s);
+  // The session ended: waiting asks fail with kConnectionLost.
+  void Close();
+  // Control thread: the peer's answers; false when nothing asked for it (a protocol error).
+  bool OnOpened(wire::StageOpened&& m);
+  bool OnMoved(const wire::StageMoved& m);
+  // The slots' region, when it holds [addr, addr+len); else null.
+  std::shared_ptr<transport::RemoteRegion> SlotsRegion(uint64_t addr, uint64_t len);
+
+  struct Slot {
+    uint32_t index = 0;
+    uint64_t addr = 0;  // in the peer's memory
+    uint64_t bytes = 0;
+  };
+  // A free slot of the peer's (its slots asked for first, once), waiting for one up to the
+  // deadline. The caller then Moves it, or gives it back with Release.
+  Status Acquire(Clock::time_point deadline, Slot* out);
+  void Release(const Slot& slot);
+  // Asks the peer to copy between the slot and ranges of its memory (write: out of the slot)
+  // and waits for its answer up to the deadline. Ok: the slot stays the caller's (to Release
+  // once it read what the peer copied in). Otherwise it goes back by itself: at once, or, past
+  // the deadline, once the peer answered or its session ended (the peer may still copy it).
+  Status Move(const Slot& slot, bool write, std::vector<wire::DigestRange> ranges,
+              Clock::time_point deadline);
+
+ private:
+  struct Asked {
+    uint32_t slot = 0;
+    bool answered = false;
+    bool abandoned = false;  // its caller left (deadline): the answer frees the slot alone
+    Status status;
+  };
+  Status Open(std::unique_lock<std::mutex>& lock, Clock::time_point deadline);  // mu_ held
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<control::Session> session_;  // mu_: null before Attach and after Close
+  bool closed_ = false;                        // mu_
+  enum class Pool { kNone, kAsked, kOpen } pool_ = Pool::kNone;
+  uint64_t open_id_ = 0;  // the StageOpen waited for
+  Status open_failed_;    // its answer, when it refused
+  wire::StageOpened slots_;
+  std::shared_ptr<transport::RemoteRegion> region_;  // once open
+  std::vector<uint32_t> free_;
+  std::map<uint64_t, Asked> moves_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace xfer
