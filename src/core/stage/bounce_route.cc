@@ -21,7 +21,7 @@ Status BounceLink::Chunk(Op op, std::span<const transport::Slice> batch, size_t*
   std::vector<transport::Slice> to_slot;  // our memory <-> the slot
   std::vector<wire::DigestRange> ranges;  // the slot <-> the peer's memory
   uint64_t used = 0;
-  while (*first < batch.size() && used < slot.bytes) {
+  while (*first < batch.size() && used < slot.bytes && ranges.size() < wire::kMaxStageRanges) {
     const transport::Slice& s = batch[*first];
     const uint64_t n = std::min(s.len - *done, slot.bytes - used);
     to_slot.push_back({s.local + *done, slot.addr + used, n});

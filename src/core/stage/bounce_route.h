@@ -20,6 +20,12 @@ class BounceLink final : public transport::Link {
   Status Execute(Op op, std::span<const transport::Slice> batch,
                  transport::Clock::time_point deadline) override;
   void Shutdown() override { inner_->Shutdown(); }
+  // (The batches waiting for the peer's answers give up too: only the control thread, which
+  // the fence holds, hears them.)
+  void Interrupt(transport::Clock::time_point since) override {
+    inner_->Interrupt(since);
+    channel_->Interrupt();
+  }
 
  private:
   // One slot's worth of the batch (what fits from slice `first`, offset `done` into it on).

@@ -5,7 +5,11 @@
 namespace xfer {
 
 namespace {
+constexpr uint32_t kMaxSlots = 1024;  // (EngineOptions::staging_buffers allows 64)
 Status Lost() { return {StatusCode::kConnectionLost, "the peer's session ended"}; }
+Status Interrupted() {
+  return {StatusCode::kConnectionLost, "the peer did not answer a staging ask before a fence gave up on it"};
+}
 }  // namespace
 
 void StageChannel::Attach(const std::shared_ptr<control::Session>& s) {
@@ -27,6 +31,14 @@ void StageChannel::Close() {
   cv_.notify_all();
 }
 
+void StageChannel::Interrupt() {
+  {
+    std::lock_guard lock(mu_);
+    ++interrupts_;
+  }
+  cv_.notify_all();
+}
+
 bool StageChannel::OnOpened(wire::StageOpened&& m) {
   {
     std::lock_guard lock(mu_);
@@ -34,8 +46,8 @@ bool StageChannel::OnOpened(wire::StageOpened&& m) {
     if (m.code != StatusCode::kOk) {
       open_failed_ = {m.code, "the peer lent no staging slots: " + m.why};
       pool_ = Pool::kNone;
-    } else if (m.slots == 0 || m.slot_bytes == 0 || m.slot_bytes > m.region.info.len / m.slots ||
-               m.region.info.type != MemType::kHost ||
+    } else if (m.slots == 0 || m.slots > kMaxSlots || m.slot_bytes == 0 ||
+               m.slot_bytes > m.region.info.len / m.slots || m.region.info.type != MemType::kHost ||
                m.region.info.addr + m.region.info.len < m.region.info.addr) {
       XLOG(WARN) << "the peer's staging slots do not fit their region";
       open_failed_ = {StatusCode::kInternal, "the peer's staging slots do not fit their region"};
@@ -92,10 +104,12 @@ Status StageChannel::Open(std::unique_lock<std::mutex>& lock, Clock::time_point 
         return s;
       }
     }
-    const uint64_t asked = open_id_;
-    if (!cv_.wait_until(lock, deadline, [&] { return pool_ != Pool::kAsked || closed_; })) {
+    const uint64_t asked = open_id_, epoch = interrupts_;
+    if (!cv_.wait_until(lock, deadline,
+                        [&] { return pool_ != Pool::kAsked || closed_ || interrupts_ != epoch; })) {
       return {StatusCode::kTimeout, "the peer did not lend staging slots in time"};
     }
+    if (pool_ == Pool::kAsked && !closed_) return Interrupted();
     if (pool_ == Pool::kNone && asked == open_id_ && !open_failed_.ok()) return open_failed_;
   }
   return Status::Ok();
@@ -104,10 +118,12 @@ Status StageChannel::Open(std::unique_lock<std::mutex>& lock, Clock::time_point 
 Status StageChannel::Acquire(Clock::time_point deadline, Slot* out) {
   std::unique_lock lock(mu_);
   if (Status s = Open(lock, deadline); !s.ok()) return s;
-  if (!cv_.wait_until(lock, deadline, [&] { return !free_.empty() || closed_; })) {
+  const uint64_t epoch = interrupts_;
+  if (!cv_.wait_until(lock, deadline, [&] { return !free_.empty() || closed_ || interrupts_ != epoch; })) {
     return {StatusCode::kTimeout, "no staging slot of the peer's came free in time"};
   }
   if (closed_) return Lost();
+  if (free_.empty()) return Interrupted();
   out->index = free_.back();
   free_.pop_back();
   out->bytes = slots_.slot_bytes;
@@ -136,12 +152,16 @@ Status StageChannel::Move(const Slot& slot, bool write, std::vector<wire::Digest
   if (Status s = session_->Send(wire::StageMove{id, write, slot.index, std::move(ranges)}); !s.ok()) {
     moves_.erase(id);
     free_.push_back(slot.index);
+    cv_.notify_all();
     return s;
   }
-  const bool answered = cv_.wait_until(lock, deadline, [&] { return moves_.at(id).answered; });
-  if (!answered) {
+  const uint64_t epoch = interrupts_;
+  const bool in_time =
+      cv_.wait_until(lock, deadline, [&] { return moves_.at(id).answered || interrupts_ != epoch; });
+  if (!moves_.at(id).answered) {
     moves_.at(id).abandoned = true;  // (its slot goes back with the answer, or the session's end)
-    return {StatusCode::kTimeout, "the peer did not stage a batch by its deadline"};
+    return in_time ? Interrupted()
+                   : Status(StatusCode::kTimeout, "the peer did not stage a batch by its deadline");
   }
   Status s = std::move(moves_.at(id).status);
   moves_.erase(id);

@@ -28,6 +28,10 @@ class StageChannel {
   void Attach(const std::shared_ptr<control::Session>& s);
   // The session ended: waiting asks fail with kConnectionLost.
   void Close();
+  // A fence gave up on the batches waiting here (the control thread, which alone hears the
+  // peer's answers, waits for them): they fail with kConnectionLost now, a move's slot coming
+  // back with its answer; later asks go on as before.
+  void Interrupt();
   // Control thread: the peer's answers; false when nothing asked for it (a protocol error).
   bool OnOpened(wire::StageOpened&& m);
   bool OnMoved(const wire::StageMoved& m);
@@ -71,6 +75,7 @@ class StageChannel {
   std::vector<uint32_t> free_;
   std::map<uint64_t, Asked> moves_;
   uint64_t next_id_ = 1;
+  uint64_t interrupts_ = 0;  // Interrupt calls: a waiter that sees it change gives up
 };
 
 }  // namespace xfer
