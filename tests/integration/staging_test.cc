@@ -151,6 +151,30 @@ TEST_P(IntegrationStaging, ReadDeadlinePassesMidRequest) {
   EXPECT_EQ(Hash64(dst.data(), 4096), peer_.SumRange(r.addr, 4096));
 }
 
+// The target deregisters the region a long WRITE moves into: the request ends within seconds,
+// well before its 60 s deadline, and this engine then moves another request. (Over ucx a batch
+// waits for the target's answer to its staging move, which only this engine's control thread
+// hears; the RegionRemove ahead of that answer makes the control thread wait for the batch,
+// so the fence must give up on it.)
+TEST_P(IntegrationStaging, TargetDeregistersMidRequestEndsItPromptly) {
+  constexpr uint64_t kLen = 64 << 20;
+  const PeerRegion r = peer_.Alloc(kLen);
+  const PeerRegion other = peer_.Alloc(4096);
+  LocalBuffer src(kLen);
+  std::vector<TransferDesc> d(64, TransferDesc{src.addr(), r.addr, kLen});  // 4 GiB in all
+  std::vector<xfer::RegionInfo> known;
+  XT_ASSERT_OK(engine_.GetRemoteRegions(peer_.name(), &known));
+  xfer::RequestHandle h = 0;
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, d, 60s, &h));
+  std::this_thread::sleep_for(200ms);
+  const auto t0 = Clock::now();
+  EXPECT_TRUE(peer_.Call("dereg " + std::to_string(r.handle), 30s).ok);
+  const Outcome o = WaitFor(engine_, h, 30s);
+  EXPECT_EQ(o.status.state, RequestState::kFailed) << o.wait.ToString();
+  EXPECT_LT(SecondsSince(t0), 15.0);
+  XT_EXPECT_OK(Write({{src.addr(), other.addr, 4096}}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, IntegrationStaging, ::testing::ValuesIn(Staged({"tcp", "cma"})),
                          ParamName);
 
