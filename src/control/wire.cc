@@ -28,6 +28,13 @@ class Writer {
       Str(b.bytes);
     }
   }
+  void Ranges(const std::vector<DigestRange>& ranges) {
+    U32(static_cast<uint32_t>(ranges.size()));
+    for (const DigestRange& r : ranges) {
+      U64(r.addr);
+      U64(r.len);
+    }
+  }
   void Region(const WireRegion& r) {
     U64(r.id);
     U64(r.info.addr);
@@ -95,6 +102,25 @@ class Reader {
     blobs->resize(n);
     for (auto& b : *blobs) {
       if (!Str(&b.backend) || !Str(&b.bytes)) return false;
+    }
+    return true;
+  }
+  // A status code this build knows.
+  bool Code(StatusCode* code) {
+    uint32_t c = 0;
+    if (!U32(&c)) return false;
+    if (c > static_cast<uint32_t>(kLastStatusCode)) return Fail("unknown status code");
+    *code = static_cast<StatusCode>(c);
+    return true;
+  }
+  // A list of at most `most` ranges of the receiver's memory (`too_many` says why not).
+  bool Ranges(std::vector<DigestRange>* ranges, uint32_t most, const char* too_many) {
+    uint32_t n = 0;
+    if (!Count(&n, 16, sizeof(DigestRange))) return false;
+    if (n > most) return Fail(too_many);
+    ranges->resize(n);
+    for (DigestRange& r : *ranges) {
+      if (!U64(&r.addr) || !U64(&r.len)) return false;
     }
     return true;
   }
@@ -186,11 +212,7 @@ void EncodeBody(Writer& w, const NotifyEnded& m) {
 void EncodeBody(Writer& w, const Digest& m) {
   w.U64(m.id);
   w.U8(m.landed ? 1 : 0);
-  w.U32(static_cast<uint32_t>(m.ranges.size()));
-  for (const DigestRange& r : m.ranges) {
-    w.U64(r.addr);
-    w.U64(r.len);
-  }
+  w.Ranges(m.ranges);
 }
 void EncodeBody(Writer& w, const DigestCancel& m) { w.U64(m.id); }
 void EncodeBody(Writer& w, const DigestAnswer& m) {
@@ -213,11 +235,7 @@ void EncodeBody(Writer& w, const StageMove& m) {
   w.U64(m.id);
   w.U8(m.write ? 1 : 0);
   w.U32(m.slot);
-  w.U32(static_cast<uint32_t>(m.ranges.size()));
-  for (const DigestRange& r : m.ranges) {
-    w.U64(r.addr);
-    w.U64(r.len);
-  }
+  w.Ranges(m.ranges);
 }
 void EncodeBody(Writer& w, const StageMoved& m) {
   w.U64(m.id);
@@ -287,23 +305,16 @@ bool DecodeBody(Reader& r, NotifyEnded* m) {
 }
 bool DecodeBody(Reader& r, Digest* m) {
   uint8_t landed = 0;
-  uint32_t n = 0;
-  if (!r.U64(&m->id) || !r.U8(&landed) || !r.Count(&n, 16, sizeof(DigestRange))) return false;
+  if (!r.U64(&m->id) || !r.U8(&landed)) return false;
   if (landed > 1) return r.Fail("a landed flag other than 0 or 1");
-  if (n > kMaxDigestRanges) return r.Fail("more ranges than a Digest may ask for");
   m->landed = landed == 1;
-  m->ranges.resize(n);
-  for (DigestRange& range : m->ranges) {
-    if (!r.U64(&range.addr) || !r.U64(&range.len)) return false;
-  }
-  return true;
+  return r.Ranges(&m->ranges, kMaxDigestRanges, "more ranges than a Digest may ask for");
 }
 bool DecodeBody(Reader& r, DigestCancel* m) { return r.U64(&m->id); }
 bool DecodeBody(Reader& r, DigestAnswer* m) {
-  uint32_t code = 0, n = 0;
-  if (!r.U64(&m->id) || !r.U32(&code) || !r.Str(&m->why) || !r.Count(&n, 8, sizeof(uint64_t))) return false;
-  if (code > static_cast<uint32_t>(kLastStatusCode)) return r.Fail("unknown status code");
-  m->code = static_cast<StatusCode>(code);
+  uint32_t n = 0;
+  if (!r.U64(&m->id) || !r.Code(&m->code) || !r.Str(&m->why) || !r.Count(&n, 8, sizeof(uint64_t)))
+    return false;
   if (m->code != StatusCode::kOk && n != 0) return r.Fail("checksums in a refusal");
   m->digests.resize(n);
   for (uint64_t& d : m->digests) {
@@ -311,42 +322,20 @@ bool DecodeBody(Reader& r, DigestAnswer* m) {
   }
   return true;
 }
-bool DecodeCode(Reader& r, StatusCode* code) {
-  uint32_t c = 0;
-  if (!r.U32(&c)) return false;
-  if (c > static_cast<uint32_t>(kLastStatusCode)) return r.Fail("unknown status code");
-  *code = static_cast<StatusCode>(c);
-  return true;
-}
 bool DecodeBody(Reader& r, StageOpen* m) { return r.U64(&m->id); }
 bool DecodeBody(Reader& r, StageOpened* m) {
-  return r.U64(&m->id) && DecodeCode(r, &m->code) && r.Str(&m->why) && r.Region(&m->region) &&
+  return r.U64(&m->id) && r.Code(&m->code) && r.Str(&m->why) && r.Region(&m->region) &&
          r.U64(&m->slot_bytes) && r.U32(&m->slots);
 }
 bool DecodeBody(Reader& r, StageMove* m) {
   uint8_t write = 0;
-  uint32_t n = 0;
-  if (!r.U64(&m->id) || !r.U8(&write) || !r.U32(&m->slot) || !r.Count(&n, 16, sizeof(DigestRange)))
-    return false;
+  if (!r.U64(&m->id) || !r.U8(&write) || !r.U32(&m->slot)) return false;
   if (write > 1) return r.Fail("a write flag other than 0 or 1");
-  if (n > kMaxStageRanges) return r.Fail("more ranges than a StageMove may name");
   m->write = write == 1;
-  m->ranges.resize(n);
-  for (DigestRange& range : m->ranges) {
-    if (!r.U64(&range.addr) || !r.U64(&range.len)) return false;
-  }
-  return true;
+  return r.Ranges(&m->ranges, kMaxStageRanges, "more ranges than a StageMove may name");
 }
-bool DecodeBody(Reader& r, StageMoved* m) {
-  return r.U64(&m->id) && DecodeCode(r, &m->code) && r.Str(&m->why);
-}
-bool DecodeBody(Reader& r, NotifyAck* m) {
-  uint32_t code = 0;
-  if (!r.U64(&m->seq) || !r.U32(&code) || !r.Str(&m->why)) return false;
-  if (code > static_cast<uint32_t>(kLastStatusCode)) return r.Fail("unknown status code");
-  m->code = static_cast<StatusCode>(code);
-  return true;
-}
+bool DecodeBody(Reader& r, StageMoved* m) { return r.U64(&m->id) && r.Code(&m->code) && r.Str(&m->why); }
+bool DecodeBody(Reader& r, NotifyAck* m) { return r.U64(&m->seq) && r.Code(&m->code) && r.Str(&m->why); }
 bool DecodeBody(Reader& r, NotifyRingOffer* m) {
   return r.U64(&m->seq) && r.I32(&m->fd) && r.U64(&m->key) && r.U64(&m->bytes) && r.U32(&m->max_message);
 }

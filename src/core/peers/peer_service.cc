@@ -133,21 +133,18 @@ Status PeerService::GetPeerInfo(const std::string& remote, PeerInfo* info) {
   const PeerState& st = *peer.state;
   *info = st.info;
   uint64_t staged = 0;
+  // (A route through the peer's staging slots comes right before the route it goes over, and
+  // shares its name: one entry for both.)
+  auto count = [](std::vector<PeerInfo::Moved>* list, std::string_view route, uint64_t bytes) {
+    if (list->empty() || list->back().path != route) list->push_back({std::string(route), 0});
+    list->back().bytes += bytes;
+  };
   for (const auto& r : st.routes.routes) {  // (built here: the routes are the one record)
-    const uint64_t moved = r->bytes().load(std::memory_order_relaxed);
-    if (!info->routes.empty() && info->routes.back() == r->backend()) {
-      info->moved.back().bytes += moved;  // (a route through the peer's staging slots, and its own)
-    } else {
-      info->routes.emplace_back(r->backend());
-      info->moved.push_back({std::string(r->backend()), moved});
-    }
+    if (info->routes.empty() || info->routes.back() != r->backend()) info->routes.emplace_back(r->backend());
+    count(&info->moved, r->backend(), r->bytes().load(std::memory_order_relaxed));
     for (auto& [path, bytes] : r->link().PathBytes()) info->nic_pairs.push_back({std::move(path), bytes});
     if (const uint64_t n = r->staged_bytes().load(std::memory_order_relaxed); n > 0) {
-      if (!info->staged_via.empty() && info->staged_via.back().path == r->backend()) {
-        info->staged_via.back().bytes += n;
-      } else {
-        info->staged_via.push_back({std::string(r->backend()), n});
-      }
+      count(&info->staged_via, r->backend(), n);
       staged += n;
     }
   }

@@ -97,11 +97,16 @@ Status StageChannel::Open(std::unique_lock<std::mutex>& lock, Clock::time_point 
     if (closed_ || !session_) return Lost();
     if (pool_ == Pool::kNone) {
       open_failed_ = Status::Ok();
-      open_id_ = next_id_++;
+      const uint64_t id = open_id_ = next_id_++;
       pool_ = Pool::kAsked;
-      if (Status s = session_->Send(wire::StageOpen{open_id_}); !s.ok()) {
-        pool_ = Pool::kNone;
-        return s;
+      const std::shared_ptr<control::Session> session = session_;
+      lock.unlock();  // (the others wait for its answer; a send is a system call)
+      Status sent = session->Send(wire::StageOpen{id});
+      lock.lock();
+      if (!sent.ok()) {
+        if (pool_ == Pool::kAsked && open_id_ == id) pool_ = Pool::kNone;
+        cv_.notify_all();
+        return sent;
       }
     }
     const uint64_t asked = open_id_, epoch = interrupts_;
@@ -146,16 +151,18 @@ Status StageChannel::Move(const Slot& slot, bool write, std::vector<wire::Digest
     free_.push_back(slot.index);
     return Lost();
   }
-  const uint64_t id = next_id_++;
-  moves_[id].slot = slot.index;
-  // (Sent under mu_: its answer, on the control thread, finds the move waiting.)
-  if (Status s = session_->Send(wire::StageMove{id, write, slot.index, std::move(ranges)}); !s.ok()) {
+  const uint64_t id = next_id_++, epoch = interrupts_;
+  moves_[id].slot = slot.index;  // (before it is sent: its answer finds it waiting)
+  const std::shared_ptr<control::Session> session = session_;
+  lock.unlock();  // (a send is a system call)
+  Status sent = session->Send(wire::StageMove{id, write, slot.index, std::move(ranges)});
+  lock.lock();
+  if (!sent.ok()) {
     moves_.erase(id);
     free_.push_back(slot.index);
     cv_.notify_all();
-    return s;
+    return sent;
   }
-  const uint64_t epoch = interrupts_;
   const bool in_time =
       cv_.wait_until(lock, deadline, [&] { return moves_.at(id).answered || interrupts_ != epoch; });
   if (!moves_.at(id).answered) {

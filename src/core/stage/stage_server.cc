@@ -49,7 +49,7 @@ StageServer::Pool* StageServer::PoolOf(const control::Session* s) const {
 StageServer::Pool* StageServer::Lend(const control::Session* s, Status* why) {
   if (Pool* own = PoolOf(s)) return own;
   for (const auto& p : pools_) {
-    if (p->owner == nullptr && p->moving == 0) {
+    if (p->owner == nullptr && !p->Moving()) {
       p->owner = s;
       return p.get();
     }
@@ -107,11 +107,11 @@ void StageServer::OnMove(const std::shared_ptr<control::Session>& s, wire::Stage
   {
     std::lock_guard lock(mu_);
     Pool* p = PoolOf(s.get());
-    uint64_t total = 0;
+    uint64_t room = slot_bytes();  // (what the ranges leave of the slot, as long as they fit)
     bool overflow = false;
     for (const wire::DigestRange& r : m.ranges) {
-      overflow = overflow || r.len > slot_bytes() - std::min(total, slot_bytes());
-      total += overflow ? 0 : r.len;
+      overflow = overflow || r.len > room;
+      room -= overflow ? 0 : r.len;
     }
     if (stop_) {
       refused = {StatusCode::kCanceled, "the engine is stopping"};
@@ -126,7 +126,6 @@ void StageServer::OnMove(const std::shared_ptr<control::Session>& s, wire::Stage
     } else if (p->slot_moving[m.slot]) {
       refused = {StatusCode::kResourceExhausted, "slot " + std::to_string(m.slot) + " has a move under way"};
     } else {
-      ++p->moving;
       p->slot_moving[m.slot] = true;
       moves_.push_back(Move{s, p, std::move(m)});
       cv_.notify_one();
@@ -144,7 +143,6 @@ void StageServer::SessionClosed(const control::Session* s) {
   p->owner = nullptr;  // (lent again once its moves are over)
   std::erase_if(moves_, [&](const Move& m) {
     if (m.session.get() != s) return false;
-    --p->moving;
     p->slot_moving[m.ask.slot] = false;
     return true;
   });
@@ -167,7 +165,6 @@ void StageServer::Serve() {
       copied = Copy(m);
     }
     lock.lock();
-    --m.pool->moving;
     m.pool->slot_moving[m.ask.slot] = false;  // (before the answer: the peer may move it again next)
     lock.unlock();
     if (wanted) {

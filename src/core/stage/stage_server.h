@@ -13,6 +13,7 @@
 // memory.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -62,8 +63,11 @@ class StageServer {
     std::unique_ptr<RegionResources> resources;
     wire::WireRegion region;
     const control::Session* owner = nullptr;  // mu_
-    int moving = 0;                           // mu_: moves of it queued or being copied
-    std::vector<bool> slot_moving;            // mu_: per slot, whether a move of it is (one at most)
+    // mu_: per slot, whether a move of it is queued or being copied (one at most).
+    std::vector<bool> slot_moving;
+    bool Moving() const {
+      return std::find(slot_moving.begin(), slot_moving.end(), true) != slot_moving.end();
+    }
   };
   struct Move {
     std::shared_ptr<control::Session> session;
