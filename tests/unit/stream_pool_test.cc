@@ -122,10 +122,14 @@ void CheckSharedCopies(StreamPool& pool, uint32_t seed) {
 TEST(StreamPool, SharedCopyLandsWholeAndStreamsTakeHalves) {
   StreamPool pool(2, std::chrono::milliseconds(50));  // streams spin long: they take halves
   CheckSharedCopies(pool, 1);
-  // A loaded machine may not have run a stream yet: give it up to 5 s of copies to take one.
+  // A loaded machine may not have run a stream yet, and its share rule may have found copying
+  // alone cheaper (then only a trial of 4 copies in 128 offers a half, and the stream that the
+  // trial's first copy wakes may not run before the trial is over): keep a stream spinning with
+  // an empty task before each copy, and give it up to 5 s of copies to take a half.
   std::vector<uint8_t> a(1 << 20), b(1 << 20);
   for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
        pool.shared_halves() == 0 && std::chrono::steady_clock::now() < until;) {
+    pool.Submit(0, [] {});
     std::fill(a.begin(), a.end(), static_cast<uint8_t>(a[0] + 1));
     pool.SharedCopy(b.data(), a.data(), a.size());
     ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0);
