@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -72,6 +73,69 @@ TEST(BufferPool, AStagedLinkStagesThenMovesOverItsRoutesLink) {
   ASSERT_TRUE(staged.Execute(Op::kRead, {&r, 1}, Clock::now() + 5s).ok());
   EXPECT_EQ(back, src);
   EXPECT_EQ(pool->waits(), 0u) << "the one buffer came back after each batch";
+}
+
+// A link that moves a batch within this process piece by piece, as tcp does (PieceHook), and
+// lets the test look at the batch between pieces (upto: the payload bytes told so far).
+class PieceLink final : public Link {
+ public:
+  std::function<void(std::span<const Slice> batch, uint64_t upto)> between;
+  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point) override {
+    CopyInProcess(op, batch);
+    return Status::Ok();
+  }
+  Status ExecutePieces(Op op, std::span<const Slice> batch, Clock::time_point deadline,
+                       PieceHook& hook) override {
+    uint64_t total = 0;
+    for (const Slice& s : batch) total += s.len;
+    if (op == Op::kRead) CopyInProcess(op, batch);  // (landed whole, told piece by piece)
+    for (uint64_t upto = 0; upto < total;) {
+      upto = std::min(upto + hook.piece(), total);
+      Status s = op == Op::kWrite ? hook.Ready(upto) : hook.Landed(upto);
+      if (!s.ok()) return s;
+      between(batch, upto);
+    }
+    return op == Op::kWrite ? Execute(op, batch, deadline) : Status::Ok();
+  }
+};
+
+// A batch of several MiB is copied through its buffer in pieces, one piece ahead of the link:
+// a WRITE's next piece is in the buffer when the link sends the one before it, and not the
+// piece after; a READ's bytes are copied out as each piece lands.
+TEST(BufferPool, ABatchIsCopiedPieceByPieceAsTheLinkMovesIt) {
+  constexpr uint64_t kPiece = kStagePiece, kTotal = 3 * kPiece + 4097;
+  PieceLink link;
+  BufferPool pool(1, 4 * kPiece);
+  std::vector<uint8_t> src(kTotal), dst(kTotal + 64, 0), back(kTotal, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 31 + 7) | 1;  // (never 0)
+  auto at = [](std::vector<uint8_t>& v, uint64_t off) { return reinterpret_cast<uint64_t>(v.data() + off); };
+  // Three slices whose ends fall inside pieces, the last one landing at an odd offset.
+  const uint64_t a = kPiece / 2, b = 2 * kPiece + 3;
+  const std::vector<Slice> w = {
+      {at(src, 0), at(dst, 0), a}, {at(src, a), at(dst, a), b - a}, {at(src, b), at(dst, b + 1), kTotal - b}};
+  std::vector<uint64_t> told;
+  link.between = [&](std::span<const Slice> batch, uint64_t upto) {
+    told.push_back(upto);
+    const auto* buffer = reinterpret_cast<const uint8_t*>(batch[0].local);
+    const uint64_t ahead = std::min(upto + kPiece, kTotal);
+    EXPECT_EQ(0, std::memcmp(buffer, src.data(), ahead)) << "told " << upto;
+    if (ahead < kTotal) EXPECT_EQ(0, buffer[ahead]) << "copied more than a piece ahead, told " << upto;
+  };
+  ASSERT_TRUE(pool.Run(Op::kWrite, w, false, link, Clock::now() + 5s).ok());
+  EXPECT_EQ(told, (std::vector<uint64_t>{kPiece, 2 * kPiece, 3 * kPiece, kTotal}));
+  EXPECT_EQ(0, std::memcmp(dst.data() + b + 1, src.data() + b, kTotal - b));
+
+  std::vector<Slice> r = w;
+  for (auto& s : r) s.local = at(back, s.local - at(src, 0));
+  told.clear();
+  link.between = [&](std::span<const Slice>, uint64_t upto) {
+    told.push_back(upto);
+    EXPECT_EQ(0, std::memcmp(back.data(), src.data(), upto)) << "told " << upto;
+    if (upto < kTotal) EXPECT_EQ(0, back[upto]) << "copied out before it landed, told " << upto;
+  };
+  ASSERT_TRUE(pool.Run(Op::kRead, r, false, link, Clock::now() + 5s).ok());
+  EXPECT_EQ(told.size(), 4u);
+  EXPECT_EQ(back, src);
 }
 
 }  // namespace

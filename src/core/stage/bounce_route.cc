@@ -4,18 +4,37 @@
 
 namespace xfer {
 
-Status BounceLink::Execute(Op op, std::span<const transport::Slice> batch,
-                           transport::Clock::time_point deadline) {
+Status BounceLink::Run(Op op, std::span<const transport::Slice> batch, transport::Clock::time_point deadline,
+                       transport::PieceHook* hook) {
   size_t first = 0;
-  uint64_t done = 0;
+  uint64_t done = 0, moved = 0;
   while (first < batch.size()) {
-    if (Status s = Chunk(op, batch, &first, &done, deadline); !s.ok()) return s;
+    if (Status s = Chunk(op, batch, &first, &done, &moved, hook, deadline); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+Status BounceLink::Across(Op op, std::span<const transport::Slice> to_slot, uint64_t moved,
+                          transport::PieceHook* hook, transport::Clock::time_point deadline) {
+  if (hook == nullptr) return inner_->Execute(op, to_slot, deadline);
+  transport::SliceCutter cutter(to_slot);
+  std::vector<transport::Slice> piece;
+  const uint64_t each = std::max<uint64_t>(hook->piece(), 1);
+  for (uint64_t n; (n = cutter.Next(each, &piece)) > 0;) {
+    moved += n;
+    if (op == Op::kWrite) {
+      if (Status s = hook->Ready(moved); !s.ok()) return s;
+    }
+    if (Status s = inner_->Execute(op, piece, deadline); !s.ok()) return s;
+    if (op == Op::kRead) {
+      if (Status s = hook->Landed(moved); !s.ok()) return s;
+    }
   }
   return Status::Ok();
 }
 
 Status BounceLink::Chunk(Op op, std::span<const transport::Slice> batch, size_t* first, uint64_t* done,
-                         transport::Clock::time_point deadline) {
+                         uint64_t* moved, transport::PieceHook* hook, transport::Clock::time_point deadline) {
   StageChannel::Slot slot;
   if (Status s = channel_->Acquire(deadline, &slot); !s.ok()) return s;
   std::vector<transport::Slice> to_slot;  // our memory <-> the slot
@@ -34,15 +53,17 @@ Status BounceLink::Chunk(Op op, std::span<const transport::Slice> batch, size_t*
     }
   }
   const bool write = op == Op::kWrite;
+  const uint64_t before = *moved;
+  *moved += used;
   if (write) {
-    if (Status s = inner_->Execute(op, to_slot, deadline); !s.ok()) {
+    if (Status s = Across(op, to_slot, before, hook, deadline); !s.ok()) {
       channel_->Release(slot);
       return s;
     }
   }
   if (Status s = channel_->Move(slot, write, std::move(ranges), deadline); !s.ok()) return s;
-  Status s =
-      write ? Status::Ok() : inner_->Execute(op, to_slot, deadline);  // (READ: the slot is ours till then)
+  // (READ: the slot is ours till then.)
+  Status s = write ? Status::Ok() : Across(op, to_slot, before, hook, deadline);
   channel_->Release(slot);
   return s;
 }

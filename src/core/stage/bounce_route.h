@@ -18,7 +18,15 @@ class BounceLink final : public transport::Link {
   BounceLink(std::shared_ptr<StageChannel> channel, std::shared_ptr<transport::Link> inner)
       : channel_(std::move(channel)), inner_(std::move(inner)) {}
   Status Execute(Op op, std::span<const transport::Slice> batch,
-                 transport::Clock::time_point deadline) override;
+                 transport::Clock::time_point deadline) override {
+    return Run(op, batch, deadline, nullptr);
+  }
+  // Each slot's worth goes into the slot (or out of it) piece by piece, the hook told in
+  // between; the peer copies the slot in one move.
+  Status ExecutePieces(Op op, std::span<const transport::Slice> batch, transport::Clock::time_point deadline,
+                       transport::PieceHook& hook) override {
+    return Run(op, batch, deadline, &hook);
+  }
   void Shutdown() override { inner_->Shutdown(); }
   // (The batches waiting for the peer's answers give up too: only the control thread, which
   // the fence holds, hears them.)
@@ -28,9 +36,15 @@ class BounceLink final : public transport::Link {
   }
 
  private:
-  // One slot's worth of the batch (what fits from slice `first`, offset `done` into it on).
-  Status Chunk(Op op, std::span<const transport::Slice> batch, size_t* first, uint64_t* done,
-               transport::Clock::time_point deadline);
+  Status Run(Op op, std::span<const transport::Slice> batch, transport::Clock::time_point deadline,
+             transport::PieceHook* hook);
+  // One slot's worth of the batch (what fits from slice `first`, offset `done` into it on;
+  // *moved: the batch's bytes before it, then after it).
+  Status Chunk(Op op, std::span<const transport::Slice> batch, size_t* first, uint64_t* done, uint64_t* moved,
+               transport::PieceHook* hook, transport::Clock::time_point deadline);
+  // Between our memory and the slot: at once, or piece by piece with a hook (moved: as Chunk's).
+  Status Across(Op op, std::span<const transport::Slice> to_slot, uint64_t moved, transport::PieceHook* hook,
+                transport::Clock::time_point deadline);
   const std::shared_ptr<StageChannel> channel_;
   const std::shared_ptr<transport::Link> inner_;
 };

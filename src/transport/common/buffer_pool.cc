@@ -57,6 +57,61 @@ Status BufferPool::Acquire(Clock::time_point deadline, Lease* out) {
   return Status::Ok();
 }
 
+namespace {
+
+// The copies between local memory and one staging buffer, piece by piece, as the link moves
+// the batch (PieceHook): a WRITE copies the next piece into the buffer while the link sends
+// the one before; a READ copies a piece out while the link receives the next.
+class Pipe final : public PieceHook {
+ public:
+  // copies: local sides the memory, remote sides the buffer, in the buffer's order.
+  Pipe(bool write, std::span<const Slice> copies, uint64_t total, bool device, Clock::time_point deadline)
+      : write_(write), cutter_(copies), total_(total), device_(device), deadline_(deadline) {}
+
+  uint64_t piece() const override { return kStagePiece; }
+  Status Ready(uint64_t upto) override {
+    while (done_ < upto) {
+      if (queued_ == done_) {
+        if (Status s = Start(std::min(done_ + kStagePiece, total_)); !s.ok()) return s;
+      }
+      if (Status s = pending_.Finish(deadline_); !s.ok()) return s;
+      done_ = queued_;
+      // The next piece's copy, while the link sends this one.
+      if (done_ < total_) {
+        if (Status s = Start(std::min(done_ + kStagePiece, total_)); !s.ok()) return s;
+      }
+    }
+    return Status::Ok();
+  }
+  Status Landed(uint64_t upto) override {
+    if (upto <= queued_) return Status::Ok();  // (landed again: the batch went again)
+    if (Status s = pending_.Finish(deadline_); !s.ok()) return s;
+    return Start(upto);
+  }
+  // The last copy's end (READ: the batch's bytes are all where they belong then).
+  Status Finish() { return pending_.Finish(deadline_); }
+
+ private:
+  // Starts the copy of the buffer's bytes [queued_, end).
+  Status Start(uint64_t end) {
+    cutter_.Next(end - queued_, &cut_);
+    queued_ = end;
+    return pending_.Start(write_, cut_, device_);
+  }
+
+  const bool write_;
+  SliceCutter cutter_;
+  const uint64_t total_;
+  const bool device_;
+  const Clock::time_point deadline_;
+  std::vector<Slice> cut_;  // the copies of the piece started last
+  uint64_t queued_ = 0;     // bytes whose copy was started
+  uint64_t done_ = 0;       // WRITE: bytes whose copy finished
+  PendingCopy pending_;     // (waited for before the buffer goes back to the pool: declared last)
+};
+
+}  // namespace
+
 Status BufferPool::Run(Op op, std::span<const Slice> batch, bool device, Link& link,
                        Clock::time_point deadline) {
   uint64_t total = 0;
@@ -79,12 +134,12 @@ Status BufferPool::Run(Op op, std::span<const Slice> batch, bool device, Link& l
     copies.push_back({s.local, at, s.len});
     off += s.len;
   }
-  if (op == Op::kWrite) {
-    if (Status s = StageCopy(true, copies, device, deadline); !s.ok()) return s;
-    return link.Execute(op, wire, deadline);
+  Pipe pipe(op == Op::kWrite, copies, total, device, deadline);
+  if (Status s = link.ExecutePieces(op, wire, deadline, pipe); !s.ok()) return s;
+  if (op == Op::kRead) {
+    if (Status s = pipe.Landed(total); !s.ok()) return s;  // (nothing when the link told it all)
   }
-  if (Status s = link.Execute(op, wire, deadline); !s.ok()) return s;
-  return StageCopy(false, copies, device, deadline);
+  return pipe.Finish();
 }
 
 }  // namespace xfer::transport

@@ -44,4 +44,25 @@ Status StageCopy(bool to_buffer, std::span<const Slice> copies, bool device, Clo
   return Status::Ok();
 }
 
+PendingCopy::~PendingCopy() {
+  if (running_) (void)Finish(Clock::time_point::max());
+}
+
+Status PendingCopy::Start(bool to_buffer, std::span<const Slice> copies, bool device) {
+  const Op op = to_buffer ? Op::kWrite : Op::kRead;  // (as StageCopy)
+  if (!device) {
+    CopyInProcess(op, copies);
+    return Status::Ok();
+  }
+  Status s = cuda::StartCopy(op, copies);
+  running_ = s.ok();
+  return s;
+}
+
+Status PendingCopy::Finish(Clock::time_point deadline) {
+  if (!running_) return Status::Ok();
+  running_ = false;
+  return cuda::FinishCopy(deadline);
+}
+
 }  // namespace xfer::transport

@@ -34,4 +34,27 @@ class StagingBuffer {
 // out of them otherwise.
 Status StageCopy(bool to_buffer, std::span<const Slice> copies, bool device, Clock::time_point deadline);
 
+// A staged batch moves in pieces of at most this many bytes, so that the copy of one overlaps
+// the network moving another: small enough that a batch of a few MiB is several pieces, large
+// enough that a copy's fixed cost (~10 us on a GPU) stays small against it.
+constexpr uint64_t kStagePiece = 1 << 20;
+
+// StageCopy in two steps, so that this thread sends or receives one piece while the copy
+// engines copy the next (GPU memory); host memory is copied by Start, on this thread. One
+// started copy at a time per thread (cuda::StartCopy): Finish it before the next Start. The
+// destructor waits for a copy still running: the memory it touches must outlive it.
+class PendingCopy {
+ public:
+  PendingCopy() = default;
+  PendingCopy(const PendingCopy&) = delete;
+  PendingCopy& operator=(const PendingCopy&) = delete;
+  ~PendingCopy();
+  Status Start(bool to_buffer, std::span<const Slice> copies, bool device);
+  // Ok when nothing was started.
+  Status Finish(Clock::time_point deadline);
+
+ private:
+  bool running_ = false;  // a device copy runs
+};
+
 }  // namespace xfer::transport

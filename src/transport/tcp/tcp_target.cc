@@ -478,6 +478,7 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
     const bool moved = ServeStaged(svc, *f, &intact, why);
     exec.unlock();
     if (!moved) return false;
+    if (!f->write) *replied = f->total;  // (as a direct READ's: the next frame is spun for)
     if (f->write)
       s = intact ? SendReply(fd, StatusCode::kOk, "", io_deadline()) : SendMismatch(fd, io_deadline());
   } else if (f->write) {
@@ -542,10 +543,53 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
   return s.ok();
 }
 
+namespace {
+
+// A staged batch at the target, in steps: a range that is not staged moves straight between
+// the socket and memory; staged ranges, consecutive ones gathered, move in pieces of at most
+// `half` bytes through alternating halves of the connection's staging buffer, so that the
+// copy engines copy one piece while the socket moves the other (GPU memory; host memory is
+// copied in turn, piece by piece, while the piece is still in the cache).
+struct StagedStep {
+  uint8_t* direct = nullptr;    // a range moved straight; null: a piece
+  uint64_t len = 0;             // the range's bytes, or the piece's
+  uint8_t* piece = nullptr;     // where the piece lies in the buffer
+  bool device = false;          // the piece's memory is GPU memory
+  size_t first = 0, count = 0;  // the piece's copies (memory as local sides, the buffer as remote)
+};
+
+void PlanStaged(std::span<const iovec> ranges, std::span<const TcpTargetAccess> access, uint8_t* buf,
+                uint64_t half, std::vector<StagedStep>* steps, std::vector<Slice>* copies) {
+  steps->clear();
+  copies->clear();
+  size_t pieces = 0;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    auto* base = static_cast<uint8_t*>(ranges[i].iov_base);
+    if (!access[i].staged) {
+      steps->push_back({base, ranges[i].iov_len});
+      continue;
+    }
+    for (uint64_t off = 0; off < ranges[i].iov_len;) {
+      StagedStep* last = steps->empty() ? nullptr : &steps->back();
+      if (last == nullptr || last->direct != nullptr || last->len == half ||
+          last->device != access[i].device) {
+        steps->push_back({nullptr, 0, buf + (pieces++ % 2) * half, access[i].device, copies->size(), 0});
+        last = &steps->back();
+      }
+      const uint64_t n = std::min(half - last->len, ranges[i].iov_len - off);
+      copies->push_back(
+          {reinterpret_cast<uint64_t>(base + off), reinterpret_cast<uint64_t>(last->piece + last->len), n});
+      last->len += n;
+      ++last->count;
+      off += n;
+    }
+  }
+}
+
+}  // namespace
+
 bool TcpTransport::ServeStaged(Service& svc, const Frame& f, bool* intact, std::string* why) {
   const bool write = f.write;
-  const std::span<const iovec> ranges = f.iov;
-  const std::span<const TcpTargetAccess> access = f.access;
   const uint64_t total = f.total;
   uint64_t tail = f.tail;
   // The checksum, when the batch carries one, of the payload as it passes (the WRITE's, or the
@@ -554,37 +598,52 @@ bool TcpTransport::ServeStaged(Service& svc, const Frame& f, bool* intact, std::
   if (f.checksummed) sum.emplace(f.StartChecksum());
   const int fd = svc.fd.get();
   const auto deadline = f.deadline;  // (a READ's reply too: staged, it is one step with the copies)
-  const uint64_t piece = hooks_.staging_bytes;
   Status s;
-  if (!svc.stage) s = StagingBuffer::Allocate(piece, &svc.stage);
-  uint8_t* buf = svc.stage ? svc.stage->data() : nullptr;
-  if (s.ok() && !write) {
+  if (!svc.stage) s = StagingBuffer::Allocate(hooks_.staging_bytes, &svc.stage);
+  if (!s.ok()) {
+    *why = "staged batch: " + s.message();
+    return false;
+  }
+  thread_local std::vector<StagedStep> steps;
+  thread_local std::vector<Slice> copies;
+  PlanStaged(f.iov, f.access, svc.stage->data(), std::min(kStagePiece, hooks_.staging_bytes / 2), &steps,
+             &copies);
+  const auto copies_of = [&](const StagedStep& p) { return std::span(copies).subspan(p.first, p.count); };
+  PendingCopy pending;  // WRITE: the last piece's copy out of the buffer; READ: the next's into it
+  if (write) {
+    for (size_t k = 0; k < steps.size() && s.ok(); ++k) {
+      const StagedStep& p = steps[k];
+      uint8_t* at = p.direct != nullptr ? p.direct : p.piece;
+      // (Finished before memory is written again: descriptors may overlap, the last one wins.)
+      if (p.direct != nullptr) s = pending.Finish(deadline);
+      if (s.ok()) s = net::RecvAll(fd, at, p.len, deadline);
+      if (s.ok() && sum) sum->Add(at, p.len);
+      if (s.ok() && p.direct == nullptr) s = pending.Finish(deadline);
+      if (s.ok() && p.direct == nullptr) s = pending.Start(false, copies_of(p), p.device);
+    }
+    if (s.ok()) s = pending.Finish(deadline);
+  } else {
     uint8_t ok[kReplyHeaderBytes + kAlign];
-    const uint64_t head = ReadReplyHeader(ok, ranges[0].iov_base);
+    const uint64_t head = ReadReplyHeader(ok, f.iov[0].iov_base);
     s = net::SendAll(fd, ok, head, deadline);
     tail = PadFor(head + total + f.trailer(), 0);
-  }
-  for (size_t i = 0; i < ranges.size() && s.ok(); ++i) {
-    auto* base = static_cast<uint8_t*>(ranges[i].iov_base);
-    if (!access[i].staged) {
-      if (!write && sum) sum->Add(base, ranges[i].iov_len);
-      s = write ? net::RecvAll(fd, base, ranges[i].iov_len, deadline)
-                : net::SendAll(fd, base, ranges[i].iov_len, deadline);
-      if (s.ok() && write && sum) sum->Add(base, ranges[i].iov_len);
-      continue;
-    }
-    for (uint64_t off = 0; off < ranges[i].iov_len && s.ok(); off += piece) {
-      const uint64_t n = std::min<uint64_t>(piece, ranges[i].iov_len - off);
-      const Slice copy{reinterpret_cast<uint64_t>(base + off), reinterpret_cast<uint64_t>(buf), n};
-      if (write) {
-        s = net::RecvAll(fd, buf, n, deadline);
-        if (s.ok() && sum) sum->Add(buf, n);
-        if (s.ok()) s = StageCopy(false, std::span(&copy, 1), access[i].device, deadline);
-      } else {
-        s = StageCopy(true, std::span(&copy, 1), access[i].device, deadline);
-        if (s.ok() && sum) sum->Add(buf, n);
-        if (s.ok()) s = net::SendAll(fd, buf, n, deadline);
+    size_t copied = steps.size();  // the piece whose copy into the buffer was started last
+    for (size_t k = 0; k < steps.size() && s.ok(); ++k) {
+      const StagedStep& p = steps[k];
+      if (p.direct == nullptr) {
+        if (copied != k) s = pending.Start(true, copies_of(p), p.device);
+        if (s.ok()) s = pending.Finish(deadline);
+        // The next piece's copy, into the other half, while this one is sent.
+        size_t next = k + 1;
+        while (next < steps.size() && steps[next].direct != nullptr) ++next;
+        if (s.ok() && next < steps.size()) {
+          s = pending.Start(true, copies_of(steps[next]), steps[next].device);
+          copied = next;
+        }
       }
+      uint8_t* at = p.direct != nullptr ? p.direct : p.piece;
+      if (s.ok() && sum) sum->Add(at, p.len);
+      if (s.ok()) s = net::SendAll(fd, at, p.len, deadline);
     }
   }
   // The checksum, when the batch carries one, and the frame's padding. (A failed copy closes

@@ -107,15 +107,26 @@ class TcpLink final : public Link {
     }
   }
 
+  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override {
+    return Run(op, batch, deadline, nullptr);
+  }
+  // A staged batch's payload moves piece by piece, the hook told in between (a checksummed
+  // WRITE's checksum covers the whole payload: it is told all of it first). Ready waits for
+  // copies while this connection's send lock is held: they take a fraction of the send.
+  Status ExecutePieces(Op op, std::span<const Slice> batch, Clock::time_point deadline,
+                       PieceHook& hook) override {
+    return Run(op, batch, deadline, &hook);
+  }
+
   // Over several paths, a batch that lost its connection goes again on another path while
   // its deadline allows (batches are idempotent); the lost path is avoided for its back-off.
-  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) override {
+  Status Run(Op op, std::span<const Slice> batch, Clock::time_point deadline, PieceHook* hook) {
     uint64_t bytes = 0;
     for (const Slice& s : batch) bytes += s.len;
     Conn* c = &Pick();
     for (;;) {
       bool interrupted = false;
-      Status s = ExecuteOnConn(*c, op, batch, bytes, deadline, &interrupted);
+      Status s = ExecuteOnConn(*c, op, batch, bytes, deadline, hook, &interrupted);
       if (s.ok()) {
         if (paths_.size() > 1 && c->path->Worked(bytes)) {
           XLOG(INFO) << "tcp: the path " << c->path->Name() << " works again";
@@ -202,17 +213,17 @@ class TcpLink final : public Link {
   // One batch on connection c: *interrupted when a fence's Interrupt ended it (not a path's
   // fault: it is not tried elsewhere).
   Status ExecuteOnConn(Conn& c, Op op, std::span<const Slice> batch, uint64_t bytes,
-                       Clock::time_point deadline, bool* interrupted) {
+                       Clock::time_point deadline, PieceHook* hook, bool* interrupted) {
     // (Stamped before the count rises: Interrupt never sees it busy with an older stamp.)
     if (c.busy.load() == 0) c.busy_from.store(Clock::now());
     c.busy.fetch_add(1);
     c.queued_bytes.fetch_add(bytes);
     const uint64_t epoch = c.interrupts.load();
-    Status s = Attempt(c, epoch, op, batch, deadline);
+    Status s = Attempt(c, epoch, op, batch, deadline, hook);
     // Damaged on the way (a checksum did not match): batches are idempotent, so once more.
     if (s.code() == StatusCode::kDataCorrupted && !shut_.load() && Clock::now() < deadline) {
       XLOG(WARN) << s.message() << " (peer " << peer_.host << "); trying the batch once more";
-      s = Attempt(c, epoch, op, batch, deadline);
+      s = Attempt(c, epoch, op, batch, deadline, hook);
     }
     *interrupted = c.interrupts.load() != epoch;
     c.queued_bytes.fetch_sub(bytes);
@@ -255,11 +266,12 @@ class TcpLink final : public Link {
   // say) is tried again on a fresh one while its own deadline allows: batches are
   // idempotent. A dead peer ends this at once: opening a stream to it fails.
   // (epoch: c.interrupts when the batch began.)
-  Status Attempt(Conn& c, uint64_t epoch, Op op, std::span<const Slice> batch, Clock::time_point deadline) {
+  Status Attempt(Conn& c, uint64_t epoch, Op op, std::span<const Slice> batch, Clock::time_point deadline,
+                 PieceHook* hook) {
     bool bystander = false;
-    Status s = ExecuteOn(c, epoch, op, batch, deadline, &bystander);
+    Status s = ExecuteOn(c, epoch, op, batch, deadline, hook, &bystander);
     while (bystander && !shut_.load() && c.interrupts.load() == epoch && Clock::now() < deadline) {
-      s = ExecuteOn(c, epoch, op, batch, deadline, &bystander);
+      s = ExecuteOn(c, epoch, op, batch, deadline, hook, &bystander);
     }
     return s;
   }
@@ -276,11 +288,14 @@ class TcpLink final : public Link {
   // Sends the frame, then reads the reply in turn. *bystander: the batch failed only because
   // another one broke the stream before this one's turn came.
   Status ExecuteOn(Conn& c, uint64_t epoch, Op op, std::span<const Slice> batch, Clock::time_point deadline,
-                   bool* bystander) {
+                   PieceHook* hook, bool* bystander) {
     *bystander = false;
     // The frame up to its payload, and a WRITE's checksum: built before the send lock, so that
     // another batch's frame may go out meanwhile.
     FrameHead head(op, batch, opts_.checksum);
+    if (hook != nullptr && head.write && head.checksummed) {
+      if (Status s = hook->Ready(head.total); !s.ok()) return s;
+    }
     // (A READ's covers its request: header and descriptors.)
     const uint64_t sum =
         opts_.checksum ? ChecksumOf(head.Checked(), op == Op::kWrite ? batch : std::span<const Slice>()) : 0;
@@ -300,7 +315,7 @@ class TcpLink final : public Link {
       }
       ticket = st->sent++;
       // (The frame may wait for the target to finish the one before it first: two steps.)
-      Status s = SendFrame(st->fd.get(), head, batch, sum, StepDeadline(deadline, 2));
+      Status s = SendFrame(st->fd.get(), head, batch, sum, hook, StepDeadline(deadline, 2));
       if (!s.ok())
         return Broken(*st, "a frame could not be sent: ", Stalled(s, deadline, "take a frame", 2), bystander);
     }
@@ -319,7 +334,7 @@ class TcpLink final : public Link {
       }
     }
     bool framed = false;
-    Status s = ReadReply(st->fd.get(), head, batch, StepDeadline(deadline), &framed);
+    Status s = ReadReply(st->fd.get(), head, batch, hook, StepDeadline(deadline), &framed);
     if (!framed) return Broken(*st, "a reply could not be read: ", Stalled(s, deadline, "reply"), bystander);
     std::lock_guard l(st->mu);
     ++st->received;
@@ -424,10 +439,49 @@ class TcpLink final : public Link {
     std::vector<uint8_t> bytes;
   };
 
+  // Sends or receives the iovecs as one stream, stopping where the payload (from byte `lead`
+  // on, `payload` bytes) reaches a multiple of hook.piece() to tell the hook: Ready before a
+  // send, Landed after a receive (*landed: its answer; the stream goes on all the same).
+  static Status MovePieces(int fd, bool send, std::span<const iovec> iov, uint64_t lead, uint64_t payload,
+                           PieceHook& hook, Clock::time_point deadline, Status* landed = nullptr) {
+    std::vector<iovec> part;
+    size_t i = 0;
+    uint64_t into = 0;  // the stream's next byte: iov[i], into bytes in
+    const auto move = [&](uint64_t n) {
+      part.clear();
+      while (n > 0 && i < iov.size()) {
+        const uint64_t m = std::min<uint64_t>(n, iov[i].iov_len - into);
+        if (m > 0) part.push_back({static_cast<uint8_t*>(iov[i].iov_base) + into, m});
+        n -= m;
+        into += m;
+        if (into == iov[i].iov_len) {
+          ++i;
+          into = 0;
+        }
+      }
+      if (part.empty()) return Status::Ok();
+      return send ? net::SendVWaitAll(fd, part.data(), part.size(), deadline)
+                  : net::RecvVWaitAll(fd, part.data(), part.size(), deadline);
+    };
+    const uint64_t piece = std::max<uint64_t>(hook.piece(), 1);
+    uint64_t done = 0, before = lead;
+    while (done < payload) {
+      const uint64_t n = std::min(piece, payload - done);
+      if (send) {
+        if (Status s = hook.Ready(done + n); !s.ok()) return s;
+      }
+      if (Status s = move(before + n); !s.ok()) return s;
+      before = 0;
+      done += n;
+      if (!send && landed->ok()) *landed = hook.Landed(done);
+    }
+    return move(UINT64_MAX);  // (what follows the payload)
+  }
+
   // The frame: its head, for WRITE the payload straight from the source memory, and when
   // checksummed the checksum sum (a WRITE's of head and payload, a READ's of its head).
   static Status SendFrame(int fd, const FrameHead& head, std::span<const Slice> batch, uint64_t sum,
-                          Clock::time_point deadline) {
+                          PieceHook* hook, Clock::time_point deadline) {
     const uint64_t tail = PadFor(head.bytes.size() + (head.write ? head.total : 0) + head.trailer(), 0);
     std::vector<iovec> iov;
     iov.reserve(batch.size() + 3);
@@ -437,13 +491,16 @@ class TcpLink final : public Link {
     }
     if (head.checksummed) iov.push_back({&sum, kTrailerBytes});
     iov.push_back({const_cast<uint8_t*>(kZeros), tail});
+    if (hook != nullptr && head.write && !head.checksummed) {
+      return MovePieces(fd, true, iov, head.bytes.size(), head.total, *hook, deadline);
+    }
     return net::SendVWaitAll(fd, iov.data(), iov.size(), deadline);
   }
 
   // The target's verdict and, for an accepted READ, the payload into the local memory (and its
   // checksum checked). *framed: the reply was read whole (the stream can carry the next one).
-  Status ReadReply(int fd, const FrameHead& head, std::span<const Slice> batch, Clock::time_point deadline,
-                   bool* framed) const {
+  Status ReadReply(int fd, const FrameHead& head, std::span<const Slice> batch, PieceHook* hook,
+                   Clock::time_point deadline, bool* framed) const {
     *framed = false;
     Status verdict;
     uint64_t tail = 0;
@@ -467,12 +524,20 @@ class TcpLink final : public Link {
       iovec rest[2] = {{&theirs, kTrailerBytes}, {PadSink(), tail}};
       if (s = net::RecvVWaitAll(fd, rest, 2, deadline); !s.ok()) return s;
       *framed = true;
-      return theirs == ours.Value() ? Status::Ok() : Mismatch("READ", "here");
+      if (theirs != ours.Value()) return Mismatch("READ", "here");
+      return hook != nullptr ? hook->Landed(head.total) : Status::Ok();
     }
     std::vector<iovec> iov;
     iov.reserve(batch.size() + 1);
     for (const Slice& sl : batch) iov.push_back({reinterpret_cast<void*>(sl.local), sl.len});
     iov.push_back({PadSink(), tail});
+    if (hook != nullptr) {
+      // (Landed fails only when a copy out of the buffer did: the stream is whole all the same.)
+      Status landed;
+      s = MovePieces(fd, false, iov, 0, head.total, *hook, deadline, &landed);
+      *framed = s.ok();
+      return s.ok() ? landed : s;
+    }
     s = net::RecvVWaitAll(fd, iov.data(), iov.size(), deadline);
     *framed = s.ok();
     return s;

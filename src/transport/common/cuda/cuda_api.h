@@ -65,6 +65,12 @@ Status Open(const std::string& blob, uint64_t len, const TakeFd& take_fd, std::s
 // waits for the copies, polling (never past the deadline by more than the copies themselves
 // take: memory must not be released under a copy in flight).
 Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::time_point deadline);
+// Copy in two steps, so that the thread can move other bytes while the copy engines run:
+// StartCopy queues the batch and returns; FinishCopy waits for it as Copy does (Ok when none
+// was started). One started batch per thread: the thread starts or copies nothing else until
+// it finished it, and must finish it before the memory it touches goes.
+Status StartCopy(Op op, std::span<const Slice> slices);
+Status FinishCopy(std::chrono::steady_clock::time_point deadline);
 
 // Page-locks host memory so copies to and from it run at the PCIe link's speed (cudaHostRegister;
 // read_only: memory mapped without write permission, which copies only read).

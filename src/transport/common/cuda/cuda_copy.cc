@@ -201,9 +201,21 @@ Status AwaitCopies(cudaStream_t stream, cudaEvent_t done, std::chrono::steady_cl
                                     std::to_string(late.count()) + " us after it)"};
 }
 
+// The batch a thread started (StartCopy) and has not finished yet.
+struct Started {
+  bool active = false;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done = nullptr;
+  Op op = Op::kWrite;
+  size_t slices = 0;
+  uint64_t bytes = 0;
+};
+thread_local Started started;
+
 }  // namespace
 
-Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::time_point deadline) {
+Status StartCopy(Op op, std::span<const Slice> slices) {
+  if (started.active) return {StatusCode::kInternal, "cuda: copy started while this thread's last one runs"};
   if (!Usable()) return NotUsable("copy");
   if (slices.empty()) return Status::Ok();
   thread_local ThreadCopier copier;
@@ -228,17 +240,31 @@ Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::tim
   uint64_t bytes = 0;
   s = Enqueue(op, slices, stream, &bytes);
   if (!s.ok()) return s;
-  // (Only failures spell the batch out: no allocation on the way of a copy that works.)
-  const auto what = [&] {
-    return "copy " + std::string(OpName(op)) + " (" + BatchText(slices.size(), bytes) + ")";
-  };
   const cudaError_t e = cudaEventRecord(done, stream);
   if (e != cudaSuccess) {
     const std::string msg = RtErr("cudaEventRecord", e);
     Drain(stream);
-    return {CodeOf(e), "cuda: " + what() + ": " + msg};
+    return {CodeOf(e),
+            "cuda: copy " + std::string(OpName(op)) + " (" + BatchText(slices.size(), bytes) + "): " + msg};
   }
-  return AwaitCopies(stream, done, deadline, what);
+  started = {true, stream, done, op, slices.size(), bytes};
+  return Status::Ok();
+}
+
+Status FinishCopy(std::chrono::steady_clock::time_point deadline) {
+  if (!started.active) return Status::Ok();
+  const Started b = started;
+  started.active = false;
+  // (Only failures spell the batch out: no allocation on the way of a copy that works.)
+  const auto what = [&] {
+    return "copy " + std::string(OpName(b.op)) + " (" + BatchText(b.slices, b.bytes) + ")";
+  };
+  return AwaitCopies(b.stream, b.done, deadline, what);
+}
+
+Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::time_point deadline) {
+  if (Status s = StartCopy(op, slices); !s.ok()) return s;
+  return FinishCopy(deadline);
 }
 
 }  // namespace xfer::transport::cuda
