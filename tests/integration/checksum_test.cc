@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
+#include <thread>
 
 #include "pattern.h"
 #include "raw_peer.h"
@@ -217,6 +219,51 @@ TEST(ChecksumsStalledPeer, AnAnswerThatNeverComesEndsTheRequestAtItsDeadline) {
   EXPECT_NE(s.message().find("checksum"), std::string::npos) << s.ToString();
   EXPECT_EQ(st.landed, (std::vector<uint64_t>{0}));
   EXPECT_LT(seconds, 3.0) << "ended long after its deadline";
+  e.Finalize();
+}
+
+// The same stalled peer: Cancel ends a request that waits for its check at once, CANCELED,
+// every descriptor moved but unchecked (it used to wait for the answer until its deadline).
+TEST(ChecksumsStalledPeer, ACancelWhileTheAnswerIsAwaitedEndsTheRequestAtOnce) {
+  PeerProcess peer;
+  std::string err;
+  ASSERT_TRUE(peer.Start({}, &err)) << err;
+  xfer::Engine e;
+  xfer::EngineOptions opts;
+  opts.transport = "cma";
+  opts.heartbeat_timeout = 30s;  // (the session outlives the stop)
+  opts.heartbeat_interval = 1s;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", opts));
+  XT_ASSERT_OK(e.Connect(peer.name(), 10s));
+  constexpr uint64_t kBytes = 1 << 20;
+  const PeerRegion r = peer.Alloc(kBytes);
+  LocalBuffer local(kBytes);
+  std::memset(reinterpret_cast<void*>(local.addr()), 0x5a, kBytes);
+  XT_ASSERT_OK(e.TransferSync(peer.name(), Op::kWrite, {{local.addr(), r.addr, kBytes}}, 10s));
+  std::memset(reinterpret_cast<void*>(local.addr()), 0, kBytes);
+  peer.Signal(SIGSTOP);
+  xfer::TransferOptions o;
+  o.checksum = true;
+  xfer::RequestHandle h = 0;
+  XT_ASSERT_OK(e.TransferAsync(peer.name(), Op::kRead, {{local.addr(), r.addr, kBytes}}, 30s, o, &h));
+  // cma reads a stopped process: the bytes arrive, and the request then waits for the answer.
+  const auto* got = reinterpret_cast<const uint8_t*>(local.addr());
+  for (const auto until = Clock::now() + 10s; got[kBytes - 1] != 0x5a && Clock::now() < until;) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(got[kBytes - 1], 0x5a) << "the bytes never arrived";
+  xfer::RequestStatus st;
+  EXPECT_EQ(e.Wait(h, 200ms, &st).code(), xfer::StatusCode::kTimeout) << "ended without its check";
+  const auto t0 = Clock::now();
+  XT_ASSERT_OK(e.Cancel(h));
+  const xfer::Status s = e.Wait(h, 5s, &st);
+  const double seconds = SecondsSince(t0);
+  peer.Signal(SIGCONT);
+  EXPECT_EQ(s.code(), xfer::StatusCode::kCanceled) << s.ToString();
+  EXPECT_EQ(st.state, RequestState::kCanceled);
+  EXPECT_NE(s.message().find("checksum"), std::string::npos) << s.ToString();
+  EXPECT_EQ(st.landed, (std::vector<uint64_t>{0}));
+  EXPECT_LT(seconds, 2.0) << "the cancel did not end the wait for the check";
   e.Finalize();
 }
 

@@ -31,6 +31,14 @@ void Request::Stop(StopReason reason, Status why) {
   stop_.store(reason, std::memory_order_release);
 }
 
+void Request::Cancel() {
+  Stop(StopReason::kCanceled, {});
+  if (!checks_ || done()) return;
+  checks_->Cancel(Clock::now() >= deadline_
+                      ? Status(StatusCode::kTimeout, "the deadline passed before the peer's checksums came")
+                      : Status(StatusCode::kCanceled, "canceled before the peer's checksums came"));
+}
+
 bool Request::Stopping() {
   if (stop_.load(std::memory_order_acquire) != StopReason::kNone) return true;
   if (Clock::now() >= deadline_) {

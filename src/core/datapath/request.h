@@ -57,8 +57,10 @@ class Request : public std::enable_shared_from_this<Request> {
   // Drives the link until every batch ended or `until` (at least one round).
   void Drive(Clock::time_point until);
 
-  // Ask the request to stop; batches not yet started are dropped. First reason wins.
-  void Cancel() { Stop(StopReason::kCanceled, {}); }
+  // Ask the request to stop; batches not yet started are dropped. First reason wins. A checked
+  // request that waits (or will wait) for the peer's checksums ends at once, its bytes moved
+  // but unchecked: kCanceled, or kTimeout once its deadline passed.
+  void Cancel();
   void Fail(Status why) { Stop(StopReason::kFailed, std::move(why)); }
 
   // The current status; past the deadline a waiting request is asked to stop (kTimeout).

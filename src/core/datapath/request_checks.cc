@@ -126,6 +126,18 @@ void RequestCheck::Abandon() {
   if (withdraw) withdraw();
 }
 
+void RequestCheck::Cancel(Status why) {
+  Done done;
+  {
+    std::lock_guard lock(mu_);
+    if (!canceled_.ok()) return;
+    canceled_ = why;
+    done = std::move(done_);  // (set while Finish waits for the answer)
+  }
+  Abandon();
+  if (done) done(std::move(why), Corrupt());
+}
+
 void RequestCheck::Answered(Status why, std::vector<uint64_t> theirs) {
   // A part that failed ends the ask: its other parts are withdrawn (the peer stops them).
   if (!why.ok()) {
@@ -153,13 +165,16 @@ void RequestCheck::Finish(std::chrono::steady_clock::time_point deadline, Done d
                           std::shared_ptr<void> keep) {
   if (pieces_.empty()) return done(Status::Ok(), Corrupt());
   bool answered;
+  Status canceled;
   {
     std::lock_guard lock(mu_);
     answered = answered_;
-    if (!answered) done_ = std::move(done);
+    canceled = canceled_;
+    if (!answered && canceled.ok()) done_ = std::move(done);
   }
   // (Answered already: why_ and theirs_ no longer change.)
   if (answered) return Conclude(why_, theirs_, done);
+  if (!canceled.ok()) return done(std::move(canceled), Corrupt());
   Ask(deadline, std::move(keep));  // (a WRITE's: its bytes have landed now)
 }
 

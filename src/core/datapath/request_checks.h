@@ -56,6 +56,10 @@ class RequestCheck {
   // READ's) is withdrawn, so that the peer stops computing it. (A failed part withdraws the
   // others itself.)
   void Abandon();
+  // The request was stopped (Engine::Cancel) while it may still wait for the peer's answer:
+  // a Finish waiting for it, or one still to come, calls its done at once with `why` (the bytes
+  // moved, unchecked), and the ask is withdrawn. Nothing once done was called.
+  void Cancel(Status why);
 
  private:
   struct Piece {
@@ -91,6 +95,7 @@ class RequestCheck {
   Done done_;                         // mu_: Finish's, while the answer has not come
   RequestChecks::Withdraw withdraw_;  // mu_: the ask's, once made, until used
   bool failed_ = false;               // mu_: its answer was a failure
+  Status canceled_;                   // mu_: Cancel's why, once it came
 };
 
 }  // namespace xfer
