@@ -56,6 +56,20 @@ class SliceCutter {
   uint64_t into_ = 0;
 };
 
+// A batch whose local side a staging buffer fills (WRITE) or empties (READ) piece by piece
+// while it moves (BufferPool::Run): the link calls Ready(upto) before a WRITE's payload bytes
+// [0, upto) go out, and Landed(upto) once a READ's bytes [0, upto) are in, on the calling
+// thread, upto rising. A batch that goes again (on another path, after a checksum mismatch,
+// or after another batch broke its connection) calls them again from the start: bytes already
+// told are told again. `piece` is how many bytes the link should move between calls.
+class PieceHook {
+ public:
+  virtual ~PieceHook() = default;
+  virtual Status Ready(uint64_t upto) = 0;
+  virtual Status Landed(uint64_t upto) = 0;
+  virtual uint64_t piece() const = 0;
+};
+
 // A connection to one peer. Execute moves one batch synchronously on the calling thread (a
 // stream thread of the engine, or a caller helping its request); it may be called from several
 // threads at once, and returns by the deadline.
@@ -68,44 +82,16 @@ class SliceCutter {
 // `finished()` (cheap; called often, under the link's lock or not) or `until`. Quiesce is a
 // fence: when it returns, every batch in flight at its mark has either moved its bytes or not
 // yet asked `ready`.
-// A batch whose local side a staging buffer fills (WRITE) or empties (READ) piece by piece
-// while it moves (BufferPool::Run): the link calls Ready(upto) before a WRITE's payload bytes
-// [0, upto) go out, and Landed(upto) once a READ's bytes [0, upto) are in, on the calling
-// thread, upto rising (a batch that goes again on another path calls them again from the
-// start: bytes already told are told again). `piece` is how many bytes the link should move
-// between calls.
-class PieceHook {
- public:
-  virtual ~PieceHook() = default;
-  virtual Status Ready(uint64_t upto) = 0;
-  virtual Status Landed(uint64_t upto) = 0;
-  virtual uint64_t piece() const = 0;
-};
-
 class Link {
  public:
   using Done = std::function<void(Status)>;
   virtual ~Link() = default;
   virtual Status Execute(Op op, std::span<const Slice> batch, Clock::time_point deadline) = 0;
-  // Execute, telling `hook` about the batch's payload as it moves: by default piece by piece,
-  // a call of Execute each (a link whose Execute costs a round trip does better).
+  // Execute, telling `hook` about the batch's payload as it moves, piece by piece: by
+  // default an Execute per piece (a link whose Execute costs a round trip does better), a
+  // pipelined link's pieces all in flight at once (each WRITE piece started once Ready).
   virtual Status ExecutePieces(Op op, std::span<const Slice> batch, Clock::time_point deadline,
-                               PieceHook& hook) {
-    SliceCutter cutter(batch);
-    std::vector<Slice> piece;
-    const uint64_t each = std::max<uint64_t>(hook.piece(), 1);
-    for (uint64_t moved = 0, n; (n = cutter.Next(each, &piece)) > 0;) {
-      moved += n;
-      if (op == Op::kWrite) {
-        if (Status s = hook.Ready(moved); !s.ok()) return s;
-      }
-      if (Status s = Execute(op, piece, deadline); !s.ok()) return s;
-      if (op == Op::kRead) {
-        if (Status s = hook.Landed(moved); !s.ok()) return s;
-      }
-    }
-    return Status::Ok();
-  }
+                               PieceHook& hook);
   virtual bool pipelined() const { return false; }
   virtual void Start(Op op, std::span<const Slice> batch, Clock::time_point deadline, Done done,
                      std::function<Status()> ready = {}) {

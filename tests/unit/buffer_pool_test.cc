@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "transport/common/cuda/cuda_api.h"
 #include "transport/common/host_copy.h"
 
 namespace xfer::transport {
@@ -136,6 +137,42 @@ TEST(BufferPool, ABatchIsCopiedPieceByPieceAsTheLinkMovesIt) {
   ASSERT_TRUE(pool.Run(Op::kRead, r, false, link, Clock::now() + 5s).ok());
   EXPECT_EQ(told.size(), 4u);
   EXPECT_EQ(back, src);
+}
+
+// A link that tries each batch twice, whatever the first try said (as tcp does a batch whose
+// connection another batch broke), telling the hook from the start each time.
+class TwiceLink final : public Link {
+ public:
+  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point) override {
+    CopyInProcess(op, batch);
+    return Status::Ok();
+  }
+  Status ExecutePieces(Op op, std::span<const Slice> batch, Clock::time_point deadline,
+                       PieceHook& hook) override {
+    uint64_t total = 0;
+    for (const Slice& s : batch) total += s.len;
+    Status s;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      s = op == Op::kWrite ? hook.Ready(total) : Execute(op, batch, deadline);
+      if (s.ok()) s = op == Op::kWrite ? Execute(op, batch, deadline) : hook.Landed(total);
+    }
+    return s;
+  }
+};
+
+// A staging copy that failed fails its batch, also when the link tries the batch again: the
+// second try must not take the bytes the failed copy left behind for copied. (device = true
+// with no GPU: every copy fails.)
+TEST(BufferPool, ACopyThatFailedFailsTheBatchEvenWhenItGoesAgain) {
+  if (cuda::Available(nullptr)) GTEST_SKIP() << "needs copies that fail: no usable GPU";
+  TwiceLink link;
+  BufferPool pool(1, 64 << 10);
+  std::vector<uint8_t> src(4096, 0xab), dst(4096, 0);
+  const Slice w{reinterpret_cast<uint64_t>(src.data()), reinterpret_cast<uint64_t>(dst.data()), src.size()};
+  EXPECT_FALSE(pool.Run(Op::kWrite, {&w, 1}, /*device=*/true, link, Clock::now() + 5s).ok());
+  const Slice r{reinterpret_cast<uint64_t>(dst.data()), reinterpret_cast<uint64_t>(src.data()), src.size()};
+  EXPECT_FALSE(pool.Run(Op::kRead, {&r, 1}, /*device=*/true, link, Clock::now() + 5s).ok());
+  EXPECT_EQ(dst, std::vector<uint8_t>(4096, 0));
 }
 
 }  // namespace

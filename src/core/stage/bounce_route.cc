@@ -14,23 +14,28 @@ Status BounceLink::Run(Op op, std::span<const transport::Slice> batch, transport
   return Status::Ok();
 }
 
+namespace {
+
+// The batch's hook, for a chunk that begins `before` bytes into the batch.
+class ChunkHook final : public transport::PieceHook {
+ public:
+  ChunkHook(transport::PieceHook& batch, uint64_t before) : batch_(batch), before_(before) {}
+  Status Ready(uint64_t upto) override { return batch_.Ready(before_ + upto); }
+  Status Landed(uint64_t upto) override { return batch_.Landed(before_ + upto); }
+  uint64_t piece() const override { return batch_.piece(); }
+
+ private:
+  transport::PieceHook& batch_;
+  const uint64_t before_;
+};
+
+}  // namespace
+
 Status BounceLink::Across(Op op, std::span<const transport::Slice> to_slot, uint64_t moved,
                           transport::PieceHook* hook, transport::Clock::time_point deadline) {
   if (hook == nullptr) return inner_->Execute(op, to_slot, deadline);
-  transport::SliceCutter cutter(to_slot);
-  std::vector<transport::Slice> piece;
-  const uint64_t each = std::max<uint64_t>(hook->piece(), 1);
-  for (uint64_t n; (n = cutter.Next(each, &piece)) > 0;) {
-    moved += n;
-    if (op == Op::kWrite) {
-      if (Status s = hook->Ready(moved); !s.ok()) return s;
-    }
-    if (Status s = inner_->Execute(op, piece, deadline); !s.ok()) return s;
-    if (op == Op::kRead) {
-      if (Status s = hook->Landed(moved); !s.ok()) return s;
-    }
-  }
-  return Status::Ok();
+  ChunkHook chunk(*hook, moved);
+  return inner_->ExecutePieces(op, to_slot, deadline, chunk);
 }
 
 Status BounceLink::Chunk(Op op, std::span<const transport::Slice> batch, size_t* first, uint64_t* done,

@@ -1,5 +1,7 @@
 #include "transport/common/buffer_pool.h"
 
+#include <algorithm>
+
 namespace xfer::transport {
 
 BufferPool::Lease& BufferPool::Lease::operator=(Lease&& o) noexcept {
@@ -70,33 +72,42 @@ class Pipe final : public PieceHook {
 
   uint64_t piece() const override { return kStagePiece; }
   Status Ready(uint64_t upto) override {
-    while (done_ < upto) {
-      if (queued_ == done_) {
-        if (Status s = Start(std::min(done_ + kStagePiece, total_)); !s.ok()) return s;
-      }
-      if (Status s = pending_.Finish(deadline_); !s.ok()) return s;
+    upto = std::min(upto, total_);
+    while (failed_.ok() && done_ < upto) {
+      if (queued_ == done_) Start(std::min(done_ + kStagePiece, total_));
+      if (failed_.ok()) Fail(pending_.Finish(deadline_));
+      if (!failed_.ok()) break;
       done_ = queued_;
       // The next piece's copy, while the link sends this one.
-      if (done_ < total_) {
-        if (Status s = Start(std::min(done_ + kStagePiece, total_)); !s.ok()) return s;
-      }
+      if (done_ < total_) Start(std::min(done_ + kStagePiece, total_));
     }
-    return Status::Ok();
+    return failed_;
   }
   Status Landed(uint64_t upto) override {
-    if (upto <= queued_) return Status::Ok();  // (landed again: the batch went again)
-    if (Status s = pending_.Finish(deadline_); !s.ok()) return s;
-    return Start(upto);
+    upto = std::min(upto, total_);
+    if (failed_.ok() && upto > queued_) {  // (else landed again: the batch went again)
+      Fail(pending_.Finish(deadline_));
+      if (failed_.ok()) Start(upto);
+    }
+    return failed_;
   }
   // The last copy's end (READ: the batch's bytes are all where they belong then).
-  Status Finish() { return pending_.Finish(deadline_); }
+  Status Finish() {
+    Fail(pending_.Finish(deadline_));
+    return failed_;
+  }
 
  private:
   // Starts the copy of the buffer's bytes [queued_, end).
-  Status Start(uint64_t end) {
+  void Start(uint64_t end) {
     cutter_.Next(end - queued_, &cut_);
     queued_ = end;
-    return pending_.Start(write_, cut_, device_);
+    Fail(pending_.Start(write_, cut_, device_));
+  }
+  // A copy that failed fails the batch for good: a batch that goes again (PieceHook) must not
+  // take the bytes it left behind for copied.
+  void Fail(Status s) {
+    if (failed_.ok() && !s.ok()) failed_ = std::move(s);
   }
 
   const bool write_;
@@ -107,6 +118,7 @@ class Pipe final : public PieceHook {
   std::vector<Slice> cut_;  // the copies of the piece started last
   uint64_t queued_ = 0;     // bytes whose copy was started
   uint64_t done_ = 0;       // WRITE: bytes whose copy finished
+  Status failed_;           // the first copy that failed
   PendingCopy pending_;     // (waited for before the buffer goes back to the pool: declared last)
 };
 

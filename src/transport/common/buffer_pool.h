@@ -1,10 +1,10 @@
 // BufferPool: the staging buffers of this engine's outgoing batches, for memory pairs that no
 // transport reaches directly (GPU memory and a peer on another host, say). A batch is copied
-// into a buffer and sent, or received into one and copied out. Each batch holds one buffer,
-// so with N buffers up to N batches of a request move at once: one stream copying while
-// another sends. (A tcp target stages with buffers of its own connections: see
-// TcpTargetHooks. Shared buffers would let two engines staging to each other wait on each
-// other's.)
+// into a buffer while it is sent, piece by piece (kStagePiece; the copy of the next piece
+// overlaps the send of the one before), or copied out of one as its pieces are received. Each
+// batch holds one buffer, so with N buffers up to N batches of a request move at once. (A tcp
+// target stages with buffers of its own connections: see TcpTargetHooks. Shared buffers would
+// let two engines staging to each other wait on each other's.)
 #pragma once
 
 #include <atomic>
@@ -57,8 +57,8 @@ class BufferPool {
     return static_cast<int>(all_.size() - free_.size());
   }
 
-  // Moves a batch to or from a peer through one buffer: WRITE copies the slices' local sides
-  // into the buffer and sends it over link; READ receives into the buffer and copies out.
+  // Moves a batch to or from a peer through one buffer (Link::ExecutePieces): WRITE copies the
+  // slices' local sides into the buffer as link sends it; READ copies out as it is received.
   // device: the local sides are GPU memory (copied by the copy engines), else host memory.
   // The batch must fit one buffer.
   Status Run(Op op, std::span<const Slice> batch, bool device, Link& link, Clock::time_point deadline);

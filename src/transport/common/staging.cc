@@ -50,6 +50,7 @@ PendingCopy::~PendingCopy() {
 
 Status PendingCopy::Start(bool to_buffer, std::span<const Slice> copies, bool device) {
   const Op op = to_buffer ? Op::kWrite : Op::kRead;  // (as StageCopy)
+  if (running_) return {StatusCode::kInternal, "staging: a copy started while the last one runs"};
   if (!device) {
     CopyInProcess(op, copies);
     return Status::Ok();

@@ -536,7 +536,7 @@ class TcpLink final : public Link {
       Status landed;
       s = MovePieces(fd, false, iov, 0, head.total, *hook, deadline, &landed);
       *framed = s.ok();
-      return s.ok() ? landed : s;
+      return !landed.ok() ? landed : s;  // (a copy that failed is not the connection's fault)
     }
     s = net::RecvVWaitAll(fd, iov.data(), iov.size(), deadline);
     *framed = s.ok();
