@@ -49,6 +49,10 @@ Status EngineImpl::Initialize(const std::string& local_name, const EngineOptions
       XLOG(WARN) << "XFER_TEST_CORRUPT_LANDED='" << k << "' is not a descriptor's index: ignored";
     }
   }
+  if (const char* t = std::getenv("XFER_TEST_STAGE_TAG"); t != nullptr && *t != '\0') {
+    self_.stage_tag = t;
+    XLOG(WARN) << "XFER_TEST_STAGE_TAG=" << t << ": this engine stages its regions of that tag as GPU memory";
+  }
   metrics_ = std::make_shared<EngineMetrics>(self_.options.metrics_max_peers, transport::BackendNames());
   notifier_.Start(metrics_);  // (first: GetMetrics and GetNotifies read it even after a failed start)
   if (s = StartBackends(addr.host); !s.ok()) return {s.code(), "Initialize: " + s.message()};

@@ -26,6 +26,10 @@ struct LocalEngine {
   // before it computes the checksum of where a request's bytes landed (TransferOptions::checksum),
   // this engine flips the first byte of descriptor k's landed bytes, as corruption would.
   int64_t corrupt_landed = -1;
+  // Test hook (environment XFER_TEST_STAGE_TAG=tag, read at Initialize): as a target, this
+  // engine stages the ranges of its regions with that tag as it would GPU memory (host memory
+  // standing in for part of its memory; staging = always stands in for all of it).
+  std::string stage_tag;
 
   // Ok while the engine runs; else kInvalidArgument naming the call.
   Status CheckRunning(const char* what) const {

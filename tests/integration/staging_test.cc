@@ -2,6 +2,7 @@
 // (EngineOptions::staging = "always"): the initiator copies each batch into a staging buffer
 // and sends it, and a tcp target receives into a staging buffer and copies out. The buffers
 // are few and small here, so requests wait for them and large ones pass in many pieces.
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -233,6 +234,62 @@ TEST_F(IntegrationStagingBothWays, NeitherWaitsForTheOthersBuffers) {
   EXPECT_EQ(peer_.Sum(theirs), src.Hash());
   EXPECT_EQ(peer_.SumRange(their_src.addr, their_src.len), mine.Hash());
   XT_EXPECT_OK(engine_.DeregisterMem(h));
+}
+
+// A target that stages only part of its memory, as one with GPU and host memory does: the test
+// hook XFER_TEST_STAGE_TAG makes the peer stage its regions of that tag as GPU memory, and
+// move the others straight. Over tcp one frame then mixes ranges the target receives or sends
+// straight with staged ones (short ones gathered into one piece, long ones in several).
+class IntegrationStagingPart : public PeerFixture {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = "tcp";
+    return o;
+  }
+  PeerOptions RemoteOptions() override {
+    PeerOptions o;
+    o.env = {"XFER_TEST_STAGE_TAG=gpu"};
+    return o;
+  }
+};
+
+TEST_F(IntegrationStagingPart, OneBatchMixesStagedAndStraightRangesBothWays) {
+  constexpr uint64_t kRegion = 24 << 20;
+  const PeerRegion staged = peer_.Alloc(kRegion, "gpu"), straight = peer_.Alloc(kRegion);
+  // Sizes that fall inside, on and across the target's pieces (1 MiB, in two halves of its
+  // 4 MiB buffer), alternating between the two regions within each batch.
+  const std::vector<uint64_t> sizes = {1, 100, 4096, 300 << 10, (1 << 20) + 7, 5 << 19, 64 << 10, 3, 2 << 20};
+  std::vector<TransferDesc> d;
+  uint64_t local = 0, at[2] = {0, 0};
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const int k = static_cast<int>((i + round) % 2);
+      d.push_back({local, (k == 0 ? staged.addr : straight.addr) + at[k], sizes[i]});
+      local += sizes[i];
+      at[k] += sizes[i] + 13;  // (gaps: ranges not contiguous at the target)
+    }
+  }
+  ASSERT_LE(std::max(at[0], at[1]), kRegion);
+  LocalBuffer src(local), back(local);
+  src.Fill(7);
+  for (auto& x : d) x.local_addr += src.addr();
+  XT_ASSERT_OK(Write(d));
+  for (auto& x : d) x.local_addr = back.addr() + (x.local_addr - src.addr());
+  XT_ASSERT_OK(Read(d));
+  EXPECT_EQ(back.Hash(), src.Hash());
+
+  // The hook stages that region: a target with staging off refuses it, and not the other.
+  PeerOptions off = RemoteOptions();
+  off.extra_args = {"--staging", "off"};
+  PeerProcess refusing;
+  std::string err;
+  ASSERT_TRUE(refusing.Start(off, &err)) << err;
+  XT_ASSERT_OK(engine_.Connect(refusing.name(), std::chrono::seconds(10)));
+  const PeerRegion no = refusing.Alloc(4096, "gpu"), yes = refusing.Alloc(4096);
+  EXPECT_EQ(engine_.TransferSync(refusing.name(), Op::kWrite, {{src.addr(), no.addr, 4096}}, 10s).code(),
+            StatusCode::kUnsupported);
+  XT_EXPECT_OK(engine_.TransferSync(refusing.name(), Op::kWrite, {{src.addr(), yes.addr, 4096}}, 10s));
 }
 
 class IntegrationStagingKill : public PeerFixture, public ::testing::WithParamInterface<const char*> {

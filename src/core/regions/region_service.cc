@@ -86,11 +86,11 @@ Status RegionService::Deregister(MemHandle handle, bool free) {
 
 transport::TargetAccess RegionService::Access(uint64_t addr, uint64_t len, bool write) const {
   transport::TargetAccess access;
-  if (auto r = registry_.Access(addr, len, write)) {
+  if (auto r = registry_.Access(addr, len, write, self_.stage_tag)) {
     access.allowed = true;
     access.writable = r->writable;
     access.device = r->type == MemType::kCuda;
-    access.staged = access.device || self_.options.staging == Staging::kAlways;
+    access.staged = access.device || self_.options.staging == Staging::kAlways || r->tagged;
   }
   return access;
 }

@@ -74,7 +74,8 @@ Status Registry::Remove(MemHandle handle, bool* removed, bool free) {
   return Status::Ok();
 }
 
-std::optional<Registry::RangeAccess> Registry::Access(uint64_t addr, uint64_t len, bool want_write) const {
+std::optional<Registry::RangeAccess> Registry::Access(uint64_t addr, uint64_t len, bool want_write,
+                                                      const std::string& tag) const {
   std::lock_guard lock(mu_);
   std::optional<RangeAccess> found;
   // Regions may overlap, so every region starting at or below addr is a candidate; a
@@ -85,8 +86,9 @@ std::optional<Registry::RangeAccess> Registry::Access(uint64_t addr, uint64_t le
     if (addr - r.addr >= max_len_) break;  // this one and every one below end before addr
     if (!RangeInside(addr, len, r.addr, r.len)) continue;
     const bool writable = r.access == PeerAccess::kReadWrite;
-    if (writable || !want_write) return RangeAccess{r.type, writable, r.addr, r.addr + r.len};
-    if (!found) found = RangeAccess{r.type, false, r.addr, r.addr + r.len};
+    const bool tagged = !tag.empty() && r.tag == tag;
+    if (writable || !want_write) return RangeAccess{r.type, writable, r.addr, r.addr + r.len, tagged};
+    if (!found) found = RangeAccess{r.type, false, r.addr, r.addr + r.len, tagged};
   }
   return found;
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "control/wire.h"
@@ -30,12 +31,15 @@ class Registry {
   // all of it grants WRITE (with want_write, whether any of them does; without, the first one
   // found says), and that region's bounds (a range inside them gets the same answer while the
   // region stays). Nullopt when no registered region holds it all.
+  // tagged: whether that region's tag is `tag` (when given and not empty).
   struct RangeAccess {
     MemType type = MemType::kHost;
     bool writable = false;
     uint64_t begin = 0, end = 0;
+    bool tagged = false;
   };
-  std::optional<RangeAccess> Access(uint64_t addr, uint64_t len, bool want_write) const;
+  std::optional<RangeAccess> Access(uint64_t addr, uint64_t len, bool want_write,
+                                    const std::string& tag = {}) const;
   // The memory type of the registered region holding all of [addr, addr+len), if any. For a
   // thread that asks again and again (the inline copies): the region this thread found last
   // answers, without the lock, while no region was added or removed since.
