@@ -189,82 +189,75 @@ TEST(ChecksumsMixed, ARequestOverShmAndCmaChecksBoth) {
   corrupting.Finalize();
 }
 
-// A peer that moves the data (cma needs nothing of it) but never answers for its checksums:
-// the request ends TIMEOUT at its deadline, every descriptor moved but unchecked.
-TEST(ChecksumsStalledPeer, AnAnswerThatNeverComesEndsTheRequestAtItsDeadline) {
-  PeerProcess peer;
-  std::string err;
-  ASSERT_TRUE(peer.Start({}, &err)) << err;
-  xfer::Engine e;
-  xfer::EngineOptions opts;
-  opts.transport = "cma";
-  opts.heartbeat_timeout = 30s;  // (the session outlives the stop)
-  opts.heartbeat_interval = 1s;
-  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", opts));
-  XT_ASSERT_OK(e.Connect(peer.name(), 10s));
-  const PeerRegion r = peer.Alloc(1 << 20);
-  LocalBuffer local(1 << 20);
-  XT_ASSERT_OK(e.TransferSync(peer.name(), Op::kRead, {{local.addr(), r.addr, 4096}}, 10s));  // (knows r now)
-  peer.Signal(SIGSTOP);
-  xfer::TransferOptions o;
-  o.checksum = true;
+// A peer that moves the data (cma needs nothing of it) but never answers for its checksums: it
+// is stopped (SIGSTOP) once it knows the 1 MiB region r, which holds 0x5a, and goes on at the
+// end; its session outlives the stop.
+class ChecksumsStalledPeer : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kBytes = 1 << 20;
+  void SetUp() override {
+    std::string err;
+    ASSERT_TRUE(peer_.Start({}, &err)) << err;
+    xfer::EngineOptions opts;
+    opts.transport = "cma";
+    opts.heartbeat_timeout = 30s;
+    opts.heartbeat_interval = 1s;
+    XT_ASSERT_OK(e_.Initialize("127.0.0.1:0", opts));
+    XT_ASSERT_OK(e_.Connect(peer_.name(), 10s));
+    r_ = peer_.Alloc(kBytes);
+    std::memset(reinterpret_cast<void*>(local_.addr()), 0x5a, kBytes);
+    XT_ASSERT_OK(e_.TransferSync(peer_.name(), Op::kWrite, {{local_.addr(), r_.addr, kBytes}}, 10s));
+    std::memset(reinterpret_cast<void*>(local_.addr()), 0, kBytes);
+    peer_.Signal(SIGSTOP);
+    checked_.checksum = true;
+  }
+  void TearDown() override {
+    peer_.Signal(SIGCONT);
+    e_.Finalize();
+  }
+  PeerProcess peer_;
+  xfer::Engine e_;
+  PeerRegion r_;
+  LocalBuffer local_{kBytes};
+  xfer::TransferOptions checked_;
+};
+
+// The request ends TIMEOUT at its deadline, every descriptor moved but unchecked.
+TEST_F(ChecksumsStalledPeer, AnAnswerThatNeverComesEndsTheRequestAtItsDeadline) {
   xfer::RequestStatus st;
   const auto t0 = Clock::now();
   const xfer::Status s =
-      e.TransferSync(peer.name(), Op::kRead, {{local.addr(), r.addr, 1 << 20}}, 1s, o, &st);
+      e_.TransferSync(peer_.name(), Op::kRead, {{local_.addr(), r_.addr, kBytes}}, 1s, checked_, &st);
   const double seconds = SecondsSince(t0);
-  peer.Signal(SIGCONT);
   EXPECT_EQ(s.code(), xfer::StatusCode::kTimeout) << s.ToString();
   EXPECT_EQ(st.state, RequestState::kTimeout);
   EXPECT_NE(s.message().find("checksum"), std::string::npos) << s.ToString();
   EXPECT_EQ(st.landed, (std::vector<uint64_t>{0}));
   EXPECT_LT(seconds, 3.0) << "ended long after its deadline";
-  e.Finalize();
 }
 
-// The same stalled peer: Cancel ends a request that waits for its check at once, CANCELED,
-// every descriptor moved but unchecked (it used to wait for the answer until its deadline).
-TEST(ChecksumsStalledPeer, ACancelWhileTheAnswerIsAwaitedEndsTheRequestAtOnce) {
-  PeerProcess peer;
-  std::string err;
-  ASSERT_TRUE(peer.Start({}, &err)) << err;
-  xfer::Engine e;
-  xfer::EngineOptions opts;
-  opts.transport = "cma";
-  opts.heartbeat_timeout = 30s;  // (the session outlives the stop)
-  opts.heartbeat_interval = 1s;
-  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", opts));
-  XT_ASSERT_OK(e.Connect(peer.name(), 10s));
-  constexpr uint64_t kBytes = 1 << 20;
-  const PeerRegion r = peer.Alloc(kBytes);
-  LocalBuffer local(kBytes);
-  std::memset(reinterpret_cast<void*>(local.addr()), 0x5a, kBytes);
-  XT_ASSERT_OK(e.TransferSync(peer.name(), Op::kWrite, {{local.addr(), r.addr, kBytes}}, 10s));
-  std::memset(reinterpret_cast<void*>(local.addr()), 0, kBytes);
-  peer.Signal(SIGSTOP);
-  xfer::TransferOptions o;
-  o.checksum = true;
+// Cancel ends a request that waits for its check at once, CANCELED, every descriptor moved but
+// unchecked (it used to wait for the answer until its deadline).
+TEST_F(ChecksumsStalledPeer, ACancelWhileTheAnswerIsAwaitedEndsTheRequestAtOnce) {
   xfer::RequestHandle h = 0;
-  XT_ASSERT_OK(e.TransferAsync(peer.name(), Op::kRead, {{local.addr(), r.addr, kBytes}}, 30s, o, &h));
+  XT_ASSERT_OK(
+      e_.TransferAsync(peer_.name(), Op::kRead, {{local_.addr(), r_.addr, kBytes}}, 30s, checked_, &h));
   // cma reads a stopped process: the bytes arrive, and the request then waits for the answer.
-  const auto* got = reinterpret_cast<const uint8_t*>(local.addr());
+  const auto* got = reinterpret_cast<const uint8_t*>(local_.addr());
   for (const auto until = Clock::now() + 10s; got[kBytes - 1] != 0x5a && Clock::now() < until;) {
     std::this_thread::sleep_for(1ms);
   }
   ASSERT_EQ(got[kBytes - 1], 0x5a) << "the bytes never arrived";
   xfer::RequestStatus st;
-  EXPECT_EQ(e.Wait(h, 200ms, &st).code(), xfer::StatusCode::kTimeout) << "ended without its check";
+  EXPECT_EQ(e_.Wait(h, 200ms, &st).code(), xfer::StatusCode::kTimeout) << "ended without its check";
   const auto t0 = Clock::now();
-  XT_ASSERT_OK(e.Cancel(h));
-  const xfer::Status s = e.Wait(h, 5s, &st);
-  const double seconds = SecondsSince(t0);
-  peer.Signal(SIGCONT);
+  XT_ASSERT_OK(e_.Cancel(h));
+  const xfer::Status s = e_.Wait(h, 5s, &st);
+  EXPECT_LT(SecondsSince(t0), 2.0) << "the cancel did not end the wait for the check";
   EXPECT_EQ(s.code(), xfer::StatusCode::kCanceled) << s.ToString();
   EXPECT_EQ(st.state, RequestState::kCanceled);
   EXPECT_NE(s.message().find("checksum"), std::string::npos) << s.ToString();
   EXPECT_EQ(st.landed, (std::vector<uint64_t>{0}));
-  EXPECT_LT(seconds, 2.0) << "the cancel did not end the wait for the check";
-  e.Finalize();
 }
 
 // An engine's transfers to itself (the local backend): its own memory is read on both sides.

@@ -78,13 +78,9 @@ TEST(BufferPool, AStagedLinkStagesThenMovesOverItsRoutesLink) {
 
 // A link that moves a batch within this process piece by piece, as tcp does (PieceHook), and
 // lets the test look at the batch between pieces (upto: the payload bytes told so far).
-class PieceLink final : public Link {
+class PieceLink final : public CopyLink {
  public:
   std::function<void(std::span<const Slice> batch, uint64_t upto)> between;
-  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point) override {
-    CopyInProcess(op, batch);
-    return Status::Ok();
-  }
   Status ExecutePieces(Op op, std::span<const Slice> batch, Clock::time_point deadline,
                        PieceHook& hook) override {
     uint64_t total = 0;
@@ -141,12 +137,8 @@ TEST(BufferPool, ABatchIsCopiedPieceByPieceAsTheLinkMovesIt) {
 
 // A link that tries each batch twice, whatever the first try said (as tcp does a batch whose
 // connection another batch broke), telling the hook from the start each time.
-class TwiceLink final : public Link {
+class TwiceLink final : public CopyLink {
  public:
-  Status Execute(Op op, std::span<const Slice> batch, Clock::time_point) override {
-    CopyInProcess(op, batch);
-    return Status::Ok();
-  }
   Status ExecutePieces(Op op, std::span<const Slice> batch, Clock::time_point deadline,
                        PieceHook& hook) override {
     uint64_t total = 0;

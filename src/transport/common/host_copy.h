@@ -26,7 +26,7 @@ void StreamingCopy(void* dst, const void* src, uint64_t n);
 void CopyInProcess(Op op, std::span<const Slice> batch, bool streaming = false);
 
 // A link that copies its batches in process (CopyInProcess).
-class CopyLink final : public Link {
+class CopyLink : public Link {
  public:
   explicit CopyLink(bool streaming = false) : streaming_(streaming) {}
   Status Execute(Op op, std::span<const Slice> batch, Clock::time_point) override {
