@@ -132,8 +132,9 @@ class Engine {
   Status Wait(RequestHandle request, std::chrono::milliseconds timeout, RequestStatus* status = nullptr);
   // Stops a request: batches not yet started are dropped; its status becomes kCanceled once
   // those in flight finish (kCompleted if none was dropped and all of them succeeded: every
-  // byte moved; but a checked request still waiting for the peer's checksums ends kCanceled,
-  // its bytes unchecked). Canceling a request that already ended is ok and changes nothing.
+  // byte moved; but a checked request whose check still needs the peer's answer ends
+  // kCanceled, kTimeout past its deadline, its bytes unchecked). Canceling a request that
+  // already ended is ok and changes nothing.
   Status Cancel(RequestHandle request);
 
   // Notifications (docs/notifications.md). SendNotify returns ok once the peer has queued the

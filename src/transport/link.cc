@@ -43,6 +43,7 @@ Status AllInFlight(Link& link, Op op, std::span<const Slice> batch, Clock::time_
   const size_t count = pieces.size();
   std::vector<Status> results(count);
   const auto ended = std::make_unique<std::atomic<bool>[]>(count);
+  std::atomic<bool> failed{false};  // a piece failed: start no more
   const auto wait = [&](size_t k) {
     while (!ended[k].load(std::memory_order_acquire)) {
       link.Drive(Clock::now() + std::chrono::milliseconds(100),
@@ -51,14 +52,15 @@ Status AllInFlight(Link& link, Op op, std::span<const Slice> batch, Clock::time_
   };
   Status first;  // the first failure: a hook's, or a piece's
   size_t started = 0;
-  for (; started < count; ++started) {
+  for (; started < count && !failed.load(std::memory_order_acquire); ++started) {
     if (op == Op::kWrite) {
       if (Status s = hook.Ready(ends[started]); !s.ok()) {
         first = std::move(s);
         break;
       }
     }
-    link.Start(op, pieces[started], deadline, [&results, &ended, k = started](Status s) {
+    link.Start(op, pieces[started], deadline, [&results, &ended, &failed, k = started](Status s) {
+      if (!s.ok()) failed.store(true, std::memory_order_release);
       results[k] = std::move(s);
       ended[k].store(true, std::memory_order_release);
     });

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -165,6 +167,85 @@ TEST(BufferPool, ACopyThatFailedFailsTheBatchEvenWhenItGoesAgain) {
   const Slice r{reinterpret_cast<uint64_t>(dst.data()), reinterpret_cast<uint64_t>(src.data()), src.size()};
   EXPECT_FALSE(pool.Run(Op::kRead, {&r, 1}, /*device=*/true, link, Clock::now() + 5s).ok());
   EXPECT_EQ(dst, std::vector<uint8_t>(4096, 0));
+}
+
+// A pipelined link (as ucx is) within this process: Start only queues a piece; Drive lands the
+// queued ones on another thread, the last started first, and can fail one of them.
+class FlyingLink final : public CopyLink {
+ public:
+  bool pipelined() const override { return true; }
+  void Start(Op op, std::span<const Slice> batch, Clock::time_point, Done done,
+             std::function<Status()>) override {
+    std::lock_guard lock(mu_);
+    queued_.push_back({op, {batch.begin(), batch.end()}, std::move(done), started_++});
+    most_in_flight_ = std::max(most_in_flight_, queued_.size());
+  }
+  void Drive(Clock::time_point until, const std::function<bool()>& finished) override {
+    while (!finished() && Clock::now() < until) {
+      std::vector<Flight> now;
+      {
+        std::lock_guard lock(mu_);
+        now.swap(queued_);
+      }
+      std::thread([&] {
+        for (auto f = now.rbegin(); f != now.rend(); ++f) {
+          if (f->index == fail_piece) {
+            f->done({StatusCode::kConnectionLost, "piece " + std::to_string(f->index) + " lost"});
+            continue;
+          }
+          CopyInProcess(f->op, f->batch);
+          f->done(Status::Ok());
+        }
+      }).join();
+    }
+  }
+  size_t most_in_flight() {
+    std::lock_guard lock(mu_);
+    return most_in_flight_;
+  }
+  size_t queued() {
+    std::lock_guard lock(mu_);
+    return queued_.size();
+  }
+  size_t fail_piece = SIZE_MAX;
+
+ private:
+  struct Flight {
+    Op op;
+    std::vector<Slice> batch;
+    Done done;
+    size_t index;
+  };
+  std::mutex mu_;
+  std::vector<Flight> queued_;
+  size_t started_ = 0, most_in_flight_ = 0;
+};
+
+// Over a pipelined link every piece of a batch is in flight at once, landing in any order on
+// any thread: the data still lands whole both ways, and a piece that failed fails the batch
+// once every piece started has ended.
+TEST(BufferPool, APipelinedLinksPiecesAllFlyAtOnce) {
+  constexpr uint64_t kTotal = 3 * kStagePiece + 100;
+  FlyingLink link;
+  BufferPool pool(1, 4 * kStagePiece);
+  std::vector<uint8_t> src(kTotal), dst(kTotal, 0), back(kTotal, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
+  const auto at = [](std::vector<uint8_t>& v) { return reinterpret_cast<uint64_t>(v.data()); };
+  const Slice w{at(src), at(dst), kTotal};
+  ASSERT_TRUE(pool.Run(Op::kWrite, {&w, 1}, false, link, Clock::now() + 5s).ok());
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(link.most_in_flight(), 4u);
+  const Slice r{at(back), at(dst), kTotal};
+  ASSERT_TRUE(pool.Run(Op::kRead, {&r, 1}, false, link, Clock::now() + 5s).ok());
+  EXPECT_EQ(back, src);
+
+  link.fail_piece = 9;  // (the READ's second piece: the WRITE's were 0-3, the READ's 4-7)
+  std::fill(back.begin(), back.end(), 0);
+  const Status s = pool.Run(Op::kRead, {&r, 1}, false, link, Clock::now() + 5s);
+  EXPECT_EQ(s.code(), StatusCode::kConnectionLost) << s.ToString();
+  EXPECT_EQ(link.queued(), 0u) << "returned with pieces still in flight";
+  EXPECT_EQ(0, std::memcmp(back.data(), src.data(), kStagePiece)) << "the piece before it was told";
+  EXPECT_EQ(pool.in_use(), 0);
 }
 
 }  // namespace

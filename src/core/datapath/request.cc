@@ -218,7 +218,13 @@ void Request::Checked(const Status& why, const std::vector<uint32_t>& corrupt) {
   } else {
     return End({RequestState::kCompleted, {}, {}});
   }
-  XLOG(WARN) << OpName(op_) << " to " << peer_->info.name << " failed: " << st.status.ToString();
+  const std::string what =
+      std::string(OpName(op_)) + " to " + peer_->info.name + " failed: " + st.status.ToString();
+  if (st.state == RequestState::kCanceled) {
+    XLOG(INFO) << what;  // (asked for)
+  } else {
+    XLOG(WARN) << what;
+  }
   {
     std::lock_guard lock(mu_);
     st.landed = Landed();

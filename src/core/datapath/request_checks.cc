@@ -97,7 +97,7 @@ void RequestCheck::Start(std::chrono::steady_clock::time_point deadline, std::sh
 void RequestCheck::Ask(std::chrono::steady_clock::time_point deadline, std::shared_ptr<void> keep) {
   {
     std::lock_guard lock(mu_);
-    if (asked_) return;
+    if (asked_ || !canceled_.ok()) return;
     asked_ = true;
   }
   std::vector<wire::DigestRange> ask;
@@ -112,9 +112,9 @@ void RequestCheck::Ask(std::chrono::steady_clock::time_point deadline, std::shar
   {
     std::lock_guard lock(mu_);
     withdraw_ = std::move(withdraw);
-    failed = failed_;
+    failed = failed_ || !canceled_.ok();
   }
-  if (failed) Abandon();  // (a part failed while the others were being sent)
+  if (failed) Abandon();  // (a part failed, or the request was canceled, while it was being sent)
 }
 
 void RequestCheck::Abandon() {
@@ -172,9 +172,13 @@ void RequestCheck::Finish(std::chrono::steady_clock::time_point deadline, Done d
     canceled = canceled_;
     if (!answered && canceled.ok()) done_ = std::move(done);
   }
-  // (Answered already: why_ and theirs_ no longer change.)
-  if (answered) return Conclude(why_, theirs_, done);
-  if (!canceled.ok()) return done(std::move(canceled), Corrupt());
+  // (Answered already: why_ and theirs_ no longer change. An answer that failed after a
+  // cancel came of it: the withdrawal.)
+  if (answered) return Conclude(!why_.ok() && !canceled.ok() ? canceled : why_, theirs_, done);
+  if (!canceled.ok()) {
+    Abandon();
+    return done(std::move(canceled), Corrupt());
+  }
   Ask(deadline, std::move(keep));  // (a WRITE's: its bytes have landed now)
 }
 

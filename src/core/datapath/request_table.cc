@@ -66,10 +66,14 @@ std::shared_ptr<Request> RequestTable::TakeIfDone(RequestHandle h, const Request
 
 void RequestTable::CancelAll() {
   for (Shard& s : shards_) {
-    std::lock_guard lock(s.mu);
-    for (auto& [h, r] : s.requests) {
-      if (r) r->Cancel();
+    std::vector<std::shared_ptr<Request>> all;
+    {
+      std::lock_guard lock(s.mu);
+      for (auto& [h, r] : s.requests) {
+        if (r) all.push_back(r);
+      }
     }
+    for (auto& r : all) r->Cancel();  // (outside the lock: a cancel may end the request now)
   }
 }
 

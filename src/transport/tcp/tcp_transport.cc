@@ -536,7 +536,9 @@ class TcpLink final : public Link {
       Status landed;
       s = MovePieces(fd, false, iov, 0, head.total, *hook, deadline, &landed);
       *framed = s.ok();
-      return !landed.ok() ? landed : s;  // (a copy that failed is not the connection's fault)
+      // (A copy that failed, with the stream whole, is not the connection's fault; with the
+      // stream broken, the hook's failure sticks for the batch's next try.)
+      return s.ok() ? landed : s;
     }
     s = net::RecvVWaitAll(fd, iov.data(), iov.size(), deadline);
     *framed = s.ok();
