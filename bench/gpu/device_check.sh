@@ -36,7 +36,8 @@
 #      runs     xfer-bench, every run with --verify where it moves data: first the buffer pool
 #               both ways at once between two host ids (serve + client; host memory, then
 #               cuda:0 both sides), then D2D/H2D/D2H WRITE/READ 16K..64M (cuda path), staged
-#               over tcp, --mem register, bidirectional, latency  -> runs.txt, runs.json
+#               over tcp (each beside host memory direct over tcp), --mem register,
+#               bidirectional, latency                      -> runs.txt, runs.json
 #      table    xfer-bench table -s 64K,1M,8M -D 0.2        -> table.txt, table.json
 #      buildrest ninja of everything else (fault tests, examples: only the suite runs them) -> build.log
 #      suite    the rest of ctest (GPU present: host memory gets pinned)   -> suite.log
@@ -242,8 +243,12 @@ if [ "${1:-}" = "--runs" ]; then
       one "$t" -s 16K:64M -D 0.1 --verify --remote-mem cuda:0
       one "$t" -s 16K:64M -D 0.1 --verify --local-mem cuda:0
     done
-    # Forced tcp: GPU memory staged through the buffer pools (ours, and the target's tcp threads).
+    # Forced tcp: GPU memory staged through the buffer pools (ours, and the target's tcp threads),
+    # each beside host memory direct over tcp at 1 and 8 MiB in the same run (issue 41's goal:
+    # staged D2D >= 0.9x direct host-to-host tcp from 1 MiB).
+    one write_bw -s 1M,8M -D 0.1 --verify --transport tcp
     one write_bw -s 64K:8M -D 0.1 --verify --transport tcp "${D[@]}"
+    one read_bw -s 1M,8M -D 0.1 --verify --transport tcp
     one read_bw -s 64K:8M -D 0.1 --verify --transport tcp "${D[@]}"
     # cudaMalloc + RegisterMem(kCuda) instead of AllocMem; both directions at once; latency.
     one write_bw -s 1M,8M -D 0.2 --verify --mem register "${D[@]}"
@@ -309,7 +314,7 @@ if [ "${1:-}" = "--runs" ]; then
   }
   # GPU memory over UCX (UCX 1.22 with CUDA, carried in .deps/ucx) between two host ids.
   ucx_runs() {
-    local tls cell op
+    local cell op
     # Host memory first (UCX_TLS=tcp): the route and the baseline as they are without a GPU.
     export UCX_TLS=tcp
     pair write_bw -s 1M,8M -D 0.2 --verify --transport ucx
