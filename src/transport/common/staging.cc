@@ -38,10 +38,9 @@ StagingBuffer::~StagingBuffer() {
 }
 
 Status StageCopy(bool to_buffer, std::span<const Slice> copies, bool device, Clock::time_point deadline) {
-  const Op op = to_buffer ? Op::kWrite : Op::kRead;  // WRITE copies local sides to remote sides
-  if (device) return cuda::Copy(op, copies, deadline);
-  CopyInProcess(op, copies);
-  return Status::Ok();
+  PendingCopy copy;
+  if (Status s = copy.Start(to_buffer, copies, device); !s.ok()) return s;
+  return copy.Finish(deadline);
 }
 
 PendingCopy::~PendingCopy() {
@@ -49,7 +48,7 @@ PendingCopy::~PendingCopy() {
 }
 
 Status PendingCopy::Start(bool to_buffer, std::span<const Slice> copies, bool device) {
-  const Op op = to_buffer ? Op::kWrite : Op::kRead;  // (as StageCopy)
+  const Op op = to_buffer ? Op::kWrite : Op::kRead;  // WRITE copies local sides to remote sides
   if (running_) return {StatusCode::kInternal, "staging: a copy started while the last one runs"};
   if (!device) {
     CopyInProcess(op, copies);

@@ -141,6 +141,11 @@ std::string BatchText(size_t n, uint64_t bytes) {
   return std::to_string(n) + (n == 1 ? " slice, " : " slices, ") + std::to_string(bytes) + " bytes";
 }
 
+// "copy WRITE (3 slices, 4096 bytes)": a batch in an error message.
+std::string CopyText(Op op, size_t n, uint64_t bytes) {
+  return "copy " + std::string(OpName(op)) + " (" + BatchText(n, bytes) + ")";
+}
+
 // Queues the batch's copies on the stream; on a failure, waits for those queued before it.
 Status Enqueue(Op op, std::span<const Slice> slices, cudaStream_t stream, uint64_t* bytes) {
   for (size_t i = 0; i < slices.size(); ++i) {
@@ -244,8 +249,7 @@ Status StartCopy(Op op, std::span<const Slice> slices) {
   if (e != cudaSuccess) {
     const std::string msg = RtErr("cudaEventRecord", e);
     Drain(stream);
-    return {CodeOf(e),
-            "cuda: copy " + std::string(OpName(op)) + " (" + BatchText(slices.size(), bytes) + "): " + msg};
+    return {CodeOf(e), "cuda: " + CopyText(op, slices.size(), bytes) + ": " + msg};
   }
   started = {true, stream, done, op, slices.size(), bytes};
   return Status::Ok();
@@ -256,9 +260,7 @@ Status FinishCopy(std::chrono::steady_clock::time_point deadline) {
   const Started b = started;
   started.active = false;
   // (Only failures spell the batch out: no allocation on the way of a copy that works.)
-  const auto what = [&] {
-    return "copy " + std::string(OpName(b.op)) + " (" + BatchText(b.slices, b.bytes) + ")";
-  };
+  const auto what = [&] { return CopyText(b.op, b.slices, b.bytes); };
   return AwaitCopies(b.stream, b.done, deadline, what);
 }
 
