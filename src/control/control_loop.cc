@@ -186,8 +186,9 @@ void ControlLoop::Run() {
       std::max<int64_t>(10, std::min(opts_.heartbeat_interval.count(), opts_.heartbeat_timeout.count() / 4)));
   auto next_tick = Clock::now();
   while (!stop_.load()) {
-    int wait_ms = static_cast<int>(std::max<int64_t>(
-        0, std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - Clock::now()).count()));
+    // (Rounded up: rounded down, the last millisecond before each tick would be polled busily.)
+    int wait_ms = static_cast<int>(
+        std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(next_tick - Clock::now()).count()));
     epoll_event events[64];
     int n = ::epoll_wait(epoll_.get(), events, 64, wait_ms);
     for (int i = 0; i < n; ++i) {
