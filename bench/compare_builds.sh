@@ -10,7 +10,8 @@
 #   bench/compare_builds.sh BEFORE_BUILD_DIR [AFTER_BUILD_DIR]   (after: default build)
 #   env: DURATION=0.3 (s per size)  ROUNDS=11  CELLS="shm cma tcp tcp2 batch cbatch msg"
 #        (also: nshm ncma ntcp nucx, 16 KiB requests that each carry a notification;
-#        kshm kcma ktcp kucx kstaged, 1 and 4 MiB WRITEs, for AFTER_ARGS="--set checksum=true")
+#        kshm kcma ktcp kucx kstaged, 1 and 4 MiB WRITEs, for AFTER_ARGS="--set checksum=true";
+#        stcp sucx, 1-8 MiB through the buffer pools over tcp and ucx: xfer-bench --buffer-pool)
 #        AFTER_ARGS="..." (more xfer-bench arguments for the after side alone: with the same
 #        build twice, what an option costs, e.g. AFTER_ARGS="--set notify.outcomes=true")
 #        BEFORE_ARGS="..." (the same for the before side: what both sides share)
@@ -50,6 +51,7 @@ cell_args() {
     kshm) echo "-s 1M,4M --transport shm --mem alloc" ;;
     kcma | ktcp | kucx) echo "-s 1M,4M --transport ${1#k} --mem register" ;;
     kstaged) echo "-s 1M,4M --transport tcp --mem register --set staging=always" ;;
+    stcp | sucx) echo "-s 1M,2M,4M,8M --transport ${1#s} --buffer-pool" ;;
     *) echo "compare_builds: unknown cell $1" >&2; exit 1 ;;
   esac
 }

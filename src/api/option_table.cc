@@ -49,7 +49,7 @@ std::vector<Row> CoreRows() {
                         "descriptors longer than this are cut (0: per transport)"),
       XFER_OPTION_BYTES("batch_bytes", batch_bytes, 1, 0, "bytes per batch (0: per transport)"),
       XFER_OPTION_DURATION("spin", spin, "us", 0, kAny,
-                           "how long waiters and idle streams spin before they sleep"),
+                           "how long waiters, idle streams and a busy control thread spin before they sleep"),
       WithCheck(XFER_OPTION_BOOL("checksum", checksum,
                                  "requests check their bytes end to end by default (XXH3 on both sides)"),
                 [](const EngineOptions& o) {

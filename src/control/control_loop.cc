@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "util/log.h"
+#include "util/spin.h"
 
 namespace xfer::control {
 namespace {
@@ -185,15 +186,28 @@ void ControlLoop::Run() {
   const int tick_ms = static_cast<int>(
       std::max<int64_t>(10, std::min(opts_.heartbeat_interval.count(), opts_.heartbeat_timeout.count() / 4)));
   auto next_tick = Clock::now();
+  // While frames other than heartbeats (or wake-ups from threads that queued frames) come
+  // within kBusyGap spins of each other, it polls for opts_.spin after each turn before it
+  // sleeps: the next frame of a busy exchange (an answer, the next notification) is read
+  // without a sleeping thread's wake-up, which costs tens of microseconds (bench/RESULTS.md).
+  // Frames further apart (a checksum's ask per large request, say) and heartbeats, however
+  // many sessions send them, never make it spin: the polling would take a core from the work.
+  constexpr int kBusyGap = 4;
+  Clock::time_point spin_until{}, last_active{};
+  Backoff backoff(0);  // (each step is a system call already: yield at once)
   while (!stop_.load()) {
     // (Rounded up: rounded down, the last millisecond before each tick would be polled busily.)
     int wait_ms = static_cast<int>(
         std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(next_tick - Clock::now()).count()));
+    const bool spinning = Clock::now() < spin_until;
     epoll_event events[64];
-    int n = ::epoll_wait(epoll_.get(), events, 64, wait_ms);
+    int n = ::epoll_wait(epoll_.get(), events, 64, spinning ? 0 : wait_ms);
+    if (n == 0 && spinning) backoff.Pause();
+    active_ = false;
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       if (fd == wake_.get()) {
+        active_ = true;
         AddQueued();
         TakePrepared();
         FlushAll();  // (a thread left bytes its socket did not take)
@@ -202,6 +216,11 @@ void ControlLoop::Run() {
       } else {
         Serve(fd, events[i].events);
       }
+    }
+    if (active_) {
+      const auto now = Clock::now();
+      if (now - last_active <= kBusyGap * opts_.spin) spin_until = now + opts_.spin;
+      last_active = now;
     }
     if (Clock::now() >= next_tick) {
       Tick();
@@ -274,7 +293,9 @@ Session::Handlers ControlLoop::HandlersFor(const std::shared_ptr<Session>& s) {
   // (s by reference: the handlers live only for the call they are made for, and two pointers
   // fit std::function's own storage, so a read allocates nothing for them.)
   return {[this, &s](wire::Message&& m) {
-            if (!std::holds_alternative<wire::Heartbeat>(m)) handler_->OnMessage(s, std::move(m));
+            if (std::holds_alternative<wire::Heartbeat>(m)) return;
+            active_ = true;
+            handler_->OnMessage(s, std::move(m));
           },
           [this, &s](std::span<const uint8_t> payload) { return Prepare(s, payload); }};
 }

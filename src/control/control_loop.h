@@ -40,6 +40,8 @@ struct LoopOptions {
   // frames until the engine lifts the cap (Session::set_max_payload).
   bool authenticate = false;
   uint64_t max_queued = 64ull << 20;  // per session (Session::set_max_queued)
+  // After handling events, the loop polls this long before it sleeps (EngineOptions::spin).
+  std::chrono::microseconds spin{0};
 };
 
 // Accepted connections that have not finished their hello, at most; for each one more, the
@@ -121,6 +123,7 @@ class ControlLoop {
   const LoopOptions opts_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  bool active_ = false;  // control thread only: this turn handled more than heartbeats (Run)
   Counters counters_;
 
   std::mutex add_mu_;

@@ -19,12 +19,12 @@ double ProcessCpuSeconds() {
 }
 
 // Idle sessions cost a control thread almost nothing: heartbeats never make it spin
-// (EngineOptions::spin: it polls after other frames, for the answers that follow them), and it
-// sleeps until its next tick. A hub and eight peers, all in this process, trade a heartbeat every
-// 10 ms on each session with spin = 2 ms. Were a heartbeat to start a spin, the nine control
-// threads would poll for most of each second (over half a core in all); were the wait to a tick
-// rounded down, each would poll through the last millisecond before every tick (about 0.4 of a
-// core in all: it did). Asleep between heartbeats, they use about 0.05 of one.
+// (EngineOptions::spin: it polls in busy exchanges of other frames), and it sleeps until its
+// next tick. A hub and eight peers, all in this process, trade a heartbeat every 10 ms on each
+// session with spin = 2 ms. Were a heartbeat to start a spin, the nine control threads would
+// poll for most of each second (over half a core in all); were the wait to a tick rounded down,
+// each would poll through the last millisecond before every tick (about 0.4 of a core in all:
+// it did). Asleep between heartbeats, they use about 0.05 of one.
 TEST(ControlThread, IdleSessionsCostItAlmostNothing) {
   xfer::EngineOptions o;
   o.heartbeat_interval = 10ms;

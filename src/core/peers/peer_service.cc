@@ -28,9 +28,10 @@ Status PeerService::StartNames(bool listens) {
 
 Status PeerService::StartLoop(net::Fd listener, control::ControlHandler* handler) {
   const EngineOptions& o = self_.options;
-  loop_ = std::make_unique<control::ControlLoop>(
-      std::move(listener), handler,
-      control::LoopOptions{o.heartbeat_interval, o.heartbeat_timeout, auth_.on(), o.max_unsent_bytes});
+  loop_ =
+      std::make_unique<control::ControlLoop>(std::move(listener), handler,
+                                             control::LoopOptions{o.heartbeat_interval, o.heartbeat_timeout,
+                                                                  auth_.on(), o.max_unsent_bytes, o.spin});
   return loop_->Start();
 }
 
