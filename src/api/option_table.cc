@@ -48,7 +48,7 @@ std::vector<Row> CoreRows() {
       XFER_OPTION_BYTES("slice_bytes", slice_bytes, 1, 0,
                         "descriptors longer than this are cut (0: per transport)"),
       XFER_OPTION_BYTES("batch_bytes", batch_bytes, 1, 0, "bytes per batch (0: per transport)"),
-      XFER_OPTION_DURATION("spin", spin, "us", 0, kAny,
+      XFER_OPTION_DURATION("spin", spin, "us", 0, 1000000,
                            "how long waiters, idle streams and a busy control thread spin before they sleep"),
       WithCheck(XFER_OPTION_BOOL("checksum", checksum,
                                  "requests check their bytes end to end by default (XXH3 on both sides)"),

@@ -186,12 +186,13 @@ void ControlLoop::Run() {
   const int tick_ms = static_cast<int>(
       std::max<int64_t>(10, std::min(opts_.heartbeat_interval.count(), opts_.heartbeat_timeout.count() / 4)));
   auto next_tick = Clock::now();
-  // While frames other than heartbeats (or wake-ups from threads that queued frames) come
-  // within kBusyGap spins of each other, it polls for opts_.spin after each turn before it
-  // sleeps: the next frame of a busy exchange (an answer, the next notification) is read
-  // without a sleeping thread's wake-up, which costs tens of microseconds (bench/RESULTS.md).
-  // Frames further apart (a checksum's ask per large request, say) and heartbeats, however
-  // many sessions send them, never make it spin: the polling would take a core from the work.
+  // In a busy exchange, while frames other than heartbeats (or wake-ups: a session added, a
+  // hello prepared, bytes a socket did not take) come within kBusyGap spins of each other, it
+  // polls for opts_.spin after each such turn before it sleeps: the next frame (an answer, the
+  // next notification) is read without a sleeping thread's wake-up, which costs tens of
+  // microseconds (bench/RESULTS.md). Frames further apart (a checksum's ask per large request,
+  // say) and heartbeats, however many sessions send them, never make it spin: the polls would
+  // take a core from the work.
   constexpr int kBusyGap = 4;
   Clock::time_point spin_until{}, last_active{};
   Backoff backoff(0);  // (each step is a system call already: yield at once)
@@ -202,6 +203,7 @@ void ControlLoop::Run() {
     const bool spinning = Clock::now() < spin_until;
     epoll_event events[64];
     int n = ::epoll_wait(epoll_.get(), events, 64, spinning ? 0 : wait_ms);
+    counters_.turns.fetch_add(1, std::memory_order_relaxed);
     if (n == 0 && spinning) backoff.Pause();
     active_ = false;
     for (int i = 0; i < n; ++i) {

@@ -40,7 +40,9 @@ struct LoopOptions {
   // frames until the engine lifts the cap (Session::set_max_payload).
   bool authenticate = false;
   uint64_t max_queued = 64ull << 20;  // per session (Session::set_max_queued)
-  // After handling events, the loop polls this long before it sleeps (EngineOptions::spin).
+  // In a busy exchange (frames other than heartbeats, or wake-ups, within kBusyGap spins of
+  // each other) the loop polls this long after each such turn before it sleeps
+  // (EngineOptions::spin); 0: it never polls.
   std::chrono::microseconds spin{0};
 };
 
@@ -76,6 +78,8 @@ class ControlLoop {
     std::atomic<uint64_t> peers_late{0};
     // Sessions closed because the peer stayed silent for heartbeat_timeout.
     std::atomic<uint64_t> peers_declared_dead{0};
+    // Times the loop looked at its connections: each wake-up, and each poll while it spins.
+    std::atomic<uint64_t> turns{0};
   };
   const Counters& counters() const { return counters_; }
 
@@ -123,7 +127,8 @@ class ControlLoop {
   const LoopOptions opts_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  bool active_ = false;  // control thread only: this turn handled more than heartbeats (Run)
+  // Control thread only: this turn handed on a frame other than a heartbeat, or took a wake-up.
+  bool active_ = false;
   Counters counters_;
 
   std::mutex add_mu_;

@@ -86,6 +86,7 @@ TEST(IntegrationOptions, NonsenseValuesAreRefusedAtInitialize) {
          o->heartbeat_interval = 1000ms;
          o->heartbeat_timeout = 100ms;
        }},
+      {"spin over 1 s", [](xfer::EngineOptions* o) { o->spin = std::chrono::microseconds(1000001); }},
       {"unknown transport", [](xfer::EngineOptions* o) { o->transport = "carrier-pigeon"; }},
       {"tcp.links 0", [](xfer::EngineOptions* o) { o->tcp.links = 0; }},
       {"tcp.nics unknown", [](xfer::EngineOptions* o) { o->tcp.nics = {"no-such-nic0"}; }},

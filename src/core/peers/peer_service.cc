@@ -245,6 +245,10 @@ void PeerService::AddGauges(MetricsSnapshot* out) const {
   AddValue(out, "xfer_peers_declared_dead_total", MetricType::kCounter,
            "Sessions ended because the peer stayed silent for the heartbeat timeout.",
            static_cast<double>(c.peers_declared_dead.load()));
+  AddValue(out, "xfer_control_turns_total", MetricType::kCounter,
+           "Times the control thread looked at its connections: each wake-up, and each poll while "
+           "it spins in a busy exchange.",
+           static_cast<double>(c.turns.load()));
 }
 
 }  // namespace xfer
