@@ -68,7 +68,7 @@ struct EngineOptions {
   uint64_t batch_bytes = 0;
   // Waiters, idle streams and the control thread in a busy exchange (frames other than
   // heartbeats within four spins of each other) spin this long before they sleep (a wake-up
-  // costs tens of us).
+  // costs tens of us). 0..1 s.
   std::chrono::microseconds spin{50};
   // End-to-end checksums by default (TransferOptions::checksum overrides it per request):
   // once a request's bytes moved, each descriptor's bytes where they landed are checked

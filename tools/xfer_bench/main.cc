@@ -80,7 +80,8 @@ void AddTestOptions(CLI::App* app, Config& c) {
                   "EngineOptions::batch_bytes: bytes per batch / system call")
       ->type_name("BYTES");
   app->add_option("--spin", c.spin_us,
-                  "EngineOptions::spin in us: how long waiters and idle streams spin before they sleep")
+                  "EngineOptions::spin in us: how long waiters, idle streams and a busy control thread spin "
+                  "before they sleep")
       ->check(CLI::Range(int64_t(0), int64_t(1000000)));
   app->add_option(
          "--nics", c.nics,
