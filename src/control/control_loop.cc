@@ -197,12 +197,15 @@ void ControlLoop::Run() {
   Clock::time_point spin_until{}, last_active{};
   Backoff backoff(0);  // (each step is a system call already: yield at once)
   while (!stop_.load()) {
+    const auto now = Clock::now();
+    const bool spinning = now < spin_until;
     // (Rounded up: rounded down, the last millisecond before each tick would be polled busily.)
-    int wait_ms = static_cast<int>(
-        std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(next_tick - Clock::now()).count()));
-    const bool spinning = Clock::now() < spin_until;
+    const int wait_ms = spinning
+                            ? 0
+                            : static_cast<int>(std::max<int64_t>(
+                                  0, std::chrono::ceil<std::chrono::milliseconds>(next_tick - now).count()));
     epoll_event events[64];
-    int n = ::epoll_wait(epoll_.get(), events, 64, spinning ? 0 : wait_ms);
+    int n = ::epoll_wait(epoll_.get(), events, 64, wait_ms);
     counters_.turns.fetch_add(1, std::memory_order_relaxed);
     if (n == 0 && spinning) backoff.Pause();
     active_ = false;
