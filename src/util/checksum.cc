@@ -3,6 +3,9 @@
 #ifdef XFER_HAVE_XXHASH
 #include <xxhash.h>
 #endif
+#ifdef XFER_HAVE_XXHASH_DISPATCH
+#include <xxh_x86dispatch.h>  // XXH3_64bits and its update become the dispatching versions
+#endif
 
 namespace xfer::checksum {
 
