@@ -73,8 +73,8 @@ struct EngineOptions {
   // End-to-end checksums by default (TransferOptions::checksum overrides it per request):
   // once a request's bytes moved, each descriptor's bytes where they landed are checked
   // against a checksum (XXH3-64) of where they came from, on every path; a mismatch fails the
-  // request with kDataCorrupted naming the descriptor. Host memory only (GPU memory: the
-  // request is refused, kUnsupported). Needs a build with libxxhash. docs/notifications.md.
+  // request with kDataCorrupted naming the descriptor. GPU memory is summed through page-locked
+  // host buffers. Needs a build with libxxhash. docs/notifications.md.
   bool checksum = false;
 
   // Buffer pool: staging buffers of page-locked host memory for memory pairs that no backend

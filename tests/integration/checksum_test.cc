@@ -11,6 +11,7 @@
 #include "pattern.h"
 #include "raw_peer.h"
 #include "test_common.h"
+#include "transport/common/cuda/cuda_api.h"
 #include "util/checksum.h"
 
 namespace xfer_test {
@@ -22,7 +23,7 @@ struct Setup {
   std::string name;
   std::string forced;  // EngineOptions::transport of the initiator
   bool staged = false;
-  std::string region = "host";  // "host" or "shm" (AllocMem)
+  std::string region = "host";  // "host", "shm" (AllocMem) or "gpu" (cudaMalloc'd, registered)
 };
 void PrintTo(const Setup& s, std::ostream* os) { *os << s.name; }
 
@@ -36,10 +37,16 @@ class Checksums : public PeerFixture, public ::testing::WithParamInterface<Setup
     if (corrupt) ::setenv("XFER_TEST_CORRUPT_LANDED", "1", 1);
     PeerFixture::SetUp();
     ::unsetenv("XFER_TEST_CORRUPT_LANDED");
-    region_ = GetParam().region == "shm" ? peer_.ShmAlloc(kRegion) : peer_.Alloc(kRegion);
+    region_ = GetParam().region == "shm"   ? peer_.ShmAlloc(kRegion)
+              : GetParam().region == "gpu" ? peer_.DeviceAlloc(kRegion, -1, "", true)
+                                           : peer_.Alloc(kRegion);
     local_ = std::make_unique<LocalBuffer>(kRegion);
   }
-  void SetUp() override {}  // (each test calls Start)
+  void SetUp() override {  // (each test calls Start)
+    std::string why;
+    if (GetParam().region == "gpu" && !xfer::transport::cuda::Available(&why))
+      GTEST_SKIP() << "no GPU: " << why;
+  }
   void TearDown() override { ::unsetenv("UCX_TLS"); }
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
@@ -148,8 +155,67 @@ INSTANTIATE_TEST_SUITE_P(Transports, Checksums,
 #ifdef XFER_TEST_UCX
                                            Setup{"ucx", "ucx"},
 #endif
-                                           Setup{"staged", "", true}),
+                                           Setup{"staged", "", true},
+                                           // GPU memory at the target (device_check.sh runs "Gpu"):
+                                           // on this host over cuda, its two sides compared here,
+                                           // and over tcp, the target asked for its sums
+                                           Setup{"Gpu", "", false, "gpu"},
+                                           Setup{"GpuOverTcp", "tcp", false, "gpu"}),
                          [](const auto& info) { return info.param.name; });
+
+// GPU memory on the initiator's side, summed there through host buffers: WRITEs from it and
+// READs into it over tcp (staged here) to a peer's host memory, clean; then, with the test hook,
+// a byte flipped where a READ landed in it. (device_check.sh runs "Gpu".)
+TEST(ChecksumsLocalGpu, GpuMemoryOnThisSideIsSummedThroughHostBuffers) {
+  std::string why;
+  if (!xfer::transport::cuda::Available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  PeerProcess peer;
+  std::string err;
+  ASSERT_TRUE(peer.Start({}, &err)) << err;
+  constexpr uint64_t kMiB = 1 << 20, kBytes = 3 * kMiB;
+  const PeerRegion remote = peer.Alloc(kBytes);
+  std::vector<unsigned char> pattern(kBytes), back(kBytes);
+  FillPattern(pattern.data(), kBytes, 5);
+  xfer::TransferOptions checked;
+  checked.checksum = true;
+  for (const bool corrupt : {false, true}) {
+    if (corrupt) ::setenv("XFER_TEST_CORRUPT_LANDED", "1", 1);
+    xfer::EngineOptions o;
+    o.transport = "tcp";
+    xfer::Engine e;
+    XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
+    ::unsetenv("XFER_TEST_CORRUPT_LANDED");
+    XT_ASSERT_OK(e.Connect(peer.name(), 10s));
+    void* gpu = nullptr;
+    xfer::MemHandle h = 0;
+    XT_ASSERT_OK(e.AllocMem(kBytes, xfer::MemType::kCuda, &gpu, &h));
+    const uint64_t at = reinterpret_cast<uint64_t>(gpu);
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    const xfer::transport::Slice fill{reinterpret_cast<uint64_t>(pattern.data()), at, kBytes};
+    XT_ASSERT_OK(xfer::transport::cuda::Copy(Op::kWrite, std::span(&fill, 1), deadline));
+    std::vector<TransferDesc> d;
+    for (uint64_t k = 0; k < 3; ++k) d.push_back({at + k * kMiB, remote.addr + k * kMiB, kMiB});
+    xfer::RequestStatus st;
+    XT_ASSERT_OK(e.TransferSync(peer.name(), Op::kWrite, d, 30s, checked, &st));  // (the peer has no hook)
+    EXPECT_EQ(peer.SumRange(remote.addr, kBytes), Hash64(pattern.data(), kBytes));
+    const xfer::Status r = e.TransferSync(peer.name(), Op::kRead, d, 30s, checked, &st);
+    if (corrupt) {
+      EXPECT_EQ(r.code(), xfer::StatusCode::kDataCorrupted) << r.ToString();
+      EXPECT_NE(r.message().find("descriptor 1:"), std::string::npos) << r.ToString();
+      EXPECT_EQ(st.landed, (std::vector<uint64_t>{0, 2}));
+    } else {
+      XT_EXPECT_OK(r);
+      const xfer::transport::Slice out{reinterpret_cast<uint64_t>(back.data()), at, kBytes};
+      XT_ASSERT_OK(xfer::transport::cuda::Copy(Op::kRead, std::span(&out, 1), deadline));
+      EXPECT_EQ(Hash64(back.data(), kBytes), Hash64(pattern.data(), kBytes));
+    }
+    xfer::PeerInfo info;
+    XT_ASSERT_OK(e.GetPeerInfo(peer.name(), &info));
+    EXPECT_GT(info.BytesVia("staged"), 0u) << "the GPU memory was not staged";
+    XT_EXPECT_OK(e.FreeMem(h));
+    e.Finalize();
+  }
+}
 
 // One request over two routes, shm (AllocMem memory, compared in place) and cma (registered
 // memory, the peer asked): clean, then a byte flipped in the one the peer is asked for.

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cstring>
 
+#include "transport/common/memory_sum.h"
 #include "util/checksum.h"
 
 namespace xfer {
 
-RequestCheck::RequestCheck(const Plan& plan, Op op, RequestChecks config)
-    : plan_(plan), op_(op), config_(std::move(config)) {
+RequestCheck::RequestCheck(const Plan& plan, Op op, RequestChecks config,
+                           std::chrono::steady_clock::time_point deadline)
+    : plan_(plan), op_(op), config_(std::move(config)), deadline_(deadline) {
   batch_at_.reserve(plan_.batches.size());
   batch_piece_.reserve(plan_.batches.size() + 1);
   uint64_t at = 0;  // the request's bytes before the slice
@@ -36,21 +38,32 @@ RequestCheck::RequestCheck(const Plan& plan, Op op, RequestChecks config)
   ours_.resize(pieces_.size());
 }
 
-void RequestCheck::MaybeCorrupt(uint64_t at, uint64_t len, uint8_t* landed) const {
+void RequestCheck::MaybeCorrupt(uint64_t at, uint64_t len, uint8_t* landed, bool gpu) const {
   const int64_t k = config_.corrupt_landed;
   const size_t descriptors = plan_.desc_ends.empty() ? 1 : plan_.desc_ends.size();
   if (k < 0 || static_cast<uint64_t>(k) >= descriptors) return;
   const uint64_t begin = DescriptorBegin(plan_, static_cast<size_t>(k));
-  if (begin >= at && begin < at + len) landed[begin - at] ^= 0xff;
+  if (begin >= at && begin < at + len)
+    (void)transport::FlipByte(reinterpret_cast<uint64_t>(landed + (begin - at)), gpu);
+}
+
+bool RequestCheck::Gpu(uint64_t addr) const { return plan_.gpu_memory && transport::IsGpuMemory(addr); }
+
+void RequestCheck::NoteFailure(Status why) {
+  std::lock_guard lock(mu_);
+  if (unsummed_.ok()) unsummed_ = std::move(why);
 }
 
 void RequestCheck::BatchMoved(size_t i) {
   if (InPlace(i)) return Compare(i);
   for (uint32_t p = batch_piece_[i]; p < batch_piece_[i + 1]; ++p) {
     const Piece& piece = pieces_[p];
+    const bool gpu = Gpu(piece.local);
     auto* local = reinterpret_cast<uint8_t*>(piece.local);
-    if (op_ == Op::kRead) MaybeCorrupt(piece.at, piece.len, local);  // (a WRITE's: the peer's engine)
-    ours_[p] = checksum::Of(local, piece.len);
+    if (op_ == Op::kRead) MaybeCorrupt(piece.at, piece.len, local, gpu);  // (a WRITE's: the peer's engine)
+    if (Status s = transport::ChecksumOf(piece.local, piece.len, gpu, deadline_, &ours_[p]); !s.ok()) {
+      return NoteFailure(std::move(s));
+    }
   }
 }
 
@@ -59,18 +72,41 @@ void RequestCheck::Compare(size_t i) {
   uint64_t at = batch_at_[i];
   for (uint32_t k = b.begin; k < b.end; ++k) {
     const transport::Slice& s = plan_.slices[k];
-    auto* local = reinterpret_cast<uint8_t*>(s.local);
-    auto* there = reinterpret_cast<uint8_t*>(s.remote);
-    MaybeCorrupt(at, s.len, op_ == Op::kWrite ? there : local);
-    // Byte for byte: stronger than a checksum, and cheaper (both sides are in the caches).
-    for (uint64_t off = 0; off < s.len && std::memcmp(local + off, there + off, s.len - off) != 0;) {
-      while (off < s.len && local[off] == there[off]) ++off;  // (memory may change meanwhile)
-      if (off == s.len) break;
-      const size_t d = DescriptorAt(plan_, at + off);
-      NoteCorrupt(d);
-      off = DescriptorEnd(plan_, d) - at;  // (on past that descriptor)
+    const bool local_gpu = Gpu(s.local), there_gpu = Gpu(s.remote);
+    MaybeCorrupt(at, s.len, reinterpret_cast<uint8_t*>(op_ == Op::kWrite ? s.remote : s.local),
+                 op_ == Op::kWrite ? there_gpu : local_gpu);
+    if (local_gpu || there_gpu) {
+      CompareSums(s, at, local_gpu, there_gpu);
+    } else {
+      CompareBytes(s, at);
     }
     at += s.len;
+  }
+}
+
+void RequestCheck::CompareBytes(const transport::Slice& s, uint64_t at) {
+  auto* local = reinterpret_cast<uint8_t*>(s.local);
+  auto* there = reinterpret_cast<uint8_t*>(s.remote);
+  // Byte for byte: stronger than a checksum, and cheaper (both sides are in the caches).
+  for (uint64_t off = 0; off < s.len && std::memcmp(local + off, there + off, s.len - off) != 0;) {
+    while (off < s.len && local[off] == there[off]) ++off;  // (memory may change meanwhile)
+    if (off == s.len) break;
+    const size_t d = DescriptorAt(plan_, at + off);
+    NoteCorrupt(d);
+    off = DescriptorEnd(plan_, d) - at;  // (on past that descriptor)
+  }
+}
+
+void RequestCheck::CompareSums(const transport::Slice& s, uint64_t at, bool local_gpu, bool there_gpu) {
+  for (uint64_t off = 0; off < s.len;) {  // (descriptor by descriptor)
+    const size_t d = DescriptorAt(plan_, at + off);
+    const uint64_t end = std::min(DescriptorEnd(plan_, d) - at, s.len);
+    uint64_t ours = 0, theirs = 0;
+    Status st = transport::ChecksumOf(s.local + off, end - off, local_gpu, deadline_, &ours);
+    if (st.ok()) st = transport::ChecksumOf(s.remote + off, end - off, there_gpu, deadline_, &theirs);
+    if (!st.ok()) return NoteFailure(std::move(st));
+    if (ours != theirs) NoteCorrupt(d);
+    off = end;
   }
 }
 
@@ -163,7 +199,14 @@ void RequestCheck::Answered(Status why, std::vector<uint64_t> theirs) {
 
 void RequestCheck::Finish(std::chrono::steady_clock::time_point deadline, Done done,
                           std::shared_ptr<void> keep) {
-  if (pieces_.empty()) return done(Status::Ok(), Corrupt());
+  if (pieces_.empty()) {
+    Status unsummed;
+    {
+      std::lock_guard lock(mu_);
+      unsummed = unsummed_;
+    }
+    return done(std::move(unsummed), Corrupt());
+  }
   bool answered;
   Status canceled;
   {
@@ -183,6 +226,10 @@ void RequestCheck::Finish(std::chrono::steady_clock::time_point deadline, Done d
 }
 
 void RequestCheck::Conclude(Status why, const std::vector<uint64_t>& theirs, const Done& done) {
+  {
+    std::lock_guard lock(mu_);
+    if (why.ok() && !unsummed_.ok()) why = unsummed_;
+  }
   if (why.ok() && theirs.size() != pieces_.size()) {
     why = {StatusCode::kInternal, "peer answered " + std::to_string(theirs.size()) + " checksums for " +
                                       std::to_string(pieces_.size()) + " ranges"};

@@ -1,9 +1,11 @@
 // A request's end-to-end checksums (TransferOptions::checksum; docs/notifications.md,
 // "Checksums"). Each batch is checked as it moves its bytes, on the thread that moved them and
-// while they are still in the caches: where both its sides are addressable here (shm, this
-// engine itself) the two are compared byte for byte; elsewhere this side's checksums of its
-// pieces (a slice's part of one descriptor) are taken. Once every batch moved, the peer is asked
-// for its side's checksums of those pieces, and the descriptors whose sides differ are named.
+// while they are still in the caches: where both its sides are addressable here (shm, cuda,
+// this engine itself) the two are compared, byte for byte in host memory, by checksums where
+// either side is GPU memory; elsewhere this side's checksums of its pieces (a slice's part of
+// one descriptor) are taken. Once every batch moved, the peer is asked for its side's checksums
+// of those pieces, and the descriptors whose sides differ are named. GPU memory is summed
+// through host buffers (transport/common/memory_sum.h).
 #pragma once
 
 #include <chrono>
@@ -33,8 +35,8 @@ struct RequestChecks {
 
 class RequestCheck {
  public:
-  // plan: the request's (it outlives this).
-  RequestCheck(const Plan& plan, Op op, RequestChecks config);
+  // plan: the request's (it outlives this); deadline: the request's (for copies of GPU memory).
+  RequestCheck(const Plan& plan, Op op, RequestChecks config, std::chrono::steady_clock::time_point deadline);
 
   // Whether batch i is compared in place (both sides addressable here).
   bool InPlace(size_t i) const { return config_.self || plan_.batches[i].mapped; }
@@ -67,7 +69,14 @@ class RequestCheck {
     uint64_t at = 0;  // where it begins in the request's bytes
     uint32_t desc = 0;
   };
-  void Compare(size_t i);  // an InPlace batch's two sides
+  void Compare(size_t i);                                     // an InPlace batch's two sides, slice by slice:
+  void CompareBytes(const transport::Slice& s, uint64_t at);  // host memory: byte for byte
+  // Either side GPU memory: by checksums, descriptor by descriptor. at: where s begins in the
+  // request's bytes.
+  void CompareSums(const transport::Slice& s, uint64_t at, bool local_gpu, bool there_gpu);
+  // Whether this request's memory at addr is GPU memory (asked only when the plan has some).
+  bool Gpu(uint64_t addr) const;
+  void NoteFailure(Status why);  // this side could not sum its bytes (a copy of GPU memory failed)
   // Asks the peer for its checksums of the pieces (once); the answer goes to done_ once both
   // it and Finish came.
   void Ask(std::chrono::steady_clock::time_point deadline, std::shared_ptr<void> keep);
@@ -77,11 +86,12 @@ class RequestCheck {
   void NoteCorrupt(size_t desc);
   // The test hook: flips the first byte of descriptor config_.corrupt_landed where it landed,
   // when that byte lies in [at, at + len) of the request's bytes (landed: its address).
-  void MaybeCorrupt(uint64_t at, uint64_t len, uint8_t* landed) const;
+  void MaybeCorrupt(uint64_t at, uint64_t len, uint8_t* landed, bool gpu = false) const;
 
   const Plan& plan_;
   const Op op_;
   const RequestChecks config_;
+  const std::chrono::steady_clock::time_point deadline_;
   std::vector<uint64_t> batch_at_;     // where batch i begins in the request's bytes
   std::vector<uint32_t> batch_piece_;  // batch i's pieces: pieces_[batch_piece_[i], [i + 1])
   std::vector<Piece> pieces_;          // of the batches not compared in place, in order
@@ -96,6 +106,7 @@ class RequestCheck {
   RequestChecks::Withdraw withdraw_;  // mu_: the ask's, once made, until used
   bool failed_ = false;               // mu_: its answer was a failure
   Status canceled_;                   // mu_: Cancel's why, once it came
+  Status unsummed_;                   // mu_: why this side could not sum its bytes, if it could not
 };
 
 }  // namespace xfer

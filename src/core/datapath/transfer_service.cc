@@ -90,8 +90,6 @@ Status TransferService::CanCheck(const Peer& peer, const Plan& plan) const {
   if (!checksum::Available()) {
     return {StatusCode::kUnsupported, "checksum needs a build with libxxhash (libxxhash-dev)"};
   }
-  if (plan.gpu_memory)
-    return {StatusCode::kUnsupported, "checksum: GPU memory is not supported (host memory only)"};
   const bool asks_peer =
       peer.session != nullptr &&
       std::any_of(plan.batches.begin(), plan.batches.end(), [](const Plan::Batch& b) { return !b.mapped; });

@@ -7,6 +7,7 @@ target_sources(xfer PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/buffer_pool.cc
   ${CMAKE_CURRENT_LIST_DIR}/host_copy.cc
   ${CMAKE_CURRENT_LIST_DIR}/memfd_regions.cc
+  ${CMAKE_CURRENT_LIST_DIR}/memory_sum.cc
   ${CMAKE_CURRENT_LIST_DIR}/staging.cc
 )
 option(XFER_WITH_CUDA "Build the cuda transport when the CUDA toolkit is found" ON)

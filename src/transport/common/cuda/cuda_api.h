@@ -71,6 +71,11 @@ Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::tim
 // it finished it, and must finish it before the memory it touches goes.
 Status StartCopy(Op op, std::span<const Slice> slices);
 Status FinishCopy(std::chrono::steady_clock::time_point deadline);
+// The same on a side lane of the thread, with streams of its own: for work that may come while
+// the thread has a batch started (checksums of GPU memory, summed in a completion callback).
+// Its own one started batch at a time.
+Status StartSideCopy(Op op, std::span<const Slice> slices);
+Status FinishSideCopy(std::chrono::steady_clock::time_point deadline);
 
 // Page-locks host memory so copies to and from it run at the PCIe link's speed (cudaHostRegister;
 // read_only: memory mapped without write permission, which copies only read).

@@ -206,7 +206,7 @@ Status AwaitCopies(cudaStream_t stream, cudaEvent_t done, std::chrono::steady_cl
                                     std::to_string(late.count()) + " us after it)"};
 }
 
-// The batch a thread started (StartCopy) and has not finished yet.
+// The batch a lane started and has not finished yet.
 struct Started {
   bool active = false;
   cudaStream_t stream = nullptr;
@@ -215,15 +215,22 @@ struct Started {
   size_t slices = 0;
   uint64_t bytes = 0;
 };
-thread_local Started started;
 
-}  // namespace
+// A thread's lane of copies: its streams and events, and the batch started on it. Each thread
+// has two: the data path's (StartCopy), and a side lane (StartSideCopy) for work that may come
+// while the first has a batch started (a checksum of GPU memory, in a completion callback).
+struct Lane {
+  ThreadCopier copier;
+  Started started;
+};
+thread_local Lane main_lane, side_lane;
 
-Status StartCopy(Op op, std::span<const Slice> slices) {
+Status StartOn(Lane& lane, Op op, std::span<const Slice> slices) {
+  Started& started = lane.started;
+  ThreadCopier& copier = lane.copier;
   if (started.active) return {StatusCode::kInternal, "cuda: copy started while this thread's last one runs"};
   if (!Usable()) return NotUsable("copy");
   if (slices.empty()) return Status::Ok();
-  thread_local ThreadCopier copier;
   // The batch's device: remembered from an earlier batch over the same allocation, else asked.
   const uint64_t generation = freed_generation.load(std::memory_order_acquire);
   int device = copier.Remembered(slices, generation);
@@ -255,13 +262,23 @@ Status StartCopy(Op op, std::span<const Slice> slices) {
   return Status::Ok();
 }
 
-Status FinishCopy(std::chrono::steady_clock::time_point deadline) {
+Status FinishOn(Lane& lane, std::chrono::steady_clock::time_point deadline) {
+  Started& started = lane.started;
   if (!started.active) return Status::Ok();
   const Started b = started;
   started.active = false;
   // (Only failures spell the batch out: no allocation on the way of a copy that works.)
   const auto what = [&] { return CopyText(b.op, b.slices, b.bytes); };
   return AwaitCopies(b.stream, b.done, deadline, what);
+}
+
+}  // namespace
+
+Status StartCopy(Op op, std::span<const Slice> slices) { return StartOn(main_lane, op, slices); }
+Status FinishCopy(std::chrono::steady_clock::time_point deadline) { return FinishOn(main_lane, deadline); }
+Status StartSideCopy(Op op, std::span<const Slice> slices) { return StartOn(side_lane, op, slices); }
+Status FinishSideCopy(std::chrono::steady_clock::time_point deadline) {
+  return FinishOn(side_lane, deadline);
 }
 
 Status Copy(Op op, std::span<const Slice> slices, std::chrono::steady_clock::time_point deadline) {

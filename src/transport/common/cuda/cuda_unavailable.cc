@@ -32,6 +32,8 @@ Status Open(const std::string&, uint64_t, const TakeFd&, std::shared_ptr<Mapping
 Status Copy(Op, std::span<const Slice>, std::chrono::steady_clock::time_point) { return No("copy"); }
 Status StartCopy(Op, std::span<const Slice>) { return No("copy"); }
 Status FinishCopy(std::chrono::steady_clock::time_point) { return Status::Ok(); }
+Status StartSideCopy(Op, std::span<const Slice>) { return No("copy"); }
+Status FinishSideCopy(std::chrono::steady_clock::time_point) { return Status::Ok(); }
 
 Status PinHost(void*, uint64_t, bool) { return No("page-lock host memory"); }
 void UnpinHost(void*) {}
