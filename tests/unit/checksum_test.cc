@@ -1,6 +1,6 @@
 // The checksum's digests are part of the wire (wire::Digest answers, tcp.checksum's frames):
 // every build must give the same ones, whichever code libxxhash runs (scalar, SSE2, the AVX2
-// its x86 dispatch picks). The expected values come from XXH3-64's scalar reference code.
+// its x86 dispatch picks: AVX2, AVX-512). The expected values come from XXH3-64's scalar reference code.
 #include "util/checksum.h"
 
 #include <gtest/gtest.h>
