@@ -36,8 +36,9 @@
 #      runs     xfer-bench, every run with --verify where it moves data: first the buffer pool
 #               both ways at once between two host ids (serve + client; host memory, then
 #               cuda:0 both sides), then D2D/H2D/D2H WRITE/READ 16K..64M (cuda path), staged
-#               over tcp (each beside host memory direct over tcp), --mem register,
-#               bidirectional, latency                      -> runs.txt, runs.json
+#               over tcp (each beside host memory direct over tcp), D2D with checksums
+#               (cuda path, staged over tcp), --mem register, bidirectional, latency
+#                                                           -> runs.txt, runs.json
 #      table    xfer-bench table -s 64K,1M,8M -D 0.2        -> table.txt, table.json
 #      buildrest ninja of everything else (fault tests, examples: only the suite runs them) -> build.log
 #      suite    the rest of ctest (GPU present: host memory gets pinned)   -> suite.log
@@ -250,6 +251,11 @@ if [ "${1:-}" = "--runs" ]; then
     one write_bw -s 64K:8M -D 0.1 --verify --transport tcp "${D[@]}"
     one read_bw -s 1M,8M -D 0.1 --verify --transport tcp
     one read_bw -s 64K:8M -D 0.1 --verify --transport tcp "${D[@]}"
+    # End-to-end checksums of GPU memory (summed through host buffers, issue 43): D2D over the
+    # cuda path and staged over tcp, beside the same runs above without them.
+    one write_bw -s 1M,8M -D 0.1 --verify --set checksum=true "${D[@]}"
+    one read_bw -s 1M,8M -D 0.1 --verify --set checksum=true "${D[@]}"
+    one write_bw -s 1M,8M -D 0.1 --verify --transport tcp --set checksum=true "${D[@]}"
     # cudaMalloc + RegisterMem(kCuda) instead of AllocMem; both directions at once; latency.
     one write_bw -s 1M,8M -D 0.2 --verify --mem register "${D[@]}"
     one write_bw -s 1M,8M -D 0.2 --verify -b "${D[@]}"

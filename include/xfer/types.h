@@ -86,8 +86,9 @@ struct TransferOptions {
   // moved, each descriptor's bytes where they landed are checked against a checksum of where
   // they came from; a mismatch fails it with kDataCorrupted naming the descriptor (and a
   // notification then goes out as kFailed, with the descriptors that landed intact). Over shm
-  // (and to this engine itself) both sides are compared as each batch lands; elsewhere it costs
-  // a pass over the bytes on each side and one round trip.
+  // and cuda (and to this engine itself) both sides are compared as each batch lands; elsewhere
+  // it costs a pass over the bytes on each side and one round trip. GPU memory is summed
+  // through page-locked host buffers (a copy of its bytes to the host).
   std::optional<bool> checksum;
 };
 

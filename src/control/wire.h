@@ -87,6 +87,8 @@ inline constexpr uint32_t kFeatureTargetStaging = 16;
 // It stages all its memory (its staging = always), standing in for GPU memory: one-sided routes
 // reach it through its staging slots.
 inline constexpr uint32_t kFeatureStagesAll = 32;
+// It answers Digest for ranges of its GPU memory too (older builds refuse them).
+inline constexpr uint32_t kFeatureGpuDigests = 64;
 
 struct Hello {
   std::string name;  // the sender's listen name ("host" alone for a client-only engine)

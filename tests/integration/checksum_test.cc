@@ -122,6 +122,12 @@ TEST_P(Checksums, CleanRequestsCompleteAndTheirBytesArrive) {
         engine_.TransferSync(peer_.name(), i % 2 ? Op::kRead : Op::kWrite, {d}, 30s, o, &st);
     ASSERT_TRUE(s.ok()) << "request " << i << ": " << s.ToString();
   }
+  if (GetParam().region == "gpu") {  // (the route each GPU case is about)
+    xfer::PeerInfo info;
+    XT_ASSERT_OK(engine_.GetPeerInfo(peer_.name(), &info));
+    const std::string route = GetParam().forced.empty() ? "cuda" : GetParam().forced;
+    EXPECT_GT(info.BytesVia(route), 0u) << "the bytes did not go via " << route;
+  }
 }
 
 TEST_P(Checksums, AByteFlippedWhereItLandedFailsTheRequestNamingItsDescriptor) {
@@ -172,7 +178,8 @@ TEST(ChecksumsLocalGpu, GpuMemoryOnThisSideIsSummedThroughHostBuffers) {
   PeerProcess peer;
   std::string err;
   ASSERT_TRUE(peer.Start({}, &err)) << err;
-  constexpr uint64_t kMiB = 1 << 20, kBytes = 3 * kMiB;
+  // Descriptors of a little over 1 MiB: each summed here in two chunks of the bounce buffers.
+  constexpr uint64_t kLen = (1 << 20) + 4099, kBytes = 3 * kLen;
   const PeerRegion remote = peer.Alloc(kBytes);
   std::vector<unsigned char> pattern(kBytes), back(kBytes);
   FillPattern(pattern.data(), kBytes, 5);
@@ -194,7 +201,7 @@ TEST(ChecksumsLocalGpu, GpuMemoryOnThisSideIsSummedThroughHostBuffers) {
     const xfer::transport::Slice fill{reinterpret_cast<uint64_t>(pattern.data()), at, kBytes};
     XT_ASSERT_OK(xfer::transport::cuda::Copy(Op::kWrite, std::span(&fill, 1), deadline));
     std::vector<TransferDesc> d;
-    for (uint64_t k = 0; k < 3; ++k) d.push_back({at + k * kMiB, remote.addr + k * kMiB, kMiB});
+    for (uint64_t k = 0; k < 3; ++k) d.push_back({at + k * kLen, remote.addr + k * kLen, kLen});
     xfer::RequestStatus st;
     XT_ASSERT_OK(e.TransferSync(peer.name(), Op::kWrite, d, 30s, checked, &st));  // (the peer has no hook)
     EXPECT_EQ(peer.SumRange(remote.addr, kBytes), Hash64(pattern.data(), kBytes));
@@ -368,7 +375,11 @@ TEST(ChecksumsHostile, APeersAsksAreCheckedBoundedAndGivenUpWithItsSession) {
   XT_ASSERT_OK(target.RegisterMem(buf.data(), kLen, xfer::MemType::kHost, &h));
   auto raw_session = std::make_unique<RawSession>(target.LocalName());
   RawSession& raw = *raw_session;
-  ASSERT_FALSE(raw.Hello(HelloOf("10.9.8.7:6000", 0x5eed)).name.empty());
+  const wire::Hello hello = raw.Hello(HelloOf("10.9.8.7:6000", 0x5eed));
+  ASSERT_FALSE(hello.name.empty());
+  // It says it sums ranges of its GPU memory too (a peer asks for those only of such builds).
+  EXPECT_EQ(hello.features & (wire::kFeatureDigests | wire::kFeatureGpuDigests),
+            wire::kFeatureDigests | wire::kFeatureGpuDigests);
   std::map<uint64_t, wire::DigestAnswer> answers;
   auto await = [&](size_t n) {
     wire::Message m;

@@ -19,8 +19,7 @@ Request::Request(RequestHandle id, Op op, Clock::time_point start, Clock::time_p
       plan_(*shared_plan_),
       pipelined_(PipelinedRoute(peer_, plan_)),
       deliver_(std::move(deliver)),
-      checks_(checks.ask ? std::make_unique<RequestCheck>(plan_, op_, std::move(checks), deadline_)
-                         : nullptr),
+      checks_(checks.ask ? std::make_unique<RequestCheck>(plan_, op_, std::move(checks)) : nullptr),
       outstanding_(plan_.batches.size()) {
   if (peer_ && peer_->metrics) peer_->metrics->Started(op_, plan_.bytes);
 }

@@ -8,9 +8,8 @@
 
 namespace xfer {
 
-RequestCheck::RequestCheck(const Plan& plan, Op op, RequestChecks config,
-                           std::chrono::steady_clock::time_point deadline)
-    : plan_(plan), op_(op), config_(std::move(config)), deadline_(deadline) {
+RequestCheck::RequestCheck(const Plan& plan, Op op, RequestChecks config)
+    : plan_(plan), op_(op), config_(std::move(config)) {
   batch_at_.reserve(plan_.batches.size());
   batch_piece_.reserve(plan_.batches.size() + 1);
   uint64_t at = 0;  // the request's bytes before the slice
@@ -61,7 +60,7 @@ void RequestCheck::BatchMoved(size_t i) {
     const bool gpu = Gpu(piece.local);
     auto* local = reinterpret_cast<uint8_t*>(piece.local);
     if (op_ == Op::kRead) MaybeCorrupt(piece.at, piece.len, local, gpu);  // (a WRITE's: the peer's engine)
-    if (Status s = transport::ChecksumOf(piece.local, piece.len, gpu, deadline_, &ours_[p]); !s.ok()) {
+    if (Status s = transport::ChecksumOf(piece.local, piece.len, gpu, &ours_[p]); !s.ok()) {
       return NoteFailure(std::move(s));
     }
   }
@@ -98,14 +97,23 @@ void RequestCheck::CompareBytes(const transport::Slice& s, uint64_t at) {
 }
 
 void RequestCheck::CompareSums(const transport::Slice& s, uint64_t at, bool local_gpu, bool there_gpu) {
-  for (uint64_t off = 0; off < s.len;) {  // (descriptor by descriptor)
+  // The whole slice first (one copy out of each GPU side, however many descriptors it holds
+  // part of), then, where it differs, descriptor by descriptor, to name them.
+  const auto differ = [&](uint64_t off, uint64_t len, bool* out) {
+    uint64_t ours = 0, theirs = 0;
+    Status st = transport::ChecksumOf(s.local + off, len, local_gpu, &ours);
+    if (st.ok()) st = transport::ChecksumOf(s.remote + off, len, there_gpu, &theirs);
+    if (!st.ok()) NoteFailure(std::move(st));
+    *out = st.ok() && ours != theirs;
+    return st.ok();
+  };
+  bool differs = false;
+  if (!differ(0, s.len, &differs) || !differs) return;
+  for (uint64_t off = 0; off < s.len;) {
     const size_t d = DescriptorAt(plan_, at + off);
     const uint64_t end = std::min(DescriptorEnd(plan_, d) - at, s.len);
-    uint64_t ours = 0, theirs = 0;
-    Status st = transport::ChecksumOf(s.local + off, end - off, local_gpu, deadline_, &ours);
-    if (st.ok()) st = transport::ChecksumOf(s.remote + off, end - off, there_gpu, deadline_, &theirs);
-    if (!st.ok()) return NoteFailure(std::move(st));
-    if (ours != theirs) NoteCorrupt(d);
+    if (!differ(off, end - off, &differs)) return;
+    if (differs) NoteCorrupt(d);
     off = end;
   }
 }

@@ -35,8 +35,8 @@ struct RequestChecks {
 
 class RequestCheck {
  public:
-  // plan: the request's (it outlives this); deadline: the request's (for copies of GPU memory).
-  RequestCheck(const Plan& plan, Op op, RequestChecks config, std::chrono::steady_clock::time_point deadline);
+  // plan: the request's (it outlives this).
+  RequestCheck(const Plan& plan, Op op, RequestChecks config);
 
   // Whether batch i is compared in place (both sides addressable here).
   bool InPlace(size_t i) const { return config_.self || plan_.batches[i].mapped; }
@@ -91,7 +91,6 @@ class RequestCheck {
   const Plan& plan_;
   const Op op_;
   const RequestChecks config_;
-  const std::chrono::steady_clock::time_point deadline_;
   std::vector<uint64_t> batch_at_;     // where batch i begins in the request's bytes
   std::vector<uint32_t> batch_piece_;  // batch i's pieces: pieces_[batch_piece_[i], [i + 1])
   std::vector<Piece> pieces_;          // of the batches not compared in place, in order

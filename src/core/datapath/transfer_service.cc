@@ -97,6 +97,12 @@ Status TransferService::CanCheck(const Peer& peer, const Plan& plan) const {
     return {StatusCode::kUnsupported, "checksum: peer " + peer.state->info.name +
                                           " cannot check checksums (its build has no libxxhash)"};
   }
+  const bool peer_gpu = std::any_of(plan.regions.begin(), plan.regions.end(),
+                                    [](const auto& r) { return r->info.type == MemType::kCuda; });
+  if (asks_peer && peer_gpu && !peer.state->sums_gpu_digests) {
+    return {StatusCode::kUnsupported, "checksum: peer " + peer.state->info.name +
+                                          " cannot check checksums of its GPU memory (an older build)"};
+  }
   return Status::Ok();
 }
 

@@ -18,7 +18,7 @@ wire::Hello PeerService::MakeHello(const std::vector<wire::WireRegion>& regions)
   h.host_id = self_.host_id;
   h.pid = static_cast<int32_t>(::getpid());
   if (self_.options.notify.outcomes) h.features |= wire::kFeatureNotifyOutcomes;
-  if (checksum::Available()) h.features |= wire::kFeatureDigests;
+  if (checksum::Available()) h.features |= wire::kFeatureDigests | wire::kFeatureGpuDigests;
   h.features |= wire::kFeatureRingEnds | wire::kFeatureDigestCancel;
   if (self_.options.staging != Staging::kOff) h.features |= wire::kFeatureTargetStaging;
   if (self_.options.staging == Staging::kAlways) h.features |= wire::kFeatureStagesAll;
@@ -45,6 +45,7 @@ std::shared_ptr<PeerState> PeerService::MakePeerState(const wire::Hello& hello, 
   st->info.outbound = outbound;
   st->notify_outcomes = hello.features & wire::kFeatureNotifyOutcomes;
   st->answers_digests = hello.features & wire::kFeatureDigests;
+  st->sums_gpu_digests = hello.features & wire::kFeatureGpuDigests;
   st->ring_ends = hello.features & wire::kFeatureRingEnds;
   st->cancels_digests = hello.features & wire::kFeatureDigestCancel;
   if (self_.options.metrics) {  // (counted under the peer's name)

@@ -43,6 +43,7 @@ struct PeerState final : control::SessionContext {
   // The peer answers wire::Digest (end-to-end checksums, TransferOptions::checksum), and drops
   // one on wire::DigestCancel.
   bool answers_digests = false;
+  bool sums_gpu_digests = false;  // ...of its GPU memory too (wire::kFeatureGpuDigests)
   bool cancels_digests = false;
   // The peer's build carries requests' beginnings and ends in notification rings
   // (wire::kFeatureRingEnds): the ring between us is typed when the target asked for outcomes.

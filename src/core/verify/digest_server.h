@@ -58,6 +58,8 @@ class DigestServer {
   static constexpr size_t kMaxRanges = 1 << 24;
   static constexpr uint64_t kChunkBytes = 4ull << 20;
   static constexpr uint64_t kRangeBytes = 256;  // what a range costs a turn, however short
+  // ...of GPU memory: a copy out of it (memory_sum.h) costs ~10 us, as 64 KiB summed would.
+  static constexpr uint64_t kGpuRangeBytes = 64 << 10;
 
   // An ask being answered, and how far.
   struct Answering {
@@ -75,14 +77,16 @@ class DigestServer {
     bool in_turn = false;                // in turns_, or being served
   };
   void Serve();  // the thread
-  // Moves w on by one turn: up to kChunkBytes read (a range counts at least kRangeBytes);
+  // Moves w on by one turn: up to kChunkBytes read (a range counts at least kRangeBytes, or
+  // kGpuRangeBytes in GPU memory);
   // true once it is answered (its answer: the digests, or why not). give_up, when set, is
   // asked between chunks.
   bool Step(Answering& w, const std::function<bool()>& give_up);
-  // The next chunk of range r, from offset, into sum (at most `most` bytes); false (with
-  // *why) when it is no longer readable by peers, or give_up says so.
+  // The next chunk of range r, from offset, into sum (at most `most` bytes; *gpu: it lies in
+  // GPU memory); false (with *why) when it is no longer readable by peers, a copy of GPU memory
+  // failed, or give_up says so.
   bool SumChunk(const wire::DigestRange& r, uint64_t offset, uint64_t most,
-                const std::function<bool()>& give_up, checksum::Running* sum, Status* why);
+                const std::function<bool()>& give_up, checksum::Running* sum, bool* gpu, Status* why);
 
   const LocalEngine& self_;
   RegionService& regions_;

@@ -1,5 +1,6 @@
 #include "transport/common/memory_sum.h"
 
+#include <chrono>
 #include <memory>
 
 #include "transport/common/cuda/cuda_api.h"
@@ -8,6 +9,7 @@ namespace xfer::transport {
 
 namespace {
 
+constexpr auto kNoDeadline = std::chrono::steady_clock::time_point::max();
 constexpr uint64_t kChunk = 1 << 20;  // per copy: large against a copy's fixed cost (~10 us)
 
 // This thread's two page-locked buffers, allocated on its first sum of GPU memory.
@@ -38,8 +40,7 @@ bool IsGpuMemory(uint64_t addr) {
   return type == MemType::kCuda;
 }
 
-Status SumMemory(uint64_t addr, uint64_t n, bool gpu, std::chrono::steady_clock::time_point deadline,
-                 checksum::Running* sum) {
+Status SumMemory(uint64_t addr, uint64_t n, bool gpu, checksum::Running* sum) {
   if (!gpu) {
     sum->Add(reinterpret_cast<const void*>(addr), n);
     return Status::Ok();
@@ -56,25 +57,24 @@ Status SumMemory(uint64_t addr, uint64_t n, bool gpu, std::chrono::steady_clock:
   const uint64_t chunks = (n + kChunk - 1) / kChunk;
   Status s = chunks > 0 ? copy(0) : Status::Ok();
   for (uint64_t k = 0; k < chunks && s.ok(); ++k) {
-    s = cuda::FinishSideCopy(deadline);
+    s = cuda::FinishSideCopy(kNoDeadline);
     if (s.ok() && k + 1 < chunks) s = copy(k + 1);
     if (s.ok()) sum->Add(bounce.half[k % 2], std::min(kChunk, n - k * kChunk));
   }
   if (!s.ok()) {
-    (void)cuda::FinishSideCopy(deadline);  // (none may run on once we return: Ok when none does)
+    (void)cuda::FinishSideCopy(kNoDeadline);  // (none may run on once we return: Ok when none does)
     return {s.code(), "checksum of GPU memory: " + s.message()};
   }
   return Status::Ok();
 }
 
-Status ChecksumOf(uint64_t addr, uint64_t n, bool gpu, std::chrono::steady_clock::time_point deadline,
-                  uint64_t* out) {
+Status ChecksumOf(uint64_t addr, uint64_t n, bool gpu, uint64_t* out) {
   if (!gpu) {
     *out = checksum::Of(reinterpret_cast<const void*>(addr), n);
     return Status::Ok();
   }
   checksum::Running sum;
-  if (Status s = SumMemory(addr, n, true, deadline, &sum); !s.ok()) return s;
+  if (Status s = SumMemory(addr, n, true, &sum); !s.ok()) return s;
   *out = sum.Value();
   return Status::Ok();
 }
@@ -86,10 +86,9 @@ Status FlipByte(uint64_t addr, bool gpu) {
   }
   uint8_t byte = 0;
   const Slice s{reinterpret_cast<uint64_t>(&byte), addr, 1};
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   const auto copy = [&](Op op) {
     Status st = cuda::StartSideCopy(op, std::span(&s, 1));
-    return st.ok() ? cuda::FinishSideCopy(deadline) : st;
+    return st.ok() ? cuda::FinishSideCopy(kNoDeadline) : st;
   };
   if (Status st = copy(Op::kRead); !st.ok()) return st;
   byte ^= 0xff;

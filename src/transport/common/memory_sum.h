@@ -7,7 +7,6 @@
 // (cuda::StartSideCopy): a batch's copy the thread has started may still run meanwhile.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 
 #include "util/checksum.h"
@@ -19,12 +18,11 @@ namespace xfer::transport {
 bool IsGpuMemory(uint64_t addr);
 
 // Adds the n bytes at addr (gpu: GPU memory, IsGpuMemory's answer) to sum; with GPU memory,
-// fails when a copy fails or has not ended by the deadline (then sum is of no use).
-Status SumMemory(uint64_t addr, uint64_t n, bool gpu, std::chrono::steady_clock::time_point deadline,
-                 checksum::Running* sum);
+// fails when a copy fails (then sum is of no use). Copies are waited out, however long they take
+// (as every copy of this engine's: memory must not go while one runs).
+Status SumMemory(uint64_t addr, uint64_t n, bool gpu, checksum::Running* sum);
 // The checksum of the n bytes at addr, as SumMemory gives it.
-Status ChecksumOf(uint64_t addr, uint64_t n, bool gpu, std::chrono::steady_clock::time_point deadline,
-                  uint64_t* out);
+Status ChecksumOf(uint64_t addr, uint64_t n, bool gpu, uint64_t* out);
 
 // The checksum tests' hook (LocalEngine::corrupt_landed): flips the bits of the byte at addr.
 Status FlipByte(uint64_t addr, bool gpu);

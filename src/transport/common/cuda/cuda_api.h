@@ -2,7 +2,8 @@
 // backend (same-host peers open each other's device regions: CUDA IPC for cudaMalloc memory, a
 // POSIX file descriptor for VMM memory; the copy engines move the bytes: D2D, H2D and D2H,
 // batched on one CUDA stream per calling thread and device), the staging buffers and the tcp
-// target's copies all go through Copy().
+// target's copies all go through Copy(); checksums of GPU memory (memory_sum.h) through the
+// side lane (StartSideCopy: streams of their own per thread and device).
 //
 // Built when CMake finds the CUDA toolkit (cuda_memory.cc, cuda_ipc.cc, cuda_copy.cc, over
 // cuda_common.h; common.cmake); otherwise cuda_unavailable.cc, whose functions say why. A
