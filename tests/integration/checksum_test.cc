@@ -189,6 +189,7 @@ TEST(ChecksumsLocalGpu, GpuMemoryOnThisSideIsSummedThroughHostBuffers) {
     if (corrupt) ::setenv("XFER_TEST_CORRUPT_LANDED", "1", 1);
     xfer::EngineOptions o;
     o.transport = "tcp";
+    o.slice_bytes = o.batch_bytes = 4 << 20;  // (whole descriptors: pieces of two chunks)
     xfer::Engine e;
     XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
     ::unsetenv("XFER_TEST_CORRUPT_LANDED");
