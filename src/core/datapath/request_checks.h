@@ -86,7 +86,7 @@ class RequestCheck {
   void NoteCorrupt(size_t desc);
   // The test hook: flips the first byte of descriptor config_.corrupt_landed where it landed,
   // when that byte lies in [at, at + len) of the request's bytes (landed: its address).
-  void MaybeCorrupt(uint64_t at, uint64_t len, uint8_t* landed, bool gpu = false) const;
+  void MaybeCorrupt(uint64_t at, uint64_t len, uint8_t* landed, bool gpu) const;
 
   const Plan& plan_;
   const Op op_;
