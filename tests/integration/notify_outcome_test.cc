@@ -346,7 +346,9 @@ TEST_P(NotifyLost, AKilledInitiatorsNotifiedRequestsEachEndAsLostInOrder) {
 // docs/transports.md, "ucx without RDMA hardware".)
 INSTANTIATE_TEST_SUITE_P(Transports, NotifyLost,
                          ::testing::Values(Setup{"shm", "", false, "shm"}, Setup{"cma", "cma"},
-                                           Setup{"tcp", "tcp"}, Setup{"staged", "", true}),
+                                           Setup{"tcp", "tcp"},
+                                           Setup{"tcp_session", "tcp", false, "host", false},
+                                           Setup{"staged", "", true}),
                          [](const auto& info) { return info.param.name; });
 
 // ---------------------------------------------------------------- a full queue, a wrong peer
