@@ -427,6 +427,46 @@ TEST(ChecksumsHostile, APeersAsksAreCheckedBoundedAndGivenUpWithItsSession) {
   EXPECT_LT(SecondsSince(t0), 5.0);
 }
 
+// A peer whose build cannot sum its GPU memory (its hello lacks kFeatureGpuDigests: older
+// builds refused such asks) gets no checksummed request that would ask it to: refused
+// UNSUPPORTED before anything moves. Its GPU region is only advertised (no GPU needed here):
+// the peer is a raw session, whose tcp port takes no connection. The same peer with the
+// feature is asked, and the request goes on to fail for the port.
+TEST(ChecksumsHostile, AnOlderPeerIsNotAskedToSumItsGpuMemory) {
+  namespace wire = xfer::wire;
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", {}));
+  uint16_t dead_port = 0;  // (a port nothing listens on)
+  {
+    xfer::net::Fd l;
+    xfer::net::Address bound;
+    ASSERT_TRUE(xfer::net::Listen(xfer::net::Address{"127.0.0.1", 0, true}, &l, &bound).ok());
+    dead_port = bound.port;
+  }
+  LocalBuffer src(4096);
+  src.Fill(1);
+  auto request = [&](uint32_t features, uint64_t incarnation) {
+    RawSession raw(e.LocalName());
+    wire::Hello ours = HelloOf("10.9.8.7:" + std::to_string(6000 + incarnation), incarnation);
+    ours.features = features;
+    std::string port(sizeof dead_port, '\0');
+    std::memcpy(port.data(), &dead_port, sizeof dead_port);
+    ours.backends = {{"tcp", port}};
+    ours.regions = {{1, xfer::RegionInfo{0x7f0000000000, 1 << 20, xfer::MemType::kCuda, 0, ""}, {}}};
+    EXPECT_FALSE(raw.Hello(ours).name.empty());
+    xfer::TransferOptions o;
+    o.checksum = true;
+    return e.TransferSync(ours.name, Op::kWrite, {{src.addr(), 0x7f0000000000, 4096}}, 2s, o);
+  };
+  const xfer::Status older = request(wire::kFeatureDigests, 0x01d);
+  EXPECT_EQ(older.code(), StatusCode::kUnsupported) << older.ToString();
+  EXPECT_NE(older.message().find("GPU memory"), std::string::npos) << older.ToString();
+  const xfer::Status newer = request(wire::kFeatureDigests | wire::kFeatureGpuDigests, 0x2e3);
+  EXPECT_FALSE(newer.ok());
+  EXPECT_NE(newer.code(), StatusCode::kUnsupported) << newer.ToString();
+  e.Finalize();
+}
+
 // The target's thread takes the sessions' asks in turns of a chunk each: a peer that asks for
 // the checksums of huge ranges (minutes of reading) delays another peer's checksummed WRITE by
 // a chunk per turn, not by the whole of its ask.
