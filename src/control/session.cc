@@ -24,14 +24,6 @@ Status Session::Send(const wire::Message& msg) {
   return AfterQueued(lock, true);
 }
 
-Status Session::SendWithNext(const wire::Message& msg) {
-  std::vector<uint8_t> frame = wire::Encode(msg);
-  std::unique_lock lock(send_mu_);
-  if (closed_.load() || !fd_.valid()) return {StatusCode::kConnectionLost, "session closed"};
-  out_.insert(out_.end(), frame.begin(), frame.end());
-  return AfterQueued(lock, true, true);
-}
-
 void Session::SendSoon(const wire::Message& msg) {
   std::vector<uint8_t> frame = wire::Encode(msg);
   std::unique_lock lock(send_mu_);
@@ -57,10 +49,10 @@ Status Session::SendNumbered(const std::function<wire::Message(uint64_t)>& make,
   return AfterQueued(lock, true);  // (a failure closes the session: Close answers the reply)
 }
 
-Status Session::AfterQueued(std::unique_lock<std::mutex>& lock, bool write_now, bool with_next) {
+Status Session::AfterQueued(std::unique_lock<std::mutex>& lock, bool write_now) {
   // While the control loop waits for room (bytes it was told of are left), it writes this too.
   write_now = write_now && !loop_owes_;
-  const Flushed f = write_now                                     ? WriteQueued(with_next)
+  const Flushed f = write_now                                     ? WriteQueued()
                     : out_.size() - out_off_ > max_queued_.load() ? Flushed::kFailed
                                                                   : Flushed::kPending;
   std::function<void()> pending;
@@ -82,11 +74,11 @@ Status Session::AfterQueued(std::unique_lock<std::mutex>& lock, bool write_now, 
   return Status::Ok();
 }
 
-Session::Flushed Session::WriteQueued(bool with_next) {
+Session::Flushed Session::WriteQueued() {
   while (out_off_ < out_.size()) {
     if (!fd_.valid()) return Flushed::kFailed;
-    const ssize_t n = ::send(fd_.get(), out_.data() + out_off_, out_.size() - out_off_,
-                             MSG_DONTWAIT | MSG_NOSIGNAL | (with_next ? MSG_MORE : 0));
+    const ssize_t n =
+        ::send(fd_.get(), out_.data() + out_off_, out_.size() - out_off_, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) {
       out_off_ += static_cast<size_t>(n);
     } else if (n < 0 && errno == EINTR) {

@@ -43,10 +43,6 @@ class Session {
   // session is closed, or its peer has stopped reading (too much queued: the session is shut
   // down).
   Status Send(const wire::Message& msg);
-  // Send, for a frame nobody waits for: it may wait in the kernel for the next frame, to leave
-  // with it (MSG_MORE: one segment, one wake-up of the peer). It leaves by then, or within
-  // 200 ms (Linux's ceiling), or when the socket closes: the process's end, a crash included.
-  Status SendWithNext(const wire::Message& msg);
   // Frames the peer answers (Sync, RegionRemove, Goodbye, Notify): `make` builds the frame for
   // its number, which is taken under the lock that queues it, so numbers leave in order and
   // the peer, answering in order, acknowledges them in order (Acked). reply, when set, is
@@ -151,8 +147,8 @@ class Session {
   // After a frame was queued (lock: send_mu_, released here): writes what the socket takes
   // when write_now, shuts the session down when that fails or too much is queued, and calls
   // on_pending when bytes are left.
-  Status AfterQueued(std::unique_lock<std::mutex>& lock, bool write_now, bool with_next = false);
-  Flushed WriteQueued(bool with_next = false);  // send_mu_ held (with_next: MSG_MORE)
+  Status AfterQueued(std::unique_lock<std::mutex>& lock, bool write_now);
+  Flushed WriteQueued();  // send_mu_ held
 
   std::mutex send_mu_;
   std::vector<uint8_t> out_;          // send_mu_: bytes queued; out_[out_off_..] not yet written

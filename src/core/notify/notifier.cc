@@ -60,8 +60,7 @@ class Notifier::Sender {
   }
 
   // A notified request toward a peer that asked for outcomes: its beginning now, into the
-  // peer's typed ring or else as NotifyBegin over the session (not answered; it leaves with
-  // the session's next frame, Session::SendWithNext: the peer reads the two at once), and what sends
+  // peer's typed ring or else as NotifyBegin over the session (not answered), and what sends
   // its end (the same way, where it fits: notify_rings.h) once the request ended; its done
   // hears how that went (over the session: the answer; kResourceExhausted when the target
   // could not hold the beginning).
@@ -79,8 +78,7 @@ class Notifier::Sender {
         self->Post(peer, box, &record, frame, std::move(done));
       };
     }
-    // (With the next frame: the end, most often. Lost: so is the end.)
-    (void)peer.session->SendWithNext(wire::NotifyBegin{begin, std::move(message)});
+    (void)peer.session->Send(wire::NotifyBegin{begin, std::move(message)});  // (lost: so is the end)
     return [self, peer, box, begin](NotifyOutcome outcome, std::vector<uint64_t> landed, Done done) {
       Frame frame = [&](uint64_t k) -> wire::Message {
         return wire::NotifyEnded{k, begin, outcome, std::move(landed)};
