@@ -436,13 +436,7 @@ TEST(ChecksumsHostile, AnOlderPeerIsNotAskedToSumItsGpuMemory) {
   namespace wire = xfer::wire;
   xfer::Engine e;
   XT_ASSERT_OK(e.Initialize("127.0.0.1:0", {}));
-  uint16_t dead_port = 0;  // (a port nothing listens on)
-  {
-    xfer::net::Fd l;
-    xfer::net::Address bound;
-    ASSERT_TRUE(xfer::net::Listen(xfer::net::Address{"127.0.0.1", 0, true}, &l, &bound).ok());
-    dead_port = bound.port;
-  }
+  const auto dead_port = static_cast<uint16_t>(UnusedPort());
   LocalBuffer src(4096);
   src.Fill(1);
   auto request = [&](uint32_t features, uint64_t incarnation) {
