@@ -19,6 +19,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Whether socket fd holds bytes not read yet.
+bool InputWaiting(int fd) {
+  char b;
+  return ::recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
 }  // namespace
 
 ControlLoop::ControlLoop(net::Fd listener, ControlHandler* handler, LoopOptions opts)
@@ -162,7 +168,10 @@ void ControlLoop::Tick() {
     const bool late = silent > opts_.heartbeat_timeout / 2;
     if (late && !s->late) ++counters_.peers_late;
     s->late = late;
-    if (silent > opts_.heartbeat_timeout) {
+    // (Not while its socket holds input this loop has not read yet: this process was stopped,
+    // say, and its epoll_wait then returns EINTR before anything is read. Its frames, a
+    // request's beginning among them, are read first; then its end, if it is gone.)
+    if (silent > opts_.heartbeat_timeout && !InputWaiting(fd)) {
       dead.emplace_back(
           s, "no heartbeat for " +
                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +

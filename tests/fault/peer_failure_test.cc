@@ -274,6 +274,50 @@ TEST_F(FaultPeerFailure, HungPeerIsDetectedByHeartbeat) {
   peer_.KillNow();
 }
 
+// A target stopped (SIGSTOP) past its heartbeat timeout reads what its peer sent meanwhile
+// before it judges the peer's silence: the peer, which waited (its own timeout is long), keeps
+// its session, and a notified request it began then (its beginning over the session, waiting
+// in the target's socket) ends with the one notification it owes. (Resumed, the target's
+// epoll_wait returns EINTR before anything is read; its heartbeat check once ran first.)
+class FaultStoppedTarget : public FaultPeerFailure {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o = FaultPeerFailure::LocalOptions();
+    o.heartbeat_timeout = 30s;
+    o.notify.ring_bytes = 0;
+    return o;
+  }
+  PeerOptions RemoteOptions() override {
+    PeerOptions o = FastHeartbeat();
+    o.extra_args = {"--option", "notify.outcomes=true"};
+    return o;
+  }
+};
+
+TEST_F(FaultStoppedTarget, ReadsWhatCameWhileItWasStoppedBeforeItJudgesItsPeer) {
+  const PeerRegion r = peer_.Alloc(kMiB, "stopped");
+  std::vector<xfer::RegionInfo> known;  // (current as of this call: the region is known here)
+  XT_ASSERT_OK(engine_.GetRemoteRegions(peer_.name(), &known));
+  LocalBuffer src(kMiB);
+  src.Fill(8);
+  peer_.Signal(SIGSTOP);
+  xfer::TransferOptions o;
+  o.notify = "while-stopped";
+  xfer::RequestHandle h = 0;
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, {{src.addr(), r.addr, kMiB}}, 30s, o, &h));
+  std::this_thread::sleep_for(std::chrono::milliseconds(3 * kHeartbeatTimeoutMs / 2));
+  peer_.Signal(SIGCONT);
+  const Outcome out = WaitFor(engine_, h, 20s);
+  EXPECT_EQ(out.status.state, RequestState::kCompleted) << out.wait.ToString();
+  EXPECT_EQ(peer_.SumRange(r.addr, kMiB), src.Hash());
+  EXPECT_TRUE(peer_.Call("info " + engine_.LocalName()).ok) << "the target dropped its peer";
+  const Reply got = peer_.Call("notifies");
+  ASSERT_TRUE(got.ok) << got.line;
+  EXPECT_EQ(got.u64(0), 1u) << got.line;
+  EXPECT_NE(got.line.find(":while-stopped"), std::string::npos) << got.line;
+  EXPECT_EQ(got.line.find('!'), std::string::npos) << "not completed: " << got.line;
+}
+
 TEST_F(FaultPeerFailure, DeregisterNotBlockedByHungPeer) {
   // The peer knows our region; then it freezes. Our DeregisterMem must not wait on it forever.
   LocalBuffer mine(kMiB);
