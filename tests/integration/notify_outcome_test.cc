@@ -252,6 +252,45 @@ TEST_F(NotifyOutcomeRing, WhileTheTargetIsStoppedRequestsBeginAndEndInItsRing) {
   EXPECT_TRUE(TakeNotifies(peer_).empty()) << "a notification too many";
 }
 
+// While the target is stopped, a request whose beginning goes over the session (its record
+// does not fit in what is left of the ring), then one begun in the ring; then the target runs
+// and the session ends: the target reads the ring before the first one's beginning, yet
+// reports both lost in the order they began.
+TEST_F(NotifyOutcomeRing, LostRequestsComeInTheOrderTheyBeganWhicheverWayTheyBegan) {
+  constexpr uint64_t kLen = 64 << 20;
+  const PeerRegion r = peer_.ShmAlloc(kLen);
+  LocalBuffer src(kLen);
+  XT_ASSERT_OK(engine_.SendNotify(peer_.name(), "first", 10s));  // (answered: the ring is open)
+  ASSERT_EQ(TakeNotifies(peer_).size(), 1u);                     // (its ring is empty now)
+  peer_.Signal(SIGSTOP);
+  // 252 records of 16 bytes leave 64 of the ring's 4096: room for the beginning of "B" (24
+  // bytes), not for that of a 60-byte message (80).
+  for (int i = 0; i < 252; ++i)
+    XT_ASSERT_OK(engine_.SendNotify(peer_.name(), "f" + std::to_string(i % 10), 5s));
+  const std::vector<TransferDesc> long_request(1024, {src.addr(), r.addr, kLen});  // 64 GiB
+  xfer::RequestHandle h1 = 0, h2 = 0;
+  xfer::TransferOptions over_session, in_ring;
+  over_session.notify = std::string(60, 'A');
+  in_ring.notify = "B";
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, long_request, 30s, over_session, &h1));
+  XT_ASSERT_OK(engine_.TransferAsync(peer_.name(), Op::kWrite, long_request, 30s, in_ring, &h2));
+  peer_.Signal(SIGCONT);
+  XT_ASSERT_OK(engine_.Disconnect(peer_.name()));
+  std::vector<Told> told;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        for (Told& t : TakeNotifies(peer_)) told.push_back(std::move(t));
+        return told.size() >= 254;
+      },
+      10s))
+      << told.size() << " notifications, the last " << told.back().message << " " << told.back().outcome;
+  ASSERT_EQ(told.size(), 254u);
+  EXPECT_EQ(told[252].message, over_session.notify);
+  EXPECT_EQ(told[252].outcome, "INITIATOR_LOST");
+  EXPECT_EQ(told[253].message, "B");
+  EXPECT_EQ(told[253].outcome, "INITIATOR_LOST");
+}
+
 // ---------------------------------------------------------------- the initiator lost
 // This engine is the target; the peer process the initiator, killed with requests in flight.
 class NotifyLost : public PeerFixture, public ::testing::WithParamInterface<Setup> {

@@ -526,6 +526,37 @@ TEST(NotifyTarget, ANotificationToItselfIsQueuedAtOnce) {
   EXPECT_EQ(got[0].message, "me");
 }
 
+// What a same-host peer's ring holds is queued past the queue's bounds, but once: moved into a
+// full queue, it stays full until the application takes notifications, so a sender that goes
+// on sending is refused instead of filling its ring into the queue again and again.
+TEST(NotifyTarget, ARingCannotFillAFullQueueAgainAndAgain) {
+  xfer::EngineOptions to = SmallRingOptions();
+  to.notify.queue_messages = 16;
+  to.notify.queue_bytes = 8192;
+  xfer::Engine target, sender;
+  XT_ASSERT_OK(target.Initialize("127.0.0.1:0", to));
+  XT_ASSERT_OK(sender.Initialize("127.0.0.1:0", SmallRingOptions()));
+  XT_ASSERT_OK(sender.Connect(target.LocalName(), 10s));
+  std::vector<std::string> queued;
+  for (int i = 0; i < 2000; ++i) {
+    const std::string m = "m" + std::to_string(i);
+    const xfer::Status s = sender.SendNotify(target.LocalName(), m, 10s);
+    if (s.ok())
+      queued.push_back(m);
+    else
+      ASSERT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  }
+  // At most the bounds and one ring of the shortest records (16 bytes of its 4096 each).
+  EXPECT_LE(queued.size(), 16u + 4096 / 16) << "the ring was moved into the full queue again and again";
+  std::vector<xfer::Notification> got;
+  XT_ASSERT_OK(target.GetNotifies(&got));
+  ASSERT_EQ(got.size(), queued.size());
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_EQ(got[k].message, queued[k]);
+  XT_EXPECT_OK(sender.SendNotify(target.LocalName(), "again", 10s));  // (taken: room again)
+  XT_ASSERT_OK(target.GetNotifies(&got));
+  EXPECT_EQ(got.back().message, "again");
+}
+
 // What a dead sender queued stays readable, its request that was cut short sends nothing, and
 // its successor on the same address is told apart by its incarnation.
 TEST(NotifyTarget, ADeadSendersNotificationsStayAndARestartedOneIsToldApart) {

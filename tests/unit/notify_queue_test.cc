@@ -129,9 +129,10 @@ TEST(BegunRequests, ReserveUntilTheEndAndGiveEveryPlaceBack) {
   EXPECT_EQ(q.Push(N("q", 2, "n")).code(), StatusCode::kResourceExhausted);
 }
 
-// The lost come back in the order their beginnings came, whatever their ids; a peer's share
-// counts bytes too; an end is answered with its beginning's refusal.
-TEST(BegunRequests, OrderOfArrivalByteShareAndRefusalsRemembered) {
+// The lost come back in the order of their ids (a sender numbers its requests as they begin),
+// whatever order their beginnings came in (a ring's and the session's); a peer's share counts
+// bytes too; an end is answered with its beginning's refusal.
+TEST(BegunRequests, OrderOfIdsByteShareAndRefusalsRemembered) {
   EngineOptions::Notify o;
   o.queue_messages = 400;
   o.queue_bytes = 4096;  // a peer's share: 1024 bytes
@@ -151,9 +152,9 @@ TEST(BegunRequests, OrderOfArrivalByteShareAndRefusalsRemembered) {
   EXPECT_EQ(begun.End(&s1, 11, &m).code(), StatusCode::kResourceExhausted);  // (answered once)
   const std::vector<BegunRequests::Held> lost = begun.Take(&s1);
   ASSERT_EQ(lost.size(), 3u);
-  EXPECT_EQ(lost[0].message, "nine");
-  EXPECT_EQ(lost[1].message.size(), 600u);
-  EXPECT_EQ(lost[2].message, "seven");
+  EXPECT_EQ(lost[0].message.size(), 600u);
+  EXPECT_EQ(lost[1].message, "seven");
+  EXPECT_EQ(lost[2].message, "nine");
   for (const BegunRequests::Held& l : lost) q.PushReserved(N("lost", 1, l.message), l.message.size());
 }
 

@@ -1,7 +1,5 @@
 #include "core/notify/begun_requests.h"
 
-#include <algorithm>
-
 namespace xfer {
 
 void BegunRequests::RefuseLocked(Session& in, uint64_t id, const Status& why) {
@@ -36,7 +34,7 @@ Status BegunRequests::Begin(Key session, uint64_t id, std::string message, bool 
     return s;
   }
   in.bytes += message.size();
-  in.begun.emplace(id, Begun{Held{std::move(message), reserve}, in.arrivals++});
+  in.begun.emplace(id, Held{std::move(message), reserve});
   return Status::Ok();
 }
 
@@ -46,7 +44,7 @@ Status BegunRequests::End(Key session, uint64_t id, Held* held) {
   if (it != sessions_.end()) {
     Session& in = it->second;
     if (auto req = in.begun.find(id); req != in.begun.end()) {
-      *held = std::move(req->second.held);
+      *held = std::move(req->second);
       in.bytes -= held->message.size();
       in.begun.erase(req);
       return Status::Ok();
@@ -67,11 +65,7 @@ std::vector<BegunRequests::Held> BegunRequests::Take(Key session) {
   std::vector<Held> out;
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return out;
-  std::vector<Begun*> in_order;
-  for (auto& [id, begun] : it->second.begun) in_order.push_back(&begun);
-  std::sort(in_order.begin(), in_order.end(),
-            [](const Begun* a, const Begun* b) { return a->arrival < b->arrival; });
-  for (Begun* b : in_order) out.push_back(std::move(b->held));
+  for (auto& [id, held] : it->second.begun) out.push_back(std::move(held));  // (in the ids' order)
   sessions_.erase(it);
   return out;
 }

@@ -4,7 +4,8 @@
 // Reserve), so that its notification fits however the request ends; one begun in a ring is
 // past the bounds, as everything a ring carries. Its end takes the message back to queue it
 // with the outcome; a session that ends first leaves the rest to be queued as kInitiatorLost,
-// in the order they began.
+// in the order they began (their ids': a sender numbers its requests as they begin, whichever
+// way, ring or session, each beginning then travels).
 #pragma once
 
 #include <algorithm>
@@ -51,8 +52,8 @@ class BegunRequests {
   // Its end: what was held, in *held; else why not: the refusal of its beginning, or
   // kResourceExhausted when none is known (never begun, ended already, or refused long before).
   Status End(Key session, uint64_t id, Held* held);
-  // The session ended: the requests still begun, in the order their beginnings came, and the
-  // session forgotten.
+  // The session ended: the requests still begun, in the order of their ids, and the session
+  // forgotten.
   std::vector<Held> Take(Key session);
   // Queues n, the notification of a request held with its message (Held::reserved: through
   // NotifyQueue::PushReserved in place of its reservation, else PushAccepted: begun in a ring,
@@ -60,15 +61,10 @@ class BegunRequests {
   void Queue(Notification n, bool reserved, const std::function<void()>& before_visible = nullptr);
 
  private:
-  struct Begun {
-    Held held;
-    uint64_t arrival = 0;  // (Take puts them in this order)
-  };
   struct Session {
-    std::unordered_map<uint64_t, Begun> begun;  // by id
-    std::map<uint64_t, Status> refused;         // by id: the last most_ refusals
-    uint64_t arrivals = 0;
-    uint64_t bytes = 0;  // the begun messages'
+    std::map<uint64_t, Held> begun;      // by id
+    std::map<uint64_t, Status> refused;  // by id: the last most_ refusals
+    uint64_t bytes = 0;                  // the begun messages'
   };
   void RefuseLocked(Session& in, uint64_t id, const Status& why);  // (mu_ held)
 

@@ -250,16 +250,20 @@ bool Notifier::AskedForOutcomes(const std::shared_ptr<control::Session>& s) {
 void Notifier::OnNotifyBegin(const std::shared_ptr<control::Session>& s, wire::NotifyBegin&& m) {
   if (!AskedForOutcomes(s)) return;
   Status begun = CheckMessage("a peer's notification", m.message);
-  // (After what the peer's ring holds: requests begun there before this one are held first.)
-  const Status ring = inbox_->QueueAfterRing(s, [&] {
+  const auto hold = [&] {
     if (begun.ok()) {
       begun = begun_->Begin(s.get(), m.id, std::move(m.message));
     } else {
       begun_->Refuse(s.get(), m.id, begun);
     }
     return Status::Ok();
-  });
-  if (!ring.ok()) return s->Shutdown(ring.message());  // (its ring is inconsistent)
+  };
+  // (After what the peer's ring holds: requests begun there before this one are held first.)
+  const Status ring = inbox_->QueueAfterRing(s, hold);
+  if (!ring.ok()) {  // (its ring is inconsistent: held all the same, then reported as lost)
+    (void)hold();
+    return s->Shutdown(ring.message());
+  }
   if (begun.ok()) return;
   // (Not answered: its end is, with kResourceExhausted. Logged at most once a second.)
   ++metrics_->events().notifies_refused;

@@ -154,6 +154,11 @@ uint32_t NotifyQueue::BeginWait() {
 
 void NotifyQueue::EndWait() { sleepers_.fetch_sub(1, std::memory_order_relaxed); }
 
+bool NotifyQueue::Full() {
+  std::lock_guard lock(mu_);
+  return queue_.size() + reserved_ >= max_messages_ || bytes_ + reserved_bytes_ >= max_bytes_;
+}
+
 void NotifyQueue::Queued(uint64_t* messages, uint64_t* bytes) {
   std::lock_guard lock(mu_);
   *messages = queue_.size();

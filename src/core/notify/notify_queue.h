@@ -61,6 +61,9 @@ class NotifyQueue {
   void Nudge();
   // How many are queued, and their bytes.
   void Queued(uint64_t* messages, uint64_t* bytes);
+  // Whether the queue is at or past either bound (reservations counted): Push refuses
+  // everything until the application takes what is queued.
+  bool Full();
 
  private:
   const uint32_t max_messages_;

@@ -137,7 +137,7 @@ Status NotifyRing::Write(std::string_view message, bool* wake) {
   return Status::Ok();
 }
 
-Status NotifyRing::ReadAll(uint64_t max_message, std::vector<std::string>* out) {
+Status NotifyRing::ReadAll(uint64_t max_message, std::vector<std::string>* out, bool free) {
   if (!broken_.empty()) return {StatusCode::kConnectionLost, broken_};
   if (data_ == nullptr) return {StatusCode::kInvalidArgument, "notification ring: not attached"};
   const uint64_t head = head_->load(std::memory_order_seq_cst);  // (after Close's store)
@@ -149,9 +149,13 @@ Status NotifyRing::ReadAll(uint64_t max_message, std::vector<std::string>* out) 
   my_tail_ = Walk(head, max_message, &why, [&](const uint8_t* message, uint64_t len) {
     out->emplace_back(reinterpret_cast<const char*>(message), len);
   });
-  // (Published after the copies: the writer reuses the bytes from then on.)
-  tail_->store(my_tail_, std::memory_order_release);
+  if (free) Free();
   return why.empty() ? Status::Ok() : Broken(std::move(why));
+}
+
+void NotifyRing::Free() {
+  // (Published after the copies: the writer reuses the bytes from then on.)
+  if (data_ != nullptr) tail_->store(my_tail_, std::memory_order_release);
 }
 
 void NotifyRing::Count(uint64_t max_message, uint64_t* messages, uint64_t* bytes, Counts counts) const {

@@ -63,8 +63,12 @@ class NotifyRing {
   void Close();
   // The target: takes every whole message written so far, in order, onto the end of *out.
   // Messages over max_message bytes, or any inconsistent index or length, end the ring:
-  // kConnectionLost with the reason (messages taken before it stay in *out).
-  Status ReadAll(uint64_t max_message, std::vector<std::string>* out);
+  // kConnectionLost with the reason (messages taken before it stay in *out). free: whether
+  // the writer may reuse their space at once; else it stays taken until Free, or a later
+  // ReadAll that frees.
+  Status ReadAll(uint64_t max_message, std::vector<std::string>* out, bool free = true);
+  // The target: the space of every message taken so far is the writer's again.
+  void Free();
   // The target: whether a message is waiting (a quick look; ReadAll decides).
   bool HasMessages() const;
   // The target: the whole messages waiting and their bytes, taking none (stops at anything

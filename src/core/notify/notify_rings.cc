@@ -140,9 +140,9 @@ Status NotifyInbox::Accept(const std::shared_ptr<control::Session>& session,
   return Status::Ok();
 }
 
-bool NotifyInbox::Read(Inbound& in, std::vector<Notification>* out) {
+bool NotifyInbox::Read(Inbound& in, std::vector<Notification>* out, bool free) {
   std::vector<std::string> records;
-  Status s = in.ring.ReadAll(RecordLimit(in), &records);
+  Status s = in.ring.ReadAll(RecordLimit(in), &records, free);
   const size_t before = out->size();
   for (std::string& record : records) {
     if (!in.typed) {
@@ -219,8 +219,9 @@ Status NotifyInbox::QueueAfterRing(const std::shared_ptr<control::Session>& sess
   for (size_t i = 0; i < rings_.size(); ++i) {
     if (rings_[i]->session.lock() != session) continue;
     std::vector<Notification> earlier;
-    const bool consistent = Read(*rings_[i], &earlier);
+    const bool consistent = Read(*rings_[i], &earlier, false);
     for (Notification& e : earlier) queue_->PushAccepted(std::move(e));
+    if (!queue_->Full()) rings_[i]->ring.Free();  // (else TakeAll frees it)
     if (!consistent) {
       Drop(i);
       return {StatusCode::kConnectionLost, "its notification ring is inconsistent"};

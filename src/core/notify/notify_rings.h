@@ -122,7 +122,9 @@ class NotifyInbox {
   // nothing). A ring found inconsistent is dropped and its peer's session closed.
   bool TakeAll(std::vector<Notification>* out);
   // A notification that came over `session` (control thread): first what that peer's ring
-  // holds moves into the queue (sent before it, and queued already: past the bounds), then
+  // holds moves into the queue (sent before it, and queued already: past the bounds; while
+  // the queue is full, their space in the ring is freed only once the application takes
+  // notifications, so that the peer cannot pass the bounds by a ring again and again), then
   // `queue` queues it (NotifyQueue::Push or PushReserved), whose status this returns.
   // kConnectionLost when the peer's ring is inconsistent (it is dropped; the caller closes the
   // session).
@@ -155,8 +157,8 @@ class NotifyInbox {
   };
   // Reads one ring onto *out (mu_ held): its notifications, and of a typed ring the ends of
   // requests it began (those whose beginnings came over the session go into the queue);
-  // false when it is inconsistent.
-  bool Read(Inbound& in, std::vector<Notification>* out);
+  // false when it is inconsistent. free: as NotifyRing::ReadAll's.
+  bool Read(Inbound& in, std::vector<Notification>* out, bool free = true);
   // The longest record ring `in` may carry: a message, or in a typed ring a message and what
   // the record adds to it (its message checked by DecodeRingRecord).
   uint64_t RecordLimit(const Inbound& in) const {
