@@ -172,7 +172,8 @@ void Request::Finish() {
   {
     std::lock_guard lock(mu_);
     // A cancel or deadline that came after every batch had started, and all moved their
-    // bytes, changed nothing: the transfer is complete.
+    // bytes, changed nothing: the transfer is complete. (A request that checks its bytes and
+    // still waits for its peer's checksums then ends canceled or timed out: RequestCheck::Cancel.)
     const bool all_moved = succeeded_.load(std::memory_order_relaxed) == plan_.batches.size();
     switch (all_moved ? StopReason::kNone : stop_.load()) {
       case StopReason::kNone:

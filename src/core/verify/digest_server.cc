@@ -29,12 +29,14 @@ void DigestServer::Stop() {
 
 void DigestServer::Queue(const std::shared_ptr<control::Session>& s, wire::Digest&& ask) {
   std::string refused;
+  StatusCode code = StatusCode::kResourceExhausted;
   {
     std::lock_guard lock(mu_);
     SessionAsks& q = queues_[s.get()];
     const size_t n = ask.ranges.size();
     if (stop_.load()) {
-      refused = "the engine is stopping";
+      refused = "the peer's engine is stopping";
+      code = StatusCode::kConnectionLost;
     } else if (q.ranges + n > kMaxRangesPerSession || queued_ranges_ + n > kMaxRanges) {
       refused = "more than " +
                 std::to_string(q.ranges + n > kMaxRangesPerSession ? kMaxRangesPerSession : kMaxRanges) +
@@ -52,7 +54,7 @@ void DigestServer::Queue(const std::shared_ptr<control::Session>& s, wire::Diges
     }
     if (!q.in_turn) queues_.erase(s.get());
   }
-  s->SendSoon(wire::DigestAnswer{ask.id, StatusCode::kResourceExhausted, refused, {}});
+  s->SendSoon(wire::DigestAnswer{ask.id, code, refused, {}});
 }
 
 void DigestServer::Forget(const control::Session* s) {
