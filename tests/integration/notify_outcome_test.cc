@@ -291,6 +291,52 @@ TEST_F(NotifyOutcomeRing, LostRequestsComeInTheOrderTheyBeganWhicheverWayTheyBeg
   EXPECT_EQ(told[253].outcome, "INITIATOR_LOST");
 }
 
+// A request whose beginning comes over the session (too long for the ring) after the peer
+// garbled its ring: the target finds the ring inconsistent as it reads it first, closes the
+// session, and still reports that request lost, as any other it was told of.
+class NotifyBeginBesideAGarbledRing : public PeerFixture {
+ protected:
+  bool ConnectInSetUp() override { return false; }  // (the peer connects to us)
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.notify.outcomes = true;
+    return o;
+  }
+  // A ring of 4096 bytes carries messages of up to 2040 bytes; the beginning of one that long
+  // does not fit in it.
+  PeerOptions RemoteOptions() override {
+    PeerOptions o;
+    o.extra_args = {"--option", "notify.ring_bytes=4096", "--option", "notify.max_message_bytes=2040"};
+    return o;
+  }
+};
+
+TEST_F(NotifyBeginBesideAGarbledRing, IsReportedLost) {
+  constexpr uint64_t kB = 256 << 10;
+  LocalBuffer region(64 << 20);
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(engine_.RegisterMem(region.data(), region.len(), xfer::MemType::kHost, &h));
+  const PeerRegion src = peer_.Alloc(kB);
+  ASSERT_TRUE(peer_.Call("connect " + engine_.LocalName() + " 10000").ok);
+  ASSERT_TRUE(peer_.Call("notify " + engine_.LocalName() + " 10000 before").ok);  // (the ring opens)
+  std::vector<xfer::Notification> got;
+  XT_ASSERT_OK(engine_.WaitNotifies(&got, 10s));
+  const Reply garbled = peer_.Call("garble_notify_rings");
+  ASSERT_TRUE(garbled.ok) << garbled.line;
+  ASSERT_GE(garbled.u64(0), 1u) << "the peer has no ring to garble";
+  const std::string message(2040, 'L');
+  const Reply r =
+      peer_.Call("axfer write " + engine_.LocalName() + " 60000 " + std::to_string(src.addr) + " " +
+                 std::to_string(region.addr()) + " " + std::to_string(kB) + " 32768 " + message);
+  ASSERT_TRUE(r.ok) << r.line;
+  got.clear();
+  const auto until = Clock::now() + 20s;
+  while (got.empty() && Clock::now() < until) (void)engine_.WaitNotifies(&got, 1s);
+  ASSERT_EQ(got.size(), 1u) << "the request begun over the session was never reported";
+  EXPECT_EQ(got[0].message, message);
+  EXPECT_EQ(got[0].outcome, xfer::NotifyOutcome::kInitiatorLost);
+}
+
 // ---------------------------------------------------------------- the initiator lost
 // This engine is the target; the peer process the initiator, killed with requests in flight.
 class NotifyLost : public PeerFixture, public ::testing::WithParamInterface<Setup> {

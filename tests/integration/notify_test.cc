@@ -528,7 +528,8 @@ TEST(NotifyTarget, ANotificationToItselfIsQueuedAtOnce) {
 
 // What a same-host peer's ring holds is queued past the queue's bounds, but once: moved into a
 // full queue, it stays full until the application takes notifications, so a sender that goes
-// on sending is refused instead of filling its ring into the queue again and again.
+// on sending is refused instead of filling its ring into the queue again and again; nor does a
+// new session bring a new ring while the queue is full.
 TEST(NotifyTarget, ARingCannotFillAFullQueueAgainAndAgain) {
   xfer::EngineOptions to = SmallRingOptions();
   to.notify.queue_messages = 16;
@@ -536,16 +537,20 @@ TEST(NotifyTarget, ARingCannotFillAFullQueueAgainAndAgain) {
   xfer::Engine target, sender;
   XT_ASSERT_OK(target.Initialize("127.0.0.1:0", to));
   XT_ASSERT_OK(sender.Initialize("127.0.0.1:0", SmallRingOptions()));
-  XT_ASSERT_OK(sender.Connect(target.LocalName(), 10s));
   std::vector<std::string> queued;
-  for (int i = 0; i < 2000; ++i) {
-    const std::string m = "m" + std::to_string(i);
-    const xfer::Status s = sender.SendNotify(target.LocalName(), m, 10s);
-    if (s.ok())
-      queued.push_back(m);
-    else
-      ASSERT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  for (int session = 0; session < 2; ++session) {
+    XT_ASSERT_OK(sender.Connect(target.LocalName(), 10s));
+    for (int i = 0; i < 1000; ++i) {
+      const std::string m = "m" + std::to_string(session) + "." + std::to_string(i);
+      const xfer::Status s = sender.SendNotify(target.LocalName(), m, 10s);
+      if (s.ok())
+        queued.push_back(m);
+      else
+        ASSERT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+    }
+    XT_ASSERT_OK(sender.Disconnect(target.LocalName()));
   }
+  XT_ASSERT_OK(sender.Connect(target.LocalName(), 10s));
   // At most the bounds and one ring of the shortest records (16 bytes of its 4096 each).
   EXPECT_LE(queued.size(), 16u + 4096 / 16) << "the ring was moved into the full queue again and again";
   std::vector<xfer::Notification> got;

@@ -10,14 +10,19 @@ namespace {
 uint64_t QueuedBytes(const Notification& n) { return n.message.size() + sizeof(uint64_t) * n.landed.size(); }
 }  // namespace
 
-bool NotifyQueue::Fits(uint64_t bytes, uint64_t sender, std::string* why) {
-  const bool room =
-      queue_.size() + reserved_ < max_messages_ && bytes_ + reserved_bytes_ + bytes <= max_bytes_;
+bool NotifyQueue::Room(uint64_t bytes, uint64_t sender, bool* room, Held* own) const {
+  *room = queue_.size() + reserved_ < max_messages_ && bytes_ + reserved_bytes_ + bytes <= max_bytes_;
   const auto it = held_.find(sender);
-  const Held own = sender != 0 && it != held_.end() ? it->second : Held{};
+  *own = sender != 0 && it != held_.end() ? it->second : Held{};
   const bool within_part =
-      own.messages < max_messages_ - max_messages_ / 8 && own.bytes + bytes <= max_bytes_ - max_bytes_ / 8;
-  if (room && within_part) return true;
+      own->messages < max_messages_ - max_messages_ / 8 && own->bytes + bytes <= max_bytes_ - max_bytes_ / 8;
+  return *room && within_part;
+}
+
+bool NotifyQueue::Fits(uint64_t bytes, uint64_t sender, std::string* why) {
+  bool room = false;
+  Held own;
+  if (Room(bytes, sender, &room, &own)) return true;
   ++refused_;
   if (!room) {
     *why = "the target's notification queue is full (" + std::to_string(queue_.size()) + " messages, " +
@@ -154,9 +159,11 @@ uint32_t NotifyQueue::BeginWait() {
 
 void NotifyQueue::EndWait() { sleepers_.fetch_sub(1, std::memory_order_relaxed); }
 
-bool NotifyQueue::Full() {
+bool NotifyQueue::Full(uint64_t sender) {
   std::lock_guard lock(mu_);
-  return queue_.size() + reserved_ >= max_messages_ || bytes_ + reserved_bytes_ >= max_bytes_;
+  bool room = false;
+  Held own;
+  return !Room(1, sender, &room, &own);
 }
 
 void NotifyQueue::Queued(uint64_t* messages, uint64_t* bytes) {

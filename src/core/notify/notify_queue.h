@@ -61,9 +61,10 @@ class NotifyQueue {
   void Nudge();
   // How many are queued, and their bytes.
   void Queued(uint64_t* messages, uint64_t* bytes);
-  // Whether the queue is at or past either bound (reservations counted): Push refuses
-  // everything until the application takes what is queued.
-  bool Full();
+  // Whether a notification of one byte from sender (its incarnation) would be refused: the
+  // queue, or that sender's part of it, is full (reservations counted) until the application
+  // takes what is queued.
+  bool Full(uint64_t sender);
 
  private:
   const uint32_t max_messages_;
@@ -85,6 +86,9 @@ class NotifyQueue {
   // Whether one more notification of `bytes` fits (mu_ held); else counts the refusal, and
   // says why in *why. sender: its incarnation (0: a reservation, whose share is kept apart).
   bool Fits(uint64_t bytes, uint64_t sender, std::string* why);
+  // Fits's test alone (mu_ held): *room, whether the bounds take it; *own, what the sender
+  // holds.
+  bool Room(uint64_t bytes, uint64_t sender, bool* room, Held* own) const;
   // The refusal Fits found (mu_ held by lock, which this releases): logged once a stretch.
   Status Refuse(std::unique_lock<std::mutex>& lock, std::string why, const std::string& what);
   // Queues n past the bounds (mu_ held by lock, which this releases), less its landed list

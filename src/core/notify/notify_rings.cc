@@ -123,6 +123,12 @@ Status NotifyInbox::Accept(const std::shared_ptr<control::Session>& session,
       }
     }
   }
+  // (What a ring holds is queued past the bounds, once a ring at a time: a peer that filled one
+  // and came back with a new session finds none while the queue is full.)
+  if (queue_->Full(peer->info.incarnation)) {
+    return {StatusCode::kResourceExhausted,
+            "this engine's notification queue is full (the application is not taking them)"};
+  }
   auto in = std::make_shared<Inbound>();
   in->sender = peer->info.name;
   in->incarnation = peer->info.incarnation;
@@ -221,7 +227,7 @@ Status NotifyInbox::QueueAfterRing(const std::shared_ptr<control::Session>& sess
     std::vector<Notification> earlier;
     const bool consistent = Read(*rings_[i], &earlier, false);
     for (Notification& e : earlier) queue_->PushAccepted(std::move(e));
-    if (!queue_->Full()) rings_[i]->ring.Free();  // (else TakeAll frees it)
+    if (!queue_->Full(rings_[i]->incarnation)) rings_[i]->ring.Free();  // (else TakeAll frees it)
     if (!consistent) {
       Drop(i);
       return {StatusCode::kConnectionLost, "its notification ring is inconsistent"};

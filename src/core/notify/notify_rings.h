@@ -115,7 +115,8 @@ class NotifyInbox {
         max_message_(max_message),
         max_ring_bytes_(max_ring_bytes) {}
 
-  // A peer's offer (control thread): maps its ring through the peer's mapper, or says why not.
+  // A peer's offer (control thread): maps its ring through the peer's mapper, or says why not
+  // (kResourceExhausted while the queue, or that peer's part of it, is full).
   Status Accept(const std::shared_ptr<control::Session>& session, const std::shared_ptr<PeerState>& peer,
                 const shared_memory::PeerMapper* mapper, const wire::NotifyRingOffer& offer);
   // Moves everything in the queue, then every message in the rings, onto *out (false:
@@ -123,11 +124,10 @@ class NotifyInbox {
   bool TakeAll(std::vector<Notification>* out);
   // A notification that came over `session` (control thread): first what that peer's ring
   // holds moves into the queue (sent before it, and queued already: past the bounds; while
-  // the queue is full, their space in the ring is freed only once the application takes
-  // notifications, so that the peer cannot pass the bounds by a ring again and again), then
-  // `queue` queues it (NotifyQueue::Push or PushReserved), whose status this returns.
-  // kConnectionLost when the peer's ring is inconsistent (it is dropped; the caller closes the
-  // session).
+  // the queue, or that peer's part of it, is full, their space in the ring is freed only once the application
+  // takes notifications, so that the peer cannot pass the bounds by a ring again and again), then `queue`
+  // queues it (NotifyQueue::Push or PushReserved), whose status this returns. kConnectionLost when the peer's
+  // ring is inconsistent (it is dropped; the caller closes the session).
   Status QueueAfterRing(const std::shared_ptr<control::Session>& session,
                         const std::function<Status()>& queue);
   // The session ended (control thread): its ring is closed, what it holds moves into the
