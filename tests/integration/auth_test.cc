@@ -17,6 +17,7 @@
 #include "control/session.h"
 #include "raw_peer.h"
 #include "test_common.h"
+#include "transport/tcp/tcp_wire.h"
 #include "util/crypto.h"
 #include "util/net.h"
 
@@ -262,6 +263,44 @@ TEST_F(Auth, ADataConnectionMustProveItsSessionKey) {
   EXPECT_FALSE(attempt(std::string(32, 'k'))) << "a data connection without the key was accepted";
   EXPECT_FALSE(attempt(kSecret)) << "the secret itself is not the session's key";
   EXPECT_TRUE(attempt(session_key)) << "the session's own key was refused";
+  ExpectServed();
+}
+
+// A data connection whose control session ends between its hello and its proof (a round trip
+// the peer times) is refused, and a WRITE sent over it anyway does not land: a session the
+// engine ended keeps no access through a connection it was still opening.
+TEST_F(Auth, ADataConnectionWhoseSessionEndedBeforeItsProofIsRefused) {
+  namespace tcp = xfer::transport::tcp_wire;
+  auto raw = std::make_unique<RawSession>(peer_.name());
+  xfer::control::Handshake hs(kSecret, true, "127.0.0.1:1", 90);
+  raw->Authenticate(hs);
+  const wire::Hello hello = raw->Hello(HelloOf("127.0.0.1:1", 90));
+  ASSERT_NE(DataPortOf(hello), 0) << "the peer offers no tcp data port";
+  const std::string key = KeyOf(hs);
+  const auto deadline = Clock::now() + 10s;
+  xfer::net::Fd fd;
+  ASSERT_TRUE(
+      xfer::net::ConnectTcp(xfer::net::Address{"127.0.0.1", DataPortOf(hello), true}, deadline, &fd).ok());
+  const auto data_hello = tcp::DataHello(hello.incarnation, 90);
+  ASSERT_TRUE(xfer::net::SendAll(fd.get(), data_hello.data(), data_hello.size(), deadline).ok());
+  uint8_t nonce[xfer::crypto::kNonceBytes];
+  ASSERT_TRUE(xfer::net::RecvAll(fd.get(), nonce, sizeof nonce, deadline).ok());
+  raw->Send(wire::Goodbye{"bye", 0});
+  raw.reset();
+  ASSERT_TRUE(PollUntil([&] { return !peer_.Call("info 127.0.0.1:1").ok; }, 5s)) << "the session never ended";
+  const xfer::crypto::Mac proof = tcp::DataProof(key, nonce, hello.incarnation, 90);
+  ASSERT_TRUE(xfer::net::SendAll(fd.get(), proof.data(), proof.size(), deadline).ok());
+  uint8_t answer[tcp::kAcceptBytes];
+  ASSERT_TRUE(xfer::net::RecvAll(fd.get(), answer, sizeof answer, deadline).ok());
+  EXPECT_NE(tcp::Get<uint32_t>(answer), 0u) << "admitted after its session ended";
+  const uint64_t before = peer_.SumRange(region_.addr, 4096);
+  std::vector<uint8_t> frame = WriteFrameHead(region_.addr, 4096);
+  frame.resize(frame.size() + 4096, 0xAB);
+  frame.resize(frame.size() + tcp::PadFor(frame.size(), 0), 0);
+  (void)xfer::net::SendAll(fd.get(), frame.data(), frame.size(), deadline);  // (may fail: closed)
+  uint8_t reply[64];
+  (void)xfer::net::RecvAll(fd.get(), reply, sizeof reply, Clock::now() + 2s);
+  EXPECT_EQ(peer_.SumRange(region_.addr, 4096), before) << "a WRITE landed without a session";
   ExpectServed();
 }
 

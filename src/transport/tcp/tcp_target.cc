@@ -281,7 +281,17 @@ bool TcpTransport::Advance(Handshaking& h) {
   return false;
 }
 
+bool TcpTransport::StillPeer(const Handshaking& h) const {
+  return hooks_.is_peer(h.initiator) && (!hooks_.authenticate || hooks_.peer_auth_key(h.initiator) == h.key);
+}
+
 void TcpTransport::Admit(Handshaking& h, StatusCode verdict) {
+  // (The peer's session may have ended since its hello, a round trip before its proof.)
+  if (verdict == StatusCode::kOk && !StillPeer(h)) {
+    verdict = StatusCode::kConnectionLost;
+    LogRefusal("tcp: refused a data connection from " + h.from +
+               ": its engine's control session ended during the handshake");
+  }
   if (verdict == StatusCode::kOk && ConnectionsOf(h.initiator) >= kMaxConnectionsPerPeer) {
     verdict = StatusCode::kResourceExhausted;
     LogRefusal("tcp: refused a data connection from " + h.from + ": its engine has " +
@@ -303,9 +313,15 @@ void TcpTransport::Admit(Handshaking& h, StatusCode verdict) {
     std::lock_guard l(services_mu_);
     services_.push_back(svc);  // (listed before it is served: its end is then reaped like any other)
   }
-  // (Grouped by host, then by peer engine: each gets its share of the serve threads.)
+  // (Grouped by host, then by peer engine: each gets its share of the serve threads.) Asked
+  // again once listed: a session that ended meanwhile, whose DropPeer passed this connection
+  // by, ends it here; one that ends later finds it listed.
   const uint64_t host = std::hash<std::string>{}(net::HostOf(h.from));
-  if (Status s = serving_.Add(svc->fd.get(), svc.get(), h.initiator, host); !s.ok()) {
+  Status s = StillPeer(h)
+                 ? Status::Ok()
+                 : Status{StatusCode::kConnectionLost, "its engine's control session ended meanwhile"};
+  if (s.ok()) s = serving_.Add(svc->fd.get(), svc.get(), h.initiator, host);
+  if (!s.ok()) {
     XLOG(WARN) << "tcp: closed the data connection from " << h.from << ": " << s.message();
     {
       std::lock_guard l(svc->fd_mu);

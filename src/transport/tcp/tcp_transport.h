@@ -138,7 +138,10 @@ class TcpTransport final {
   void Accept(int listener, std::list<Handshaking>* handshaking);
   bool Advance(Handshaking& h);  // false: the handshake is over (admitted, refused or failed)
   void Admit(Handshaking& h, StatusCode verdict);  // sends the verdict; kOk: starts serving
-  void ReapServices();                             // forgets the connections that ended
+  // Whether h's engine still holds the control session it named (with a secret: the same one,
+  // by its key).
+  bool StillPeer(const Handshaking& h) const;
+  void ReapServices();  // forgets the connections that ended
   // A data connection with a batch (on a thread of serving_): batch after batch, while they
   // come within the spin; kIdle when none came, kDone when the connection ended or had to
   // close (logged, unless we closed it).
