@@ -127,11 +127,11 @@ void EngineImpl::StartServices() {
               },
           .fence =
               [this](PeerState* peer, const RemoteRegion* revoked, LocalEngine::Clock::time_point deadline) {
-                transfers_.FenceBatches(peer, deadline);
+                transfers_.FenceBatches(peer, deadline, /*control_thread=*/true);
                 if (revoked != nullptr) transfers_.ForgetInlineTargets(peer, revoked);
               },
-          .fence_streams =
-              [this](LocalEngine::Clock::time_point deadline) { transfers_.FenceStreams(deadline); },
+          .fence_streams = [this](LocalEngine::Clock::time_point deadline,
+                                  bool control_thread) { transfers_.FenceStreams(deadline, control_thread); },
       });
   regions_.Start(
       &backends_, &peers_.self_state().regions,

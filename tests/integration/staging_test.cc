@@ -3,6 +3,7 @@
 // and sends it, and a tcp target receives into a staging buffer and copies out. The buffers
 // are few and small here, so requests wait for them and large ones pass in many pieces.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -174,6 +175,42 @@ TEST_P(IntegrationStaging, TargetDeregistersMidRequestEndsItPromptly) {
   EXPECT_EQ(o.status.state, RequestState::kFailed) << o.wait.ToString();
   EXPECT_LT(SecondsSince(t0), 15.0);
   XT_EXPECT_OK(Write({{src.addr(), other.addr, 4096}}));
+}
+
+// The peer registers and removes a region of its own, again and again, while staged batches
+// go to another: none fails. (Over ucx they wait for the peer's staging answers, which the
+// control thread reads; its fence for each removal passes them by rather than waiting for
+// them until its deadline and then failing them.)
+TEST_P(IntegrationStaging, ThePeersOtherRegionsComingAndGoingFailNothing) {
+  constexpr uint64_t kLen = 16 << 20;
+  const PeerRegion r = peer_.Alloc(kLen);
+  LocalBuffer src(kLen);
+  src.Fill(5);
+  std::vector<xfer::RegionInfo> known;
+  XT_ASSERT_OK(engine_.GetRemoteRegions(peer_.name(), &known));
+  std::atomic<bool> stop{false};
+  int done = 0;
+  std::string failed;
+  std::thread writer([&] {
+    while (!stop.load() && failed.empty()) {
+      const xfer::Status s = Write({{src.addr(), r.addr, kLen}}, 30s);
+      if (s.ok()) {
+        ++done;
+      } else {
+        failed = s.ToString();
+      }
+    }
+  });
+  for (int k = 0; k < 5; ++k) {
+    const PeerRegion other = peer_.Alloc(4096);
+    std::this_thread::sleep_for(50ms);
+    EXPECT_TRUE(peer_.Call("dereg " + std::to_string(other.handle), 30s).ok);
+  }
+  stop = true;
+  writer.join();
+  EXPECT_TRUE(failed.empty()) << failed;
+  EXPECT_GT(done, 0);
+  EXPECT_EQ(peer_.SumRange(r.addr, kLen), src.Hash());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, IntegrationStaging, ::testing::ValuesIn(Staged({"tcp", "cma"})),

@@ -53,7 +53,10 @@ class StreamPool {
   // Inline slot k (0 <= k < kInlineSlots), to reach what it guards from another thread.
   ExecSlot& InlineSlot(int k) { return inline_slots_[k]; }
   static constexpr int kInlineSlots = 16;
-  void Fence(std::chrono::steady_clock::time_point deadline, const std::function<void()>& on_late);
+  // pass_awaiting: the control thread fences; a slot whose batch waits for it
+  // (core/awaiting_control.h) is passed by.
+  void Fence(std::chrono::steady_clock::time_point deadline, const std::function<void()>& on_late,
+             bool pass_awaiting = false);
 
   // Copies len bytes (transport::CopyHost) on the calling thread, which holds its slot. From kMinSharedCopy
   // bytes, where the share rule finds it faster (ShareRule: measured as the copies go), an
@@ -73,7 +76,8 @@ class StreamPool {
     std::deque<Task> queue;
     std::atomic<size_t> pending{0};
     std::atomic<bool> running{false};
-    ExecSlot exec;  // the stream's execution slot
+    ExecSlot exec;                      // the stream's execution slot
+    std::atomic<bool> awaiting{false};  // its batch waits for the control thread
     std::thread thread;
   };
   void Run(Stream& s);
@@ -100,6 +104,7 @@ class StreamPool {
   const std::chrono::microseconds spin_;
   std::vector<std::unique_ptr<Stream>> streams_;
   ExecSlot inline_slots_[kInlineSlots];
+  std::atomic<bool> inline_awaiting_[kInlineSlots] = {};
   std::atomic<bool> stopping_{false};
   std::mutex stop_mu_;
 };

@@ -162,19 +162,22 @@ void TransferService::StartAll(const std::shared_ptr<Request>& req) {
   }
 }
 
-void TransferService::FenceStreams(Clock::time_point deadline) {
+void TransferService::FenceStreams(Clock::time_point deadline, bool control_thread) {
   // Late, a link is asked about the last stretch as long as the fence's wait: a peer that
   // moved one frame after the fence began and then stalled is caught too.
   const auto wait = deadline - Clock::now();
-  pool_->Fence(deadline, [&] {
-    const auto since = Clock::now() - wait;
-    for (const auto& p : peers_.Every()) {
-      for (const auto& r : p->routes.routes) r->link().Interrupt(since);
-    }
-  });
+  pool_->Fence(
+      deadline,
+      [&] {
+        const auto since = Clock::now() - wait;
+        for (const auto& p : peers_.Every()) {
+          for (const auto& r : p->routes.routes) r->link().Interrupt(since);
+        }
+      },
+      control_thread);
 }
 
-void TransferService::FenceBatches(PeerState* peer, Clock::time_point deadline) {
+void TransferService::FenceBatches(PeerState* peer, Clock::time_point deadline, bool control_thread) {
   // Every pipelined link's batches in flight now, before any wait uses up the deadline.
   std::vector<std::pair<transport::Link*, uint64_t>> marks;
   std::vector<std::shared_ptr<PeerState>> peers;  // (kept alive while their links are fenced)
@@ -186,7 +189,7 @@ void TransferService::FenceBatches(PeerState* peer, Clock::time_point deadline) 
   };
   if (peer != nullptr) mark(*peer);
   for (const auto& p : peers) mark(*p);
-  FenceStreams(deadline);
+  FenceStreams(deadline, control_thread);
   for (auto [link, upto] : marks) link->Quiesce(upto, deadline);
 }
 

@@ -76,9 +76,11 @@ class TransferService {
   // Returns once every batch to `peer` (all peers: null) that started before the call has
   // ended: those that streams and callers run, and those in flight on pipelined links. At the
   // deadline, batches that a peer stalls are interrupted (Link::Interrupt) and fail.
-  void FenceBatches(PeerState* peer, Clock::time_point deadline);
+  // control_thread: the control thread calls it (a peer's region removal or goodbye), and
+  // passes by the batches that wait for it (core/awaiting_control.h).
+  void FenceBatches(PeerState* peer, Clock::time_point deadline, bool control_thread = false);
   // The part of it for the batches that streams and callers run.
-  void FenceStreams(Clock::time_point deadline);
+  void FenceStreams(Clock::time_point deadline, bool control_thread = false);
   // The inline copies let go of a peer (and region): InlineCopies::Forget; OnTick: the
   // control thread's tick (InlineCopies::OnTick).
   void ForgetInlineTargets(const PeerState* peer, const RemoteRegion* region = nullptr) {

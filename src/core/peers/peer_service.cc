@@ -117,7 +117,7 @@ Status PeerService::Disconnect(const std::string& remote) {
     return {StatusCode::kNotConnected, "Disconnect: not connected to '" + remote + "'"};
   }
   auto gone = Drop(*peer.state);
-  events_.fence_streams(self_.HeartbeatDeadline());  // our batches to the peer have finished
+  events_.fence_streams(self_.HeartbeatDeadline(), false);  // our batches to the peer have finished
   for (auto& r : gone.regions) r->CloseAll();
   SayGoodbye({peer.session}, "disconnected by " + self_.name);
   return Status::Ok();

@@ -45,10 +45,12 @@ class PeerService {
     // A session ended (control thread).
     std::function<void(const std::shared_ptr<control::Session>&)> closed;
     // Returns once every batch to `peer` (every peer: null) that started before the call has
-    // ended; `revoked`, when set, is a region of the peer's that was just revoked.
+    // ended; `revoked`, when set, is a region of the peer's that was just revoked. Called on
+    // the control thread: batches that wait for it are passed by (core/awaiting_control.h).
     std::function<void(PeerState* peer, const RemoteRegion* revoked, Clock::time_point deadline)> fence;
-    // Returns once every batch that streams and callers run has ended.
-    std::function<void(Clock::time_point deadline)> fence_streams;
+    // Returns once every batch that streams and callers run has ended (control_thread: as
+    // fence's).
+    std::function<void(Clock::time_point deadline, bool control_thread)> fence_streams;
   };
 
   PeerService(LocalEngine& self, BackendSet& backends, RegionService& regions)

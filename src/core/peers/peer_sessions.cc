@@ -143,7 +143,7 @@ void PeerService::OnMessage(const std::shared_ptr<control::Session>& s, wire::Me
         } else if constexpr (std::is_same_v<T, wire::Goodbye>) {
           // Stop using the peer's memory, then say so: it may free that memory next.
           auto gone = Drop(peer);
-          events_.fence_streams(self_.ControlFenceDeadline());
+          events_.fence_streams(self_.ControlFenceDeadline(), true);
           for (auto& r : gone.regions) r->CloseAll();
           FreeLater(std::move(gone));
           // The answer goes now or not at all: a peer that does not read what we sent it must

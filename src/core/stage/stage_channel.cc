@@ -1,5 +1,6 @@
 #include "core/stage/stage_channel.h"
 
+#include "core/awaiting_control.h"
 #include "util/log.h"
 
 namespace xfer {
@@ -110,6 +111,7 @@ Status StageChannel::Open(std::unique_lock<std::mutex>& lock, Clock::time_point 
       }
     }
     const uint64_t asked = open_id_, epoch = interrupts_;
+    const AwaitingControl awaiting;  // (the answer comes through the control thread)
     if (!cv_.wait_until(lock, deadline,
                         [&] { return pool_ != Pool::kAsked || closed_ || interrupts_ != epoch; })) {
       return {StatusCode::kTimeout, "the peer did not lend staging slots in time"};
@@ -124,6 +126,7 @@ Status StageChannel::Acquire(Clock::time_point deadline, Slot* out) {
   std::unique_lock lock(mu_);
   if (Status s = Open(lock, deadline); !s.ok()) return s;
   const uint64_t epoch = interrupts_;
+  const AwaitingControl awaiting;  // (a slot comes back with an answer, or another batch's end)
   if (!cv_.wait_until(lock, deadline, [&] { return !free_.empty() || closed_ || interrupts_ != epoch; })) {
     return {StatusCode::kTimeout, "no staging slot of the peer's came free in time"};
   }
@@ -163,6 +166,7 @@ Status StageChannel::Move(const Slot& slot, bool write, std::vector<wire::Digest
     cv_.notify_all();
     return sent;
   }
+  AwaitingControl awaiting;  // (the answer comes through the control thread)
   const bool in_time =
       cv_.wait_until(lock, deadline, [&] { return moves_.at(id).answered || interrupts_ != epoch; });
   if (!moves_.at(id).answered) {
