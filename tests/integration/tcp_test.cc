@@ -71,6 +71,28 @@ TEST_P(IntegrationTcpChecksum, LargeBatchesOfSmallDescriptors) { ScatteredRoundT
 INSTANTIATE_TEST_SUITE_P(Paths, IntegrationTcpChecksum, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "Staged" : "Direct"; });
 
+// slice_bytes and batch_bytes past what one tcp frame may carry (1 GiB) are cut to it: a
+// WRITE of 1.25 GiB in one descriptor lands whole (it failed CONNECTION_LOST, the target
+// refusing the frame).
+class IntegrationTcpHugeBatches : public PeerFixture {
+ protected:
+  xfer::EngineOptions LocalOptions() override {
+    xfer::EngineOptions o;
+    o.transport = "tcp";
+    o.slice_bytes = o.batch_bytes = 2ull << 30;
+    return o;
+  }
+};
+
+TEST_F(IntegrationTcpHugeBatches, AreCutToWhatAFrameCarries) {
+  const uint64_t len = (1ull << 30) + (256ull << 20);
+  const PeerRegion r = peer_.Alloc(len);
+  LocalBuffer src(len);
+  src.Fill(7);
+  XT_ASSERT_OK(Write({{src.addr(), r.addr, len}}, 60s));
+  EXPECT_EQ(peer_.SumRange(r.addr, len), src.Hash());
+}
+
 class IntegrationTcpKill : public PeerFixture {
  protected:
   xfer::EngineOptions LocalOptions() override {

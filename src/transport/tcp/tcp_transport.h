@@ -95,12 +95,14 @@ class TcpTransport final {
   // Closes the data connections a peer opened to us (it is gone).
   void DropPeer(uint64_t incarnation);
 
-  // How requests are cut for tcp (the user's slice_bytes and batch_bytes over 512 KiB). A
-  // connection moves one batch at a time; a second keeps it busy across the round trip that
-  // ends each; a third only adds a thread that waits (bench/RESULTS.md, "How the defaults
-  // were chosen").
+  // How requests are cut for tcp (the user's slice_bytes and batch_bytes over 512 KiB, at
+  // most kMaxBatchBytes: a target refuses a larger frame). A connection moves one batch at a
+  // time; a second keeps it busy across the round trip that ends each; a third only adds a
+  // thread that waits (bench/RESULTS.md, "How the defaults were chosen").
   PlanLimits Limits(const EngineOptions& o) const {
     PlanLimits l = WithOverrides({512 << 10, 512 << 10, kMaxSlices}, o);
+    l.slice_bytes = std::min(l.slice_bytes, kMaxBatchBytes);
+    l.batch_bytes = std::min(l.batch_bytes, kMaxBatchBytes);
     l.batches_in_flight = 2 * static_cast<size_t>(std::max(opts_.links, 1));
     return l;
   }
