@@ -108,11 +108,7 @@ void EngineImpl::StartServices() {
       metrics_, staging,
       PeerService::Events{
           .made = [this](const auto& peer) { notifier_.PeerMade(peer); },
-          .up =
-              [this](const auto& s, const auto& peer) {
-                notifier_.PeerUp(s, peer);
-                if (peer->stage) peer->stage->Attach(s);
-              },
+          .up = [this](const auto& s, const auto& peer) { notifier_.PeerUp(s, peer); },
           .gone =
               [this](PeerState& peer) {
                 notifier_.PeerGone(peer);

@@ -264,7 +264,8 @@ Status PeerService::InstallOutbound(const std::shared_ptr<control::Session>& ses
   session->context = state;
   session->peer_key = remote;
   session->established.store(true);
-  events_.up(session, state);  // (before any notification can be sent on the session)
+  if (state->stage) state->stage->Attach(session);  // (before a transfer can find the peer)
+  events_.up(session, state);                       // (before any notification can be sent on the session)
   if (!table_.InstallClaimed(remote, Peer{session, state})) {
     session->Close();  // a crossing session from the peer got in first: it stays
     regions_.Unsubscribe(session);

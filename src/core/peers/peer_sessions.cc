@@ -93,6 +93,7 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
   s->context = state;
   s->peer_key = key;
   s->established.store(true);
+  if (state->stage) state->stage->Attach(s);  // (before a transfer can find the peer)
   table_.FinishAccept(key, Peer{s, state});
   metrics_->SessionOpened(key);
   if (!SendHelloAndSubscribe(s).ok()) s->Shutdown("cannot send hello");

@@ -50,7 +50,8 @@ class StageChannel {
   // Asks the peer to copy between the slot and ranges of its memory (write: out of the slot)
   // and waits for its answer up to the deadline. Ok: the slot stays the caller's (to Release
   // once it read what the peer copied in). Otherwise it goes back by itself: at once, or, past
-  // the deadline, once the peer answered or its session ended (the peer may still copy it).
+  // the deadline, once the peer answered (the peer may still copy it); a session that ends
+  // takes every slot with it.
   Status Move(const Slot& slot, bool write, std::vector<wire::DigestRange> ranges,
               Clock::time_point deadline);
 
