@@ -246,6 +246,37 @@ std::optional<T> Await(xfer::control::Session& s, Clock::time_point deadline) {
   return std::nullopt;
 }
 
+// A WRITE frame that waited in the target's socket while the target could not read it (stopped
+// here; in life: every serve thread busy), after which its initiator reset the connection (it
+// gave up on the batch, and may have sent it again elsewhere): the target drops it, and the
+// memory keeps what it held. (The kernel hands over bytes queued before a reset.)
+TEST(Hostile, AFrameReadAfterItsConnectionWasResetIsDropped) {
+  PeerProcess peer;
+  std::string err;
+  ASSERT_TRUE(peer.Start(Stoppable({}), &err)) << err;
+  const PeerRegion r = peer.Alloc(4096);
+  const uint64_t before = peer.SumRange(r.addr, 4096);
+  const wire::Hello me = HelloOf("127.0.0.1:7", 97);
+  RawSession raw(peer.name());
+  const wire::Hello theirs = raw.Hello(me);
+  ASSERT_FALSE(theirs.name.empty());
+  net::Fd data;
+  uint32_t verdict = 1;
+  ASSERT_TRUE(OpenDataConnection(theirs, me.incarnation, "", &data, &verdict) && verdict == 0);
+  peer.Signal(SIGSTOP);
+  std::vector<uint8_t> frame = WriteFrameHead(r.addr, 4096);
+  frame.resize(frame.size() + 4096, 0xAB);
+  frame.resize(frame.size() + xfer::transport::tcp_wire::PadFor(frame.size(), 0), 0);
+  ASSERT_TRUE(net::SendAll(data.get(), frame.data(), frame.size(), Clock::now() + 5s).ok());
+  const linger reset{1, 0};  // (closed with a reset, as Stream::Abort leaves a connection)
+  ASSERT_EQ(::setsockopt(data.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+  data.Reset();
+  std::this_thread::sleep_for(50ms);
+  peer.Signal(SIGCONT);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(peer.SumRange(r.addr, 4096), before) << "a frame its initiator gave up on landed";
+}
+
 // Peers that start WRITEs into a region and trickle their payload, one byte every 100 ms,
 // each connection starting 0.9 s after the one before, and that never confirm the region's
 // removal: DeregisterMem still returns within the heartbeat timeout (1 s), closing what it

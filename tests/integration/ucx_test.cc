@@ -156,8 +156,14 @@ TEST_F(IntegrationUcx, DeregistrationWaitsForRequestsInFlight) {
   EXPECT_TRUE(peer_.Call("ping").ok) << "the target died";
 }
 
-// Different host ids: ucx is preferred over tcp when both sides offer it.
+// Different host ids: ucx is preferred over tcp when both sides offer it. (UCX on loopback
+// alone: an interface another test adds for a moment, which UCX would offer, may be gone, or
+// refuse, when this one connects.)
 TEST(IntegrationUcxChoice, PreferredOverTcpForAnotherHost) {
+  ::setenv("UCX_NET_DEVICES", "lo", 1);  // (the peer inherits it)
+  struct Unset {
+    ~Unset() { ::unsetenv("UCX_NET_DEVICES"); }
+  } unset;
   std::string err;
   PeerProcess other;
   PeerOptions po;

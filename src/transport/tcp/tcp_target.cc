@@ -1,5 +1,7 @@
 #include "transport/tcp/tcp_transport.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -470,8 +472,25 @@ void TcpTransport::CheckRanges(Frame* f) const {
   }
 }
 
+namespace {
+// Whether the peer reset connection fd: it gave up on what it sent (Stream::Abort: a deadline,
+// a path it left), though the kernel still hands over the bytes queued before the reset.
+bool ResetByPeer(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  return ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE;
+}
+}  // namespace
+
 bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::string* why) {
   const int fd = svc.fd.get();
+  // A frame read after its initiator reset the connection is not served: it may have sent the
+  // batch again elsewhere since, and the memory may hold newer bytes by now. (Read long after
+  // it came: while every thread was busy, say.)
+  if (ResetByPeer(fd)) {
+    *why = "the initiator reset the connection; its last frame is dropped";
+    return false;
+  }
   auto io_deadline = [&] { return Clock::now() + opts_.io_timeout; };  // (a reply: a step of its own)
   *replied = 0;
   // A checksummed READ request: damage to its addresses shows before anything is read.
