@@ -291,17 +291,22 @@ TEST_F(NotifyOutcomeRing, LostRequestsComeInTheOrderTheyBeganWhicheverWayTheyBeg
   EXPECT_EQ(told[253].outcome, "INITIATOR_LOST");
 }
 
-// A request whose beginning comes over the session (too long for the ring) after the peer
-// garbled its ring: the target finds the ring inconsistent as it reads it first, closes the
-// session, and still reports that request lost, as any other it was told of.
-class NotifyBeginBesideAGarbledRing : public PeerFixture {
+// This engine as the target, asking for outcomes; the peer process connects to it.
+class OutcomesTargetHere : public PeerFixture {
  protected:
-  bool ConnectInSetUp() override { return false; }  // (the peer connects to us)
+  bool ConnectInSetUp() override { return false; }
   xfer::EngineOptions LocalOptions() override {
     xfer::EngineOptions o;
     o.notify.outcomes = true;
     return o;
   }
+};
+
+// A request whose beginning comes over the session (too long for the ring) after the peer
+// garbled its ring: the target finds the ring inconsistent as it reads it first, closes the
+// session, and still reports that request lost, as any other it was told of.
+class NotifyBeginBesideAGarbledRing : public OutcomesTargetHere {
+ protected:
   // A ring of 4096 bytes carries messages of up to 2040 bytes; the beginning of one that long
   // does not fit in it.
   PeerOptions RemoteOptions() override {
@@ -339,16 +344,10 @@ TEST_F(NotifyBeginBesideAGarbledRing, IsReportedLost) {
 
 // ---------------------------------------------------------------- the initiator lost
 // This engine is the target; the peer process the initiator, killed with requests in flight.
-class NotifyLost : public PeerFixture, public ::testing::WithParamInterface<Setup> {
+class NotifyLost : public OutcomesTargetHere, public ::testing::WithParamInterface<Setup> {
  protected:
   static constexpr uint64_t kRegion = 64 << 20, kB = 256 << 10, kCount = 32768;  // 8 GiB a request
 
-  bool ConnectInSetUp() override { return false; }  // (the peer connects to us)
-  xfer::EngineOptions LocalOptions() override {
-    xfer::EngineOptions o;
-    o.notify.outcomes = true;
-    return o;
-  }
   PeerOptions RemoteOptions() override {
     PeerOptions o;
     o.extra_args = {"--streams", "2"};
