@@ -228,9 +228,12 @@ void StreamPool::Fence(std::chrono::steady_clock::time_point deadline, const std
       if (passed()) return;
       if (std::chrono::steady_clock::now() >= deadline) break;
     }
-    if (!free) {
-      do on_late();
-      while (!(free = slot.try_lock_for(step)) && !passed());
+    for (auto late = std::chrono::steady_clock::time_point{}; !free && !passed();) {
+      if (const auto now = std::chrono::steady_clock::now(); now >= late) {
+        on_late();
+        late = now + std::chrono::milliseconds(10);
+      }
+      free = slot.try_lock_for(step);
     }
     if (free) slot.unlock();
   };

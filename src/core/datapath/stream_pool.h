@@ -41,7 +41,8 @@ class StreamPool {
   // in turn, so when it returns, every batch that was executing when it was called has
   // finished (and it waits for no more than those: not for the rest of a long request).
   // A slot still held at the deadline makes it call on_late (which must end what stalls, e.g.
-  // Link::Interrupt), and again every 10 ms until that slot is free.
+  // Link::Interrupt), and again every 10 ms until that slot is free (or, pass_awaiting, its
+  // batch waits for the control thread).
   using ExecSlot = std::timed_mutex;
   std::unique_lock<ExecSlot> Slot();
   // The same; *inline_slot: the index of the inline slot taken (data that the slot guards,

@@ -49,6 +49,9 @@ void PeerService::Stop() {
 
 RemoteRegions::Revoked PeerService::Drop(PeerState& state) {
   state.alive.store(false);
+  // (Before any fence: a batch that waits for the peer's staging answer, which a fence on the
+  // control thread passes by, then ends without touching the slots, another peer's next.)
+  if (state.stage) state.stage->Close();
   events_.gone(state);  // (its notification ring closes; the data path lets go of it)
   auto gone = state.regions.RevokeAll();
   for (const auto& r : state.routes.routes) r->link().Shutdown();

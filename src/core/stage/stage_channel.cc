@@ -169,6 +169,10 @@ Status StageChannel::Move(const Slot& slot, bool write, std::vector<wire::Digest
   AwaitingControl awaiting;  // (the answer comes through the control thread)
   const bool in_time =
       cv_.wait_until(lock, deadline, [&] { return moves_.at(id).answered || interrupts_ != epoch; });
+  if (closed_) {  // (the peer left, answered or not: its slots may be lent to another already)
+    moves_.erase(id);
+    return Lost();
+  }
   if (!moves_.at(id).answered) {
     moves_.at(id).abandoned = true;  // (its slot goes back with the answer, or the session's end)
     return in_time ? Interrupted()

@@ -26,7 +26,8 @@ class StageChannel {
 
   // The session is up (before it, and after Close, asks fail with kConnectionLost).
   void Attach(const std::shared_ptr<control::Session>& s);
-  // The session ended: waiting asks fail with kConnectionLost.
+  // The session ended, or the peer is dropped: waiting asks fail with kConnectionLost, and so
+  // does a move answered but not yet returned (nothing more goes through the slots).
   void Close();
   // A fence gave up on the batches waiting here (the control thread, which alone hears the
   // peer's answers, waits for them): they fail with kConnectionLost now, a move's slot coming

@@ -1,7 +1,5 @@
 #include "transport/tcp/tcp_transport.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -473,12 +471,13 @@ void TcpTransport::CheckRanges(Frame* f) const {
 }
 
 namespace {
-// Whether the peer reset connection fd: it gave up on what it sent (Stream::Abort: a deadline,
-// a path it left), though the kernel still hands over the bytes queued before the reset.
+// Whether connection fd failed (the peer reset it: it gave up on what it sent, Stream::Abort
+// after a deadline or on a path it left), though the kernel still hands over the bytes queued
+// before the reset. (SO_ERROR: a cheap look, once a frame.)
 bool ResetByPeer(int fd) {
-  tcp_info info{};
-  socklen_t len = sizeof info;
-  return ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE;
+  int error = 0;
+  socklen_t len = sizeof error;
+  return ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error != 0;
 }
 }  // namespace
 
@@ -487,8 +486,8 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
   // A frame read after its initiator reset the connection is not served: it may have sent the
   // batch again elsewhere since, and the memory may hold newer bytes by now. (Read long after
   // it came: while every thread was busy, say.)
-  if (ResetByPeer(fd)) {
-    *why = "the initiator reset the connection; its last frame is dropped";
+  if (svc.shut.load() || ResetByPeer(fd)) {  // (shut: this engine ended it, DropPeer or a fence)
+    *why = "the connection was reset or shut down; its last frame is dropped";
     return false;
   }
   auto io_deadline = [&] { return Clock::now() + opts_.io_timeout; };  // (a reply: a step of its own)
