@@ -41,8 +41,13 @@ class TwoNamespaces : public ::testing::Test {
       ip_a_.push_back(net + "1");
       ip_b_.push_back(net + "2");
       for (const std::string& c :
-           {"ip link add " + a + " type veth peer name " + b, "ip link set " + a + " netns " + ns_a_,
-            "ip link set " + b + " netns " + ns_b_, "ip -n " + ns_a_ + " addr add " + net + "1/30 dev " + a,
+           {// Made in a, not here: an interface of this namespace, even for a moment, is one
+            // that UCX in a test running beside this one may pick and then lose. Both ends in a
+            // first, so that their interface indices differ (UCX takes two interfaces of one
+            // host with one index for ends that cannot reach each other: seen with UCX 1.13).
+            "ip link add " + a + " netns " + ns_a_ + " type veth peer name " + b + " netns " + ns_a_,
+            "ip -n " + ns_a_ + " link set " + b + " netns " + ns_b_,
+            "ip -n " + ns_a_ + " addr add " + net + "1/30 dev " + a,
             "ip -n " + ns_b_ + " addr add " + net + "2/30 dev " + b,
             "ip -n " + ns_a_ + " link set " + a + " up", "ip -n " + ns_b_ + " link set " + b + " up"}) {
         cmds.push_back(c);
@@ -61,7 +66,6 @@ class TwoNamespaces : public ::testing::Test {
     if (!built_) return;
     Shell("ip netns del " + ns_a_);
     Shell("ip netns del " + ns_b_);
-    for (const auto& d : dev_a_) Shell("ip link del " + d);  // (left here when Build stopped early)
   }
   // Options for a peer in ns named ip:0, as host `host` (empty: the machine's own id).
   static PeerOptions PeerIn(const std::string& ns, const std::string& ip, const std::string& host,

@@ -2,7 +2,9 @@
 // source port is a port that a process of this namespace listens on: for a connection it does
 // not find here, the kernel's socket lookup answers with that listener. The claim to be the
 // listener's process must not hold. Needs root (a network namespace); skips otherwise. Nothing
-// leaves the namespace pair this test creates (and removes).
+// leaves the namespace pair this test creates (and removes). The test's process moves into a
+// namespace of its own first, so that the host's namespace never holds its veth: UCX in a test
+// running beside it would see the interface and could pick it, and lose it when it goes.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -12,7 +14,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "test_common.h"
 #include "util/net.h"
@@ -28,6 +32,14 @@ bool Sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").
 
 TEST(FaultProcessCheck, AListenerOnTheSourcePortIsNotTheConnection) {
   if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  struct OwnNamespace {  // this thread's, until the test ends
+    net::Fd host{open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)};
+    bool entered = host.valid() && unshare(CLONE_NEWNET) == 0;
+    ~OwnNamespace() {
+      if (entered) (void)setns(host.get(), CLONE_NEWNET);
+    }
+  } own;
+  if (!own.entered) GTEST_SKIP() << "cannot make a network namespace: " << std::strerror(errno);
   const std::string id = std::to_string(getpid()), ns = "xfer-pc-" + id, here = "xpa" + id,
                     there = "xpb" + id;
   const std::string net = "10.232." + std::to_string(getpid() % 250) + ".", ip_here = net + "1",
