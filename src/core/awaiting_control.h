@@ -22,8 +22,8 @@ class AwaitingControl {
   AwaitingControl(const AwaitingControl&) = delete;
   AwaitingControl& operator=(const AwaitingControl&) = delete;
 
-  // The mark of the execution slot this thread holds, set by StreamPool as it takes one (null
-  // on a thread that never took one).
+  // The mark of the execution slot this thread holds, set and cleared by the slot
+  // (StreamPool::ExecSlot; null while it holds none).
   static std::atomic<bool>*& Mark() {
     thread_local std::atomic<bool>* mark = nullptr;
     return mark;

@@ -1,5 +1,7 @@
 #include "core/datapath/stream_pool.h"
 
+#include "core/awaiting_control.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -95,6 +97,58 @@ TEST(StreamPool, ALateFenceCallsOnLateOnceThenWaitsForTheBatches) {
   EXPECT_GE(late, 1);
   EXPECT_EQ(ended.load(), 2) << "the fence returned while a batch still ran";
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+}
+
+TEST(StreamPool, AThreadMarksOnlyTheSlotItHolds) {
+  // A batch that waits for the control thread marks the slot it holds, and a fence the control
+  // thread runs passes it by; once the slot is released, the thread marks no slot (another
+  // thread may hold that one by then, and its batch must not be passed by).
+  StreamPool pool(1, std::chrono::microseconds(0));
+  {
+    auto slot = pool.Slot();
+    const AwaitingControl awaiting;
+    const auto t0 = Clock::now();
+    std::thread control([&] {
+      pool.Fence(
+          Clock::now() + std::chrono::seconds(60), [] {}, true);
+    });
+    control.join();
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5)) << "the fence did not pass the awaiting batch by";
+  }
+  EXPECT_EQ(AwaitingControl::Mark(), nullptr) << "the released slot is still this thread's mark";
+  // Another thread takes the same inline slot and does not wait for the control thread; this
+  // thread, holding no slot, says it waits: the fence must still wait for the other's batch.
+  std::atomic<bool> release{false};
+  int k = -1;
+  { auto probe = pool.Slot(&k); }
+  std::thread other;
+  for (int tries = 0; tries < 10 * StreamPool::kInlineSlots; ++tries) {  // (a thread with this one's slot)
+    std::atomic<int> state{0};                                           // 1: holds slot k; 2: another
+    other = std::thread([&] {
+      int mine = -1;
+      auto slot = pool.Slot(&mine);
+      state = mine == k ? 1 : 2;
+      while (mine == k && !release) std::this_thread::yield();
+    });
+    while (state == 0) std::this_thread::yield();
+    if (state == 1) break;
+    other.join();
+  }
+  ASSERT_TRUE(other.joinable()) << "no thread got inline slot " << k;
+  {
+    const AwaitingControl awaiting;  // (on a thread that holds no slot: marks nothing)
+    std::atomic<bool> fenced{false};
+    std::thread control([&] {
+      pool.Fence(
+          Clock::now() + std::chrono::seconds(60), [] {}, true);
+      fenced = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(fenced.load()) << "the fence passed by a batch that does not wait for the control thread";
+    release = true;
+    control.join();
+  }
+  other.join();
 }
 
 // Copies of every length around the threshold, odd ones included, land whole and touch

@@ -4,7 +4,6 @@
 
 #include <functional>
 
-#include "core/awaiting_control.h"
 #include "transport/common/host_copy.h"
 #include "util/spin.h"
 #include "util/thread_cache.h"
@@ -62,7 +61,6 @@ int StreamPool::Pick() {
 void StreamPool::Run(Stream& s) {
   stream_pool = this;
   stream_slot = &s.exec;
-  AwaitingControl::Mark() = &s.awaiting;
   for (;;) {
     // Spin a little before sleeping: back-to-back batches then cost no wake-up.
     // (The clock is read every few steps only: a read costs as much as a hand-off's wait.)
@@ -201,7 +199,6 @@ std::unique_lock<StreamPool::ExecSlot> StreamPool::Slot(int* inline_slot) {
     return std::unique_lock<ExecSlot>(*stream_slot);
   }
   *inline_slot = static_cast<int>(ThisThreadIndex() % kInlineSlots);
-  AwaitingControl::Mark() = &inline_awaiting_[*inline_slot];
   return std::unique_lock<ExecSlot>(inline_slots_[*inline_slot]);
 }
 
@@ -211,7 +208,6 @@ std::unique_lock<StreamPool::ExecSlot> StreamPool::TryInlineSlot(int* inline_slo
     return {};
   }
   *inline_slot = static_cast<int>(ThisThreadIndex() % kInlineSlots);
-  AwaitingControl::Mark() = &inline_awaiting_[*inline_slot];
   return std::unique_lock<ExecSlot>(inline_slots_[*inline_slot], std::try_to_lock);
 }
 
@@ -221,8 +217,8 @@ void StreamPool::Fence(std::chrono::steady_clock::time_point deadline, const std
   // slot in turn, and stall like the first. Passing awaiting batches by, it looks every
   // millisecond whether the slot's batch waits for the control thread.
   const auto step = pass_awaiting ? std::chrono::milliseconds(1) : std::chrono::milliseconds(10);
-  auto pass = [&](ExecSlot& slot, const std::atomic<bool>& awaiting) {
-    const auto passed = [&] { return pass_awaiting && awaiting.load(std::memory_order_acquire); };
+  auto pass = [&](ExecSlot& slot) {
+    const auto passed = [&] { return pass_awaiting && slot.awaiting(); };
     bool free = false;
     while (!(free = slot.try_lock_until(std::min(deadline, std::chrono::steady_clock::now() + step)))) {
       if (passed()) return;
@@ -237,8 +233,8 @@ void StreamPool::Fence(std::chrono::steady_clock::time_point deadline, const std
     }
     if (free) slot.unlock();
   };
-  for (auto& s : streams_) pass(s->exec, s->awaiting);
-  for (int k = 0; k < kInlineSlots; ++k) pass(inline_slots_[k], inline_awaiting_[k]);
+  for (auto& s : streams_) pass(s->exec);
+  for (ExecSlot& slot : inline_slots_) pass(slot);
 }
 
 }  // namespace xfer

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/awaiting_control.h"
 #include "core/datapath/share_rule.h"
 
 namespace xfer {
@@ -43,7 +44,31 @@ class StreamPool {
   // A slot still held at the deadline makes it call on_late (which must end what stalls, e.g.
   // Link::Interrupt), and again every 10 ms until that slot is free (or, pass_awaiting, its
   // batch waits for the control thread).
-  using ExecSlot = std::timed_mutex;
+  // A slot: a timed mutex with the mark its batch sets while it waits for the control thread
+  // (core/awaiting_control.h). Taken with lock() or try_lock(), its mark is this thread's
+  // AwaitingControl::Mark() until unlock(); taken otherwise (try_lock_until: a fence, or a
+  // thread that reaches what the slot guards) it lends no mark.
+  class ExecSlot : public std::timed_mutex {
+   public:
+    void lock() {
+      std::timed_mutex::lock();
+      AwaitingControl::Mark() = &awaiting_;
+    }
+    bool try_lock() {
+      if (!std::timed_mutex::try_lock()) return false;
+      AwaitingControl::Mark() = &awaiting_;
+      return true;
+    }
+    void unlock() {
+      if (AwaitingControl::Mark() == &awaiting_) AwaitingControl::Mark() = nullptr;
+      std::timed_mutex::unlock();
+    }
+    // Whether its batch waits for the control thread now.
+    bool awaiting() const { return awaiting_.load(std::memory_order_acquire); }
+
+   private:
+    std::atomic<bool> awaiting_{false};
+  };
   std::unique_lock<ExecSlot> Slot();
   // The same; *inline_slot: the index of the inline slot taken (data that the slot guards,
   // per index, is this thread's while it holds it), or -1 on a stream's own thread.
@@ -77,8 +102,7 @@ class StreamPool {
     std::deque<Task> queue;
     std::atomic<size_t> pending{0};
     std::atomic<bool> running{false};
-    ExecSlot exec;                      // the stream's execution slot
-    std::atomic<bool> awaiting{false};  // its batch waits for the control thread
+    ExecSlot exec;  // the stream's execution slot
     std::thread thread;
   };
   void Run(Stream& s);
@@ -105,7 +129,6 @@ class StreamPool {
   const std::chrono::microseconds spin_;
   std::vector<std::unique_ptr<Stream>> streams_;
   ExecSlot inline_slots_[kInlineSlots];
-  std::atomic<bool> inline_awaiting_[kInlineSlots] = {};
   std::atomic<bool> stopping_{false};
   std::mutex stop_mu_;
 };
