@@ -10,28 +10,28 @@ namespace {
 uint64_t QueuedBytes(const Notification& n) { return n.message.size() + sizeof(uint64_t) * n.landed.size(); }
 }  // namespace
 
-bool NotifyQueue::Room(uint64_t bytes, uint64_t sender, bool* room, Held* own) const {
-  *room = queue_.size() + reserved_ < max_messages_ && bytes_ + reserved_bytes_ + bytes <= max_bytes_;
+NotifyQueue::Space NotifyQueue::SpaceFor(uint64_t bytes, uint64_t sender) const {
+  Space s;
+  s.bounds = queue_.size() + reserved_ < max_messages_ && bytes_ + reserved_bytes_ + bytes <= max_bytes_;
   const auto it = held_.find(sender);
-  *own = sender != 0 && it != held_.end() ? it->second : Held{};
-  const bool within_part =
-      own->messages < max_messages_ - max_messages_ / 8 && own->bytes + bytes <= max_bytes_ - max_bytes_ / 8;
-  return *room && within_part;
+  s.own = sender != 0 && it != held_.end() ? it->second : Held{};
+  s.part = s.own.messages < max_messages_ - max_messages_ / 8 &&
+           s.own.bytes + bytes <= max_bytes_ - max_bytes_ / 8;
+  return s;
 }
 
 bool NotifyQueue::Fits(uint64_t bytes, uint64_t sender, std::string* why) {
-  bool room = false;
-  Held own;
-  if (Room(bytes, sender, &room, &own)) return true;
+  const Space space = SpaceFor(bytes, sender);
+  if (space.Fits()) return true;
   ++refused_;
-  if (!room) {
+  if (!space.bounds) {
     *why = "the target's notification queue is full (" + std::to_string(queue_.size()) + " messages, " +
            std::to_string(bytes_) + " bytes queued, " + std::to_string(reserved_) +
            " more promised; EngineOptions::notify bounds " + std::to_string(max_messages_) + " / " +
            std::to_string(max_bytes_) + "): the application is not taking them";
   } else {
-    *why = "this sender holds " + std::to_string(own.messages) + " messages and " +
-           std::to_string(own.bytes) +
+    *why = "this sender holds " + std::to_string(space.own.messages) + " messages and " +
+           std::to_string(space.own.bytes) +
            " bytes of the target's notification queue, the most one sender may (seven eighths of "
            "EngineOptions::notify bounds " +
            std::to_string(max_messages_) + " / " + std::to_string(max_bytes_) +
@@ -161,9 +161,7 @@ void NotifyQueue::EndWait() { sleepers_.fetch_sub(1, std::memory_order_relaxed);
 
 bool NotifyQueue::Full(uint64_t sender) {
   std::lock_guard lock(mu_);
-  bool room = false;
-  Held own;
-  return !Room(1, sender, &room, &own);
+  return !SpaceFor(1, sender).Fits();
 }
 
 void NotifyQueue::Queued(uint64_t* messages, uint64_t* bytes) {

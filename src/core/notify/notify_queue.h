@@ -86,9 +86,15 @@ class NotifyQueue {
   // Whether one more notification of `bytes` fits (mu_ held); else counts the refusal, and
   // says why in *why. sender: its incarnation (0: a reservation, whose share is kept apart).
   bool Fits(uint64_t bytes, uint64_t sender, std::string* why);
-  // Fits's test alone (mu_ held): *room, whether the bounds take it; *own, what the sender
-  // holds.
-  bool Room(uint64_t bytes, uint64_t sender, bool* room, Held* own) const;
+  // Fits's test alone (mu_ held): whether one more of `bytes` from sender fits the queue's
+  // bounds, and the sender's part of them.
+  struct Space {
+    bool bounds = false;  // the queue's bounds take it
+    bool part = false;    // the sender's part takes it...
+    Held own;             // ...which holds this now
+    bool Fits() const { return bounds && part; }
+  };
+  Space SpaceFor(uint64_t bytes, uint64_t sender) const;
   // The refusal Fits found (mu_ held by lock, which this releases): logged once a stretch.
   Status Refuse(std::unique_lock<std::mutex>& lock, std::string why, const std::string& what);
   // Queues n past the bounds (mu_ held by lock, which this releases), less its landed list
