@@ -95,7 +95,7 @@ round_stats "$tmp/all.txt" "ucxS_w/ucxD_w ucxS_r/ucxD_r tcpS_w/tcpD_w tcpS_r/tcp
       }
     }' "$tmp/stats.txt"
   echo
-  echo "GB/s (1e9 B/s): the median of the rounds; one request of one descriptor at a time, a local target child (forced transport). x: staged / direct within each round, the median over the rounds (lowest-highest round in brackets), floored to 0.01. Staged: every byte through this side's staging buffers (memcpy), then the route, and the target stages too (tcp: its connections' buffers; ucx: the slots it lends)."
+  echo "GB/s (1e9 B/s): the median of the rounds; one request of one descriptor at a time, a local target child (forced transport). x: staged / direct within each round, the median over the rounds (lowest-highest round in brackets), floored to 0.01. Staged: every byte through this side's staging buffers (memcpy), then the route, and the target stages too (tcp: its own pool's buffers; ucx: the slots it lends)."
   echo
   awk '$1 ~ /S_[wr]\/.*D_[wr]$/ && $2 >= 1048576 && $2 <= 8388608 { if ($3 < 0.8) miss = miss " " $1 "@" $2 "=" sprintf("%.2f", int($3 * 100) / 100) "x" }
     END { print "- goal: staged >= 0.8x the same route unstaged at 1-8 MiB (ucx and tcp, WRITE and READ): " (miss == "" ? "MET" : "NOT MET:" miss) }' "$tmp/stats.txt"

@@ -83,7 +83,7 @@ struct EngineOptions {
   // use.
   Staging staging = Staging::kAuto;
   // N buffers of S bytes stage this engine's outgoing batches; as a tcp target it stages
-  // through one buffer of S bytes per data connection.
+  // through a pool of its own (docs/gpu.md).
   int staging_buffers = 4;                     // N (1..64)
   uint64_t staging_buffer_bytes = 4ull << 20;  // S (64 KiB..1 GiB)
 

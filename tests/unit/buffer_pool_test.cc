@@ -41,6 +41,36 @@ TEST(BufferPool, LendsCountBuffersThenWaitsForOne) {
   t.join();
 }
 
+TEST(BufferPool, OneOwnerHoldsAtMostItsBoundOthersStillGetBuffers) {
+  BufferPool pool(4, 64 << 10, 2);
+  BufferPool::Lease a1, a2, a3, b1, b2;
+  ASSERT_TRUE(pool.Acquire(Clock::now() + 1s, &a1, 7).ok());
+  ASSERT_TRUE(pool.Acquire(Clock::now() + 1s, &a2, 7).ok());
+  // Owner 7 is at its bound while two buffers could still be made: it waits, and is told why.
+  const Status third = pool.Acquire(Clock::now() + 50ms, &a3, 7);
+  EXPECT_EQ(third.code(), StatusCode::kTimeout);
+  EXPECT_NE(third.message().find("the most one may"), std::string::npos) << third.ToString();
+  EXPECT_EQ(pool.allocated(), 2) << "a buffer was made for an owner at its bound";
+  ASSERT_TRUE(pool.Acquire(Clock::now() + 1s, &b1, 9).ok());
+  ASSERT_TRUE(pool.Acquire(Clock::now() + 1s, &b2, 9).ok());
+  EXPECT_EQ(pool.in_use(), 4);
+  // One of 9's comes back: a waiter of owner 7 stays waiting (7 is still at its bound)...
+  b1 = BufferPool::Lease();
+  EXPECT_EQ(pool.Acquire(Clock::now() + 50ms, &a3, 7).code(), StatusCode::kTimeout);
+  // ...and one of 7's coming back lets it take one, the one that was free.
+  std::thread t([&] {
+    std::this_thread::sleep_for(20ms);
+    a1 = BufferPool::Lease();
+  });
+  ASSERT_TRUE(pool.Acquire(Clock::now() + 5s, &a3, 7).ok());
+  t.join();
+  EXPECT_EQ(pool.in_use(), 3);
+  EXPECT_EQ(pool.allocated(), 4);
+  // A lease handed back into Acquire is returned first (its owner's count with it).
+  ASSERT_TRUE(pool.Acquire(Clock::now() + 1s, &a3, 7).ok());
+  EXPECT_EQ(pool.in_use(), 3);
+}
+
 TEST(BufferPool, StagedBatchesLandThroughALink) {
   auto link = std::make_shared<CopyLink>();  // (the buffers and the "peer" are this process's)
   BufferPool pool(1, 64 << 10);

@@ -297,6 +297,45 @@ TEST_P(TcpTransportTest, ConnectionsBusyAtOnceAreServedAtOnce) {
   EXPECT_EQ(region_[0], 3);
 }
 
+TEST_P(TcpTransportTest, APeerEngineHoldsAtMostItsShareOfStagingBuffers) {
+  // 40 connections of one peer engine, each with a staged WRITE stalled halfway through its
+  // payload: the target stages through at most kStagingBuffersPerPeer buffers (one per frame
+  // that moves), not one per connection; the other frames wait for one, and every batch lands.
+  constexpr int kConnections = 40;
+  static_assert(kConnections > TcpTransport::kStagingBuffersPerPeer);
+  std::vector<net::Fd> conns;
+  std::vector<std::vector<uint8_t>> frames;
+  for (int i = 0; i < kConnections; ++i) {
+    conns.push_back(Handshake(tcp_->port()));
+    frames.push_back(Frame(static_cast<uint8_t>(Op::kWrite), 0, 1, 4096, {{R(4096 * i), 4096}},
+                           std::vector<uint8_t>(4096, static_cast<uint8_t>(i + 1))));
+  }
+  const auto t0 = Clock::now();
+  for (int i = 0; i < kConnections; ++i)
+    ASSERT_TRUE(net::SendAll(conns[i].get(), frames[i].data(), 1024, t0 + std::chrono::seconds(2)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int staging = tcp_->staging_buffers();
+  if (GetParam()) {
+    EXPECT_EQ(staging, TcpTransport::kStagingBuffersPerPeer)
+        << "staging buffers held by one peer's stalled frames";
+  } else {
+    EXPECT_EQ(staging, 0) << "unstaged frames took staging buffers";
+  }
+  for (int i = 0; i < kConnections; ++i) {
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    ASSERT_TRUE(
+        net::SendAll(conns[i].get(), frames[i].data() + 1024, frames[i].size() - 1024, deadline).ok());
+  }
+  for (int i = 0; i < kConnections; ++i) {
+    uint8_t reply[64];
+    ASSERT_TRUE(
+        net::RecvAll(conns[i].get(), reply, sizeof reply, Clock::now() + std::chrono::seconds(2)).ok());
+    EXPECT_EQ(reply[0], 0) << "connection " << i;
+    EXPECT_EQ(region_[4096 * i + 4095], i + 1) << "connection " << i;
+  }
+  EXPECT_LE(tcp_->staging_buffers(), TcpTransport::kStagingBuffersPerPeer);
+}
+
 TEST_P(TcpTransportTest, AFenceEndsWithinTheIoTimeoutWhilePeersTrickle) {
   // Three connections each start a WRITE into our memory and then trickle its payload, one
   // byte every 100 ms, the second starting 1.5 s after the first and the third 1.5 s after

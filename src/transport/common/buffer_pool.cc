@@ -9,6 +9,7 @@ BufferPool::Lease& BufferPool::Lease::operator=(Lease&& o) noexcept {
     Release();
     pool_ = o.pool_;
     data_ = o.data_;
+    owner_ = o.owner_;
     o.pool_ = nullptr;
   }
   return *this;
@@ -19,16 +20,22 @@ void BufferPool::Lease::Release() {
   {
     std::lock_guard lock(pool_->mu_);
     pool_->free_.push_back(data_);
+    if (auto it = pool_->held_.find(owner_); --it->second == 0) pool_->held_.erase(it);
   }
-  pool_->cv_.notify_one();
+  pool_->cv_.notify_all();  // (a waiter at its owner's bound cannot take it; another may)
   pool_ = nullptr;
 }
 
-Status BufferPool::Acquire(Clock::time_point deadline, Lease* out) {
+Status BufferPool::Acquire(Clock::time_point deadline, Lease* out, uint64_t owner) {
+  out->Release();  // (before the lock: it may be this pool's)
   std::unique_lock lock(mu_);
   bool waited = false;  // (one wait counted per Acquire)
-  while (free_.empty()) {
-    if (static_cast<int>(all_.size()) + allocating_ < count_) {
+  const auto at_bound = [&] {
+    const auto it = held_.find(owner);
+    return it != held_.end() && it->second >= per_owner_;
+  };
+  while (free_.empty() || at_bound()) {
+    if (free_.empty() && !at_bound() && static_cast<int>(all_.size()) + allocating_ < count_) {
       // Allocated outside the lock: page-locking a large buffer takes a while.
       ++allocating_;
       lock.unlock();
@@ -48,13 +55,19 @@ Status BufferPool::Acquire(Clock::time_point deadline, Lease* out) {
     }
     if (!waited) waits_.fetch_add(1, std::memory_order_relaxed);
     waited = true;
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && free_.empty()) {
-      return {StatusCode::kTimeout, "buffer pool: no staging buffer came free before the deadline"};
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && (free_.empty() || at_bound())) {
+      return {StatusCode::kTimeout, at_bound()
+                                        ? "buffer pool: this peer holds " + std::to_string(per_owner_) +
+                                              " staging buffers, the most one may, and none came back "
+                                              "before the deadline"
+                                        : std::string("buffer pool: no staging buffer came free before "
+                                                      "the deadline")};
     }
   }
-  out->Release();
   out->pool_ = this;
   out->data_ = free_.back();
+  out->owner_ = owner;
+  ++held_[owner];
   free_.pop_back();
   return Status::Ok();
 }

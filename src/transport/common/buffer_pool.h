@@ -3,8 +3,9 @@
 // into a buffer while it is sent, piece by piece (kStagePiece; the copy of the next piece
 // overlaps the send of the one before), or copied out of one as its pieces are received. Each
 // batch holds one buffer, so with N buffers up to N batches of a request move at once. (A tcp
-// target stages with buffers of its own connections: see TcpTargetHooks. Shared buffers would
-// let two engines staging to each other wait on each other's.)
+// target stages through a pool of its own, lent to one frame at a time and bounded per peer:
+// see TcpTargetHooks. One pool for both would let two engines staging to each other wait on
+// each other's buffers.)
 #pragma once
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "transport/common/staging.h"
@@ -26,8 +28,10 @@ class BufferPool {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // Nothing is allocated until a buffer is first needed.
-  BufferPool(int count, uint64_t buffer_bytes) : count_(count), bytes_(buffer_bytes) {}
+  // Nothing is allocated until a buffer is first needed. per_owner: the most buffers one owner
+  // (Acquire's) holds at once; 0: count.
+  BufferPool(int count, uint64_t buffer_bytes, int per_owner = 0)
+      : count_(count), bytes_(buffer_bytes), per_owner_(per_owner > 0 ? per_owner : count) {}
 
   uint64_t buffer_bytes() const { return bytes_; }
 
@@ -35,7 +39,7 @@ class BufferPool {
   class Lease {
    public:
     Lease() = default;
-    Lease(Lease&& o) noexcept : pool_(o.pool_), data_(o.data_) { o.pool_ = nullptr; }
+    Lease(Lease&& o) noexcept : pool_(o.pool_), data_(o.data_), owner_(o.owner_) { o.pool_ = nullptr; }
     Lease& operator=(Lease&& o) noexcept;
     ~Lease() { Release(); }
     uint8_t* data() const { return data_; }
@@ -45,12 +49,18 @@ class BufferPool {
     void Release();
     BufferPool* pool_ = nullptr;
     uint8_t* data_ = nullptr;
+    uint64_t owner_ = 0;
   };
-  // A free buffer, allocating one while fewer than count exist; else waits until one is
-  // returned (kTimeout at the deadline).
-  Status Acquire(Clock::time_point deadline, Lease* out);
+  // A free buffer, allocating one while fewer than count exist; else, or while owner holds
+  // per_owner already, waits until one is returned (kTimeout at the deadline).
+  Status Acquire(Clock::time_point deadline, Lease* out, uint64_t owner = 0);
   // How many times Acquire found no buffer free and waited for one.
   uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
+  // Buffers allocated (lent or free).
+  int allocated() {
+    std::lock_guard lock(mu_);
+    return static_cast<int>(all_.size());
+  }
   // Buffers lent now (allocated and not returned).
   int in_use() {
     std::lock_guard lock(mu_);
@@ -66,11 +76,13 @@ class BufferPool {
  private:
   const int count_;
   const uint64_t bytes_;
+  const int per_owner_;
   std::mutex mu_;
   std::condition_variable cv_;
   int allocating_ = 0;                               // mu_
   std::vector<std::unique_ptr<StagingBuffer>> all_;  // mu_
   std::vector<uint8_t*> free_;                       // mu_
+  std::unordered_map<uint64_t, int> held_;           // mu_: buffers lent, by owner (none: absent)
   std::atomic<uint64_t> waits_{0};
 };
 

@@ -65,8 +65,7 @@ struct TcpTransport::Service {
   // on a connection at its deadline and closes it).
   std::timed_mutex exec;
   uint64_t peer_incarnation = 0;
-  std::unique_ptr<StagingBuffer> stage;  // staged batches (GPU memory); its Serve's
-  uint64_t replied = 0;                  // payload bytes of the READ reply just sent (Serve's)
+  uint64_t replied = 0;  // payload bytes of the READ reply just sent (Serve's)
   std::atomic<bool> done{false};
   std::atomic<bool> shut{false};  // we closed it (a fence, the peer's end, Stop): no warning
 
@@ -111,7 +110,11 @@ struct TcpTransport::Handshaking {
   }
 };
 
-TcpTransport::TcpTransport(TcpOptions opts, TcpTargetHooks hooks) : opts_(opts), hooks_(std::move(hooks)) {}
+TcpTransport::TcpTransport(TcpOptions opts, TcpTargetHooks hooks)
+    : opts_(opts),
+      hooks_(std::move(hooks)),
+      target_staging_(kStagingBuffers, std::min(hooks_.staging_bytes, 2 * kStagePiece),
+                      kStagingBuffersPerPeer) {}
 
 TcpTransport::~TcpTransport() { Stop(); }
 
@@ -581,7 +584,7 @@ namespace {
 
 // A staged batch at the target, in steps: a range that is not staged moves straight between
 // the socket and memory; staged ranges, consecutive ones gathered, move in pieces of at most
-// `half` bytes through alternating halves of the connection's staging buffer, so that the
+// `half` bytes through alternating halves of the staging buffer lent to the frame, so that the
 // copy engines copy one piece while the socket moves the other (GPU memory; host memory is
 // copied in turn, piece by piece, while the piece is still in the cache).
 struct StagedStep {
@@ -632,16 +635,15 @@ bool TcpTransport::ServeStaged(Service& svc, const Frame& f, bool* intact, std::
   if (f.checksummed) sum.emplace(f.StartChecksum());
   const int fd = svc.fd.get();
   const auto deadline = f.deadline;  // (a READ's reply too: staged, it is one step with the copies)
-  Status s;
-  if (!svc.stage) s = StagingBuffer::Allocate(hooks_.staging_bytes, &svc.stage);
+  BufferPool::Lease stage;           // (a READ's reply header waits for it too: the peer waits for both)
+  Status s = target_staging_.Acquire(deadline, &stage, svc.peer_incarnation);
   if (!s.ok()) {
     *why = "staged batch: " + s.message();
     return false;
   }
   thread_local std::vector<StagedStep> steps;
   thread_local std::vector<Slice> copies;
-  PlanStaged(f.iov, f.access, svc.stage->data(), std::min(kStagePiece, hooks_.staging_bytes / 2), &steps,
-             &copies);
+  PlanStaged(f.iov, f.access, stage.data(), target_staging_.buffer_bytes() / 2, &steps, &copies);
   const auto copies_of = [&](const StagedStep& p) { return std::span(copies).subspan(p.first, p.count); };
   PendingCopy pending;  // WRITE: the last piece's copy out of the buffer; READ: the next's into it
   if (write) {

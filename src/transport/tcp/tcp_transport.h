@@ -38,6 +38,7 @@
 #include <thread>
 
 #include "transport/backend.h"
+#include "transport/common/buffer_pool.h"
 #include "transport/link.h"
 #include "transport/tcp/nics.h"
 #include "transport/tcp/serve_pool.h"
@@ -67,9 +68,8 @@ using TcpTargetAccess = TargetAccess;  // how the target may touch a range a bat
 struct TcpTargetHooks {
   uint64_t incarnation = 0;
   std::function<TcpTargetAccess(uint64_t addr, uint64_t len, bool write)> region_access;
-  // Staged ranges pass through a buffer of this many bytes per data connection (allocated on
-  // first use; its own, so that two engines staging to each other never wait for each other's
-  // buffers); 0: they are refused.
+  // Staged ranges pass through buffers of this many bytes (at most two pieces, kStagePiece,
+  // are used), lent to one frame at a time (TcpTransport::kStagingBuffers); 0: they are refused.
   uint64_t staging_bytes = 0;
   // True when an engine of that incarnation has a control session with us.
   std::function<bool(uint64_t incarnation)> is_peer;
@@ -128,6 +128,15 @@ class TcpTransport final {
   // its thread up after every batch (busy ones cannot starve the others).
   static constexpr std::chrono::milliseconds kServeGrace{50};
   static constexpr size_t kMaxServeThreads = 1024;
+  // The target's staging buffers (staged frames: GPU memory, or staging = always), allocated
+  // on first use and lent to one frame at a time: at most kStagingBuffers in all, and
+  // kStagingBuffersPerPeer to one peer engine's frames at once; a frame waits for one within
+  // its io_timeout. The pool is the target's own, apart from the engine's outgoing one, so that
+  // two engines staging to each other never wait for each other's buffers.
+  static constexpr int kStagingBuffers = 64;
+  static constexpr int kStagingBuffersPerPeer = 16;
+  // Staging buffers allocated now (lent or free).
+  int staging_buffers() { return target_staging_.allocated(); }
   size_t serve_threads() const { return serving_.threads(); }  // now
 
  private:
@@ -174,6 +183,7 @@ class TcpTransport final {
   std::mutex services_mu_;
   std::condition_variable services_ended_;        // a service is done (services_mu_)
   std::list<std::shared_ptr<Service>> services_;  // one per accepted data connection
+  BufferPool target_staging_;
   net::ServePool serving_{[this](void* svc) { return Serve(*static_cast<Service*>(svc)); }, kMaxServeThreads,
                           std::chrono::seconds(1)};
 };
