@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -69,6 +70,41 @@ TEST(BufferPool, OneOwnerHoldsAtMostItsBoundOthersStillGetBuffers) {
   // A lease handed back into Acquire is returned first (its owner's count with it).
   ASSERT_TRUE(pool.Acquire(Clock::now() + 1s, &a3, 7).ok());
   EXPECT_EQ(pool.in_use(), 3);
+}
+
+TEST(BufferPool, BuffersGoToWaitersInTheOrderTheyCame) {
+  // One buffer: a thread that gives it back and asks again at once waits behind the thread
+  // that was waiting already (a busy connection must not starve a waiting one).
+  BufferPool pool(1, 64 << 10);
+  BufferPool::Lease held;
+  ASSERT_TRUE(pool.Acquire(Clock::now() + 1s, &held, 1).ok());
+  std::atomic<bool> waiting{false}, got{false}, gave_back{false};
+  std::thread waiter([&] {
+    BufferPool::Lease mine;
+    waiting = true;
+    ASSERT_TRUE(pool.Acquire(Clock::now() + 5s, &mine, 2).ok());
+    got = true;
+    std::this_thread::sleep_for(20ms);
+    gave_back = true;
+  });
+  while (!waiting) std::this_thread::yield();
+  while (pool.waits() == 0) std::this_thread::yield();  // (the waiter is in line)
+  held = BufferPool::Lease();
+  ASSERT_TRUE(pool.Acquire(Clock::now() + 5s, &held, 1).ok());
+  EXPECT_TRUE(got.load()) << "the buffer went back to the thread that gave it up, past the one waiting";
+  EXPECT_TRUE(gave_back.load());
+  waiter.join();
+  // Canceled: a waiter leaves at once when its flag is set.
+  std::atomic<bool> cancel{false};
+  std::thread canceler([&] {
+    std::this_thread::sleep_for(20ms);
+    cancel = true;
+  });
+  BufferPool::Lease none;
+  const auto t0 = Clock::now();
+  EXPECT_EQ(pool.Acquire(Clock::now() + 5s, &none, 3, &cancel).code(), StatusCode::kCanceled);
+  EXPECT_LT(Clock::now() - t0, 2s);
+  canceler.join();
 }
 
 TEST(BufferPool, StagedBatchesLandThroughALink) {

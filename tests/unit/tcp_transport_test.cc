@@ -313,14 +313,11 @@ TEST_P(TcpTransportTest, APeerEngineHoldsAtMostItsShareOfStagingBuffers) {
   const auto t0 = Clock::now();
   for (int i = 0; i < kConnections; ++i)
     ASSERT_TRUE(net::SendAll(conns[i].get(), frames[i].data(), 1024, t0 + std::chrono::seconds(2)).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const int staging = tcp_->staging_buffers();
-  if (GetParam()) {
-    EXPECT_EQ(staging, TcpTransport::kStagingBuffersPerPeer)
-        << "staging buffers held by one peer's stalled frames";
-  } else {
-    EXPECT_EQ(staging, 0) << "unstaged frames took staging buffers";
-  }
+  const int bound = GetParam() ? TcpTransport::kStagingBuffersPerPeer : 0;
+  PollUntil([&] { return tcp_->staging_buffers_lent() >= bound; }, std::chrono::seconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // (and no more come)
+  EXPECT_EQ(tcp_->staging_buffers(), bound) << "staging buffers made for one peer's stalled frames";
+  EXPECT_EQ(tcp_->staging_buffers_lent(), bound);
   for (int i = 0; i < kConnections; ++i) {
     const auto deadline = Clock::now() + std::chrono::seconds(2);
     ASSERT_TRUE(
@@ -334,6 +331,7 @@ TEST_P(TcpTransportTest, APeerEngineHoldsAtMostItsShareOfStagingBuffers) {
     EXPECT_EQ(region_[4096 * i + 4095], i + 1) << "connection " << i;
   }
   EXPECT_LE(tcp_->staging_buffers(), TcpTransport::kStagingBuffersPerPeer);
+  EXPECT_EQ(tcp_->staging_buffers_lent(), 0) << "a staging buffer was not given back";
 }
 
 TEST_P(TcpTransportTest, AFenceEndsWithinTheIoTimeoutWhilePeersTrickle) {

@@ -26,16 +26,36 @@ void BufferPool::Lease::Release() {
   pool_ = nullptr;
 }
 
-Status BufferPool::Acquire(Clock::time_point deadline, Lease* out, uint64_t owner) {
+bool BufferPool::AtBound(uint64_t owner) const {
+  const auto it = held_.find(owner);
+  return it != held_.end() && it->second >= per_owner_;
+}
+
+bool BufferPool::Turn(std::list<uint64_t>::const_iterator me) const {
+  for (auto it = waiting_.begin(); it != me; ++it) {
+    if (!AtBound(*it)) return false;  // (an older waiter that may take one)
+  }
+  return !AtBound(*me);
+}
+
+Status BufferPool::Acquire(Clock::time_point deadline, Lease* out, uint64_t owner,
+                           const std::atomic<bool>* cancel) {
   out->Release();  // (before the lock: it may be this pool's)
   std::unique_lock lock(mu_);
+  const auto me = waiting_.insert(waiting_.end(), owner);
+  struct Leave {  // (a waiter that leaves may have been the one whose turn it was)
+    BufferPool& pool;
+    std::list<uint64_t>::const_iterator me;
+    ~Leave() {
+      pool.waiting_.erase(me);
+      pool.cv_.notify_all();
+    }
+  } leave{*this, me};
   bool waited = false;  // (one wait counted per Acquire)
-  const auto at_bound = [&] {
-    const auto it = held_.find(owner);
-    return it != held_.end() && it->second >= per_owner_;
-  };
-  while (free_.empty() || at_bound()) {
-    if (free_.empty() && !at_bound() && static_cast<int>(all_.size()) + allocating_ < count_) {
+  for (;;) {
+    const bool turn = Turn(me);
+    if (turn && !free_.empty()) break;
+    if (turn && static_cast<int>(all_.size()) + allocating_ < count_) {
       // Allocated outside the lock: page-locking a large buffer takes a while.
       ++allocating_;
       lock.unlock();
@@ -48,21 +68,26 @@ Status BufferPool::Acquire(Clock::time_point deadline, Lease* out, uint64_t owne
         all_.push_back(std::move(buf));
         continue;
       }
-      // Out of memory: wait for a buffer that exists, if any does (and let other waiters
-      // try again).
-      cv_.notify_all();
+      // Out of memory: wait for a buffer that exists, if any does.
       if (all_.empty()) return {s.code(), "buffer pool: " + s.message()};
     }
-    if (!waited) waits_.fetch_add(1, std::memory_order_relaxed);
-    waited = true;
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && (free_.empty() || at_bound())) {
-      return {StatusCode::kTimeout, at_bound()
+    if (cancel != nullptr && cancel->load(std::memory_order_acquire)) {
+      return {StatusCode::kCanceled, "buffer pool: the wait for a staging buffer was canceled"};
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      return {StatusCode::kTimeout, AtBound(owner)
                                         ? "buffer pool: this peer holds " + std::to_string(per_owner_) +
                                               " staging buffers, the most one may, and none came back "
                                               "before the deadline"
                                         : std::string("buffer pool: no staging buffer came free before "
                                                       "the deadline")};
     }
+    if (!waited) waits_.fetch_add(1, std::memory_order_relaxed);
+    waited = true;
+    // (With a cancel flag, looked at every few milliseconds: nothing here is told it changed.)
+    cv_.wait_until(lock,
+                   cancel == nullptr ? deadline : std::min(deadline, now + std::chrono::milliseconds(5)));
   }
   out->pool_ = this;
   out->data_ = free_.back();

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -52,8 +53,12 @@ class BufferPool {
     uint64_t owner_ = 0;
   };
   // A free buffer, allocating one while fewer than count exist; else, or while owner holds
-  // per_owner already, waits until one is returned (kTimeout at the deadline).
-  Status Acquire(Clock::time_point deadline, Lease* out, uint64_t owner = 0);
+  // per_owner already, waits until one is returned (kTimeout at the deadline: a deadline
+  // passed already only takes one that is free, or can be made, now; kCanceled once *cancel is
+  // set). Buffers go to the waiters in the order they came, each in turn once its owner is
+  // under its bound.
+  Status Acquire(Clock::time_point deadline, Lease* out, uint64_t owner = 0,
+                 const std::atomic<bool>* cancel = nullptr);
   // How many times Acquire found no buffer free and waited for one.
   uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
   // Buffers allocated (lent or free).
@@ -83,6 +88,11 @@ class BufferPool {
   std::vector<std::unique_ptr<StagingBuffer>> all_;  // mu_
   std::vector<uint8_t*> free_;                       // mu_
   std::unordered_map<uint64_t, int> held_;           // mu_: buffers lent, by owner (none: absent)
+  std::list<uint64_t> waiting_;                      // mu_: the owners of Acquires under way, oldest first
+  bool AtBound(uint64_t owner) const;                // mu_
+  // mu_: whether it is the turn of waiter `me`: its owner is under its bound, and every older
+  // waiter's is at it.
+  bool Turn(std::list<uint64_t>::const_iterator me) const;
   std::atomic<uint64_t> waits_{0};
 };
 

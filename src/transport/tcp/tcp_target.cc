@@ -507,12 +507,31 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
   // Checked under the exec lock: a deregistration's fence either waits for this batch or this
   // check already sees the region gone.
   CheckRanges(f);
+  BufferPool::Lease stage;  // a staged frame's buffer
+  if (f->staged && f->denied.empty() &&
+      !target_staging_.Acquire(Clock::time_point{}, &stage, svc.peer_incarnation).ok()) {
+    // None free now: waited for without the exec lock (a fence need not wait for a frame that
+    // has touched nothing, nor DropPeer), then the frame is looked at again as if it had just
+    // come.
+    exec.unlock();
+    if (Status w = target_staging_.Acquire(f->deadline, &stage, svc.peer_incarnation, &svc.shut); !w.ok()) {
+      *why = "staged batch: " + w.message();
+      return false;
+    }
+    if (svc.shut.load() || ResetByPeer(fd)) {
+      *why =
+          "the connection was reset or shut down while its frame waited for a staging buffer; it is dropped";
+      return false;
+    }
+    exec.lock();
+    CheckRanges(f);
+  }
   const bool ok = f->denied.empty();
   Status s;
   uint64_t sum = 0;  // the checksum that came with a WRITE's payload
   bool intact = true;
   if (f->staged && ok) {
-    const bool moved = ServeStaged(svc, *f, &intact, why);
+    const bool moved = ServeStaged(svc, *f, stage.data(), &intact, why);
     exec.unlock();
     if (!moved) return false;
     if (!f->write) *replied = f->total;  // (as a direct READ's: the next frame is spun for)
@@ -625,7 +644,8 @@ void PlanStaged(std::span<const iovec> ranges, std::span<const TcpTargetAccess> 
 
 }  // namespace
 
-bool TcpTransport::ServeStaged(Service& svc, const Frame& f, bool* intact, std::string* why) {
+bool TcpTransport::ServeStaged(Service& svc, const Frame& f, uint8_t* buffer, bool* intact,
+                               std::string* why) {
   const bool write = f.write;
   const uint64_t total = f.total;
   uint64_t tail = f.tail;
@@ -635,15 +655,10 @@ bool TcpTransport::ServeStaged(Service& svc, const Frame& f, bool* intact, std::
   if (f.checksummed) sum.emplace(f.StartChecksum());
   const int fd = svc.fd.get();
   const auto deadline = f.deadline;  // (a READ's reply too: staged, it is one step with the copies)
-  BufferPool::Lease stage;           // (a READ's reply header waits for it too: the peer waits for both)
-  Status s = target_staging_.Acquire(deadline, &stage, svc.peer_incarnation);
-  if (!s.ok()) {
-    *why = "staged batch: " + s.message();
-    return false;
-  }
+  Status s;
   thread_local std::vector<StagedStep> steps;
   thread_local std::vector<Slice> copies;
-  PlanStaged(f.iov, f.access, stage.data(), target_staging_.buffer_bytes() / 2, &steps, &copies);
+  PlanStaged(f.iov, f.access, buffer, target_staging_.buffer_bytes() / 2, &steps, &copies);
   const auto copies_of = [&](const StagedStep& p) { return std::span(copies).subspan(p.first, p.count); };
   PendingCopy pending;  // WRITE: the last piece's copy out of the buffer; READ: the next's into it
   if (write) {

@@ -135,8 +135,9 @@ class TcpTransport final {
   // two engines staging to each other never wait for each other's buffers.
   static constexpr int kStagingBuffers = 64;
   static constexpr int kStagingBuffersPerPeer = 16;
-  // Staging buffers allocated now (lent or free).
+  // Staging buffers allocated now (lent or free), and lent to frames now.
   int staging_buffers() { return target_staging_.allocated(); }
+  int staging_buffers_lent() { return target_staging_.in_use(); }
   size_t serve_threads() const { return serving_.threads(); }  // now
 
  private:
@@ -167,10 +168,10 @@ class TcpTransport final {
   // Checks every range of the frame against this engine's regions (f->denied says why not).
   void CheckRanges(Frame* f) const;
   bool ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::string* why);
-  // A checked batch that names staged ranges, moved piece by piece through a staging buffer;
-  // *intact: a checksummed WRITE's payload matched its checksum. False when the connection
-  // must close (*why says why).
-  bool ServeStaged(Service& svc, const Frame& f, bool* intact, std::string* why);
+  // A checked batch that names staged ranges, moved piece by piece through a staging buffer
+  // (target_staging_'s, lent to the frame); *intact: a checksummed WRITE's payload matched its
+  // checksum. False when the connection must close (*why says why).
+  bool ServeStaged(Service& svc, const Frame& f, uint8_t* buffer, bool* intact, std::string* why);
 
   const TcpOptions opts_;
   const TcpTargetHooks hooks_;
