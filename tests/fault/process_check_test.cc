@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -35,8 +36,11 @@ TEST(FaultProcessCheck, AListenerOnTheSourcePortIsNotTheConnection) {
   struct OwnNamespace {  // this thread's, until the test ends
     net::Fd host{open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)};
     bool entered = host.valid() && unshare(CLONE_NEWNET) == 0;
-    ~OwnNamespace() {
-      if (entered) (void)setns(host.get(), CLONE_NEWNET);
+    ~OwnNamespace() {  // (the tests after this one in the process need the host's loopback)
+      if (entered && setns(host.get(), CLONE_NEWNET) != 0) {
+        std::fprintf(stderr, "cannot return to the host's network namespace: %s\n", std::strerror(errno));
+        std::abort();
+      }
     }
   } own;
   if (!own.entered) GTEST_SKIP() << "cannot make a network namespace: " << std::strerror(errno);

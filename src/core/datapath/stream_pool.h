@@ -46,28 +46,34 @@ class StreamPool {
   // batch waits for the control thread).
   // A slot: a timed mutex with the mark its batch sets while it waits for the control thread
   // (core/awaiting_control.h). Taken with lock() or try_lock(), its mark is this thread's
-  // AwaitingControl::Mark() until unlock(); taken otherwise (try_lock_until: a fence, or a
+  // AwaitingControl::Mark() until unlock(), which gives the thread back the mark it had (a
+  // slot of another engine's pool it holds); taken otherwise (try_lock_until: a fence, or a
   // thread that reaches what the slot guards) it lends no mark.
   class ExecSlot : public std::timed_mutex {
    public:
     void lock() {
       std::timed_mutex::lock();
-      AwaitingControl::Mark() = &awaiting_;
+      Hold();
     }
     bool try_lock() {
       if (!std::timed_mutex::try_lock()) return false;
-      AwaitingControl::Mark() = &awaiting_;
+      Hold();
       return true;
     }
     void unlock() {
-      if (AwaitingControl::Mark() == &awaiting_) AwaitingControl::Mark() = nullptr;
+      if (AwaitingControl::Mark() == &awaiting_) AwaitingControl::Mark() = before_;
       std::timed_mutex::unlock();
     }
     // Whether its batch waits for the control thread now.
     bool awaiting() const { return awaiting_.load(std::memory_order_acquire); }
 
    private:
+    void Hold() {
+      before_ = AwaitingControl::Mark();
+      AwaitingControl::Mark() = &awaiting_;
+    }
     std::atomic<bool> awaiting_{false};
+    std::atomic<bool>* before_ = nullptr;  // the mark its holder had before it took the slot
   };
   std::unique_lock<ExecSlot> Slot();
   // The same; *inline_slot: the index of the inline slot taken (data that the slot guards,
