@@ -106,6 +106,13 @@ def test_notifications_carry_name_and_message(target, engine):
                                       TransferNotify("req-8", "read done")) == 0
     assert target_notifies(proc) == [["req-7", "blocks ready"], ["req-8", "read done"]]
     assert engine.get_notifies() == []
+    # Metadata of some KiB rides along (up to 1 MiB, name and message: 9 bytes are framing).
+    longest = "m" * ((1 << 20) - 9 - len("req-9"))
+    assert engine.transfer_sync(segment, buf, remote, 4096, TransferOpcode.WRITE,
+                                TransferNotify("req-9", longest)) == 0
+    assert target_notifies(proc) == [["req-9", longest]]
+    assert engine.transfer_sync(segment, buf, remote, 4096, TransferOpcode.WRITE,
+                                TransferNotify("req-9", longest + "m")) == -1
 
 
 def test_failures_are_negative_codes_not_exceptions(target, engine):

@@ -318,6 +318,14 @@ def test_large_lists_long_notifications_and_bad_values():
     got = []
     wait_for(lambda: got.extend(p.get_new_notifs().get("D", [])) or got)
     assert p.deserialize_descs(got[0]) == d.get_xfer_descs(many[:2000], "DRAM")
+    # The longest notification: 1 MiB less the drop-in's frame (13 bytes and the agent's name).
+    longest = (1 << 20) - 13 - len("D")
+    d.send_notif("P", b"n" * longest)
+    got = []
+    wait_for(lambda: got.extend(p.get_new_notifs().get("D", [])) or got)
+    assert got == [b"n" * longest]
+    with pytest.raises(nixl.nixlInvalidParamError, match=f"at most {longest} here"):
+        d.send_notif("P", b"n" * (longest + 1))
     assert d.get_xfer_descs([(-1, 64, 0)], "DRAM") is None
     assert d.get_xfer_descs(np.array([[0x1000, -64, 0]]), "DRAM") is None
     local = d.prep_xfer_dlist("", d.get_xfer_descs(blocks(room)[:2], "DRAM"))
@@ -472,6 +480,12 @@ def test_a_transfer_that_did_not_complete_reaches_its_target_as_a_failure(monkey
     assert f.message == b"fail:2" and f.outcome == "CANCELED" and len(f.landed) < len(many)
     assert p.get_new_notifs() == {} and p.get_failed_notifs() == {}
     assert not p.check_remote_xfer_done("D", b"fail")
+    # One more that fails, taken by check_remote_xfer_state: no agent is left listed with none.
+    h = d.make_prepped_xfer("WRITE", local, many, remote, many, notif_msg=b"fail:4")
+    d.transfer(h)
+    d.release_xfer_handle(h)
+    wait_for(lambda: p.check_remote_xfer_state("D", b"fail") == "ERR")
+    assert p.get_failed_notifs() == {}
 
 
 def test_metadata_through_etcd_as_nixl_reads_it_from_its_environment(etcd, monkeypatch):

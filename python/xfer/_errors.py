@@ -54,8 +54,10 @@ CanceledError = _error("CanceledError", "CANCELED",
 InternalError = _error("InternalError", "INTERNAL",
                        doc="A bug or an unexpected system error; the message says which.")
 DataCorruptedError = _error("DataCorruptedError", "DATA_CORRUPTED",
-                            doc="A batch's checksum did not match, twice (tcp_checksum=True): "
-                                "bytes were damaged on the way.")
+                            doc="The bytes were damaged: a descriptor's end-to-end checksum did "
+                                "not match where it landed (checksum=True; the message names "
+                                "it, .landed leaves it out), or a tcp batch's checksum did not "
+                                "match twice (tcp_checksum=True).")
 
 BY_CODE = {cls.code: cls for cls in (
     InvalidArgumentError, TimeoutError, NotConnectedError, AlreadyConnectedError,

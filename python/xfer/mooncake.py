@@ -31,6 +31,7 @@ DEFAULT_POOL_BYTES = 256 << 20
 _MANAGED_TAG = "mooncake-managed"
 _ALIGN = 64
 _NOTIFY_MAGIC = b"xfer-mc\0"  # a notification that carries Mooncake's TransferNotify.name
+_NOTIFY_BYTES = 1 << 20  # the engine's bound on one, framed (notify_max_message_bytes)
 # Mooncake's error codes (its error.h) where its Python API returns them.
 ERR_INVALID_ARGUMENT = -1
 ERR_SOCKET = -102
@@ -153,7 +154,9 @@ class TransferEngine:
         if self._engine is not None:
             log.warning("initialize: this TransferEngine is already initialized")
             return -1
-        options = {"auto_connect": True}
+        # (Notifications up to 1 MiB, name and message together, as xfer.nixl takes: the
+        # engine's default of 4 KiB would refuse metadata that Mooncake code attaches.)
+        options = {"auto_connect": True, "notify_max_message_bytes": _NOTIFY_BYTES}
         if metadata_server != "P2PHANDSHAKE":
             url = _metadata_url(metadata_server, metadata_type)
             if url is None:

@@ -23,7 +23,7 @@ from .. import _errors
 from . import _bindings as nb
 from . import _telemetry
 from . import logging as nixl_logging
-from ._wire import Agents, Message, host_address, outside, region_table
+from ._wire import NOTIFY_BYTES, Agents, Message, host_address, outside, region_table
 
 log = logging.getLogger("xfer.nixl")
 
@@ -40,7 +40,6 @@ _KIND = {nb.DRAM_SEG: "host", nb.VRAM_SEG: "cuda"}
 _PLUGINS = {"UCX": ({}, ["DRAM_SEG", "VRAM_SEG"]), "XFER": ({}, ["DRAM_SEG", "VRAM_SEG"]),
             "POSIX": ({}, ["FILE_SEG"])}
 _QUERY_ONLY = ("POSIX",)
-_NOTIFY_BYTES = 1 << 20     # notifications up to 1 MiB (NIXL code sends descriptor lists in them)
 _RELEASE_WAIT = 10.0        # seconds releaseXferReq waits for a canceled transfer to stop
 _COST_OBSERVED = -1         # estimateXferCost's method: an observation, not NIXL's analytical model
 
@@ -194,7 +193,7 @@ class nixlAgent:
         port = int(config.listenPort) if config.useListenThread else 0
         # XFER_NIXL_NOTIFY_OUTCOMES=1: transfers toward this agent that do not complete are told
         # here too (takeFailedNotifs), at a cost per notified transfer.
-        options = {"notify_max_message_bytes": _NOTIFY_BYTES,
+        options = {"notify_max_message_bytes": NOTIFY_BYTES,
                    "notify_outcomes": os.environ.get(OUTCOMES_ENV, "0") == "1"}
         if os.environ.get(SECRET_ENV):
             options["secret_file"] = os.environ[SECRET_ENV]

@@ -398,6 +398,8 @@ class nixl_agent:
             i = _take_matching([f.message for f in mine], lookup_tag, tag_is_prefix)
             if i is not None:
                 del mine[i]
+                if not mine:  # (get_failed_notifs lists agents with failures only)
+                    self._failed.pop(_name(remote_agent_name), None)
                 return "ERR"
             return "PROC"
 

@@ -16,11 +16,12 @@ import threading
 
 import numpy as np
 
-from .. import Outcome, XferError
+from .. import InvalidArgumentError, Outcome, XferError
 
 log = logging.getLogger("xfer.nixl")
 
 MAGIC = b"xfer-nixl\0"
+NOTIFY_BYTES = 1 << 20  # the engine's bound on a notification, frame included (notify_max_message_bytes)
 CONNECT_TIMEOUT = 10.0  # seconds (the notification thread connects to answer a request)
 
 
@@ -189,7 +190,16 @@ class Agents:
                 log.info("xfer.nixl: could not tell %s: %s", a, e)
 
     def framed(self, message):
-        return frame(Message.NOTIF, self._name, message)
+        """NIXL code's notification as it goes on the wire; one that the engine's bound
+        (NOTIFY_BYTES) cannot carry with its frame raises InvalidArgumentError, saying how much
+        it may be."""
+        framed = frame(Message.NOTIF, self._name, message)
+        if len(framed) > NOTIFY_BYTES:
+            most = NOTIFY_BYTES - (len(framed) - len(message))
+            raise InvalidArgumentError(
+                f"notification of {len(message)} bytes: at most {most} here (1 MiB less this drop-in's "
+                f"frame of {len(framed) - len(message)} bytes, with the agent's name)")
+        return framed
 
     def notify(self, address, message):
         self._engine.send_notify(address, self.framed(message))
