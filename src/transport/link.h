@@ -115,8 +115,10 @@ class Link {
   // before `since` has finished no batch since, the peer stalls: the batches on every busy
   // connection of the link that finished none since end at once with kConnectionLost and are
   // not retried (a batch that starts later opens a fresh connection). Links whose batches
-  // cannot stall on a peer (copies through memory) do nothing.
-  virtual void Interrupt(Clock::time_point /*since*/) {}
+  // cannot stall on a peer (copies through memory) do nothing. control_thread: the fence runs
+  // on the control thread, which reads no peer's answers meanwhile, so a batch that waits for
+  // one is no sign of a stall.
+  virtual void Interrupt(Clock::time_point /*since*/, bool /*control_thread*/) {}
 };
 
 }  // namespace xfer::transport

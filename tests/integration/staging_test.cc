@@ -4,7 +4,9 @@
 // are few and small here, so requests wait for them and large ones pass in many pieces.
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -212,6 +214,123 @@ TEST_P(IntegrationStaging, ThePeersOtherRegionsComingAndGoingFailNothing) {
   EXPECT_GT(done, 0);
   EXPECT_EQ(peer_.SumRange(r.addr, kLen), src.Hash());
 }
+
+// Peer `peer_` is stopped (SIGSTOP) while a staged batch moves to it, and a fence has to give up
+// on that batch; `other`, which answers, takes staged WRITEs of three threads meanwhile.
+class IntegrationStagingStopped : public IntegrationStaging {
+ protected:
+  static constexpr uint64_t kLen = 4 << 20;
+  void SetUp() override {
+    IntegrationStaging::SetUp();
+    r_ = peer_.Alloc(kLen);
+    std::vector<xfer::RegionInfo> known;
+    XT_ASSERT_OK(engine_.GetRemoteRegions(peer_.name(), &known));
+    std::string err;
+    ASSERT_TRUE(other_.Start(RemoteOptions(), &err)) << err;
+    XT_ASSERT_OK(engine_.Connect(other_.name(), 10s));
+    theirs_ = other_.Alloc(4096);
+    into_ = other_.Alloc(kLen);
+    ASSERT_TRUE(PollUntil(
+        [&] {
+          std::vector<xfer::RegionInfo> regions;
+          return engine_.GetRemoteRegions(other_.name(), &regions).ok() && regions.size() == 2;
+        },
+        10s));
+    // A first WRITE opens the way (ucx: the peer lends its staging slots), so that the next
+    // batch moves at once, into a peer that no longer answers.
+    XT_ASSERT_OK(Write({{src_.addr(), r_.addr, 4096}}));
+  }
+  // Stops the peer, then starts one batch to it (the streams other than its own carry the
+  // writers' batches meanwhile).
+  void StopThePeerMidBatch() {
+    peer_.Signal(SIGSTOP);
+    XT_ASSERT_OK(
+        engine_.TransferAsync(peer_.name(), Op::kWrite, {{src_.addr(), r_.addr, kLen}}, 60s, &stalled_));
+    std::this_thread::sleep_for(300ms);  // (what went on the wire stalls)
+  }
+  // Three threads WRITE to `other` until StopWriters, each into its part of `into_`.
+  void StartWriters() {
+    for (uint64_t k = 0; k < 3; ++k) {
+      writers_.emplace_back([this, k] {
+        const uint64_t part = kLen / 4;
+        while (!stop_.load()) {
+          const xfer::Status s = engine_.TransferSync(
+              other_.name(), Op::kWrite, {{src_.addr() + k * part, into_.addr + k * part, part}}, 30s);
+          if (s.ok()) {
+            ++written_;
+            continue;
+          }
+          std::lock_guard lock(failed_mu_);
+          failed_ = s.ToString();
+          return;
+        }
+      });
+    }
+  }
+  std::string StopWriters() {
+    stop_ = true;
+    for (auto& w : writers_) w.join();
+    writers_.clear();
+    std::lock_guard lock(failed_mu_);
+    return failed_;
+  }
+  void TearDown() override {
+    StopWriters();
+    peer_.Signal(SIGCONT);
+    IntegrationStaging::TearDown();
+  }
+
+  LocalBuffer src_{kLen};
+  PeerRegion r_, theirs_, into_;
+  PeerProcess other_;
+  xfer::RequestHandle stalled_ = 0;
+  std::vector<std::thread> writers_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> written_{0};
+  std::mutex failed_mu_;
+  std::string failed_;  // failed_mu_
+};
+
+// The other peer deregisters a region, which this engine's control thread fences: it is
+// confirmed within a heartbeat timeout (3 s), and the stopped peer's request ends long before
+// its 60 s deadline (cma's batches need nothing of the peer: they complete). Over ucx a batch
+// whose put waited for the stopped peer's acknowledgement held that fence, and with it the
+// control thread, until the deadline: its link could not be interrupted.
+TEST_P(IntegrationStagingStopped, AStoppedPeerHoldsNoFenceOfTheControlThread) {
+  StopThePeerMidBatch();
+  const auto t0 = Clock::now();
+  const Reply dereg = other_.Call("dereg " + std::to_string(theirs_.handle), 30s);
+  const double took = SecondsSince(t0);
+  const Outcome o = WaitFor(engine_, stalled_, 30s);
+  EXPECT_TRUE(dereg.ok) << dereg.line;
+  EXPECT_LT(took, 2.5) << "the other peer's deregistration waited for the stopped peer's batch";
+  EXPECT_NE(o.status.state, RequestState::kWaiting) << "the request still waits, 30 s on";
+  EXPECT_LT(SecondsSince(t0), 20.0);
+}
+
+// This engine deregisters a region of its own while the writers write: the fence (on the
+// caller's thread) gives up on the stopped peer's batch, and no WRITE to the other peer, which
+// answers, fails. Over ucx a late fence failed every batch waiting for a staging answer, from
+// any peer.
+TEST_P(IntegrationStagingStopped, AStoppedPeerFailsNoBatchOfAnotherPeer) {
+  LocalBuffer mine(4096);
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(engine_.RegisterMem(mine.data(), mine.len(), xfer::MemType::kHost, &h));
+  StartWriters();
+  StopThePeerMidBatch();
+  const int before = written_.load();
+  const auto t0 = Clock::now();
+  XT_EXPECT_OK(engine_.DeregisterMem(h));
+  const double took = SecondsSince(t0);
+  std::this_thread::sleep_for(200ms);
+  const std::string failed = StopWriters();
+  EXPECT_LT(took, 10.0) << "DeregisterMem waited for the stopped peer's batch";
+  EXPECT_TRUE(failed.empty()) << "a WRITE to the peer that answers failed: " << failed;
+  EXPECT_GT(written_.load(), before) << "no WRITE to the peer that answers completed meanwhile";
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, IntegrationStagingStopped, ::testing::ValuesIn(Staged({"tcp", "cma"})),
+                         ParamName);
 
 INSTANTIATE_TEST_SUITE_P(Transports, IntegrationStaging, ::testing::ValuesIn(Staged({"tcp", "cma"})),
                          ParamName);

@@ -606,11 +606,11 @@ TEST_P(TcpTransportTest, InterruptEndsTheBatchesATargetStallsAndNoOthers) {
     ++ended;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  link->Interrupt(before_open - std::chrono::seconds(1));  // silent since then? no: opened after
+  link->Interrupt(before_open - std::chrono::seconds(1), false);  // silent since then? no: opened after
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(ended.load(), 0) << "ended by an Interrupt it was not silent for";
   const auto t0 = Clock::now();
-  link->Interrupt(t0);
+  link->Interrupt(t0, false);
   first.join();
   second.join();
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -171,7 +171,7 @@ void TransferService::FenceStreams(Clock::time_point deadline, bool control_thre
       [&] {
         const auto since = Clock::now() - wait;
         for (const auto& p : peers_.Every()) {
-          for (const auto& r : p->routes.routes) r->link().Interrupt(since);
+          for (const auto& r : p->routes.routes) r->link().Interrupt(since, control_thread);
         }
       },
       control_thread);

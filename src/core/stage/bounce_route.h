@@ -28,11 +28,10 @@ class BounceLink final : public transport::Link {
     return Run(op, batch, deadline, &hook);
   }
   void Shutdown() override { inner_->Shutdown(); }
-  // (The batches waiting for the peer's answers give up too: only the control thread, which
-  // the fence holds, hears them.)
-  void Interrupt(transport::Clock::time_point since) override {
-    inner_->Interrupt(since);
-    channel_->Interrupt();
+  // (The batches waiting for the peer's answers give up too: StageChannel::Interrupt.)
+  void Interrupt(transport::Clock::time_point since, bool control_thread) override {
+    inner_->Interrupt(since, control_thread);
+    channel_->Interrupt(since, control_thread);
   }
 
  private:

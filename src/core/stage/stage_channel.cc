@@ -32,10 +32,14 @@ void StageChannel::Close() {
   cv_.notify_all();
 }
 
-void StageChannel::Interrupt() {
+void StageChannel::Interrupt(Clock::time_point since, bool control_thread) {
   {
     std::lock_guard lock(mu_);
-    ++interrupts_;
+    if (control_thread) {
+      ++interrupts_;
+    } else {
+      interrupt_since_ = std::max(interrupt_since_, since);
+    }
   }
   cv_.notify_all();
 }
@@ -44,6 +48,7 @@ bool StageChannel::OnOpened(wire::StageOpened&& m) {
   {
     std::lock_guard lock(mu_);
     if (pool_ != Pool::kAsked || m.id != open_id_) return false;
+    last_answer_ = Clock::now();
     if (m.code != StatusCode::kOk) {
       open_failed_ = {m.code, "the peer lent no staging slots: " + m.why};
       pool_ = Pool::kNone;
@@ -81,6 +86,7 @@ bool StageChannel::OnMoved(const wire::StageMoved& m) {
     std::lock_guard lock(mu_);
     auto it = moves_.find(m.id);
     if (it == moves_.end() || it->second.answered) return false;
+    last_answer_ = Clock::now();
     Asked& a = it->second;
     a.answered = true;
     if (m.code != StatusCode::kOk) a.status = {m.code, "the peer's staging: " + m.why};
@@ -110,10 +116,12 @@ Status StageChannel::Open(std::unique_lock<std::mutex>& lock, Clock::time_point 
         return sent;
       }
     }
-    const uint64_t asked = open_id_, epoch = interrupts_;
+    const uint64_t asked = open_id_;
+    const auto began = Clock::now();
+    const uint64_t epoch = interrupts_;
     const AwaitingControl awaiting;  // (the answer comes through the control thread)
     if (!cv_.wait_until(lock, deadline,
-                        [&] { return pool_ != Pool::kAsked || closed_ || interrupts_ != epoch; })) {
+                        [&] { return pool_ != Pool::kAsked || closed_ || GivesUp(began, epoch); })) {
       return {StatusCode::kTimeout, "the peer did not lend staging slots in time"};
     }
     if (pool_ == Pool::kAsked && !closed_) return Interrupted();
@@ -125,9 +133,10 @@ Status StageChannel::Open(std::unique_lock<std::mutex>& lock, Clock::time_point 
 Status StageChannel::Acquire(Clock::time_point deadline, Slot* out) {
   std::unique_lock lock(mu_);
   if (Status s = Open(lock, deadline); !s.ok()) return s;
+  const auto began = Clock::now();
   const uint64_t epoch = interrupts_;
   const AwaitingControl awaiting;  // (a slot comes back with an answer, or another batch's end)
-  if (!cv_.wait_until(lock, deadline, [&] { return !free_.empty() || closed_ || interrupts_ != epoch; })) {
+  if (!cv_.wait_until(lock, deadline, [&] { return !free_.empty() || closed_ || GivesUp(began, epoch); })) {
     return {StatusCode::kTimeout, "no staging slot of the peer's came free in time"};
   }
   if (closed_) return Lost();
@@ -155,6 +164,7 @@ Status StageChannel::Move(const Slot& slot, bool write, std::vector<wire::Digest
     return Lost();
   }
   const uint64_t id = next_id_++, epoch = interrupts_;
+  const auto began = Clock::now();
   moves_[id].slot = slot.index;  // (before it is sent: its answer finds it waiting)
   const std::shared_ptr<control::Session> session = session_;
   lock.unlock();  // (a send is a system call)
@@ -168,7 +178,7 @@ Status StageChannel::Move(const Slot& slot, bool write, std::vector<wire::Digest
   }
   AwaitingControl awaiting;  // (the answer comes through the control thread)
   const bool in_time =
-      cv_.wait_until(lock, deadline, [&] { return moves_.at(id).answered || interrupts_ != epoch; });
+      cv_.wait_until(lock, deadline, [&] { return moves_.at(id).answered || GivesUp(began, epoch); });
   if (closed_) {  // (the peer left, answered or not: its slots may be lent to another already)
     moves_.erase(id);
     return Lost();

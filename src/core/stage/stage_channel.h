@@ -29,10 +29,14 @@ class StageChannel {
   // The session ended, or the peer is dropped: waiting asks fail with kConnectionLost, and so
   // does a move answered but not yet returned (nothing more goes through the slots).
   void Close();
-  // A fence gave up on the batches waiting here (the control thread, which alone hears the
-  // peer's answers, waits for them): they fail with kConnectionLost now, a move's slot coming
-  // back with its answer; later asks go on as before.
-  void Interrupt();
+  // A fence gave up on the batches that the peer stalls (Link::Interrupt): when the peer has
+  // answered nothing since `since`, the asks waiting here since before it fail with
+  // kConnectionLost now, a move's slot coming back with its answer; later asks go on as
+  // before, and a peer that answers is not stalling. control_thread: the fence runs on the
+  // control thread, which reads no answers meanwhile: every ask waiting now fails. (It passes
+  // such batches by, but not those that wait for what these hold, this engine's own staging
+  // buffers say.)
+  void Interrupt(Clock::time_point since, bool control_thread);
   // Control thread: the peer's answers; false when nothing asked for it (a protocol error).
   bool OnOpened(wire::StageOpened&& m);
   bool OnMoved(const wire::StageMoved& m);
@@ -77,7 +81,16 @@ class StageChannel {
   std::vector<uint32_t> free_;
   std::map<uint64_t, Asked> moves_;
   uint64_t next_id_ = 1;
-  uint64_t interrupts_ = 0;  // Interrupt calls: a waiter that sees it change gives up
+  // mu_: the last Interrupt's `since`, and when the peer last answered an ask.
+  Clock::time_point interrupt_since_ = Clock::time_point::min();
+  Clock::time_point last_answer_ = Clock::time_point::min();
+  uint64_t interrupts_ = 0;  // mu_: control-thread Interrupts: every wait under way gives up
+  // mu_: whether a wait that began at `began`, when interrupts_ was `epoch`, gives up: a
+  // control thread's Interrupt came, or the peer answered nothing since an Interrupt's
+  // `since`, which came after the wait began.
+  bool GivesUp(Clock::time_point began, uint64_t epoch) const {
+    return interrupts_ != epoch || (began < interrupt_since_ && last_answer_ < interrupt_since_);
+  }
 };
 
 }  // namespace xfer

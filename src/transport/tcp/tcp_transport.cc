@@ -163,7 +163,7 @@ class TcpLink final : public Link {
     }
   }
 
-  void Interrupt(Clock::time_point since) override {
+  void Interrupt(Clock::time_point since, bool /*control_thread*/) override {
     // The peer stalls when a connection busy since before `since` (or broken by an earlier
     // interrupt) has had no reply since. Then every busy connection of the link without a
     // reply since is broken, whenever its batch began: the peer stalls those too.

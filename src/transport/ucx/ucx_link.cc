@@ -55,7 +55,8 @@ struct Flight {
   Clock::time_point deadline;
   Link::Done done;
   std::function<Status()> ready;
-  uint64_t commit = 0;  // set when a leader takes it to post (in that order; 0: waiting)
+  uint64_t commit = 0;             // set when a leader takes it to post (in that order; 0: waiting)
+  Clock::time_point committed_at;  // when (mu_'s, as commit)
   bool posted = false;
   int left = 0;  // requests posted and not completed
   ucs_status_t error = UCS_OK;
@@ -72,6 +73,7 @@ struct Conn {
   std::vector<std::unique_ptr<Flight>> flights;  // started here, in order, until their `done`
   uint64_t rounds = 0;                           // leader rounds so far
   uint64_t rescue_seen = 0;                      // rounds at the last Rescue
+  Clock::time_point last_done;                   // when a posted flight last moved all its bytes
   // The leader's:
   ucp_worker_h worker = nullptr;
   int efd = -1;  // the worker's event fd
@@ -266,6 +268,33 @@ void UcxLink::Quiesce(uint64_t upto, Clock::time_point deadline) {
   while (!over()) Drive(Clock::now() + std::chrono::milliseconds(100), over);
 }
 
+void UcxLink::Interrupt(Clock::time_point since, bool /*control_thread*/) {
+  // The peer stalls when an endpoint with a batch taken to be posted before `since` has
+  // completed none since: the batches taken up to the last such one end as a late Quiesce ends
+  // them (their endpoints close; kConnectionLost), those of other endpoints of the link among
+  // them (one peer behind them all).
+  uint64_t below = 0;
+  std::vector<Conn*> asleep;  // leaders to wake, so that they see it now
+  {
+    std::lock_guard l(mu_);
+    for (const auto& c : conns_) {
+      if (c->leader_asleep) asleep.push_back(c.get());
+      if (c->last_done >= since) continue;
+      for (const auto& f : c->flights) {
+        if (!f->result && f->commit != 0 && f->committed_at < since) below = std::max(below, f->commit + 1);
+      }
+    }
+  }
+  uint64_t was = interrupt_below_.load();
+  while (was < below && !interrupt_below_.compare_exchange_weak(was, below)) {
+  }
+  if (was >= below) return;  // (nothing stalls, or an earlier call interrupted them)
+  XLOG(WARN) << "ucx: batches to " << peer_.name << " completed nothing while a fence waited; "
+             << "interrupting them";
+  for (Conn* c : asleep) c->kick.Signal();
+  if (nudge_) nudge_();
+}
+
 void UcxLink::Shutdown() {
   shut_.store(true);
   // The leaders end every batch when they see shut_; endpoints nobody leads end here.
@@ -412,7 +441,10 @@ void UcxLink::SweepFlights(Conn& c, const Sweep& sweep, std::vector<std::pair<Co
       } else if (!full && Conn::Room(posting, posting_bytes, f->bytes)) {
         ++posting;
         posting_bytes += f->bytes;
-        if (f->commit == 0) f->commit = ++commits_;
+        if (f->commit == 0) {
+          f->commit = ++commits_;
+          f->committed_at = sweep.clock ? sweep.now : Clock::now();
+        }
         fresh->emplace_back(&c, f.get());
       } else {
         full = true;
@@ -421,6 +453,7 @@ void UcxLink::SweepFlights(Conn& c, const Sweep& sweep, std::vector<std::pair<Co
       late = true;
     } else if (f->left == 0) {
       End(c, *f, Status::Ok());  // it moved its bytes, late or not
+      c.last_done = sweep.clock ? sweep.now : Clock::now();
     } else if (interrupted) {
       late = true;
     } else if (due) {
@@ -596,6 +629,7 @@ void UcxLink::EndPosted(std::span<Conn* const> cs, std::chrono::milliseconds dra
       const bool own_error = f.error != UCS_OK && f.error != UCS_ERR_CANCELED;
       if (f.left == 0 && f.error == UCS_OK) {
         End(c, f, Status::Ok());  // it moved its bytes, late or not
+        c.last_done = now;
       } else if (shut_.load()) {
         End(c, f, Gone());
       } else if (now >= f.deadline) {

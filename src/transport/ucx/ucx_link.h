@@ -42,6 +42,8 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
   void Drive(Clock::time_point until, const std::function<bool()>& finished) override;
   uint64_t QuiesceMark() override;
   void Quiesce(uint64_t mark, Clock::time_point deadline) override;
+  // Link::Interrupt: batches that the peer stalls end as a late Quiesce ends them.
+  void Interrupt(Clock::time_point since, bool control_thread) override;
   void Shutdown() override;
 
   // For the transport's progress thread, every few milliseconds while batches are in flight:
