@@ -303,7 +303,7 @@ TEST_P(IntegrationStagingStopped, AStoppedPeerHoldsNoFenceOfTheControlThread) {
   const double took = SecondsSince(t0);
   const Outcome o = WaitFor(engine_, stalled_, 30s);
   EXPECT_TRUE(dereg.ok) << dereg.line;
-  EXPECT_LT(took, 2.5) << "the other peer's deregistration waited for the stopped peer's batch";
+  EXPECT_LT(took, 5.0) << "the other peer's deregistration waited for the stopped peer's batch";
   EXPECT_NE(o.status.state, RequestState::kWaiting) << "the request still waits, 30 s on";
   EXPECT_LT(SecondsSince(t0), 20.0);
 }

@@ -1,6 +1,7 @@
 #include "transport/common/buffer_pool.h"
 
 #include <algorithm>
+#include <new>
 
 namespace xfer::transport {
 
@@ -60,10 +61,17 @@ Status BufferPool::Acquire(Clock::time_point deadline, Lease* out, uint64_t owne
       ++allocating_;
       lock.unlock();
       std::unique_ptr<StagingBuffer> buf;
-      Status s = StagingBuffer::Allocate(bytes_, &buf);
+      Status s;
+      try {  // (the lock is back, and the count right, however the allocation ends)
+        s = StagingBuffer::Allocate(bytes_, &buf);
+      } catch (const std::bad_alloc&) {
+        s = {StatusCode::kResourceExhausted, "out of memory for a staging buffer"};
+      }
       lock.lock();
       --allocating_;
       if (s.ok()) {
+        all_.reserve(all_.size() + 1);  // (may throw: before the buffer is listed)
+        free_.reserve(free_.size() + 1);
         free_.push_back(buf->data());
         all_.push_back(std::move(buf));
         continue;
@@ -89,10 +97,10 @@ Status BufferPool::Acquire(Clock::time_point deadline, Lease* out, uint64_t owne
     cv_.wait_until(lock,
                    cancel == nullptr ? deadline : std::min(deadline, now + std::chrono::milliseconds(5)));
   }
+  ++held_[owner];  // (may throw: before the lease holds the buffer)
   out->pool_ = this;
   out->data_ = free_.back();
   out->owner_ = owner;
-  ++held_[owner];
   free_.pop_back();
   return Status::Ok();
 }

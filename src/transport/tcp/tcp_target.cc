@@ -525,6 +525,7 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
     }
     exec.lock();
     CheckRanges(f);
+    if (!f->staged || !f->denied.empty()) stage = BufferPool::Lease();  // (not kept while it drains)
   }
   const bool ok = f->denied.empty();
   Status s;

@@ -57,6 +57,7 @@ struct Flight {
   std::function<Status()> ready;
   uint64_t commit = 0;             // set when a leader takes it to post (in that order; 0: waiting)
   Clock::time_point committed_at;  // when (mu_'s, as commit)
+  bool interrupted = false;        // a fence gave up on it (Interrupt; mu_'s)
   bool posted = false;
   int left = 0;  // requests posted and not completed
   ucs_status_t error = UCS_OK;
@@ -269,26 +270,23 @@ void UcxLink::Quiesce(uint64_t upto, Clock::time_point deadline) {
 }
 
 void UcxLink::Interrupt(Clock::time_point since, bool /*control_thread*/) {
-  // The peer stalls when an endpoint with a batch taken to be posted before `since` has
-  // completed none since: the batches taken up to the last such one end as a late Quiesce ends
-  // them (their endpoints close; kConnectionLost), those of other endpoints of the link among
-  // them (one peer behind them all).
-  uint64_t below = 0;
+  // The peer stalls an endpoint with a batch taken to be posted before `since` that has
+  // completed none since: those batches end as a late Quiesce ends them (their endpoint
+  // closes; kConnectionLost). Endpoints that completed one since are left alone.
+  bool marked = false;
   std::vector<Conn*> asleep;  // leaders to wake, so that they see it now
   {
     std::lock_guard l(mu_);
     for (const auto& c : conns_) {
-      if (c->leader_asleep) asleep.push_back(c.get());
       if (c->last_done >= since) continue;
       for (const auto& f : c->flights) {
-        if (!f->result && f->commit != 0 && f->committed_at < since) below = std::max(below, f->commit + 1);
+        if (f->result || f->interrupted || f->commit == 0 || f->committed_at >= since) continue;
+        f->interrupted = marked = true;
+        if (c->leader_asleep) asleep.push_back(c.get());
       }
     }
   }
-  uint64_t was = interrupt_below_.load();
-  while (was < below && !interrupt_below_.compare_exchange_weak(was, below)) {
-  }
-  if (was >= below) return;  // (nothing stalls, or an earlier call interrupted them)
+  if (!marked) return;
   XLOG(WARN) << "ucx: batches to " << peer_.name << " completed nothing while a fence waited; "
              << "interrupting them";
   for (Conn* c : asleep) c->kick.Signal();
@@ -424,7 +422,8 @@ bool UcxLink::KeepShare(std::vector<Conn*>* mine) {
 // past their deadline) or taken to be posted, in order while they fit (`fresh`); those over
 // move to `over`; an endpoint with a failed or late flight is `expired` (it closes).
 void UcxLink::SweepFlights(Conn& c, const Sweep& sweep, std::vector<std::pair<Conn*, Flight*>>* fresh,
-                           std::vector<Conn*>* expired, std::vector<std::unique_ptr<Flight>>* over) {
+                           std::vector<Conn*>* expired, std::vector<std::unique_ptr<Flight>>* over,
+                           bool* interrupting) {
   size_t posting = c.posted;
   uint64_t posting_bytes = c.posted_bytes;
   bool full = false;  // in order: none may overtake one that does not fit (see Count)
@@ -432,7 +431,7 @@ void UcxLink::SweepFlights(Conn& c, const Sweep& sweep, std::vector<std::pair<Co
   for (auto& f : c.flights) {
     if (f->result) continue;
     const bool due = sweep.clock && (sweep.shut || sweep.now >= f->deadline);
-    const bool interrupted = f->commit != 0 && f->commit < sweep.interrupt_below;
+    const bool interrupted = (f->commit != 0 && f->commit < sweep.interrupt_below) || f->interrupted;
     if (!f->posted) {
       if (interrupted) {
         End(c, *f, Interrupted());
@@ -456,6 +455,7 @@ void UcxLink::SweepFlights(Conn& c, const Sweep& sweep, std::vector<std::pair<Co
       c.last_done = sweep.clock ? sweep.now : Clock::now();
     } else if (interrupted) {
       late = true;
+      *interrupting = true;
     } else if (due) {
       // Others close (without waiting) for batches nobody waited for since.
       late = late || sweep.may_drain || sweep.now >= f->deadline + kDrainGrace;
@@ -489,6 +489,7 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until, const std:
     const auto now = clock ? Clock::now() : Clock::time_point{};
     fresh.clear();
     expired.clear();
+    bool interrupted = false;  // a flight of an endpoint that goes was interrupted
     {
       std::lock_guard l(mu_);
       // A driver keeps its share of the endpoints with batches, no more; none left: others
@@ -497,7 +498,7 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until, const std:
       const Sweep sweep{clock, now, shut_.load(), may_drain, interrupt_below_.load()};
       for (Conn* c : mine) {
         if (mode != LeadMode::kRound) ++c->rounds;  // (rounds show the rescue that someone drives)
-        SweepFlights(*c, sweep, &fresh, &expired, &over);
+        SweepFlights(*c, sweep, &fresh, &expired, &over, &interrupted);
       }
       Count();
     }
@@ -509,7 +510,7 @@ void UcxLink::Lead(std::vector<Conn*>& mine, Clock::time_point until, const std:
     }
     if (finished && finished()) return;
     // (No drain either for flights a fence interrupts: their peer answered nothing meanwhile.)
-    const bool interrupting = interrupt_below_.load() > oldest_commit_.load();
+    const bool interrupting = interrupted || interrupt_below_.load() > oldest_commit_.load();
     if (!expired.empty()) {
       EndPosted(expired, may_drain && !interrupting ? kDrainGrace : std::chrono::milliseconds(0));
     }
@@ -642,7 +643,7 @@ void UcxLink::EndPosted(std::span<Conn* const> cs, std::chrono::milliseconds dra
             {StatusCode::kConnectionLost,
              UcsError((std::string(own_error ? f.what : "connection") + " to " + peer_.name).c_str(),
                       own_error ? f.error : peer_failed[i])});
-      } else if (f.commit < interrupt_below_.load()) {
+      } else if (f.commit < interrupt_below_.load() || f.interrupted) {
         End(c, f, Interrupted());
       } else {
         c.Unpost(f);  // canceled by the close: post it again

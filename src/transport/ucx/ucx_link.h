@@ -72,8 +72,10 @@ class UcxLink final : public Link, public std::enable_shared_from_this<UcxLink> 
     bool may_drain;            // a late endpoint waits for what was posted before it closes
     uint64_t interrupt_below;  // flights of a smaller commit are interrupted (Quiesce)
   };
+  // *interrupting: a flight of an endpoint that goes was interrupted (Interrupt, Quiesce).
   void SweepFlights(Conn& c, const Sweep& sweep, std::vector<std::pair<Conn*, Flight*>>* fresh,
-                    std::vector<Conn*>* expired, std::vector<std::unique_ptr<Flight>>* over);
+                    std::vector<Conn*>* expired, std::vector<std::unique_ptr<Flight>>* over,
+                    bool* interrupting);
   void LeaveLead(std::vector<Conn*>& mine, bool driver);
   void Sleep(const std::vector<Conn*>& mine);
   void Count();
