@@ -533,6 +533,7 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
   bool intact = true;
   if (f->staged && ok) {
     const bool moved = ServeStaged(svc, *f, stage.data(), &intact, why);
+    stage = BufferPool::Lease();  // (back before the reply: the peer's next frame may want it)
     exec.unlock();
     if (!moved) return false;
     if (!f->write) *replied = f->total;  // (as a direct READ's: the next frame is spun for)
