@@ -43,13 +43,15 @@ Status BufferPool::Acquire(Clock::time_point deadline, Lease* out, uint64_t owne
                            const std::atomic<bool>* cancel) {
   out->Release();  // (before the lock: it may be this pool's)
   std::unique_lock lock(mu_);
+  // Nobody waiting and a buffer free: taken at once (a staged batch's every call, most often).
+  if (waiting_.empty() && !free_.empty() && !AtBound(owner)) return Lend(owner, out);
   const auto me = waiting_.insert(waiting_.end(), owner);
   struct Leave {  // (a waiter that leaves may have been the one whose turn it was)
     BufferPool& pool;
     std::list<uint64_t>::const_iterator me;
     ~Leave() {
       pool.waiting_.erase(me);
-      pool.cv_.notify_all();
+      if (!pool.waiting_.empty()) pool.cv_.notify_all();
     }
   } leave{*this, me};
   bool waited = false;  // (one wait counted per Acquire)
@@ -97,6 +99,10 @@ Status BufferPool::Acquire(Clock::time_point deadline, Lease* out, uint64_t owne
     cv_.wait_until(lock,
                    cancel == nullptr ? deadline : std::min(deadline, now + std::chrono::milliseconds(5)));
   }
+  return Lend(owner, out);
+}
+
+Status BufferPool::Lend(uint64_t owner, Lease* out) {
   ++held_[owner];  // (may throw: before the lease holds the buffer)
   out->pool_ = this;
   out->data_ = free_.back();

@@ -90,6 +90,7 @@ class BufferPool {
   std::unordered_map<uint64_t, int> held_;           // mu_: buffers lent, by owner (none: absent)
   std::list<uint64_t> waiting_;                      // mu_: the owners of Acquires under way, oldest first
   bool AtBound(uint64_t owner) const;                // mu_
+  Status Lend(uint64_t owner, Lease* out);           // mu_: the last free buffer, to owner
   // mu_: whether it is the turn of waiter `me`: its owner is under its bound, and every older
   // waiter's is at it.
   bool Turn(std::list<uint64_t>::const_iterator me) const;
