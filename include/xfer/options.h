@@ -86,6 +86,9 @@ struct EngineOptions {
   // through a pool of its own (docs/gpu.md).
   int staging_buffers = 4;                     // N (1..64)
   uint64_t staging_buffer_bytes = 4ull << 20;  // S (64 KiB..1 GiB)
+  // As a target reached over ucx, the peer sessions it lends N slots of S bytes to at once
+  // (its memory that the peers' UCX cannot reach goes through them); the next is refused.
+  int staging_pools = 8;  // (1..256)
 
   // Force one backend by name ("local", "shm", "cuda", "cma", "ucx", "tcp"): a peer then gets
   // that route alone. Empty: every descriptor takes the best route both sides offer.

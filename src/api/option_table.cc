@@ -62,6 +62,7 @@ std::vector<Row> CoreRows() {
                          "the buffer pool: only where needed, for every transfer, or never"),
       XFER_OPTION_COUNT("staging_buffers", staging_buffers, 1, 64, "buffers in the pool"),
       XFER_OPTION_BYTES("staging_buffer_bytes", staging_buffer_bytes, 64 * KiB, GiB, "bytes per pool buffer"),
+      XFER_OPTION_COUNT("staging_pools", staging_pools, 1, 256, "peer sessions lent staging slots at once"),
       XFER_OPTION_TEXT("transport", transport,
                        "force one backend by name (empty: the best each peer offers)"),
       XFER_OPTION_TEXT("host_id", host_id, "this host's identity (empty: the kernel's boot id)"),

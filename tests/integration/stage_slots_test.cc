@@ -91,7 +91,7 @@ TEST(StageSlots, APeersMovesAreCheckedAgainstItsSlotsAndTheRegions) {
   target.Finalize();
 }
 
-// One pool per session, StageServer::kMaxPools in all: the next session is refused
+// One pool per session, EngineOptions::staging_pools in all: the next session is refused
 // RESOURCE_EXHAUSTED, and gets the pool of a session that ended, registered afresh under a new
 // id (so that the key its first peer kept reaches it no more, where the route checks keys).
 TEST(StageSlots, PoolsAreBoundedAndGoToTheNextSessionWhenOneEnds) {
@@ -100,6 +100,7 @@ TEST(StageSlots, PoolsAreBoundedAndGoToTheNextSessionWhenOneEnds) {
   o.staging_buffer_bytes = 64 << 10;
   o.heartbeat_timeout = 60s;        // (the raw sessions send none)
   o.ucx.mode = xfer::UcxMode::kOn;  // (its key goes in the pool's blobs)
+  o.staging_pools = 3;
   xfer::Engine target;
   XT_ASSERT_OK(target.Initialize("127.0.0.1:0", o));
   std::vector<std::unique_ptr<RawSession>> raws;
@@ -115,15 +116,15 @@ TEST(StageSlots, PoolsAreBoundedAndGoToTheNextSessionWhenOneEnds) {
     if (a[1].code == xfer::StatusCode::kOk) lent.push_back(a[1]);
     return a[1].code;
   };
-  for (uint64_t i = 1; i <= 8; ++i) EXPECT_EQ(open(i), xfer::StatusCode::kOk) << i;
-  EXPECT_EQ(open(9), xfer::StatusCode::kResourceExhausted);
+  for (uint64_t i = 1; i <= 3; ++i) EXPECT_EQ(open(i), xfer::StatusCode::kOk) << i;
+  EXPECT_EQ(open(4), xfer::StatusCode::kResourceExhausted);
   raws.front().reset();  // (its session ends: its pool goes back)
   bool again = false;
   for (auto until = Clock::now() + 5s; !again && Clock::now() < until; std::this_thread::sleep_for(20ms)) {
     again = open(10 + raws.size()) == xfer::StatusCode::kOk;
   }
   ASSERT_TRUE(again) << "the pool of a session that ended was not lent again";
-  ASSERT_EQ(lent.size(), 9u);
+  ASSERT_EQ(lent.size(), 4u);
   const wire::WireRegion &first = lent.front().region, &next = lent.back().region;
   EXPECT_EQ(next.info.addr, first.info.addr);  // (the same memory: it never goes back to the system)
   for (size_t i = 0; i + 1 < lent.size(); ++i) EXPECT_NE(next.id, lent[i].region.id) << i;

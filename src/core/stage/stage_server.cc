@@ -58,9 +58,10 @@ StageServer::Pool* StageServer::Lend(const control::Session* s, Status* why) {
       return p.get();
     }
   }
-  if (pools_.size() >= kMaxPools) {
-    *why = {StatusCode::kResourceExhausted,
-            "all " + std::to_string(kMaxPools) + " staging pools of this engine are lent to other peers"};
+  if (pools_.size() >= max_pools()) {
+    *why = {StatusCode::kResourceExhausted, "all " + std::to_string(max_pools()) +
+                                                " staging pools of this engine are lent to other peers "
+                                                "(EngineOptions::staging_pools)"};
     return nullptr;
   }
   auto pool = std::make_unique<Pool>();

@@ -8,7 +8,7 @@
 // that a deregistration's fence takes between two moves.
 //
 // Each session gets one pool (EngineOptions::staging_buffers slots of staging_buffer_bytes),
-// kMaxPools in all; a pool whose session ended goes to the next session that asks, registered
+// staging_pools in all; a pool whose session ended goes to the next session that asks, registered
 // afresh under a new id (Offer), never back to the system until Finalize, so that a peer still
 // holding its old key never reaches freed memory, nor (where the route checks keys) the pool.
 #pragma once
@@ -35,8 +35,6 @@ class StageServer {
   // Every backend's blobs for a pool being offered, and what holds them until Finalize.
   using Prepare = std::function<Status(const RegionInfo& info, std::unique_ptr<RegionResources>* res,
                                        transport::Blobs* blobs)>;
-  static constexpr size_t kMaxPools = 8;
-
   StageServer(const LocalEngine& self, RegionService& regions) : self_(self), regions_(regions) {}
   ~StageServer() { Stop(); }
 
@@ -84,6 +82,7 @@ class StageServer {
   Status Copy(const Move& m);  // under copying_
   uint64_t slot_bytes() const { return self_.options.staging_buffer_bytes; }
   uint32_t slots() const { return static_cast<uint32_t>(self_.options.staging_buffers); }
+  size_t max_pools() const { return static_cast<size_t>(self_.options.staging_pools); }
 
   const LocalEngine& self_;
   RegionService& regions_;
