@@ -1,6 +1,5 @@
 #include "core/stage/stage_channel.h"
 
-#include "core/awaiting_control.h"
 #include "util/log.h"
 
 namespace xfer {
@@ -117,14 +116,9 @@ Status StageChannel::Open(std::unique_lock<std::mutex>& lock, Clock::time_point 
       }
     }
     const uint64_t asked = open_id_;
-    const auto began = Clock::now();
-    const uint64_t epoch = interrupts_;
-    const AwaitingControl awaiting;  // (the answer comes through the control thread)
-    if (!cv_.wait_until(lock, deadline,
-                        [&] { return pool_ != Pool::kAsked || closed_ || GivesUp(began, epoch); })) {
-      return {StatusCode::kTimeout, "the peer did not lend staging slots in time"};
-    }
-    if (pool_ == Pool::kAsked && !closed_) return Interrupted();
+    const Waited w = Await(lock, deadline, [&] { return pool_ != Pool::kAsked || closed_; });
+    if (w == Waited::kTimedOut) return {StatusCode::kTimeout, "the peer did not lend staging slots in time"};
+    if (w == Waited::kGaveUp) return Interrupted();
     if (pool_ == Pool::kNone && asked == open_id_ && !open_failed_.ok()) return open_failed_;
   }
   return Status::Ok();
@@ -133,14 +127,13 @@ Status StageChannel::Open(std::unique_lock<std::mutex>& lock, Clock::time_point 
 Status StageChannel::Acquire(Clock::time_point deadline, Slot* out) {
   std::unique_lock lock(mu_);
   if (Status s = Open(lock, deadline); !s.ok()) return s;
-  const auto began = Clock::now();
-  const uint64_t epoch = interrupts_;
-  const AwaitingControl awaiting;  // (a slot comes back with an answer, or another batch's end)
-  if (!cv_.wait_until(lock, deadline, [&] { return !free_.empty() || closed_ || GivesUp(began, epoch); })) {
+  // (A slot comes back with an answer, or another batch's end.)
+  const Waited w = Await(lock, deadline, [&] { return !free_.empty() || closed_; });
+  if (w == Waited::kTimedOut) {
     return {StatusCode::kTimeout, "no staging slot of the peer's came free in time"};
   }
+  if (w == Waited::kGaveUp) return Interrupted();
   if (closed_) return Lost();
-  if (free_.empty()) return Interrupted();
   out->index = free_.back();
   free_.pop_back();
   out->bytes = slots_.slot_bytes;
@@ -163,8 +156,7 @@ Status StageChannel::Move(const Slot& slot, bool write, std::vector<wire::Digest
     free_.push_back(slot.index);
     return Lost();
   }
-  const uint64_t id = next_id_++, epoch = interrupts_;
-  const auto began = Clock::now();
+  const uint64_t id = next_id_++;
   moves_[id].slot = slot.index;  // (before it is sent: its answer finds it waiting)
   const std::shared_ptr<control::Session> session = session_;
   lock.unlock();  // (a send is a system call)
@@ -176,17 +168,16 @@ Status StageChannel::Move(const Slot& slot, bool write, std::vector<wire::Digest
     cv_.notify_all();
     return sent;
   }
-  AwaitingControl awaiting;  // (the answer comes through the control thread)
-  const bool in_time =
-      cv_.wait_until(lock, deadline, [&] { return moves_.at(id).answered || GivesUp(began, epoch); });
+  const Waited waited = Await(lock, deadline, [&] { return moves_.at(id).answered; });
   if (closed_) {  // (the peer left, answered or not: its slots may be lent to another already)
     moves_.erase(id);
     return Lost();
   }
   if (!moves_.at(id).answered) {
     moves_.at(id).abandoned = true;  // (its slot goes back with the answer, or the session's end)
-    return in_time ? Interrupted()
-                   : Status(StatusCode::kTimeout, "the peer did not stage a batch by its deadline");
+    return waited == Waited::kGaveUp
+               ? Interrupted()
+               : Status(StatusCode::kTimeout, "the peer did not stage a batch by its deadline");
   }
   Status s = std::move(moves_.at(id).status);
   moves_.erase(id);

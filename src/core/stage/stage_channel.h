@@ -14,6 +14,7 @@
 
 #include "control/session.h"
 #include "control/wire.h"
+#include "core/awaiting_control.h"
 #include "transport/remote_region.h"
 #include "xfer/status.h"
 
@@ -68,6 +69,17 @@ class StageChannel {
     Status status;
   };
   Status Open(std::unique_lock<std::mutex>& lock, Clock::time_point deadline);  // mu_ held
+  // mu_ held: waits for done() (a peer's answer, which only the control thread reads, so the
+  // wait is marked AwaitingControl), up to the deadline or until it gives up (GivesUp).
+  enum class Waited { kDone, kGaveUp, kTimedOut };
+  template <class Done>
+  Waited Await(std::unique_lock<std::mutex>& lock, Clock::time_point deadline, Done done) {
+    const auto began = Clock::now();
+    const uint64_t epoch = interrupts_;
+    const AwaitingControl awaiting;
+    cv_.wait_until(lock, deadline, [&] { return done() || GivesUp(began, epoch); });
+    return done() ? Waited::kDone : GivesUp(began, epoch) ? Waited::kGaveUp : Waited::kTimedOut;
+  }
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -484,6 +484,30 @@ bool ResetByPeer(int fd) {
 }
 }  // namespace
 
+bool TcpTransport::LendStagingBuffer(Service& svc, Frame* f, std::unique_lock<std::timed_mutex>& exec,
+                                     BufferPool::Lease* stage, std::string* why) {
+  if (!f->staged || !f->denied.empty() ||
+      target_staging_.Acquire(Clock::time_point{}, stage, svc.peer_incarnation).ok()) {
+    return true;
+  }
+  // None free now: waited for without the exec lock (a fence need not wait for a frame that
+  // has touched nothing, nor DropPeer), then the frame is looked at again as if it had just
+  // come.
+  exec.unlock();
+  if (Status w = target_staging_.Acquire(f->deadline, stage, svc.peer_incarnation, &svc.shut); !w.ok()) {
+    *why = "staged batch: " + w.message();
+    return false;
+  }
+  if (svc.shut.load() || ResetByPeer(svc.fd.get())) {
+    *why = "the connection was reset or shut down while its frame waited for a staging buffer; it is dropped";
+    return false;
+  }
+  exec.lock();
+  CheckRanges(f);
+  if (!f->staged || !f->denied.empty()) *stage = BufferPool::Lease();  // (not kept while it drains)
+  return true;
+}
+
 bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::string* why) {
   const int fd = svc.fd.get();
   // A frame read after its initiator reset the connection is not served: it may have sent the
@@ -508,25 +532,7 @@ bool TcpTransport::ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::st
   // check already sees the region gone.
   CheckRanges(f);
   BufferPool::Lease stage;  // a staged frame's buffer
-  if (f->staged && f->denied.empty() &&
-      !target_staging_.Acquire(Clock::time_point{}, &stage, svc.peer_incarnation).ok()) {
-    // None free now: waited for without the exec lock (a fence need not wait for a frame that
-    // has touched nothing, nor DropPeer), then the frame is looked at again as if it had just
-    // come.
-    exec.unlock();
-    if (Status w = target_staging_.Acquire(f->deadline, &stage, svc.peer_incarnation, &svc.shut); !w.ok()) {
-      *why = "staged batch: " + w.message();
-      return false;
-    }
-    if (svc.shut.load() || ResetByPeer(fd)) {
-      *why =
-          "the connection was reset or shut down while its frame waited for a staging buffer; it is dropped";
-      return false;
-    }
-    exec.lock();
-    CheckRanges(f);
-    if (!f->staged || !f->denied.empty()) stage = BufferPool::Lease();  // (not kept while it drains)
-  }
+  if (!LendStagingBuffer(svc, f, exec, &stage, why)) return false;
   const bool ok = f->denied.empty();
   Status s;
   uint64_t sum = 0;  // the checksum that came with a WRITE's payload

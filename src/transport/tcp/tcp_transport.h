@@ -168,6 +168,11 @@ class TcpTransport final {
   // Checks every range of the frame against this engine's regions (f->denied says why not).
   void CheckRanges(Frame* f) const;
   bool ServeFrame(Service& svc, Frame* f, uint64_t* replied, std::string* why);
+  // A staged frame's buffer, into *stage (none for a frame not staged or refused). None free:
+  // waited for with `exec` unlocked, the frame checked again under it. False when the
+  // connection must close (*why).
+  bool LendStagingBuffer(Service& svc, Frame* f, std::unique_lock<std::timed_mutex>& exec,
+                         BufferPool::Lease* stage, std::string* why);
   // A checked batch that names staged ranges, moved piece by piece through a staging buffer
   // (target_staging_'s, lent to the frame); *intact: a checksummed WRITE's payload matched its
   // checksum. False when the connection must close (*why says why).
