@@ -33,10 +33,14 @@ void DigestServer::Queue(const std::shared_ptr<control::Session>& s, wire::Diges
   {
     std::lock_guard lock(mu_);
     SessionAsks& q = queues_[s.get()];
-    const size_t n = ask.ranges.size();
+    const size_t n = Weight(ask);
     if (stop_.load()) {
       refused = "the peer's engine is stopping";
       code = StatusCode::kConnectionLost;
+    } else if (ask.ranges.empty() || q.queued.contains(ask.id)) {
+      refused =
+          ask.ranges.empty() ? "an ask for no ranges" : "ask " + std::to_string(ask.id) + " waits already";
+      code = StatusCode::kInvalidArgument;
     } else if (q.ranges + n > kMaxRangesPerSession || queued_ranges_ + n > kMaxRanges) {
       refused = "more than " +
                 std::to_string(q.ranges + n > kMaxRangesPerSession ? kMaxRangesPerSession : kMaxRanges) +
@@ -48,6 +52,7 @@ void DigestServer::Queue(const std::shared_ptr<control::Session>& s, wire::Diges
       q.session = s;
       q.ranges += n;
       queued_ranges_ += n;
+      q.queued.insert(ask.id);
       q.asks.push_back(std::move(ask));
       cv_.notify_one();
       return;
@@ -73,18 +78,14 @@ void DigestServer::Cancel(const control::Session* s, uint64_t id) {
   if (it == queues_.end()) return;
   SessionAsks& q = it->second;
   if (q.current && q.current->ask.id == id) {  // (between its turns)
-    q.ranges -= q.current->ask.ranges.size();
-    queued_ranges_ -= q.current->ask.ranges.size();
+    q.ranges -= Weight(q.current->ask);
+    queued_ranges_ -= Weight(q.current->ask);
     q.current.reset();
     return;
   }
-  for (auto a = q.asks.begin(); a != q.asks.end(); ++a) {
-    if (a->id != id) continue;
-    q.ranges -= a->ranges.size();
-    queued_ranges_ -= a->ranges.size();
-    q.asks.erase(a);
-    return;  // (a turn left with nothing to do is dropped when it comes)
-  }
+  // (Skipped when its turn comes, and counted until then: a peer that asks and cancels
+  // without end is bounded as one that only asks.)
+  q.queued.erase(id);
 }
 
 void DigestServer::Fence(Clock::time_point) {
@@ -105,14 +106,20 @@ void DigestServer::Serve() {
     auto it = queues_.find(key);
     if (it == queues_.end()) continue;  // (forgotten)
     SessionAsks& q = it->second;
-    if (!q.current && q.asks.empty()) {  // (a turn left over from an earlier session at its address)
+    while (!q.current && !q.asks.empty()) {  // (its next ask: it counts as waiting until answered)
+      wire::Digest next = std::move(q.asks.front());
+      q.asks.pop_front();
+      if (q.queued.erase(next.id) == 0) {  // (canceled)
+        q.ranges -= Weight(next);
+        queued_ranges_ -= Weight(next);
+        continue;
+      }
+      q.current = std::make_unique<Answering>();
+      q.current->ask = std::move(next);
+    }
+    if (!q.current) {  // (all canceled, or a turn left over from an earlier session at its address)
       queues_.erase(it);
       continue;
-    }
-    if (!q.current) {  // (its next ask: its ranges count as waiting until it is answered)
-      q.current = std::make_unique<Answering>();
-      q.current->ask = std::move(q.asks.front());
-      q.asks.pop_front();
     }
     const std::shared_ptr<control::Session> session = q.session;
     std::unique_ptr<Answering> work = std::move(q.current);
@@ -130,8 +137,8 @@ void DigestServer::Serve() {
     if (!answered && !serving_canceled_.load()) {
       it->second.current = std::move(work);
     } else {
-      it->second.ranges -= work->ask.ranges.size();
-      queued_ranges_ -= work->ask.ranges.size();
+      it->second.ranges -= Weight(work->ask);
+      queued_ranges_ -= Weight(work->ask);
     }
     if (it->second.current || !it->second.asks.empty()) {
       turns_.push_back(key);  // (after the other sessions' turns)

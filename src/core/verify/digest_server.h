@@ -18,6 +18,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "control/session.h"
 #include "core/local_engine.h"
@@ -53,9 +54,13 @@ class DigestServer {
   wire::DigestAnswer Answer(const wire::Digest& ask, const std::function<bool()>& give_up = {});
 
  private:
-  // Ranges waiting (16 B each as asked): per session, and in all.
+  // Ranges waiting (16 B each as asked, some 80 B as queued): per session, and in all; an ask
+  // counts kAskRanges more for itself (Weight), so that asks of one range or none cannot
+  // queue without bound.
   static constexpr size_t kMaxRangesPerSession = 1 << 20;
   static constexpr size_t kMaxRanges = 1 << 24;
+  static constexpr size_t kAskRanges = 4;
+  static size_t Weight(const wire::Digest& ask) { return ask.ranges.size() + kAskRanges; }
   static constexpr uint64_t kChunkBytes = 4ull << 20;
   static constexpr uint64_t kRangeBytes = 256;  // what a range costs a turn, however short
   // ...of GPU memory: a copy out of it (memory_sum.h) costs ~10 us, about what 256 KiB of
@@ -73,9 +78,10 @@ class DigestServer {
   struct SessionAsks {
     std::shared_ptr<control::Session> session;
     std::deque<wire::Digest> asks;
-    size_t ranges = 0;                   // in asks and current
-    std::unique_ptr<Answering> current;  // (out with the thread during a turn)
-    bool in_turn = false;                // in turns_, or being served
+    std::unordered_set<uint64_t> queued;  // the ids of asks not canceled (Cancel: no scan)
+    size_t ranges = 0;                    // the Weight of asks and current
+    std::unique_ptr<Answering> current;   // (out with the thread during a turn)
+    bool in_turn = false;                 // in turns_, or being served
   };
   void Serve();  // the thread
   // Moves w on by one turn: up to kChunkBytes read (a range counts at least kRangeBytes, or
@@ -100,7 +106,7 @@ class DigestServer {
   const control::Session* serving_session_ = nullptr;
   uint64_t serving_id_ = 0;
   std::atomic<bool> serving_canceled_{false};
-  size_t queued_ranges_ = 0;  // mu_: in all queues
+  size_t queued_ranges_ = 0;  // mu_: the Weight of all queues' asks
   bool running_ = false;      // mu_
   std::atomic<bool> stop_{false};
   std::thread thread_;
