@@ -66,7 +66,8 @@ Status Request::CheckBeforeExecute() const {
 bool Request::Claim(size_t* i) {
   if (next_batch_.load(std::memory_order_relaxed) >= plan_.batches.size()) return false;
   *i = next_batch_.fetch_add(1, std::memory_order_relaxed);
-  if (*i == 0 && checks_) checks_->Start(deadline_, shared_from_this());  // (before any byte moves)
+  // (Before any byte moves; not for a request that ends before it began.)
+  if (*i == 0 && checks_ && !Stopping()) checks_->Start(deadline_, shared_from_this());
   return *i < plan_.batches.size();
 }
 
