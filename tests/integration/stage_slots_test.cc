@@ -92,19 +92,16 @@ TEST(StageSlots, APeersMovesAreCheckedAgainstItsSlotsAndTheRegions) {
 }
 
 // One pool per session, EngineOptions::staging_pools in all: the next session is refused
-// RESOURCE_EXHAUSTED, and gets the pool of a session that ended, registered afresh under a new
-// id (so that the key its first peer kept reaches it no more, where the route checks keys).
+// RESOURCE_EXHAUSTED, and gets the pool of a session that ended.
 TEST(StageSlots, PoolsAreBoundedAndGoToTheNextSessionWhenOneEnds) {
   xfer::EngineOptions o;
   o.staging_buffers = 1;
   o.staging_buffer_bytes = 64 << 10;
-  o.heartbeat_timeout = 60s;        // (the raw sessions send none)
-  o.ucx.mode = xfer::UcxMode::kOn;  // (its key goes in the pool's blobs)
+  o.heartbeat_timeout = 60s;  // (the raw sessions send none)
   o.staging_pools = 3;
   xfer::Engine target;
   XT_ASSERT_OK(target.Initialize("127.0.0.1:0", o));
   std::vector<std::unique_ptr<RawSession>> raws;
-  std::vector<wire::StageOpened> lent;  // (what each session that got a pool was offered)
   auto open = [&](uint64_t incarnation) {
     raws.push_back(std::make_unique<RawSession>(target.LocalName()));
     EXPECT_FALSE(raws.back()
@@ -112,9 +109,7 @@ TEST(StageSlots, PoolsAreBoundedAndGoToTheNextSessionWhenOneEnds) {
                      .name.empty());
     raws.back()->Send(wire::StageOpen{1});
     auto a = Await<wire::StageOpened>(*raws.back(), 1);
-    if (a.empty()) return xfer::StatusCode::kInternal;
-    if (a[1].code == xfer::StatusCode::kOk) lent.push_back(a[1]);
-    return a[1].code;
+    return a.empty() ? xfer::StatusCode::kInternal : a[1].code;
   };
   for (uint64_t i = 1; i <= 3; ++i) EXPECT_EQ(open(i), xfer::StatusCode::kOk) << i;
   EXPECT_EQ(open(4), xfer::StatusCode::kResourceExhausted);
@@ -123,11 +118,7 @@ TEST(StageSlots, PoolsAreBoundedAndGoToTheNextSessionWhenOneEnds) {
   for (auto until = Clock::now() + 5s; !again && Clock::now() < until; std::this_thread::sleep_for(20ms)) {
     again = open(10 + raws.size()) == xfer::StatusCode::kOk;
   }
-  ASSERT_TRUE(again) << "the pool of a session that ended was not lent again";
-  ASSERT_EQ(lent.size(), 4u);
-  const wire::WireRegion &first = lent.front().region, &next = lent.back().region;
-  EXPECT_EQ(next.info.addr, first.info.addr);  // (the same memory: it never goes back to the system)
-  for (size_t i = 0; i + 1 < lent.size(); ++i) EXPECT_NE(next.id, lent[i].region.id) << i;
+  EXPECT_TRUE(again) << "the pool of a session that ended was not lent again";
   raws.clear();
   target.Finalize();
 }

@@ -50,10 +50,6 @@ StageServer::Pool* StageServer::Lend(const control::Session* s, Status* why) {
   if (Pool* own = PoolOf(s)) return own;
   for (const auto& p : pools_) {
     if (p->owner == nullptr && !p->Moving()) {
-      if (Status o = Offer(*p); !o.ok()) {
-        *why = o;
-        return nullptr;
-      }
       p->owner = s;
       return p.get();
     }
@@ -70,26 +66,17 @@ StageServer::Pool* StageServer::Lend(const control::Session* s, Status* why) {
     *why = {a.code(), "cannot allocate " + std::to_string(bytes) + " bytes of staging slots: " + a.message()};
     return nullptr;
   }
+  pool->region.id = kPoolIds | pools_.size();
   pool->region.info.addr = reinterpret_cast<uint64_t>(pool->memory->data());
   pool->region.info.len = bytes;
-  if (Status o = Offer(*pool); !o.ok()) {
-    *why = o;
+  if (Status p = prepare_(pool->region.info, &pool->resources, &pool->region.blobs); !p.ok()) {
+    *why = {p.code(), "cannot offer staging slots: " + p.message()};
     return nullptr;
   }
   pool->slot_moving.assign(slots(), false);
   pool->owner = s;
   pools_.push_back(std::move(pool));
   return pools_.back().get();
-}
-
-Status StageServer::Offer(Pool& pool) {
-  pool.resources.reset();  // (first: the key of the session before goes with it)
-  pool.region.blobs.clear();
-  pool.region.id = kPoolIds | ++offers_;
-  if (Status p = prepare_(pool.region.info, &pool.resources, &pool.region.blobs); !p.ok()) {
-    return {p.code(), "cannot offer staging slots: " + p.message()};
-  }
-  return Status::Ok();
 }
 
 void StageServer::OnOpen(const std::shared_ptr<control::Session>& s, const wire::StageOpen& m) {

@@ -8,9 +8,9 @@
 // that a deregistration's fence takes between two moves.
 //
 // Each session gets one pool (EngineOptions::staging_buffers slots of staging_buffer_bytes),
-// staging_pools in all; a pool whose session ended goes to the next session that asks, registered
-// afresh under a new id (Offer), never back to the system until Finalize, so that a peer still
-// holding its old key never reaches freed memory, nor (where the route checks keys) the pool.
+// staging_pools in all; a pool whose session ended goes to the next session that asks, never
+// back to the system until Finalize, so that a peer still holding its key never reaches freed
+// memory.
 #pragma once
 
 #include <algorithm>
@@ -75,11 +75,8 @@ class StageServer {
   Pool* PoolOf(const control::Session* s) const;  // mu_
   // The pool lent to s: its own, a free one, or a new one; null with *why when none.
   Pool* Lend(const control::Session* s, Status* why);  // mu_
-  // Registers the pool with the backends afresh, under an id of its own: the keys of the
-  // session it was lent to before reach it no more (on hardware that checks keys).
-  Status Offer(Pool& pool);    // mu_
-  void Serve();                // the thread
-  Status Copy(const Move& m);  // under copying_
+  void Serve();                                        // the thread
+  Status Copy(const Move& m);                          // under copying_
   uint64_t slot_bytes() const { return self_.options.staging_buffer_bytes; }
   uint32_t slots() const { return static_cast<uint32_t>(self_.options.staging_buffers); }
   size_t max_pools() const { return static_cast<size_t>(self_.options.staging_pools); }
@@ -90,7 +87,6 @@ class StageServer {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::unique_ptr<Pool>> pools_;  // mu_
-  uint64_t offers_ = 0;                       // mu_: pools offered, the ids they go under
   std::deque<Move> moves_;                    // mu_
   bool stop_ = false;                         // mu_
   std::thread thread_;
