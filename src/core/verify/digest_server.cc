@@ -52,7 +52,7 @@ void DigestServer::Queue(const std::shared_ptr<control::Session>& s, wire::Diges
       q.session = s;
       q.ranges += n;
       queued_ranges_ += n;
-      q.queued.insert(ask.id);
+      q.queued.emplace(ask.id, SessionAsks::Queued{ask.ranges.size(), false});
       q.asks.push_back(std::move(ask));
       cv_.notify_one();
       return;
@@ -83,9 +83,13 @@ void DigestServer::Cancel(const control::Session* s, uint64_t id) {
     q.current.reset();
     return;
   }
-  // (Skipped when its turn comes, and counted until then: a peer that asks and cancels
-  // without end is bounded as one that only asks.)
-  q.queued.erase(id);
+  // (Dropped when its turn comes, its kAskRanges counted until then: a peer that asks and
+  // cancels without end is bounded as one that only asks.)
+  auto a = q.queued.find(id);
+  if (a == q.queued.end() || a->second.canceled) return;
+  a->second.canceled = true;
+  q.ranges -= a->second.ranges;
+  queued_ranges_ -= a->second.ranges;
 }
 
 void DigestServer::Fence(Clock::time_point) {
@@ -109,9 +113,12 @@ void DigestServer::Serve() {
     while (!q.current && !q.asks.empty()) {  // (its next ask: it counts as waiting until answered)
       wire::Digest next = std::move(q.asks.front());
       q.asks.pop_front();
-      if (q.queued.erase(next.id) == 0) {  // (canceled)
-        q.ranges -= Weight(next);
-        queued_ranges_ -= Weight(next);
+      auto a = q.queued.find(next.id);
+      const bool canceled = a->second.canceled;  // (every queued ask has its entry)
+      q.queued.erase(a);
+      if (canceled) {  // (its ranges stopped counting at the cancel)
+        q.ranges -= kAskRanges;
+        queued_ranges_ -= kAskRanges;
         continue;
       }
       q.current = std::make_unique<Answering>();

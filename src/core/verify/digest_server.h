@@ -18,7 +18,6 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "control/session.h"
 #include "core/local_engine.h"
@@ -78,10 +77,16 @@ class DigestServer {
   struct SessionAsks {
     std::shared_ptr<control::Session> session;
     std::deque<wire::Digest> asks;
-    std::unordered_set<uint64_t> queued;  // the ids of asks not canceled (Cancel: no scan)
-    size_t ranges = 0;                    // the Weight of asks and current
-    std::unique_ptr<Answering> current;   // (out with the thread during a turn)
-    bool in_turn = false;                 // in turns_, or being served
+    // The ids of the asks in `asks`: whether each was canceled (Cancel finds it without a scan;
+    // its ranges stop counting at once, its kAskRanges once the thread drops it).
+    struct Queued {
+      size_t ranges = 0;
+      bool canceled = false;
+    };
+    std::unordered_map<uint64_t, Queued> queued;
+    size_t ranges = 0;  // the Weight of asks and current, less what canceled asks no longer count
+    std::unique_ptr<Answering> current;  // (out with the thread during a turn)
+    bool in_turn = false;                // in turns_, or being served
   };
   void Serve();  // the thread
   // Moves w on by one turn: up to kChunkBytes read (a range counts at least kRangeBytes, or
