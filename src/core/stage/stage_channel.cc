@@ -156,7 +156,9 @@ Status StageChannel::Move(const Slot& slot, bool write, std::vector<wire::Digest
     free_.push_back(slot.index);
     return Lost();
   }
-  const uint64_t id = next_id_++;
+  // (The wait begins before the ask goes out: a fence that gave up meanwhile ends it.)
+  const uint64_t id = next_id_++, epoch = interrupts_;
+  const auto began = Clock::now();
   moves_[id].slot = slot.index;  // (before it is sent: its answer finds it waiting)
   const std::shared_ptr<control::Session> session = session_;
   lock.unlock();  // (a send is a system call)
@@ -168,7 +170,7 @@ Status StageChannel::Move(const Slot& slot, bool write, std::vector<wire::Digest
     cv_.notify_all();
     return sent;
   }
-  const Waited waited = Await(lock, deadline, [&] { return moves_.at(id).answered; });
+  const Waited waited = Await(lock, deadline, began, epoch, [&] { return moves_.at(id).answered; });
   if (closed_) {  // (the peer left, answered or not: its slots may be lent to another already)
     moves_.erase(id);
     return Lost();

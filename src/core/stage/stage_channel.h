@@ -70,12 +70,16 @@ class StageChannel {
   };
   Status Open(std::unique_lock<std::mutex>& lock, Clock::time_point deadline);  // mu_ held
   // mu_ held: waits for done() (a peer's answer, which only the control thread reads, so the
-  // wait is marked AwaitingControl), up to the deadline or until it gives up (GivesUp).
+  // wait is marked AwaitingControl), up to the deadline or until it gives up (GivesUp, for a
+  // wait that began at `began`, when interrupts_ was `epoch`: by default, now).
   enum class Waited { kDone, kGaveUp, kTimedOut };
   template <class Done>
   Waited Await(std::unique_lock<std::mutex>& lock, Clock::time_point deadline, Done done) {
-    const auto began = Clock::now();
-    const uint64_t epoch = interrupts_;
+    return Await(lock, deadline, Clock::now(), interrupts_, done);
+  }
+  template <class Done>
+  Waited Await(std::unique_lock<std::mutex>& lock, Clock::time_point deadline, Clock::time_point began,
+               uint64_t epoch, Done done) {
     const AwaitingControl awaiting;
     cv_.wait_until(lock, deadline, [&] { return done() || GivesUp(began, epoch); });
     return done() ? Waited::kDone : GivesUp(began, epoch) ? Waited::kGaveUp : Waited::kTimedOut;
