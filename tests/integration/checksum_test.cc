@@ -421,6 +421,14 @@ TEST(ChecksumsHostile, APeersAsksAreCheckedBoundedAndGivenUpWithItsSession) {
   EXPECT_GE(answers.begin()->first, 1000u + 190'000);
   EXPECT_EQ(answers.begin()->second.code, xfer::StatusCode::kResourceExhausted)
       << answers.begin()->second.why;
+  // A canceled ask's ranges stop counting at once (its own 4 until the thread drops it): with
+  // 10 asks of one range canceled, an ask of 6 ranges (counting 10) fits where none of 1 did.
+  for (uint64_t id = 1001; id <= 1010; ++id) raw.Send(wire::DigestCancel{id});
+  raw.Send(wire::Digest{500000, false, std::vector<wire::DigestRange>(6, {buf.addr(), 64})});
+  for (auto until = Clock::now() + 2s; raw.s->ReadOne(until, &m).ok();) {
+    const auto* a = std::get_if<wire::DigestAnswer>(&m);
+    if (a != nullptr && a->id == 500000) ADD_FAILURE() << "refused after the cancels: " << a->why;
+  }
   // An ask whose session ends is given up: Finalize does not wait for it.
   const auto t0 = Clock::now();
   raw_session.reset();  // (first: Finalize would wait for its goodbye's answer)

@@ -110,7 +110,9 @@ void DigestServer::Serve() {
     auto it = queues_.find(key);
     if (it == queues_.end()) continue;  // (forgotten)
     SessionAsks& q = it->second;
-    while (!q.current && !q.asks.empty()) {  // (its next ask: it counts as waiting until answered)
+    // Its next ask, which counts as waiting until answered; canceled ones are dropped on the
+    // way, at most kDropsPerTurn (the control thread's Queue and Cancel wait for mu_).
+    for (size_t dropped = 0; !q.current && !q.asks.empty() && dropped < kDropsPerTurn;) {
       wire::Digest next = std::move(q.asks.front());
       q.asks.pop_front();
       auto a = q.queued.find(next.id);
@@ -119,10 +121,15 @@ void DigestServer::Serve() {
       if (canceled) {  // (its ranges stopped counting at the cancel)
         q.ranges -= kAskRanges;
         queued_ranges_ -= kAskRanges;
+        ++dropped;
         continue;
       }
       q.current = std::make_unique<Answering>();
       q.current->ask = std::move(next);
+    }
+    if (!q.current && !q.asks.empty()) {  // (more canceled ones: its next turn drops them)
+      turns_.push_back(key);
+      continue;
     }
     if (!q.current) {  // (all canceled, or a turn left over from an earlier session at its address)
       queues_.erase(it);

@@ -59,6 +59,7 @@ class DigestServer {
   static constexpr size_t kMaxRangesPerSession = 1 << 20;
   static constexpr size_t kMaxRanges = 1 << 24;
   static constexpr size_t kAskRanges = 4;
+  static constexpr size_t kDropsPerTurn = 1024;  // canceled asks dropped in one turn
   static size_t Weight(const wire::Digest& ask) { return ask.ranges.size() + kAskRanges; }
   static constexpr uint64_t kChunkBytes = 4ull << 20;
   static constexpr uint64_t kRangeBytes = 256;  // what a range costs a turn, however short
