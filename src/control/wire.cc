@@ -264,8 +264,10 @@ void EncodeBody(Writer& w, const AuthProof& m) {
 
 bool DecodeBody(Reader& r, Hello* m) {
   uint32_t n = 0;
-  if (!r.Str(&m->name) || !r.U64(&m->incarnation) || !r.Str(&m->host_id) || !r.I32(&m->pid) ||
-      !r.U32(&m->features) || !r.Blobs(&m->backends) || !r.Count(&n, kMinRegionBytes, sizeof(WireRegion))) {
+  // (A name and a host id are kept per peer and logged: no longer than an AuthProof's name.)
+  if (!r.Str(&m->name, kMaxAuthName) || !r.U64(&m->incarnation) || !r.Str(&m->host_id, kMaxAuthName) ||
+      !r.I32(&m->pid) || !r.U32(&m->features) || !r.Blobs(&m->backends) ||
+      !r.Count(&n, kMinRegionBytes, sizeof(WireRegion))) {
     return false;
   }
   m->regions.resize(n);

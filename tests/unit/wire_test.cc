@@ -229,6 +229,22 @@ TEST(WireCodec, HugeCountsAreRefusedBeforeAllocation) {
   EXPECT_FALSE(DecodePayload(MsgType::kGoodbye, gp, &out, &why));
 }
 
+// A hello's name and host id are kept per peer (its session's key, the metrics') and logged:
+// longer than kMaxAuthName, the hello is refused (the default cap on strings is 64 KiB).
+TEST(WireCodec, AHellosNameAndHostIdAreShort) {
+  Message out;
+  std::string why;
+  for (int field = 0; field < 2; ++field) {
+    Hello h = SampleHello();
+    (field == 0 ? h.name : h.host_id) = std::string(kMaxAuthName, 'n');
+    std::vector<uint8_t> frame = Encode(h);
+    EXPECT_TRUE(DecodePayload(MsgType::kHello, std::span(frame).subspan(kHeaderSize), &out, &why)) << why;
+    (field == 0 ? h.name : h.host_id) += 'n';
+    frame = Encode(h);
+    EXPECT_FALSE(DecodePayload(MsgType::kHello, std::span(frame).subspan(kHeaderSize), &out, &why)) << field;
+  }
+}
+
 TEST(WireCodec, RefusesUnknownRegionFlagsAndTooManyBackends) {
   Hello h = SampleHello();
   for (uint32_t i = 0; i <= kMaxBlobs; ++i) h.backends.push_back({"b" + std::to_string(i), ""});
