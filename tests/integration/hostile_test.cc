@@ -448,6 +448,40 @@ TEST(Hostile, BatchesAPeerStallsHoldNoFencePastItsDeadline) {
   EXPECT_EQ(failed.load(), 16);
 }
 
+// A peer's removal of a region it never had is answered at once: nothing fences for it, so a
+// stream of them does not hold the control thread, and the batch another peer stalls goes on
+// waiting. Before, each fenced every batch to that peer (here for a quarter of the heartbeat
+// timeout, 2 s), and the first interrupted the stalled one.
+TEST(Hostile, ARemovalOfAnUnknownRegionFencesNothing) {
+  xfer::EngineOptions o;
+  o.heartbeat_timeout = 8000ms;
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
+  LocalBuffer src(64 << 20);
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(e.RegisterMem(src.data(), src.len(), xfer::MemType::kHost, &h));
+  StallingPeer stalling(e.LocalName());
+  RawSession raw(e.LocalName());
+  ASSERT_FALSE(raw.Hello(HelloOf("10.9.8.7:6000", 0x5eed)).name.empty());
+  xfer::RequestHandle r = 0;
+  XT_ASSERT_OK(e.TransferAsync(StallingPeer::name(), Op::kWrite,
+                               {{src.addr(), StallingPeer::kRegion, src.len()}}, 60s, &r));
+  std::this_thread::sleep_for(300ms);  // (it fills the sockets, then stalls)
+  const auto t0 = Clock::now();
+  for (uint64_t seq = 1; seq <= 3; ++seq) raw.Send(wire::RegionRemove{999 + seq, seq});
+  int acks = 0;
+  wire::Message m;
+  for (auto until = Clock::now() + 20s; acks < 3 && raw.s->ReadOne(until, &m).ok();) {
+    acks += std::holds_alternative<wire::RegionRemoveAck>(m);
+  }
+  EXPECT_EQ(acks, 3);
+  EXPECT_LT(SecondsSince(t0), 1.0) << "the removals of unknown regions were fenced";
+  xfer::RequestStatus st;
+  XT_EXPECT_OK(e.GetTransferStatus(r, &st));
+  EXPECT_EQ(st.state, RequestState::kWaiting) << "the stalled WRITE ended: " << st.status.ToString();
+  (void)e.Cancel(r);
+}
+
 // A peer that reads nothing of its control connection, then says goodbye and asks for the
 // answer: the engine answers if the socket takes it at once, else closes the session without
 // it; its control thread does not wait on that peer (before: up to a heartbeat timeout, 4 s

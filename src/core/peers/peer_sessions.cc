@@ -132,10 +132,13 @@ void PeerService::OnMessage(const std::shared_ptr<control::Session>& s, wire::Me
             s->Shutdown("bad region: " + why);
           }
         } else if constexpr (std::is_same_v<T, wire::RegionRemove>) {
-          // Batches into the region that already started have finished before the answer.
-          auto gone = peer.regions.Revoke(m.id);
-          events_.fence(&peer, gone.get(), self_.ControlFenceDeadline());
-          if (gone) gone->CloseAll();
+          // Batches into the region that already started have finished before the answer. (A
+          // region it never had, or removed already, is in no batch: no fence, which would hold
+          // the control thread for every frame of a stream of such removals.)
+          if (auto gone = peer.regions.Revoke(m.id)) {
+            events_.fence(&peer, gone.get(), self_.ControlFenceDeadline());
+            gone->CloseAll();
+          }
           s->SendSoon(wire::RegionRemoveAck{m.id, m.seq});
         } else if constexpr (std::is_same_v<T, wire::RegionRemoveAck> || std::is_same_v<T, wire::SyncAck>) {
           s->Acked(m.seq);
