@@ -229,6 +229,8 @@ Status Session::ReadOne(Clock::time_point deadline, wire::Message* msg) {
   if (!wire::DecodePayload(h.type, payload, msg, &why)) {
     return {StatusCode::kConnectionLost, "bad frame: " + why};
   }
+  // (The peer's hello, on a session we opened: the control loop then refuses another.)
+  hello_seen_ = hello_seen_ || h.type == wire::MsgType::kHello;
   last_rx.store(Clock::now());
   return Status::Ok();
 }

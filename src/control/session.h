@@ -134,9 +134,11 @@ class Session {
 
  private:
   bool ParseFrames(const Handlers& on, std::string* why);
-  void FitBuffer();                // rx_'s room: the frame under way's
-  bool held_ = false;              // control loop only
-  bool hello_seen_ = false;        // control loop only: a hello was handed on (another closes the session)
+  void FitBuffer();    // rx_'s room: the frame under way's
+  bool held_ = false;  // control loop only
+  // A hello was read (ReadOne, before the control loop has the session) or handed on (the
+  // control loop only, then): another closes the session.
+  bool hello_seen_ = false;
   std::atomic<bool> shut_{false};  // Shutdown was called
   std::atomic<uint32_t> max_payload_{wire::kMaxPayload};
   std::atomic<uint64_t> max_queued_{64ull << 20};

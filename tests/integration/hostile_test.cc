@@ -448,6 +448,44 @@ TEST(Hostile, BatchesAPeerStallsHoldNoFencePastItsDeadline) {
   EXPECT_EQ(failed.load(), 16);
 }
 
+// A peer we dialled sends its hello once: a second one, once its session is the control
+// loop's, closes the session (as on a session it opened: no goodbye, the connection closes).
+// Before, each was decoded, prepared on the loop's worker (up to 64 MiB, holding back other
+// peers' big hellos) and dropped.
+TEST(Hostile, APeerWeDialledSaysHelloOnce) {
+  xfer::EngineOptions o;
+  o.heartbeat_timeout = 20s;  // (this side sends none)
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
+  net::Fd listener;
+  net::Address bound;
+  ASSERT_TRUE(net::Listen(net::Address{"127.0.0.1", 0, true}, &listener, &bound).ok());
+  const std::string name = "127.0.0.1:" + std::to_string(bound.port);
+  xfer::Status connected;
+  std::thread dial([&] { connected = e.Connect(name, 10s); });
+  pollfd p{listener.get(), POLLIN, 0};
+  net::Fd fd(::poll(&p, 1, 10000) == 1 ? ::accept(listener.get(), nullptr, nullptr) : -1);
+  if (!fd.valid()) dial.join();
+  ASSERT_TRUE(fd.valid());
+  auto s = std::make_shared<xfer::control::Session>(std::move(fd), false, name);
+  wire::Message m;
+  const bool hello = s->ReadOne(Clock::now() + 10s, &m).ok() && std::holds_alternative<wire::Hello>(m);
+  wire::Hello ours = HelloOf(name, 0x77);
+  ours.backends = {{"tcp", std::string(reinterpret_cast<const char*>(&bound.port), sizeof bound.port)}};
+  if (hello) EXPECT_TRUE(s->Send(ours).ok() && s->FlushUntil(Clock::now() + 5s).ok());
+  dial.join();
+  ASSERT_TRUE(hello) << "the engine sent no hello";
+  XT_ASSERT_OK(connected);
+  ASSERT_TRUE(s->Send(ours).ok());
+  ASSERT_TRUE(s->FlushUntil(Clock::now() + 5s).ok());
+  const auto t0 = Clock::now();
+  xfer::Status read;
+  while ((read = s->ReadOne(t0 + 5s, &m)).ok()) {
+  }
+  EXPECT_NE(read.code(), StatusCode::kTimeout) << "the session stayed open: " << read.ToString();
+  EXPECT_LT(SecondsSince(t0), 2.0);
+}
+
 // A peer's removal of a region it never had is answered at once: nothing fences for it, so a
 // stream of them does not hold the control thread, and the batch another peer stalls goes on
 // waiting. Before, each fenced every batch to that peer (here for a quarter of the heartbeat
