@@ -65,7 +65,13 @@ std::vector<Row> CoreRows() {
       XFER_OPTION_COUNT("staging_pools", staging_pools, 1, 256, "peer sessions lent staging slots at once"),
       XFER_OPTION_TEXT("transport", transport,
                        "force one backend by name (empty: the best each peer offers)"),
-      XFER_OPTION_TEXT("host_id", host_id, "this host's identity (empty: the kernel's boot id)"),
+      WithCheck(XFER_OPTION_TEXT("host_id", host_id, "this host's identity (empty: the kernel's boot id)"),
+                [](const EngineOptions& o) {
+                  // (Peers refuse a hello whose host id is longer.)
+                  return o.host_id.size() <= wire::kMaxAuthName
+                             ? Status::Ok()
+                             : Bad("host_id is longer than " + std::to_string(wire::kMaxAuthName) + " bytes");
+                }),
       XFER_OPTION_SECRET("secret", secret, "peers must prove they know it (at least 16 bytes)"),
       XFER_OPTION_TEXT("secret_file", secret_file, "a file holding the secret"),
       XFER_OPTION_TEXT("metadata", metadata,

@@ -127,6 +127,18 @@ TEST(OptionTable, InitializeRefusesEachNumberJustPastItsRange) {
   EXPECT_TRUE(CheckOptions(EngineOptions()).ok()) << "the defaults are in range";
 }
 
+// A host id goes in every hello, and peers refuse one longer than wire::kMaxAuthName: refused
+// at Initialize, naming the option.
+TEST(OptionTable, AHostIdPeersWouldRefuseIsRefused) {
+  EngineOptions o;
+  o.host_id = std::string(1024, 'h');
+  EXPECT_TRUE(CheckOptions(o).ok()) << CheckOptions(o).ToString();
+  o.host_id += 'h';
+  const Status s = CheckOptions(o);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("host_id"), std::string::npos) << s.message();
+}
+
 // docs/options.md has a row for each option (`key` first) in its tables of fields (those whose
 // header starts "| field |"), and no row there for one that is not an option.
 TEST(OptionTable, DocsListExactlyTheOptions) {

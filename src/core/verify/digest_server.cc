@@ -52,8 +52,9 @@ void DigestServer::Queue(const std::shared_ptr<control::Session>& s, wire::Diges
       q.session = s;
       q.ranges += n;
       queued_ranges_ += n;
-      q.queued.emplace(ask.id, SessionAsks::Queued{ask.ranges.size(), false});
+      const uint64_t id = ask.id;
       q.asks.push_back(std::move(ask));
+      q.queued.emplace(id, SessionAsks::Queued{&q.asks.back(), q.asks.back().ranges.size(), false});
       cv_.notify_one();
       return;
     }
@@ -90,6 +91,7 @@ void DigestServer::Cancel(const control::Session* s, uint64_t id) {
   a->second.canceled = true;
   q.ranges -= a->second.ranges;
   queued_ranges_ -= a->second.ranges;
+  std::vector<wire::DigestRange>().swap(a->second.ask->ranges);  // (what no longer counts is freed)
 }
 
 void DigestServer::Fence(Clock::time_point) {
@@ -129,6 +131,9 @@ void DigestServer::Serve() {
     }
     if (!q.current && !q.asks.empty()) {  // (more canceled ones: its next turn drops them)
       turns_.push_back(key);
+      lock.unlock();  // (the control thread's Queue and Cancel get their turn)
+      std::this_thread::yield();
+      lock.lock();
       continue;
     }
     if (!q.current) {  // (all canceled, or a turn left over from an earlier session at its address)

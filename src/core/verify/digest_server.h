@@ -81,6 +81,7 @@ class DigestServer {
     // The ids of the asks in `asks`: whether each was canceled (Cancel finds it without a scan;
     // its ranges stop counting at once, its kAskRanges once the thread drops it).
     struct Queued {
+      wire::Digest* ask = nullptr;  // in `asks` (a deque: kept in place while others come and go)
       size_t ranges = 0;
       bool canceled = false;
     };
