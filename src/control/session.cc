@@ -223,6 +223,11 @@ Status Session::ReadOne(Clock::time_point deadline, wire::Message* msg) {
   wire::Header h;
   std::string why;
   if (!wire::DecodeHeader(hdr, &h, &why)) return {StatusCode::kConnectionLost, "bad frame: " + why};
+  if (h.length > max_payload_.load()) {  // (before the peer proved itself: nothing big is taken)
+    return {StatusCode::kConnectionLost, "a frame of " + std::to_string(h.length) +
+                                             " bytes before authenticating (at most " +
+                                             std::to_string(max_payload_.load()) + ")"};
+  }
   std::vector<uint8_t> payload(h.length);
   s = net::RecvAll(fd_.get(), payload.data(), payload.size(), deadline);
   if (!s.ok()) return s;

@@ -201,6 +201,36 @@ TEST_F(Auth, ALargeFrameBeforeAuthenticatingClosesTheConnection) {
   ExpectServed();
 }
 
+// The side that dials takes no more before the listener proved itself than the side that
+// listens: a frame past 4 KiB ends the Connect at once. Before, it allocated any frame up to
+// 64 MiB, then waited for the rest of it until the Connect's timeout.
+TEST(AuthDialling, ALargeFrameBeforeTheListenerProvedItselfEndsTheConnect) {
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", With(kSecret)));
+  xfer::net::Fd listener;
+  xfer::net::Address bound;
+  ASSERT_TRUE(xfer::net::Listen(xfer::net::Address{"127.0.0.1", 0, true}, &listener, &bound).ok());
+  const std::string name = "127.0.0.1:" + std::to_string(bound.port);
+  xfer::Status connected;
+  double took = 0;
+  std::thread dial([&] {
+    const auto t0 = Clock::now();
+    connected = e.Connect(name, 5s);
+    took = SecondsSince(t0);
+  });
+  pollfd l{listener.get(), POLLIN, 0};
+  xfer::net::Fd fd(poll(&l, 1, 10000) == 1 ? accept(listener.get(), nullptr, nullptr) : -1);
+  if (fd.valid()) {  // (the head of a 32 MiB frame; the rest never comes)
+    const std::vector<uint8_t> big = wire::Encode(wire::Goodbye{std::string(32 << 20, 'x'), 0});
+    EXPECT_TRUE(xfer::net::SendAll(fd.get(), big.data(), 4096, Clock::now() + 5s).ok());
+  }
+  dial.join();
+  ASSERT_TRUE(fd.valid());
+  EXPECT_FALSE(connected.ok());
+  EXPECT_NE(connected.message().find("before authenticating"), std::string::npos) << connected.ToString();
+  EXPECT_LT(took, 2.0) << connected.ToString();
+}
+
 TEST_F(Auth, AWrongProofIsRefused) {
   RawSession raw(peer_.name());
   xfer::control::Handshake hs(kOther, true, "127.0.0.1:1", 78);  // another secret

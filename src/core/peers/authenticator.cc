@@ -82,6 +82,7 @@ Status Authenticator::Outbound(control::Session& s, const std::string& remote, C
   auto failed = [&](const Status& st) {
     return Status{st.code(), "authenticating with '" + remote + "': " + st.message()};
   };
+  s.set_max_payload(wire::kMaxPayloadBeforeAuth);  // (until the peer proved itself)
   wire::Message m;
   Status st = s.Send(hs->Mine());
   if (st.ok()) st = s.FlushUntil(deadline);
@@ -110,6 +111,7 @@ Status Authenticator::Outbound(control::Session& s, const std::string& remote, C
   s.auth = hs;
   s.auth_key = KeyOf(*hs);
   s.authenticated = true;
+  s.set_max_payload(wire::kMaxPayload);
   return Status::Ok();
 }
 
