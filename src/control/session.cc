@@ -137,11 +137,7 @@ bool Session::ParseFrames(const Handlers& on, std::string* why) {
     wire::Header h;
     std::span<const uint8_t> rest(rx_.data() + pos, rx_.size() - pos);
     if (!wire::DecodeHeader(rest, &h, why)) return false;
-    if (h.length > max_payload_.load()) {
-      *why = "a frame of " + std::to_string(h.length) + " bytes before authenticating (at most " +
-             std::to_string(max_payload_.load()) + ")";
-      return false;
-    }
+    if (TooLong(h, why)) return false;
     if (h.type == wire::MsgType::kHello && hello_seen_) {  // (by its header alone: it may be big)
       *why = "a second hello";
       return false;
@@ -216,6 +212,14 @@ bool Session::Resume(const Handlers& on, std::string* why) {
   return ParseFrames(on, why);
 }
 
+bool Session::TooLong(const wire::Header& h, std::string* why) const {
+  const uint32_t most = max_payload_.load();
+  if (h.length <= most) return false;
+  *why = "a frame of " + std::to_string(h.length) + " bytes before authenticating (at most " +
+         std::to_string(most) + ")";
+  return true;
+}
+
 Status Session::ReadOne(Clock::time_point deadline, wire::Message* msg) {
   uint8_t hdr[wire::kHeaderSize];
   Status s = net::RecvAll(fd_.get(), hdr, sizeof hdr, deadline);
@@ -223,11 +227,7 @@ Status Session::ReadOne(Clock::time_point deadline, wire::Message* msg) {
   wire::Header h;
   std::string why;
   if (!wire::DecodeHeader(hdr, &h, &why)) return {StatusCode::kConnectionLost, "bad frame: " + why};
-  if (h.length > max_payload_.load()) {  // (before the peer proved itself: nothing big is taken)
-    return {StatusCode::kConnectionLost, "a frame of " + std::to_string(h.length) +
-                                             " bytes before authenticating (at most " +
-                                             std::to_string(max_payload_.load()) + ")"};
-  }
+  if (TooLong(h, &why)) return {StatusCode::kConnectionLost, why};  // (nothing big is allocated)
   std::vector<uint8_t> payload(h.length);
   s = net::RecvAll(fd_.get(), payload.data(), payload.size(), deadline);
   if (!s.ok()) return s;

@@ -134,6 +134,8 @@ class Session {
 
  private:
   bool ParseFrames(const Handlers& on, std::string* why);
+  // Whether the frame is past max_payload_ (set below it before the peer authenticated; *why).
+  bool TooLong(const wire::Header& h, std::string* why) const;
   void FitBuffer();    // rx_'s room: the frame under way's
   bool held_ = false;  // control loop only
   // A hello was read (ReadOne, before the control loop has the session) or handed on (the

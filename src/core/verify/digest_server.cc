@@ -54,7 +54,7 @@ void DigestServer::Queue(const std::shared_ptr<control::Session>& s, wire::Diges
       queued_ranges_ += n;
       const uint64_t id = ask.id;
       q.asks.push_back(std::move(ask));
-      q.queued.emplace(id, SessionAsks::Queued{&q.asks.back(), q.asks.back().ranges.size(), false});
+      q.queued.emplace(id, SessionAsks::Queued{&q.asks.back(), false});
       cv_.notify_one();
       return;
     }
@@ -89,8 +89,8 @@ void DigestServer::Cancel(const control::Session* s, uint64_t id) {
   auto a = q.queued.find(id);
   if (a == q.queued.end() || a->second.canceled) return;
   a->second.canceled = true;
-  q.ranges -= a->second.ranges;
-  queued_ranges_ -= a->second.ranges;
+  q.ranges -= a->second.ask->ranges.size();
+  queued_ranges_ -= a->second.ask->ranges.size();
   std::vector<wire::DigestRange>().swap(a->second.ask->ranges);  // (what no longer counts is freed)
 }
 

@@ -82,8 +82,7 @@ class DigestServer {
     // its ranges stop counting at once, its kAskRanges once the thread drops it).
     struct Queued {
       wire::Digest* ask = nullptr;  // in `asks` (a deque: kept in place while others come and go)
-      size_t ranges = 0;
-      bool canceled = false;
+      bool canceled = false;        // (its ranges then freed)
     };
     std::unordered_map<uint64_t, Queued> queued;
     size_t ranges = 0;  // the Weight of asks and current, less what canceled asks no longer count
