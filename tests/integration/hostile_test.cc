@@ -1065,6 +1065,61 @@ TEST(Hostile, FramesBehindABigHelloAreTakenInOrderAfterIt) {
 
 // EngineOptions::max_peer_regions: a hello with more regions gets only a goodbye, a peer that
 // registers one more is cut off; the engine serves the others.
+// Anyone who can connect can open connections that end in error before a hello (bad bytes, a
+// frame before the hello, a hello without a name): the engine logs those one line a second,
+// with a count of the rest (docs/security.md), so that they cannot flood its log.
+TEST(Hostile, StrangersBrokenConnectionsAreLoggedOnceASecond) {
+  const std::string log = ::testing::TempDir() + "xfer_strangers_" + std::to_string(getpid()) + ".log";
+  PeerOptions options;
+  options.stderr_file = log;
+  PeerProcess peer;
+  std::string err;
+  ASSERT_TRUE(peer.Start(options, &err)) << err;
+  const auto junk = [&] {  // bytes that are no frame: closed for its bad magic
+    net::Fd fd;
+    ASSERT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", static_cast<uint16_t>(peer.port()), true},
+                                Clock::now() + 2s, &fd)
+                    .ok());
+    const std::vector<uint8_t> bytes(64, 0x5a);
+    ASSERT_EQ(::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+    pollfd p{fd.get(), POLLIN, 0};
+    char c;
+    while (::poll(&p, 1, 2000) == 1 && ::recv(fd.get(), &c, 1, 0) > 0) {
+    }
+  };
+  constexpr int kEach = 30;
+  const auto began = Clock::now();
+  for (int i = 0; i < kEach; ++i) {
+    junk();
+    RawSession before(peer.name());
+    before.Send(wire::Sync{1});  // a frame before the hello
+    (void)before.ReadAll();
+    RawSession nameless(peer.name());
+    nameless.Send(HelloOf("", 0));
+    (void)nameless.ReadAll();
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - began).count();
+  std::this_thread::sleep_for(1100ms);
+  junk();  // its line counts those held back
+  const auto text = [&] {
+    std::ifstream f(log);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  const bool counted =
+      PollUntil([&] { return text().find(" more since the last such line)") != std::string::npos; }, 3s);
+  std::istringstream lines_of(text());
+  size_t lines = 0;
+  for (std::string line; std::getline(lines_of, line);) {
+    lines += line.find("control connection from") != std::string::npos ||
+             line.find("hello from") != std::string::npos;
+  }
+  // Two limits (the connection's bytes, its first frames), a line a second each.
+  EXPECT_LE(lines, 2 * (static_cast<size_t>(seconds) + 2) + 1) << "over " << seconds << " s";
+  EXPECT_GE(lines, 2u);
+  EXPECT_TRUE(counted) << "no line counted the lines held back";
+  std::remove(log.c_str());
+}
+
 TEST(Hostile, APeersRegionsAreCapped) {
   xfer::EngineOptions o;
   o.max_peer_regions = 100;

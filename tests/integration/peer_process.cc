@@ -121,17 +121,28 @@ bool PeerProcess::Start(const PeerOptions& o, std::string* error, std::chrono::m
     close(in[1]);
     return false;
   }
+  const int err = o.stderr_file.empty()
+                      ? -1
+                      : open(o.stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (!o.stderr_file.empty() && err < 0) {
+    *error = o.stderr_file + ": " + std::strerror(errno);
+    for (int fd : {in[0], in[1], out[0], out[1]}) close(fd);
+    return false;
+  }
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     *error = std::string("fork: ") + std::strerror(errno);
-    for (int fd : {in[0], in[1], out[0], out[1]}) close(fd);
+    for (int fd : {in[0], in[1], out[0], out[1], err}) {
+      if (fd >= 0) close(fd);
+    }
     return false;
   }
   if (pid == 0) {
     // Child: async-signal-safe calls only until exec.
     dup2(in[0], STDIN_FILENO);
     dup2(out[1], STDOUT_FILENO);
+    if (err >= 0) dup2(err, STDERR_FILENO);
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
     if (getppid() != parent) _exit(126);
     // Do not leak the test engine's sockets into the peer.
@@ -143,6 +154,7 @@ bool PeerProcess::Start(const PeerOptions& o, std::string* error, std::chrono::m
   }
   close(in[0]);
   close(out[1]);
+  if (err >= 0) close(err);
   pid_ = pid;
   to_child_ = in[1];
   from_child_ = out[0];

@@ -24,6 +24,7 @@ struct PeerOptions {
   std::vector<std::string> extra_args;
   std::string netns;             // run inside this network namespace (ip netns exec), as another host
   std::vector<std::string> env;  // NAME=VALUE set for the peer alone (e.g. UCX_NET_DEVICES)
+  std::string stderr_file;       // the peer's stderr (its engine's log) into this file; empty: ours
 };
 
 // A reply line split into words. ok is true for "OK ..." replies.

@@ -29,7 +29,10 @@ std::shared_ptr<control::SessionContext> PeerService::Prepare(const wire::Hello&
 
 void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello&& hello) {
   if (hello.name.empty() || hello.incarnation == 0) {
-    XLOG(WARN) << "hello from " << s->remote_addr() << " without name or incarnation; closing";
+    if (uint64_t more = 0; stranger_log_.Due(&more)) {
+      XLOG(WARN) << "hello from " << s->remote_addr() << " without name or incarnation; closing"
+                 << log::Limit::More(more);
+    }
     s->Shutdown("invalid hello");
     return;
   }
@@ -37,7 +40,10 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
   if (!prepared) prepared = std::make_shared<PreparedTable>(hello, self_.options.max_peer_regions);
   RemoteRegions::Table& table = prepared->table;
   if (const std::string& why = table.why_bad(); !why.empty()) {
-    XLOG(WARN) << "hello from " << s->remote_addr() << " has a bad region table (" << why << "); closing";
+    if (uint64_t more = 0; stranger_log_.Due(&more)) {
+      XLOG(WARN) << "hello from " << s->remote_addr() << " has a bad region table (" << why << "); closing"
+                 << log::Limit::More(more);
+    }
     (void)s->Send(wire::Goodbye{"bad region table: " + why});
     s->Shutdown("bad region table");
     return;
@@ -111,8 +117,10 @@ bool PeerService::IsAliveUnderAnotherIncarnation(const std::string& key, uint64_
 void PeerService::OnBeforeHello(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {
   if (auth_.OnUnauthenticated(s, msg)) return;
   if (auto* hello = std::get_if<wire::Hello>(&msg)) return OnHello(s, std::move(*hello));
-  XLOG(WARN) << "control connection from " << s->remote_addr() << " sent "
-             << "a frame before its hello; closing it";
+  if (uint64_t more = 0; stranger_log_.Due(&more)) {
+    XLOG(WARN) << "control connection from " << s->remote_addr()
+               << " sent a frame before its hello; closing it" << log::Limit::More(more);
+  }
   s->Shutdown("protocol error: no hello");
 }
 
