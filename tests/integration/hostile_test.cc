@@ -226,6 +226,176 @@ TEST(Hostile, AHelloTakingALivePeersNameIsRefused) {
   EXPECT_EQ(peer.Sum(r), src.Hash());
 }
 
+net::Fd ConnectFrom(const char* source_ip, uint16_t port);  // (below)
+
+// Peer processes named by a wildcard address ("0.0.0.0:port") are dialled at another one
+// ("127.0.0.1:port"): our session to such a peer is under that key, and a hello with its name
+// and incarnation (a session of its own to us) is under its name. Over tcp, whose data
+// connections into us are keyed by the peer's incarnation.
+PeerOptions WildcardPeer(const std::string& host_id) {
+  PeerOptions o;
+  o.name = "0.0.0.0:0";
+  o.host_id = host_id;  // "": this host's (its process is then looked at); else another host
+  o.extra_args = {"--transport", "tcp"};
+  return o;
+}
+
+uint16_t PortIn(const std::string& name) {
+  net::Address a;
+  EXPECT_TRUE(net::ParseAddress(name, &a).ok()) << name;
+  return a.port;
+}
+std::string Dialled(const PeerProcess& peer) { return "127.0.0.1:" + std::to_string(peer.port()); }
+
+// The peer writes a pattern into `into` (a region of the engine `to`): whether it landed.
+::testing::AssertionResult PeerWrites(PeerProcess& peer, const std::string& to, LocalBuffer& into,
+                                      uint64_t seed) {
+  const uint64_t from = peer.Buf(into.len());
+  peer.FillRange(from, into.len(), seed);
+  const Reply w = peer.Xfer("write", to, 10000, from, into.addr(), into.len());
+  if (!w.ok) return ::testing::AssertionFailure() << "the peer's WRITE into us failed: " << w.line;
+  LocalBuffer want(into.len());
+  want.Fill(seed);
+  if (into.Hash() != want.Hash()) return ::testing::AssertionFailure() << "the peer's WRITE did not land";
+  return ::testing::AssertionSuccess();
+}
+
+// A hello with the name and incarnation of a peer we dialled at another address than its name
+// was taken for that peer's own session to us (the same engine under another key), from
+// anyone: the impostor was accepted with the peer's incarnation, and when its session ended,
+// the peer's data connections into us (keyed by that incarnation) were closed, its next WRITE
+// into us failing. Such a hello is now that engine's only when it comes from it: from its
+// process where it is on this host, else from the host we reach it at (127.0.0.2 is another).
+TEST(Hostile, AHelloAsAPeerWeDialledElsewhereIsRefusedFromAnotherProcessOrHost) {
+  for (const std::string host_id : {"", "another-host"}) {
+    SCOPED_TRACE(host_id.empty() ? "the peer on this host" : "the peer on another host");
+    PeerProcess peer;
+    std::string error;
+    ASSERT_TRUE(peer.Start(WildcardPeer(host_id), &error)) << error;
+    xfer::Engine e;
+    xfer::EngineOptions o;
+    o.transport = "tcp";
+    XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
+    XT_ASSERT_OK(e.Connect(Dialled(peer), 10s));
+    xfer::PeerInfo info;
+    XT_ASSERT_OK(e.GetPeerInfo(Dialled(peer), &info));
+    ASSERT_EQ(info.name, peer.name());
+    LocalBuffer mine(1 << 20);
+    xfer::MemHandle h = 0;
+    XT_ASSERT_OK(e.RegisterMem(mine.data(), mine.len(), xfer::MemType::kHost, &h));
+    EXPECT_TRUE(PeerWrites(peer, e.LocalName(), mine, 1));
+
+    RawSession raw(e.LocalName());
+    if (!host_id.empty()) {  // (from this host, it would pass for the peer's)
+      net::Fd other = ConnectFrom("127.0.0.2", PortIn(e.LocalName()));
+      if (!other.valid()) GTEST_SKIP() << "cannot bind 127.0.0.2 (a second loopback address)";
+      raw.s = std::make_shared<xfer::control::Session>(std::move(other), true, e.LocalName());
+    }
+    ExpectRefused(raw, HelloOf(peer.name(), info.incarnation), "incarnation in use");
+    raw.s->Close();
+    // (Once e is done with the impostor's session, whatever it made of it.)
+    EXPECT_TRUE(PollUntil(
+        [&] {
+          xfer::PeerInfo impostor;
+          return e.GetPeerInfo(peer.name(), &impostor).code() == StatusCode::kNotConnected;
+        },
+        5s));
+    EXPECT_TRUE(PeerWrites(peer, e.LocalName(), mine, 2));
+    const PeerRegion r = peer.Alloc(1 << 20);
+    LocalBuffer src(1 << 20);
+    src.Fill(3);
+    XT_EXPECT_OK(e.TransferSync(Dialled(peer), Op::kWrite, {{src.addr(), r.addr, src.len()}}, 10s));
+    EXPECT_EQ(peer.Sum(r), src.Hash());
+    XT_EXPECT_OK(e.DeregisterMem(h));
+  }
+}
+
+// What the exception above is for: the peer we dialled at another address than its name (both
+// named by wildcards here) opens a session of its own to us, at another address than our name.
+// Both sessions stay, each under its key with the peer's incarnation, and one of them ending
+// leaves the other's data connections alone (before, its drop closed every data connection of
+// that incarnation: the peer's next WRITE into us over the other session failed).
+TEST(Hostile, APeerWeDialledElsewhereMayOpenASessionOfItsOwn) {
+  for (const std::string host_id : {"", "another-host"}) {
+    SCOPED_TRACE(host_id.empty() ? "the peer on this host" : "the peer on another host");
+    PeerProcess peer;
+    std::string error;
+    ASSERT_TRUE(peer.Start(WildcardPeer(host_id), &error)) << error;
+    xfer::Engine e;
+    xfer::EngineOptions o;
+    o.transport = "tcp";
+    XT_ASSERT_OK(e.Initialize("0.0.0.0:0", o));
+    const std::string us = "127.0.0.1:" + std::to_string(PortIn(e.LocalName()));
+    XT_ASSERT_OK(e.Connect(Dialled(peer), 10s));
+    const Reply c = peer.Call("connect " + us);  // (its session to e: under e's name, it has ours)
+    ASSERT_TRUE(c.ok) << c.line;
+    xfer::PeerInfo dialled, its_own;
+    XT_ASSERT_OK(e.GetPeerInfo(Dialled(peer), &dialled));
+    XT_ASSERT_OK(e.GetPeerInfo(peer.name(), &its_own));
+    EXPECT_EQ(dialled.incarnation, its_own.incarnation);
+    EXPECT_TRUE(dialled.outbound);
+    EXPECT_FALSE(its_own.outbound);
+    LocalBuffer mine(1 << 20);
+    xfer::MemHandle h = 0;
+    XT_ASSERT_OK(e.RegisterMem(mine.data(), mine.len(), xfer::MemType::kHost, &h));
+    EXPECT_TRUE(PeerWrites(peer, us, mine, 1));
+    EXPECT_TRUE(PeerWrites(peer, e.LocalName(), mine, 2));
+
+    const Reply d = peer.Call("disconnect " + us);
+    ASSERT_TRUE(d.ok) << d.line;
+    EXPECT_TRUE(PollUntil(
+        [&] { return e.GetPeerInfo(peer.name(), &its_own).code() == StatusCode::kNotConnected; }, 5s));
+    EXPECT_TRUE(PeerWrites(peer, e.LocalName(), mine, 3));
+    const PeerRegion r = peer.Alloc(1 << 20);
+    LocalBuffer src(1 << 20);
+    src.Fill(4);
+    XT_EXPECT_OK(e.TransferSync(Dialled(peer), Op::kWrite, {{src.addr(), r.addr, src.len()}}, 10s));
+    EXPECT_EQ(peer.Sum(r), src.Hash());
+    XT_EXPECT_OK(e.DeregisterMem(h));
+  }
+}
+
+// An impostor that says hello with a peer's incarnation before we have a session with that
+// peer gets in (nothing tells it apart yet), and our own Connect to the peer still does. When
+// the impostor's session ended, the peer's data connections into us (keyed by the incarnation)
+// were closed with it, and the peer's next WRITE into us failed; they now stay while the
+// peer's own session lives.
+TEST(Hostile, AnImpostorWithAPeersIncarnationCutsNoneOfItsDataConnections) {
+  PeerOptions po;
+  po.extra_args = {"--transport", "tcp"};
+  PeerProcess peer;
+  std::string error;
+  ASSERT_TRUE(peer.Start(po, &error)) << error;
+  uint64_t incarnation = 0;
+  {
+    RawSession ask(peer.name());  // (its hello says it)
+    incarnation = ask.Hello(HelloOf("127.0.0.1:9", 4242)).incarnation;
+    ask.s->Close();
+  }
+  ASSERT_NE(incarnation, 0u);
+  xfer::Engine e;
+  xfer::EngineOptions o;
+  o.transport = "tcp";
+  XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
+  RawSession impostor(e.LocalName());
+  ASSERT_FALSE(impostor.Hello(HelloOf("127.0.0.1:10", incarnation)).name.empty())
+      << "the impostor was refused";
+  XT_ASSERT_OK(e.Connect(peer.name(), 10s));
+  LocalBuffer mine(1 << 20);
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(e.RegisterMem(mine.data(), mine.len(), xfer::MemType::kHost, &h));
+  EXPECT_TRUE(PeerWrites(peer, e.LocalName(), mine, 1));
+  impostor.s->Close();
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        xfer::PeerInfo gone;
+        return e.GetPeerInfo("127.0.0.1:10", &gone).code() == StatusCode::kNotConnected;
+      },
+      5s));
+  EXPECT_TRUE(PeerWrites(peer, e.LocalName(), mine, 2));
+  XT_EXPECT_OK(e.DeregisterMem(h));
+}
+
 // A raw control session to an engine: our hello out, its hello back (the session stays open).
 std::shared_ptr<xfer::control::Session> Hello(const std::string& engine, const wire::Hello& hello,
                                               wire::Hello* reply) {

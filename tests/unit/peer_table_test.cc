@@ -39,12 +39,12 @@ TEST(PeerTable, FindSeesEveryChangeOfTheTable) {
   EXPECT_FALSE(table.Find("a", &found)) << "a removed peer was found";
   const PeerTable::Peer second = MakePeer(20, false);
   PeerTable::Peer replaced;
-  ASSERT_TRUE(table.BeginAccept("a", "a", 20, "10.0.0.1", &replaced).ok());
+  ASSERT_TRUE(table.BeginAccept("a", "a", 20, "10.0.0.1", nullptr, &replaced).ok());
   table.FinishAccept("a", second);
   ASSERT_TRUE(table.Find("a", &found));
   EXPECT_EQ(found.state, second.state);
   const PeerTable::Peer third = MakePeer(30, false);
-  ASSERT_TRUE(table.BeginAccept("a", "a", 30, "10.0.0.1", &replaced).ok());
+  ASSERT_TRUE(table.BeginAccept("a", "a", 30, "10.0.0.1", nullptr, &replaced).ok());
   EXPECT_EQ(replaced.state, second.state);
   EXPECT_FALSE(table.Find("a", &found)) << "found while its restart is being accepted";
   table.FinishAccept("a", third);
@@ -53,6 +53,45 @@ TEST(PeerTable, FindSeesEveryChangeOfTheTable) {
 
   ASSERT_TRUE(table.Take("a", &found));
   EXPECT_FALSE(table.Find("a", &found)) << "a peer taken by Disconnect was found";
+}
+
+// A hello under the name and incarnation of a peer we dialled at another address (its name a
+// wildcard's, say): that peer's own session to us only where the caller vouched for it (found
+// that it comes from that engine); a name and an incarnation alone are anyone's to state.
+TEST(PeerTable, AHelloWithTheIncarnationOfAPeerWeDialledElsewhereNeedsItsVoucher) {
+  PeerTable table;
+  table.set_incarnation(1);
+  PeerTable::Peer dialled = MakePeer(10, true);
+  dialled.state->info.name = "0.0.0.0:5";
+  ASSERT_TRUE(table.Claim("127.0.0.1:5", PeerTable::Clock::now() + std::chrono::seconds(1)).ok());
+  ASSERT_TRUE(table.InstallClaimed("127.0.0.1:5", dialled));
+  PeerTable::Peer found;
+  ASSERT_TRUE(table.DialledUnderAnotherKey("0.0.0.0:5", "0.0.0.0:5", 10, &found));
+  EXPECT_EQ(found.session, dialled.session);
+  EXPECT_FALSE(table.DialledUnderAnotherKey("0.0.0.0:5", "0.0.0.0:6", 10, &found)) << "another name";
+  EXPECT_FALSE(table.DialledUnderAnotherKey("0.0.0.0:5", "0.0.0.0:5", 11, &found)) << "another incarnation";
+  EXPECT_FALSE(table.DialledUnderAnotherKey("127.0.0.1:5", "0.0.0.0:5", 10, &found)) << "its own key";
+
+  PeerTable::Peer replaced;
+  EXPECT_EQ(table.BeginAccept("0.0.0.0:5", "0.0.0.0:5", 10, "127.0.0.1", nullptr, &replaced).code(),
+            StatusCode::kInvalidArgument);
+  const PeerTable::Peer other = MakePeer(10, true);  // (a session the caller vouched for, not ours)
+  EXPECT_EQ(
+      table.BeginAccept("0.0.0.0:5", "0.0.0.0:5", 10, "127.0.0.1", other.session.get(), &replaced).code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      table.BeginAccept("0.0.0.0:6", "0.0.0.0:6", 10, "127.0.0.1", dialled.session.get(), &replaced).code(),
+      StatusCode::kInvalidArgument)
+      << "vouched for, under another name";
+  ASSERT_TRUE(
+      table.BeginAccept("0.0.0.0:5", "0.0.0.0:5", 10, "127.0.0.1", dialled.session.get(), &replaced).ok());
+  EXPECT_EQ(replaced.session, nullptr);
+  const PeerTable::Peer back = MakePeer(10, false);
+  table.FinishAccept("0.0.0.0:5", back);
+  ASSERT_TRUE(table.Find("0.0.0.0:5", &found));
+  EXPECT_EQ(found.state, back.state);
+  ASSERT_TRUE(table.Find("127.0.0.1:5", &found));
+  EXPECT_EQ(found.state, dialled.state);
 }
 
 TEST(PeerTable, APeerThatWentAwayIsNotKeptAliveByAThreadThatFoundIt) {

@@ -71,6 +71,7 @@ std::shared_ptr<PeerState> PeerService::MakePeerState(const wire::Hello& hello, 
       peer.same_host = false;
     }
   }
+  if (control_fd >= 0) st->control_host = net::HostOf(net::PeerOf(control_fd));
   peer.same_process = peer.same_host && hello.pid == ::getpid();
   peer.pidfd = pidfd.get();
   const bool itself = hello.incarnation == self_.incarnation;

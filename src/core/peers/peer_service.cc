@@ -55,7 +55,8 @@ RemoteRegions::Revoked PeerService::Drop(PeerState& state) {
   events_.gone(state);  // (its notification ring closes; the data path lets go of it)
   auto gone = state.regions.RevokeAll();
   for (const auto& r : state.routes.routes) r->link().Shutdown();
-  backends_.DropPeer(state.info.incarnation);
+  // (alive is false already: this state is not the live session HasLive finds.)
+  if (!table_.HasLive(state.info.incarnation)) backends_.DropPeer(state.info.incarnation);
   return gone;
 }
 

@@ -129,6 +129,12 @@ class PeerService {
   // from within heartbeat_timeout): a hello taking its name is then an impostor's, not a
   // restart (a restarted peer's old session ends with its process, or falls silent and dies).
   bool IsAliveUnderAnotherIncarnation(const std::string& key, uint64_t incarnation) const;
+  // Our outbound session to the engine that s's hello names, which we dialled under another key,
+  // when s comes from that engine (PeerTable::BeginAccept's `vouched`); null when there is none,
+  // or s comes from elsewhere: from another process than the one we saw hold that session (a
+  // peer on this host), else from another host than the one we reached it at.
+  std::shared_ptr<control::Session> SameEngineDialled(const control::Session& s, const std::string& key,
+                                                      const wire::Hello& hello) const;
   wire::Hello MakeHello(const std::vector<wire::WireRegion>& regions) const;
   // Sends our hello on s and adds s to the sessions that hear of region changes.
   Status SendHelloAndSubscribe(const std::shared_ptr<control::Session>& s);
@@ -142,7 +148,10 @@ class PeerService {
   // Puts a route through the peer's staging slots ahead of each one-sided route (the peer
   // said wire::kFeatureTargetStaging; `features`: its hello's).
   static void AddBounceRoutes(PeerState& st, uint32_t features);
-  // Marks the peer gone and revokes its regions; returns them, for CloseAll after a fence.
+  // Marks the peer gone and revokes its regions; returns them, for CloseAll after a fence. What
+  // the backends keep for its incarnation (its data connections to us) goes too, unless another
+  // live session has that incarnation (the same engine under another key, or an impostor that
+  // got in with it first: that one's end must not cut the real engine's data connections).
   RemoteRegions::Revoked Drop(PeerState& state);
   // Control thread: frees what Drop returned on the loop's worker (a million regions take a
   // fraction of a second).

@@ -2,6 +2,7 @@
 // peer's region updates, round trips and goodbye, and the session's end.
 #include "core/peers/peer_service.h"
 #include "util/log.h"
+#include "util/process_check.h"
 
 namespace xfer {
 namespace {
@@ -59,8 +60,9 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
     return;
   }
   Peer replaced;
-  if (Status st =
-          table_.BeginAccept(key, hello.name, hello.incarnation, net::HostOf(s->remote_addr()), &replaced);
+  const std::shared_ptr<control::Session> vouched = SameEngineDialled(*s, key, hello);
+  if (Status st = table_.BeginAccept(key, hello.name, hello.incarnation, net::HostOf(s->remote_addr()),
+                                     vouched.get(), &replaced);
       !st.ok()) {
     if (st.code() == StatusCode::kResourceExhausted) {
       if (uint64_t more = 0; too_many_sessions_log_.Due(&more)) {
@@ -112,6 +114,25 @@ bool PeerService::IsAliveUnderAnotherIncarnation(const std::string& key, uint64_
   // Until the control loop declares it dead (silent for heartbeat_timeout): a peer's own
   // heartbeat interval is not ours, and its heartbeats may wait in this loop turn's events.
   return Clock::now() - old.session->last_rx.load() < self_.options.heartbeat_timeout;
+}
+
+std::shared_ptr<control::Session> PeerService::SameEngineDialled(const control::Session& s,
+                                                                 const std::string& key,
+                                                                 const wire::Hello& hello) const {
+  Peer ours;
+  if (!table_.DialledUnderAnotherKey(key, hello.name, hello.incarnation, &ours)) return nullptr;
+  // A hello's name and incarnation are no proof (anyone may state them, and the incarnation of
+  // a peer we dialled is in its hello to us and in the cluster metadata): the session must come
+  // from where that engine is. On this host, from its process (seen to hold our session to it);
+  // elsewhere, from the host we reach it at. (What this cannot tell apart: another process on
+  // that other host.)
+  if (ours.state->on_this_host) {
+    net::Fd pidfd;
+    if (!host::VerifyConnectionOwner(s.fd(), ours.state->info.pid, &pidfd).ok()) return nullptr;
+  } else if (ours.state->control_host.empty() || ours.state->control_host != net::HostOf(s.remote_addr())) {
+    return nullptr;
+  }
+  return ours.session;
 }
 
 void PeerService::OnBeforeHello(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {

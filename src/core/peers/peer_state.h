@@ -63,6 +63,9 @@ struct PeerState final : control::SessionContext {
   // (null where that cannot be opened).
   bool on_this_host = false;
   std::unique_ptr<shared_memory::PeerMapper> mapper;
+  // The other end's host as its control connection's socket names it (an IP address, whatever
+  // name we dialled); empty for this engine itself.
+  std::string control_host;
 
   // Some route reaches the peer, so transfers can be tried.
   bool Reachable() const { return !routes.routes.empty(); }

@@ -134,8 +134,21 @@ size_t PeerTable::OpenedFrom(const std::string& host) const {
   return n;
 }
 
+bool PeerTable::DialledUnderAnotherKey(const std::string& key, const std::string& name, uint64_t incarnation,
+                                       Peer* out) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [other, p] : peers_) {
+    if (other != key && p.session && p.session->outbound() && p.state->info.name == name &&
+        p.state->info.incarnation == incarnation) {
+      *out = p;
+      return true;
+    }
+  }
+  return false;
+}
+
 Status PeerTable::BeginAccept(const std::string& key, const std::string& name, uint64_t incarnation,
-                              const std::string& host, Peer* replaced) {
+                              const std::string& host, const control::Session* vouched, Peer* replaced) {
   std::lock_guard lock(mu_);
   // While this hello is answered, accepting_ keeps a Connect() of ours from starting a
   // crossing session.
@@ -149,8 +162,9 @@ Status PeerTable::BeginAccept(const std::string& key, const std::string& name, u
   if (incarnation == mine_) return {StatusCode::kInvalidArgument, "its incarnation is this engine's"};
   for (const auto& [other, p] : peers_) {
     // (The same engine under another key, our outbound session to the address we dialled it
-    // at, carries its own name: not an impostor.)
-    const bool same_engine = p.state->info.name == name && p.session && p.session->outbound();
+    // at, is not an impostor: when the caller found that this session comes from it. A name
+    // and an incarnation are no proof: anyone may state them.)
+    const bool same_engine = vouched != nullptr && p.session.get() == vouched && p.state->info.name == name;
     if (other != key && p.state->info.incarnation == incarnation && !same_engine) {
       return {StatusCode::kInvalidArgument, "its incarnation is that of peer '" + other + "'"};
     }

@@ -57,16 +57,25 @@ class PeerTable {
   // After our connection crossed the peer's and lost: ok once the peer's session is in.
   Status AwaitCrossed(const std::string& remote, Clock::time_point deadline);
 
+  // Our outbound session to the engine of that name and incarnation under a key other than
+  // `key` (we dialled it at an address that is not its name, e.g. its wildcard's): *out; false
+  // when there is none. A hello of that engine under its name may be its own session to us
+  // (BeginAccept's `vouched`), or an impostor's: the hello alone cannot tell.
+  bool DialledUnderAnotherKey(const std::string& key, const std::string& name, uint64_t incarnation,
+                              Peer* out) const;
+
   // The hello of a session opened to us: kAlreadyConnected when it duplicates a session, or
   // crosses a Connect of ours that wins; kResourceExhausted when it would be one more than
   // max_sessions, or than max_sessions_per_host from its host; kInvalidArgument when its incarnation is ours
-  // or that of a peer of another name that has a session (an incarnation names one engine: data connections
-  // and drops are keyed by it); else ok: the name is being accepted (until FinishAccept), and *replaced is
-  // the session of the peer's previous incarnation, now removed (a restart).
+  // or that of a peer under another key that has a session (an incarnation names one engine: data
+  // connections and drops are keyed by it), unless that session is `vouched`: our outbound session
+  // that the caller found this session's engine to be (DialledUnderAnotherKey); else ok: the name is
+  // being accepted (until FinishAccept), and *replaced is the session of the peer's previous
+  // incarnation, now removed (a restart).
   // (name: the hello's; key is it, or it with the incarnation for a peer without a port; host:
   // where its control connection comes from.)
   Status BeginAccept(const std::string& key, const std::string& name, uint64_t incarnation,
-                     const std::string& host, Peer* replaced);
+                     const std::string& host, const control::Session* vouched, Peer* replaced);
   void FinishAccept(const std::string& key, const Peer& peer);
 
   // Removes the peer when s is its session; true when it was.
