@@ -34,7 +34,7 @@ void Session::SendSoon(const wire::Message& msg) {
 
 Status Session::SendNumbered(const std::function<wire::Message(uint64_t)>& make, uint64_t* seq, Reply reply) {
   std::unique_lock lock(send_mu_);
-  *seq = ++next_seq_;
+  *seq = next_seq_.fetch_add(1, std::memory_order_acq_rel) + 1;  // (under send_mu_: in order)
   if (closed_.load() || !fd_.valid()) {
     lock.unlock();
     if (reply) reply({StatusCode::kConnectionLost, "the session with " + peer_key + " has ended"});
@@ -286,10 +286,13 @@ bool Session::Answer(uint64_t seq, Status status) {
   return true;
 }
 
-void Session::Acked(uint64_t seq) {
+bool Session::Acked(uint64_t seq) {
+  if (seq > next_seq_.load(std::memory_order_acquire))
+    return false;  // (it would answer our next round trips before they were sent)
   std::lock_guard lock(mu_);
   if (seq > acked_) acked_ = seq;
   cv_.notify_all();
+  return true;
 }
 
 bool Session::WaitAcked(uint64_t seq, Clock::time_point deadline) {

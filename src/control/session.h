@@ -105,8 +105,8 @@ class Session {
   bool closed() const { return closed_.load(); }
 
   // Acknowledged round trips (SendNumbered). The peer answers in order, so one counter covers
-  // them all.
-  void Acked(uint64_t seq);
+  // them all. False (and nothing acknowledged) for a number not sent yet.
+  bool Acked(uint64_t seq);
   // False when the deadline passed or the session closed first.
   bool WaitAcked(uint64_t seq, Clock::time_point deadline);
 
@@ -161,7 +161,7 @@ class Session {
   bool loop_owes_ = false;            // send_mu_: on_pending was called, and bytes are still left
   std::vector<uint8_t> rx_;           // control loop only
   std::atomic<bool> closed_{false};
-  uint64_t next_seq_ = 0;  // send_mu_
+  std::atomic<uint64_t> next_seq_{0};  // taken under send_mu_, read anywhere (Acked)
   mutable std::mutex mu_;
   std::condition_variable cv_;
   uint64_t acked_ = 0;                  // mu_

@@ -1,5 +1,9 @@
 #include "control/wire.h"
 
+#include <sys/socket.h>
+
+#include "control/session.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -286,6 +290,24 @@ TEST(WireCodec, ADecodedFrameTakesAtMostAFewTimesItsSizeInMemory) {
   frame = Encode(h);
   ASSERT_TRUE(DecodePayload(MsgType::kHello, std::span(frame).subspan(kHeaderSize), &out, &why)) << why;
   EXPECT_EQ(std::get<Hello>(out), h);
+}
+
+// An acknowledgment of a round trip never sent acknowledges nothing: it would otherwise answer
+// our next Syncs and region removals before they were sent.
+TEST(SessionAcks, OnlyRoundTripsSentCanBeAcknowledged) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  net::Fd theirs(fds[1]);
+  control::Session s(net::Fd(fds[0]), true, "test");
+  const auto soon = [] { return std::chrono::steady_clock::now() + std::chrono::milliseconds(20); };
+  EXPECT_FALSE(s.Acked(1000));
+  uint64_t seq = 0;
+  ASSERT_TRUE(s.SendNumbered([](uint64_t n) { return Sync{n}; }, &seq).ok());
+  EXPECT_EQ(seq, 1u);
+  EXPECT_FALSE(s.WaitAcked(1, soon())) << "an early acknowledgment of 1000 answered round trip 1";
+  EXPECT_FALSE(s.Acked(2));
+  EXPECT_TRUE(s.Acked(1));
+  EXPECT_TRUE(s.WaitAcked(1, soon()));
 }
 
 TEST(WireCodec, RandomBytesNeverCrash) {
