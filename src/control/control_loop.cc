@@ -421,10 +421,10 @@ void ControlLoop::AfterFrames(const std::shared_ptr<Session>& s, bool alive, std
                               uint32_t events) {
   if (alive && s->shutdown_reason().empty()) alive = FlushAnswers(*s, &why);
   if (!alive) {
-    // (Anyone can open connections that end so, before a hello: one line a second for those.)
+    // (Anyone can open connections that end so, and without a secret say hello first: one
+    // line a second.)
     uint64_t more = 0;
-    if (why.rfind("connection closed", 0) != 0 && s->shutdown_reason().empty() &&
-        (!s->peer_key.empty() || stranger_log_.Due(&more))) {
+    if (why.rfind("connection closed", 0) != 0 && s->shutdown_reason().empty() && broken_log_.Due(&more)) {
       XLOG(WARN) << "control connection from " << s->remote_addr() << ": " << why << "; closing it"
                  << log::Limit::More(more);
     }

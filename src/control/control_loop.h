@@ -106,7 +106,7 @@ class ControlLoop {
   void Account(const Session& s, size_t before);
   size_t buffered_ = 0;  // control thread: Session::buffered, summed over sessions_
   log::Limit shed_log_{std::chrono::seconds(10)};
-  log::Limit stranger_log_;  // control thread: connections that ended in error before a hello
+  log::Limit broken_log_;  // control thread: connections that ended in error (AfterFrames)
   // Writes what s has queued (its answers, Session::SendSoon, and what other threads' sends
   // left) without blocking, and watches the socket for room while some is left; false (with
   // *why) when the session must close.

@@ -1233,11 +1233,10 @@ TEST(Hostile, FramesBehindABigHelloAreTakenInOrderAfterIt) {
   XT_EXPECT_OK(legit.Connect(e.LocalName(), 10s));
 }
 
-// EngineOptions::max_peer_regions: a hello with more regions gets only a goodbye, a peer that
-// registers one more is cut off; the engine serves the others.
-// Anyone who can connect can open connections that end in error before a hello (bad bytes, a
-// frame before the hello, a hello without a name): the engine logs those one line a second,
-// with a count of the rest (docs/security.md), so that they cannot flood its log.
+// Anyone who can connect can open connections that break the protocol (bad bytes, a frame
+// before the hello, a hello without a name; without a secret, bad bytes after a hello): the
+// engine logs those a line a second, with a count of the rest (docs/security.md), so that they
+// cannot flood its log.
 TEST(Hostile, StrangersBrokenConnectionsAreLoggedOnceASecond) {
   const std::string log = ::testing::TempDir() + "xfer_strangers_" + std::to_string(getpid()) + ".log";
   PeerOptions options;
@@ -1245,22 +1244,33 @@ TEST(Hostile, StrangersBrokenConnectionsAreLoggedOnceASecond) {
   PeerProcess peer;
   std::string err;
   ASSERT_TRUE(peer.Start(options, &err)) << err;
-  const auto junk = [&] {  // bytes that are no frame: closed for its bad magic
-    net::Fd fd;
-    ASSERT_TRUE(net::ConnectTcp(net::Address{"127.0.0.1", static_cast<uint16_t>(peer.port()), true},
-                                Clock::now() + 2s, &fd)
-                    .ok());
+  // Bytes that are no frame on fd (closed for its bad magic); false when they could not be sent.
+  const auto junk_on = [](int fd) {
     const std::vector<uint8_t> bytes(64, 0x5a);
-    ASSERT_EQ(::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
-    pollfd p{fd.get(), POLLIN, 0};
+    if (::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size()))
+      return false;
+    pollfd p{fd, POLLIN, 0};
     char c;
-    while (::poll(&p, 1, 2000) == 1 && ::recv(fd.get(), &c, 1, 0) > 0) {
+    while (::poll(&p, 1, 2000) == 1 && ::recv(fd, &c, 1, 0) > 0) {
     }
+    return true;
+  };
+  const auto junk = [&] {
+    net::Fd fd;
+    return net::ConnectTcp(net::Address{"127.0.0.1", static_cast<uint16_t>(peer.port()), true},
+                           Clock::now() + 2s, &fd)
+               .ok() &&
+           junk_on(fd.get());
   };
   constexpr int kEach = 30;
   const auto began = Clock::now();
   for (int i = 0; i < kEach; ++i) {
-    junk();
+    ASSERT_TRUE(junk());
+    RawSession hello_first(peer.name());  // (a peer, as far as a hello without a secret goes)
+    const uint64_t incarnation = 1000 + static_cast<uint64_t>(i);
+    ASSERT_FALSE(
+        hello_first.Hello(HelloOf("127.0.0.1:" + std::to_string(incarnation), incarnation)).name.empty());
+    ASSERT_TRUE(junk_on(hello_first.s->fd()));
     RawSession before(peer.name());
     before.Send(wire::Sync{1});  // a frame before the hello
     (void)before.ReadAll();
@@ -1270,7 +1280,7 @@ TEST(Hostile, StrangersBrokenConnectionsAreLoggedOnceASecond) {
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - began).count();
   std::this_thread::sleep_for(1100ms);
-  junk();  // its line counts those held back
+  ASSERT_TRUE(junk());  // its line counts those held back
   const auto text = [&] {
     std::ifstream f(log);
     return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -1283,13 +1293,15 @@ TEST(Hostile, StrangersBrokenConnectionsAreLoggedOnceASecond) {
     lines += line.find("control connection from") != std::string::npos ||
              line.find("hello from") != std::string::npos;
   }
-  // Two limits (the connection's bytes, its first frames), a line a second each.
+  // Two limits (the connection's bytes, its frames), a line a second each.
   EXPECT_LE(lines, 2 * (static_cast<size_t>(seconds) + 2) + 1) << "over " << seconds << " s";
   EXPECT_GE(lines, 2u);
   EXPECT_TRUE(counted) << "no line counted the lines held back";
   std::remove(log.c_str());
 }
 
+// EngineOptions::max_peer_regions: a hello with more regions gets only a goodbye, a peer that
+// registers one more is cut off; the engine serves the others.
 TEST(Hostile, APeersRegionsAreCapped) {
   xfer::EngineOptions o;
   o.max_peer_regions = 100;

@@ -366,6 +366,10 @@ TEST(NotifyStalledPeer, OthersAreServedAndEverythingCompletesLater) {
   constexpr int kN = 14000;  // x 4 KiB: more than the sockets between us hold (here ~36 MB)
   xfer::TransferOptions o;
   o.notify = std::string(4096, 'n');
+  struct Resumed {  // (before the engine's end, which says goodbye to the peer, should an assert return)
+    PeerProcess& peer;
+    ~Resumed() { peer.Signal(SIGCONT); }
+  } resumed{stalled};
   stalled.Signal(SIGSTOP);
   std::vector<xfer::RequestHandle> hs(kN);
   double longest = 0;  // one call's

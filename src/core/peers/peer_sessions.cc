@@ -30,7 +30,7 @@ std::shared_ptr<control::SessionContext> PeerService::Prepare(const wire::Hello&
 
 void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello&& hello) {
   if (hello.name.empty() || hello.incarnation == 0) {
-    if (uint64_t more = 0; stranger_log_.Due(&more)) {
+    if (uint64_t more = 0; broken_log_.Due(&more)) {
       XLOG(WARN) << "hello from " << s->remote_addr() << " without name or incarnation; closing"
                  << log::Limit::More(more);
     }
@@ -41,7 +41,7 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
   if (!prepared) prepared = std::make_shared<PreparedTable>(hello, self_.options.max_peer_regions);
   RemoteRegions::Table& table = prepared->table;
   if (const std::string& why = table.why_bad(); !why.empty()) {
-    if (uint64_t more = 0; stranger_log_.Due(&more)) {
+    if (uint64_t more = 0; broken_log_.Due(&more)) {
       XLOG(WARN) << "hello from " << s->remote_addr() << " has a bad region table (" << why << "); closing"
                  << log::Limit::More(more);
     }
@@ -121,11 +121,14 @@ std::shared_ptr<control::Session> PeerService::SameEngineDialled(const control::
                                                                  const wire::Hello& hello) const {
   Peer ours;
   if (!table_.DialledUnderAnotherKey(key, hello.name, hello.incarnation, &ours)) return nullptr;
-  // A hello's name and incarnation are no proof (anyone may state them, and the incarnation of
-  // a peer we dialled is in its hello to us and in the cluster metadata): the session must come
-  // from where that engine is. On this host, from its process (seen to hold our session to it);
-  // elsewhere, from the host we reach it at. (What this cannot tell apart: another process on
-  // that other host.)
+  // With a secret, the hello's name and incarnation are those its proof bound (OnHello checked
+  // them): a holder of the secret is taken at its word, as in every hello.
+  if (s.auth) return ours.session;
+  // Without one, a hello's name and incarnation are no proof (anyone may state them, and the
+  // incarnation of a peer we dialled is in its hello to us and in the cluster metadata): the
+  // session must come from where that engine is. On this host, from its process (seen to hold
+  // our session to it); elsewhere, from the address our session reaches. (What this cannot
+  // tell apart: another process at that address.)
   if (ours.state->on_this_host) {
     net::Fd pidfd;
     if (!host::VerifyConnectionOwner(s.fd(), ours.state->info.pid, &pidfd).ok()) return nullptr;
@@ -138,7 +141,7 @@ std::shared_ptr<control::Session> PeerService::SameEngineDialled(const control::
 void PeerService::OnBeforeHello(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {
   if (auth_.OnUnauthenticated(s, msg)) return;
   if (auto* hello = std::get_if<wire::Hello>(&msg)) return OnHello(s, std::move(*hello));
-  if (uint64_t more = 0; stranger_log_.Due(&more)) {
+  if (uint64_t more = 0; broken_log_.Due(&more)) {
     XLOG(WARN) << "control connection from " << s->remote_addr()
                << " sent a frame before its hello; closing it" << log::Limit::More(more);
   }
@@ -153,11 +156,17 @@ void PeerService::OnMessage(const std::shared_ptr<control::Session>& s, wire::Me
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, wire::RegionAdd>) {
           if (peer.regions.size() >= max_regions) {
-            XLOG(WARN) << "peer " << s->peer_key << " advertised more than " << max_regions
-                       << " regions (EngineOptions::max_peer_regions); closing its session";
+            if (uint64_t more = 0; broken_log_.Due(&more)) {
+              XLOG(WARN) << "peer " << s->peer_key << " advertised more than " << max_regions
+                         << " regions (EngineOptions::max_peer_regions); closing its session"
+                         << log::Limit::More(more);
+            }
             s->Shutdown("too many regions");
           } else if (std::string why; !peer.regions.Add(m.region, &why)) {
-            XLOG(WARN) << "peer " << s->peer_key << " sent a bad region (" << why << "); closing its session";
+            if (uint64_t more = 0; broken_log_.Due(&more)) {
+              XLOG(WARN) << "peer " << s->peer_key << " sent a bad region (" << why
+                         << "); closing its session" << log::Limit::More(more);
+            }
             s->Shutdown("bad region: " + why);
           }
         } else if constexpr (std::is_same_v<T, wire::RegionRemove>) {

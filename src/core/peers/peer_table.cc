@@ -160,11 +160,18 @@ Status PeerTable::BeginAccept(const std::string& key, const std::string& name, u
     return {StatusCode::kAlreadyConnected, "already connected to '" + key + "'"};
   }
   if (incarnation == mine_) return {StatusCode::kInvalidArgument, "its incarnation is this engine's"};
+  // (The same engine under another key, our outbound sessions to the addresses we dialled it
+  // at, is not an impostor: when the caller found that this session comes from the engine of
+  // one of them, still here under that name and incarnation. A name and an incarnation alone
+  // are no proof: anyone may state them.)
+  bool vouched_here = false;
   for (const auto& [other, p] : peers_) {
-    // (The same engine under another key, our outbound session to the address we dialled it
-    // at, is not an impostor: when the caller found that this session comes from it. A name
-    // and an incarnation are no proof: anyone may state them.)
-    const bool same_engine = vouched != nullptr && p.session.get() == vouched && p.state->info.name == name;
+    vouched_here =
+        vouched_here || (vouched != nullptr && p.session.get() == vouched && p.session->outbound() &&
+                         p.state->info.name == name && p.state->info.incarnation == incarnation);
+  }
+  for (const auto& [other, p] : peers_) {
+    const bool same_engine = vouched_here && p.session && p.session->outbound() && p.state->info.name == name;
     if (other != key && p.state->info.incarnation == incarnation && !same_engine) {
       return {StatusCode::kInvalidArgument, "its incarnation is that of peer '" + other + "'"};
     }
