@@ -260,6 +260,36 @@ std::string Dialled(const PeerProcess& peer) { return "127.0.0.1:" + std::to_str
   return ::testing::AssertionSuccess();
 }
 
+// A peer named by a wildcard (host_id: as WildcardPeer's), and a tcp engine named `name` that
+// dialled it at 127.0.0.1.
+struct DialledWildcard {
+  PeerProcess peer;
+  xfer::Engine e;
+  ::testing::AssertionResult Start(const std::string& host_id, const std::string& name) {
+    std::string error;
+    if (!peer.Start(WildcardPeer(host_id), &error)) return ::testing::AssertionFailure() << error;
+    xfer::EngineOptions o;
+    o.transport = "tcp";
+    if (xfer::Status s = e.Initialize(name, o); !s.ok()) return ::testing::AssertionFailure() << s.ToString();
+    if (xfer::Status s = e.Connect(Dialled(peer), 10s); !s.ok())
+      return ::testing::AssertionFailure() << s.ToString();
+    return ::testing::AssertionSuccess();
+  }
+};
+
+// The peer still WRITEs into `mine` (registered as h, at our name; seed: the pattern's), and
+// we into it over our session to it; then h is deregistered.
+void ExpectDataFlowsBothWays(PeerProcess& peer, xfer::Engine& e, LocalBuffer& mine, xfer::MemHandle h,
+                             uint64_t seed) {
+  EXPECT_TRUE(PeerWrites(peer, e.LocalName(), mine, seed));
+  const PeerRegion r = peer.Alloc(1 << 20);
+  LocalBuffer src(1 << 20);
+  src.Fill(seed + 1);
+  XT_EXPECT_OK(e.TransferSync(Dialled(peer), Op::kWrite, {{src.addr(), r.addr, src.len()}}, 10s));
+  EXPECT_EQ(peer.Sum(r), src.Hash());
+  XT_EXPECT_OK(e.DeregisterMem(h));
+}
+
 // A hello with the name and incarnation of a peer we dialled at another address than its name
 // was taken for that peer's own session to us (the same engine under another key), from
 // anyone: the impostor was accepted with the peer's incarnation, and when its session ended,
@@ -269,14 +299,10 @@ std::string Dialled(const PeerProcess& peer) { return "127.0.0.1:" + std::to_str
 TEST(Hostile, AHelloAsAPeerWeDialledElsewhereIsRefusedFromAnotherProcessOrHost) {
   for (const std::string host_id : {"", "another-host"}) {
     SCOPED_TRACE(host_id.empty() ? "the peer on this host" : "the peer on another host");
-    PeerProcess peer;
-    std::string error;
-    ASSERT_TRUE(peer.Start(WildcardPeer(host_id), &error)) << error;
-    xfer::Engine e;
-    xfer::EngineOptions o;
-    o.transport = "tcp";
-    XT_ASSERT_OK(e.Initialize("127.0.0.1:0", o));
-    XT_ASSERT_OK(e.Connect(Dialled(peer), 10s));
+    DialledWildcard pair;
+    ASSERT_TRUE(pair.Start(host_id, "127.0.0.1:0"));
+    PeerProcess& peer = pair.peer;
+    xfer::Engine& e = pair.e;
     xfer::PeerInfo info;
     XT_ASSERT_OK(e.GetPeerInfo(Dialled(peer), &info));
     ASSERT_EQ(info.name, peer.name());
@@ -300,13 +326,7 @@ TEST(Hostile, AHelloAsAPeerWeDialledElsewhereIsRefusedFromAnotherProcessOrHost) 
           return e.GetPeerInfo(peer.name(), &impostor).code() == StatusCode::kNotConnected;
         },
         5s));
-    EXPECT_TRUE(PeerWrites(peer, e.LocalName(), mine, 2));
-    const PeerRegion r = peer.Alloc(1 << 20);
-    LocalBuffer src(1 << 20);
-    src.Fill(3);
-    XT_EXPECT_OK(e.TransferSync(Dialled(peer), Op::kWrite, {{src.addr(), r.addr, src.len()}}, 10s));
-    EXPECT_EQ(peer.Sum(r), src.Hash());
-    XT_EXPECT_OK(e.DeregisterMem(h));
+    ExpectDataFlowsBothWays(peer, e, mine, h, 2);
   }
 }
 
@@ -318,15 +338,11 @@ TEST(Hostile, AHelloAsAPeerWeDialledElsewhereIsRefusedFromAnotherProcessOrHost) 
 TEST(Hostile, APeerWeDialledElsewhereMayOpenASessionOfItsOwn) {
   for (const std::string host_id : {"", "another-host"}) {
     SCOPED_TRACE(host_id.empty() ? "the peer on this host" : "the peer on another host");
-    PeerProcess peer;
-    std::string error;
-    ASSERT_TRUE(peer.Start(WildcardPeer(host_id), &error)) << error;
-    xfer::Engine e;
-    xfer::EngineOptions o;
-    o.transport = "tcp";
-    XT_ASSERT_OK(e.Initialize("0.0.0.0:0", o));
+    DialledWildcard pair;
+    ASSERT_TRUE(pair.Start(host_id, "0.0.0.0:0"));
+    PeerProcess& peer = pair.peer;
+    xfer::Engine& e = pair.e;
     const std::string us = "127.0.0.1:" + std::to_string(PortIn(e.LocalName()));
-    XT_ASSERT_OK(e.Connect(Dialled(peer), 10s));
     const Reply c = peer.Call("connect " + us);  // (its session to e: under e's name, it has ours)
     ASSERT_TRUE(c.ok) << c.line;
     xfer::PeerInfo dialled, its_own;
@@ -345,13 +361,7 @@ TEST(Hostile, APeerWeDialledElsewhereMayOpenASessionOfItsOwn) {
     ASSERT_TRUE(d.ok) << d.line;
     EXPECT_TRUE(PollUntil(
         [&] { return e.GetPeerInfo(peer.name(), &its_own).code() == StatusCode::kNotConnected; }, 5s));
-    EXPECT_TRUE(PeerWrites(peer, e.LocalName(), mine, 3));
-    const PeerRegion r = peer.Alloc(1 << 20);
-    LocalBuffer src(1 << 20);
-    src.Fill(4);
-    XT_EXPECT_OK(e.TransferSync(Dialled(peer), Op::kWrite, {{src.addr(), r.addr, src.len()}}, 10s));
-    EXPECT_EQ(peer.Sum(r), src.Hash());
-    XT_EXPECT_OK(e.DeregisterMem(h));
+    ExpectDataFlowsBothWays(peer, e, mine, h, 3);
   }
 }
 
