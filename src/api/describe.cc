@@ -13,7 +13,7 @@ Status DescribeTransports(const EngineOptions& options, std::vector<TransportSta
   ctx.options = &options;
   ctx.region_access = [](uint64_t, uint64_t, bool) { return transport::TargetAccess{}; };
   ctx.is_peer = [](uint64_t) { return false; };
-  ctx.peer_auth_key = [](uint64_t) { return std::string(); };
+  ctx.peer_auth_keys = [](uint64_t) { return std::vector<std::string>(); };
   BackendSet backends;
   Status started = backends.Start(ctx);
   out->clear();

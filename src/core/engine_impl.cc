@@ -93,7 +93,7 @@ Status EngineImpl::StartBackends(const std::string& listen_host) {
   ctx.region_access = [this](uint64_t a, uint64_t l, bool w) { return regions_.Access(a, l, w); };
   ctx.is_peer = [this](uint64_t inc) { return peers_.HasLive(inc); };
   ctx.authenticate = peers_.authenticates();
-  ctx.peer_auth_key = [this](uint64_t inc) { return peers_.AuthKeyOf(inc); };
+  ctx.peer_auth_keys = [this](uint64_t inc) { return peers_.AuthKeysOf(inc); };
   ctx.staging_bytes = self_.options.staging != Staging::kOff ? self_.options.staging_buffer_bytes : 0;
   return backends_.Start(ctx);
 }

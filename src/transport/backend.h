@@ -138,10 +138,11 @@ struct EngineContext {
   std::function<TargetAccess(uint64_t addr, uint64_t len, bool write)> region_access;
   // True while an engine of that incarnation has a control session with us.
   std::function<bool(uint64_t incarnation)> is_peer;
-  // With a secret: data connections must prove they know their peer's session key, which
-  // peer_auth_key gives for the live peer of an incarnation ("" when none).
+  // With a secret: data connections must prove they know their peer's session key: one of
+  // those peer_auth_keys gives for the live sessions of an incarnation (none when there is
+  // none; two where one engine holds two sessions with us, each with its key).
   bool authenticate = false;
-  std::function<std::string(uint64_t incarnation)> peer_auth_key;
+  std::function<std::vector<std::string>(uint64_t incarnation)> peer_auth_keys;
   uint64_t staging_bytes = 0;  // a target stages through buffers of this size; 0: staging off
 };
 

@@ -159,6 +159,69 @@ TEST_F(Auth, AuthenticatedPeersMoveDataOverTcp) {
   EXPECT_EQ(info.BytesVia("tcp"), 2u << 20);
 }
 
+// Two live sessions of one peer, each with its own key: we dialled the peer at an address other
+// than its name (it is named by a wildcard, 0.0.0.0:port, and dialled at 127.0.0.1:port), and it
+// dialled us as well (its own session, under its name; see
+// Hostile.APeerWeDialledElsewhereMayOpenASessionOfItsOwn). Each session's tcp data connections
+// prove the key of that session. The target took the key of the first session of the
+// incarnation in key order and refused the data connections of the other ("it did not prove it
+// knows its control session's key"): a transfer over that session failed (each engine's first
+// in key order is the session under the wildcard name, so: the peer's WRITE over our session,
+// and ours over its own). Every session, both ways.
+TEST_F(Auth, EachOfTwoSessionsWithOnePeerMovesDataOverTcp) {
+  PeerProcess peer;
+  PeerOptions po;
+  po.name = "0.0.0.0:0";
+  po.extra_args = {"--secret-file", dir_ + "/secret", "--transport", "tcp"};
+  std::string error;
+  ASSERT_TRUE(peer.Start(po, &error)) << error;
+  xfer::EngineOptions o = With(kSecret);
+  o.transport = "tcp";
+  xfer::Engine e;
+  XT_ASSERT_OK(e.Initialize("0.0.0.0:0", o));
+  xfer::net::Address ours;
+  ASSERT_TRUE(xfer::net::ParseAddress(e.LocalName(), &ours).ok()) << e.LocalName();
+  const std::string us = "127.0.0.1:" + std::to_string(ours.port);
+  const std::string dialled = "127.0.0.1:" + std::to_string(peer.port());
+  XT_ASSERT_OK(e.Connect(dialled, 10s));
+  const Reply c = peer.Call("connect " + us);  // (its own session: under our name, it has ours)
+  ASSERT_TRUE(c.ok) << c.line;
+  xfer::PeerInfo mine, its_own;
+  XT_ASSERT_OK(e.GetPeerInfo(dialled, &mine));
+  XT_ASSERT_OK(e.GetPeerInfo(peer.name(), &its_own));
+  ASSERT_EQ(mine.incarnation, its_own.incarnation);
+  ASSERT_TRUE(mine.outbound);
+  ASSERT_FALSE(its_own.outbound);
+
+  // The peer into us, over its own session (which it holds under `us`) and over ours (under
+  // our name).
+  LocalBuffer into(1 << 20);
+  xfer::MemHandle h = 0;
+  XT_ASSERT_OK(e.RegisterMem(into.data(), into.len(), xfer::MemType::kHost, &h));
+  const uint64_t from = peer.Buf(into.len());
+  uint64_t seed = 1;
+  for (const std::string& to : {us, e.LocalName()}) {
+    SCOPED_TRACE("the peer writes into us, over its session under " + to);
+    peer.FillRange(from, into.len(), ++seed);
+    const Reply w = peer.Xfer("write", to, 10000, from, into.addr(), into.len());
+    EXPECT_TRUE(w.ok) << w.line;
+    LocalBuffer want(into.len());
+    want.Fill(seed);
+    EXPECT_EQ(into.Hash(), want.Hash());
+  }
+  // We into the peer, over our session (under the address we dialled) and over its own (under
+  // its name).
+  const PeerRegion r = peer.Alloc(1 << 20);
+  LocalBuffer src(1 << 20);
+  for (const std::string& to : {dialled, peer.name()}) {
+    SCOPED_TRACE("we write into the peer, over our session under " + to);
+    src.Fill(++seed);
+    XT_EXPECT_OK(e.TransferSync(to, Op::kWrite, {{src.addr(), r.addr, src.len()}}, 10s));
+    EXPECT_EQ(peer.Sum(r), src.Hash());
+  }
+  XT_EXPECT_OK(e.DeregisterMem(h));
+}
+
 TEST_F(Auth, AnotherSecretIsRefusedAndTheOthersAreStillServed) {
   xfer::Engine wrong;
   XT_ASSERT_OK(wrong.Initialize("127.0.0.1", With(kOther)));

@@ -94,6 +94,34 @@ TEST(PeerTable, AHelloWithTheIncarnationOfAPeerWeDialledElsewhereNeedsItsVoucher
   EXPECT_EQ(found.state, dialled.state);
 }
 
+// Data connections prove the key of the session they were opened for: AuthKeysOf gives those of
+// every live session of the incarnation (a peer we dialled elsewhere that dialled us too has
+// two), never an empty one (anyone could prove it).
+TEST(PeerTable, TheAuthKeysOfAnIncarnationAreThoseOfEachOfItsLiveSessions) {
+  PeerTable table;
+  table.set_incarnation(1);
+  PeerTable::Peer dialled = MakePeer(10, true);
+  dialled.state->info.name = "0.0.0.0:5";
+  dialled.state->auth_key = "ours";
+  ASSERT_TRUE(table.Claim("127.0.0.1:5", PeerTable::Clock::now() + std::chrono::seconds(1)).ok());
+  ASSERT_TRUE(table.InstallClaimed("127.0.0.1:5", dialled));
+  PeerTable::Peer replaced;
+  ASSERT_TRUE(
+      table.BeginAccept("0.0.0.0:5", "0.0.0.0:5", 10, "127.0.0.1", dialled.session.get(), &replaced).ok());
+  PeerTable::Peer its_own = MakePeer(10, false);
+  its_own.state->auth_key = "its own";
+  table.FinishAccept("0.0.0.0:5", its_own);
+  ASSERT_TRUE(table.BeginAccept("127.0.0.1:6", "127.0.0.1:6", 20, "127.0.0.1", nullptr, &replaced).ok());
+  table.FinishAccept("127.0.0.1:6", MakePeer(20, false));  // (no key)
+
+  using Keys = std::vector<std::string>;
+  EXPECT_EQ(table.AuthKeysOf(10), (Keys{"its own", "ours"}));  // (in key order)
+  EXPECT_EQ(table.AuthKeysOf(20), Keys{});
+  EXPECT_EQ(table.AuthKeysOf(30), Keys{});
+  dialled.state->alive.store(false);  // (its session ended)
+  EXPECT_EQ(table.AuthKeysOf(10), Keys{"its own"});
+}
+
 TEST(PeerTable, APeerThatWentAwayIsNotKeptAliveByAThreadThatFoundIt) {
   PeerTable table;
   const auto deadline = PeerTable::Clock::now() + std::chrono::seconds(1);

@@ -72,7 +72,7 @@ class PeerService {
   // What the backends ask (transport::EngineContext).
   bool authenticates() const { return auth_.on(); }
   bool HasLive(uint64_t incarnation) const { return table_.HasLive(incarnation); }
-  std::string AuthKeyOf(uint64_t incarnation) const { return table_.AuthKeyOf(incarnation); }
+  std::vector<std::string> AuthKeysOf(uint64_t incarnation) const { return table_.AuthKeysOf(incarnation); }
 
   // Engine API.
   Status Connect(const std::string& remote, std::chrono::milliseconds timeout);

@@ -62,12 +62,16 @@ bool PeerTable::HasLive(uint64_t incarnation) const {
   return false;
 }
 
-std::string PeerTable::AuthKeyOf(uint64_t incarnation) const {
+std::vector<std::string> PeerTable::AuthKeysOf(uint64_t incarnation) const {
   std::lock_guard lock(mu_);
+  std::vector<std::string> keys;
   for (const auto& [key, p] : peers_) {
-    if (p.state->info.incarnation == incarnation && p.state->alive.load()) return p.state->auth_key;
+    // ("" is no key, a session without a secret's: anyone could prove it.)
+    if (p.state->info.incarnation == incarnation && p.state->alive.load() && !p.state->auth_key.empty()) {
+      keys.push_back(p.state->auth_key);
+    }
   }
-  return "";
+  return keys;
 }
 
 std::vector<std::shared_ptr<PeerState>> PeerTable::States() const {

@@ -41,8 +41,10 @@ class PeerTable {
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
   // True while a live peer of that incarnation has a session with us.
   bool HasLive(uint64_t incarnation) const;
-  // The auth_key of the live peer of that incarnation ("" when none).
-  std::string AuthKeyOf(uint64_t incarnation) const;
+  // The auth_keys of the live sessions of that incarnation (none without a secret). One engine
+  // may hold two, each with its own key: our session to it under the address we dialled, and
+  // its own to us under its name (BeginAccept's `vouched`).
+  std::vector<std::string> AuthKeysOf(uint64_t incarnation) const;
   std::vector<std::shared_ptr<PeerState>> States() const;
 
   // Connect: claims the name for an outbound session. Waits (until deadline) while a session

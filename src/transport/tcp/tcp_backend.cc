@@ -52,7 +52,7 @@ class TcpBackend final : public Backend {
     hooks.staging_bytes = ctx.staging_bytes;
     hooks.is_peer = ctx.is_peer;
     hooks.authenticate = ctx.authenticate;
-    hooks.peer_auth_key = ctx.peer_auth_key;
+    hooks.peer_auth_keys = ctx.peer_auth_keys;
     TcpOptions to{o.tcp.links,
                   o.tcp.least_loaded,
                   std::min<std::chrono::milliseconds>(o.heartbeat_timeout, std::chrono::hours(24)),

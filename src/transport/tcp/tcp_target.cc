@@ -90,7 +90,9 @@ struct TcpTransport::Handshaking {
   crypto::Nonce nonce{};
   size_t sent = 0;         // bytes of the nonce sent
   uint64_t initiator = 0;  // the incarnation the hello claims
-  std::string key;         // with a secret: the initiator's session key
+  // With a secret: the keys of the initiator's sessions (at its hello), then the one it proved.
+  std::vector<std::string> keys;
+  std::string key;
 
   short events() const { return step == Step::kNonce ? POLLOUT : POLLIN; }
   // What one non-blocking receive or send did: the step's bytes are all through, not yet, or
@@ -255,8 +257,8 @@ bool TcpTransport::Advance(Handshaking& h) {
         Admit(h, known ? StatusCode::kOk : StatusCode::kConnectionLost);
         return false;
       }
-      if (known) h.key = hooks_.peer_auth_key(h.initiator);
-      if (h.key.empty()) return false;  // a stranger: closed without a challenge
+      if (known) h.keys = hooks_.peer_auth_keys(h.initiator);
+      if (h.keys.empty()) return false;  // a stranger: closed without a challenge
       h.nonce = crypto::RandomNonce();
       h.step = Handshaking::Step::kNonce;
       [[fallthrough]];
@@ -271,8 +273,13 @@ bool TcpTransport::Advance(Handshaking& h) {
     case Handshaking::Step::kProof: {
       const Io io = h.Receive(crypto::kMacBytes);
       if (io != Io::kDone) return io == Io::kMore;
-      const crypto::Mac proof = DataProof(h.key, h.nonce.data(), hooks_.incarnation, h.initiator);
-      if (!crypto::Equal(std::span<const uint8_t>(h.in, crypto::kMacBytes), proof)) {
+      // (Any of its sessions' keys: the initiator proves the key of the session it opened the
+      // connection for, which may be either of two, ours to it or its own to us.)
+      const std::span<const uint8_t> got(h.in, crypto::kMacBytes);
+      for (const std::string& key : h.keys) {
+        if (crypto::Equal(got, DataProof(key, h.nonce.data(), hooks_.incarnation, h.initiator))) h.key = key;
+      }
+      if (h.key.empty()) {
         LogRefusal("tcp: refused the data connection from " + h.from +
                    ": it did not prove it knows its control session's key");
         return false;
@@ -285,7 +292,10 @@ bool TcpTransport::Advance(Handshaking& h) {
 }
 
 bool TcpTransport::StillPeer(const Handshaking& h) const {
-  return hooks_.is_peer(h.initiator) && (!hooks_.authenticate || hooks_.peer_auth_key(h.initiator) == h.key);
+  if (!hooks_.is_peer(h.initiator)) return false;
+  if (!hooks_.authenticate) return true;
+  const std::vector<std::string> keys = hooks_.peer_auth_keys(h.initiator);
+  return std::find(keys.begin(), keys.end(), h.key) != keys.end();
 }
 
 void TcpTransport::Admit(Handshaking& h, StatusCode verdict) {

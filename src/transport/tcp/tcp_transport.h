@@ -74,9 +74,10 @@ struct TcpTargetHooks {
   // True when an engine of that incarnation has a control session with us.
   std::function<bool(uint64_t incarnation)> is_peer;
   // With a secret (EngineContext::authenticate): each data connection answers a challenge with
-  // its peer's session key (peer_auth_key), or is refused.
+  // the key of one of its peer's sessions (peer_auth_keys: the session it was opened for), or
+  // is refused.
   bool authenticate = false;
-  std::function<std::string(uint64_t incarnation)> peer_auth_key;
+  std::function<std::vector<std::string>(uint64_t incarnation)> peer_auth_keys;
 };
 
 // tcp's engine-wide side: the data listeners and the threads that serve peers' batches (the
@@ -150,8 +151,8 @@ class TcpTransport final {
   void Accept(int listener, std::list<Handshaking>* handshaking);
   bool Advance(Handshaking& h);  // false: the handshake is over (admitted, refused or failed)
   void Admit(Handshaking& h, StatusCode verdict);  // sends the verdict; kOk: starts serving
-  // Whether h's engine still holds the control session it named (with a secret: the same one,
-  // by its key).
+  // Whether h's engine still holds the control session it named (with a secret: the one whose
+  // key it proved).
   bool StillPeer(const Handshaking& h) const;
   void ReapServices();  // forgets the connections that ended
   // A data connection with a batch (on a thread of serving_): batch after batch, while they
