@@ -349,7 +349,7 @@ TEST_F(NotifyBeginBesideAGarbledRing, IsReportedLost) {
 // This engine is the target; the peer process the initiator, killed with requests in flight.
 class NotifyLost : public OutcomesTargetHere, public ::testing::WithParamInterface<Setup> {
  protected:
-  static constexpr uint64_t kRegion = 64 << 20, kB = 256 << 10, kCount = 32768;  // 8 GiB a request
+  static constexpr uint64_t kRegion = 64 << 20, kB = 256 << 10, kCount = 262144;  // 64 GiB a request
 
   PeerOptions RemoteOptions() override {
     PeerOptions o;
