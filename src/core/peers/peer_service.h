@@ -177,7 +177,10 @@ class PeerService {
   std::shared_ptr<PeerState> self_state_;  // transfers to our own name; from Begin on
   std::unique_ptr<control::ControlLoop> loop_;
   log::Limit too_many_sessions_log_;  // control thread: hellos past max_sessions
-  log::Limit broken_log_;             // control thread: sessions closed for breaking the protocol
+  // A line about a session closed for breaking the protocol, one a second at most with a count
+  // of those held back: anyone may open such sessions.
+  void LogBroken(const std::string& line);
+  log::Limit broken_log_;  // control thread: sessions closed for breaking the protocol
 };
 
 }  // namespace xfer

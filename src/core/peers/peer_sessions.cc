@@ -30,10 +30,7 @@ std::shared_ptr<control::SessionContext> PeerService::Prepare(const wire::Hello&
 
 void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hello&& hello) {
   if (hello.name.empty() || hello.incarnation == 0) {
-    if (uint64_t more = 0; broken_log_.Due(&more)) {
-      XLOG(WARN) << "hello from " << s->remote_addr() << " without name or incarnation; closing"
-                 << log::Limit::More(more);
-    }
+    LogBroken(std::string("hello from ") + s->remote_addr() + " without name or incarnation; closing");
     s->Shutdown("invalid hello");
     return;
   }
@@ -41,10 +38,8 @@ void PeerService::OnHello(const std::shared_ptr<control::Session>& s, wire::Hell
   if (!prepared) prepared = std::make_shared<PreparedTable>(hello, self_.options.max_peer_regions);
   RemoteRegions::Table& table = prepared->table;
   if (const std::string& why = table.why_bad(); !why.empty()) {
-    if (uint64_t more = 0; broken_log_.Due(&more)) {
-      XLOG(WARN) << "hello from " << s->remote_addr() << " has a bad region table (" << why << "); closing"
-                 << log::Limit::More(more);
-    }
+    LogBroken(std::string("hello from ") + s->remote_addr() + " has a bad region table (" + why +
+              "); closing");
     (void)s->Send(wire::Goodbye{"bad region table: " + why});
     s->Shutdown("bad region table");
     return;
@@ -116,6 +111,10 @@ bool PeerService::IsAliveUnderAnotherIncarnation(const std::string& key, uint64_
   return Clock::now() - old.session->last_rx.load() < self_.options.heartbeat_timeout;
 }
 
+void PeerService::LogBroken(const std::string& line) {
+  if (uint64_t more = 0; broken_log_.Due(&more)) XLOG(WARN) << line << log::Limit::More(more);
+}
+
 std::shared_ptr<control::Session> PeerService::SameEngineDialled(const control::Session& s,
                                                                  const std::string& key,
                                                                  const wire::Hello& hello) const {
@@ -141,10 +140,8 @@ std::shared_ptr<control::Session> PeerService::SameEngineDialled(const control::
 void PeerService::OnBeforeHello(const std::shared_ptr<control::Session>& s, wire::Message&& msg) {
   if (auth_.OnUnauthenticated(s, msg)) return;
   if (auto* hello = std::get_if<wire::Hello>(&msg)) return OnHello(s, std::move(*hello));
-  if (uint64_t more = 0; broken_log_.Due(&more)) {
-    XLOG(WARN) << "control connection from " << s->remote_addr()
-               << " sent a frame before its hello; closing it" << log::Limit::More(more);
-  }
+  LogBroken(std::string("control connection from ") + s->remote_addr() +
+            " sent a frame before its hello; closing it");
   s->Shutdown("protocol error: no hello");
 }
 
@@ -156,17 +153,13 @@ void PeerService::OnMessage(const std::shared_ptr<control::Session>& s, wire::Me
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, wire::RegionAdd>) {
           if (peer.regions.size() >= max_regions) {
-            if (uint64_t more = 0; broken_log_.Due(&more)) {
-              XLOG(WARN) << "peer " << s->peer_key << " advertised more than " << max_regions
-                         << " regions (EngineOptions::max_peer_regions); closing its session"
-                         << log::Limit::More(more);
-            }
+            LogBroken(std::string("peer ") + s->peer_key + " advertised more than " +
+                      std::to_string(max_regions) +
+                      " regions (EngineOptions::max_peer_regions); closing its session");
             s->Shutdown("too many regions");
           } else if (std::string why; !peer.regions.Add(m.region, &why)) {
-            if (uint64_t more = 0; broken_log_.Due(&more)) {
-              XLOG(WARN) << "peer " << s->peer_key << " sent a bad region (" << why
-                         << "); closing its session" << log::Limit::More(more);
-            }
+            LogBroken(std::string("peer ") + s->peer_key + " sent a bad region (" + why +
+                      "); closing its session");
             s->Shutdown("bad region: " + why);
           }
         } else if constexpr (std::is_same_v<T, wire::RegionRemove>) {

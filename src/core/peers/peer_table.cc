@@ -1,5 +1,7 @@
 #include "core/peers/peer_table.h"
 
+#include <algorithm>
+
 #include "util/net.h"
 
 namespace xfer {
@@ -168,12 +170,12 @@ Status PeerTable::BeginAccept(const std::string& key, const std::string& name, u
   // at, is not an impostor: when the caller found that this session comes from the engine of
   // one of them, still here under that name and incarnation. A name and an incarnation alone
   // are no proof: anyone may state them.)
-  bool vouched_here = false;
-  for (const auto& [other, p] : peers_) {
-    vouched_here =
-        vouched_here || (vouched != nullptr && p.session.get() == vouched && p.session->outbound() &&
-                         p.state->info.name == name && p.state->info.incarnation == incarnation);
-  }
+  const bool vouched_here =
+      vouched != nullptr && std::any_of(peers_.begin(), peers_.end(), [&](const auto& entry) {
+        const Peer& p = entry.second;
+        return p.session.get() == vouched && p.session->outbound() && p.state->info.name == name &&
+               p.state->info.incarnation == incarnation;
+      });
   for (const auto& [other, p] : peers_) {
     const bool same_engine = vouched_here && p.session && p.session->outbound() && p.state->info.name == name;
     if (other != key && p.state->info.incarnation == incarnation && !same_engine) {
